@@ -1,0 +1,23 @@
+"""gearjax: GPU-centric experience replay for JAX.
+
+Trajectory tables in native memory, sampled from inside ``jax.jit`` through XLA
+FFI custom calls. The public names are all here::
+
+    import gearjax as gx
+    table = gx.Table({"obs": gx.Column((17,), "float32")}, capacity=10_000, max_length=1000)
+    key = table.insert({"obs": obs})
+    batch = table.sample(rng, batch_size=64, window=20, strategy=gx.Timestep())
+"""
+
+from gearjax.batch import Batch
+from gearjax.checkpoint import CheckpointError
+from gearjax.columns import Column
+from gearjax.rate_limiters import MinSize, SampleToInsertRatio
+from gearjax.strategies import Prioritized, Recent, Strategy, Timestep, TopK, Uniform
+from gearjax.table import Table
+
+__all__ = [
+    "Batch", "CheckpointError", "Column", "MinSize", "Prioritized", "Recent",
+    "SampleToInsertRatio", "Strategy", "Table", "Timestep", "TopK", "Uniform",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,58 @@
+"""The two XLA FFI custom calls and their registration.
+
+Attribute types are normalised here, in one place: XLA FFI bindings need exact
+types (int64, float64) and calls are cached by attribute value.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from gearjax import _gearjax
+
+SAMPLE_TARGET = "gearjax_sample"
+UPDATE_PRIORITIES_TARGET = "gearjax_update_priorities"
+BITS_PER_ROW = 4  # random words per sampled row; see xla_ffi/core/random.h
+
+
+def _register() -> None:
+    for name, capsule in _gearjax.ffi_targets().items():
+        jax.ffi.register_ffi_target(name, capsule, platform="cpu")
+
+
+_register()
+
+
+def sample_call(bits: jax.Array, *, handle: int, strategy: int, param: float, window: int,
+                width: int, pad_left: bool, columns: list[tuple[tuple[int, ...], np.dtype]]):
+    """Samples ``bits.shape[0]`` rows; returns (keys, start, probability, mask,
+    timestep, *columns). ``window=0`` asks for whole trajectories of ``width``
+    (= max_length) steps."""
+    batch = bits.shape[0]
+    result_types = [
+        jax.ShapeDtypeStruct((batch,), np.int64),
+        jax.ShapeDtypeStruct((batch,), np.int32),
+        jax.ShapeDtypeStruct((batch,), np.float32),
+        jax.ShapeDtypeStruct((batch, width), np.bool_),
+        jax.ShapeDtypeStruct((batch, width), np.int32),
+    ] + [jax.ShapeDtypeStruct((batch, width, *shape), dtype) for shape, dtype in columns]
+    call = jax.ffi.ffi_call(SAMPLE_TARGET, result_types, has_side_effect=True,
+                            vmap_method="sequential")
+    return call(bits, table_handle=np.int64(handle), strategy=np.int64(strategy),
+                param=np.float64(param), window=np.int64(window), pad_left=np.int64(pad_left))
+
+
+def update_priorities_call(keys: jax.Array, priorities: jax.Array, *, handle: int) -> jax.Array:
+    """Sets priorities from inside traced code; returns how many keys were live
+    (an int32 scalar)."""
+    if not jnp.issubdtype(keys.dtype, jnp.integer):
+        raise TypeError(f"keys must be integers, got {keys.dtype}")
+    if not jnp.issubdtype(priorities.dtype, jnp.floating):
+        priorities = priorities.astype(jnp.float32)
+    elif priorities.dtype not in (jnp.float32, jnp.float64):
+        priorities = priorities.astype(jnp.float32)
+    call = jax.ffi.ffi_call(UPDATE_PRIORITIES_TARGET, jax.ShapeDtypeStruct((), np.int32),
+                            has_side_effect=True, vmap_method="sequential")
+    return call(keys, priorities, table_handle=np.int64(handle))

@@ -1,0 +1,37 @@
+"""The sampled batch: windows of every column plus where they came from."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    """A batch of ``B`` windows of ``W`` steps. A pytree: it passes through
+    ``jit``, ``scan`` and ``vmap`` like any other.
+
+    Attributes:
+      columns: column name -> ``[B, W, *shape]`` array; ``batch["obs"]`` works too.
+      mask: ``[B, W]`` bool, True on real steps, False on padding.
+      timestep: ``[B, W]`` int32 position of each step in its trajectory (0 on padding).
+      keys: ``[B]`` int64 key of each row's trajectory.
+      start: ``[B]`` int32 first step of each window in its trajectory.
+      probability: ``[B]`` float32 probability with which each row's trajectory
+        was drawn, for importance weights.
+    """
+
+    columns: dict[str, jax.Array]
+    mask: jax.Array
+    timestep: jax.Array
+    keys: jax.Array
+    start: jax.Array
+    probability: jax.Array
+
+    def __getitem__(self, name: str) -> jax.Array:
+        return self.columns[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.columns

@@ -1,0 +1,91 @@
+"""Column specs: the per-step shape, dtype and pad value of one table column."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True, init=False)
+class Column:
+    """One field of every step of a trajectory.
+
+    Args:
+      shape: the shape of one step, e.g. ``(17,)`` for a 17-dimensional
+        observation or ``()`` for a scalar reward.
+      dtype: any numeric or bool dtype NumPy or JAX knows (``"float32"``,
+        ``np.uint8``, ``jnp.bfloat16``, ...).
+      pad: the value that fills padded steps of sampled windows. It must be
+        exactly representable in ``dtype`` (``-10`` for a ``uint8`` column is
+        refused rather than wrapped).
+    """
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    pad: Any
+
+    def __init__(self, shape: tuple[int, ...] | int, dtype: Any, pad: Any = 0):
+        if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+            shape = (int(shape),)
+        try:
+            shape = tuple(shape)
+        except TypeError:
+            raise TypeError(f"Column shape must be a tuple of ints, got {shape!r}") from None
+        if not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in shape):
+            raise TypeError(f"Column shape must be a tuple of ints, got {shape!r}")
+        shape = tuple(int(d) for d in shape)
+        if any(d < 1 for d in shape):
+            raise ValueError(f"Column shape dimensions must be >= 1, got {shape}")
+        try:
+            dtype = np.dtype(dtype)
+        except TypeError:
+            raise TypeError(f"Column dtype {dtype!r} is not a dtype") from None
+        if not (dtype == np.bool_ or jnp.issubdtype(dtype, np.number)):
+            raise TypeError(f"Column dtype must be numeric or bool, got {dtype}")
+        _check_pad(pad, dtype)
+        object.__setattr__(self, "shape", shape)
+        object.__setattr__(self, "dtype", dtype)
+        object.__setattr__(self, "pad", pad)
+
+    @property
+    def step_bytes(self) -> int:
+        """Bytes one step of this column occupies."""
+        return math.prod(self.shape) * self.dtype.itemsize
+
+    def pad_step(self) -> bytes:
+        """One step filled with the pad value, as raw bytes."""
+        return np.full(self.shape, self.pad, dtype=self.dtype).tobytes()
+
+    def to_json(self) -> dict:
+        return {"shape": list(self.shape), "dtype": self.dtype.name, "pad": _json_scalar(self.pad)}
+
+    @classmethod
+    def from_json(cls, spec: dict) -> "Column":
+        return cls(tuple(spec["shape"]), spec["dtype"], spec["pad"])
+
+
+def _check_pad(pad: Any, dtype: np.dtype) -> None:
+    if isinstance(pad, (str, bytes)) or np.ndim(pad) != 0:
+        raise TypeError(f"Column pad must be a scalar number, got {pad!r}")
+    try:
+        stored = np.array(pad, dtype=dtype)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"pad value {pad!r} cannot be stored as {dtype}") from None
+    if isinstance(pad, float) and math.isnan(pad) and jnp.issubdtype(dtype, np.inexact):
+        return
+    if stored.item() != pad:
+        raise ValueError(f"pad value {pad!r} is not exactly representable as {dtype}")
+
+
+def _json_scalar(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)  # 'nan', 'inf', '-inf' parse back through float()
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def pad_from_json(value: Any) -> Any:
+    return float(value) if isinstance(value, str) else value

@@ -1,0 +1,357 @@
+"""The Table: a fixed-capacity store of trajectories, sampled inside jax.jit.
+
+A table owns ``capacity`` slots of ``max_length`` steps for every column, in one
+native arena. Inserting copies a trajectory into a free slot (or evicts one, as
+the remover says) and gives it a new key. Sampling is an XLA FFI custom call:
+it draws trajectories by a strategy, cuts windows and pads them, all in native
+code, from inside jit-compiled programs, scans, or eagerly.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from gearjax import _ffi, rate_limiters
+from gearjax._gearjax import NativeTable
+from gearjax.batch import Batch
+from gearjax.columns import Column
+from gearjax.strategies import Prioritized, Strategy, Uniform
+
+REMOVERS = {"fifo": 0, "lifo": 1, "min_priority": 2}
+PLACEMENTS = ("host", "device", "auto")
+PADS = ("left", "right")
+
+
+class Table:
+    """A trajectory table.
+
+    Args:
+      columns: column name -> :class:`Column` (per-step shape, dtype, pad).
+      capacity: number of trajectory slots.
+      max_length: steps per slot; inserted trajectories have 1..max_length steps.
+      placement: ``"host"``, ``"device"`` or ``"auto"``. This build keeps every
+        table in host memory (the CUDA build maps it for zero-copy GPU reads);
+        the requested placement is recorded.
+      remover: who leaves when the table is full: ``"fifo"`` (oldest key),
+        ``"lifo"`` (newest key) or ``"min_priority"`` (lowest priority, oldest
+        first among ties).
+      rate_limiter: ``None`` (sample any non-empty table; never wait),
+        :class:`gearjax.MinSize` or :class:`gearjax.SampleToInsertRatio`.
+
+    Invariants: keys are unique, increase with insertion order and are never
+    reused; a sampled window never mixes data of two trajectories, even while
+    other threads insert and evict; a failed call leaves the table unchanged.
+    """
+
+    def __init__(self, columns: Mapping[str, Column], capacity: int, max_length: int, *,
+                 placement: str = "auto", remover: str = "fifo",
+                 rate_limiter: rate_limiters.RateLimiter | None = None):
+        if not isinstance(columns, Mapping) or not columns:
+            raise TypeError("columns must be a non-empty mapping of name -> gearjax.Column")
+        for name, column in columns.items():
+            if not isinstance(name, str) or not name:
+                raise TypeError(f"column names must be non-empty strings, got {name!r}")
+            if not isinstance(column, Column):
+                raise TypeError(f"column {name!r} must be a gearjax.Column, got {column!r}")
+        _check_positive_int("capacity", capacity)
+        _check_positive_int("max_length", max_length)
+        if placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+        if remover not in REMOVERS:
+            raise ValueError(f"remover must be one of {tuple(REMOVERS)}, got {remover!r}")
+        limiter_args = rate_limiters.native_args(rate_limiter)
+        if limiter_args[0] > capacity:
+            raise ValueError(f"the rate limiter's min size ({limiter_args[0]}) exceeds "
+                             f"capacity ({capacity}): sampling could never start")
+        self._columns = dict(columns)
+        self._capacity = capacity
+        self._max_length = max_length
+        self._placement = placement
+        self._remover = remover
+        self._rate_limiter = rate_limiter
+        self._native = NativeTable(
+            [(name, c.step_bytes, c.pad_step()) for name, c in self._columns.items()],
+            capacity, max_length, REMOVERS[remover], *limiter_args)
+        self._sample_jit = jax.jit(self._sample_traced,
+                                   static_argnames=("batch_size", "window", "strategy", "pad"))
+
+    # ------------------------------------------------------------------ info
+    @property
+    def columns(self) -> dict[str, Column]:
+        return dict(self._columns)
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    @property
+    def max_length(self) -> int:
+        return self._max_length
+
+    @property
+    def placement(self) -> str:
+        """The placement asked for; see the class docstring for where data lives."""
+        return self._placement
+
+    @property
+    def remover(self) -> str:
+        return self._remover
+
+    @property
+    def rate_limiter(self) -> rate_limiters.RateLimiter | None:
+        return self._rate_limiter
+
+    @property
+    def handle(self) -> int:
+        """The integer the FFI calls find this table by."""
+        return self._native.handle
+
+    def __len__(self) -> int:
+        return self._native.stats()["size"]
+
+    @property
+    def num_steps(self) -> int:
+        """Steps stored over all live trajectories."""
+        return self._native.stats()["num_steps"]
+
+    def stats(self) -> dict[str, Any]:
+        """Sizes, counts, bytes and rates, read in one consistent snapshot.
+
+        Counts are totals since creation (or as restored by ``load``); rates
+        are those totals over the table's lifetime in this process."""
+        s = self._native.stats()
+        alive = max(s["seconds_alive"], 1e-9)
+        s["insert_rate"] = s["inserts"] / alive
+        s["sample_rate"] = s["samples"] / alive
+        s["bytes_per_step"] = sum(c.step_bytes for c in self._columns.values())
+        s["columns"] = {n: c.to_json() for n, c in self._columns.items()}
+        s["remover"] = self._remover
+        s["placement"] = self._placement
+        return s
+
+    def __repr__(self) -> str:
+        state = "closed" if self._native.closed else f"size={len(self)}"
+        cols = ", ".join(f"{n}: {c.dtype}{list(c.shape)}" for n, c in self._columns.items())
+        return (f"gearjax.Table({state}, capacity={self._capacity}, "
+                f"max_length={self._max_length}, columns={{{cols}}})")
+
+    # ------------------------------------------------------------- lifecycle
+    def close(self) -> None:
+        """Releases the table. Compiled programs that sample it then fail with
+        a clear error; blocked inserts and samples wake up and raise."""
+        self._native.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._native.closed
+
+    def __enter__(self) -> "Table":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._native.closed:
+            raise RuntimeError("the table is closed")
+
+    # ---------------------------------------------------------------- insert
+    def insert(self, trajectory: Mapping[str, Any], priority: float = 1.0) -> int:
+        """Copies one trajectory (column name -> array ``[T, *shape]``) into the
+        table and returns its key. Releases the GIL while copying. May evict a
+        trajectory (see ``remover``) and may wait on the rate limiter."""
+        self._check_open()
+        arrays, length = self._validate_trajectory(trajectory)
+        priority = _check_priority(priority)
+        return self._native.insert(arrays, length, priority)
+
+    def insert_many(self, trajectories: Sequence[Mapping[str, Any]],
+                    priorities: Sequence[float] | np.ndarray | None = None) -> np.ndarray:
+        """Inserts several trajectories; returns their keys as int64. Every
+        trajectory and priority is checked before the first is inserted."""
+        self._check_open()
+        if isinstance(trajectories, Mapping) or not isinstance(trajectories, Sequence):
+            raise TypeError("trajectories must be a sequence of mappings")
+        if priorities is None:
+            priorities = [1.0] * len(trajectories)
+        elif len(priorities) != len(trajectories):
+            raise ValueError(f"got {len(priorities)} priorities for "
+                             f"{len(trajectories)} trajectories")
+        checked = []
+        for i, (t, p) in enumerate(zip(trajectories, priorities)):
+            try:
+                checked.append((*self._validate_trajectory(t), _check_priority(p)))
+            except (TypeError, ValueError) as e:
+                raise type(e)(f"trajectory {i}: {e}") from None
+        return np.array([self._native.insert(a, n, p) for a, n, p in checked], dtype=np.int64)
+
+    def _validate_trajectory(self, trajectory: Mapping[str, Any]) -> tuple[list[np.ndarray], int]:
+        if not isinstance(trajectory, Mapping):
+            raise TypeError(f"a trajectory must be a mapping of column name -> array, "
+                            f"got {type(trajectory).__name__}")
+        missing = [n for n in self._columns if n not in trajectory]
+        extra = [n for n in trajectory if n not in self._columns]
+        if missing:
+            raise ValueError(f"missing column(s) {missing}")
+        if extra:
+            raise ValueError(f"unknown column(s) {extra}; the table has {list(self._columns)}")
+        arrays, lengths = [], {}
+        for name, column in self._columns.items():
+            value = np.asarray(trajectory[name])
+            if not (value.dtype == np.bool_ or jnp.issubdtype(value.dtype, np.number)):
+                raise TypeError(f"column {name!r} must hold numeric data, got dtype {value.dtype}")
+            if value.ndim != 1 + len(column.shape) or value.shape[1:] != column.shape:
+                raise ValueError(f"column {name!r} must have shape [T, "
+                                 f"{', '.join(map(str, column.shape))}], got {value.shape}"
+                                 .replace("[T, ]", "[T]"))
+            arrays.append(_cast(name, value, column.dtype))
+            lengths[name] = value.shape[0]
+        if len(set(lengths.values())) != 1:
+            raise ValueError(f"columns differ in length: {lengths}")
+        length = next(iter(lengths.values()))
+        if not 1 <= length <= self._max_length:
+            raise ValueError(f"trajectory length {length} is outside [1, max_length="
+                             f"{self._max_length}]")
+        return arrays, length
+
+    # ---------------------------------------------------------------- sample
+    def sample(self, rng_key: jax.Array, batch_size: int, window: int | None = None,
+               strategy: Strategy = Uniform(), pad: str = "left") -> Batch:
+        """Samples ``batch_size`` windows of ``window`` steps.
+
+        A trajectory is chosen by ``strategy``, the start is uniform in
+        ``[0, length - 1]``, the window is cut at the trajectory's end and padded
+        to ``window`` steps on the ``pad`` side with each column's pad value.
+        ``window=None`` gives whole trajectories from step 0, padded to
+        ``max_length``. The same ``rng_key`` and the same table contents give the
+        same batch.
+
+        Works inside ``jax.jit`` and ``lax.scan`` (one XLA FFI custom call; no
+        host callback) and eagerly. Under ``vmap`` each mapped key samples its
+        own batch, one after another.
+
+        Raises (when traced, or at run time through XLA): on an empty table, and
+        when the rate limiter holds sampling back past its timeout.
+        """
+        self._check_open()
+        _check_positive_int("batch_size", batch_size)
+        if window is not None:
+            _check_positive_int("window", window)
+            if window > self._max_length:
+                raise ValueError(f"window={window} exceeds max_length={self._max_length}")
+        if pad not in PADS:
+            raise ValueError(f"pad must be 'left' or 'right', got {pad!r}")
+        if not isinstance(strategy, Strategy) or type(strategy) is Strategy:
+            raise TypeError(f"strategy must be gearjax.Uniform(), Timestep(), Prioritized(alpha), "
+                            f"TopK(k) or Recent(n), got {strategy!r}")
+        if self._rate_limiter is not None:
+            self._rate_limiter.check_batch(batch_size)
+        if isinstance(strategy, Prioritized):
+            self._native.ensure_priority_tree(strategy.alpha)
+        return self._sample_jit(rng_key, batch_size=batch_size, window=window,
+                                strategy=strategy, pad=pad)
+
+    def _sample_traced(self, rng_key, *, batch_size, window, strategy, pad) -> Batch:
+        bits = jax.random.bits(rng_key, (batch_size, _ffi.BITS_PER_ROW), jnp.uint32)
+        keys, start, probability, mask, timestep, *columns = _ffi.sample_call(
+            bits, handle=self._native.handle, strategy=strategy.code, param=strategy.param,
+            window=window or 0, width=window or self._max_length, pad_left=pad == "left",
+            columns=[(c.shape, c.dtype) for c in self._columns.values()])
+        return Batch(columns=dict(zip(self._columns, columns)), mask=mask, timestep=timestep,
+                     keys=keys, start=start, probability=probability)
+
+    # ------------------------------------------------------------ priorities
+    def update_priorities(self, keys: Any, priorities: Any) -> Any:
+        """Sets the priorities of trajectories by key; keys no longer stored
+        (evicted meanwhile) are skipped, and for a repeated key the last value
+        wins. Priorities must be finite and >= 0; otherwise nothing changes.
+
+        Outside jit, with concrete arrays, it checks its input, applies it at
+        once and returns the number of keys still stored. Inside traced code it
+        is an XLA FFI custom call returning that number as an int32 scalar;
+        within one program it is ordered after the sample that produced the
+        keys by their data dependence (as in every step of a ``lax.scan``).
+        """
+        self._check_open()
+        if isinstance(keys, jax.core.Tracer) or isinstance(priorities, jax.core.Tracer):
+            keys, priorities = jnp.ravel(keys), jnp.ravel(priorities)
+            if keys.shape != priorities.shape:
+                raise ValueError(f"got {priorities.shape[0]} priorities for {keys.shape[0]} keys")
+            return _ffi.update_priorities_call(keys, priorities, handle=self._native.handle)
+        keys = np.asarray(keys)
+        priorities = np.asarray(priorities)
+        if not jnp.issubdtype(keys.dtype, np.integer):
+            raise TypeError(f"keys must be integers, got {keys.dtype}")
+        if not (jnp.issubdtype(priorities.dtype, np.number)) or jnp.issubdtype(
+                priorities.dtype, np.complexfloating):
+            raise TypeError(f"priorities must be real numbers, got {priorities.dtype}")
+        keys, priorities = keys.reshape(-1), priorities.reshape(-1)
+        if keys.shape != priorities.shape:
+            raise ValueError(f"got {priorities.shape[0]} priorities for {keys.shape[0]} keys")
+        priorities = priorities.astype(np.float64)
+        bad = ~np.isfinite(priorities) | (priorities < 0)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ValueError(f"priorities must be finite and >= 0; entry {i} is {priorities[i]}")
+        return self._native.update_priorities(np.ascontiguousarray(keys, np.int64),
+                                              np.ascontiguousarray(priorities))
+
+    # ------------------------------------------------------------ persistence
+    def save(self, path: str | os.PathLike) -> None:
+        """Writes a checkpoint atomically; see :mod:`gearjax.checkpoint`."""
+        from gearjax import checkpoint
+        self._check_open()
+        checkpoint.save(self, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Table":
+        """Restores a table saved with :meth:`save`: contents, priorities,
+        insertion order, keys and counters, exactly."""
+        from gearjax import checkpoint
+        return checkpoint.load(path)
+
+
+def _check_positive_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {value!r}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+
+
+def _check_priority(priority: Any) -> float:
+    if isinstance(priority, bool) or not isinstance(priority, (int, float, np.integer, np.floating)):
+        if not (isinstance(priority, (np.ndarray, jax.Array)) and np.ndim(priority) == 0):
+            raise TypeError(f"priority must be a real number, got {priority!r}")
+    priority = float(priority)
+    if not math.isfinite(priority) or priority < 0:
+        raise ValueError(f"priority must be finite and >= 0, got {priority}")
+    return priority
+
+
+@functools.cache
+def _integer_bounds(dtype: np.dtype) -> tuple[int, int]:
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max)
+
+
+def _cast(name: str, value: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Converts to the column dtype: same-kind conversions only, and integers
+    only when every value fits."""
+    if value.dtype != dtype:
+        if not np.can_cast(value.dtype, dtype, casting="same_kind"):
+            raise TypeError(f"column {name!r} holds {dtype}; {value.dtype} data would be "
+                            f"converted unsafely")
+        if jnp.issubdtype(dtype, np.integer) and value.size and jnp.issubdtype(
+                value.dtype, np.integer):
+            lo, hi = _integer_bounds(dtype)
+            if value.min() < lo or value.max() > hi:
+                raise ValueError(f"column {name!r}: values outside the range of {dtype}")
+    return np.ascontiguousarray(value, dtype=dtype)

@@ -1,0 +1,61 @@
+"""A pure NumPy reference for what a sampled row must contain, and helpers that
+build self-describing trajectories."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import gearjax as gx
+
+
+def expected_window(trajectory: dict[str, np.ndarray], columns: dict[str, gx.Column],
+                    start: int, window: int, pad: str) -> dict[str, np.ndarray]:
+    """The row the table must return for this trajectory and start: columns,
+    plus 'mask' and 'timestep'."""
+    length = len(next(iter(trajectory.values())))
+    valid = min(window, length - start)
+    offset = window - valid if pad == "left" else 0
+    row = {}
+    for name, column in columns.items():
+        out = np.full((window, *column.shape), column.pad, dtype=column.dtype)
+        out[offset:offset + valid] = trajectory[name][start:start + valid]
+        row[name] = out
+    row["mask"] = np.zeros(window, bool)
+    row["mask"][offset:offset + valid] = True
+    row["timestep"] = np.zeros(window, np.int32)
+    row["timestep"][offset:offset + valid] = np.arange(start, start + valid)
+    return row
+
+
+def check_batch(batch: gx.Batch, stored: dict[int, dict[str, np.ndarray]],
+                columns: dict[str, gx.Column], window: int, pad: str) -> None:
+    """Asserts every row of `batch` equals the reference window of the stored
+    trajectory its key names, at its start."""
+    keys = np.asarray(batch.keys)
+    starts = np.asarray(batch.start)
+    for b, (key, start) in enumerate(zip(keys, starts)):
+        trajectory = stored[int(key)]
+        length = len(next(iter(trajectory.values())))
+        assert 0 <= start < length, (key, start, length)
+        row = expected_window(trajectory, columns, int(start), window, pad)
+        for name in columns:
+            np.testing.assert_array_equal(np.asarray(batch[name][b]), row[name],
+                                          err_msg=f"row {b} column {name}")
+        np.testing.assert_array_equal(np.asarray(batch.mask[b]), row["mask"])
+        np.testing.assert_array_equal(np.asarray(batch.timestep[b]), row["timestep"])
+
+
+def random_trajectory(rng: np.random.Generator, columns: dict[str, gx.Column],
+                      length: int) -> dict[str, np.ndarray]:
+    out = {}
+    for name, c in columns.items():
+        shape = (length, *c.shape)
+        if np.issubdtype(c.dtype, np.floating):
+            out[name] = rng.standard_normal(shape).astype(c.dtype)
+        elif c.dtype == np.bool_:
+            out[name] = rng.random(shape) < 0.5
+        else:
+            info = np.iinfo(c.dtype)
+            out[name] = rng.integers(max(info.min, -1000), min(info.max, 1000), shape,
+                                     dtype=c.dtype)
+    return out

@@ -1,0 +1,35 @@
+// Shared definitions for the gearjax native core: error types and the
+// host/device annotation used by code that CPU and CUDA handlers both compile.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+#if defined(__CUDACC__)
+#define GEARJAX_HD __host__ __device__ __forceinline__
+#else
+#define GEARJAX_HD inline
+#endif
+
+namespace gearjax {
+
+// Bad arguments from the caller: surfaces as ValueError in Python.
+class InvalidArgument : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+// The rate limiter (or a full table of in-flight writers) held an operation
+// back past its timeout: surfaces as TimeoutError in Python.
+class Timeout : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The table was closed: surfaces as RuntimeError in Python.
+class Closed : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace gearjax

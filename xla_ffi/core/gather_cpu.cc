@@ -1,0 +1,65 @@
+// CPU gather (see gather_cpu.h).
+#include "gather_cpu.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "window.h"
+
+namespace gearjax {
+namespace {
+
+// Fills `steps` steps at dst with the column's pad step.
+void FillPad(uint8_t* dst, int64_t steps, const ColumnSpec& column) {
+  if (steps <= 0) return;
+  const std::vector<uint8_t>& pad = column.pad_step;
+  const int64_t step_bytes = column.step_bytes;
+  if (std::all_of(pad.begin(), pad.end(), [&](uint8_t b) { return b == pad[0]; })) {
+    std::memset(dst, pad[0], steps * step_bytes);
+    return;
+  }
+  // Copy one step, then double the filled prefix until done.
+  std::memcpy(dst, pad.data(), step_bytes);
+  int64_t filled = 1;
+  while (filled < steps) {
+    const int64_t n = std::min(filled, steps - filled);
+    std::memcpy(dst + filled * step_bytes, dst, n * step_bytes);
+    filled += n;
+  }
+}
+
+}  // namespace
+
+void GatherRows(const Table& table, const Draw* draws, int64_t row_begin, int64_t row_end,
+                int64_t width, bool pad_left, const SampleOutputs& out) {
+  const int num_columns = table.num_columns();
+  for (int64_t b = row_begin; b < row_end; ++b) {
+    const Draw& d = draws[b];
+    const WindowPlan plan = PlanWindow(d.length, d.start, width, pad_left);
+    out.keys[b] = d.key;
+    out.start[b] = static_cast<int32_t>(d.start);
+    out.probability[b] = d.probability;
+    bool* mask = out.mask + b * width;
+    int32_t* timestep = out.timestep + b * width;
+    for (int64_t i = 0; i < width; ++i) {
+      const int64_t j = i - plan.dst_offset;
+      const bool real = j >= 0 && j < plan.valid;
+      mask[i] = real;
+      timestep[i] = real ? static_cast<int32_t>(d.start + j) : 0;
+    }
+    for (int c = 0; c < num_columns; ++c) {
+      const ColumnSpec& column = table.spec().columns[c];
+      const int64_t step_bytes = column.step_bytes;
+      uint8_t* row = out.columns[c] + b * width * step_bytes;
+      std::memcpy(row + plan.dst_offset * step_bytes, table.StepPointer(c, d.slot, d.start),
+                  plan.valid * step_bytes);
+      if (pad_left) {
+        FillPad(row, plan.dst_offset, column);
+      } else {
+        FillPad(row + plan.valid * step_bytes, width - plan.valid, column);
+      }
+    }
+  }
+}
+
+}  // namespace gearjax

@@ -1,0 +1,213 @@
+// The trajectory table: one aligned arena holding every column of every slot,
+// the slot lifecycle (free -> writing -> live -> evicted), the removers, the
+// selection structures behind every sampling strategy, and the rate limiter.
+// CPU and CUDA handlers both sample through this class; only the byte copying
+// differs between them.
+//
+// Layout: column c occupies one region of capacity * max_length * step_bytes[c]
+// bytes; slot s of column c starts at region + s * max_length * step_bytes[c],
+// so any window of any trajectory is one contiguous run of bytes per column.
+//
+// Invariants (all guarded by one mutex):
+//  * A slot is selectable iff it is live. Only live slots are in the key index,
+//    the priority index and the sum trees.
+//  * A sampler pins every slot it draws before releasing the mutex and unpins
+//    it after copying. A writer takes its slot out of every index first, then
+//    waits for the slot's pins to drop to zero before copying into it. So no
+//    sample ever sees a window that is half old, half new data.
+//  * Keys are assigned when a trajectory is published, from a counter that only
+//    grows: unique, increasing with (publication) order, never reused.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common.h"
+
+namespace gearjax {
+
+enum class Remover : int32_t { kFifo = 0, kLifo = 1, kMinPriority = 2 };
+
+enum class Strategy : int32_t {
+  kUniform = 0,      // trajectories uniformly
+  kTimestep = 1,     // trajectories in proportion to their length
+  kPrioritized = 2,  // trajectories in proportion to priority ** alpha
+  kTopK = 3,         // uniformly over the k highest priorities (ties: newer first)
+  kRecent = 4,       // uniformly over the n newest
+};
+
+struct ColumnSpec {
+  std::string name;
+  int64_t step_bytes = 0;
+  std::vector<uint8_t> pad_step;  // one step's bytes filled with the pad value
+};
+
+// Reverb's rate limiter, counted in sampled items. diff = inserts *
+// samples_per_insert - samples. A batch of B may be sampled when size >=
+// min_size and diff - B >= min_diff; a trajectory may be inserted when the
+// table holds fewer than min_size or diff + samples_per_insert <= max_diff.
+// Blocked operations wait up to timeout_seconds, then fail with Timeout.
+struct RateLimiterSpec {
+  int64_t min_size = 1;
+  double samples_per_insert = 0.0;
+  double min_diff = -std::numeric_limits<double>::infinity();
+  double max_diff = std::numeric_limits<double>::infinity();
+  double timeout_seconds = 0.0;
+};
+
+struct TableSpec {
+  std::vector<ColumnSpec> columns;
+  int64_t capacity = 0;
+  int64_t max_length = 0;
+  Remover remover = Remover::kFifo;
+  RateLimiterSpec limiter;
+};
+
+struct SampleRequest {
+  Strategy strategy = Strategy::kUniform;
+  double param = 0.0;  // alpha for kPrioritized, k for kTopK, n for kRecent
+  int64_t batch = 0;
+  int64_t window = 0;  // steps per window; 0 means whole trajectories from step 0
+};
+
+// One sampled row: a pinned slot and where its window starts.
+struct Draw {
+  int64_t slot;
+  int64_t key;
+  int64_t length;
+  int64_t start;
+  float probability;
+};
+
+struct ItemInfo {
+  int64_t key;
+  int64_t slot;
+  int64_t length;
+  double priority;
+};
+
+struct Counters {
+  int64_t next_key = 0;
+  int64_t inserts = 0;
+  double samples = 0;
+  int64_t evictions = 0;
+  int64_t priority_updates = 0;
+};
+
+struct Stats {
+  int64_t size, capacity, max_length, num_steps, writers, pinned_slots;
+  Counters counters;
+  int64_t bytes_reserved, bytes_used;
+  double seconds_alive;
+};
+
+// Aligned host memory allocated once for the table's lifetime.
+class HostArena {
+ public:
+  explicit HostArena(size_t bytes);
+  ~HostArena();
+  HostArena(const HostArena&) = delete;
+  HostArena& operator=(const HostArena&) = delete;
+  uint8_t* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  uint8_t* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+class Table {
+ public:
+  explicit Table(TableSpec spec);  // throws InvalidArgument, std::bad_alloc
+  ~Table();
+
+  const TableSpec& spec() const { return spec_; }
+  int num_columns() const { return static_cast<int>(spec_.columns.size()); }
+  int64_t step_bytes(int c) const { return spec_.columns[c].step_bytes; }
+  // First byte of step `step` of slot `slot` in column c.
+  const uint8_t* StepPointer(int c, int64_t slot, int64_t step) const {
+    return column_base_[c] + (slot * spec_.max_length + step) * spec_.columns[c].step_bytes;
+  }
+  uint8_t* arena_data() const { return arena_.data(); }
+  size_t column_offset(int c) const { return column_base_[c] - arena_.data(); }
+
+  // Copies `length` steps of every column (sources[c] holds length *
+  // step_bytes(c) contiguous bytes) into a slot and publishes it. Evicts by the
+  // remover when full; waits on the rate limiter. Checkpoint restores pass
+  // `restore_key` >= 0 (must exceed every key so far) and the free slot
+  // `restore_slot` it occupied, and bypass the limiter.
+  // Call without the GIL: it may wait.
+  int64_t Insert(const std::vector<const void*>& sources, int64_t length, double priority,
+                 int64_t restore_key = -1, int64_t restore_slot = -1);
+
+  // Draws request.batch rows and pins their slots; waits on the rate limiter.
+  // `bits` holds kBitsPerRow random words per row. Every successful Select
+  // must be followed by Release of the same draws.
+  void Select(const SampleRequest& request, const uint32_t* bits, Draw* draws);
+  void Release(const Draw* draws, int64_t count);
+
+  // Sets priorities of the keys still live; others are skipped. All values are
+  // checked first (finite, >= 0): on error nothing changes. Later duplicates
+  // win. Returns how many keys were live.
+  int64_t UpdatePriorities(const int64_t* keys, const double* priorities, int64_t count);
+
+  // Makes the sum tree for Prioritized(alpha) exist (O(N) the first time).
+  void EnsurePriorityTree(double alpha);
+
+  // Pins live slots and lists them in key order (for checkpoints and reads);
+  // UnpinSlots releases them.
+  // With keys == nullptr, every live item; otherwise those of `keys` still live.
+  std::vector<ItemInfo> PinItems(const int64_t* keys = nullptr, int64_t count = 0);
+  void UnpinSlots(const std::vector<int64_t>& slots);
+
+  // Free slots in the order inserts will take them (last first).
+  std::vector<int64_t> FreeSlots() const;
+  // Ends a checkpoint restore: counters, and the free-slot order, which must
+  // list exactly the slots not in use.
+  void RestoreState(const Counters& counters, const std::vector<int64_t>& free_slots);
+  Stats GetStats() const;
+  void Close();
+  bool closed() const;
+
+ private:
+  struct Index;  // selection structures; defined in table.cc
+
+  void CheckOpenLocked() const;
+  bool CanSampleLocked(int64_t batch) const;
+  bool CanInsertLocked() const;
+  int64_t AcquireSlotLocked(std::unique_lock<std::mutex>& lock);
+  void EvictLocked(int64_t slot);
+  void PublishLocked(int64_t slot, int64_t key, int64_t length, double priority);
+  void SetPriorityLocked(int64_t slot, double priority);
+  int64_t DrawSlotLocked(const SampleRequest& request, double u, float* probability) const;
+  double PriorityWeight(double priority, double alpha) const;
+  std::string LimiterStateLocked() const;
+
+  TableSpec spec_;
+  HostArena arena_;
+  std::vector<uint8_t*> column_base_;
+  std::chrono::steady_clock::time_point created_at_;
+
+  mutable std::mutex mu_;
+  std::condition_variable changed_;  // any publish, release, eviction or close
+  bool closed_ = false;
+
+  // Slot lifecycle.
+  enum class SlotState : uint8_t { kFree, kWriting, kLive };
+  std::vector<SlotState> state_;
+  std::vector<int64_t> key_, length_;
+  std::vector<double> priority_;
+  std::vector<int32_t> pins_;
+  std::vector<int64_t> free_slots_;  // may hold stale entries after restores; see AcquireSlotLocked
+  int64_t live_ = 0, writers_ = 0, num_steps_ = 0, pinned_slots_ = 0;
+  Counters counters_;
+  std::unique_ptr<Index> index_;
+};
+
+}  // namespace gearjax

@@ -1,0 +1,203 @@
+// CPU XLA FFI handlers. They are thin: find the table by handle, check the
+// buffers against it, let the core select and pin rows, gather the rows (in
+// parallel on XLA's intra-op thread pool when the batch is large), unpin.
+#include "ffi_cpu.h"
+
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/gather_cpu.h"
+#include "core/random.h"
+#include "core/registry.h"
+#include "core/table.h"
+
+namespace ffi = xla::ffi;
+
+namespace gearjax {
+namespace {
+
+// Below this many output bytes a batch is gathered on the calling thread:
+// scheduling would cost more than it saves.
+constexpr int64_t kParallelMinBytes = int64_t{1} << 20;
+constexpr int64_t kBytesPerTask = int64_t{1} << 18;
+
+// Outputs before the per-column buffers, in order.
+enum FixedOutput { kKeys = 0, kStart, kProbability, kMask, kTimestep, kNumFixed };
+
+ffi::Error Fail(const std::string& what) {
+  return ffi::Error(ffi::ErrorCode::kInvalidArgument, "gearjax: " + what);
+}
+
+ffi::Error FromException(std::exception_ptr p) {
+  try {
+    std::rethrow_exception(p);
+  } catch (const Timeout& e) {
+    return ffi::Error(ffi::ErrorCode::kDeadlineExceeded, std::string("gearjax: ") + e.what());
+  } catch (const Closed& e) {
+    return ffi::Error(ffi::ErrorCode::kFailedPrecondition, std::string("gearjax: ") + e.what());
+  } catch (const std::exception& e) {
+    return Fail(e.what());
+  }
+}
+
+std::shared_ptr<Table> LookUp(int64_t handle) {
+  auto table = FindTable(handle);
+  if (!table) throw Closed("table handle " + std::to_string(handle) + " is closed or unknown");
+  return table;
+}
+
+// Rows split into contiguous chunks; the calling thread and pool workers take
+// chunks from a shared counter. The caller always takes part and then waits
+// only for chunks already taken, so it never depends on a worker being free.
+struct GatherJob {
+  std::atomic<int64_t> next_chunk{0};
+  std::atomic<int64_t> done_chunks{0};
+  int64_t num_chunks = 0, rows_per_chunk = 0, rows = 0;
+  std::function<void(int64_t, int64_t)> run_rows;
+
+  void Work() {
+    for (;;) {
+      const int64_t chunk = next_chunk.fetch_add(1);
+      if (chunk >= num_chunks) return;
+      const int64_t begin = chunk * rows_per_chunk;
+      run_rows(begin, std::min(rows, begin + rows_per_chunk));
+      if (done_chunks.fetch_add(1) + 1 == num_chunks) done_chunks.notify_all();
+    }
+  }
+};
+
+void GatherParallel(ffi::ThreadPool& pool, int64_t rows, int64_t bytes,
+                    std::function<void(int64_t, int64_t)> run_rows) {
+  const int64_t threads = pool.num_threads();
+  if (threads <= 1 || bytes < kParallelMinBytes || rows < 2) {
+    run_rows(0, rows);
+    return;
+  }
+  const int64_t tasks = std::min({threads + 1, rows, std::max<int64_t>(1, bytes / kBytesPerTask)});
+  auto job = std::make_shared<GatherJob>();
+  job->rows = rows;
+  job->num_chunks = std::min(rows, tasks * 4);  // a few chunks per task balance uneven rows
+  job->rows_per_chunk = (rows + job->num_chunks - 1) / job->num_chunks;
+  job->num_chunks = (rows + job->rows_per_chunk - 1) / job->rows_per_chunk;
+  job->run_rows = std::move(run_rows);
+  for (int64_t t = 1; t < tasks; ++t) pool.Schedule([job] { job->Work(); });
+  job->Work();
+  for (int64_t done = job->done_chunks.load(); done < job->num_chunks;
+       done = job->done_chunks.load()) {
+    job->done_chunks.wait(done);
+  }
+}
+
+ffi::Error SampleImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::U32> bits, ffi::RemainingRets rets,
+                      int64_t table_handle, int64_t strategy, double param, int64_t window,
+                      int64_t pad_left) {
+  try {
+    std::shared_ptr<Table> table = LookUp(table_handle);
+    const auto dims = bits.dimensions();
+    if (dims.size() != 2 || dims[1] != kBitsPerRow) return Fail("random bits must be [batch, 4]");
+    const int64_t batch = dims[0];
+    const int64_t width = window == 0 ? table->spec().max_length : window;
+    const int num_columns = table->num_columns();
+    if (rets.size() != static_cast<size_t>(kNumFixed + num_columns)) {
+      return Fail("expected " + std::to_string(kNumFixed + num_columns) + " results, got " +
+                  std::to_string(rets.size()));
+    }
+    auto ret = [&](int i) { return rets.get<ffi::AnyBuffer>(i).value(); };
+    auto check = [&](int i, int64_t expected_bytes, const char* what) {
+      if (static_cast<int64_t>(ret(i)->size_bytes()) != expected_bytes) {
+        throw InvalidArgument(std::string("result '") + what + "' has the wrong size");
+      }
+      return ret(i)->untyped_data();
+    };
+    SampleOutputs out;
+    out.keys = static_cast<int64_t*>(check(kKeys, batch * 8, "keys"));
+    out.start = static_cast<int32_t*>(check(kStart, batch * 4, "start"));
+    out.probability = static_cast<float*>(check(kProbability, batch * 4, "probability"));
+    out.mask = static_cast<bool*>(check(kMask, batch * width, "mask"));
+    out.timestep = static_cast<int32_t*>(check(kTimestep, batch * width * 4, "timestep"));
+    int64_t row_bytes = 0;
+    for (int c = 0; c < num_columns; ++c) {
+      const int64_t step = table->step_bytes(c);
+      out.columns.push_back(static_cast<uint8_t*>(
+          check(kNumFixed + c, batch * width * step, table->spec().columns[c].name.c_str())));
+      row_bytes += width * step;
+    }
+
+    SampleRequest request{static_cast<Strategy>(strategy), param, batch, window};
+    std::vector<Draw> draws(batch);
+    table->Select(request, bits.typed_data(), draws.data());
+    struct Unpin {
+      Table& table;
+      const std::vector<Draw>& draws;
+      ~Unpin() { table.Release(draws.data(), static_cast<int64_t>(draws.size())); }
+    } unpin{*table, draws};
+    GatherParallel(pool, batch, batch * row_bytes, [&](int64_t begin, int64_t end) {
+      GatherRows(*table, draws.data(), begin, end, width, pad_left != 0, out);
+    });
+    return ffi::Error::Success();
+  } catch (...) {
+    return FromException(std::current_exception());
+  }
+}
+
+// Reads an integer or floating buffer into a vector of T.
+template <typename T>
+bool ReadAs(const ffi::AnyBuffer& buffer, std::vector<T>& out) {
+  const size_t n = buffer.element_count();
+  out.resize(n);
+  auto copy = [&](auto* data) { std::copy(data, data + n, out.begin()); return true; };
+  switch (buffer.element_type()) {
+    case ffi::DataType::S32: return copy(buffer.typed_data<int32_t>());
+    case ffi::DataType::S64: return copy(buffer.typed_data<int64_t>());
+    case ffi::DataType::U32: return copy(buffer.typed_data<uint32_t>());
+    case ffi::DataType::F32: return copy(buffer.typed_data<float>());
+    case ffi::DataType::F64: return copy(buffer.typed_data<double>());
+    default: return false;
+  }
+}
+
+ffi::Error UpdatePrioritiesImpl(ffi::AnyBuffer keys, ffi::AnyBuffer priorities,
+                                ffi::Result<ffi::Buffer<ffi::S32>> updated, int64_t table_handle) {
+  try {
+    std::shared_ptr<Table> table = LookUp(table_handle);
+    std::vector<int64_t> key_values;
+    std::vector<double> priority_values;
+    if (!ReadAs(keys, key_values)) return Fail("keys must be int32 or int64");
+    if (!ReadAs(priorities, priority_values)) return Fail("priorities must be float32 or float64");
+    if (key_values.size() != priority_values.size()) {
+      return Fail("keys and priorities differ in size");
+    }
+    *updated->typed_data() = static_cast<int32_t>(table->UpdatePriorities(
+        key_values.data(), priority_values.data(), static_cast<int64_t>(key_values.size())));
+    return ffi::Error::Success();
+  } catch (...) {
+    return FromException(std::current_exception());
+  }
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SampleCpu, SampleImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::U32>>()
+                                  .RemainingRets()
+                                  .Attr<int64_t>("table_handle")
+                                  .Attr<int64_t>("strategy")
+                                  .Attr<double>("param")
+                                  .Attr<int64_t>("window")
+                                  .Attr<int64_t>("pad_left"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(UpdatePrioritiesCpu, UpdatePrioritiesImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::Buffer<ffi::S32>>()
+                                  .Attr<int64_t>("table_handle"));
+
+}  // namespace gearjax

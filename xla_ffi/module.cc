@@ -1,0 +1,213 @@
+// The Python extension `gearjax._gearjax`: the native table object the Python
+// layer drives (insert, priorities, stats, checkpoint access) and capsules of
+// the FFI handlers for jax.ffi.register_ffi_target.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/registry.h"
+#include "core/table.h"
+#include "ffi_cpu.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace gearjax {
+namespace {
+
+using HostArray = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
+using Int64Array = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using DoubleArray = nb::ndarray<const double, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+// A registered table as Python holds it: the table and its handle.
+class NativeTable {
+ public:
+  NativeTable(const std::vector<std::tuple<std::string, int64_t, nb::bytes>>& columns,
+              int64_t capacity, int64_t max_length, int remover, int64_t min_size,
+              double samples_per_insert, double min_diff, double max_diff, double timeout) {
+    TableSpec spec;
+    for (const auto& [name, step_bytes, pad] : columns) {
+      const auto* pad_bytes = static_cast<const uint8_t*>(pad.data());
+      spec.columns.push_back({name, step_bytes, {pad_bytes, pad_bytes + pad.size()}});
+    }
+    spec.capacity = capacity;
+    spec.max_length = max_length;
+    spec.remover = static_cast<Remover>(remover);
+    spec.limiter = {min_size, samples_per_insert, min_diff, max_diff, timeout};
+    table_ = std::make_shared<Table>(std::move(spec));
+    handle_ = RegisterTable(table_);
+  }
+
+  ~NativeTable() { Close(); }
+
+  int64_t handle() const { return handle_; }
+  bool closed() const { return table_->closed(); }
+
+  void Close() {
+    table_->Close();
+    UnregisterTable(handle_);
+  }
+
+  int64_t Insert(const std::vector<HostArray>& sources, int64_t length, double priority,
+                 int64_t restore_key, int64_t restore_slot) {
+    if (sources.size() != static_cast<size_t>(table_->num_columns())) {
+      throw InvalidArgument("expected " + std::to_string(table_->num_columns()) + " columns");
+    }
+    std::vector<const void*> pointers;
+    for (size_t c = 0; c < sources.size(); ++c) {
+      const size_t expected = static_cast<size_t>(length) * table_->step_bytes(static_cast<int>(c));
+      if (sources[c].nbytes() != expected) {
+        throw InvalidArgument("column '" + table_->spec().columns[c].name + "' holds " +
+                              std::to_string(sources[c].nbytes()) + " bytes, expected " +
+                              std::to_string(expected));
+      }
+      pointers.push_back(sources[c].data());
+    }
+    nb::gil_scoped_release release;  // the copy, and any wait on the limiter
+    return table_->Insert(pointers, length, priority, restore_key, restore_slot);
+  }
+
+  int64_t UpdatePriorities(Int64Array keys, DoubleArray priorities) {
+    if (keys.shape(0) != priorities.shape(0)) {
+      throw InvalidArgument("keys and priorities differ in length");
+    }
+    nb::gil_scoped_release release;
+    return table_->UpdatePriorities(keys.data(), priorities.data(),
+                                    static_cast<int64_t>(keys.shape(0)));
+  }
+
+  void EnsurePriorityTree(double alpha) { table_->EnsurePriorityTree(alpha); }
+
+  // Pins items (all live ones, or those of `keys`) and returns their
+  // (keys, slots, lengths, priorities) as NumPy arrays.
+  nb::tuple PinItems(nb::object keys) {
+    std::vector<ItemInfo> items;
+    if (keys.is_none()) {
+      items = table_->PinItems();
+    } else {
+      auto wanted = nb::cast<Int64Array>(keys);
+      items = table_->PinItems(wanted.data(), static_cast<int64_t>(wanted.shape(0)));
+    }
+    const size_t n = items.size();
+    auto* key = new int64_t[n];
+    auto* slot = new int64_t[n];
+    auto* length = new int64_t[n];
+    auto* priority = new double[n];
+    for (size_t i = 0; i < n; ++i) {
+      key[i] = items[i].key;
+      slot[i] = items[i].slot;
+      length[i] = items[i].length;
+      priority[i] = items[i].priority;
+    }
+    return nb::make_tuple(Owned(key, n), Owned(slot, n), Owned(length, n), Owned(priority, n));
+  }
+
+  void UnpinSlots(Int64Array slots) {
+    table_->UnpinSlots(std::vector<int64_t>(slots.data(), slots.data() + slots.shape(0)));
+  }
+
+  // The whole region of column c as uint8 [capacity, max_length, step_bytes],
+  // kept alive by the table. Read only slots pinned through PinItems.
+  nb::ndarray<nb::numpy, uint8_t, nb::ndim<3>> ColumnView(int c) {
+    if (c < 0 || c >= table_->num_columns()) throw InvalidArgument("no such column");
+    auto* owner = new std::shared_ptr<Table>(table_);
+    nb::capsule keep(owner, [](void* p) noexcept { delete static_cast<std::shared_ptr<Table>*>(p); });
+    const size_t shape[3] = {static_cast<size_t>(table_->spec().capacity),
+                             static_cast<size_t>(table_->spec().max_length),
+                             static_cast<size_t>(table_->step_bytes(c))};
+    return {table_->arena_data() + table_->column_offset(c), 3, shape, keep};
+  }
+
+  std::vector<int64_t> FreeSlots() const { return table_->FreeSlots(); }
+
+  void RestoreState(int64_t next_key, int64_t inserts, double samples, int64_t evictions,
+                    int64_t priority_updates, const std::vector<int64_t>& free_slots) {
+    table_->RestoreState({next_key, inserts, samples, evictions, priority_updates}, free_slots);
+  }
+
+  nb::dict Stats() const {
+    const gearjax::Stats s = table_->GetStats();
+    nb::dict d;
+    d["size"] = s.size;
+    d["capacity"] = s.capacity;
+    d["max_length"] = s.max_length;
+    d["num_steps"] = s.num_steps;
+    d["inserts"] = s.counters.inserts;
+    d["samples"] = s.counters.samples;
+    d["evictions"] = s.counters.evictions;
+    d["priority_updates"] = s.counters.priority_updates;
+    d["next_key"] = s.counters.next_key;
+    d["writers_in_flight"] = s.writers;
+    d["pinned_slots"] = s.pinned_slots;
+    d["bytes_reserved"] = s.bytes_reserved;
+    d["bytes_used"] = s.bytes_used;
+    d["seconds_alive"] = s.seconds_alive;
+    return d;
+  }
+
+ private:
+  template <typename T>
+  static nb::ndarray<nb::numpy, T, nb::ndim<1>> Owned(T* data, size_t n) {
+    nb::capsule owner(data, [](void* p) noexcept { delete[] static_cast<T*>(p); });
+    const size_t shape[1] = {n};
+    return {data, 1, shape, owner};
+  }
+
+  std::shared_ptr<Table> table_;
+  int64_t handle_;
+};
+
+template <typename T>
+nb::capsule Capsule(T* fn) {
+  static_assert(std::is_invocable_r_v<XLA_FFI_Error*, T, XLA_FFI_CallFrame*>);
+  return nb::capsule(reinterpret_cast<void*>(fn));
+}
+
+}  // namespace
+}  // namespace gearjax
+
+NB_MODULE(_gearjax, m) {
+  using gearjax::NativeTable;
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const gearjax::Timeout& e) {
+      PyErr_SetString(PyExc_TimeoutError, e.what());
+    }
+  });
+
+  nb::class_<NativeTable>(m, "NativeTable")
+      .def(nb::init<const std::vector<std::tuple<std::string, int64_t, nb::bytes>>&, int64_t,
+                    int64_t, int, int64_t, double, double, double, double>(),
+           "columns"_a, "capacity"_a, "max_length"_a, "remover"_a, "min_size"_a,
+           "samples_per_insert"_a, "min_diff"_a, "max_diff"_a, "timeout"_a)
+      .def_prop_ro("handle", &NativeTable::handle)
+      .def_prop_ro("closed", &NativeTable::closed)
+      .def("close", &NativeTable::Close)
+      .def("insert", &NativeTable::Insert, "sources"_a, "length"_a, "priority"_a,
+           "restore_key"_a = -1, "restore_slot"_a = -1)
+      .def("update_priorities", &NativeTable::UpdatePriorities, "keys"_a, "priorities"_a)
+      .def("ensure_priority_tree", &NativeTable::EnsurePriorityTree, "alpha"_a)
+      .def("pin_items", &NativeTable::PinItems, "keys"_a = nb::none())
+      .def("unpin_slots", &NativeTable::UnpinSlots, "slots"_a)
+      .def("column_view", &NativeTable::ColumnView, "column"_a)
+      .def("free_slots", &NativeTable::FreeSlots)
+      .def("restore_state", &NativeTable::RestoreState, "next_key"_a, "inserts"_a, "samples"_a,
+           "evictions"_a, "priority_updates"_a, "free_slots"_a)
+      .def("stats", &NativeTable::Stats);
+
+  m.def("ffi_targets", []() {
+    nb::dict targets;
+    targets["gearjax_sample"] = gearjax::Capsule(gearjax::SampleCpu);
+    targets["gearjax_update_priorities"] = gearjax::Capsule(gearjax::UpdatePrioritiesCpu);
+    return targets;
+  });
+}
