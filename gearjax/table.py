@@ -137,6 +137,30 @@ class Table:
         s["placement"] = self._placement
         return s
 
+    def contents(self) -> dict[str, np.ndarray]:
+        """A consistent snapshot of what is stored, in key (insertion) order:
+        ``{"key": int64[N], "length": int64[N], "priority": float64[N]}``."""
+        self._check_open()
+        keys, slots, lengths, priorities = self._native.pin_items()
+        self._native.unpin_slots(slots)
+        return {"key": keys, "length": lengths, "priority": priorities}
+
+    def get(self, key: int) -> dict[str, np.ndarray]:
+        """A copy of the stored trajectory ``key`` (column -> ``[T, *shape]``).
+        Raises KeyError if no trajectory with that key is stored."""
+        self._check_open()
+        wanted = np.array([key], dtype=np.int64)
+        _, slots, lengths, _ = self._native.pin_items(wanted)
+        if len(slots) == 0:
+            raise KeyError(f"no trajectory with key {key} is stored")
+        try:
+            slot, length = int(slots[0]), int(lengths[0])
+            return {name: self._native.column_view(c)[slot, :length].copy()
+                    .view(column.dtype).reshape(length, *column.shape)
+                    for c, (name, column) in enumerate(self._columns.items())}
+        finally:
+            self._native.unpin_slots(slots)
+
     def __repr__(self) -> str:
         state = "closed" if self._native.closed else f"size={len(self)}"
         cols = ", ".join(f"{n}: {c.dtype}{list(c.shape)}" for n, c in self._columns.items())
