@@ -3,6 +3,10 @@
 // parallel on XLA's intra-op thread pool when the batch is large), unpin.
 #include "ffi_cpu.h"
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 #include <algorithm>
 #include <atomic>
 #include <exception>
@@ -28,6 +32,24 @@ constexpr int64_t kBytesPerTask = int64_t{1} << 18;
 
 // Outputs before the per-column buffers, in order.
 enum FixedOutput { kKeys = 0, kStart, kProbability, kMask, kTimestep, kNumFixed };
+
+// XLA hands us freshly allocated output buffers; for large ones the first
+// touch of every 4 KiB page faults, which costs more than the copy itself.
+// Asking for transparent huge pages on the untouched interior makes the same
+// first touch take 2 MiB at a time (the kernel may decline; nothing breaks).
+constexpr size_t kHugePage = size_t{2} << 20;
+
+void AdviseHugePages(void* data, size_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  if (bytes < 2 * kHugePage) return;
+  const auto begin = (reinterpret_cast<uintptr_t>(data) + kHugePage - 1) & ~(kHugePage - 1);
+  const auto end = (reinterpret_cast<uintptr_t>(data) + bytes) & ~(kHugePage - 1);
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+#else
+  (void)data;
+  (void)bytes;
+#endif
+}
 
 ffi::Error Fail(const std::string& what) {
   return ffi::Error(ffi::ErrorCode::kInvalidArgument, "gearjax: " + what);
@@ -112,6 +134,7 @@ ffi::Error SampleImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::U32> bits, ffi::Rem
       if (static_cast<int64_t>(ret(i)->size_bytes()) != expected_bytes) {
         throw InvalidArgument(std::string("result '") + what + "' has the wrong size");
       }
+      AdviseHugePages(ret(i)->untyped_data(), expected_bytes);
       return ret(i)->untyped_data();
     };
     SampleOutputs out;
