@@ -14,7 +14,6 @@ from gearjax import _gearjax
 
 SAMPLE_TARGET = "gearjax_sample"
 UPDATE_PRIORITIES_TARGET = "gearjax_update_priorities"
-BITS_PER_ROW = 4  # random words per sampled row; see xla_ffi/core/random.h
 
 
 def _register() -> None:
@@ -25,12 +24,12 @@ def _register() -> None:
 _register()
 
 
-def sample_call(bits: jax.Array, *, handle: int, strategy: int, param: float, window: int,
-                width: int, pad_left: bool, columns: list[tuple[tuple[int, ...], np.dtype]]):
-    """Samples ``bits.shape[0]`` rows; returns (keys, start, probability, mask,
-    timestep, *columns). ``window=0`` asks for whole trajectories of ``width``
-    (= max_length) steps."""
-    batch = bits.shape[0]
+def sample_call(seed: jax.Array, *, batch: int, handle: int, strategy: int, param: float,
+                window: int, width: int, pad_left: bool,
+                columns: list[tuple[tuple[int, ...], np.dtype]]):
+    """Samples ``batch`` rows determined by ``seed`` (uint32[2]); returns (keys,
+    start, probability, mask, timestep, *columns). ``window=0`` asks for whole
+    trajectories of ``width`` (= max_length) steps."""
     result_types = [
         jax.ShapeDtypeStruct((batch,), np.int64),
         jax.ShapeDtypeStruct((batch,), np.int32),
@@ -45,7 +44,8 @@ def sample_call(bits: jax.Array, *, handle: int, strategy: int, param: float, wi
     # with the same bits in one program may be merged (they would be equal).
     call = jax.ffi.ffi_call(SAMPLE_TARGET, result_types, has_side_effect=False,
                             vmap_method="sequential")
-    return call(bits, table_handle=np.int64(handle), strategy=np.int64(strategy),
+    return call(seed, table_handle=np.int64(handle), batch_size=np.int64(batch),
+                strategy=np.int64(strategy),
                 param=np.float64(param), window=np.int64(window), pad_left=np.int64(pad_left))
 
 

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from gearjax import rate_limiters
-from gearjax.columns import Column, pad_from_json
+from gearjax.columns import Column
 
 if TYPE_CHECKING:
     from gearjax.table import Table
@@ -121,8 +121,7 @@ def load(path: str | os.PathLike) -> "Table":
             keys, slots, lengths, priorities, free_slots = (
                 np.load(io.BytesIO(zf.read(f"{n}.npy")), allow_pickle=False)
                 for n in ("keys", "slots", "lengths", "priorities", "free_slots"))
-            columns = {c["name"]: Column(tuple(c["shape"]), c["dtype"], pad_from_json(c["pad"]))
-                       for c in meta["columns"]}
+            columns = {c["name"]: Column.from_json(c) for c in meta["columns"]}
             counters = meta["counters"]
             _check_items(meta, keys, slots, lengths, priorities, free_slots)
             sizes = [zf.getinfo(f"columns/{i}.bin").file_size for i in range(len(columns))]

@@ -65,7 +65,7 @@ class Column:
 
     @classmethod
     def from_json(cls, spec: dict) -> "Column":
-        return cls(tuple(spec["shape"]), spec["dtype"], spec["pad"])
+        return cls(tuple(spec["shape"]), spec["dtype"], _pad_from_json(spec["pad"]))
 
 
 def _check_pad(pad: Any, dtype: np.dtype) -> None:
@@ -87,5 +87,5 @@ def _json_scalar(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
-def pad_from_json(value: Any) -> Any:
+def _pad_from_json(value: Any) -> Any:
     return float(value) if isinstance(value, str) else value

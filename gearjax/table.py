@@ -284,9 +284,11 @@ class Table:
                                 strategy=strategy, pad=pad)
 
     def _sample_traced(self, rng_key, *, batch_size, window, strategy, pad) -> Batch:
-        bits = jax.random.bits(rng_key, (batch_size, _ffi.BITS_PER_ROW), jnp.uint32)
+        # One 64-bit seed; the native core expands it per row (Philox4x32-10).
+        seed = jax.random.bits(rng_key, (2,), jnp.uint32)
         keys, start, probability, mask, timestep, *columns = _ffi.sample_call(
-            bits, handle=self._native.handle, strategy=strategy.code, param=strategy.param,
+            seed, batch=batch_size, handle=self._native.handle, strategy=strategy.code,
+            param=strategy.param,
             window=window or 0, width=window or self._max_length, pad_left=pad == "left",
             columns=[(c.shape, c.dtype) for c in self._columns.values()])
         return Batch(columns=dict(zip(self._columns, columns)), mask=mask, timestep=timestep,

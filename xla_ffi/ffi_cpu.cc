@@ -115,14 +115,14 @@ void GatherParallel(ffi::ThreadPool& pool, int64_t rows, int64_t bytes,
   }
 }
 
-ffi::Error SampleImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::U32> bits, ffi::RemainingRets rets,
-                      int64_t table_handle, int64_t strategy, double param, int64_t window,
-                      int64_t pad_left) {
+ffi::Error SampleImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::U32> seed, ffi::RemainingRets rets,
+                      int64_t table_handle, int64_t batch_size, int64_t strategy, double param,
+                      int64_t window, int64_t pad_left) {
   try {
     std::shared_ptr<Table> table = LookUp(table_handle);
-    const auto dims = bits.dimensions();
-    if (dims.size() != 2 || dims[1] != kBitsPerRow) return Fail("random bits must be [batch, 4]");
-    const int64_t batch = dims[0];
+    if (seed.element_count() != 2) return Fail("the seed must be two uint32 words");
+    if (batch_size < 1) return Fail("batch_size must be >= 1");
+    const int64_t batch = batch_size;
     const int64_t width = window == 0 ? table->spec().max_length : window;
     const int num_columns = table->num_columns();
     if (rets.size() != static_cast<size_t>(kNumFixed + num_columns)) {
@@ -153,7 +153,7 @@ ffi::Error SampleImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::U32> bits, ffi::Rem
 
     SampleRequest request{static_cast<Strategy>(strategy), param, batch, window};
     std::vector<Draw> draws(batch);
-    table->Select(request, bits.typed_data(), draws.data());
+    table->Select(request, seed.typed_data(), draws.data());
     struct Unpin {
       Table& table;
       const std::vector<Draw>& draws;
@@ -211,6 +211,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SampleCpu, SampleImpl,
                                   .Arg<ffi::Buffer<ffi::U32>>()
                                   .RemainingRets()
                                   .Attr<int64_t>("table_handle")
+                                  .Attr<int64_t>("batch_size")
                                   .Attr<int64_t>("strategy")
                                   .Attr<double>("param")
                                   .Attr<int64_t>("window")

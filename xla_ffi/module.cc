@@ -13,6 +13,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/random.h"
 #include "core/registry.h"
 #include "core/table.h"
 #include "ffi_cpu.h"
@@ -203,6 +204,17 @@ NB_MODULE(_gearjax, m) {
       .def("restore_state", &NativeTable::RestoreState, "next_key"_a, "inserts"_a, "samples"_a,
            "evictions"_a, "priority_updates"_a, "free_slots"_a)
       .def("stats", &NativeTable::Stats);
+
+  m.def(
+      "philox4x32_10",
+      [](std::tuple<uint32_t, uint32_t, uint32_t, uint32_t> counter,
+         std::tuple<uint32_t, uint32_t> key) {
+        auto [c0, c1, c2, c3] = counter;
+        const gearjax::Words4 out =
+            gearjax::Philox4x32x10({{c0, c1, c2, c3}}, std::get<0>(key), std::get<1>(key));
+        return std::make_tuple(out.w[0], out.w[1], out.w[2], out.w[3]);
+      },
+      "counter"_a, "key"_a, "The core's Philox4x32-10 block function (for known-answer tests).");
 
   m.def("ffi_targets", []() {
     nb::dict targets;

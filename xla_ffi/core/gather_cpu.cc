@@ -9,12 +9,17 @@
 namespace gearjax {
 namespace {
 
-// Fills `steps` steps at dst with the column's pad step.
-void FillPad(uint8_t* dst, int64_t steps, const ColumnSpec& column) {
+bool IsOneByteRepeated(const std::vector<uint8_t>& bytes) {
+  return std::all_of(bytes.begin(), bytes.end(), [&](uint8_t b) { return b == bytes[0]; });
+}
+
+// Fills `steps` steps at dst with the column's pad step; `one_byte` says the
+// pad step is one byte repeated (zeros, say), so memset does.
+void FillPad(uint8_t* dst, int64_t steps, const ColumnSpec& column, bool one_byte) {
   if (steps <= 0) return;
   const std::vector<uint8_t>& pad = column.pad_step;
   const int64_t step_bytes = column.step_bytes;
-  if (std::all_of(pad.begin(), pad.end(), [&](uint8_t b) { return b == pad[0]; })) {
+  if (one_byte) {
     std::memset(dst, pad[0], steps * step_bytes);
     return;
   }
@@ -33,6 +38,10 @@ void FillPad(uint8_t* dst, int64_t steps, const ColumnSpec& column) {
 void GatherRows(const Table& table, const Draw* draws, int64_t row_begin, int64_t row_end,
                 int64_t width, bool pad_left, const SampleOutputs& out) {
   const int num_columns = table.num_columns();
+  std::vector<bool> one_byte_pad(num_columns);
+  for (int c = 0; c < num_columns; ++c) {
+    one_byte_pad[c] = IsOneByteRepeated(table.spec().columns[c].pad_step);
+  }
   for (int64_t b = row_begin; b < row_end; ++b) {
     const Draw& d = draws[b];
     const WindowPlan plan = PlanWindow(d.length, d.start, width, pad_left);
@@ -54,9 +63,9 @@ void GatherRows(const Table& table, const Draw* draws, int64_t row_begin, int64_
       std::memcpy(row + plan.dst_offset * step_bytes, table.StepPointer(c, d.slot, d.start),
                   plan.valid * step_bytes);
       if (pad_left) {
-        FillPad(row, plan.dst_offset, column);
+        FillPad(row, plan.dst_offset, column, one_byte_pad[c]);
       } else {
-        FillPad(row + plan.valid * step_bytes, width - plan.valid, column);
+        FillPad(row + plan.valid * step_bytes, width - plan.valid, column, one_byte_pad[c]);
       }
     }
   }

@@ -1,6 +1,11 @@
-// Turning raw random bits into draws. The bits come from jax.random inside the
-// traced program (so the same key gives the same batch); this header is the one
-// place that maps them to a uniform double and to an integer range.
+// Turning a random seed into per-row draws. The seed (two 32-bit words) comes
+// from jax.random inside the traced program, so the same key gives the same
+// batch; every row then gets four words from Philox4x32-10 (Salmon et al.,
+// SC'11), a counter-based generator keyed by the seed with the row as counter.
+// Written here rather than taken from a library because the very same function
+// must run in CPU and CUDA code; it is checked against the published
+// known-answer vectors (tests/test_native.py). Expanding in native code is
+// much cheaper than asking XLA's CPU threefry for four words per row.
 #pragma once
 
 #include <cstdint>
@@ -9,9 +14,36 @@
 
 namespace gearjax {
 
-// Random words consumed per sampled row: two for the trajectory draw (53-bit
-// uniform) and two for the window start (64-bit integer draw).
-inline constexpr int kBitsPerRow = 4;
+struct Words4 {
+  uint32_t w[4];
+};
+
+GEARJAX_HD Words4 Philox4x32x10(Words4 counter, uint32_t key0, uint32_t key1) {
+  constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
+  constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
+  uint32_t* c = counter.w;
+  for (int round = 0; round < 10; ++round) {
+    if (round > 0) {
+      key0 += kW0;
+      key1 += kW1;
+    }
+    const uint64_t p0 = static_cast<uint64_t>(kM0) * c[0];
+    const uint64_t p1 = static_cast<uint64_t>(kM1) * c[2];
+    const uint32_t hi0 = static_cast<uint32_t>(p0 >> 32), lo0 = static_cast<uint32_t>(p0);
+    const uint32_t hi1 = static_cast<uint32_t>(p1 >> 32), lo1 = static_cast<uint32_t>(p1);
+    const Words4 next{{hi1 ^ c[1] ^ key0, lo1, hi0 ^ c[3] ^ key1, lo0}};
+    counter = next;
+  }
+  return counter;
+}
+
+// The four random words of sampled row `row`: two for the trajectory draw
+// (53-bit uniform) and two for the window start (64-bit integer draw).
+GEARJAX_HD Words4 RowWords(const uint32_t seed[2], int64_t row) {
+  const uint64_t r = static_cast<uint64_t>(row);
+  return Philox4x32x10(Words4{{static_cast<uint32_t>(r), static_cast<uint32_t>(r >> 32), 0, 0}},
+                       seed[0], seed[1]);
+}
 
 // A uniform double in [0, 1) from 53 of the 64 bits in (hi, lo).
 GEARJAX_HD double UniformFromBits(uint32_t hi, uint32_t lo) {

@@ -347,7 +347,7 @@ void Table::EnsurePriorityTree(double alpha) {
   index_->priority_trees.emplace_back(alpha, std::move(tree));
 }
 
-void Table::Select(const SampleRequest& r, const uint32_t* bits, Draw* draws) {
+void Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* draws) {
   if (r.batch < 1) throw InvalidArgument("batch_size must be >= 1");
   if (r.window < 0 || r.window > spec_.max_length) {
     throw InvalidArgument("window must be in [1, max_length=" + std::to_string(spec_.max_length) +
@@ -380,7 +380,8 @@ void Table::Select(const SampleRequest& r, const uint32_t* bits, Draw* draws) {
     throw InvalidArgument("cannot sample with Prioritized: every stored trajectory has priority 0");
   }
   for (int64_t b = 0; b < r.batch; ++b) {
-    const uint32_t* w = bits + b * kBitsPerRow;
+    const Words4 words = RowWords(seed, b);
+    const uint32_t* w = words.w;
     Draw& d = draws[b];
     d.slot = DrawSlotLocked(r, UniformFromBits(w[0], w[1]), &d.probability);
     d.key = key_[d.slot];

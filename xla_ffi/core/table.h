@@ -147,9 +147,9 @@ class Table {
                  int64_t restore_key = -1, int64_t restore_slot = -1);
 
   // Draws request.batch rows and pins their slots; waits on the rate limiter.
-  // `bits` holds kBitsPerRow random words per row. Every successful Select
-  // must be followed by Release of the same draws.
-  void Select(const SampleRequest& request, const uint32_t* bits, Draw* draws);
+  // `seed` (two words) determines every draw (see random.h). Every successful
+  // Select must be followed by Release of the same draws.
+  void Select(const SampleRequest& request, const uint32_t seed[2], Draw* draws);
   void Release(const Draw* draws, int64_t count);
 
   // Sets priorities of the keys still live; others are skipped. All values are
