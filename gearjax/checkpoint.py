@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 
 FORMAT = "gearjax-table"
 VERSION = 1
+ITEM_ARRAYS = ("keys", "slots", "lengths", "priorities", "free_slots")
+COUNTERS = ("next_key", "inserts", "samples", "evictions", "priority_updates")
 
 
 class CheckpointError(ValueError):
@@ -61,8 +63,7 @@ def save(table: "Table", path: str | os.PathLike) -> None:
             "placement": table.placement,
             "remover": table.remover,
             "rate_limiter": rate_limiters.to_json(table.rate_limiter),
-            "counters": {k: stats[k] for k in
-                         ("next_key", "inserts", "samples", "evictions", "priority_updates")},
+            "counters": {k: stats[k] for k in COUNTERS},
             "num_items": int(len(keys)),
         }
         fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
@@ -72,8 +73,8 @@ def save(table: "Table", path: str | os.PathLike) -> None:
                 with zipfile.ZipFile(raw, "w", compression=zipfile.ZIP_STORED,
                                      allowZip64=True) as zf:
                     zf.writestr("meta.json", json.dumps(meta, indent=1))
-                    for name, array in (("keys", keys), ("slots", slots), ("lengths", lengths),
-                                        ("priorities", priorities), ("free_slots", free_slots)):
+                    arrays = dict(zip(ITEM_ARRAYS, (keys, slots, lengths, priorities, free_slots)))
+                    for name, array in arrays.items():
                         with zf.open(f"{name}.npy", "w") as f:
                             np.save(f, array)
                     for c in range(len(table.columns)):
@@ -93,71 +94,95 @@ def save(table: "Table", path: str | os.PathLike) -> None:
     _fsync_directory(directory)
 
 
-def load(path: str | os.PathLike) -> "Table":
-    from gearjax.table import Table
+# What reading a damaged zip can raise: zipfile reports bad headers as
+# BadZipFile, but also as RuntimeError ("encrypted") or NotImplementedError
+# (an unknown compression method), and short reads as EOFError or OSError.
+_ZIP_ERRORS = (zipfile.BadZipFile, OSError, EOFError, RuntimeError, NotImplementedError,
+               ValueError, KeyError)
+# What parsing damaged metadata can raise.
+_META_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError)
 
+
+def load(path: str | os.PathLike) -> "Table":
     path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(path)
     try:
         zf = zipfile.ZipFile(path, "r")
-    except FileNotFoundError:
-        raise
-    except (zipfile.BadZipFile, OSError, ValueError) as e:
+    except _ZIP_ERRORS as e:
         raise CheckpointError(f"{path} is not a readable checkpoint (truncated or corrupted?): "
                               f"{e}") from None
     with zf:
         try:
             bad = zf.testzip()  # reads every member and checks its CRC-32
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
+        except _ZIP_ERRORS as e:
             raise CheckpointError(f"{path} is corrupted: {e}") from None
         if bad is not None:
             raise CheckpointError(f"{path} is corrupted: checksum mismatch in {bad}")
         try:
-            meta = json.loads(zf.read("meta.json"))
-            if meta.get("format") != FORMAT:
-                raise CheckpointError(f"{path} is not a gearjax table checkpoint")
-            if meta.get("version") != VERSION:
-                raise CheckpointError(f"{path} has format version {meta.get('version')}; "
-                                      f"this gearjax reads version {VERSION}")
-            keys, slots, lengths, priorities, free_slots = (
-                np.load(io.BytesIO(zf.read(f"{n}.npy")), allow_pickle=False)
-                for n in ("keys", "slots", "lengths", "priorities", "free_slots"))
-            columns = {c["name"]: Column.from_json(c) for c in meta["columns"]}
-            counters = meta["counters"]
-            _check_items(meta, keys, slots, lengths, priorities, free_slots)
-            sizes = [zf.getinfo(f"columns/{i}.bin").file_size for i in range(len(columns))]
-        except CheckpointError:
-            raise
-        except (KeyError, TypeError, ValueError, json.JSONDecodeError) as e:
-            raise CheckpointError(f"{path} has invalid metadata: {e!r}") from None
-        total_steps = int(lengths.sum())
-        for (name, column), size in zip(columns.items(), sizes):
-            if size != total_steps * column.step_bytes:
-                raise CheckpointError(f"{path}: column {name!r} holds {size} bytes, expected "
-                                      f"{total_steps * column.step_bytes}")
+            return _restore(zf)
+        except CheckpointError as e:
+            raise CheckpointError(f"{path}: {e}") from None
+        except _META_ERRORS as e:
+            raise CheckpointError(f"{path} has invalid contents: {type(e).__name__}: {e}") \
+                from None
 
-        table = Table(columns, meta["capacity"], meta["max_length"],
-                      placement=meta["placement"], remover=meta["remover"],
-                      rate_limiter=rate_limiters.from_json(meta["rate_limiter"]))
-        try:
-            streams = [zf.open(f"columns/{i}.bin") for i in range(len(columns))]
-            for key, slot, length, priority in zip(keys, slots, lengths, priorities):
-                arrays = [np.frombuffer(s.read(int(length) * c.step_bytes), dtype=c.dtype)
-                          for s, c in zip(streams, columns.values())]
-                table._native.insert(arrays, int(length), float(priority), int(key), int(slot))
-            for s in streams:
-                s.close()
-            table._native.restore_state(
-                int(counters["next_key"]), int(counters["inserts"]), float(counters["samples"]),
-                int(counters["evictions"]), int(counters["priority_updates"]),
-                [int(s) for s in free_slots])
-        except BaseException:
-            table.close()
-            raise
+
+def _restore(zf: zipfile.ZipFile) -> "Table":
+    from gearjax.table import Table
+
+    meta = json.loads(zf.read("meta.json"))
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise CheckpointError("not a gearjax table checkpoint")
+    if meta.get("version") != VERSION:
+        raise CheckpointError(f"format version {meta.get('version')}; this gearjax reads "
+                              f"version {VERSION}")
+    columns = {c["name"]: Column.from_json(c) for c in meta["columns"]}
+    if len(columns) != len(meta["columns"]):
+        raise CheckpointError("duplicate column names")
+    expected_members = {"meta.json", *(f"{n}.npy" for n in ITEM_ARRAYS),
+                        *(f"columns/{i}.bin" for i in range(len(columns)))}
+    missing = sorted(expected_members - set(zf.namelist()))
+    unexpected = sorted(set(zf.namelist()) - expected_members)
+    if missing or unexpected:
+        raise CheckpointError(f"missing members {missing}, unexpected members {unexpected}")
+    items = {n: np.load(io.BytesIO(zf.read(f"{n}.npy")), allow_pickle=False)
+             for n in ITEM_ARRAYS}
+    counters = {k: meta["counters"][k] for k in COUNTERS}
+    _check_items(meta, **items)
+    total_steps = int(items["lengths"].sum())
+    for i, (name, column) in enumerate(columns.items()):
+        size = zf.getinfo(f"columns/{i}.bin").file_size
+        if size != total_steps * column.step_bytes:
+            raise CheckpointError(f"column {name!r} holds {size} bytes, expected "
+                                  f"{total_steps * column.step_bytes}")
+
+    table = Table(columns, meta["capacity"], meta["max_length"], placement=meta["placement"],
+                  remover=meta["remover"],
+                  rate_limiter=rate_limiters.from_json(meta["rate_limiter"]))
+    try:
+        streams = [zf.open(f"columns/{i}.bin") for i in range(len(columns))]
+        for key, slot, length, priority in zip(items["keys"], items["slots"], items["lengths"],
+                                               items["priorities"]):
+            arrays = [np.frombuffer(s.read(int(length) * c.step_bytes), dtype=np.uint8)
+                      for s, c in zip(streams, columns.values())]
+            table._native.insert(arrays, int(length), float(priority), int(key), int(slot))
+        for s in streams:
+            s.close()
+        table._native.restore_state(
+            int(counters["next_key"]), int(counters["inserts"]), float(counters["samples"]),
+            int(counters["evictions"]), int(counters["priority_updates"]),
+            [int(s) for s in items["free_slots"]])
+    except BaseException:
+        table.close()
+        raise
     return table
 
 
 def _check_items(meta: dict, keys: np.ndarray, slots: np.ndarray, lengths: np.ndarray,
                  priorities: np.ndarray, free_slots: np.ndarray) -> None:
+    if not isinstance(meta["num_items"], int) or not isinstance(meta["capacity"], int):
+        raise CheckpointError("num_items and capacity must be integers")
     n, capacity = meta["num_items"], meta["capacity"]
     if not (keys.shape == slots.shape == lengths.shape == priorities.shape == (n,)):
         raise CheckpointError("item arrays disagree with num_items")

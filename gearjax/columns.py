@@ -44,8 +44,13 @@ class Column:
             dtype = np.dtype(dtype)
         except TypeError:
             raise TypeError(f"Column dtype {dtype!r} is not a dtype") from None
-        if not (dtype == np.bool_ or jnp.issubdtype(dtype, np.number)):
+        if not is_numeric(dtype):
             raise TypeError(f"Column dtype must be numeric or bool, got {dtype}")
+        if isinstance(pad, (np.generic, np.ndarray)) or hasattr(pad, "__jax_array__") or (
+                hasattr(pad, "shape") and hasattr(pad, "dtype")):
+            if np.ndim(pad) != 0:
+                raise TypeError(f"Column pad must be a scalar number, got {pad!r}")
+            pad = np.asarray(pad).item()  # NumPy/JAX scalars -> Python scalar
         _check_pad(pad, dtype)
         object.__setattr__(self, "shape", shape)
         object.__setattr__(self, "dtype", dtype)
@@ -68,11 +73,20 @@ class Column:
         return cls(tuple(spec["shape"]), spec["dtype"], _pad_from_json(spec["pad"]))
 
 
+def is_numeric(dtype: np.dtype) -> bool:
+    """Bool, integer, float (bfloat16 and other ml_dtypes floats included) or
+    complex; not datetime or timedelta, which NumPy files under integers."""
+    if dtype.kind in "biufc":
+        return True
+    return dtype.kind == "V" and jnp.issubdtype(dtype, np.floating)
+
+
 def _check_pad(pad: Any, dtype: np.dtype) -> None:
     if isinstance(pad, (str, bytes)) or np.ndim(pad) != 0:
         raise TypeError(f"Column pad must be a scalar number, got {pad!r}")
     try:
-        stored = np.array(pad, dtype=dtype)
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused below
+            stored = np.array(pad, dtype=dtype)
     except (TypeError, ValueError, OverflowError):
         raise ValueError(f"pad value {pad!r} cannot be stored as {dtype}") from None
     if isinstance(pad, float) and math.isnan(pad) and jnp.issubdtype(dtype, np.inexact):
@@ -84,7 +98,7 @@ def _check_pad(pad: Any, dtype: np.dtype) -> None:
 def _json_scalar(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return repr(value)  # 'nan', 'inf', '-inf' parse back through float()
-    return value.item() if isinstance(value, np.generic) else value
+    return value
 
 
 def _pad_from_json(value: Any) -> Any:

@@ -22,7 +22,7 @@ import numpy as np
 from gearjax import _ffi, rate_limiters
 from gearjax._gearjax import NativeTable
 from gearjax.batch import Batch
-from gearjax.columns import Column
+from gearjax.columns import Column, is_numeric
 from gearjax.strategies import Prioritized, Strategy, Uniform
 
 REMOVERS = {"fifo": 0, "lifo": 1, "min_priority": 2}
@@ -80,6 +80,7 @@ class Table:
         self._native = NativeTable(
             [(name, c.step_bytes, c.pad_step()) for name, c in self._columns.items()],
             capacity, max_length, REMOVERS[remover], *limiter_args)
+        self._alphas: set[float] = set()  # Prioritized alphas sampled so far
         self._sample_jit = jax.jit(self._sample_traced,
                                    static_argnames=("batch_size", "window", "strategy", "pad"))
 
@@ -194,7 +195,7 @@ class Table:
         trajectory (see ``remover``) and may wait on the rate limiter."""
         self._check_open()
         arrays, length = self._validate_trajectory(trajectory)
-        priority = _check_priority(priority)
+        priority = self._check_priority(priority)
         return self._native.insert(arrays, length, priority)
 
     def insert_many(self, trajectories: Sequence[Mapping[str, Any]],
@@ -212,7 +213,7 @@ class Table:
         checked = []
         for i, (t, p) in enumerate(zip(trajectories, priorities)):
             try:
-                checked.append((*self._validate_trajectory(t), _check_priority(p)))
+                checked.append((*self._validate_trajectory(t), self._check_priority(p)))
             except (TypeError, ValueError) as e:
                 raise type(e)(f"trajectory {i}: {e}") from None
         return np.array([self._native.insert(a, n, p) for a, n, p in checked], dtype=np.int64)
@@ -230,7 +231,7 @@ class Table:
         arrays, lengths = [], {}
         for name, column in self._columns.items():
             value = np.asarray(trajectory[name])
-            if not (value.dtype == np.bool_ or jnp.issubdtype(value.dtype, np.number)):
+            if not is_numeric(value.dtype):
                 raise TypeError(f"column {name!r} must hold numeric data, got dtype {value.dtype}")
             if value.ndim != 1 + len(column.shape) or value.shape[1:] != column.shape:
                 raise ValueError(f"column {name!r} must have shape [T, "
@@ -244,7 +245,21 @@ class Table:
         if not 1 <= length <= self._max_length:
             raise ValueError(f"trajectory length {length} is outside [1, max_length="
                              f"{self._max_length}]")
-        return arrays, length
+        # The core copies bytes; handing it uint8 views lets any dtype through
+        # (bfloat16 included, which the binding layer cannot type).
+        return [a.reshape(-1).view(np.uint8) for a in arrays], length
+
+    def _check_priority(self, priority: Any) -> float:
+        priority = _check_priority(priority)
+        for alpha in self._alphas:
+            try:
+                weight = math.pow(priority, alpha)
+            except OverflowError:
+                weight = math.inf
+            if not math.isfinite(weight):
+                raise ValueError(f"priority {priority} ** alpha {alpha} overflows float64 "
+                                 f"(this table samples with Prioritized({alpha}))")
+        return priority
 
     # ---------------------------------------------------------------- sample
     def sample(self, rng_key: jax.Array, batch_size: int, window: int | None = None,
@@ -280,6 +295,7 @@ class Table:
             self._rate_limiter.check_batch(batch_size)
         if isinstance(strategy, Prioritized):
             self._native.ensure_priority_tree(strategy.alpha)
+            self._alphas.add(strategy.alpha)
         return self._sample_jit(rng_key, batch_size=batch_size, window=window,
                                 strategy=strategy, pad=pad)
 
@@ -356,7 +372,10 @@ def _check_priority(priority: Any) -> float:
     if isinstance(priority, bool) or not isinstance(priority, (int, float, np.integer, np.floating)):
         if not (isinstance(priority, (np.ndarray, jax.Array)) and np.ndim(priority) == 0):
             raise TypeError(f"priority must be a real number, got {priority!r}")
-    priority = float(priority)
+    try:
+        priority = float(priority)
+    except OverflowError:
+        priority = math.inf
     if not math.isfinite(priority) or priority < 0:
         raise ValueError(f"priority must be finite and >= 0, got {priority}")
     return priority
@@ -369,15 +388,16 @@ def _integer_bounds(dtype: np.dtype) -> tuple[int, int]:
 
 
 def _cast(name: str, value: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """Converts to the column dtype: same-kind conversions only, and integers
-    only when every value fits."""
+    """Converts to the column dtype: integers into any integer column when every
+    value fits, otherwise same-kind conversions only (float64 -> float32 yes,
+    float -> int no)."""
     if value.dtype != dtype:
-        if not np.can_cast(value.dtype, dtype, casting="same_kind"):
+        int_to_int = value.dtype.kind in "iu" and dtype.kind in "iu"
+        if int_to_int:
+            lo, hi = _integer_bounds(dtype)
+            if value.size and (int(value.min()) < lo or int(value.max()) > hi):
+                raise ValueError(f"column {name!r}: values outside the range of {dtype}")
+        elif not np.can_cast(value.dtype, dtype, casting="same_kind"):
             raise TypeError(f"column {name!r} holds {dtype}; {value.dtype} data would be "
                             f"converted unsafely")
-        if jnp.issubdtype(dtype, np.integer) and value.size and jnp.issubdtype(
-                value.dtype, np.integer):
-            lo, hi = _integer_bounds(dtype)
-            if value.min() < lo or value.max() > hi:
-                raise ValueError(f"column {name!r}: values outside the range of {dtype}")
     return np.ascontiguousarray(value, dtype=dtype)
