@@ -100,7 +100,9 @@ void GatherParallel(ffi::ThreadPool& pool, int64_t rows, int64_t bytes,
     run_rows(0, rows);
     return;
   }
-  const int64_t tasks = std::min({threads + 1, rows, std::max<int64_t>(1, bytes / kBytesPerTask)});
+  // The caller works too, so threads - 1 helpers keep every core busy without
+  // oversubscribing it (oversubscription showed as a wide timing spread).
+  const int64_t tasks = std::min({threads, rows, std::max<int64_t>(1, bytes / kBytesPerTask)});
   auto job = std::make_shared<GatherJob>();
   job->rows = rows;
   job->num_chunks = std::min(rows, tasks * 4);  // a few chunks per task balance uneven rows
