@@ -1,7 +1,9 @@
-"""Shared fixtures: a small table with mixed columns, filled with random data."""
+"""Shared fixtures (a small table with mixed columns, filled with random data)
+and the rule that skips tests marked ``gpu`` where no CUDA GPU is usable."""
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pytest
 
@@ -15,6 +17,24 @@ COLUMNS = {
     "frame": gx.Column((3, 2), "uint8", pad=7),
     "done": gx.Column((), "bool"),
 }
+
+
+def _gpu_missing_reason() -> str | None:
+    try:
+        if jax.devices("gpu"):
+            return None
+    except RuntimeError:
+        pass
+    return "needs a CUDA GPU visible to JAX; this machine has none (jax.devices('gpu') is empty)"
+
+
+def pytest_collection_modifyitems(config, items):
+    reason = None
+    for item in items:
+        if "gpu" in item.keywords:
+            reason = reason or _gpu_missing_reason()
+            if reason:
+                item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture
