@@ -31,7 +31,6 @@ namespace {
 // larger than L3); for a 4.35 MB batch from a cache-warm table on our 2-core
 // machine, inline was faster, so the threshold is a judgement, not a law.
 constexpr int64_t kParallelMinBytes = int64_t{1} << 20;
-constexpr int64_t kBytesPerTask = int64_t{1} << 18;
 constexpr int64_t kBytesPerChunk = int64_t{1} << 20;
 
 // Outputs before the per-column buffers, in order.
@@ -105,8 +104,8 @@ void GatherParallel(ffi::ThreadPool& pool, int64_t rows, int64_t bytes,
     return;
   }
   // The caller works too, so threads - 1 helpers keep every core busy without
-  // oversubscribing it (oversubscription showed as a wide timing spread).
-  const int64_t tasks = std::min({threads, rows, std::max<int64_t>(1, bytes / kBytesPerTask)});
+  // oversubscribing it.
+  const int64_t tasks = std::min(threads, rows);
   auto job = std::make_shared<GatherJob>();
   job->rows = rows;
   // Chunks of about kBytesPerChunk: when a helper is preempted mid-chunk, the
@@ -176,16 +175,23 @@ ffi::Error SampleImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::U32> seed, ffi::Rem
   }
 }
 
-// Reads an integer or floating buffer into a vector of T.
-template <typename T>
-bool ReadAs(const ffi::AnyBuffer& buffer, std::vector<T>& out) {
+// Reads keys (int32, uint32 or int64) into int64.
+bool ReadKeys(const ffi::AnyBuffer& buffer, std::vector<int64_t>& out) {
   const size_t n = buffer.element_count();
-  out.resize(n);
-  auto copy = [&](auto* data) { std::copy(data, data + n, out.begin()); return true; };
+  auto copy = [&](auto* data) { out.assign(data, data + n); return true; };
   switch (buffer.element_type()) {
     case ffi::DataType::S32: return copy(buffer.typed_data<int32_t>());
-    case ffi::DataType::S64: return copy(buffer.typed_data<int64_t>());
     case ffi::DataType::U32: return copy(buffer.typed_data<uint32_t>());
+    case ffi::DataType::S64: return copy(buffer.typed_data<int64_t>());
+    default: return false;
+  }
+}
+
+// Reads priorities (float32 or float64) into double.
+bool ReadPriorities(const ffi::AnyBuffer& buffer, std::vector<double>& out) {
+  const size_t n = buffer.element_count();
+  auto copy = [&](auto* data) { out.assign(data, data + n); return true; };
+  switch (buffer.element_type()) {
     case ffi::DataType::F32: return copy(buffer.typed_data<float>());
     case ffi::DataType::F64: return copy(buffer.typed_data<double>());
     default: return false;
@@ -198,8 +204,10 @@ ffi::Error UpdatePrioritiesImpl(ffi::AnyBuffer keys, ffi::AnyBuffer priorities,
     std::shared_ptr<Table> table = LookUp(table_handle);
     std::vector<int64_t> key_values;
     std::vector<double> priority_values;
-    if (!ReadAs(keys, key_values)) return Fail("keys must be int32 or int64");
-    if (!ReadAs(priorities, priority_values)) return Fail("priorities must be float32 or float64");
+    if (!ReadKeys(keys, key_values)) return Fail("keys must be int32, uint32 or int64");
+    if (!ReadPriorities(priorities, priority_values)) {
+      return Fail("priorities must be float32 or float64");
+    }
     if (key_values.size() != priority_values.size()) {
       return Fail("keys and priorities differ in size");
     }
