@@ -71,6 +71,7 @@ class Table:
         if limiter_args[0] > capacity:
             raise ValueError(f"the rate limiter's min size ({limiter_args[0]}) exceeds "
                              f"capacity ({capacity}): sampling could never start")
+        capacity, max_length = int(capacity), int(max_length)
         self._columns = dict(columns)
         self._capacity = capacity
         self._max_length = max_length
@@ -201,7 +202,9 @@ class Table:
     def insert_many(self, trajectories: Sequence[Mapping[str, Any]],
                     priorities: Sequence[float] | np.ndarray | None = None) -> np.ndarray:
         """Inserts several trajectories; returns their keys as int64. Every
-        trajectory and priority is checked before the first is inserted."""
+        trajectory and priority is checked before the first is inserted. Only a
+        rate-limiter timeout (or a close) can stop the inserts part-way; the
+        error then says how many went in (the first ones, in order)."""
         self._check_open()
         if isinstance(trajectories, Mapping) or not isinstance(trajectories, Sequence):
             raise TypeError("trajectories must be a sequence of mappings")
@@ -216,7 +219,14 @@ class Table:
                 checked.append((*self._validate_trajectory(t), self._check_priority(p)))
             except (TypeError, ValueError) as e:
                 raise type(e)(f"trajectory {i}: {e}") from None
-        return np.array([self._native.insert(a, n, p) for a, n, p in checked], dtype=np.int64)
+        keys = []
+        try:
+            for arrays, length, priority in checked:
+                keys.append(self._native.insert(arrays, length, priority))
+        except (TimeoutError, RuntimeError) as e:
+            raise type(e)(f"{e} (insert_many stopped after inserting {len(keys)} of "
+                          f"{len(checked)} trajectories, keys {keys[:1]}..{keys[-1:]})") from None
+        return np.array(keys, dtype=np.int64)
 
     def _validate_trajectory(self, trajectory: Mapping[str, Any]) -> tuple[list[np.ndarray], int]:
         if not isinstance(trajectory, Mapping):
@@ -270,7 +280,7 @@ class Table:
         ``[0, length - 1]``, the window is cut at the trajectory's end and padded
         to ``window`` steps on the ``pad`` side with each column's pad value.
         ``window=None`` gives whole trajectories from step 0, padded to
-        ``max_length``. The same ``rng_key`` and the same table contents give the
+        ``max_length``. The same ``rng_key`` and the same table state give the
         same batch.
 
         Works inside ``jax.jit`` and ``lax.scan`` (one XLA FFI custom call; no

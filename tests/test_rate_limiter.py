@@ -150,3 +150,12 @@ def test_bad_limiters_are_refused(make):
 def test_min_size_above_capacity_is_refused():
     with pytest.raises(ValueError, match="exceeds capacity"):
         gx.Table(COLUMNS, 4, 4, rate_limiter=gx.MinSize(5))
+
+
+def test_insert_many_stopped_by_the_limiter_says_how_far_it_got():
+    limiter = gx.SampleToInsertRatio(samples_per_insert=1.0, min_size_to_sample=1,
+                                     error_buffer=2.0, timeout=0.1)
+    with gx.Table(COLUMNS, 8, 4, rate_limiter=limiter) as table:
+        with pytest.raises(TimeoutError, match="stopped after inserting 3 of 6"):
+            table.insert_many([one() for _ in range(6)])
+        assert table.contents()["key"].tolist() == [0, 1, 2]
