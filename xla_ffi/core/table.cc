@@ -1,7 +1,10 @@
 // Implementation of the trajectory table (see table.h for the layout and the
 // invariants). Selection structures: an order-statistics tree over keys (FIFO,
-// LIFO, Uniform, Recent), one over (priority, key) (min-priority removal, TopK),
-// a sum tree over lengths (Timestep) and one sum tree per Prioritized alpha.
+// LIFO, Recent), one over (priority, key) (min-priority removal, TopK), and
+// flat sum trees over slots: weight 1 per live slot (Uniform), length
+// (Timestep), and priority ** alpha per Prioritized alpha. Uniform uses a sum
+// tree rather than the key tree because a flat array costs a few cache misses
+// per draw where the node-based tree costs one per level.
 // The order-statistics trees are libstdc++'s policy-based trees: a maintained
 // implementation of exactly the structure we need, rather than one of our own.
 #include "table.h"
@@ -16,6 +19,10 @@
 #include <sstream>
 #include <utility>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 #include "random.h"
 #include "sum_tree.h"
 
@@ -28,7 +35,8 @@ template <typename K, typename V>
 using OrderedMap = __gnu_pbds::tree<K, V, std::less<K>, __gnu_pbds::rb_tree_tag,
                                     __gnu_pbds::tree_order_statistics_node_update>;
 
-constexpr size_t kArenaAlignment = 4096;   // page-aligned: good for pinning later
+constexpr size_t kPageSize = 4096;
+constexpr size_t kHugePageSize = size_t{2} << 20;
 constexpr size_t kColumnAlignment = 256;   // each column region starts on a 256 B line
 constexpr size_t kMaxPriorityTrees = 8;
 
@@ -75,17 +83,28 @@ size_t ArenaBytes(const TableSpec& spec) {
 }  // namespace
 
 HostArena::HostArena(size_t bytes) : bytes_(bytes) {
-  data_ = static_cast<uint8_t*>(
-      std::aligned_alloc(kArenaAlignment, RoundUp(std::max<size_t>(bytes, 1), kArenaAlignment)));
+  // Sampling reads windows scattered over the whole arena: with 4 KiB pages
+  // nearly every row also costs a TLB miss. Arenas of 4 MiB and more are
+  // huge-page aligned and ask for transparent huge pages (which the kernel may
+  // decline); smaller ones stay on 4 KiB pages so a tiny table never commits
+  // 2 MiB. Memory is committed only when touched either way.
+  const bool huge = bytes >= 2 * kHugePageSize;
+  const size_t alignment = huge ? kHugePageSize : kPageSize;
+  const size_t rounded = RoundUp(std::max<size_t>(bytes, 1), alignment);
+  data_ = static_cast<uint8_t*>(std::aligned_alloc(alignment, rounded));
   if (data_ == nullptr) throw std::bad_alloc();
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  if (huge) madvise(data_, rounded, MADV_HUGEPAGE);
+#endif
 }
 
 HostArena::~HostArena() { std::free(data_); }
 
 struct Table::Index {
-  explicit Index(int64_t capacity) : lengths(capacity) {}
+  explicit Index(int64_t capacity) : live(capacity), lengths(capacity) {}
   OrderedMap<int64_t, int64_t> by_key;                           // key -> slot
   OrderedMap<std::pair<double, int64_t>, int64_t> by_priority;   // (priority, key) -> slot
+  SumTree live;                                                  // 1 per live slot
   SumTree lengths;
   std::vector<std::pair<double, SumTree>> priority_trees;        // (alpha, tree)
 
@@ -195,6 +214,7 @@ int64_t Table::AcquireSlotLocked(std::unique_lock<std::mutex>& lock) {
 void Table::EvictLocked(int64_t slot) {
   index_->by_key.erase(key_[slot]);
   index_->by_priority.erase({priority_[slot], key_[slot]});
+  index_->live.Set(slot, 0.0);
   index_->lengths.Set(slot, 0.0);
   for (auto& [alpha, tree] : index_->priority_trees) tree.Set(slot, 0.0);
   --live_;
@@ -211,6 +231,7 @@ void Table::PublishLocked(int64_t slot, int64_t key, int64_t length, double prio
   priority_[slot] = priority;
   index_->by_key.insert({key, slot});
   index_->by_priority.insert({{priority, key}, slot});
+  index_->live.Set(slot, 1.0);
   index_->lengths.Set(slot, static_cast<double>(length));
   for (auto& [alpha, tree] : index_->priority_trees) tree.Set(slot, PriorityWeight(priority, alpha));
   ++live_;
@@ -297,7 +318,7 @@ int64_t Table::DrawSlotLocked(const SampleRequest& r, double u, float* probabili
   switch (r.strategy) {
     case Strategy::kUniform: {
       *probability = static_cast<float>(1.0 / live_);
-      return index_->by_key.find_by_order(uniform_rank(live_))->second;
+      return index_->live.Draw(u);
     }
     case Strategy::kRecent: {
       const int64_t m = std::min<int64_t>(static_cast<int64_t>(r.param), live_);
