@@ -3,10 +3,6 @@
 // parallel on XLA's intra-op thread pool when the batch is large), unpin.
 #include "ffi_cpu.h"
 
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
-
 #include <algorithm>
 #include <atomic>
 #include <exception>
@@ -16,7 +12,7 @@
 #include <vector>
 
 #include "core/gather_cpu.h"
-#include "core/random.h"
+#include "core/huge_pages.h"
 #include "core/registry.h"
 #include "core/table.h"
 
@@ -37,22 +33,8 @@ constexpr int64_t kBytesPerChunk = int64_t{1} << 20;
 enum FixedOutput { kKeys = 0, kStart, kProbability, kMask, kTimestep, kNumFixed };
 
 // XLA hands us freshly allocated output buffers; for large ones the first
-// touch of every 4 KiB page faults, which costs more than the copy itself.
-// Asking for transparent huge pages on the untouched interior makes the same
-// first touch take 2 MiB at a time (the kernel may decline; nothing breaks).
-constexpr size_t kHugePage = size_t{2} << 20;
-
-void AdviseHugePages(void* data, size_t bytes) {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  if (bytes < 2 * kHugePage) return;
-  const auto begin = (reinterpret_cast<uintptr_t>(data) + kHugePage - 1) & ~(kHugePage - 1);
-  const auto end = (reinterpret_cast<uintptr_t>(data) + bytes) & ~(kHugePage - 1);
-  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-#else
-  (void)data;
-  (void)bytes;
-#endif
-}
+// touch of every 4 KiB page faults, which costs more than the copy itself, so
+// the handler asks for huge pages on every output before writing it.
 
 ffi::Error Fail(const std::string& what) {
   return ffi::Error(ffi::ErrorCode::kInvalidArgument, "gearjax: " + what);

@@ -19,10 +19,7 @@
 #include <sstream>
 #include <utility>
 
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
-
+#include "huge_pages.h"
 #include "random.h"
 #include "sum_tree.h"
 
@@ -36,7 +33,6 @@ using OrderedMap = __gnu_pbds::tree<K, V, std::less<K>, __gnu_pbds::rb_tree_tag,
                                     __gnu_pbds::tree_order_statistics_node_update>;
 
 constexpr size_t kPageSize = 4096;
-constexpr size_t kHugePageSize = size_t{2} << 20;
 constexpr size_t kColumnAlignment = 256;   // each column region starts on a 256 B line
 constexpr size_t kMaxPriorityTrees = 8;
 
@@ -93,9 +89,7 @@ HostArena::HostArena(size_t bytes) : bytes_(bytes) {
   const size_t rounded = RoundUp(std::max<size_t>(bytes, 1), alignment);
   data_ = static_cast<uint8_t*>(std::aligned_alloc(alignment, rounded));
   if (data_ == nullptr) throw std::bad_alloc();
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  if (huge) madvise(data_, rounded, MADV_HUGEPAGE);
-#endif
+  if (huge) AdviseHugePages(data_, rounded);
 }
 
 HostArena::~HostArena() { std::free(data_); }
