@@ -13,6 +13,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/gather_plan.h"
 #include "core/random.h"
 #include "core/registry.h"
 #include "core/table.h"
@@ -134,6 +135,38 @@ class NativeTable {
     table_->RestoreState({next_key, inserts, samples, evictions, priority_updates}, free_slots);
   }
 
+  // Samples like the CPU handler but gathers with the GPU kernel's block code
+  // run on the CPU (EmulateGather): (keys, start, probability, mask, timestep,
+  // [column bytes as uint8 [batch, width * step_bytes]]). For tests.
+  nb::tuple EmulateGpuSample(std::tuple<uint32_t, uint32_t> seed, int64_t batch, int strategy,
+                             double param, int64_t window, bool pad_left, int64_t threads) {
+    if (batch < 1 || threads < 1) throw InvalidArgument("batch and threads must be >= 1");
+    const int64_t width = window == 0 ? table_->spec().max_length : window;
+    auto* keys = new int64_t[batch];
+    auto* start = new int32_t[batch];
+    auto* probability = new float[batch];
+    auto* mask = new bool[batch * width];
+    auto* timestep = new int32_t[batch * width];
+    SampleOutputs out{keys, start, probability, mask, timestep, {}};
+    nb::list columns;
+    for (int c = 0; c < table_->num_columns(); ++c) {
+      const int64_t row = width * table_->step_bytes(c);
+      auto* data = new uint8_t[batch * row];
+      out.columns.push_back(data);
+      columns.append(Owned(data, {static_cast<size_t>(batch), static_cast<size_t>(row)}));
+    }
+    const uint32_t words[2] = {std::get<0>(seed), std::get<1>(seed)};
+    std::vector<Draw> draws(batch);
+    table_->Select({static_cast<Strategy>(strategy), param, batch, window}, words, draws.data());
+    const GatherParams params =
+        PlanGather(*table_, draws.data(), batch, width, pad_left, out, table_->arena_data());
+    EmulateGather(params, threads);
+    table_->Release(draws.data(), batch);
+    const size_t b = static_cast<size_t>(batch), w = static_cast<size_t>(width);
+    return nb::make_tuple(Owned(keys, {b}), Owned(start, {b}), Owned(probability, {b}),
+                          Owned(mask, {b, w}), Owned(timestep, {b, w}), columns);
+  }
+
   nb::dict Stats() const {
     const gearjax::Stats s = table_->GetStats();
     nb::dict d;
@@ -160,6 +193,12 @@ class NativeTable {
     nb::capsule owner(data, [](void* p) noexcept { delete[] static_cast<T*>(p); });
     const size_t shape[1] = {n};
     return {data, 1, shape, owner};
+  }
+
+  template <typename T>
+  static nb::ndarray<nb::numpy, T> Owned(T* data, std::initializer_list<size_t> shape) {
+    nb::capsule owner(data, [](void* p) noexcept { delete[] static_cast<T*>(p); });
+    return {data, shape.size(), shape.begin(), owner};
   }
 
   std::shared_ptr<Table> table_;
@@ -203,6 +242,8 @@ NB_MODULE(_gearjax, m) {
       .def("free_slots", &NativeTable::FreeSlots)
       .def("restore_state", &NativeTable::RestoreState, "next_key"_a, "inserts"_a, "samples"_a,
            "evictions"_a, "priority_updates"_a, "free_slots"_a)
+      .def("emulate_gpu_sample", &NativeTable::EmulateGpuSample, "seed"_a, "batch"_a,
+           "strategy"_a, "param"_a, "window"_a, "pad_left"_a, "threads"_a)
       .def("stats", &NativeTable::Stats);
 
   m.def(

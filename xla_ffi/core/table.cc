@@ -73,6 +73,7 @@ size_t ArenaBytes(const TableSpec& spec) {
     total = RoundUp(total, kColumnAlignment) + slot_steps * c.step_bytes;
     if (total > (size_t{1} << 62)) throw InvalidArgument("the table is too large to address");
   }
+  for (const ColumnSpec& c : spec.columns) total += c.step_bytes;  // pad steps, after the columns
   return total;
 }
 
@@ -126,6 +127,11 @@ Table::Table(TableSpec spec)
     offset = RoundUp(offset, kColumnAlignment);
     column_base_.push_back(arena_.data() + offset);
     offset += slot_steps * c.step_bytes;
+  }
+  for (const ColumnSpec& c : spec_.columns) {
+    pad_offsets_.push_back(offset);
+    std::memcpy(arena_.data() + offset, c.pad_step.data(), c.step_bytes);
+    offset += c.step_bytes;
   }
   // Free slots are handed out lowest first (popped from the back).
   free_slots_.reserve(spec_.capacity);

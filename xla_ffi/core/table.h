@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "common.h"
+#include "draw.h"
 
 namespace gearjax {
 
@@ -76,14 +77,6 @@ struct SampleRequest {
   int64_t window = 0;  // steps per window; 0 means whole trajectories from step 0
 };
 
-// One sampled row: a pinned slot and where its window starts.
-struct Draw {
-  int64_t slot;
-  int64_t key;
-  int64_t length;
-  int64_t start;
-  float probability;
-};
 
 struct ItemInfo {
   int64_t key;
@@ -136,6 +129,8 @@ class Table {
   }
   uint8_t* arena_data() const { return arena_.data(); }
   size_t column_offset(int c) const { return column_base_[c] - arena_.data(); }
+  // Column c's pad step, kept inside the arena so GPU kernels can read it too.
+  size_t pad_offset(int c) const { return pad_offsets_[c]; }
 
   // Copies `length` steps of every column (sources[c] holds length *
   // step_bytes(c) contiguous bytes) into a slot and publishes it. Evicts by the
@@ -192,6 +187,7 @@ class Table {
   TableSpec spec_;
   HostArena arena_;
   std::vector<uint8_t*> column_base_;
+  std::vector<size_t> pad_offsets_;
   std::chrono::steady_clock::time_point created_at_;
 
   mutable std::mutex mu_;
