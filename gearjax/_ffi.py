@@ -19,6 +19,9 @@ UPDATE_PRIORITIES_TARGET = "gearjax_update_priorities"
 def _register() -> None:
     for name, capsule in _gearjax.ffi_targets().items():
         jax.ffi.register_ffi_target(name, capsule, platform="cpu")
+    if _gearjax.cuda_built:  # harmless where there is no GPU
+        for name, capsule in _gearjax.cuda_ffi_targets().items():
+            jax.ffi.register_ffi_target(name, capsule, platform="CUDA")
 
 
 _register()

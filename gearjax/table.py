@@ -80,7 +80,7 @@ class Table:
         self._rate_limiter = rate_limiter
         self._native = NativeTable(
             [(name, c.step_bytes, c.pad_step()) for name, c in self._columns.items()],
-            capacity, max_length, REMOVERS[remover], *limiter_args)
+            capacity, max_length, REMOVERS[remover], *limiter_args, gpu_mapped=True)
         self._alphas: set[float] = set()  # Prioritized alphas sampled so far
         self._sample_jit = jax.jit(self._sample_traced,
                                    static_argnames=("batch_size", "window", "strategy", "pad"))
@@ -137,6 +137,7 @@ class Table:
         s["columns"] = {n: c.to_json() for n, c in self._columns.items()}
         s["remover"] = self._remover
         s["placement"] = self._placement
+        s["memory"] = "gpu-mapped pinned host" if self._native.gpu_mapped else "host"
         return s
 
     def contents(self) -> dict[str, np.ndarray]:

@@ -12,9 +12,8 @@
 #include <vector>
 
 #include "core/gather_cpu.h"
-#include "core/huge_pages.h"
-#include "core/registry.h"
 #include "core/table.h"
+#include "ffi_common.h"
 
 namespace ffi = xla::ffi;
 
@@ -28,35 +27,6 @@ namespace {
 // machine, inline was faster, so the threshold is a judgement, not a law.
 constexpr int64_t kParallelMinBytes = int64_t{1} << 20;
 constexpr int64_t kBytesPerChunk = int64_t{1} << 20;
-
-// Outputs before the per-column buffers, in order.
-enum FixedOutput { kKeys = 0, kStart, kProbability, kMask, kTimestep, kNumFixed };
-
-// XLA hands us freshly allocated output buffers; for large ones the first
-// touch of every 4 KiB page faults, which costs more than the copy itself, so
-// the handler asks for huge pages on every output before writing it.
-
-ffi::Error Fail(const std::string& what) {
-  return ffi::Error(ffi::ErrorCode::kInvalidArgument, "gearjax: " + what);
-}
-
-ffi::Error FromException(std::exception_ptr p) {
-  try {
-    std::rethrow_exception(p);
-  } catch (const Timeout& e) {
-    return ffi::Error(ffi::ErrorCode::kDeadlineExceeded, std::string("gearjax: ") + e.what());
-  } catch (const Closed& e) {
-    return ffi::Error(ffi::ErrorCode::kFailedPrecondition, std::string("gearjax: ") + e.what());
-  } catch (const std::exception& e) {
-    return Fail(e.what());
-  }
-}
-
-std::shared_ptr<Table> LookUp(int64_t handle) {
-  auto table = FindTable(handle);
-  if (!table) throw Closed("table handle " + std::to_string(handle) + " is closed or unknown");
-  return table;
-}
 
 // Rows split into contiguous chunks; the calling thread and pool workers take
 // chunks from a shared counter. The caller always takes part and then waits
@@ -113,32 +83,9 @@ ffi::Error SampleImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::U32> seed, ffi::Rem
     if (batch_size < 1) return Fail("batch_size must be >= 1");
     const int64_t batch = batch_size;
     const int64_t width = window == 0 ? table->spec().max_length : window;
-    const int num_columns = table->num_columns();
-    if (rets.size() != static_cast<size_t>(kNumFixed + num_columns)) {
-      return Fail("expected " + std::to_string(kNumFixed + num_columns) + " results, got " +
-                  std::to_string(rets.size()));
-    }
-    auto ret = [&](int i) { return rets.get<ffi::AnyBuffer>(i).value(); };
-    auto check = [&](int i, int64_t expected_bytes, const char* what) {
-      if (static_cast<int64_t>(ret(i)->size_bytes()) != expected_bytes) {
-        throw InvalidArgument(std::string("result '") + what + "' has the wrong size");
-      }
-      AdviseHugePages(ret(i)->untyped_data(), expected_bytes);
-      return ret(i)->untyped_data();
-    };
-    SampleOutputs out;
-    out.keys = static_cast<int64_t*>(check(kKeys, batch * 8, "keys"));
-    out.start = static_cast<int32_t*>(check(kStart, batch * 4, "start"));
-    out.probability = static_cast<float*>(check(kProbability, batch * 4, "probability"));
-    out.mask = static_cast<bool*>(check(kMask, batch * width, "mask"));
-    out.timestep = static_cast<int32_t*>(check(kTimestep, batch * width * 4, "timestep"));
+    const SampleOutputs out = BindSampleOutputs(*table, rets, batch, width, /*host_results=*/true);
     int64_t row_bytes = 0;
-    for (int c = 0; c < num_columns; ++c) {
-      const int64_t step = table->step_bytes(c);
-      out.columns.push_back(static_cast<uint8_t*>(
-          check(kNumFixed + c, batch * width * step, table->spec().columns[c].name.c_str())));
-      row_bytes += width * step;
-    }
+    for (int c = 0; c < table->num_columns(); ++c) row_bytes += width * table->step_bytes(c);
 
     SampleRequest request{static_cast<Strategy>(strategy), param, batch, window};
     std::vector<Draw> draws(batch);

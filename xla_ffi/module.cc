@@ -18,6 +18,9 @@
 #include "core/registry.h"
 #include "core/table.h"
 #include "ffi_cpu.h"
+#if defined(GEARJAX_WITH_CUDA)
+#include "cuda/ffi_cuda.h"
+#endif
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -34,7 +37,8 @@ class NativeTable {
  public:
   NativeTable(const std::vector<std::tuple<std::string, int64_t, nb::bytes>>& columns,
               int64_t capacity, int64_t max_length, int remover, int64_t min_size,
-              double samples_per_insert, double min_diff, double max_diff, double timeout) {
+              double samples_per_insert, double min_diff, double max_diff, double timeout,
+              bool gpu_mapped) {
     TableSpec spec;
     for (const auto& [name, step_bytes, pad] : columns) {
       const auto* pad_bytes = static_cast<const uint8_t*>(pad.data());
@@ -44,6 +48,7 @@ class NativeTable {
     spec.max_length = max_length;
     spec.remover = static_cast<Remover>(remover);
     spec.limiter = {min_size, samples_per_insert, min_diff, max_diff, timeout};
+    spec.gpu_mapped = gpu_mapped;
     table_ = std::make_shared<Table>(std::move(spec));
     handle_ = RegisterTable(table_);
   }
@@ -51,6 +56,7 @@ class NativeTable {
   ~NativeTable() { Close(); }
 
   int64_t handle() const { return handle_; }
+  bool gpu_mapped() const { return table_->device_arena() != nullptr; }
   bool closed() const { return table_->closed(); }
 
   void Close() {
@@ -226,10 +232,11 @@ NB_MODULE(_gearjax, m) {
 
   nb::class_<NativeTable>(m, "NativeTable")
       .def(nb::init<const std::vector<std::tuple<std::string, int64_t, nb::bytes>>&, int64_t,
-                    int64_t, int, int64_t, double, double, double, double>(),
+                    int64_t, int, int64_t, double, double, double, double, bool>(),
            "columns"_a, "capacity"_a, "max_length"_a, "remover"_a, "min_size"_a,
-           "samples_per_insert"_a, "min_diff"_a, "max_diff"_a, "timeout"_a)
+           "samples_per_insert"_a, "min_diff"_a, "max_diff"_a, "timeout"_a, "gpu_mapped"_a)
       .def_prop_ro("handle", &NativeTable::handle)
+      .def_prop_ro("gpu_mapped", &NativeTable::gpu_mapped)
       .def_prop_ro("closed", &NativeTable::closed)
       .def("close", &NativeTable::Close)
       .def("insert", &NativeTable::Insert, "sources"_a, "length"_a, "priority"_a,
@@ -263,4 +270,20 @@ NB_MODULE(_gearjax, m) {
     targets["gearjax_update_priorities"] = gearjax::Capsule(gearjax::UpdatePrioritiesCpu);
     return targets;
   });
+
+#if defined(GEARJAX_WITH_CUDA)
+  // Built with CUDA handlers. They are registered whether or not a GPU is
+  // here (harmless without one); table arenas are GPU-mapped only if one is.
+  m.attr("cuda_built") = true;
+  m.attr("cuda_memory") = gearjax::InitCudaMemory();
+  m.def("cuda_ffi_targets", []() {
+    nb::dict targets;
+    targets["gearjax_sample"] = gearjax::Capsule(gearjax::SampleCuda);
+    targets["gearjax_update_priorities"] = gearjax::Capsule(gearjax::UpdatePrioritiesCuda);
+    return targets;
+  });
+#else
+  m.attr("cuda_built") = false;
+  m.attr("cuda_memory") = false;
+#endif
 }

@@ -79,7 +79,16 @@ size_t ArenaBytes(const TableSpec& spec) {
 
 }  // namespace
 
-HostArena::HostArena(size_t bytes) : bytes_(bytes) {
+HostArena::HostArena(size_t bytes, bool gpu_mapped) : bytes_(bytes) {
+  if (gpu_mapped && GetMappedAllocator() != nullptr) {
+    void* device = nullptr;
+    data_ = static_cast<uint8_t*>(GetMappedAllocator()->allocate(std::max<size_t>(bytes, 1), &device));
+    if (data_ != nullptr) {
+      mapped_by_ = GetMappedAllocator();
+      device_data_ = static_cast<const uint8_t*>(device);
+      return;
+    }
+  }
   // Sampling reads windows scattered over the whole arena: with 4 KiB pages
   // nearly every row also costs a TLB miss. Arenas of 4 MiB and more are
   // huge-page aligned and ask for transparent huge pages (which the kernel may
@@ -93,7 +102,14 @@ HostArena::HostArena(size_t bytes) : bytes_(bytes) {
   if (huge) AdviseHugePages(data_, rounded);
 }
 
-HostArena::~HostArena() { std::free(data_); }
+HostArena::~HostArena() {
+  if (mapped_by_ != nullptr) {
+    mapped_by_->release(data_);
+  } else {
+    std::free(data_);
+  }
+}
+
 
 struct Table::Index {
   explicit Index(int64_t capacity) : live(capacity), lengths(capacity) {}
@@ -113,7 +129,7 @@ struct Table::Index {
 
 Table::Table(TableSpec spec)
     : spec_(std::move(spec)),
-      arena_(ArenaBytes(spec_)),
+      arena_(ArenaBytes(spec_), spec_.gpu_mapped),
       created_at_(Clock::now()),
       state_(spec_.capacity, SlotState::kFree),
       key_(spec_.capacity, -1),

@@ -30,6 +30,7 @@
 
 #include "common.h"
 #include "draw.h"
+#include "memory.h"
 
 namespace gearjax {
 
@@ -68,6 +69,7 @@ struct TableSpec {
   int64_t max_length = 0;
   Remover remover = Remover::kFifo;
   RateLimiterSpec limiter;
+  bool gpu_mapped = false;  // ask for GPU-mapped pinned memory (see memory.h)
 };
 
 struct SampleRequest {
@@ -100,18 +102,24 @@ struct Stats {
   double seconds_alive;
 };
 
-// Aligned host memory allocated once for the table's lifetime.
+// Host memory allocated once for the table's lifetime: GPU-mapped pinned
+// memory when asked for and available (see memory.h), otherwise aligned
+// ordinary memory.
 class HostArena {
  public:
-  explicit HostArena(size_t bytes);
+  HostArena(size_t bytes, bool gpu_mapped);
   ~HostArena();
   HostArena(const HostArena&) = delete;
   HostArena& operator=(const HostArena&) = delete;
   uint8_t* data() const { return data_; }
   size_t bytes() const { return bytes_; }
+  // The arena's address in the GPU's address space; nullptr unless mapped.
+  const uint8_t* device_data() const { return device_data_; }
 
  private:
   uint8_t* data_ = nullptr;
+  const uint8_t* device_data_ = nullptr;
+  const MappedAllocator* mapped_by_ = nullptr;
   size_t bytes_ = 0;
 };
 
@@ -128,6 +136,8 @@ class Table {
     return column_base_[c] + (slot * spec_.max_length + step) * spec_.columns[c].step_bytes;
   }
   uint8_t* arena_data() const { return arena_.data(); }
+  // Where GPU kernels see the arena; nullptr when it is not GPU-mapped.
+  const uint8_t* device_arena() const { return arena_.device_data(); }
   size_t column_offset(int c) const { return column_base_[c] - arena_.data(); }
   // Column c's pad step, kept inside the arena so GPU kernels can read it too.
   size_t pad_offset(int c) const { return pad_offsets_[c]; }

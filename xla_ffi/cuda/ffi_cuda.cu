@@ -1,0 +1,215 @@
+// CUDA XLA FFI handlers, first stage: selection runs in the shared core on the
+// host and the gather runs on the GPU, reading the table zero-copy from
+// GPU-mapped pinned host memory into XLA's output buffers on XLA's stream.
+//
+// Slot protocol: Select pins every drawn slot under the table's mutex before
+// the kernel is enqueued; a host function enqueued on the same stream after
+// the kernel releases the pins once the kernel has finished. Writers wait for
+// a slot's pins to drop before overwriting it, so no enqueued kernel ever
+// reads a slot being rewritten, and a kernel only reads slots selected while
+// live.
+//
+// Costs this stage still pays (GPU-side selection removes them): the seed is
+// copied to the host with a stream synchronisation, and the draws go back to
+// the device with a small copy. These handlers have host logic, so they are
+// not command-buffer compatible.
+#include "cuda/ffi_cuda.h"
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/gather_plan.h"
+#include "core/memory.h"
+#include "cuda/gather.cuh"
+#include "ffi_common.h"
+
+namespace ffi = xla::ffi;
+
+namespace gearjax {
+namespace {
+
+void* AllocateMapped(size_t bytes, void** device_address) {
+  void* host = nullptr;
+  if (cudaHostAlloc(&host, bytes, cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky-free error state
+    return nullptr;
+  }
+  if (cudaHostGetDevicePointer(device_address, host, 0) != cudaSuccess) {
+    cudaFreeHost(host);
+    cudaGetLastError();
+    return nullptr;
+  }
+  return host;
+}
+
+void ReleaseMapped(void* host) { cudaFreeHost(host); }
+
+const MappedAllocator kMappedAllocator{AllocateMapped, ReleaseMapped};
+
+std::string CudaError(const char* what, cudaError_t error) {
+  return std::string(what) + ": " + cudaGetErrorString(error);
+}
+
+// Unpins the draws of one sample once the stream has passed its kernel.
+struct PendingRelease {
+  std::shared_ptr<Table> table;
+  std::vector<Draw> draws;
+};
+
+void CUDART_CB ReleaseAfterKernel(void* data) {
+  std::unique_ptr<PendingRelease> pending(static_cast<PendingRelease*>(data));
+  pending->table->Release(pending->draws.data(), static_cast<int64_t>(pending->draws.size()));
+}
+
+ffi::Error SampleCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch,
+                          ffi::Buffer<ffi::U32> seed, ffi::RemainingRets rets,
+                          int64_t table_handle, int64_t batch_size, int64_t strategy, double param,
+                          int64_t window, int64_t pad_left) {
+  try {
+    std::shared_ptr<Table> table = LookUp(table_handle);
+    if (table->device_arena() == nullptr) {
+      return Fail("this table's memory is not mapped for the GPU (pinning it failed when the "
+                  "table was created, or no GPU was visible then)");
+    }
+    if (seed.element_count() != 2) return Fail("the seed must be two uint32 words");
+    if (batch_size < 1) return Fail("batch_size must be >= 1");
+    const int64_t batch = batch_size;
+    const int64_t width = window == 0 ? table->spec().max_length : window;
+    const SampleOutputs out = BindSampleOutputs(*table, rets, batch, width, /*host_results=*/false);
+
+    uint32_t host_seed[2];
+    cudaError_t error = cudaMemcpyAsync(host_seed, seed.typed_data(), sizeof(host_seed),
+                                        cudaMemcpyDeviceToHost, stream);
+    if (error == cudaSuccess) error = cudaStreamSynchronize(stream);
+    if (error != cudaSuccess) return Fail(CudaError("copying the seed", error));
+
+    auto pending = std::make_unique<PendingRelease>();
+    pending->table = table;
+    pending->draws.resize(batch);
+    table->Select({static_cast<Strategy>(strategy), param, batch, window}, host_seed,
+                  pending->draws.data());
+    auto release_now = [&] { table->Release(pending->draws.data(), batch); };
+
+    const std::optional<void*> device_draws = scratch.Allocate(batch * sizeof(Draw), 16);
+    if (!device_draws.has_value()) {
+      release_now();
+      return Fail("could not allocate scratch memory for the draws");
+    }
+    // From pageable memory: returns once the bytes are staged, so the host
+    // vector may be released by the callback later without racing the copy.
+    error = cudaMemcpyAsync(*device_draws, pending->draws.data(), batch * sizeof(Draw),
+                            cudaMemcpyHostToDevice, stream);
+    if (error == cudaSuccess) {
+      const GatherParams params =
+          PlanGather(*table, static_cast<const Draw*>(*device_draws), batch, width,
+                     pad_left != 0, out, table->device_arena());
+      error = LaunchGather(params, stream);
+    }
+    if (error == cudaSuccess) {
+      error = cudaLaunchHostFunc(stream, ReleaseAfterKernel, pending.get());
+      if (error == cudaSuccess) {
+        pending.release();  // the callback owns it now
+        return ffi::Error::Success();
+      }
+    }
+    // Nothing will read the slots: wait for what was enqueued, then unpin.
+    cudaStreamSynchronize(stream);
+    release_now();
+    return Fail(CudaError("launching the gather", error));
+  } catch (...) {
+    return FromException(std::current_exception());
+  }
+}
+
+// Enqueues a copy of the buffer's bytes into `out` (sized first: it must not
+// move while the copy is in flight); the caller synchronises.
+bool CopyToHost(const ffi::AnyBuffer& buffer, std::vector<uint8_t>& out, cudaStream_t stream) {
+  out.resize(buffer.size_bytes());
+  return cudaMemcpyAsync(out.data(), buffer.untyped_data(), out.size(), cudaMemcpyDeviceToHost,
+                         stream) == cudaSuccess;
+}
+
+ffi::Error UpdatePrioritiesCudaImpl(cudaStream_t stream, ffi::AnyBuffer keys,
+                                    ffi::AnyBuffer priorities,
+                                    ffi::Result<ffi::Buffer<ffi::S32>> updated,
+                                    int64_t table_handle) {
+  try {
+    std::shared_ptr<Table> table = LookUp(table_handle);
+    if (keys.element_count() != priorities.element_count()) {
+      return Fail("keys and priorities differ in size");
+    }
+    if (keys.element_type() != ffi::DataType::S64 && keys.element_type() != ffi::DataType::S32 &&
+        keys.element_type() != ffi::DataType::U32) {
+      return Fail("keys must be int32, uint32 or int64");
+    }
+    if (priorities.element_type() != ffi::DataType::F32 &&
+        priorities.element_type() != ffi::DataType::F64) {
+      return Fail("priorities must be float32 or float64");
+    }
+    std::vector<uint8_t> raw_keys, raw_priorities;
+    if (!CopyToHost(keys, raw_keys, stream) || !CopyToHost(priorities, raw_priorities, stream)) {
+      cudaStreamSynchronize(stream);  // let any enqueued copy finish before the vectors go
+      return Fail("copying keys and priorities to the host failed");
+    }
+    if (cudaStreamSynchronize(stream) != cudaSuccess) return Fail("stream synchronisation failed");
+    const size_t n = keys.element_count();
+    std::vector<int64_t> key_values(n);
+    std::vector<double> priority_values(n);
+    for (size_t i = 0; i < n; ++i) {
+      switch (keys.element_type()) {
+        case ffi::DataType::S64: key_values[i] = reinterpret_cast<int64_t*>(raw_keys.data())[i]; break;
+        case ffi::DataType::S32: key_values[i] = reinterpret_cast<int32_t*>(raw_keys.data())[i]; break;
+        default: key_values[i] = reinterpret_cast<uint32_t*>(raw_keys.data())[i]; break;
+      }
+      priority_values[i] = priorities.element_type() == ffi::DataType::F64
+                               ? reinterpret_cast<double*>(raw_priorities.data())[i]
+                               : reinterpret_cast<float*>(raw_priorities.data())[i];
+    }
+    const int32_t count = static_cast<int32_t>(
+        table->UpdatePriorities(key_values.data(), priority_values.data(), static_cast<int64_t>(n)));
+    const cudaError_t error = cudaMemcpyAsync(updated->typed_data(), &count, sizeof(count),
+                                              cudaMemcpyHostToDevice, stream);
+    if (error == cudaSuccess) cudaStreamSynchronize(stream);  // `count` lives on this stack
+    return error == cudaSuccess ? ffi::Error::Success() : Fail(CudaError("copying the count", error));
+  } catch (...) {
+    return FromException(std::current_exception());
+  }
+}
+
+}  // namespace
+
+bool InitCudaMemory() {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    cudaGetLastError();
+    return false;
+  }
+  SetMappedAllocator(&kMappedAllocator);
+  return true;
+}
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SampleCuda, SampleCudaImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Ctx<ffi::ScratchAllocator>()
+                                  .Arg<ffi::Buffer<ffi::U32>>()
+                                  .RemainingRets()
+                                  .Attr<int64_t>("table_handle")
+                                  .Attr<int64_t>("batch_size")
+                                  .Attr<int64_t>("strategy")
+                                  .Attr<double>("param")
+                                  .Attr<int64_t>("window")
+                                  .Attr<int64_t>("pad_left"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(UpdatePrioritiesCuda, UpdatePrioritiesCudaImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::Buffer<ffi::S32>>()
+                                  .Attr<int64_t>("table_handle"));
+
+}  // namespace gearjax

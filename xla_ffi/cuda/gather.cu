@@ -1,0 +1,28 @@
+// The GPU gather kernel: each block runs GatherBlock (core/gather_block.h),
+// the same code the CPU emulator tests, with CUDA's indices.
+#include "cuda/gather.cuh"
+
+namespace gearjax {
+namespace {
+
+constexpr int kThreadsPerBlock = 256;
+
+__global__ void GatherKernel(const GatherParams params) {
+  GatherBlock(params, blockIdx.x, static_cast<int>(blockIdx.y), blockIdx.z, threadIdx.x,
+              blockDim.x);
+}
+
+}  // namespace
+
+cudaError_t LaunchGather(const GatherParams& params, cudaStream_t stream) {
+  const int64_t parts = GatherParts(params);
+  if (params.batch < 1 || params.batch > 0x7fffffff || parts > 65535) {
+    return cudaErrorInvalidConfiguration;
+  }
+  const dim3 grid(static_cast<unsigned>(params.batch), static_cast<unsigned>(params.num_columns),
+                  static_cast<unsigned>(parts));
+  GatherKernel<<<grid, kThreadsPerBlock, 0, stream>>>(params);
+  return cudaGetLastError();
+}
+
+}  // namespace gearjax

@@ -1,0 +1,74 @@
+// What the CPU and CUDA FFI handlers share: error conversion, table lookup by
+// handle, and binding the sample results to the layout the gathers write.
+#pragma once
+
+#include <exception>
+#include <memory>
+#include <string>
+
+#include "core/gather_cpu.h"
+#include "core/huge_pages.h"
+#include "core/registry.h"
+#include "core/table.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace gearjax {
+
+// Results before the per-column buffers, in order.
+enum FixedOutput { kKeys = 0, kStart, kProbability, kMask, kTimestep, kNumFixed };
+
+inline xla::ffi::Error Fail(const std::string& what) {
+  return xla::ffi::Error(xla::ffi::ErrorCode::kInvalidArgument, "gearjax: " + what);
+}
+
+inline xla::ffi::Error FromException(std::exception_ptr p) {
+  namespace ffi = xla::ffi;
+  try {
+    std::rethrow_exception(p);
+  } catch (const Timeout& e) {
+    return ffi::Error(ffi::ErrorCode::kDeadlineExceeded, std::string("gearjax: ") + e.what());
+  } catch (const Closed& e) {
+    return ffi::Error(ffi::ErrorCode::kFailedPrecondition, std::string("gearjax: ") + e.what());
+  } catch (const std::exception& e) {
+    return Fail(e.what());
+  }
+}
+
+inline std::shared_ptr<Table> LookUp(int64_t handle) {
+  auto table = FindTable(handle);
+  if (!table) throw Closed("table handle " + std::to_string(handle) + " is closed or unknown");
+  return table;
+}
+
+// Checks every result's size against the table and returns where to write.
+// Host results get huge pages advised (fresh XLA buffers otherwise fault
+// every 4 KiB on first touch); device results must not be touched here.
+inline SampleOutputs BindSampleOutputs(const Table& table, xla::ffi::RemainingRets& rets,
+                                       int64_t batch, int64_t width, bool host_results) {
+  const int num_columns = table.num_columns();
+  if (rets.size() != static_cast<size_t>(kNumFixed + num_columns)) {
+    throw InvalidArgument("expected " + std::to_string(kNumFixed + num_columns) +
+                          " results, got " + std::to_string(rets.size()));
+  }
+  auto bind = [&](int i, int64_t expected_bytes, const std::string& what) {
+    auto result = rets.get<xla::ffi::AnyBuffer>(i).value();
+    if (static_cast<int64_t>(result->size_bytes()) != expected_bytes) {
+      throw InvalidArgument("result '" + what + "' has the wrong size");
+    }
+    if (host_results) AdviseHugePages(result->untyped_data(), expected_bytes);
+    return result->untyped_data();
+  };
+  SampleOutputs out;
+  out.keys = static_cast<int64_t*>(bind(kKeys, batch * 8, "keys"));
+  out.start = static_cast<int32_t*>(bind(kStart, batch * 4, "start"));
+  out.probability = static_cast<float*>(bind(kProbability, batch * 4, "probability"));
+  out.mask = static_cast<bool*>(bind(kMask, batch * width, "mask"));
+  out.timestep = static_cast<int32_t*>(bind(kTimestep, batch * width * 4, "timestep"));
+  for (int c = 0; c < num_columns; ++c) {
+    out.columns.push_back(static_cast<uint8_t*>(
+        bind(kNumFixed + c, batch * width * table.step_bytes(c), table.spec().columns[c].name)));
+  }
+  return out;
+}
+
+}  // namespace gearjax
