@@ -14,6 +14,7 @@ from gearjax import _gearjax
 
 SAMPLE_TARGET = "gearjax_sample"
 UPDATE_PRIORITIES_TARGET = "gearjax_update_priorities"
+INSERT_BATCH_TARGET = "gearjax_insert_batch"
 
 
 def _register() -> None:
@@ -68,3 +69,14 @@ def update_priorities_call(keys: jax.Array, priorities: jax.Array, *, handle: in
     call = jax.ffi.ffi_call(UPDATE_PRIORITIES_TARGET, jax.ShapeDtypeStruct((), np.int32),
                             has_side_effect=True, vmap_method="sequential")
     return call(keys, priorities, table_handle=np.int64(handle))
+
+
+def insert_batch_call(columns: list[jax.Array], lengths: jax.Array, priorities: jax.Array, *,
+                      handle: int) -> jax.Array:
+    """Inserts trajectories given as padded [N, T, ...] arrays from inside
+    traced code; returns their keys (int64 [N]). A side effect for XLA."""
+    rows, steps = columns[0].shape[:2]
+    call = jax.ffi.ffi_call(INSERT_BATCH_TARGET, jax.ShapeDtypeStruct((rows,), np.int64),
+                            has_side_effect=True, vmap_method="sequential")
+    return call(lengths, priorities, *columns, table_handle=np.int64(handle),
+                rows=np.int64(rows), steps=np.int64(steps))

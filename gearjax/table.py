@@ -229,6 +229,59 @@ class Table:
                           f"{len(checked)} trajectories, keys {keys[:1]}..{keys[-1:]})") from None
         return np.array(keys, dtype=np.int64)
 
+    def insert_batch(self, columns: Mapping[str, Any], lengths: Any,
+                     priorities: Any = None) -> jax.Array:
+        """Inserts N trajectories given as padded arrays, from inside jit too
+        (for rollouts produced on the device): ``columns[name]`` is
+        ``[N, T, *shape]`` with ``1 <= T <= max_length``, and the first
+        ``lengths[i]`` steps of row i are real. Returns the keys, int64 ``[N]``.
+
+        Shapes and columns are checked when traced; lengths (in ``[1, T]``) and
+        priorities (finite, >= 0; default 1) when it runs, all before the first
+        insert, so bad values insert nothing and fail the computation with a
+        message naming the row. It may evict, and it may wait on the rate
+        limiter; a limiter timeout stops it part-way, and the error says how
+        many went in. Data is converted to each column's dtype as ``astype``
+        does. This build runs it on the CPU; on a GPU it is not available yet.
+        """
+        self._check_open()
+        if not isinstance(columns, Mapping):
+            raise TypeError("columns must be a mapping of column name -> [N, T, *shape] array")
+        missing = [n for n in self._columns if n not in columns]
+        extra = [n for n in columns if n not in self._columns]
+        if missing or extra:
+            raise ValueError(f"insert_batch needs exactly the table's columns; missing {missing}, "
+                             f"unknown {extra}")
+        arrays = [jnp.asarray(columns[name]) for name in self._columns]
+        rows, steps = arrays[0].shape[:2] if arrays[0].ndim >= 2 else (None, None)
+        for (name, column), array in zip(self._columns.items(), arrays):
+            if array.shape != (rows, steps, *column.shape):
+                raise ValueError(f"column {name!r} must have shape [N, T, "
+                                 f"{', '.join(map(str, column.shape))}] with the same N and T "
+                                 f"as the others, got {array.shape}".replace("T, ]", "T]"))
+            if not is_numeric(np.dtype(array.dtype)):
+                raise TypeError(f"column {name!r} must hold numeric data, got {array.dtype}")
+        if rows < 1:
+            raise ValueError("insert_batch needs at least one trajectory")
+        if not 1 <= steps <= self._max_length:
+            raise ValueError(f"the time axis T={steps} must be in [1, max_length={self._max_length}]")
+        lengths = jnp.asarray(lengths)
+        if lengths.shape != (rows,) or not jnp.issubdtype(lengths.dtype, jnp.integer):
+            raise ValueError(f"lengths must be integers of shape ({rows},), got "
+                             f"{lengths.dtype}{list(lengths.shape)}")
+        priorities = (jnp.ones(rows, jnp.float32) if priorities is None
+                      else jnp.asarray(priorities))
+        if priorities.shape != (rows,) or not jnp.issubdtype(priorities.dtype, jnp.floating) and \
+                not jnp.issubdtype(priorities.dtype, jnp.integer):
+            raise ValueError(f"priorities must be real numbers of shape ({rows},), got "
+                             f"{priorities.dtype}{list(priorities.shape)}")
+        if priorities.dtype not in (jnp.float32, jnp.float64):
+            priorities = priorities.astype(jnp.float32)
+        if lengths.dtype not in (jnp.int32, jnp.int64):
+            lengths = lengths.astype(jnp.int32)
+        arrays = [a.astype(c.dtype) for a, c in zip(arrays, self._columns.values())]
+        return _ffi.insert_batch_call(arrays, lengths, priorities, handle=self._native.handle)
+
     def _validate_trajectory(self, trajectory: Mapping[str, Any]) -> tuple[list[np.ndarray], int]:
         if not isinstance(trajectory, Mapping):
             raise TypeError(f"a trajectory must be a mapping of column name -> array, "

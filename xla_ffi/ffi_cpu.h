@@ -1,4 +1,5 @@
-// XLA FFI handlers for the CPU platform: sample and update_priorities.
+// XLA FFI handlers for the CPU platform: sample, update_priorities and
+// insert_batch.
 #pragma once
 
 #include "xla/ffi/api/ffi.h"
@@ -7,5 +8,6 @@ namespace gearjax {
 
 XLA_FFI_DECLARE_HANDLER_SYMBOL(SampleCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(UpdatePrioritiesCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(InsertBatchCpu);
 
 }  // namespace gearjax

@@ -268,6 +268,7 @@ NB_MODULE(_gearjax, m) {
     nb::dict targets;
     targets["gearjax_sample"] = gearjax::Capsule(gearjax::SampleCpu);
     targets["gearjax_update_priorities"] = gearjax::Capsule(gearjax::UpdatePrioritiesCpu);
+    targets["gearjax_insert_batch"] = gearjax::Capsule(gearjax::InsertBatchCpu);
     return targets;
   });
 

@@ -1,0 +1,108 @@
+"""insert_batch: trajectories made inside jit (on-device rollouts) go into the
+table: contents, keys, eviction, use inside lax.scan next to sampling, and bad
+input refused with nothing inserted."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import gearjax as gx
+
+COLUMNS = {"obs": gx.Column((3,), "float32", pad=-1.0), "step": gx.Column((), "int32", pad=-7)}
+
+
+@pytest.fixture
+def table():
+    t = gx.Table(COLUMNS, capacity=6, max_length=8)
+    yield t
+    t.close()
+
+
+def rollout(key, rows=3, steps=5):
+    obs = jax.random.normal(key, (rows, steps, 3))
+    step = jnp.broadcast_to(jnp.arange(steps, dtype=jnp.int32), (rows, steps))
+    return {"obs": obs, "step": step}
+
+
+def test_inside_jit_inserts_the_real_steps(table):
+    key = jax.random.key(0)
+    columns = rollout(key)
+    lengths = jnp.array([5, 2, 1])
+    keys = jax.jit(lambda k: table.insert_batch(rollout(k), lengths, jnp.array([1.0, 2.0, 3.0])))(key)
+    assert keys.dtype == jnp.int64
+    np.testing.assert_array_equal(keys, [0, 1, 2])
+    np.testing.assert_array_equal(table.contents()["length"], [5, 2, 1])
+    np.testing.assert_array_equal(table.contents()["priority"], [1.0, 2.0, 3.0])
+    for i, length in enumerate([5, 2, 1]):
+        stored = table.get(i)
+        np.testing.assert_array_equal(stored["obs"], np.asarray(columns["obs"][i, :length]))
+        np.testing.assert_array_equal(stored["step"], np.arange(length))
+
+
+def test_eager_call_and_dtype_conversion(table):
+    columns = {"obs": np.ones((2, 3, 3), np.float64), "step": np.zeros((2, 3), np.int64)}
+    keys = table.insert_batch(columns, np.array([3, 3]))
+    np.testing.assert_array_equal(keys, [0, 1])
+    assert table.get(1)["obs"].dtype == np.float32
+
+
+def test_scan_that_rolls_out_inserts_and_samples(table):
+    """An on-device loop: each step inserts one trajectory, then samples it
+    back with Recent(1) in the same compiled program."""
+
+    def body(carry, key):
+        columns = rollout(key, rows=1, steps=4)
+        table.insert_batch(columns, jnp.array([4]))
+        batch = table.sample(jax.random.fold_in(key, 1), 1, None, gx.Recent(1), pad="right")
+        return carry, (columns["obs"][0], batch["obs"][0, :4], batch.keys[0])
+
+    _, (made, sampled, keys) = jax.jit(lambda ks: jax.lax.scan(body, 0, ks))(
+        jax.random.split(jax.random.key(1), 10))
+    np.testing.assert_array_equal(made, sampled)
+    np.testing.assert_array_equal(keys, np.arange(10))
+    assert table.stats()["evictions"] == 4  # capacity 6
+
+
+@pytest.mark.parametrize("lengths, priorities, match", [
+    ([5, 0, 1], None, "trajectory 1 has length 0"),
+    ([5, 6, 1], None, "trajectory 1 has length 6"),
+    ([5, 2, 1], [1.0, -1.0, 1.0], "trajectory 1 has priority"),
+    ([5, 2, 1], [1.0, 1.0, np.nan], "trajectory 2 has priority"),
+])
+def test_bad_values_insert_nothing(table, lengths, priorities, match):
+    table.insert_batch(rollout(jax.random.key(0), 1), jnp.array([2]))
+    before = table.stats()
+    with pytest.raises(Exception, match=match):
+        jax.block_until_ready(jax.jit(lambda: table.insert_batch(
+            rollout(jax.random.key(1)), jnp.array(lengths),
+            None if priorities is None else jnp.array(priorities)))())
+    after = table.stats()
+    for field in ("size", "inserts", "next_key", "num_steps", "evictions"):
+        assert before[field] == after[field]
+    # The table keeps working after a refused batch (and JAX's runtime token
+    # for side effects is healthy again).
+    keys = jax.block_until_ready(jax.jit(lambda: table.insert_batch(
+        rollout(jax.random.key(2), 1), jnp.array([3])))())
+    np.testing.assert_array_equal(keys, [before["next_key"]])
+
+
+@pytest.mark.parametrize("make, error", [
+    (lambda: ({"obs": jnp.zeros((2, 3, 3))}, jnp.array([1, 1])), ValueError),               # missing
+    (lambda: ({**rollout(jax.random.key(0), 2, 3), "x": jnp.zeros((2, 3))}, jnp.ones(2, int)),
+     ValueError),                                                                           # extra
+    (lambda: ({"obs": jnp.zeros((2, 3, 4)), "step": jnp.zeros((2, 3))}, jnp.ones(2, int)),
+     ValueError),                                                                           # shape
+    (lambda: ({"obs": jnp.zeros((2, 9, 3)), "step": jnp.zeros((2, 9))}, jnp.ones(2, int)),
+     ValueError),                                                                           # T > max
+    (lambda: (rollout(jax.random.key(0), 2, 3), jnp.ones(3, int)), ValueError),             # lengths
+    (lambda: (rollout(jax.random.key(0), 2, 3), jnp.ones(2)), ValueError),                  # float lengths
+    (lambda: ([1, 2], jnp.ones(2, int)), TypeError),                                        # not a mapping
+])
+def test_bad_shapes_and_columns_are_refused_when_traced(table, make, error):
+    columns, lengths = make()
+    with pytest.raises(error):
+        table.insert_batch(columns, lengths)
+    assert len(table) == 0
