@@ -61,3 +61,13 @@ def test_rows_longer_than_one_block_are_split(table):
     keys, *_, columns = table._native.emulate_gpu_sample((1, 2), 2, 0, 0.0, 0, True, 3)
     assert columns[2].shape == (2, 30 * 6912)
     assert len(keys) == 2
+
+
+def test_more_columns_than_the_gpu_gather_handles_is_refused_and_pins_nothing():
+    many = {f"c{i}": gx.Column((), "float32") for i in range(33)}
+    with gx.Table(many, capacity=2, max_length=2) as t:
+        t.insert({name: np.zeros(1) for name in many})
+        with pytest.raises(ValueError, match="at most 32 columns"):
+            t._native.emulate_gpu_sample((0, 0), 1, 0, 0.0, 1, True, 1)
+        assert t.stats()["pinned_slots"] == 0
+        t.insert({name: np.zeros(1) for name in many})  # slots are free to reuse

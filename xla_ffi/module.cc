@@ -148,29 +148,37 @@ class NativeTable {
                              double param, int64_t window, bool pad_left, int64_t threads) {
     if (batch < 1 || threads < 1) throw InvalidArgument("batch and threads must be >= 1");
     const int64_t width = window == 0 ? table_->spec().max_length : window;
+    const size_t b = static_cast<size_t>(batch), w = static_cast<size_t>(width);
+    // Each buffer is owned by its NumPy array from the start: nothing leaks if
+    // planning or selection throws.
     auto* keys = new int64_t[batch];
+    auto keys_array = Owned(keys, {b});
     auto* start = new int32_t[batch];
+    auto start_array = Owned(start, {b});
     auto* probability = new float[batch];
+    auto probability_array = Owned(probability, {b});
     auto* mask = new bool[batch * width];
+    auto mask_array = Owned(mask, {b, w});
     auto* timestep = new int32_t[batch * width];
+    auto timestep_array = Owned(timestep, {b, w});
     SampleOutputs out{keys, start, probability, mask, timestep, {}};
     nb::list columns;
     for (int c = 0; c < table_->num_columns(); ++c) {
-      const int64_t row = width * table_->step_bytes(c);
-      auto* data = new uint8_t[batch * row];
+      const size_t row = w * static_cast<size_t>(table_->step_bytes(c));
+      auto* data = new uint8_t[b * row];
+      columns.append(Owned(data, {b, row}));
       out.columns.push_back(data);
-      columns.append(Owned(data, {static_cast<size_t>(batch), static_cast<size_t>(row)}));
     }
     const uint32_t words[2] = {std::get<0>(seed), std::get<1>(seed)};
     std::vector<Draw> draws(batch);
-    table_->Select({static_cast<Strategy>(strategy), param, batch, window}, words, draws.data());
-    const GatherParams params =
+    // Plan first (it checks the column limit) so nothing is pinned on error.
+    GatherParams params =
         PlanGather(*table_, draws.data(), batch, width, pad_left, out, table_->arena_data());
+    table_->Select({static_cast<Strategy>(strategy), param, batch, window}, words, draws.data());
     EmulateGather(params, threads);
     table_->Release(draws.data(), batch);
-    const size_t b = static_cast<size_t>(batch), w = static_cast<size_t>(width);
-    return nb::make_tuple(Owned(keys, {b}), Owned(start, {b}), Owned(probability, {b}),
-                          Owned(mask, {b, w}), Owned(timestep, {b, w}), columns);
+    return nb::make_tuple(keys_array, start_array, probability_array, mask_array,
+                          timestep_array, columns);
   }
 
   nb::dict Stats() const {

@@ -80,6 +80,11 @@ ffi::Error SampleCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch,
     const int64_t width = window == 0 ? table->spec().max_length : window;
     const SampleOutputs out = BindSampleOutputs(*table, rets, batch, width, /*host_results=*/false);
 
+    if (table->num_columns() > kMaxGpuColumns) {
+      return Fail("the GPU gather handles at most " + std::to_string(kMaxGpuColumns) +
+                  " columns; this table has " + std::to_string(table->num_columns()));
+    }
+
     uint32_t host_seed[2];
     cudaError_t error = cudaMemcpyAsync(host_seed, seed.typed_data(), sizeof(host_seed),
                                         cudaMemcpyDeviceToHost, stream);
@@ -91,13 +96,21 @@ ffi::Error SampleCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch,
     pending->draws.resize(batch);
     table->Select({static_cast<Strategy>(strategy), param, batch, window}, host_seed,
                   pending->draws.data());
-    auto release_now = [&] { table->Release(pending->draws.data(), batch); };
+    // Until the release is handed to the stream, any way out of here (error or
+    // exception) waits for what was enqueued and unpins the slots itself.
+    struct Unpin {
+      PendingRelease* pending;
+      cudaStream_t stream;
+      ~Unpin() {
+        if (pending == nullptr) return;
+        cudaStreamSynchronize(stream);
+        pending->table->Release(pending->draws.data(),
+                                static_cast<int64_t>(pending->draws.size()));
+      }
+    } unpin{pending.get(), stream};
 
     const std::optional<void*> device_draws = scratch.Allocate(batch * sizeof(Draw), 16);
-    if (!device_draws.has_value()) {
-      release_now();
-      return Fail("could not allocate scratch memory for the draws");
-    }
+    if (!device_draws.has_value()) return Fail("could not allocate scratch memory for the draws");
     // From pageable memory: returns once the bytes are staged, so the host
     // vector may be released by the callback later without racing the copy.
     error = cudaMemcpyAsync(*device_draws, pending->draws.data(), batch * sizeof(Draw),
@@ -108,17 +121,11 @@ ffi::Error SampleCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch,
                      pad_left != 0, out, table->device_arena());
       error = LaunchGather(params, stream);
     }
-    if (error == cudaSuccess) {
-      error = cudaLaunchHostFunc(stream, ReleaseAfterKernel, pending.get());
-      if (error == cudaSuccess) {
-        pending.release();  // the callback owns it now
-        return ffi::Error::Success();
-      }
-    }
-    // Nothing will read the slots: wait for what was enqueued, then unpin.
-    cudaStreamSynchronize(stream);
-    release_now();
-    return Fail(CudaError("launching the gather", error));
+    if (error == cudaSuccess) error = cudaLaunchHostFunc(stream, ReleaseAfterKernel, pending.get());
+    if (error != cudaSuccess) return Fail(CudaError("launching the gather", error));
+    unpin.pending = nullptr;  // the stream's host function unpins now, and owns `pending`
+    pending.release();
+    return ffi::Error::Success();
   } catch (...) {
     return FromException(std::current_exception());
   }
