@@ -7,6 +7,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -16,6 +17,7 @@
 #include "core/gather_plan.h"
 #include "core/random.h"
 #include "core/registry.h"
+#include "core/select_block.h"
 #include "core/table.h"
 #include "ffi_cpu.h"
 #if defined(GEARJAX_WITH_CUDA)
@@ -181,6 +183,47 @@ class NativeTable {
                           timestep_array, columns);
   }
 
+  // Takes and returns GPU-sample tickets by hand (tests of the slot protocol).
+  uint64_t BeginGpuSample(int64_t batch, int strategy, double param, int64_t window) {
+    GpuSelection selection;
+    nb::gil_scoped_release release;
+    return table_->BeginGpuSample({static_cast<Strategy>(strategy), param, batch, window},
+                                  &selection);
+  }
+  void EndGpuSample(uint64_t ticket) { table_->EndGpuSample(ticket); }
+
+  // Runs the GPU selection's row code on the CPU, reading the selection state
+  // through its "device" addresses (with the test mapping, the host ones):
+  // (keys, start, probability, slots, lengths) for the same seed as a sample.
+  nb::tuple EmulateGpuSelect(std::tuple<uint32_t, uint32_t> seed, int64_t batch, int strategy,
+                             double param, int64_t window) {
+    GpuSelection selection;
+    const uint64_t ticket = table_->BeginGpuSample(
+        {static_cast<Strategy>(strategy), param, batch, window}, &selection);
+    const uint32_t words[2] = {std::get<0>(seed), std::get<1>(seed)};
+    const size_t b = static_cast<size_t>(batch);
+    auto* keys = new int64_t[b];
+    auto keys_array = Owned(keys, {b});
+    auto* start = new int32_t[b];
+    auto start_array = Owned(start, {b});
+    auto* probability = new float[b];
+    auto probability_array = Owned(probability, {b});
+    auto* slots = new int64_t[b];
+    auto slots_array = Owned(slots, {b});
+    auto* lengths = new int64_t[b];
+    auto lengths_array = Owned(lengths, {b});
+    for (int64_t i = 0; i < batch; ++i) {
+      const Draw d = SelectRow(selection, words, window, i);
+      keys[i] = d.key;
+      start[i] = static_cast<int32_t>(d.start);
+      probability[i] = d.probability;
+      slots[i] = d.slot;
+      lengths[i] = d.length;
+    }
+    table_->EndGpuSample(ticket);
+    return nb::make_tuple(keys_array, start_array, probability_array, slots_array, lengths_array);
+  }
+
   nb::dict Stats() const {
     const gearjax::Stats s = table_->GetStats();
     nb::dict d;
@@ -195,6 +238,7 @@ class NativeTable {
     d["next_key"] = s.counters.next_key;
     d["writers_in_flight"] = s.writers;
     d["pinned_slots"] = s.pinned_slots;
+    d["gpu_samples_in_flight"] = s.gpu_samples_in_flight;
     d["bytes_reserved"] = s.bytes_reserved;
     d["bytes_used"] = s.bytes_used;
     d["seconds_alive"] = s.seconds_alive;
@@ -257,6 +301,11 @@ NB_MODULE(_gearjax, m) {
       .def("free_slots", &NativeTable::FreeSlots)
       .def("restore_state", &NativeTable::RestoreState, "next_key"_a, "inserts"_a, "samples"_a,
            "evictions"_a, "priority_updates"_a, "free_slots"_a)
+      .def("begin_gpu_sample", &NativeTable::BeginGpuSample, "batch"_a, "strategy"_a, "param"_a,
+           "window"_a)
+      .def("end_gpu_sample", &NativeTable::EndGpuSample, "ticket"_a)
+      .def("emulate_gpu_select", &NativeTable::EmulateGpuSelect, "seed"_a, "batch"_a,
+           "strategy"_a, "param"_a, "window"_a)
       .def("emulate_gpu_sample", &NativeTable::EmulateGpuSample, "seed"_a, "batch"_a,
            "strategy"_a, "param"_a, "window"_a, "pad_left"_a, "threads"_a)
       .def("stats", &NativeTable::Stats);
@@ -271,6 +320,21 @@ NB_MODULE(_gearjax, m) {
         return std::make_tuple(out.w[0], out.w[1], out.w[2], out.w[3]);
       },
       "counter"_a, "key"_a, "The core's Philox4x32-10 block function (for known-answer tests).");
+
+  // For tests on machines without a GPU: tables created while this is on get
+  // ordinary host memory that claims to be GPU-mapped at its own address, so
+  // the GPU code paths that only read "device" addresses run on the CPU.
+  m.def("_emulate_gpu_mapping", [](bool on) {
+    static const gearjax::MappedAllocator kHostAsMapped{
+        [](size_t bytes, void** device) -> void* {
+          // Page-aligned, like cudaHostAlloc.
+          void* p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+          *device = p;
+          return p;
+        },
+        [](void* p) { std::free(p); }};
+    gearjax::SetMappedAllocator(on ? &kHostAsMapped : nullptr);
+  });
 
   m.def("ffi_targets", []() {
     nb::dict targets;

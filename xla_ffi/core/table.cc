@@ -112,7 +112,11 @@ HostArena::~HostArena() {
 
 
 struct Table::Index {
-  explicit Index(int64_t capacity) : live(capacity), lengths(capacity) {}
+  Index(int64_t capacity, bool gpu_mapped)
+      : capacity(capacity), gpu_mapped(gpu_mapped), live(capacity, gpu_mapped),
+        lengths(capacity, gpu_mapped) {}
+  int64_t capacity;
+  bool gpu_mapped;
   OrderedMap<int64_t, int64_t> by_key;                           // key -> slot
   OrderedMap<std::pair<double, int64_t>, int64_t> by_priority;   // (priority, key) -> slot
   SumTree live;                                                  // 1 per live slot
@@ -132,11 +136,11 @@ Table::Table(TableSpec spec)
       arena_(ArenaBytes(spec_), spec_.gpu_mapped),
       created_at_(Clock::now()),
       state_(spec_.capacity, SlotState::kFree),
-      key_(spec_.capacity, -1),
-      length_(spec_.capacity, 0),
+      key_(spec_.capacity, spec_.gpu_mapped),
+      length_(spec_.capacity, spec_.gpu_mapped),
       priority_(spec_.capacity, 0.0),
       pins_(spec_.capacity, 0),
-      index_(std::make_unique<Index>(spec_.capacity)) {
+      index_(std::make_unique<Index>(spec_.capacity, spec_.gpu_mapped)) {
   size_t offset = 0;
   const size_t slot_steps = static_cast<size_t>(spec_.capacity) * spec_.max_length;
   for (const ColumnSpec& c : spec_.columns) {
@@ -202,7 +206,8 @@ std::string Table::LimiterStateLocked() const {
   return out.str();
 }
 
-int64_t Table::AcquireSlotLocked(std::unique_lock<std::mutex>& lock) {
+int64_t Table::AcquireSlotLocked(std::unique_lock<std::mutex>& lock, bool* evicted) {
+  *evicted = false;
   for (;;) {
     while (!free_slots_.empty()) {
       const int64_t slot = free_slots_.back();
@@ -218,6 +223,7 @@ int64_t Table::AcquireSlotLocked(std::unique_lock<std::mutex>& lock) {
         case Remover::kMinPriority: victim = index_->by_priority.begin()->second; break;
       }
       EvictLocked(victim);
+      *evicted = true;
       return victim;
     }
     // Every slot is being written by another inserter; copies are finite, so
@@ -236,8 +242,7 @@ void Table::EvictLocked(int64_t slot) {
   --live_;
   num_steps_ -= length_[slot];
   ++counters_.evictions;
-  state_[slot] = SlotState::kWriting;
-  key_[slot] = -1;
+  state_[slot] = SlotState::kWriting;  // key_ and length_ stay until republished
 }
 
 void Table::PublishLocked(int64_t slot, int64_t key, int64_t length, double priority) {
@@ -296,17 +301,22 @@ int64_t Table::Insert(const std::vector<const void*>& sources, int64_t length, d
   }
   ++writers_;
   int64_t slot = restore_slot;
+  bool evicted = false;
   if (!restoring) {
     try {
-      slot = AcquireSlotLocked(lock);
+      slot = AcquireSlotLocked(lock, &evicted);
     } catch (...) {
       --writers_;
       throw;
     }
   }
   state_[slot] = SlotState::kWriting;
-  // Samplers that drew this slot before it was evicted still copy from it.
-  changed_.wait(lock, [&] { return pins_[slot] == 0; });
+  // Samplers that drew this slot before it was evicted may still read it: CPU
+  // ones hold pins; GPU ones enqueued up to now hold tickets.
+  const uint64_t evicted_at = gpu_tickets_;
+  changed_.wait(lock, [&] {
+    return pins_[slot] == 0 && (!evicted || GpuQuietSince(evicted_at));
+  });
   lock.unlock();
 
   for (size_t c = 0; c < sources.size(); ++c) {
@@ -372,7 +382,7 @@ void Table::EnsurePriorityTree(double alpha) {
     throw InvalidArgument("a table keeps at most " + std::to_string(kMaxPriorityTrees) +
                           " Prioritized alphas; this one would be one more");
   }
-  SumTree tree(spec_.capacity);
+  SumTree tree(spec_.capacity, spec_.gpu_mapped);
   for (const auto& [key, slot] : index_->by_key) {
     const double w = PriorityWeight(priority_[slot], alpha);
     if (!std::isfinite(w)) {
@@ -384,7 +394,7 @@ void Table::EnsurePriorityTree(double alpha) {
   index_->priority_trees.emplace_back(alpha, std::move(tree));
 }
 
-void Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* draws) {
+void Table::CheckRequest(const SampleRequest& r) const {
   if (r.batch < 1) throw InvalidArgument("batch_size must be >= 1");
   if (r.window < 0 || r.window > spec_.max_length) {
     throw InvalidArgument("window must be in [1, max_length=" + std::to_string(spec_.max_length) +
@@ -395,9 +405,9 @@ void Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* draws) 
   if ((r.strategy == Strategy::kTopK || r.strategy == Strategy::kRecent) && !(r.param >= 1)) {
     throw InvalidArgument("TopK and Recent need a count >= 1");
   }
-  if (r.strategy == Strategy::kPrioritized) EnsurePriorityTree(r.param);
+}
 
-  std::unique_lock<std::mutex> lock(mu_);
+void Table::WaitToSampleLocked(std::unique_lock<std::mutex>& lock, const SampleRequest& r) {
   CheckOpenLocked();
   if (!CanSampleLocked(r.batch)) {
     const double timeout = spec_.limiter.timeout_seconds;
@@ -416,6 +426,13 @@ void Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* draws) 
   if (r.strategy == Strategy::kPrioritized && !(index_->FindTree(r.param)->Total() > 0)) {
     throw InvalidArgument("cannot sample with Prioritized: every stored trajectory has priority 0");
   }
+}
+
+void Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* draws) {
+  CheckRequest(r);
+  if (r.strategy == Strategy::kPrioritized) EnsurePriorityTree(r.param);
+  std::unique_lock<std::mutex> lock(mu_);
+  WaitToSampleLocked(lock, r);
   for (int64_t b = 0; b < r.batch; ++b) {
     const Words4 words = RowWords(seed, b);
     const uint32_t* w = words.w;
@@ -428,6 +445,37 @@ void Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* draws) 
   }
   counters_.samples += static_cast<double>(r.batch);
   changed_.notify_all();  // inserters may be waiting on the limiter
+}
+
+uint64_t Table::BeginGpuSample(const SampleRequest& r, GpuSelection* selection) {
+  CheckRequest(r);
+  if (key_.device_data() == nullptr || length_.device_data() == nullptr) {
+    throw InvalidArgument("this table's selection state is not GPU-mapped");
+  }
+  if (r.strategy == Strategy::kPrioritized) EnsurePriorityTree(r.param);
+  std::unique_lock<std::mutex> lock(mu_);
+  WaitToSampleLocked(lock, r);
+  const SumTree* tree = nullptr;
+  switch (r.strategy) {
+    case Strategy::kUniform: tree = &index_->live; break;
+    case Strategy::kTimestep: tree = &index_->lengths; break;
+    case Strategy::kPrioritized: tree = index_->FindTree(r.param); break;
+    default: throw InvalidArgument("TopK and Recent are not selected on the GPU");
+  }
+  if (tree->device_nodes() == nullptr) throw InvalidArgument("the sum tree is not GPU-mapped");
+  *selection = GpuSelection{tree->device_nodes(), tree->leaves(), key_.device_data(),
+                            length_.device_data()};
+  counters_.samples += static_cast<double>(r.batch);
+  const uint64_t ticket = ++gpu_tickets_;
+  gpu_in_flight_.insert(ticket);
+  changed_.notify_all();  // inserters may be waiting on the limiter
+  return ticket;
+}
+
+void Table::EndGpuSample(uint64_t ticket) {
+  std::lock_guard<std::mutex> lock(mu_);
+  gpu_in_flight_.erase(ticket);
+  changed_.notify_all();
 }
 
 void Table::Release(const Draw* draws, int64_t count) {
@@ -543,6 +591,7 @@ Stats Table::GetStats() const {
   s.num_steps = num_steps_;
   s.writers = writers_;
   s.pinned_slots = pinned_slots_;
+  s.gpu_samples_in_flight = static_cast<int64_t>(gpu_in_flight_.size());
   s.counters = counters_;
   s.bytes_reserved = static_cast<int64_t>(arena_.bytes());
   s.bytes_used = num_steps_ * bytes_per_step;

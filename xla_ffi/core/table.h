@@ -15,8 +15,15 @@
 //    it after copying. A writer takes its slot out of every index first, then
 //    waits for the slot's pins to drop to zero before copying into it. So no
 //    sample ever sees a window that is half old, half new data.
+//  * GPU samples select on the device, so they cannot pin the slots they draw.
+//    Instead each takes a ticket when it is enqueued (BeginGpuSample) and
+//    returns it when the stream has passed its kernels (EndGpuSample). A writer
+//    that evicted a slot also waits until every GPU sample enqueued before the
+//    eviction has ended: later ones see the slot's weight 0 and never draw it.
 //  * Keys are assigned when a trajectory is published, from a counter that only
-//    grows: unique, increasing with (publication) order, never reused.
+//    grows: unique, increasing with (publication) order, never reused. A slot
+//    keeps its key and length until it is republished, so a GPU sample that
+//    drew it just before its eviction reports the key of the data it read.
 #pragma once
 
 #include <chrono>
@@ -25,11 +32,13 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "common.h"
 #include "draw.h"
+#include "mapped_array.h"
 #include "memory.h"
 
 namespace gearjax {
@@ -95,8 +104,16 @@ struct Counters {
   int64_t priority_updates = 0;
 };
 
+// What a GPU selection kernel reads (device addresses; see select_block.h).
+struct GpuSelection {
+  const double* nodes;    // the strategy's sum tree
+  int64_t leaves;
+  const int64_t* keys;    // per slot
+  const int64_t* lengths; // per slot
+};
+
 struct Stats {
-  int64_t size, capacity, max_length, num_steps, writers, pinned_slots;
+  int64_t size, capacity, max_length, num_steps, writers, pinned_slots, gpu_samples_in_flight;
   Counters counters;
   int64_t bytes_reserved, bytes_used;
   double seconds_alive;
@@ -157,6 +174,14 @@ class Table {
   void Select(const SampleRequest& request, const uint32_t seed[2], Draw* draws);
   void Release(const Draw* draws, int64_t count);
 
+  // GPU sampling for the sum-tree strategies (Uniform, Timestep, Prioritized):
+  // waits on the rate limiter like Select, counts the samples, and returns the
+  // device view of the strategy's tree and a ticket to hand back with
+  // EndGpuSample once the stream has passed the kernels. Throws if the table
+  // is not GPU-mapped or the strategy has no tree.
+  uint64_t BeginGpuSample(const SampleRequest& request, GpuSelection* selection);
+  void EndGpuSample(uint64_t ticket);
+
   // Sets priorities of the keys still live; others are skipped. All values are
   // checked first (finite, >= 0): on error nothing changes. Later duplicates
   // win. Returns how many keys were live.
@@ -185,8 +210,14 @@ class Table {
 
   void CheckOpenLocked() const;
   bool CanSampleLocked(int64_t batch) const;
+  void CheckRequest(const SampleRequest& request) const;
+  // Waits until the limiter admits the request (or throws Timeout/Closed).
+  void WaitToSampleLocked(std::unique_lock<std::mutex>& lock, const SampleRequest& request);
+  bool GpuQuietSince(uint64_t ticket) const {
+    return gpu_in_flight_.empty() || *gpu_in_flight_.begin() > ticket;
+  }
   bool CanInsertLocked() const;
-  int64_t AcquireSlotLocked(std::unique_lock<std::mutex>& lock);
+  int64_t AcquireSlotLocked(std::unique_lock<std::mutex>& lock, bool* evicted);
   void EvictLocked(int64_t slot);
   void PublishLocked(int64_t slot, int64_t key, int64_t length, double priority);
   void SetPriorityLocked(int64_t slot, double priority);
@@ -207,11 +238,13 @@ class Table {
   // Slot lifecycle.
   enum class SlotState : uint8_t { kFree, kWriting, kLive };
   std::vector<SlotState> state_;
-  std::vector<int64_t> key_, length_;
+  MappedArray<int64_t> key_, length_;  // GPU kernels read them (see select_block.h)
   std::vector<double> priority_;
   std::vector<int32_t> pins_;
   std::vector<int64_t> free_slots_;  // may hold stale entries after restores; see AcquireSlotLocked
   int64_t live_ = 0, writers_ = 0, num_steps_ = 0, pinned_slots_ = 0;
+  uint64_t gpu_tickets_ = 0;           // last ticket handed out
+  std::set<uint64_t> gpu_in_flight_;   // tickets not yet returned
   Counters counters_;
   std::unique_ptr<Index> index_;
 };

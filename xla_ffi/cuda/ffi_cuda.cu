@@ -1,18 +1,21 @@
-// CUDA XLA FFI handlers, first stage: selection runs in the shared core on the
-// host and the gather runs on the GPU, reading the table zero-copy from
-// GPU-mapped pinned host memory into XLA's output buffers on XLA's stream.
+// CUDA XLA FFI handlers. The gather always runs on the GPU, reading the table
+// zero-copy from GPU-mapped pinned host memory into XLA's output buffers on
+// XLA's stream. Selection:
 //
-// Slot protocol: Select pins every drawn slot under the table's mutex before
-// the kernel is enqueued; a host function enqueued on the same stream after
-// the kernel releases the pins once the kernel has finished. Writers wait for
-// a slot's pins to drop before overwriting it, so no enqueued kernel ever
-// reads a slot being rewritten, and a kernel only reads slots selected while
-// live.
+// * Uniform, Timestep, Prioritized: on the GPU, from the seed in device memory
+//   and the sum trees, keys and lengths in mapped memory (select.cu); no host
+//   synchronisation. Slot protocol: the handler takes a ticket
+//   (Table::BeginGpuSample, which also applies the rate limiter) before
+//   enqueueing the kernels, and a host function enqueued after them returns
+//   it. A writer that evicts a slot waits for every ticket taken before the
+//   eviction; samples enqueued later see the slot's weight 0 and never draw it.
+// * TopK, Recent (order statistics, host-only structures): selected on the
+//   host. The seed is copied back with a stream synchronisation, the drawn
+//   slots are pinned (Table::Select), the draws are uploaded, and a host
+//   function unpins the slots after the gather.
 //
-// Costs this stage still pays (GPU-side selection removes them): the seed is
-// copied to the host with a stream synchronisation, and the draws go back to
-// the device with a small copy. These handlers have host logic, so they are
-// not command-buffer compatible.
+// The handlers keep host-side state and may wait on the rate limiter, so they
+// are not command-buffer compatible.
 #include "cuda/ffi_cuda.h"
 
 #include <cuda_runtime.h>
@@ -24,6 +27,7 @@
 #include "core/gather_plan.h"
 #include "core/memory.h"
 #include "cuda/gather.cuh"
+#include "cuda/select.cuh"
 #include "ffi_common.h"
 
 namespace ffi = xla::ffi;
@@ -64,6 +68,57 @@ void CUDART_CB ReleaseAfterKernel(void* data) {
   pending->table->Release(pending->draws.data(), static_cast<int64_t>(pending->draws.size()));
 }
 
+// Returns a GPU-sample ticket once the stream has passed the sample's kernels.
+struct PendingTicket {
+  std::shared_ptr<Table> table;
+  uint64_t ticket;
+};
+
+void CUDART_CB EndTicketAfterKernels(void* data) {
+  std::unique_ptr<PendingTicket> pending(static_cast<PendingTicket*>(data));
+  pending->table->EndGpuSample(pending->ticket);
+}
+
+// Selection and gather both on the GPU (sum-tree strategies).
+ffi::Error SampleOnDevice(cudaStream_t stream, ffi::ScratchAllocator& scratch,
+                          const uint32_t* seed, const std::shared_ptr<Table>& table,
+                          const SampleRequest& request, int64_t width, bool pad_left,
+                          const SampleOutputs& out) {
+  GpuSelection selection;
+  auto pending = std::make_unique<PendingTicket>();
+  pending->table = table;
+  pending->ticket = table->BeginGpuSample(request, &selection);
+  // Until the ticket is handed to the stream, any way out of here waits for
+  // what was enqueued and returns the ticket itself.
+  struct EndTicket {
+    PendingTicket* pending;
+    cudaStream_t stream;
+    ~EndTicket() {
+      if (pending == nullptr) return;
+      cudaStreamSynchronize(stream);
+      pending->table->EndGpuSample(pending->ticket);
+    }
+  } end_ticket{pending.get(), stream};
+
+  const std::optional<void*> draws = scratch.Allocate(request.batch * sizeof(Draw), 16);
+  if (!draws.has_value()) return Fail("could not allocate scratch memory for the draws");
+  auto* device_draws = static_cast<Draw*>(*draws);
+  cudaError_t error =
+      LaunchSelect(selection, seed, request.window, request.batch, device_draws, stream);
+  if (error == cudaSuccess) {
+    error = LaunchGather(PlanGather(*table, device_draws, request.batch, width, pad_left, out,
+                                    table->device_arena()),
+                         stream);
+  }
+  if (error == cudaSuccess) {
+    error = cudaLaunchHostFunc(stream, EndTicketAfterKernels, pending.get());
+  }
+  if (error != cudaSuccess) return Fail(CudaError("launching the sample", error));
+  end_ticket.pending = nullptr;  // the stream's host function returns the ticket now
+  pending.release();
+  return ffi::Error::Success();
+}
+
 ffi::Error SampleCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch,
                           ffi::Buffer<ffi::U32> seed, ffi::RemainingRets rets,
                           int64_t table_handle, int64_t batch_size, int64_t strategy, double param,
@@ -84,7 +139,14 @@ ffi::Error SampleCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch,
       return Fail("the GPU gather handles at most " + std::to_string(kMaxGpuColumns) +
                   " columns; this table has " + std::to_string(table->num_columns()));
     }
+    const SampleRequest request{static_cast<Strategy>(strategy), param, batch, window};
+    if (request.strategy == Strategy::kUniform || request.strategy == Strategy::kTimestep ||
+        request.strategy == Strategy::kPrioritized) {
+      return SampleOnDevice(stream, scratch, seed.typed_data(), table, request, width,
+                            pad_left != 0, out);
+    }
 
+    // TopK and Recent: select on the host.
     uint32_t host_seed[2];
     cudaError_t error = cudaMemcpyAsync(host_seed, seed.typed_data(), sizeof(host_seed),
                                         cudaMemcpyDeviceToHost, stream);
@@ -94,8 +156,7 @@ ffi::Error SampleCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch,
     auto pending = std::make_unique<PendingRelease>();
     pending->table = table;
     pending->draws.resize(batch);
-    table->Select({static_cast<Strategy>(strategy), param, batch, window}, host_seed,
-                  pending->draws.data());
+    table->Select(request, host_seed, pending->draws.data());
     // Until the release is handed to the stream, any way out of here (error or
     // exception) waits for what was enqueued and unpins the slots itself.
     struct Unpin {

@@ -1,0 +1,74 @@
+// A fixed-size, zero-initialised array in GPU-mapped pinned memory when asked
+// for and available (see memory.h), otherwise in ordinary memory. Host code
+// indexes it like a vector; GPU kernels read device_data() (nullptr when not
+// mapped). Used for the selection state GPU kernels read: sum trees, slot keys
+// and lengths.
+#pragma once
+
+#include <cstddef>
+#include <cstring>
+#include <new>
+#include <utility>
+
+#include "memory.h"
+
+namespace gearjax {
+
+template <typename T>
+class MappedArray {
+ public:
+  MappedArray(size_t size, bool gpu_mapped) : size_(size) {
+    const size_t bytes = sizeof(T) * (size > 0 ? size : 1);
+    if (gpu_mapped && GetMappedAllocator() != nullptr) {
+      void* device = nullptr;
+      data_ = static_cast<T*>(GetMappedAllocator()->allocate(bytes, &device));
+      if (data_ != nullptr) {
+        mapped_by_ = GetMappedAllocator();
+        device_ = static_cast<const T*>(device);
+      }
+    }
+    if (data_ == nullptr) {
+      data_ = static_cast<T*>(::operator new(bytes));
+    }
+    std::memset(static_cast<void*>(data_), 0, bytes);
+  }
+  ~MappedArray() { Free(); }
+  MappedArray(const MappedArray&) = delete;
+  MappedArray& operator=(const MappedArray&) = delete;
+  MappedArray(MappedArray&& other) noexcept { *this = std::move(other); }
+  MappedArray& operator=(MappedArray&& other) noexcept {
+    if (this != &other) {
+      Free();
+      data_ = std::exchange(other.data_, nullptr);
+      device_ = std::exchange(other.device_, nullptr);
+      mapped_by_ = std::exchange(other.mapped_by_, nullptr);
+      size_ = std::exchange(other.size_, 0);
+    }
+    return *this;
+  }
+
+  T& operator[](size_t i) { return data_[i]; }
+  const T& operator[](size_t i) const { return data_[i]; }
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  const T* device_data() const { return device_; }
+  size_t size() const { return size_; }
+
+ private:
+  void Free() {
+    if (data_ == nullptr) return;
+    if (mapped_by_ != nullptr) {
+      mapped_by_->release(data_);
+    } else {
+      ::operator delete(data_);
+    }
+    data_ = nullptr;
+  }
+
+  T* data_ = nullptr;
+  const T* device_ = nullptr;
+  const MappedAllocator* mapped_by_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace gearjax

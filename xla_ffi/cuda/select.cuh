@@ -1,0 +1,16 @@
+// Launching GPU-side selection (core/select_block.h) on a CUDA stream.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "core/draw.h"
+#include "core/table.h"
+
+namespace gearjax {
+
+// One thread per row: draws `batch` rows from the seed in device memory into
+// `draws` (device memory).
+cudaError_t LaunchSelect(const GpuSelection& selection, const uint32_t* seed, int64_t window,
+                         int64_t batch, Draw* draws, cudaStream_t stream);
+
+}  // namespace gearjax
