@@ -113,10 +113,7 @@ HostArena::~HostArena() {
 
 struct Table::Index {
   Index(int64_t capacity, bool gpu_mapped)
-      : capacity(capacity), gpu_mapped(gpu_mapped), live(capacity, gpu_mapped),
-        lengths(capacity, gpu_mapped) {}
-  int64_t capacity;
-  bool gpu_mapped;
+      : live(capacity, gpu_mapped), lengths(capacity, gpu_mapped) {}
   OrderedMap<int64_t, int64_t> by_key;                           // key -> slot
   OrderedMap<std::pair<double, int64_t>, int64_t> by_priority;   // (priority, key) -> slot
   SumTree live;                                                  // 1 per live slot
@@ -449,6 +446,9 @@ void Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* draws) 
 
 uint64_t Table::BeginGpuSample(const SampleRequest& r, GpuSelection* selection) {
   CheckRequest(r);
+  if (r.strategy == Strategy::kTopK || r.strategy == Strategy::kRecent) {
+    throw InvalidArgument("TopK and Recent are not selected on the GPU");
+  }
   if (key_.device_data() == nullptr || length_.device_data() == nullptr) {
     throw InvalidArgument("this table's selection state is not GPU-mapped");
   }
@@ -459,8 +459,7 @@ uint64_t Table::BeginGpuSample(const SampleRequest& r, GpuSelection* selection) 
   switch (r.strategy) {
     case Strategy::kUniform: tree = &index_->live; break;
     case Strategy::kTimestep: tree = &index_->lengths; break;
-    case Strategy::kPrioritized: tree = index_->FindTree(r.param); break;
-    default: throw InvalidArgument("TopK and Recent are not selected on the GPU");
+    default: tree = index_->FindTree(r.param); break;  // Prioritized
   }
   if (tree->device_nodes() == nullptr) throw InvalidArgument("the sum tree is not GPU-mapped");
   *selection = GpuSelection{tree->device_nodes(), tree->leaves(), key_.device_data(),
