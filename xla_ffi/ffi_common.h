@@ -5,6 +5,7 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "core/gather_cpu.h"
 #include "core/huge_pages.h"
@@ -38,6 +39,19 @@ inline std::shared_ptr<Table> LookUp(int64_t handle) {
   auto table = FindTable(handle);
   if (!table) throw Closed("table handle " + std::to_string(handle) + " is closed or unknown");
   return table;
+}
+
+// The sample call's attributes, in the order every sample handler takes them
+// after its context, seed and results (the contract with gearjax/_ffi.py).
+template <typename Binding>
+auto BindSampleAttrs(Binding binding) {
+  return std::move(binding)
+      .template Attr<int64_t>("table_handle")
+      .template Attr<int64_t>("batch_size")
+      .template Attr<int64_t>("strategy")
+      .template Attr<double>("param")
+      .template Attr<int64_t>("window")
+      .template Attr<int64_t>("pad_left");
 }
 
 // Checks every result's size against the table and returns where to write.

@@ -222,16 +222,10 @@ ffi::Error InsertBatchImpl(ffi::AnyBuffer lengths, ffi::AnyBuffer priorities,
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SampleCpu, SampleImpl,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::Buffer<ffi::U32>>()
-                                  .RemainingRets()
-                                  .Attr<int64_t>("table_handle")
-                                  .Attr<int64_t>("batch_size")
-                                  .Attr<int64_t>("strategy")
-                                  .Attr<double>("param")
-                                  .Attr<int64_t>("window")
-                                  .Attr<int64_t>("pad_left"));
+                              BindSampleAttrs(ffi::Ffi::Bind()
+                                                  .Ctx<ffi::ThreadPool>()
+                                                  .Arg<ffi::Buffer<ffi::U32>>()
+                                                  .RemainingRets()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(InsertBatchCpu, InsertBatchImpl,
                               ffi::Ffi::Bind()

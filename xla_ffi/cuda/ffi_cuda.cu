@@ -260,17 +260,11 @@ bool InitCudaMemory() {
 }
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SampleCuda, SampleCudaImpl,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Ctx<ffi::ScratchAllocator>()
-                                  .Arg<ffi::Buffer<ffi::U32>>()
-                                  .RemainingRets()
-                                  .Attr<int64_t>("table_handle")
-                                  .Attr<int64_t>("batch_size")
-                                  .Attr<int64_t>("strategy")
-                                  .Attr<double>("param")
-                                  .Attr<int64_t>("window")
-                                  .Attr<int64_t>("pad_left"));
+                              BindSampleAttrs(ffi::Ffi::Bind()
+                                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                                  .Ctx<ffi::ScratchAllocator>()
+                                                  .Arg<ffi::Buffer<ffi::U32>>()
+                                                  .RemainingRets()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(UpdatePrioritiesCuda, UpdatePrioritiesCudaImpl,
                               ffi::Ffi::Bind()
