@@ -32,12 +32,13 @@ def sample_call(seed: jax.Array, *, batch: int, handle: int, strategy: int, para
                 window: int, width: int, pad_left: bool,
                 columns: list[tuple[tuple[int, ...], np.dtype]]):
     """Samples ``batch`` rows determined by ``seed`` (uint32[2]); returns (keys,
-    start, probability, mask, timestep, *columns). ``window=0`` asks for whole
+    start, probability, table_size, mask, timestep, *columns). ``window=0`` asks for whole
     trajectories of ``width`` (= max_length) steps."""
     result_types = [
         jax.ShapeDtypeStruct((batch,), np.int64),
         jax.ShapeDtypeStruct((batch,), np.int32),
         jax.ShapeDtypeStruct((batch,), np.float32),
+        jax.ShapeDtypeStruct((batch,), np.int64),
         jax.ShapeDtypeStruct((batch, width), np.bool_),
         jax.ShapeDtypeStruct((batch, width), np.int32),
     ] + [jax.ShapeDtypeStruct((batch, width, *shape), dtype) for shape, dtype in columns]

@@ -20,7 +20,11 @@ class Batch:
       keys: ``[B]`` int64 key of each row's trajectory.
       start: ``[B]`` int32 first step of each window in its trajectory.
       probability: ``[B]`` float32 probability with which each row's trajectory
-        was drawn, for importance weights.
+        was drawn.
+      table_size: ``[B]`` int64 number of trajectories stored when the row was
+        drawn. With ``probability``, what prioritized replay's importance
+        weights need: ``w = (table_size * probability) ** -beta``, usually
+        divided by its maximum.
     """
 
     columns: dict[str, jax.Array]
@@ -29,6 +33,7 @@ class Batch:
     keys: jax.Array
     start: jax.Array
     probability: jax.Array
+    table_size: jax.Array
 
     def __getitem__(self, name: str) -> jax.Array:
         return self.columns[name]

@@ -366,13 +366,13 @@ class Table:
     def _sample_traced(self, rng_key, *, batch_size, window, strategy, pad) -> Batch:
         # One 64-bit seed; the native core expands it per row (Philox4x32-10).
         seed = jax.random.bits(rng_key, (2,), jnp.uint32)
-        keys, start, probability, mask, timestep, *columns = _ffi.sample_call(
+        keys, start, probability, table_size, mask, timestep, *columns = _ffi.sample_call(
             seed, batch=batch_size, handle=self._native.handle, strategy=strategy.code,
             param=strategy.param,
             window=window or 0, width=window or self._max_length, pad_left=pad == "left",
             columns=[(c.shape, c.dtype) for c in self._columns.values()])
         return Batch(columns=dict(zip(self._columns, columns)), mask=mask, timestep=timestep,
-                     keys=keys, start=start, probability=probability)
+                     keys=keys, start=start, probability=probability, table_size=table_size)
 
     # ------------------------------------------------------------ priorities
     def update_priorities(self, keys: Any, priorities: Any) -> Any:

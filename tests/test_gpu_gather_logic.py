@@ -43,12 +43,13 @@ def test_emulated_gpu_gather_equals_the_cpu_handler(table, strategy, window, pad
     seed = np.asarray(jax.random.bits(key, (2,), jnp.uint32))
     if isinstance(strategy, gx.Prioritized):
         table._native.ensure_priority_tree(strategy.alpha)
-    keys, start, probability, mask, timestep, columns = table._native.emulate_gpu_sample(
+    keys, start, probability, table_size, mask, timestep, columns = table._native.emulate_gpu_sample(
         (int(seed[0]), int(seed[1])), 24, strategy.code, strategy.param, window or 0,
         pad == "left", threads)
     np.testing.assert_array_equal(keys, batch.keys)
     np.testing.assert_array_equal(start, batch.start)
     np.testing.assert_array_equal(probability, batch.probability)
+    np.testing.assert_array_equal(table_size, batch.table_size)
     np.testing.assert_array_equal(mask, batch.mask)
     np.testing.assert_array_equal(timestep, batch.timestep)
     for (name, column), raw in zip(COLUMNS.items(), columns):

@@ -46,11 +46,12 @@ def test_gpu_selection_equals_cpu_selection(mapped_table, strategy, window):
     key = jax.random.key(11)
     batch = mapped_table.sample(key, 256, window, strategy)
     seed = np.asarray(jax.random.bits(key, (2,), jnp.uint32))
-    keys, start, probability, slots, lengths = mapped_table._native.emulate_gpu_select(
+    keys, start, probability, table_size, slots, lengths = mapped_table._native.emulate_gpu_select(
         (int(seed[0]), int(seed[1])), 256, strategy.code, strategy.param, window or 0)
     np.testing.assert_array_equal(keys, batch.keys)
     np.testing.assert_array_equal(start, batch.start)
     np.testing.assert_array_equal(probability, batch.probability)
+    np.testing.assert_array_equal(table_size, batch.table_size)
     contents = mapped_table.contents()
     np.testing.assert_array_equal(lengths, contents["length"][np.searchsorted(contents["key"], keys)])
 

@@ -113,6 +113,19 @@ def test_probability_is_what_the_strategy_says(filled):
     np.testing.assert_allclose(batch.probability, 1 / len(stored), rtol=1e-6)
 
 
+def test_table_size_is_the_size_when_drawn_and_gives_importance_weights(filled):
+    table, stored = filled
+    batch = table.sample(jax.random.key(0), 32, 2, gx.Prioritized(1.0))
+    assert batch.table_size.dtype == jnp.int64
+    np.testing.assert_array_equal(batch.table_size, len(stored))
+    # Uniform draws have importance weight exactly 1: N * (1 / N).
+    uniform = table.sample(jax.random.key(0), 32, 2, gx.Uniform())
+    np.testing.assert_allclose(uniform.table_size * uniform.probability, 1.0, rtol=1e-6)
+    table.insert({name: np.asarray(v[:1]) for name, v in next(iter(stored.values())).items()})
+    later = table.sample(jax.random.key(0), 4, 2)
+    np.testing.assert_array_equal(later.table_size, len(stored) + 1)
+
+
 @pytest.mark.parametrize("kwargs, error", [
     (dict(batch_size=0), ValueError),
     (dict(batch_size=-3), ValueError),

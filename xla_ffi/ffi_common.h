@@ -16,7 +16,7 @@
 namespace gearjax {
 
 // Results before the per-column buffers, in order.
-enum FixedOutput { kKeys = 0, kStart, kProbability, kMask, kTimestep, kNumFixed };
+enum FixedOutput { kKeys = 0, kStart, kProbability, kTableSize, kMask, kTimestep, kNumFixed };
 
 inline xla::ffi::Error Fail(const std::string& what) {
   return xla::ffi::Error(xla::ffi::ErrorCode::kInvalidArgument, "gearjax: " + what);
@@ -76,6 +76,7 @@ inline SampleOutputs BindSampleOutputs(const Table& table, xla::ffi::RemainingRe
   out.keys = static_cast<int64_t*>(bind(kKeys, batch * 8, "keys"));
   out.start = static_cast<int32_t*>(bind(kStart, batch * 4, "start"));
   out.probability = static_cast<float*>(bind(kProbability, batch * 4, "probability"));
+  out.table_size = static_cast<int64_t*>(bind(kTableSize, batch * 8, "table_size"));
   out.mask = static_cast<bool*>(bind(kMask, batch * width, "mask"));
   out.timestep = static_cast<int32_t*>(bind(kTimestep, batch * width * 4, "timestep"));
   for (int c = 0; c < num_columns; ++c) {

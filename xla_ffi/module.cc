@@ -144,8 +144,8 @@ class NativeTable {
   }
 
   // Samples like the CPU handler but gathers with the GPU kernel's block code
-  // run on the CPU (EmulateGather): (keys, start, probability, mask, timestep,
-  // [column bytes as uint8 [batch, width * step_bytes]]). For tests.
+  // run on the CPU (EmulateGather): (keys, start, probability, table_size,
+  // mask, timestep, [column bytes as uint8 [batch, width * step_bytes]]).
   nb::tuple EmulateGpuSample(std::tuple<uint32_t, uint32_t> seed, int64_t batch, int strategy,
                              double param, int64_t window, bool pad_left, int64_t threads) {
     if (batch < 1 || threads < 1) throw InvalidArgument("batch and threads must be >= 1");
@@ -159,11 +159,13 @@ class NativeTable {
     auto start_array = Owned(start, {b});
     auto* probability = new float[batch];
     auto probability_array = Owned(probability, {b});
+    auto* table_size = new int64_t[batch];
+    auto table_size_array = Owned(table_size, {b});
     auto* mask = new bool[batch * width];
     auto mask_array = Owned(mask, {b, w});
     auto* timestep = new int32_t[batch * width];
     auto timestep_array = Owned(timestep, {b, w});
-    SampleOutputs out{keys, start, probability, mask, timestep, {}};
+    SampleOutputs out{keys, start, probability, table_size, mask, timestep, {}};
     nb::list columns;
     for (int c = 0; c < table_->num_columns(); ++c) {
       const size_t row = w * static_cast<size_t>(table_->step_bytes(c));
@@ -179,8 +181,8 @@ class NativeTable {
     table_->Select({static_cast<Strategy>(strategy), param, batch, window}, words, draws.data());
     EmulateGather(params, threads);
     table_->Release(draws.data(), batch);
-    return nb::make_tuple(keys_array, start_array, probability_array, mask_array,
-                          timestep_array, columns);
+    return nb::make_tuple(keys_array, start_array, probability_array, table_size_array,
+                          mask_array, timestep_array, columns);
   }
 
   // Takes and returns GPU-sample tickets by hand (tests of the slot protocol).
@@ -194,7 +196,7 @@ class NativeTable {
 
   // Runs the GPU selection's row code on the CPU, reading the selection state
   // through its "device" addresses (with the test mapping, the host ones):
-  // (keys, start, probability, slots, lengths) for the same seed as a sample.
+  // (keys, start, probability, table_size, slots, lengths) for the same seed.
   nb::tuple EmulateGpuSelect(std::tuple<uint32_t, uint32_t> seed, int64_t batch, int strategy,
                              double param, int64_t window) {
     GpuSelection selection;
@@ -208,6 +210,8 @@ class NativeTable {
     auto start_array = Owned(start, {b});
     auto* probability = new float[b];
     auto probability_array = Owned(probability, {b});
+    auto* table_size = new int64_t[b];
+    auto table_size_array = Owned(table_size, {b});
     auto* slots = new int64_t[b];
     auto slots_array = Owned(slots, {b});
     auto* lengths = new int64_t[b];
@@ -217,11 +221,13 @@ class NativeTable {
       keys[i] = d.key;
       start[i] = static_cast<int32_t>(d.start);
       probability[i] = d.probability;
+      table_size[i] = d.table_size;
       slots[i] = d.slot;
       lengths[i] = d.length;
     }
     table_->EndGpuSample(ticket);
-    return nb::make_tuple(keys_array, start_array, probability_array, slots_array, lengths_array);
+    return nb::make_tuple(keys_array, start_array, probability_array, table_size_array,
+                          slots_array, lengths_array);
   }
 
   nb::dict Stats() const {

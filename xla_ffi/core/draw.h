@@ -1,6 +1,7 @@
 // One sampled row: the slot it reads (pinned while read), the trajectory's key
-// and length, where the window starts, and the draw's probability. Shared by
-// the table's selection and the CPU and GPU gathers.
+// and length, where the window starts, how many trajectories the table held
+// when it was drawn, and the draw's probability (with table_size, what
+// importance weights need). Shared by selection and the CPU and GPU gathers.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,7 @@ struct Draw {
   int64_t key;
   int64_t length;
   int64_t start;
+  int64_t table_size;
   float probability;
 };
 

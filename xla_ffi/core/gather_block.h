@@ -34,6 +34,7 @@ struct GatherParams {
   int64_t* keys;
   int32_t* start;
   float* probability;
+  int64_t* table_size;
   bool* mask;
   int32_t* timestep;
   GatherColumn columns[kMaxGpuColumns];
@@ -76,7 +77,7 @@ GEARJAX_HD void BlockPad(uint8_t* row, int64_t lo, int64_t hi, const uint8_t* pa
 
 // The work of block (row b, column c, part z): row bytes [z * kBytesPerGatherBlock,
 // (z + 1) * kBytesPerGatherBlock) of column c of row b. Part 0 of column 0 also
-// writes the row's keys, start, probability, mask and timesteps.
+// writes the row's keys, start, probability, table size, mask and timesteps.
 GEARJAX_HD void GatherBlock(const GatherParams& p, int64_t b, int c, int64_t z, int64_t thread,
                             int64_t threads) {
   const Draw d = p.draws[b];
@@ -92,6 +93,7 @@ GEARJAX_HD void GatherBlock(const GatherParams& p, int64_t b, int c, int64_t z, 
       p.keys[b] = d.key;
       p.start[b] = static_cast<int32_t>(d.start);
       p.probability[b] = d.probability;
+      p.table_size[b] = d.table_size;
     }
   }
   const GatherColumn& col = p.columns[c];

@@ -71,6 +71,7 @@ void GatherRows(const Table& table, const Draw* draws, int64_t row_begin, int64_
     out.keys[b] = d.key;
     out.start[b] = static_cast<int32_t>(d.start);
     out.probability[b] = d.probability;
+    out.table_size[b] = d.table_size;
     bool* mask = out.mask + b * width;
     int32_t* timestep = out.timestep + b * width;
     for (int64_t i = 0; i < width; ++i) {

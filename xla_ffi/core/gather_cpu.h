@@ -13,6 +13,7 @@ struct SampleOutputs {
   int64_t* keys;                 // [B]
   int32_t* start;                // [B]
   float* probability;            // [B]
+  int64_t* table_size;           // [B]
   bool* mask;                    // [B, W]
   int32_t* timestep;             // [B, W]
   std::vector<uint8_t*> columns; // [B, W, step_bytes[c]] each

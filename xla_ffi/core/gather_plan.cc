@@ -21,6 +21,7 @@ GatherParams PlanGather(const Table& table, const Draw* draws, int64_t batch, in
   p.keys = out.keys;
   p.start = out.start;
   p.probability = out.probability;
+  p.table_size = out.table_size;
   p.mask = out.mask;
   p.timestep = out.timestep;
   for (int c = 0; c < p.num_columns; ++c) {

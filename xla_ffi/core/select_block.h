@@ -23,6 +23,7 @@ GEARJAX_HD Draw SelectRow(const GpuSelection& s, const uint32_t seed[2], int64_t
   d.slot = SumTreeDraw(s.nodes, s.leaves, UniformFromBits(words.w[0], words.w[1]));
   d.key = s.keys[d.slot];
   d.length = s.lengths[d.slot];
+  d.table_size = s.table_size;
   d.probability = static_cast<float>(s.nodes[s.leaves + d.slot] / s.nodes[1]);
   d.start = window == 0 ? 0 : static_cast<int64_t>(BelowFromBits(words.w[2], words.w[3], d.length));
   return d;

@@ -438,6 +438,7 @@ void Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* draws) 
     d.key = key_[d.slot];
     d.length = length_[d.slot];
     d.start = r.window == 0 ? 0 : static_cast<int64_t>(BelowFromBits(w[2], w[3], d.length));
+    d.table_size = live_;
     if (pins_[d.slot]++ == 0) ++pinned_slots_;
   }
   counters_.samples += static_cast<double>(r.batch);
@@ -463,7 +464,7 @@ uint64_t Table::BeginGpuSample(const SampleRequest& r, GpuSelection* selection) 
   }
   if (tree->device_nodes() == nullptr) throw InvalidArgument("the sum tree is not GPU-mapped");
   *selection = GpuSelection{tree->device_nodes(), tree->leaves(), key_.device_data(),
-                            length_.device_data()};
+                            length_.device_data(), live_};
   counters_.samples += static_cast<double>(r.batch);
   const uint64_t ticket = ++gpu_tickets_;
   gpu_in_flight_.insert(ticket);

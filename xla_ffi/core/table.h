@@ -110,6 +110,7 @@ struct GpuSelection {
   int64_t leaves;
   const int64_t* keys;    // per slot
   const int64_t* lengths; // per slot
+  int64_t table_size;     // trajectories stored when the sample began
 };
 
 struct Stats {
