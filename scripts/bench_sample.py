@@ -8,7 +8,7 @@ produce a full, materialised batch:
                  pad="left")`` inside ``jax.jit``, returning the payload column
                  (as Flashbax's sample returns its experience); skipped, with the
                  import error recorded, when ``import gearjax`` fails.
-  gearjax-batch  the same, returning the whole gx.Batch (6 arrays) to Python:
+  gearjax-batch  the same, returning the whole gx.Batch (every array) to Python:
                  shows what handing every leaf back to the host costs.
   flashbax       ``flashbax.make_trajectory_buffer(...).sample`` inside ``jax.jit``
                  (buffer state passed as an argument, period=1).
@@ -180,12 +180,12 @@ def gearjax_sampler(case: Case, data: np.ndarray, seed: int, n_calls: int,
     keys = jax_keys(seed, n_calls)
     notes = [
         f"gx.Uniform(), pad='left', window={case.window}; "
-        + ("returns the whole gx.Batch (6 leaves: the column, mask, timestep, keys, start, "
-           "probability) to Python; GB/s counts the payload column only"
+        + ("returns the whole gx.Batch (the column plus mask, timestep, keys, start, "
+           "probability and table_size) to Python; GB/s counts the payload column only"
            if whole_batch else
            "the jitted function returns only the payload column, as Flashbax's returns only "
-           "its experience; mask, timestep, keys, start and probability are still computed "
-           "(one custom call writes them all)")
+           "its experience; the Batch's other arrays are still computed (one custom call "
+           "writes them all)")
     ]
     return Sampler(lambda i: sample(keys[i]), lambda out: out["obs"], table.close, notes)
 
