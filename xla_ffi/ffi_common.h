@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/gather_cpu.h"
 #include "core/huge_pages.h"
@@ -32,6 +33,31 @@ inline xla::ffi::Error FromException(std::exception_ptr p) {
     return ffi::Error(ffi::ErrorCode::kFailedPrecondition, std::string("gearjax: ") + e.what());
   } catch (const std::exception& e) {
     return Fail(e.what());
+  }
+}
+
+// Reads n keys (int32, uint32 or int64) into int64; false for other dtypes.
+inline bool ReadKeys(xla::ffi::DataType type, const void* data, size_t n,
+                     std::vector<int64_t>& out) {
+  using xla::ffi::DataType;
+  auto copy = [&](auto* values) { out.assign(values, values + n); return true; };
+  switch (type) {
+    case DataType::S32: return copy(static_cast<const int32_t*>(data));
+    case DataType::U32: return copy(static_cast<const uint32_t*>(data));
+    case DataType::S64: return copy(static_cast<const int64_t*>(data));
+    default: return false;
+  }
+}
+
+// Reads n priorities (float32 or float64) into double; false for other dtypes.
+inline bool ReadPriorities(xla::ffi::DataType type, const void* data, size_t n,
+                           std::vector<double>& out) {
+  using xla::ffi::DataType;
+  auto copy = [&](auto* values) { out.assign(values, values + n); return true; };
+  switch (type) {
+    case DataType::F32: return copy(static_cast<const float*>(data));
+    case DataType::F64: return copy(static_cast<const double*>(data));
+    default: return false;
   }
 }
 

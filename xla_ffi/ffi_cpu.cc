@@ -105,27 +105,15 @@ ffi::Error SampleImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::U32> seed, ffi::Rem
   }
 }
 
-// Reads keys (int32, uint32 or int64) into int64.
+// The buffer's elements as keys / priorities (host memory: this is the CPU).
 bool ReadKeys(const ffi::AnyBuffer& buffer, std::vector<int64_t>& out) {
-  const size_t n = buffer.element_count();
-  auto copy = [&](auto* data) { out.assign(data, data + n); return true; };
-  switch (buffer.element_type()) {
-    case ffi::DataType::S32: return copy(buffer.typed_data<int32_t>());
-    case ffi::DataType::U32: return copy(buffer.typed_data<uint32_t>());
-    case ffi::DataType::S64: return copy(buffer.typed_data<int64_t>());
-    default: return false;
-  }
+  return gearjax::ReadKeys(buffer.element_type(), buffer.untyped_data(), buffer.element_count(),
+                           out);
 }
 
-// Reads priorities (float32 or float64) into double.
 bool ReadPriorities(const ffi::AnyBuffer& buffer, std::vector<double>& out) {
-  const size_t n = buffer.element_count();
-  auto copy = [&](auto* data) { out.assign(data, data + n); return true; };
-  switch (buffer.element_type()) {
-    case ffi::DataType::F32: return copy(buffer.typed_data<float>());
-    case ffi::DataType::F64: return copy(buffer.typed_data<double>());
-    default: return false;
-  }
+  return gearjax::ReadPriorities(buffer.element_type(), buffer.untyped_data(),
+                                 buffer.element_count(), out);
 }
 
 ffi::Error UpdatePrioritiesImpl(ffi::AnyBuffer keys, ffi::AnyBuffer priorities,

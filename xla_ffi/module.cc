@@ -107,17 +107,15 @@ class NativeTable {
       items = table_->PinItems(wanted.data(), static_cast<int64_t>(wanted.shape(0)));
     }
     const size_t n = items.size();
-    auto* key = new int64_t[n];
-    auto* slot = new int64_t[n];
-    auto* length = new int64_t[n];
-    auto* priority = new double[n];
+    NewArray<int64_t> key({n}), slot({n}), length({n});
+    NewArray<double> priority({n});
     for (size_t i = 0; i < n; ++i) {
-      key[i] = items[i].key;
-      slot[i] = items[i].slot;
-      length[i] = items[i].length;
-      priority[i] = items[i].priority;
+      key.data[i] = items[i].key;
+      slot.data[i] = items[i].slot;
+      length.data[i] = items[i].length;
+      priority.data[i] = items[i].priority;
     }
-    return nb::make_tuple(Owned(key, n), Owned(slot, n), Owned(length, n), Owned(priority, n));
+    return nb::make_tuple(key.array, slot.array, length.array, priority.array);
   }
 
   void UnpinSlots(Int64Array slots) {
@@ -151,27 +149,17 @@ class NativeTable {
     if (batch < 1 || threads < 1) throw InvalidArgument("batch and threads must be >= 1");
     const int64_t width = window == 0 ? table_->spec().max_length : window;
     const size_t b = static_cast<size_t>(batch), w = static_cast<size_t>(width);
-    // Each buffer is owned by its NumPy array from the start: nothing leaks if
-    // planning or selection throws.
-    auto* keys = new int64_t[batch];
-    auto keys_array = Owned(keys, {b});
-    auto* start = new int32_t[batch];
-    auto start_array = Owned(start, {b});
-    auto* probability = new float[batch];
-    auto probability_array = Owned(probability, {b});
-    auto* table_size = new int64_t[batch];
-    auto table_size_array = Owned(table_size, {b});
-    auto* mask = new bool[batch * width];
-    auto mask_array = Owned(mask, {b, w});
-    auto* timestep = new int32_t[batch * width];
-    auto timestep_array = Owned(timestep, {b, w});
-    SampleOutputs out{keys, start, probability, table_size, mask, timestep, {}};
+    NewArray<int64_t> keys({b}), table_size({b});
+    NewArray<int32_t> start({b}), timestep({b, w});
+    NewArray<float> probability({b});
+    NewArray<bool> mask({b, w});
+    SampleOutputs out{keys.data, start.data, probability.data, table_size.data,
+                      mask.data,  timestep.data, {}};
     nb::list columns;
     for (int c = 0; c < table_->num_columns(); ++c) {
-      const size_t row = w * static_cast<size_t>(table_->step_bytes(c));
-      auto* data = new uint8_t[b * row];
-      columns.append(Owned(data, {b, row}));
-      out.columns.push_back(data);
+      NewArray<uint8_t> column({b, w * static_cast<size_t>(table_->step_bytes(c))});
+      columns.append(column.array);
+      out.columns.push_back(column.data);
     }
     const uint32_t words[2] = {std::get<0>(seed), std::get<1>(seed)};
     std::vector<Draw> draws(batch);
@@ -181,8 +169,8 @@ class NativeTable {
     table_->Select({static_cast<Strategy>(strategy), param, batch, window}, words, draws.data());
     EmulateGather(params, threads);
     table_->Release(draws.data(), batch);
-    return nb::make_tuple(keys_array, start_array, probability_array, table_size_array,
-                          mask_array, timestep_array, columns);
+    return nb::make_tuple(keys.array, start.array, probability.array, table_size.array,
+                          mask.array, timestep.array, columns);
   }
 
   // Takes and returns GPU-sample tickets by hand (tests of the slot protocol).
@@ -199,35 +187,27 @@ class NativeTable {
   // (keys, start, probability, table_size, slots, lengths) for the same seed.
   nb::tuple EmulateGpuSelect(std::tuple<uint32_t, uint32_t> seed, int64_t batch, int strategy,
                              double param, int64_t window) {
+    if (batch < 1) throw InvalidArgument("batch must be >= 1");
+    const size_t b = static_cast<size_t>(batch);
+    NewArray<int64_t> keys({b}), table_size({b}), slots({b}), lengths({b});
+    NewArray<int32_t> start({b});
+    NewArray<float> probability({b});
     GpuSelection selection;
     const uint64_t ticket = table_->BeginGpuSample(
         {static_cast<Strategy>(strategy), param, batch, window}, &selection);
     const uint32_t words[2] = {std::get<0>(seed), std::get<1>(seed)};
-    const size_t b = static_cast<size_t>(batch);
-    auto* keys = new int64_t[b];
-    auto keys_array = Owned(keys, {b});
-    auto* start = new int32_t[b];
-    auto start_array = Owned(start, {b});
-    auto* probability = new float[b];
-    auto probability_array = Owned(probability, {b});
-    auto* table_size = new int64_t[b];
-    auto table_size_array = Owned(table_size, {b});
-    auto* slots = new int64_t[b];
-    auto slots_array = Owned(slots, {b});
-    auto* lengths = new int64_t[b];
-    auto lengths_array = Owned(lengths, {b});
     for (int64_t i = 0; i < batch; ++i) {
       const Draw d = SelectRow(selection, words, window, i);
-      keys[i] = d.key;
-      start[i] = static_cast<int32_t>(d.start);
-      probability[i] = d.probability;
-      table_size[i] = d.table_size;
-      slots[i] = d.slot;
-      lengths[i] = d.length;
+      keys.data[i] = d.key;
+      start.data[i] = static_cast<int32_t>(d.start);
+      probability.data[i] = d.probability;
+      table_size.data[i] = d.table_size;
+      slots.data[i] = d.slot;
+      lengths.data[i] = d.length;
     }
     table_->EndGpuSample(ticket);
-    return nb::make_tuple(keys_array, start_array, probability_array, table_size_array,
-                          slots_array, lengths_array);
+    return nb::make_tuple(keys.array, start.array, probability.array, table_size.array,
+                          slots.array, lengths.array);
   }
 
   nb::dict Stats() const {
@@ -252,18 +232,20 @@ class NativeTable {
   }
 
  private:
+  // A new NumPy array that owns its buffer from the start (so nothing leaks if
+  // a later step throws), and the buffer to fill.
   template <typename T>
-  static nb::ndarray<nb::numpy, T, nb::ndim<1>> Owned(T* data, size_t n) {
-    nb::capsule owner(data, [](void* p) noexcept { delete[] static_cast<T*>(p); });
-    const size_t shape[1] = {n};
-    return {data, 1, shape, owner};
-  }
-
-  template <typename T>
-  static nb::ndarray<nb::numpy, T> Owned(T* data, std::initializer_list<size_t> shape) {
-    nb::capsule owner(data, [](void* p) noexcept { delete[] static_cast<T*>(p); });
-    return {data, shape.size(), shape.begin(), owner};
-  }
+  struct NewArray {
+    explicit NewArray(std::initializer_list<size_t> shape) {
+      size_t n = 1;
+      for (size_t d : shape) n *= d;
+      data = new T[n];
+      nb::capsule owner(data, [](void* p) noexcept { delete[] static_cast<T*>(p); });
+      array = nb::ndarray<nb::numpy, T>(data, shape.size(), shape.begin(), owner);
+    }
+    T* data;
+    nb::ndarray<nb::numpy, T> array;
+  };
 
   std::shared_ptr<Table> table_;
   int64_t handle_;

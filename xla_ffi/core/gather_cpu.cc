@@ -9,10 +9,6 @@
 namespace gearjax {
 namespace {
 
-bool IsOneByteRepeated(const std::vector<uint8_t>& bytes) {
-  return std::all_of(bytes.begin(), bytes.end(), [&](uint8_t b) { return b == bytes[0]; });
-}
-
 // Fills `steps` steps at dst with the column's pad step; `one_byte` says the
 // pad step is one byte repeated (zeros, say), so memset does.
 void FillPad(uint8_t* dst, int64_t steps, const ColumnSpec& column, bool one_byte) {
@@ -57,10 +53,6 @@ void PrefetchWindow(const Table& table, const Draw& d, int64_t width) {
 void GatherRows(const Table& table, const Draw* draws, int64_t row_begin, int64_t row_end,
                 int64_t width, bool pad_left, const SampleOutputs& out) {
   const int num_columns = table.num_columns();
-  std::vector<bool> one_byte_pad(num_columns);
-  for (int c = 0; c < num_columns; ++c) {
-    one_byte_pad[c] = IsOneByteRepeated(table.spec().columns[c].pad_step);
-  }
   for (int64_t b = row_begin; b < std::min(row_end, row_begin + kPrefetchRows); ++b) {
     PrefetchWindow(table, draws[b], width);
   }
@@ -87,9 +79,10 @@ void GatherRows(const Table& table, const Draw* draws, int64_t row_begin, int64_
       std::memcpy(row + plan.dst_offset * step_bytes, table.StepPointer(c, d.slot, d.start),
                   plan.valid * step_bytes);
       if (pad_left) {
-        FillPad(row, plan.dst_offset, column, one_byte_pad[c]);
+        FillPad(row, plan.dst_offset, column, table.pad_is_one_byte(c));
       } else {
-        FillPad(row + plan.valid * step_bytes, width - plan.valid, column, one_byte_pad[c]);
+        FillPad(row + plan.valid * step_bytes, width - plan.valid, column,
+                table.pad_is_one_byte(c));
       }
     }
   }

@@ -146,6 +146,8 @@ Table::Table(TableSpec spec)
     offset += slot_steps * c.step_bytes;
   }
   for (const ColumnSpec& c : spec_.columns) {
+    pad_one_byte_.push_back(std::all_of(c.pad_step.begin(), c.pad_step.end(),
+                                        [&](uint8_t b) { return b == c.pad_step[0]; }));
     pad_offsets_.push_back(offset);
     std::memcpy(arena_.data() + offset, c.pad_step.data(), c.step_bytes);
     offset += c.step_bytes;

@@ -159,6 +159,8 @@ class Table {
   size_t column_offset(int c) const { return column_base_[c] - arena_.data(); }
   // Column c's pad step, kept inside the arena so GPU kernels can read it too.
   size_t pad_offset(int c) const { return pad_offsets_[c]; }
+  // Whether column c's pad step is one byte repeated (so memset can fill it).
+  bool pad_is_one_byte(int c) const { return pad_one_byte_[c]; }
 
   // Copies `length` steps of every column (sources[c] holds length *
   // step_bytes(c) contiguous bytes) into a slot and publishes it. Evicts by the
@@ -230,6 +232,7 @@ class Table {
   HostArena arena_;
   std::vector<uint8_t*> column_base_;
   std::vector<size_t> pad_offsets_;
+  std::vector<bool> pad_one_byte_;
   std::chrono::steady_clock::time_point created_at_;
 
   mutable std::mutex mu_;

@@ -209,14 +209,6 @@ ffi::Error UpdatePrioritiesCudaImpl(cudaStream_t stream, ffi::AnyBuffer keys,
     if (keys.element_count() != priorities.element_count()) {
       return Fail("keys and priorities differ in size");
     }
-    if (keys.element_type() != ffi::DataType::S64 && keys.element_type() != ffi::DataType::S32 &&
-        keys.element_type() != ffi::DataType::U32) {
-      return Fail("keys must be int32, uint32 or int64");
-    }
-    if (priorities.element_type() != ffi::DataType::F32 &&
-        priorities.element_type() != ffi::DataType::F64) {
-      return Fail("priorities must be float32 or float64");
-    }
     std::vector<uint8_t> raw_keys, raw_priorities;
     if (!CopyToHost(keys, raw_keys, stream) || !CopyToHost(priorities, raw_priorities, stream)) {
       cudaStreamSynchronize(stream);  // let any enqueued copy finish before the vectors go
@@ -224,17 +216,13 @@ ffi::Error UpdatePrioritiesCudaImpl(cudaStream_t stream, ffi::AnyBuffer keys,
     }
     if (cudaStreamSynchronize(stream) != cudaSuccess) return Fail("stream synchronisation failed");
     const size_t n = keys.element_count();
-    std::vector<int64_t> key_values(n);
-    std::vector<double> priority_values(n);
-    for (size_t i = 0; i < n; ++i) {
-      switch (keys.element_type()) {
-        case ffi::DataType::S64: key_values[i] = reinterpret_cast<int64_t*>(raw_keys.data())[i]; break;
-        case ffi::DataType::S32: key_values[i] = reinterpret_cast<int32_t*>(raw_keys.data())[i]; break;
-        default: key_values[i] = reinterpret_cast<uint32_t*>(raw_keys.data())[i]; break;
-      }
-      priority_values[i] = priorities.element_type() == ffi::DataType::F64
-                               ? reinterpret_cast<double*>(raw_priorities.data())[i]
-                               : reinterpret_cast<float*>(raw_priorities.data())[i];
+    std::vector<int64_t> key_values;
+    std::vector<double> priority_values;
+    if (!ReadKeys(keys.element_type(), raw_keys.data(), n, key_values)) {
+      return Fail("keys must be int32, uint32 or int64");
+    }
+    if (!ReadPriorities(priorities.element_type(), raw_priorities.data(), n, priority_values)) {
+      return Fail("priorities must be float32 or float64");
     }
     const int32_t count = static_cast<int32_t>(
         table->UpdatePriorities(key_values.data(), priority_values.data(), static_cast<int64_t>(n)));
