@@ -271,8 +271,7 @@ class Table:
                              f"{lengths.dtype}{list(lengths.shape)}")
         priorities = (jnp.ones(rows, jnp.float32) if priorities is None
                       else jnp.asarray(priorities))
-        if priorities.shape != (rows,) or not jnp.issubdtype(priorities.dtype, jnp.floating) and \
-                not jnp.issubdtype(priorities.dtype, jnp.integer):
+        if priorities.shape != (rows,) or not _is_real(priorities.dtype):
             raise ValueError(f"priorities must be real numbers of shape ({rows},), got "
                              f"{priorities.dtype}{list(priorities.shape)}")
         if priorities.dtype not in (jnp.float32, jnp.float64):
@@ -387,21 +386,17 @@ class Table:
         keys by their data dependence (as in every step of a ``lax.scan``).
         """
         self._check_open()
-        if isinstance(keys, jax.core.Tracer) or isinstance(priorities, jax.core.Tracer):
-            keys, priorities = jnp.ravel(keys), jnp.ravel(priorities)
-            if keys.shape != priorities.shape:
-                raise ValueError(f"got {priorities.shape[0]} priorities for {keys.shape[0]} keys")
-            return _ffi.update_priorities_call(keys, priorities, handle=self._native.handle)
-        keys = np.asarray(keys)
-        priorities = np.asarray(priorities)
-        if not jnp.issubdtype(keys.dtype, np.integer):
-            raise TypeError(f"keys must be integers, got {keys.dtype}")
-        if not (jnp.issubdtype(priorities.dtype, np.number)) or jnp.issubdtype(
-                priorities.dtype, np.complexfloating):
+        traced = isinstance(keys, jax.core.Tracer) or isinstance(priorities, jax.core.Tracer)
+        xp = jnp if traced else np
+        keys, priorities = xp.ravel(xp.asarray(keys)), xp.ravel(xp.asarray(priorities))
+        if not jnp.issubdtype(keys.dtype, np.integer) or keys.dtype == np.uint64:
+            raise TypeError(f"keys must be int32, uint32 or int64 (or narrower), got {keys.dtype}")
+        if not _is_real(priorities.dtype):
             raise TypeError(f"priorities must be real numbers, got {priorities.dtype}")
-        keys, priorities = keys.reshape(-1), priorities.reshape(-1)
         if keys.shape != priorities.shape:
             raise ValueError(f"got {priorities.shape[0]} priorities for {keys.shape[0]} keys")
+        if traced:
+            return _ffi.update_priorities_call(keys, priorities, handle=self._native.handle)
         priorities = priorities.astype(np.float64)
         bad = ~np.isfinite(priorities) | (priorities < 0)
         if bad.any():
@@ -430,6 +425,11 @@ def _check_positive_int(name: str, value: Any) -> None:
         raise TypeError(f"{name} must be an integer, got {value!r}")
     if value < 1:
         raise ValueError(f"{name} must be >= 1, got {value}")
+
+
+def _is_real(dtype: Any) -> bool:
+    """Integer or floating (bfloat16 included); not bool, not complex."""
+    return jnp.issubdtype(dtype, np.integer) or jnp.issubdtype(dtype, np.floating)
 
 
 def _check_priority(priority: Any) -> float:

@@ -42,13 +42,20 @@ def rng() -> np.random.Generator:
     return np.random.default_rng(0)
 
 
+def fill(table: gx.Table, rng: np.random.Generator, count: int) -> dict:
+    """Inserts `count` random trajectories of COLUMNS; returns key -> trajectory
+    for those still stored (earlier ones may have been evicted)."""
+    stored = {}
+    for length in rng.integers(1, table.max_length + 1, size=count):
+        trajectory = random_trajectory(rng, COLUMNS, int(length))
+        stored[table.insert(trajectory, priority=float(rng.uniform(0.1, 5)))] = trajectory
+    live = set(table.contents()["key"].tolist())
+    return {k: v for k, v in stored.items() if k in live}
+
+
 @pytest.fixture
 def filled(rng):
     """(table, stored) where stored maps key -> the trajectory inserted under it."""
     table = gx.Table(COLUMNS, capacity=32, max_length=12)
-    stored = {}
-    for length in rng.integers(1, 13, size=20):
-        trajectory = random_trajectory(rng, COLUMNS, int(length))
-        stored[table.insert(trajectory, priority=float(rng.uniform(0.1, 5)))] = trajectory
-    yield table, stored
+    yield table, fill(table, rng, 20)
     table.close()

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import gearjax as gx
-from conftest import COLUMNS
-from reference import check_batch, random_trajectory
+from conftest import COLUMNS, fill
+from reference import check_batch
 
 pytestmark = pytest.mark.gpu
 STRATEGIES = [gx.Uniform(), gx.Timestep(), gx.Prioritized(0.7), gx.TopK(5), gx.Recent(4)]
@@ -27,11 +27,7 @@ def on(platform: str):
 @pytest.fixture
 def gpu_table(rng):
     table = gx.Table(COLUMNS, capacity=32, max_length=12)
-    stored = {}
-    for length in rng.integers(1, 13, size=40):
-        trajectory = random_trajectory(rng, COLUMNS, int(length))
-        stored[table.insert(trajectory, priority=float(rng.uniform(0.1, 5)))] = trajectory
-    yield table, {k: v for k, v in stored.items() if k in set(table.contents()["key"])}
+    yield table, fill(table, rng, 40)  # 40 into 32 slots: evictions too
     table.close()
 
 
