@@ -78,10 +78,9 @@ def save(table: "Table", path: str | os.PathLike) -> None:
                         with zf.open(f"{name}.npy", "w") as f:
                             np.save(f, array)
                     for c in range(len(table.columns)):
-                        view = native.column_view(c)
                         with zf.open(f"columns/{c}.bin", "w", force_zip64=True) as f:
                             for slot, length in zip(slots, lengths):
-                                f.write(view[slot, :length])
+                                f.write(native.read_slot(c, int(slot), int(length)))
                 raw.flush()
                 os.fsync(raw.fileno())
             os.replace(tmp, path)
@@ -103,7 +102,7 @@ _ZIP_ERRORS = (zipfile.BadZipFile, OSError, EOFError, RuntimeError, NotImplement
 _META_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError)
 
 
-def load(path: str | os.PathLike) -> "Table":
+def load(path: str | os.PathLike, placement: str | None = None) -> "Table":
     path = os.fspath(path)
     if not os.path.exists(path):
         raise FileNotFoundError(path)
@@ -120,7 +119,7 @@ def load(path: str | os.PathLike) -> "Table":
         if bad is not None:
             raise CheckpointError(f"{path} is corrupted: checksum mismatch in {bad}")
         try:
-            return _restore(zf)
+            return _restore(zf, placement)
         except CheckpointError as e:
             raise CheckpointError(f"{path}: {e}") from None
         except _META_ERRORS as e:
@@ -128,7 +127,7 @@ def load(path: str | os.PathLike) -> "Table":
                 from None
 
 
-def _restore(zf: zipfile.ZipFile) -> "Table":
+def _restore(zf: zipfile.ZipFile, placement: str | None) -> "Table":
     from gearjax.table import Table
 
     meta = json.loads(zf.read("meta.json"))
@@ -157,7 +156,7 @@ def _restore(zf: zipfile.ZipFile) -> "Table":
             raise CheckpointError(f"column {name!r} holds {size} bytes, expected "
                                   f"{total_steps * column.step_bytes}")
 
-    table = Table(columns, meta["capacity"], meta["max_length"], placement=meta["placement"],
+    table = Table(columns, meta["capacity"], meta["max_length"], placement=placement or meta["placement"],
                   remover=meta["remover"],
                   rate_limiter=rate_limiters.from_json(meta["rate_limiter"]))
     try:

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gearjax import _ffi, rate_limiters
+from gearjax import _ffi, _gearjax, rate_limiters
 from gearjax._gearjax import NativeTable
 from gearjax.batch import Batch
 from gearjax.columns import Column, is_numeric
@@ -27,6 +27,9 @@ from gearjax.strategies import Prioritized, Strategy, Uniform
 
 REMOVERS = {"fifo": 0, "lifo": 1, "min_priority": 2}
 PLACEMENTS = ("host", "device", "auto")
+# "auto" puts a table in GPU memory when it needs at most this fraction of the
+# GPU memory free when it is created; the rest stays for XLA and the model.
+AUTO_DEVICE_FRACTION = 0.5
 PADS = ("left", "right")
 
 
@@ -37,9 +40,23 @@ class Table:
       columns: column name -> :class:`Column` (per-step shape, dtype, pad).
       capacity: number of trajectory slots.
       max_length: steps per slot; inserted trajectories have 1..max_length steps.
-      placement: ``"host"``, ``"device"`` or ``"auto"``. This build keeps every
-        table in host memory (the CUDA build maps it for zero-copy GPU reads);
-        the requested placement is recorded.
+      placement: where the table's bytes live.
+
+        * ``"host"``: host memory. Where a GPU is present (CUDA build), it is
+          pinned and mapped into the GPU's address space, and GPU samples
+          gather from it zero-copy: tables may be far larger than GPU memory.
+        * ``"device"``: GPU memory, allocated beside XLA's own pool. JAX
+          preallocates 75% of the GPU by default, so lower
+          ``XLA_PYTHON_CLIENT_MEM_FRACTION`` (or set
+          ``XLA_PYTHON_CLIENT_PREALLOCATE=false``) before JAX starts to leave
+          room. A device table is sampled and ``insert_batch``-ed from
+          programs on the GPU only; ``insert``, ``get`` and ``save`` copy
+          through the host. Raises ValueError where there is no GPU.
+        * ``"auto"`` (default): ``"device"`` when the table needs at most
+          ``AUTO_DEVICE_FRACTION`` (half) of the GPU memory free at creation,
+          otherwise ``"host"``. With JAX's default preallocation little is
+          free, so ``"auto"`` picks host memory unless the fraction above is
+          lowered. ``stats()["memory"]`` says where the table went.
       remover: who leaves when the table is full: ``"fifo"`` (oldest key),
         ``"lifo"`` (newest key) or ``"min_priority"`` (lowest priority, oldest
         first among ties).
@@ -78,9 +95,12 @@ class Table:
         self._placement = placement
         self._remover = remover
         self._rate_limiter = rate_limiter
+        on_device = _resolve_placement(
+            placement, capacity * max_length * sum(c.step_bytes for c in self._columns.values()))
         self._native = NativeTable(
             [(name, c.step_bytes, c.pad_step()) for name, c in self._columns.items()],
-            capacity, max_length, REMOVERS[remover], *limiter_args, gpu_mapped=True)
+            capacity, max_length, REMOVERS[remover], *limiter_args, gpu_mapped=True,
+            on_device=on_device)
         self._alphas: set[float] = set()  # Prioritized alphas sampled so far
         self._sample_jit = jax.jit(self._sample_traced,
                                    static_argnames=("batch_size", "window", "strategy", "pad"))
@@ -100,7 +120,7 @@ class Table:
 
     @property
     def placement(self) -> str:
-        """The placement asked for; see the class docstring for where data lives."""
+        """The placement asked for (``stats()["memory"]`` says where the bytes went)."""
         return self._placement
 
     @property
@@ -137,7 +157,7 @@ class Table:
         s["columns"] = {n: c.to_json() for n, c in self._columns.items()}
         s["remover"] = self._remover
         s["placement"] = self._placement
-        s["memory"] = "gpu-mapped pinned host" if self._native.gpu_mapped else "host"
+        s["memory"] = self._native.memory
         return s
 
     def contents(self) -> dict[str, np.ndarray]:
@@ -158,7 +178,7 @@ class Table:
             raise KeyError(f"no trajectory with key {key} is stored")
         try:
             slot, length = int(slots[0]), int(lengths[0])
-            return {name: self._native.column_view(c)[slot, :length].copy()
+            return {name: self._native.read_slot(c, slot, length)
                     .view(column.dtype).reshape(length, *column.shape)
                     for c, (name, column) in enumerate(self._columns.items())}
         finally:
@@ -242,7 +262,9 @@ class Table:
         message naming the row. It may evict, and it may wait on the rate
         limiter; a limiter timeout stops it part-way, and the error says how
         many went in. Data is converted to each column's dtype as ``astype``
-        does. This build runs it on the CPU; on a GPU it is not available yet.
+        does. On a GPU the data is copied on XLA's stream straight into the
+        table (device-to-device, or into mapped host memory); the lengths and
+        priorities are read on the host first, so the call synchronises once.
         """
         self._check_open()
         if not isinstance(columns, Mapping):
@@ -413,11 +435,29 @@ class Table:
         checkpoint.save(self, path)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "Table":
+    def load(cls, path: str | os.PathLike, placement: str | None = None) -> "Table":
         """Restores a table saved with :meth:`save`: contents, priorities,
-        insertion order, keys and counters, exactly."""
+        insertion order, keys and counters, exactly. ``placement`` overrides
+        the saved one (a table saved from GPU memory loads on a machine
+        without a GPU with ``placement="host"``)."""
         from gearjax import checkpoint
-        return checkpoint.load(path)
+        if placement is not None and placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+        return checkpoint.load(path, placement=placement)
+
+
+def _resolve_placement(placement: str, table_bytes: int) -> bool:
+    """Whether a table of ``table_bytes`` asked to be at ``placement`` goes in
+    GPU memory."""
+    free = _gearjax.gpu_free_bytes()
+    if placement == "host":
+        return False
+    if placement == "device":
+        if free is None:
+            raise ValueError("placement='device' needs a GPU, and gearjax sees none (no CUDA "
+                             "device, or a build without CUDA); use 'host' or 'auto'")
+        return True
+    return free is not None and table_bytes <= AUTO_DEVICE_FRACTION * free
 
 
 def _check_positive_int(name: str, value: Any) -> None:

@@ -38,6 +38,25 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture
+def emulated_gpu_memory():
+    """Lets tables take placement "device" on machines without a GPU: their
+    bytes go to emulated GPU memory that host code can reach only through the
+    core's copy hooks (see module.cc). Yields the native module, whose
+    ``_emulate_device_memory(True, free_bytes, copies_fail)`` retunes it."""
+    from gearjax import _gearjax
+    if _gearjax.gpu_free_bytes() is not None and not _gearjax.cuda_memory:
+        pytest.fail("device memory emulation was left on by an earlier test")
+    if _gearjax.cuda_memory:
+        yield _gearjax  # a real GPU: nothing to emulate
+        return
+    _gearjax._emulate_device_memory(True, free_bytes=1 << 30)
+    try:
+        yield _gearjax
+    finally:
+        _gearjax._emulate_device_memory(False)
+
+
+@pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(0)
 

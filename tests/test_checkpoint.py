@@ -136,7 +136,7 @@ def test_round_trip_then_the_same_inserts_evict_the_same_trajectories(tmp_path, 
     assert saved_members(table, tmp_path / "a.gx") == saved_members(loaded, tmp_path / "b.gx")
 
 
-def test_round_trip_of_an_empty_table(tmp_path):
+def test_round_trip_of_an_empty_table(tmp_path, emulated_gpu_memory):
     table = gx.Table(CK_COLUMNS, capacity=4, max_length=MAX_LENGTH, remover="lifo",
                      placement="device", rate_limiter=gx.MinSize(2, timeout=0.5))
     table.save(tmp_path / "empty.gx")
@@ -156,7 +156,7 @@ def test_round_trip_of_an_empty_table(tmp_path):
                            timeout=1.5),
 ], ids=["none", "MinSize", "SampleToInsertRatio"])
 @pytest.mark.parametrize("placement", ["host", "device", "auto"])
-def test_round_trip_keeps_configuration(tmp_path, limiter, placement):
+def test_round_trip_keeps_configuration(tmp_path, limiter, placement, emulated_gpu_memory):
     table, _ = build(capacity=6, inserts=4, remover="lifo", rate_limiter=limiter,
                      placement=placement)
     table.save(tmp_path / "t.gx")

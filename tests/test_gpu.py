@@ -1,7 +1,8 @@
-"""On a CUDA GPU: tables are GPU-mapped, and sampling and priority updates
-through the CUDA handlers give exactly what the CPU handlers give, inside jit
-and scan, also while Python threads insert. Skipped, with the reason, where
-JAX sees no GPU (conftest.py)."""
+"""On a CUDA GPU: host tables are GPU-mapped and device tables live in GPU
+memory, and sampling, priority updates and insert_batch through the CUDA
+handlers give exactly what the CPU handlers give, inside jit and scan, also
+while Python threads insert. Skipped, with the reason, where JAX sees no GPU
+(conftest.py)."""
 
 from __future__ import annotations
 
@@ -24,16 +25,59 @@ def on(platform: str):
     return jax.default_device(jax.devices(platform)[0])
 
 
-@pytest.fixture
-def gpu_table(rng):
-    table = gx.Table(COLUMNS, capacity=32, max_length=12)
+@pytest.fixture(params=["host", "device"])
+def gpu_table(rng, request):
+    table = gx.Table(COLUMNS, capacity=32, max_length=12, placement=request.param)
     yield table, fill(table, rng, 40)  # 40 into 32 slots: evictions too
     table.close()
 
 
-def test_tables_are_gpu_mapped(gpu_table):
+def test_tables_are_where_they_were_placed(gpu_table):
     table, _ = gpu_table
-    assert table.stats()["memory"] == "gpu-mapped pinned host"
+    expected = {"host": "gpu-mapped pinned host", "device": "device"}[table.placement]
+    assert table.stats()["memory"] == expected
+
+
+def test_auto_placement_follows_free_gpu_memory():
+    from gearjax import _gearjax
+    from gearjax.table import AUTO_DEVICE_FRACTION
+    free = _gearjax.gpu_free_bytes()
+    small = gx.Table({"x": gx.Column((), "uint8")}, capacity=1, max_length=1024)
+    assert small.stats()["memory"] == ("device" if 1024 <= AUTO_DEVICE_FRACTION * free else
+                                       "gpu-mapped pinned host")
+    steps = int(free * AUTO_DEVICE_FRACTION) // 4096 + 1
+    big = gx.Table({"x": gx.Column((4096,), "uint8")}, capacity=1, max_length=steps)
+    assert big.stats()["memory"] == "gpu-mapped pinned host"
+
+
+@pytest.mark.parametrize("placement", ["host", "device"])
+def test_gpu_insert_batch_inside_jit(placement):
+    columns = {"obs": gx.Column((3,), "float32", pad=-1.0), "step": gx.Column((), "int32")}
+    table = gx.Table(columns, capacity=4, max_length=6, placement=placement)
+
+    @jax.jit
+    def rollout_and_insert(key):
+        obs = jax.random.normal(key, (3, 5, 3))
+        step = jnp.broadcast_to(jnp.arange(5, dtype=jnp.int32), (3, 5))
+        keys = table.insert_batch({"obs": obs, "step": step}, jnp.array([5, 2, 4]),
+                                  jnp.array([1.0, 2.0, 0.5]))
+        return keys, obs
+
+    with on("gpu"):
+        keys, obs = rollout_and_insert(jax.random.key(0))
+        keys2, obs2 = rollout_and_insert(jax.random.key(1))  # 6 into 4 slots: evicts 2
+    assert np.asarray(keys).tolist() == [0, 1, 2] and np.asarray(keys2).tolist() == [3, 4, 5]
+    assert table.contents()["key"].tolist() == [2, 3, 4, 5]
+    np.testing.assert_array_equal(table.get(2)["obs"], np.asarray(obs)[2, :4])
+    for i, length in enumerate([5, 2, 4]):
+        got = table.get(3 + i)
+        np.testing.assert_array_equal(got["obs"], np.asarray(obs2)[i, :length])
+        np.testing.assert_array_equal(got["step"], np.arange(length))
+    assert table.contents()["priority"].tolist() == [0.5, 1.0, 2.0, 0.5]
+    with on("gpu"), pytest.raises(Exception, match="outside \\[1, 5\\]; nothing was inserted"):
+        jax.block_until_ready(table.insert_batch(
+            {"obs": jnp.zeros((1, 5, 3)), "step": jnp.zeros((1, 5), jnp.int32)}, jnp.array([6])))
+    assert table.contents()["key"].tolist() == [2, 3, 4, 5]
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda s: type(s).__name__)
@@ -66,10 +110,11 @@ def test_gpu_scan_with_priority_updates(gpu_table):
     assert sorted(np.asarray(visited).tolist()) == sorted(table.contents()["key"].tolist())
 
 
-def test_gpu_sampling_while_threads_insert_never_tears(gpu_table):
+@pytest.mark.parametrize("placement", ["host", "device"])
+def test_gpu_sampling_while_threads_insert_never_tears(placement):
     from test_concurrency import COLUMNS as SELF_DESCRIBING, check_rows, trajectory
 
-    table = gx.Table(SELF_DESCRIBING, capacity=8, max_length=32)
+    table = gx.Table(SELF_DESCRIBING, capacity=8, max_length=32, placement=placement)
     for i in range(8):
         table.insert(trajectory(i, 32))
     stop, errors = threading.Event(), []

@@ -456,7 +456,7 @@ def test_constructor_refuses_bad_arguments(kwargs, error, message):
 
 @pytest.mark.parametrize("placement", ["host", "device", "auto"])
 @pytest.mark.parametrize("remover", ["fifo", "lifo", "min_priority"])
-def test_constructor_records_its_arguments(placement, remover):
+def test_constructor_records_its_arguments(placement, remover, emulated_gpu_memory):
     limiter = gx.MinSize(2, timeout=0.5)
     table = gx.Table(INT_COLUMNS, capacity=np.int64(4), max_length=3, placement=placement,
                      remover=remover, rate_limiter=limiter)

@@ -1,8 +1,11 @@
 // What the CPU and CUDA FFI handlers share: error conversion, table lookup by
-// handle, and binding the sample results to the layout the gathers write.
+// handle, binding the sample results to the layout the gathers write, and the
+// row loop of insert_batch.
 #pragma once
 
+#include <cmath>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -110,6 +113,65 @@ inline SampleOutputs BindSampleOutputs(const Table& table, xla::ffi::RemainingRe
         bind(kNumFixed + c, batch * width * table.step_bytes(c), table.spec().columns[c].name)));
   }
   return out;
+}
+
+// insert_batch after its buffers are read: checks the column sizes (bytes per
+// column, for `rows` rows of `steps` steps) and every length and priority
+// before the first insert, so bad input inserts nothing; then inserts row by
+// row, `fill(row, slot)` copying row `row` into `slot` (see Table::InsertWith).
+// Only a rate-limiter timeout, a close or a failed copy can stop it part-way;
+// the error then says how many went in.
+inline void InsertBatchRows(Table& table, int64_t rows, int64_t steps,
+                            const std::vector<size_t>& column_bytes,
+                            const std::vector<int64_t>& lengths,
+                            const std::vector<double>& priorities,
+                            const std::function<void(int64_t row, int64_t slot)>& fill,
+                            int64_t* keys) {
+  const int num_columns = table.num_columns();
+  if (column_bytes.size() != static_cast<size_t>(num_columns)) {
+    throw InvalidArgument("expected " + std::to_string(num_columns) + " column arrays, got " +
+                          std::to_string(column_bytes.size()));
+  }
+  if (steps < 1 || steps > table.spec().max_length) {
+    throw InvalidArgument("the time axis (" + std::to_string(steps) +
+                          ") must be in [1, max_length]");
+  }
+  if (static_cast<int64_t>(lengths.size()) != rows ||
+      static_cast<int64_t>(priorities.size()) != rows) {
+    throw InvalidArgument("lengths, priorities and keys must have one entry per trajectory");
+  }
+  for (int c = 0; c < num_columns; ++c) {
+    if (static_cast<int64_t>(column_bytes[c]) != rows * steps * table.step_bytes(c)) {
+      throw InvalidArgument("column '" + table.spec().columns[c].name + "' has the wrong size");
+    }
+  }
+  for (int64_t i = 0; i < rows; ++i) {
+    if (lengths[i] < 1 || lengths[i] > steps) {
+      throw InvalidArgument("trajectory " + std::to_string(i) + " has length " +
+                            std::to_string(lengths[i]) + ", outside [1, " +
+                            std::to_string(steps) + "]; nothing was inserted");
+    }
+    if (!std::isfinite(priorities[i]) || priorities[i] < 0) {
+      throw InvalidArgument("trajectory " + std::to_string(i) + " has priority " +
+                            std::to_string(priorities[i]) +
+                            "; priorities must be finite and >= 0; nothing was inserted");
+    }
+  }
+  for (int64_t i = 0; i < rows; ++i) {
+    const std::string progress = " (insert_batch stopped after inserting " + std::to_string(i) +
+                                 " of " + std::to_string(rows) + " trajectories)";
+    try {
+      keys[i] = table.InsertWith(lengths[i], priorities[i],
+                                 [&](int64_t slot) { fill(i, slot); });
+    } catch (const Timeout& e) {
+      throw Timeout(e.what() + progress);
+    } catch (const Closed& e) {
+      throw Closed(e.what() + progress);
+    } catch (const std::exception& e) {
+      if (i == 0) throw;
+      throw std::runtime_error(e.what() + progress);
+    }
+  }
 }
 
 }  // namespace gearjax

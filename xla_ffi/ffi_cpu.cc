@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -80,6 +81,10 @@ ffi::Error SampleImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::U32> seed, ffi::Rem
                       int64_t window, int64_t pad_left) {
   try {
     std::shared_ptr<Table> table = LookUp(table_handle);
+    if (table->on_device()) {
+      return Fail("this table lives in GPU memory (placement 'device'): sample it from a "
+                  "program on the GPU");
+    }
     if (seed.element_count() != 2) return Fail("the seed must be two uint32 words");
     if (batch_size < 1) return Fail("batch_size must be >= 1");
     const int64_t batch = batch_size;
@@ -138,22 +143,15 @@ ffi::Error UpdatePrioritiesImpl(ffi::AnyBuffer keys, ffi::AnyBuffer priorities,
 }
 
 // Inserts N trajectories given as padded arrays [N, T, *step] per column (the
-// first lengths[i] steps of row i are real). Every length and priority is
-// checked before the first insert, so bad input inserts nothing. Only a
-// rate-limiter timeout (or a close) can stop it part-way; the error then says
-// how many went in.
+// first lengths[i] steps of row i are real); see InsertBatchRows.
 ffi::Error InsertBatchImpl(ffi::AnyBuffer lengths, ffi::AnyBuffer priorities,
                            ffi::RemainingArgs columns, ffi::Result<ffi::Buffer<ffi::S64>> keys,
                            int64_t table_handle, int64_t rows, int64_t steps) {
   try {
     std::shared_ptr<Table> table = LookUp(table_handle);
-    const int num_columns = table->num_columns();
-    if (columns.size() != static_cast<size_t>(num_columns)) {
-      return Fail("expected " + std::to_string(num_columns) + " column arrays, got " +
-                  std::to_string(columns.size()));
-    }
-    if (steps < 1 || steps > table->spec().max_length) {
-      return Fail("the time axis (" + std::to_string(steps) + ") must be in [1, max_length]");
+    if (table->on_device()) {
+      return Fail("this table lives in GPU memory (placement 'device'): insert_batch from a "
+                  "program on the GPU, or insert from the host");
     }
     std::vector<int64_t> length_values;
     std::vector<double> priority_values;
@@ -161,46 +159,27 @@ ffi::Error InsertBatchImpl(ffi::AnyBuffer lengths, ffi::AnyBuffer priorities,
     if (!ReadPriorities(priorities, priority_values)) {
       return Fail("priorities must be float32 or float64");
     }
-    if (static_cast<int64_t>(length_values.size()) != rows ||
-        static_cast<int64_t>(priority_values.size()) != rows ||
-        static_cast<int64_t>(keys->element_count()) != rows) {
+    if (static_cast<int64_t>(keys->element_count()) != rows) {
       return Fail("lengths, priorities and keys must have one entry per trajectory");
     }
-    std::vector<const uint8_t*> bases(num_columns);
-    for (int c = 0; c < num_columns; ++c) {
+    std::vector<size_t> column_bytes;
+    std::vector<const uint8_t*> bases;
+    for (size_t c = 0; c < columns.size(); ++c) {
       auto column = columns.get<ffi::AnyBuffer>(c).value();
-      if (static_cast<int64_t>(column.size_bytes()) != rows * steps * table->step_bytes(c)) {
-        return Fail("column '" + table->spec().columns[c].name + "' has the wrong size");
-      }
-      bases[c] = static_cast<const uint8_t*>(column.untyped_data());
+      column_bytes.push_back(column.size_bytes());
+      bases.push_back(static_cast<const uint8_t*>(column.untyped_data()));
     }
-    for (int64_t i = 0; i < rows; ++i) {
-      if (length_values[i] < 1 || length_values[i] > steps) {
-        return Fail("trajectory " + std::to_string(i) + " has length " +
-                    std::to_string(length_values[i]) + ", outside [1, " + std::to_string(steps) +
-                    "]; nothing was inserted");
-      }
-      if (!std::isfinite(priority_values[i]) || priority_values[i] < 0) {
-        return Fail("trajectory " + std::to_string(i) + " has priority " +
-                    std::to_string(priority_values[i]) +
-                    "; priorities must be finite and >= 0; nothing was inserted");
-      }
-    }
-    int64_t* out = keys->typed_data();
-    std::vector<const void*> sources(num_columns);
-    for (int64_t i = 0; i < rows; ++i) {
-      for (int c = 0; c < num_columns; ++c) sources[c] = bases[c] + i * steps * table->step_bytes(c);
-      const std::string progress = " (insert_batch stopped after inserting " +
-                                   std::to_string(i) + " of " + std::to_string(rows) +
-                                   " trajectories)";
-      try {
-        out[i] = table->Insert(sources, length_values[i], priority_values[i]);
-      } catch (const Timeout& e) {
-        throw Timeout(e.what() + progress);
-      } catch (const Closed& e) {
-        throw Closed(e.what() + progress);
-      }
-    }
+    uint8_t* arena = table->arena_data();
+    InsertBatchRows(
+        *table, rows, steps, column_bytes, length_values, priority_values,
+        [&](int64_t row, int64_t slot) {
+          for (int c = 0; c < table->num_columns(); ++c) {
+            const int64_t step_bytes = table->step_bytes(c);
+            std::memcpy(arena + table->StepOffset(c, slot, 0), bases[c] + row * steps * step_bytes,
+                        length_values[row] * step_bytes);
+          }
+        },
+        keys->typed_data());
     return ffi::Error::Success();
   } catch (...) {
     return FromException(std::current_exception());

@@ -7,9 +7,11 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -34,13 +36,44 @@ using HostArray = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
 using Int64Array = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using DoubleArray = nb::ndarray<const double, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
+// Emulated GPU memory for tests on machines without a GPU: real host memory
+// handed out at an address with bit 62 set, which is not canonical on x86-64
+// or AArch64, so any host code that dereferences a "device" address instead
+// of going through the copy hooks crashes rather than passing by accident.
+constexpr uintptr_t kEmulatedDeviceBit = uintptr_t{1} << 62;
+size_t emulated_free_bytes = 0;
+std::atomic<bool> emulated_copy_fails{false};  // copies into "device" memory throw
+
+const uint8_t* EmulatedHostAddress(const uint8_t* device, const uint8_t* host) {
+  if (host != nullptr) return host;
+  return reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(device) & ~kEmulatedDeviceBit);
+}
+
+void* ToHost(const void* device) {
+  return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(device) & ~kEmulatedDeviceBit);
+}
+
+const DeviceMemory kEmulatedDeviceMemory{
+    [](size_t bytes) -> void* {
+      void* p = std::malloc(bytes);
+      return p == nullptr ? nullptr
+                          : reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) | kEmulatedDeviceBit);
+    },
+    [](void* device) { std::free(ToHost(device)); },
+    [](void* dst, const void* src, size_t n) {
+      if (emulated_copy_fails.load()) throw std::runtime_error("emulated GPU copy failure");
+      std::memcpy(ToHost(dst), src, n);
+    },
+    [](void* dst, const void* src, size_t n) { std::memcpy(dst, ToHost(src), n); },
+    []() { return emulated_free_bytes; }};
+
 // A registered table as Python holds it: the table and its handle.
 class NativeTable {
  public:
   NativeTable(const std::vector<std::tuple<std::string, int64_t, nb::bytes>>& columns,
               int64_t capacity, int64_t max_length, int remover, int64_t min_size,
               double samples_per_insert, double min_diff, double max_diff, double timeout,
-              bool gpu_mapped) {
+              bool gpu_mapped, bool on_device) {
     TableSpec spec;
     for (const auto& [name, step_bytes, pad] : columns) {
       const auto* pad_bytes = static_cast<const uint8_t*>(pad.data());
@@ -51,6 +84,7 @@ class NativeTable {
     spec.remover = static_cast<Remover>(remover);
     spec.limiter = {min_size, samples_per_insert, min_diff, max_diff, timeout};
     spec.gpu_mapped = gpu_mapped;
+    spec.on_device = on_device;
     table_ = std::make_shared<Table>(std::move(spec));
     handle_ = RegisterTable(table_);
   }
@@ -58,7 +92,12 @@ class NativeTable {
   ~NativeTable() { Close(); }
 
   int64_t handle() const { return handle_; }
-  bool gpu_mapped() const { return table_->device_arena() != nullptr; }
+  // Where the arena is: "device" (GPU memory), "gpu-mapped pinned host" or
+  // "host".
+  std::string Memory() const {
+    if (table_->on_device()) return "device";
+    return table_->device_arena() != nullptr ? "gpu-mapped pinned host" : "host";
+  }
   bool closed() const { return table_->closed(); }
 
   void Close() {
@@ -126,12 +165,27 @@ class NativeTable {
   // kept alive by the table. Read only slots pinned through PinItems.
   nb::ndarray<nb::numpy, uint8_t, nb::ndim<3>> ColumnView(int c) {
     if (c < 0 || c >= table_->num_columns()) throw InvalidArgument("no such column");
+    if (table_->on_device()) throw InvalidArgument("a device table has no host view; use read_slot");
     auto* owner = new std::shared_ptr<Table>(table_);
     nb::capsule keep(owner, [](void* p) noexcept { delete static_cast<std::shared_ptr<Table>*>(p); });
     const size_t shape[3] = {static_cast<size_t>(table_->spec().capacity),
                              static_cast<size_t>(table_->spec().max_length),
                              static_cast<size_t>(table_->step_bytes(c))};
     return {table_->arena_data() + table_->column_offset(c), 3, shape, keep};
+  }
+
+  // A copy of the first `steps` steps of column c of `slot` as uint8
+  // [steps, step_bytes], for any placement. Read only slots pinned through
+  // PinItems.
+  nb::ndarray<nb::numpy, uint8_t> ReadSlot(int c, int64_t slot, int64_t steps) {
+    if (c < 0 || c >= table_->num_columns()) throw InvalidArgument("no such column");
+    if (steps < 0 || steps > table_->spec().max_length) throw InvalidArgument("bad step count");
+    NewArray<uint8_t> out({static_cast<size_t>(steps), static_cast<size_t>(table_->step_bytes(c))});
+    {
+      nb::gil_scoped_release release;
+      table_->ReadSteps(c, slot, steps, out.data);
+    }
+    return out.array;
   }
 
   std::vector<int64_t> FreeSlots() const { return table_->FreeSlots(); }
@@ -164,8 +218,8 @@ class NativeTable {
     const uint32_t words[2] = {std::get<0>(seed), std::get<1>(seed)};
     std::vector<Draw> draws(batch);
     // Plan first (it checks the column limit) so nothing is pinned on error.
-    GatherParams params =
-        PlanGather(*table_, draws.data(), batch, width, pad_left, out, table_->arena_data());
+    GatherParams params = PlanGather(*table_, draws.data(), batch, width, pad_left, out,
+                                     EmulatedHostAddress(table_->device_arena(), table_->arena_data()));
     table_->Select({static_cast<Strategy>(strategy), param, batch, window}, words, draws.data());
     EmulateGather(params, threads);
     table_->Release(draws.data(), batch);
@@ -272,11 +326,12 @@ NB_MODULE(_gearjax, m) {
 
   nb::class_<NativeTable>(m, "NativeTable")
       .def(nb::init<const std::vector<std::tuple<std::string, int64_t, nb::bytes>>&, int64_t,
-                    int64_t, int, int64_t, double, double, double, double, bool>(),
+                    int64_t, int, int64_t, double, double, double, double, bool, bool>(),
            "columns"_a, "capacity"_a, "max_length"_a, "remover"_a, "min_size"_a,
-           "samples_per_insert"_a, "min_diff"_a, "max_diff"_a, "timeout"_a, "gpu_mapped"_a)
+           "samples_per_insert"_a, "min_diff"_a, "max_diff"_a, "timeout"_a, "gpu_mapped"_a,
+           "on_device"_a)
       .def_prop_ro("handle", &NativeTable::handle)
-      .def_prop_ro("gpu_mapped", &NativeTable::gpu_mapped)
+      .def_prop_ro("memory", &NativeTable::Memory)
       .def_prop_ro("closed", &NativeTable::closed)
       .def("close", &NativeTable::Close)
       .def("insert", &NativeTable::Insert, "sources"_a, "length"_a, "priority"_a,
@@ -286,6 +341,7 @@ NB_MODULE(_gearjax, m) {
       .def("pin_items", &NativeTable::PinItems, "keys"_a = nb::none())
       .def("unpin_slots", &NativeTable::UnpinSlots, "slots"_a)
       .def("column_view", &NativeTable::ColumnView, "column"_a)
+      .def("read_slot", &NativeTable::ReadSlot, "column"_a, "slot"_a, "steps"_a)
       .def("free_slots", &NativeTable::FreeSlots)
       .def("restore_state", &NativeTable::RestoreState, "next_key"_a, "inserts"_a, "samples"_a,
            "evictions"_a, "priority_updates"_a, "free_slots"_a)
@@ -324,6 +380,22 @@ NB_MODULE(_gearjax, m) {
     gearjax::SetMappedAllocator(on ? &kHostAsMapped : nullptr);
   });
 
+  // For tests on machines without a GPU: tables created while this is on may
+  // take placement "device" in emulated GPU memory (see kEmulatedDeviceMemory)
+  // reporting `free_bytes` free.
+  // With `copies_fail`, every copy into it throws (tests of failed inserts).
+  m.def("_emulate_device_memory", [](bool on, size_t free_bytes, bool copies_fail) {
+    gearjax::emulated_free_bytes = free_bytes;
+    gearjax::emulated_copy_fails.store(copies_fail);
+    gearjax::SetDeviceMemory(on ? &gearjax::kEmulatedDeviceMemory : nullptr);
+  }, "on"_a, "free_bytes"_a = 0, "copies_fail"_a = false);
+
+  m.def("gpu_free_bytes", []() -> nb::object {
+    const gearjax::DeviceMemory* memory = gearjax::GetDeviceMemory();
+    if (memory == nullptr) return nb::none();
+    return nb::int_(memory->free_bytes());
+  }, "Free GPU memory in bytes, or None where gearjax has no GPU memory.");
+
   m.def("ffi_targets", []() {
     nb::dict targets;
     targets["gearjax_sample"] = gearjax::Capsule(gearjax::SampleCpu);
@@ -341,6 +413,7 @@ NB_MODULE(_gearjax, m) {
     nb::dict targets;
     targets["gearjax_sample"] = gearjax::Capsule(gearjax::SampleCuda);
     targets["gearjax_update_priorities"] = gearjax::Capsule(gearjax::UpdatePrioritiesCuda);
+    targets["gearjax_insert_batch"] = gearjax::Capsule(gearjax::InsertBatchCuda);
     return targets;
   });
 #else

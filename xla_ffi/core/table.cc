@@ -79,13 +79,25 @@ size_t ArenaBytes(const TableSpec& spec) {
 
 }  // namespace
 
-HostArena::HostArena(size_t bytes, bool gpu_mapped) : bytes_(bytes) {
+Arena::Arena(size_t bytes, bool gpu_mapped, bool on_device) : bytes_(bytes) {
+  const size_t n = std::max<size_t>(bytes, 1);
+  if (on_device) {
+    const DeviceMemory* memory = GetDeviceMemory();
+    if (memory == nullptr) {
+      throw InvalidArgument("placement 'device' needs a GPU, and this process has none (or "
+                            "gearjax was built without CUDA)");
+    }
+    device_ = static_cast<uint8_t*>(memory->allocate(n));
+    if (device_ == nullptr) throw std::bad_alloc();
+    device_memory_ = memory;
+    return;
+  }
   if (gpu_mapped && GetMappedAllocator() != nullptr) {
     void* device = nullptr;
-    data_ = static_cast<uint8_t*>(GetMappedAllocator()->allocate(std::max<size_t>(bytes, 1), &device));
-    if (data_ != nullptr) {
+    host_ = static_cast<uint8_t*>(GetMappedAllocator()->allocate(n, &device));
+    if (host_ != nullptr) {
       mapped_by_ = GetMappedAllocator();
-      device_data_ = static_cast<const uint8_t*>(device);
+      device_ = static_cast<uint8_t*>(device);
       return;
     }
   }
@@ -96,20 +108,37 @@ HostArena::HostArena(size_t bytes, bool gpu_mapped) : bytes_(bytes) {
   // 2 MiB. Memory is committed only when touched either way.
   const bool huge = bytes >= 2 * kHugePageSize;
   const size_t alignment = huge ? kHugePageSize : kPageSize;
-  const size_t rounded = RoundUp(std::max<size_t>(bytes, 1), alignment);
-  data_ = static_cast<uint8_t*>(std::aligned_alloc(alignment, rounded));
-  if (data_ == nullptr) throw std::bad_alloc();
-  if (huge) AdviseHugePages(data_, rounded);
+  const size_t rounded = RoundUp(n, alignment);
+  host_ = static_cast<uint8_t*>(std::aligned_alloc(alignment, rounded));
+  if (host_ == nullptr) throw std::bad_alloc();
+  if (huge) AdviseHugePages(host_, rounded);
 }
 
-HostArena::~HostArena() {
-  if (mapped_by_ != nullptr) {
-    mapped_by_->release(data_);
+Arena::~Arena() {
+  if (device_memory_ != nullptr) {
+    device_memory_->release(device_);
+  } else if (mapped_by_ != nullptr) {
+    mapped_by_->release(host_);
   } else {
-    std::free(data_);
+    std::free(host_);
   }
 }
 
+void Arena::Write(size_t offset, const void* src, size_t n) {
+  if (device_memory_ != nullptr) {
+    device_memory_->copy_in(device_ + offset, src, n);
+  } else {
+    std::memcpy(host_ + offset, src, n);
+  }
+}
+
+void Arena::Read(void* dst, size_t offset, size_t n) const {
+  if (device_memory_ != nullptr) {
+    device_memory_->copy_out(dst, device_ + offset, n);
+  } else {
+    std::memcpy(dst, host_ + offset, n);
+  }
+}
 
 struct Table::Index {
   Index(int64_t capacity, bool gpu_mapped)
@@ -130,7 +159,7 @@ struct Table::Index {
 
 Table::Table(TableSpec spec)
     : spec_(std::move(spec)),
-      arena_(ArenaBytes(spec_), spec_.gpu_mapped),
+      arena_(ArenaBytes(spec_), spec_.gpu_mapped, spec_.on_device),
       created_at_(Clock::now()),
       state_(spec_.capacity, SlotState::kFree),
       key_(spec_.capacity, spec_.gpu_mapped),
@@ -142,14 +171,14 @@ Table::Table(TableSpec spec)
   const size_t slot_steps = static_cast<size_t>(spec_.capacity) * spec_.max_length;
   for (const ColumnSpec& c : spec_.columns) {
     offset = RoundUp(offset, kColumnAlignment);
-    column_base_.push_back(arena_.data() + offset);
+    column_offset_.push_back(offset);
     offset += slot_steps * c.step_bytes;
   }
   for (const ColumnSpec& c : spec_.columns) {
     pad_one_byte_.push_back(std::all_of(c.pad_step.begin(), c.pad_step.end(),
                                         [&](uint8_t b) { return b == c.pad_step[0]; }));
     pad_offsets_.push_back(offset);
-    std::memcpy(arena_.data() + offset, c.pad_step.data(), c.step_bytes);
+    arena_.Write(offset, c.pad_step.data(), c.step_bytes);
     offset += c.step_bytes;
   }
   // Free slots are handed out lowest first (popped from the back).
@@ -264,6 +293,20 @@ int64_t Table::Insert(const std::vector<const void*>& sources, int64_t length, d
     throw InvalidArgument("expected " + std::to_string(spec_.columns.size()) + " columns, got " +
                           std::to_string(sources.size()));
   }
+  return InsertWith(
+      length, priority,
+      [&](int64_t slot) {
+        for (size_t c = 0; c < sources.size(); ++c) {
+          const int column = static_cast<int>(c);
+          arena_.Write(StepOffset(column, slot, 0), sources[c],
+                       static_cast<size_t>(length * spec_.columns[c].step_bytes));
+        }
+      },
+      restore_key, restore_slot);
+}
+
+int64_t Table::InsertWith(int64_t length, double priority, const Fill& fill,
+                          int64_t restore_key, int64_t restore_slot) {
   if (length < 1 || length > spec_.max_length) {
     throw InvalidArgument("trajectory length " + std::to_string(length) + " is outside [1, " +
                           std::to_string(spec_.max_length) + "]");
@@ -318,18 +361,28 @@ int64_t Table::Insert(const std::vector<const void*>& sources, int64_t length, d
   });
   lock.unlock();
 
-  for (size_t c = 0; c < sources.size(); ++c) {
-    const int64_t bytes = length * spec_.columns[c].step_bytes;
-    std::memcpy(const_cast<uint8_t*>(StepPointer(static_cast<int>(c), slot, 0)), sources[c], bytes);
+  // Back to the free list (a restored slot never left it); the caller holds
+  // the lock.
+  auto abandon = [&] {
+    --writers_;
+    state_[slot] = SlotState::kFree;
+    if (!restoring) free_slots_.push_back(slot);
+    changed_.notify_all();
+  };
+  try {
+    fill(slot);
+  } catch (...) {
+    lock.lock();
+    abandon();
+    throw;
   }
 
   lock.lock();
-  --writers_;
   if (closed_) {
-    state_[slot] = SlotState::kFree;
-    free_slots_.push_back(slot);
+    abandon();
     throw Closed("the table was closed during the insert");
   }
+  --writers_;
   const int64_t key = restoring ? restore_key : counters_.next_key;
   counters_.next_key = key + 1;
   ++counters_.inserts;
@@ -478,6 +531,14 @@ void Table::EndGpuSample(uint64_t ticket) {
   std::lock_guard<std::mutex> lock(mu_);
   gpu_in_flight_.erase(ticket);
   changed_.notify_all();
+}
+
+void Table::ReadSteps(int c, int64_t slot, int64_t steps, void* dst) const {
+  if (c < 0 || c >= num_columns()) throw InvalidArgument("no such column");
+  if (slot < 0 || slot >= spec_.capacity || steps < 0 || steps > spec_.max_length) {
+    throw InvalidArgument("slot or step count out of range");
+  }
+  arena_.Read(dst, StepOffset(c, slot, 0), static_cast<size_t>(steps * step_bytes(c)));
 }
 
 void Table::Release(const Draw* draws, int64_t count) {

@@ -7,6 +7,8 @@
 // Layout: column c occupies one region of capacity * max_length * step_bytes[c]
 // bytes; slot s of column c starts at region + s * max_length * step_bytes[c],
 // so any window of any trajectory is one contiguous run of bytes per column.
+// The arena is host memory (GPU-mapped pinned when a GPU is present) or, for
+// placement "device", GPU memory that the host reaches only through copies.
 //
 // Invariants (all guarded by one mutex):
 //  * A slot is selectable iff it is live. Only live slots are in the key index,
@@ -29,6 +31,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -79,6 +82,7 @@ struct TableSpec {
   Remover remover = Remover::kFifo;
   RateLimiterSpec limiter;
   bool gpu_mapped = false;  // ask for GPU-mapped pinned memory (see memory.h)
+  bool on_device = false;   // keep the arena in GPU memory (needs DeviceMemory hooks)
 };
 
 struct SampleRequest {
@@ -120,24 +124,33 @@ struct Stats {
   double seconds_alive;
 };
 
-// Host memory allocated once for the table's lifetime: GPU-mapped pinned
-// memory when asked for and available (see memory.h), otherwise aligned
-// ordinary memory.
-class HostArena {
+// The table's bytes, allocated once for its lifetime. Host arenas are
+// GPU-mapped pinned memory when asked for and available (see memory.h),
+// otherwise aligned ordinary memory. Device arenas are GPU memory: host_data()
+// is nullptr and the host goes through Write and Read.
+class Arena {
  public:
-  HostArena(size_t bytes, bool gpu_mapped);
-  ~HostArena();
-  HostArena(const HostArena&) = delete;
-  HostArena& operator=(const HostArena&) = delete;
-  uint8_t* data() const { return data_; }
+  // Throws InvalidArgument if a device arena is asked for and no GPU memory
+  // hooks are registered, std::bad_alloc if the memory cannot be had.
+  Arena(size_t bytes, bool gpu_mapped, bool on_device);
+  ~Arena();
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+  // The arena in the host's address space; nullptr for a device arena.
+  uint8_t* host_data() const { return host_; }
+  // The arena in the GPU's address space; nullptr unless mapped or on device.
+  const uint8_t* device_data() const { return device_; }
+  bool on_device() const { return device_memory_ != nullptr; }
   size_t bytes() const { return bytes_; }
-  // The arena's address in the GPU's address space; nullptr unless mapped.
-  const uint8_t* device_data() const { return device_data_; }
+  // Host <-> arena copies that work for every kind of arena.
+  void Write(size_t offset, const void* src, size_t n);
+  void Read(void* dst, size_t offset, size_t n) const;
 
  private:
-  uint8_t* data_ = nullptr;
-  const uint8_t* device_data_ = nullptr;
+  uint8_t* host_ = nullptr;
+  uint8_t* device_ = nullptr;
   const MappedAllocator* mapped_by_ = nullptr;
+  const DeviceMemory* device_memory_ = nullptr;
   size_t bytes_ = 0;
 };
 
@@ -149,14 +162,22 @@ class Table {
   const TableSpec& spec() const { return spec_; }
   int num_columns() const { return static_cast<int>(spec_.columns.size()); }
   int64_t step_bytes(int c) const { return spec_.columns[c].step_bytes; }
-  // First byte of step `step` of slot `slot` in column c.
-  const uint8_t* StepPointer(int c, int64_t slot, int64_t step) const {
-    return column_base_[c] + (slot * spec_.max_length + step) * spec_.columns[c].step_bytes;
+  // Arena offset of step `step` of slot `slot` in column c.
+  size_t StepOffset(int c, int64_t slot, int64_t step) const {
+    return column_offset_[c] +
+           static_cast<size_t>(slot * spec_.max_length + step) * spec_.columns[c].step_bytes;
   }
-  uint8_t* arena_data() const { return arena_.data(); }
-  // Where GPU kernels see the arena; nullptr when it is not GPU-mapped.
+  // The same step in host memory; host arenas only (CPU gathers).
+  const uint8_t* StepPointer(int c, int64_t slot, int64_t step) const {
+    return arena_.host_data() + StepOffset(c, slot, step);
+  }
+  // The arena in host memory; nullptr when it lives on the GPU.
+  uint8_t* arena_data() const { return arena_.host_data(); }
+  bool on_device() const { return arena_.on_device(); }
+  // Where GPU kernels see the arena; nullptr when it is neither GPU-mapped
+  // nor on the GPU.
   const uint8_t* device_arena() const { return arena_.device_data(); }
-  size_t column_offset(int c) const { return column_base_[c] - arena_.data(); }
+  size_t column_offset(int c) const { return column_offset_[c]; }
   // Column c's pad step, kept inside the arena so GPU kernels can read it too.
   size_t pad_offset(int c) const { return pad_offsets_[c]; }
   // Whether column c's pad step is one byte repeated (so memset can fill it).
@@ -170,6 +191,20 @@ class Table {
   // Call without the GIL: it may wait.
   int64_t Insert(const std::vector<const void*>& sources, int64_t length, double priority,
                  int64_t restore_key = -1, int64_t restore_slot = -1);
+
+  // Insert's slot lifecycle with the copy left to the caller: `fill(slot)`
+  // runs without the mutex, once the slot is reserved and no sampler can read
+  // it, and must have written `length` steps of every column (at StepOffset)
+  // when it returns. If it throws, the slot goes back to the free list (data
+  // it evicted stays evicted) and the exception propagates. CUDA inserts of
+  // device arrays fill with copies on XLA's stream.
+  using Fill = std::function<void(int64_t slot)>;
+  int64_t InsertWith(int64_t length, double priority, const Fill& fill,
+                     int64_t restore_key = -1, int64_t restore_slot = -1);
+
+  // Copies the first `steps` steps of column c of `slot` to dst. The caller
+  // holds a pin on the slot (PinItems), so it cannot change meanwhile.
+  void ReadSteps(int c, int64_t slot, int64_t steps, void* dst) const;
 
   // Draws request.batch rows and pins their slots; waits on the rate limiter.
   // `seed` (two words) determines every draw (see random.h). Every successful
@@ -229,8 +264,8 @@ class Table {
   std::string LimiterStateLocked() const;
 
   TableSpec spec_;
-  HostArena arena_;
-  std::vector<uint8_t*> column_base_;
+  Arena arena_;
+  std::vector<size_t> column_offset_;
   std::vector<size_t> pad_offsets_;
   std::vector<bool> pad_one_byte_;
   std::chrono::steady_clock::time_point created_at_;

@@ -1,6 +1,6 @@
 // CUDA XLA FFI handlers. The gather always runs on the GPU, reading the table
-// zero-copy from GPU-mapped pinned host memory into XLA's output buffers on
-// XLA's stream. Selection:
+// from GPU memory (placement "device") or zero-copy from GPU-mapped pinned
+// host memory into XLA's output buffers on XLA's stream. Selection:
 //
 // * Uniform, Timestep, Prioritized: on the GPU, from the seed in device memory
 //   and the sum trees, keys and lengths in mapped memory (select.cu); no host
@@ -14,13 +14,22 @@
 //   slots are pinned (Table::Select), the draws are uploaded, and a host
 //   function unpins the slots after the gather.
 //
-// The handlers keep host-side state and may wait on the rate limiter, so they
-// are not command-buffer compatible.
+// insert_batch copies device arrays into the table on XLA's stream: the
+// lengths and priorities come to the host first (one synchronisation), each
+// trajectory's slot is reserved on the host (waiting for the samplers that may
+// still read it, as every insert does), its columns are copied by
+// cudaMemcpyAsync straight into the arena (device-to-device, or into mapped
+// host memory), and the stream is synchronised before the slot is published.
+//
+// No handler is command-buffer compatible: each keeps host-side state (tickets,
+// pins, the limiter, publication) that must run on every execution, and a
+// recorded command buffer would replay only the kernels.
 #include "cuda/ffi_cuda.h"
 
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -52,6 +61,50 @@ void* AllocateMapped(size_t bytes, void** device_address) {
 void ReleaseMapped(void* host) { cudaFreeHost(host); }
 
 const MappedAllocator kMappedAllocator{AllocateMapped, ReleaseMapped};
+
+// GPU memory for placement "device", from cudaMalloc, beside XLA's own pool:
+// XLA preallocates 75% of the GPU by default, so device tables need
+// XLA_PYTHON_CLIENT_MEM_FRACTION lowered (or XLA_PYTHON_CLIENT_PREALLOCATE=false);
+// see gearjax/table.py.
+void* AllocateDevice(size_t bytes) {
+  void* device = nullptr;
+  if (cudaMalloc(&device, bytes) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return device;
+}
+
+void ReleaseDevice(void* device) { cudaFree(device); }
+
+// Host writes and reads of device tables (inserts, get, save): synchronous
+// copies. cudaMemcpy runs on the legacy default stream, which XLA's
+// non-blocking streams do not wait for; the slot protocol (pins, tickets)
+// keeps the two apart.
+void CopyIn(void* device_dst, const void* host_src, size_t bytes) {
+  const cudaError_t error = cudaMemcpy(device_dst, host_src, bytes, cudaMemcpyHostToDevice);
+  if (error != cudaSuccess) {
+    throw std::runtime_error(std::string("copying into GPU memory: ") + cudaGetErrorString(error));
+  }
+}
+
+void CopyOut(void* host_dst, const void* device_src, size_t bytes) {
+  const cudaError_t error = cudaMemcpy(host_dst, device_src, bytes, cudaMemcpyDeviceToHost);
+  if (error != cudaSuccess) {
+    throw std::runtime_error(std::string("copying from GPU memory: ") + cudaGetErrorString(error));
+  }
+}
+
+size_t FreeDeviceBytes() {
+  size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return free;
+}
+
+const DeviceMemory kDeviceMemory{AllocateDevice, ReleaseDevice, CopyIn, CopyOut, FreeDeviceBytes};
 
 std::string CudaError(const char* what, cudaError_t error) {
   return std::string(what) + ": " + cudaGetErrorString(error);
@@ -126,8 +179,8 @@ ffi::Error SampleCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch,
   try {
     std::shared_ptr<Table> table = LookUp(table_handle);
     if (table->device_arena() == nullptr) {
-      return Fail("this table's memory is not mapped for the GPU (pinning it failed when the "
-                  "table was created, or no GPU was visible then)");
+      return Fail("this table's memory is not reachable from the GPU (pinning it failed when "
+                  "the table was created, or no GPU was visible then)");
     }
     if (seed.element_count() != 2) return Fail("the seed must be two uint32 words");
     if (batch_size < 1) return Fail("batch_size must be >= 1");
@@ -235,6 +288,73 @@ ffi::Error UpdatePrioritiesCudaImpl(cudaStream_t stream, ffi::AnyBuffer keys,
   }
 }
 
+// Inserts N trajectories given as device arrays [N, T, *step] per column (see
+// the file comment and InsertBatchRows).
+ffi::Error InsertBatchCudaImpl(cudaStream_t stream, ffi::AnyBuffer lengths,
+                               ffi::AnyBuffer priorities, ffi::RemainingArgs columns,
+                               ffi::Result<ffi::Buffer<ffi::S64>> keys, int64_t table_handle,
+                               int64_t rows, int64_t steps) {
+  try {
+    std::shared_ptr<Table> table = LookUp(table_handle);
+    uint8_t* arena = const_cast<uint8_t*>(table->device_arena());
+    if (arena == nullptr) {
+      return Fail("this table's memory is not reachable from the GPU (pinning it failed when "
+                  "the table was created, or no GPU was visible then)");
+    }
+    if (static_cast<int64_t>(keys->element_count()) != rows) {
+      return Fail("lengths, priorities and keys must have one entry per trajectory");
+    }
+    std::vector<uint8_t> raw_lengths, raw_priorities;
+    if (!CopyToHost(lengths, raw_lengths, stream) ||
+        !CopyToHost(priorities, raw_priorities, stream)) {
+      cudaStreamSynchronize(stream);  // let any enqueued copy finish before the vectors go
+      return Fail("copying lengths and priorities to the host failed");
+    }
+    if (cudaStreamSynchronize(stream) != cudaSuccess) return Fail("stream synchronisation failed");
+    std::vector<int64_t> length_values;
+    std::vector<double> priority_values;
+    if (!ReadKeys(lengths.element_type(), raw_lengths.data(), lengths.element_count(),
+                  length_values)) {
+      return Fail("lengths must be int32 or int64");
+    }
+    if (!ReadPriorities(priorities.element_type(), raw_priorities.data(),
+                        priorities.element_count(), priority_values)) {
+      return Fail("priorities must be float32 or float64");
+    }
+    std::vector<size_t> column_bytes;
+    std::vector<const uint8_t*> bases;
+    for (size_t c = 0; c < columns.size(); ++c) {
+      auto column = columns.get<ffi::AnyBuffer>(c).value();
+      column_bytes.push_back(column.size_bytes());
+      bases.push_back(static_cast<const uint8_t*>(column.untyped_data()));
+    }
+    std::vector<int64_t> host_keys(rows);
+    InsertBatchRows(
+        *table, rows, steps, column_bytes, length_values, priority_values,
+        [&](int64_t row, int64_t slot) {
+          cudaError_t error = cudaSuccess;
+          for (int c = 0; c < table->num_columns() && error == cudaSuccess; ++c) {
+            const int64_t step_bytes = table->step_bytes(c);
+            error = cudaMemcpyAsync(arena + table->StepOffset(c, slot, 0),
+                                    bases[c] + row * steps * step_bytes,
+                                    length_values[row] * step_bytes, cudaMemcpyDefault, stream);
+          }
+          // Published only when the bytes are there (and, on error, returned
+          // to the free list only when nothing is still copying into it).
+          const cudaError_t synced = cudaStreamSynchronize(stream);
+          if (error == cudaSuccess) error = synced;
+          if (error != cudaSuccess) throw std::runtime_error(CudaError("copying a trajectory", error));
+        },
+        host_keys.data());
+    const cudaError_t error = cudaMemcpyAsync(keys->typed_data(), host_keys.data(),
+                                              rows * sizeof(int64_t), cudaMemcpyHostToDevice, stream);
+    if (error == cudaSuccess) cudaStreamSynchronize(stream);  // host_keys lives on this stack
+    return error == cudaSuccess ? ffi::Error::Success() : Fail(CudaError("copying the keys", error));
+  } catch (...) {
+    return FromException(std::current_exception());
+  }
+}
+
 }  // namespace
 
 bool InitCudaMemory() {
@@ -244,6 +364,7 @@ bool InitCudaMemory() {
     return false;
   }
   SetMappedAllocator(&kMappedAllocator);
+  SetDeviceMemory(&kDeviceMemory);
   return true;
 }
 
@@ -261,5 +382,16 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(UpdatePrioritiesCuda, UpdatePrioritiesCudaImpl,
                                   .Arg<ffi::AnyBuffer>()
                                   .Ret<ffi::Buffer<ffi::S32>>()
                                   .Attr<int64_t>("table_handle"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(InsertBatchCuda, InsertBatchCudaImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .RemainingArgs()
+                                  .Ret<ffi::Buffer<ffi::S64>>()
+                                  .Attr<int64_t>("table_handle")
+                                  .Attr<int64_t>("rows")
+                                  .Attr<int64_t>("steps"));
 
 }  // namespace gearjax

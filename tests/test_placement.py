@@ -1,0 +1,168 @@
+"""Placement: where a table's bytes live ("host", "device", "auto").
+
+Machines without a GPU run the "device" paths in emulated GPU memory whose
+addresses the host cannot dereference (see conftest.emulated_gpu_memory), so
+every host read and write of a device table is proven to go through the core's
+copy hooks. The GPU kernels' reads of device tables are emulated with the
+kernel's own block code and compared with the CPU handler on a host table."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import gearjax as gx
+from gearjax import _gearjax
+from gearjax.table import AUTO_DEVICE_FRACTION
+from reference import random_trajectory
+
+COLUMNS = {
+    "obs": gx.Column((5,), "float32"),
+    "rgb": gx.Column((3,), "uint8", pad=7),       # 3-byte steps, unaligned
+    "reward": gx.Column((), "float64", pad=-1.5),
+}
+TABLE_BYTES = 8 * 10 * (20 + 3 + 8)  # capacity x max_length x bytes per step
+needs_no_gpu = pytest.mark.skipif(_gearjax.cuda_memory, reason="checks the behaviour without a GPU")
+
+
+def twin_tables(placement_b: str, count: int = 14):
+    """Two tables with the same contents: one on the host, one at placement_b."""
+    rng = np.random.default_rng(3)
+    a = gx.Table(COLUMNS, capacity=8, max_length=10, placement="host")
+    b = gx.Table(COLUMNS, capacity=8, max_length=10, placement=placement_b)
+    for length in rng.integers(1, 11, size=count):  # evicts
+        trajectory = random_trajectory(rng, COLUMNS, int(length))
+        priority = float(rng.uniform(0.1, 2))
+        assert a.insert(trajectory, priority) == b.insert(trajectory, priority)
+    return a, b
+
+
+@needs_no_gpu
+def test_device_placement_without_a_gpu_is_refused():
+    with pytest.raises(ValueError, match="placement='device' needs a GPU"):
+        gx.Table(COLUMNS, capacity=4, max_length=4, placement="device")
+
+
+@needs_no_gpu
+def test_auto_placement_without_a_gpu_is_host_memory():
+    with gx.Table(COLUMNS, capacity=4, max_length=4) as table:
+        assert table.placement == "auto"
+        assert table.stats()["memory"] == "host"
+
+
+def test_host_placement_is_never_gpu_memory(emulated_gpu_memory):
+    with gx.Table(COLUMNS, capacity=4, max_length=4, placement="host") as table:
+        assert table.stats()["memory"] in ("host", "gpu-mapped pinned host")
+
+
+@needs_no_gpu
+@pytest.mark.parametrize("free, expected", [
+    (int(TABLE_BYTES / AUTO_DEVICE_FRACTION), "device"),       # exactly the fraction
+    (int(TABLE_BYTES / AUTO_DEVICE_FRACTION) - 1, "host"),     # one byte short
+    (0, "host"),
+])
+def test_auto_placement_compares_the_table_with_free_gpu_memory(emulated_gpu_memory, free,
+                                                                 expected):
+    emulated_gpu_memory._emulate_device_memory(True, free_bytes=free)
+    with gx.Table(COLUMNS, capacity=8, max_length=10) as table:
+        assert table.stats()["memory"] == expected
+
+
+def test_device_table_stores_and_returns_exactly_what_was_inserted(emulated_gpu_memory):
+    host, device = twin_tables("device")
+    assert device.stats()["memory"] == "device"
+    np.testing.assert_equal(device.contents(), host.contents())
+    for key in host.contents()["key"]:
+        np.testing.assert_equal(device.get(int(key)), host.get(int(key)))
+    assert device.stats()["bytes_used"] == host.stats()["bytes_used"]
+
+
+def test_device_table_checkpoint_round_trip_and_placement_override(emulated_gpu_memory, tmp_path):
+    host, device = twin_tables("device")
+    device.save(tmp_path / "d.gx")
+    host.save(tmp_path / "h.gx")
+    for placement in (None, "host"):
+        loaded = gx.Table.load(tmp_path / "d.gx", placement=placement)
+        assert loaded.stats()["memory"] == ("device" if placement is None else "host")
+        np.testing.assert_equal(loaded.contents(), host.contents())
+        for key in host.contents()["key"]:
+            np.testing.assert_equal(loaded.get(int(key)), host.get(int(key)))
+    moved = gx.Table.load(tmp_path / "h.gx", placement="device")
+    assert moved.stats()["memory"] == "device"
+    np.testing.assert_equal(moved.contents(), host.contents())
+    with pytest.raises(ValueError, match="placement must be one of"):
+        gx.Table.load(tmp_path / "h.gx", placement="gpu")
+
+
+@pytest.mark.parametrize("strategy", [gx.Uniform(), gx.Timestep(), gx.Prioritized(0.5),
+                                      gx.TopK(3), gx.Recent(4)], ids=lambda s: type(s).__name__)
+@pytest.mark.parametrize("window, pad", [(4, "left"), (None, "right")])
+def test_gpu_gather_from_a_device_table_equals_the_cpu_handler_on_the_host(
+        emulated_gpu_memory, strategy, window, pad):
+    host, device = twin_tables("device")
+    key = jax.random.key(11)
+    batch = host.sample(key, 16, window, strategy, pad)
+    seed = np.asarray(jax.random.bits(key, (2,), jnp.uint32))
+    if isinstance(strategy, gx.Prioritized):
+        device._native.ensure_priority_tree(strategy.alpha)
+    keys, start, probability, table_size, mask, timestep, columns = \
+        device._native.emulate_gpu_sample((int(seed[0]), int(seed[1])), 16, strategy.code,
+                                          strategy.param, window or 0, pad == "left", 5)
+    np.testing.assert_array_equal(keys, batch.keys)
+    np.testing.assert_array_equal(start, batch.start)
+    np.testing.assert_array_equal(probability, batch.probability)
+    np.testing.assert_array_equal(table_size, batch.table_size)
+    np.testing.assert_array_equal(mask, batch.mask)
+    np.testing.assert_array_equal(timestep, batch.timestep)
+    for (name, column), raw in zip(COLUMNS.items(), columns):
+        np.testing.assert_array_equal(raw.view(column.dtype).reshape(batch[name].shape),
+                                      batch[name], err_msg=name)
+
+
+@needs_no_gpu
+@pytest.mark.filterwarnings("ignore:Explicitly requested dtype float64")
+def test_cpu_programs_refuse_device_tables_clearly(emulated_gpu_memory):
+    _, device = twin_tables("device", count=3)
+    before = device.stats()
+    with pytest.raises(Exception, match="lives in GPU memory.*sample it from a program on the GPU"):
+        device.sample(jax.random.key(0), 4, 2)
+    with pytest.raises(Exception, match="lives in GPU memory.*insert_batch from a program on"):
+        jax.block_until_ready(device.insert_batch(
+            {"obs": jnp.zeros((1, 2, 5)), "rgb": jnp.zeros((1, 2, 3), jnp.uint8),
+             "reward": jnp.zeros((1, 2))}, jnp.array([2])))
+    after = device.stats()
+    for field in ("size", "inserts", "samples", "pinned_slots", "next_key"):
+        assert after[field] == before[field], field
+
+
+def test_a_failed_copy_into_a_device_table_changes_nothing(emulated_gpu_memory):
+    if _gearjax.cuda_memory:
+        pytest.skip("copy failures are injected into emulated GPU memory only")
+    host, device = twin_tables("device", count=5)  # capacity 8: three free slots
+    for filled in (5, 8):  # with free slots, then full (the insert would evict)
+        while len(device) < filled:
+            trajectory = random_trajectory(np.random.default_rng(len(device)), COLUMNS, 4)
+            host.insert(trajectory)
+            device.insert(trajectory)
+        contents, free = device.contents(), device._native.free_slots()
+        emulated_gpu_memory._emulate_device_memory(True, free_bytes=1 << 30, copies_fail=True)
+        try:
+            with pytest.raises(RuntimeError, match="emulated GPU copy failure"):
+                device.insert(random_trajectory(np.random.default_rng(99), COLUMNS, 3))
+        finally:
+            emulated_gpu_memory._emulate_device_memory(True, free_bytes=1 << 30)
+        stats = device.stats()
+        assert stats["writers_in_flight"] == 0 and stats["pinned_slots"] == 0
+        if filled < 8:  # nothing was evicted: the table is exactly as before
+            np.testing.assert_equal(device.contents(), contents)
+            assert device._native.free_slots() == free
+        else:  # the evicted trajectory stays evicted; its slot is free again
+            assert len(device) == 7
+            assert device._native.free_slots() != []
+        # the table keeps working, and keys are not reused
+        key = device.insert(random_trajectory(np.random.default_rng(7), COLUMNS, 2))
+        assert key == stats["next_key"]
+        host.insert(random_trajectory(np.random.default_rng(7), COLUMNS, 2))
+        np.testing.assert_equal(device.get(key), host.get(key))
