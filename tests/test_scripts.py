@@ -41,5 +41,5 @@ def test_bench_gpu_smoke_runs_without_a_gpu(tmp_path):
                     "--repeats", "1", "--steps", "2", "--sections", "gather,selection",
                     "--out", str(out)], check=True, capture_output=True)
     result = json.loads(out.read_text())
-    assert result["smoke"] and len(result["gather"]) == 4
+    assert result["smoke"] and len(result["gather_host"]) == 4
     assert "update_seconds" in result["selection"][0]
