@@ -1,0 +1,1 @@
+"""Decision transformers trained on gearjax tables: data, model, training, evaluation."""

@@ -1,0 +1,167 @@
+"""The decision transformer (gearjax.dt.model) and its jitted training
+(gearjax.dt.train): causality and padding are respected, heads are bounded,
+training samples inside jit and lowers the loss, checkpoints resume exactly."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+import gearjax as gx
+from gearjax.dt import data as D
+from gearjax.dt.model import SIZES, DecisionTransformer, DTConfig, act, squashed_gaussian_log_prob
+from gearjax.dt.train import Learner, Normalizer, TrainConfig
+
+OBS, ACT, K = 3, 2, 6
+
+
+def inputs(batch=2, k=K, seed=0):
+    rng = np.random.default_rng(seed)
+    return (jnp.asarray(rng.normal(size=(batch, k)), jnp.float32),
+            jnp.asarray(rng.normal(size=(batch, k, OBS)), jnp.float32),
+            jnp.asarray(rng.uniform(-1, 1, size=(batch, k, ACT)), jnp.float32),
+            jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32), (batch, k)),
+            jnp.ones((batch, k), bool))
+
+
+def model(**kw) -> DecisionTransformer:
+    config = DTConfig(obs_dim=OBS, act_dim=ACT, context=K, hidden=32, layers=2, heads=2,
+                      action_scale=2.0, **kw)
+    return DecisionTransformer(config, nnx.Rngs(0))
+
+
+def test_prediction_at_step_t_ignores_later_steps_and_its_own_action():
+    m = model()
+    rtg, s, a, t, mask = inputs()
+    base = m(rtg, s, a, t, mask)
+    assert base.shape == (2, K, ACT)
+    assert float(jnp.abs(base).max()) <= 2.0  # tanh head, scaled
+    changed = m(rtg.at[:, 4:].set(9.0), s.at[:, 4:].add(5.0), a.at[:, 3:].set(0.7), t, mask)
+    np.testing.assert_allclose(changed[:, :4], base[:, :4], atol=1e-5)  # steps 0..3 unchanged
+    assert not np.allclose(changed[:, 4:], base[:, 4:])
+
+
+def test_padded_steps_are_invisible():
+    m = model()
+    rtg, s, a, t, mask = inputs()
+    mask = mask.at[:, :3].set(False)  # left padding
+    base = m(rtg, s, a, t, mask)
+    garbage = m(rtg.at[:, :3].set(50.0), s.at[:, :3].set(-7.0), a.at[:, :3].set(0.9), t, mask)
+    np.testing.assert_allclose(garbage[:, 3:], base[:, 3:], atol=1e-5)
+
+
+def test_behaviour_cloning_ignores_returns_and_dropout_needs_rngs():
+    m = model(condition_on_return=False, dropout=0.5)
+    rtg, s, a, t, mask = inputs()
+    np.testing.assert_allclose(m(rtg, s, a, t, mask), m(rtg * 10, s, a, t, mask), atol=1e-6)
+    np.testing.assert_array_equal(m(rtg, s, a, t, mask), m(rtg, s, a, t, mask))
+    dropped = m(rtg, s, a, t, mask, rngs=nnx.Rngs(dropout=1))
+    assert not np.allclose(dropped, m(rtg, s, a, t, mask))
+
+
+def test_stochastic_head_and_its_log_prob():
+    m = model(stochastic=True)
+    rtg, s, a, t, mask = inputs()
+    mean, log_std = m(rtg, s, a, t, mask)
+    assert mean.shape == log_std.shape == (2, K, ACT)
+    action = act(m, rtg, s, a, t, mask)
+    np.testing.assert_allclose(action, jnp.tanh(mean[:, -1]) * 2.0, rtol=1e-6)
+    sampled = act(m, rtg, s, a, t, mask, key=jax.random.key(0))
+    assert sampled.shape == (2, ACT) and float(jnp.abs(sampled).max()) <= 2.0
+    # The density integrates to one (one dimension, numerically).
+    grid = jnp.linspace(-2 + 1e-4, 2 - 1e-4, 200_001)[:, None]
+    density = jnp.exp(squashed_gaussian_log_prob(jnp.array([0.3]), jnp.array([-0.5]), grid, 2.0))
+    assert float(jnp.sum(density) * (grid[1, 0] - grid[0, 0])) == pytest.approx(1.0, abs=5e-3)
+
+
+def test_config_validation_and_sizes():
+    assert DTConfig.sized("reference", obs_dim=1, act_dim=1).hidden == 128
+    assert set(SIZES) >= {"reference", "large"}
+    with pytest.raises(ValueError, match="size must be one of"):
+        DTConfig.sized("huge", obs_dim=1, act_dim=1)
+    with pytest.raises(ValueError, match="multiple of heads"):
+        DTConfig(obs_dim=1, act_dim=1, hidden=30, heads=4)
+    with pytest.raises(ValueError, match="context must be a positive integer"):
+        DTConfig(obs_dim=1, act_dim=1, context=0)
+    with pytest.raises(ValueError, match="dropout"):
+        DTConfig(obs_dim=1, act_dim=1, dropout=1.0)
+
+
+def linear_dataset(n=12, length=15) -> D.Episodes:
+    """Actions are a fixed linear function of the state: learnable quickly."""
+    rng = np.random.default_rng(0)
+    episodes = []
+    for _ in range(n):
+        obs = rng.normal(size=(length, OBS)).astype(np.float32)
+        actions = np.tanh(obs[:, :ACT] * 0.8).astype(np.float32)
+        episodes.append({"observations": obs, "actions": actions,
+                         "rewards": -np.abs(actions).sum(1).astype(np.float32)})
+    return D.Episodes(episodes, {})
+
+
+@pytest.fixture(scope="module")
+def setup():
+    data = linear_dataset()
+    table = D.make_table(data)
+    mean, std = data.state_stats()
+    return table, Normalizer(mean, std, 10.0)
+
+
+@pytest.mark.parametrize("stochastic", [False, True])
+def test_jitted_training_samples_inside_the_step_and_learns(setup, stochastic):
+    table, normalizer = setup
+    config = DTConfig(obs_dim=OBS, act_dim=ACT, context=K, hidden=32, layers=1, heads=1,
+                      dropout=0.0, stochastic=stochastic)
+    learner = Learner(config, normalizer, table,
+                      TrainConfig(batch_size=16, steps_per_call=25, learning_rate=3e-3,
+                                  warmup_steps=10))
+    samples_before = table.stats()["samples"]
+    metrics = learner.train(150)
+    assert table.stats()["samples"] - samples_before == 150 * 16  # every step sampled in jit
+    assert learner.step == 150 and metrics["loss"].shape == (150,)
+    assert np.all(np.isfinite(metrics["loss"]))
+    first, last = metrics["loss"][:10].mean(), metrics["loss"][-10:].mean()
+    assert last < first - (0.5 * abs(first) if not stochastic else 0.5)
+    if stochastic:
+        assert {"nll", "entropy", "temperature"} <= set(metrics)
+
+
+def test_train_refuses_partial_calls_and_needs_a_source(setup):
+    table, normalizer = setup
+    config = DTConfig(obs_dim=OBS, act_dim=ACT, context=K, hidden=16, layers=1)
+    learner = Learner(config, normalizer, table, TrainConfig(batch_size=4, steps_per_call=10))
+    with pytest.raises(ValueError, match="multiple of steps_per_call"):
+        learner.train(15)
+    with pytest.raises(ValueError, match="give a table or a sampler"):
+        Learner(config, normalizer)
+
+
+def test_checkpoints_resume_exactly(setup, tmp_path):
+    table, normalizer = setup
+    config = DTConfig(obs_dim=OBS, act_dim=ACT, context=K, hidden=16, layers=1, dropout=0.1)
+    train = TrainConfig(batch_size=8, steps_per_call=10)
+    a = Learner(config, normalizer, table, train)
+    a.train(20)
+    a.save(tmp_path / "ckpt")
+    continued = a.train(20)["loss"]
+
+    b = Learner(config, normalizer, table, train)
+    assert not b.restore(tmp_path / "empty")
+    assert b.restore(tmp_path / "ckpt") and b.step == 20
+    resumed = b.train(20)["loss"]
+    np.testing.assert_allclose(resumed, continued, rtol=1e-5)
+    rtg, s, ac, t, mask = inputs(k=K)
+    np.testing.assert_allclose(b.model(rtg, s, ac, t, mask), a.model(rtg, s, ac, t, mask),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_training_from_a_fixed_device_batch(setup):
+    table, normalizer = setup
+    batch = table.sample(jax.random.key(0), 8, K, gx.Timestep(), pad="left")
+    config = DTConfig(obs_dim=OBS, act_dim=ACT, context=K, hidden=16, layers=1)
+    learner = Learner(config, normalizer, config=TrainConfig(batch_size=8, steps_per_call=5),
+                      sampler=lambda key: batch)
+    assert np.all(np.isfinite(learner.train(10)["loss"]))
