@@ -165,3 +165,24 @@ def test_training_from_a_fixed_device_batch(setup):
     learner = Learner(config, normalizer, config=TrainConfig(batch_size=8, steps_per_call=5),
                       sampler=lambda key: batch)
     assert np.all(np.isfinite(learner.train(10)["loss"]))
+
+
+def test_rollouts_are_batched_deterministic_and_record_episodes():
+    from gearjax.dt.evaluate import evaluate, rollouts
+    config = DTConfig(obs_dim=3, act_dim=1, context=4, hidden=16, layers=1, action_scale=2.0)
+    m = DecisionTransformer(config, nnx.Rngs(0))
+    normalizer = Normalizer(np.zeros(3, np.float32), np.ones(3, np.float32), 100.0)
+    a = rollouts(m, normalizer, "Pendulum-v1", -150.0, episodes=3, seed=5, max_steps=9)
+    b = rollouts(m, normalizer, "Pendulum-v1", -150.0, episodes=3, seed=5, max_steps=9)
+    np.testing.assert_array_equal(a["returns"], b["returns"])
+    assert a["lengths"].tolist() == [9, 9, 9]
+    for episode, ret in zip(a["episodes"], a["returns"]):
+        assert episode["observations"].shape == (9, 3) and episode["actions"].shape == (9, 1)
+        assert episode["rewards"].sum() == pytest.approx(ret, rel=1e-5)
+        assert np.abs(episode["actions"]).max() <= 2.0
+    # different start states per episode; a different target changes the actions
+    assert len(set(a["returns"].round(4).tolist())) == 3
+    c = rollouts(m, normalizer, "Pendulum-v1", 5000.0, episodes=3, seed=5, max_steps=9)
+    assert not np.allclose(c["episodes"][0]["actions"], a["episodes"][0]["actions"])
+    result = evaluate(m, normalizer, "Pendulum-v1", [-150.0], episodes=2)
+    assert set(result[-150.0]) == {"mean", "std", "returns"} and len(result[-150.0]["returns"]) == 2
