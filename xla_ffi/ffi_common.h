@@ -115,35 +115,65 @@ inline SampleOutputs BindSampleOutputs(const Table& table, xla::ffi::RemainingRe
   return out;
 }
 
-// insert_batch after its buffers are read: checks the column sizes (bytes per
-// column, for `rows` rows of `steps` steps) and every length and priority
-// before the first insert, so bad input inserts nothing; then inserts row by
-// row, `fill(row, slot)` copying row `row` into `slot` (see Table::InsertWith).
-// Only a rate-limiter timeout, a close or a failed copy can stop it part-way;
-// the error then says how many went in.
+// What every sample handler checks and binds before selecting: the request,
+// the window width (max_length for whole trajectories) and the results.
+struct SampleCall {
+  SampleRequest request;
+  int64_t width;
+  SampleOutputs out;
+};
+
+inline SampleCall BindSampleCall(const Table& table, size_t seed_words,
+                                 xla::ffi::RemainingRets& rets, int64_t batch_size,
+                                 int64_t strategy, double param, int64_t window,
+                                 bool host_results) {
+  if (seed_words != 2) throw InvalidArgument("the seed must be two uint32 words");
+  if (batch_size < 1) throw InvalidArgument("batch_size must be >= 1");
+  const int64_t width = window == 0 ? table.spec().max_length : window;
+  return {{static_cast<Strategy>(strategy), param, batch_size, window}, width,
+          BindSampleOutputs(table, rets, batch_size, width, host_results)};
+}
+
+// One column's part of copying a trajectory into its slot: `bytes` bytes from
+// `src` (the caller's buffer) to arena offset `dst_offset`.
+struct ColumnCopy {
+  size_t dst_offset;
+  const uint8_t* src;
+  size_t bytes;
+};
+
+// insert_batch after its lengths and priorities are read: checks the keys
+// result, the column buffers ([rows, steps, *step] each) and every length and
+// priority before the first insert, so bad input inserts nothing; then inserts
+// row by row, `copy` writing the row's columns into its reserved slot (see
+// Table::InsertWith). Only a rate-limiter timeout, a close or a failed copy can
+// stop it part-way; the error then says how many went in.
 inline void InsertBatchRows(Table& table, int64_t rows, int64_t steps,
-                            const std::vector<size_t>& column_bytes,
+                            xla::ffi::RemainingArgs& columns, size_t key_count,
                             const std::vector<int64_t>& lengths,
                             const std::vector<double>& priorities,
-                            const std::function<void(int64_t row, int64_t slot)>& fill,
+                            const std::function<void(const std::vector<ColumnCopy>&)>& copy,
                             int64_t* keys) {
   const int num_columns = table.num_columns();
-  if (column_bytes.size() != static_cast<size_t>(num_columns)) {
+  if (static_cast<int64_t>(key_count) != rows || static_cast<int64_t>(lengths.size()) != rows ||
+      static_cast<int64_t>(priorities.size()) != rows) {
+    throw InvalidArgument("lengths, priorities and keys must have one entry per trajectory");
+  }
+  if (columns.size() != static_cast<size_t>(num_columns)) {
     throw InvalidArgument("expected " + std::to_string(num_columns) + " column arrays, got " +
-                          std::to_string(column_bytes.size()));
+                          std::to_string(columns.size()));
   }
   if (steps < 1 || steps > table.spec().max_length) {
     throw InvalidArgument("the time axis (" + std::to_string(steps) +
                           ") must be in [1, max_length]");
   }
-  if (static_cast<int64_t>(lengths.size()) != rows ||
-      static_cast<int64_t>(priorities.size()) != rows) {
-    throw InvalidArgument("lengths, priorities and keys must have one entry per trajectory");
-  }
+  std::vector<const uint8_t*> bases;
   for (int c = 0; c < num_columns; ++c) {
-    if (static_cast<int64_t>(column_bytes[c]) != rows * steps * table.step_bytes(c)) {
+    auto column = columns.get<xla::ffi::AnyBuffer>(c).value();
+    if (static_cast<int64_t>(column.size_bytes()) != rows * steps * table.step_bytes(c)) {
       throw InvalidArgument("column '" + table.spec().columns[c].name + "' has the wrong size");
     }
+    bases.push_back(static_cast<const uint8_t*>(column.untyped_data()));
   }
   for (int64_t i = 0; i < rows; ++i) {
     if (lengths[i] < 1 || lengths[i] > steps) {
@@ -157,12 +187,20 @@ inline void InsertBatchRows(Table& table, int64_t rows, int64_t steps,
                             "; priorities must be finite and >= 0; nothing was inserted");
     }
   }
+  std::vector<ColumnCopy> copies(num_columns);
   for (int64_t i = 0; i < rows; ++i) {
     const std::string progress = " (insert_batch stopped after inserting " + std::to_string(i) +
                                  " of " + std::to_string(rows) + " trajectories)";
+    auto fill = [&](int64_t slot) {
+      for (int c = 0; c < num_columns; ++c) {
+        const int64_t step_bytes = table.step_bytes(c);
+        copies[c] = {table.StepOffset(c, slot, 0), bases[c] + i * steps * step_bytes,
+                     static_cast<size_t>(lengths[i] * step_bytes)};
+      }
+      copy(copies);
+    };
     try {
-      keys[i] = table.InsertWith(lengths[i], priorities[i],
-                                 [&](int64_t slot) { fill(i, slot); });
+      keys[i] = table.InsertWith(lengths[i], priorities[i], fill);
     } catch (const Timeout& e) {
       throw Timeout(e.what() + progress);
     } catch (const Closed& e) {

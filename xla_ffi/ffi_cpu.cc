@@ -85,15 +85,15 @@ ffi::Error SampleImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::U32> seed, ffi::Rem
       return Fail("this table lives in GPU memory (placement 'device'): sample it from a "
                   "program on the GPU");
     }
-    if (seed.element_count() != 2) return Fail("the seed must be two uint32 words");
-    if (batch_size < 1) return Fail("batch_size must be >= 1");
-    const int64_t batch = batch_size;
-    const int64_t width = window == 0 ? table->spec().max_length : window;
-    const SampleOutputs out = BindSampleOutputs(*table, rets, batch, width, /*host_results=*/true);
+    const SampleCall call =
+        BindSampleCall(*table, seed.element_count(), rets, batch_size, strategy, param, window,
+                       /*host_results=*/true);
+    const SampleRequest& request = call.request;
+    const int64_t batch = request.batch, width = call.width;
+    const SampleOutputs& out = call.out;
     int64_t row_bytes = 0;
     for (int c = 0; c < table->num_columns(); ++c) row_bytes += width * table->step_bytes(c);
 
-    SampleRequest request{static_cast<Strategy>(strategy), param, batch, window};
     std::vector<Draw> draws(batch);
     table->Select(request, seed.typed_data(), draws.data());
     struct Unpin {
@@ -159,25 +159,11 @@ ffi::Error InsertBatchImpl(ffi::AnyBuffer lengths, ffi::AnyBuffer priorities,
     if (!ReadPriorities(priorities, priority_values)) {
       return Fail("priorities must be float32 or float64");
     }
-    if (static_cast<int64_t>(keys->element_count()) != rows) {
-      return Fail("lengths, priorities and keys must have one entry per trajectory");
-    }
-    std::vector<size_t> column_bytes;
-    std::vector<const uint8_t*> bases;
-    for (size_t c = 0; c < columns.size(); ++c) {
-      auto column = columns.get<ffi::AnyBuffer>(c).value();
-      column_bytes.push_back(column.size_bytes());
-      bases.push_back(static_cast<const uint8_t*>(column.untyped_data()));
-    }
     uint8_t* arena = table->arena_data();
     InsertBatchRows(
-        *table, rows, steps, column_bytes, length_values, priority_values,
-        [&](int64_t row, int64_t slot) {
-          for (int c = 0; c < table->num_columns(); ++c) {
-            const int64_t step_bytes = table->step_bytes(c);
-            std::memcpy(arena + table->StepOffset(c, slot, 0), bases[c] + row * steps * step_bytes,
-                        length_values[row] * step_bytes);
-          }
+        *table, rows, steps, columns, keys->element_count(), length_values, priority_values,
+        [&](const std::vector<ColumnCopy>& copies) {
+          for (const ColumnCopy& c : copies) std::memcpy(arena + c.dst_offset, c.src, c.bytes);
         },
         keys->typed_data());
     return ffi::Error::Success();

@@ -28,6 +28,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -110,6 +111,10 @@ std::string CudaError(const char* what, cudaError_t error) {
   return std::string(what) + ": " + cudaGetErrorString(error);
 }
 
+constexpr char kUnreachable[] =
+    "this table's memory is not reachable from the GPU (pinning it failed when the table was "
+    "created, or no GPU was visible then)";
+
 // Unpins the draws of one sample once the stream has passed its kernel.
 struct PendingRelease {
   std::shared_ptr<Table> table;
@@ -179,20 +184,19 @@ ffi::Error SampleCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch,
   try {
     std::shared_ptr<Table> table = LookUp(table_handle);
     if (table->device_arena() == nullptr) {
-      return Fail("this table's memory is not reachable from the GPU (pinning it failed when "
-                  "the table was created, or no GPU was visible then)");
+      return Fail(kUnreachable);
     }
-    if (seed.element_count() != 2) return Fail("the seed must be two uint32 words");
-    if (batch_size < 1) return Fail("batch_size must be >= 1");
-    const int64_t batch = batch_size;
-    const int64_t width = window == 0 ? table->spec().max_length : window;
-    const SampleOutputs out = BindSampleOutputs(*table, rets, batch, width, /*host_results=*/false);
+    const SampleCall call =
+        BindSampleCall(*table, seed.element_count(), rets, batch_size, strategy, param, window,
+                       /*host_results=*/false);
+    const SampleRequest& request = call.request;
+    const int64_t batch = request.batch, width = call.width;
+    const SampleOutputs& out = call.out;
 
     if (table->num_columns() > kMaxGpuColumns) {
       return Fail("the GPU gather handles at most " + std::to_string(kMaxGpuColumns) +
                   " columns; this table has " + std::to_string(table->num_columns()));
     }
-    const SampleRequest request{static_cast<Strategy>(strategy), param, batch, window};
     if (request.strategy == Strategy::kUniform || request.strategy == Strategy::kTimestep ||
         request.strategy == Strategy::kPrioritized) {
       return SampleOnDevice(stream, scratch, seed.typed_data(), table, request, width,
@@ -298,11 +302,7 @@ ffi::Error InsertBatchCudaImpl(cudaStream_t stream, ffi::AnyBuffer lengths,
     std::shared_ptr<Table> table = LookUp(table_handle);
     uint8_t* arena = const_cast<uint8_t*>(table->device_arena());
     if (arena == nullptr) {
-      return Fail("this table's memory is not reachable from the GPU (pinning it failed when "
-                  "the table was created, or no GPU was visible then)");
-    }
-    if (static_cast<int64_t>(keys->element_count()) != rows) {
-      return Fail("lengths, priorities and keys must have one entry per trajectory");
+      return Fail(kUnreachable);
     }
     std::vector<uint8_t> raw_lengths, raw_priorities;
     if (!CopyToHost(lengths, raw_lengths, stream) ||
@@ -321,23 +321,14 @@ ffi::Error InsertBatchCudaImpl(cudaStream_t stream, ffi::AnyBuffer lengths,
                         priorities.element_count(), priority_values)) {
       return Fail("priorities must be float32 or float64");
     }
-    std::vector<size_t> column_bytes;
-    std::vector<const uint8_t*> bases;
-    for (size_t c = 0; c < columns.size(); ++c) {
-      auto column = columns.get<ffi::AnyBuffer>(c).value();
-      column_bytes.push_back(column.size_bytes());
-      bases.push_back(static_cast<const uint8_t*>(column.untyped_data()));
-    }
-    std::vector<int64_t> host_keys(rows);
+    std::vector<int64_t> host_keys(std::max<int64_t>(rows, 0));
     InsertBatchRows(
-        *table, rows, steps, column_bytes, length_values, priority_values,
-        [&](int64_t row, int64_t slot) {
+        *table, rows, steps, columns, keys->element_count(), length_values, priority_values,
+        [&](const std::vector<ColumnCopy>& copies) {
           cudaError_t error = cudaSuccess;
-          for (int c = 0; c < table->num_columns() && error == cudaSuccess; ++c) {
-            const int64_t step_bytes = table->step_bytes(c);
-            error = cudaMemcpyAsync(arena + table->StepOffset(c, slot, 0),
-                                    bases[c] + row * steps * step_bytes,
-                                    length_values[row] * step_bytes, cudaMemcpyDefault, stream);
+          for (size_t c = 0; c < copies.size() && error == cudaSuccess; ++c) {
+            error = cudaMemcpyAsync(arena + copies[c].dst_offset, copies[c].src, copies[c].bytes,
+                                    cudaMemcpyDefault, stream);
           }
           // Published only when the bytes are there (and, on error, returned
           // to the free list only when nothing is still copying into it).
