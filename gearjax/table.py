@@ -449,9 +449,9 @@ class Table:
 def _resolve_placement(placement: str, table_bytes: int) -> bool:
     """Whether a table of ``table_bytes`` asked to be at ``placement`` goes in
     GPU memory."""
-    free = _gearjax.gpu_free_bytes()
     if placement == "host":
         return False
+    free = _gearjax.gpu_free_bytes()
     if placement == "device":
         if free is None:
             raise ValueError("placement='device' needs a GPU, and gearjax sees none (no CUDA "

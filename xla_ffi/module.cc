@@ -44,13 +44,9 @@ constexpr uintptr_t kEmulatedDeviceBit = uintptr_t{1} << 62;
 size_t emulated_free_bytes = 0;
 std::atomic<bool> emulated_copy_fails{false};  // copies into "device" memory throw
 
-const uint8_t* EmulatedHostAddress(const uint8_t* device, const uint8_t* host) {
-  if (host != nullptr) return host;
-  return reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(device) & ~kEmulatedDeviceBit);
-}
-
-void* ToHost(const void* device) {
-  return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(device) & ~kEmulatedDeviceBit);
+// The host address behind an emulated device address.
+uint8_t* ToHost(const void* device) {
+  return reinterpret_cast<uint8_t*>(reinterpret_cast<uintptr_t>(device) & ~kEmulatedDeviceBit);
 }
 
 const DeviceMemory kEmulatedDeviceMemory{
@@ -218,8 +214,10 @@ class NativeTable {
     const uint32_t words[2] = {std::get<0>(seed), std::get<1>(seed)};
     std::vector<Draw> draws(batch);
     // Plan first (it checks the column limit) so nothing is pinned on error.
-    GatherParams params = PlanGather(*table_, draws.data(), batch, width, pad_left, out,
-                                     EmulatedHostAddress(table_->device_arena(), table_->arena_data()));
+    // Host tables gather from their host memory, device tables from behind
+    // their emulated addresses.
+    const uint8_t* arena = table_->on_device() ? ToHost(table_->device_arena()) : table_->arena_data();
+    GatherParams params = PlanGather(*table_, draws.data(), batch, width, pad_left, out, arena);
     table_->Select({static_cast<Strategy>(strategy), param, batch, window}, words, draws.data());
     EmulateGather(params, threads);
     table_->Release(draws.data(), batch);
