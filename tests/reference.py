@@ -45,6 +45,27 @@ def check_batch(batch: gx.Batch, stored: dict[int, dict[str, np.ndarray]],
         np.testing.assert_array_equal(np.asarray(batch.timestep[b]), row["timestep"])
 
 
+def assert_emulated_gpu_sample_equals(table: gx.Table, key, batch: gx.Batch, strategy,
+                                      window: int | None, pad: str, threads: int) -> None:
+    """Samples `table` with the GPU kernels' code run on the CPU
+    (emulate_gpu_sample) for the same key, and asserts it equals `batch` (what
+    the CPU handler drew for that key) field by field."""
+    import jax
+    import jax.numpy as jnp
+
+    seed = np.asarray(jax.random.bits(key, (2,), jnp.uint32))
+    if isinstance(strategy, gx.Prioritized):
+        table._native.ensure_priority_tree(strategy.alpha)
+    *fixed, columns = table._native.emulate_gpu_sample(
+        (int(seed[0]), int(seed[1])), len(batch.keys), strategy.code, strategy.param,
+        window or 0, pad == "left", threads)
+    for name, got in zip(("keys", "start", "probability", "table_size", "mask", "timestep"), fixed):
+        np.testing.assert_array_equal(got, getattr(batch, name), err_msg=name)
+    for (name, column), raw in zip(table.columns.items(), columns):
+        np.testing.assert_array_equal(raw.view(column.dtype).reshape(batch[name].shape),
+                                      batch[name], err_msg=name)
+
+
 def random_trajectory(rng: np.random.Generator, columns: dict[str, gx.Column],
                       length: int) -> dict[str, np.ndarray]:
     out = {}

@@ -7,12 +7,11 @@ rows split over several blocks, both pad sides and every strategy."""
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import gearjax as gx
-from reference import random_trajectory
+from reference import assert_emulated_gpu_sample_equals, random_trajectory
 
 COLUMNS = {
     "obs": gx.Column((17,), "float32"),                     # 68-byte steps
@@ -40,21 +39,7 @@ def table():
 def test_emulated_gpu_gather_equals_the_cpu_handler(table, strategy, window, pad, threads):
     key = jax.random.key(5)
     batch = table.sample(key, 24, window, strategy, pad)
-    seed = np.asarray(jax.random.bits(key, (2,), jnp.uint32))
-    if isinstance(strategy, gx.Prioritized):
-        table._native.ensure_priority_tree(strategy.alpha)
-    keys, start, probability, table_size, mask, timestep, columns = table._native.emulate_gpu_sample(
-        (int(seed[0]), int(seed[1])), 24, strategy.code, strategy.param, window or 0,
-        pad == "left", threads)
-    np.testing.assert_array_equal(keys, batch.keys)
-    np.testing.assert_array_equal(start, batch.start)
-    np.testing.assert_array_equal(probability, batch.probability)
-    np.testing.assert_array_equal(table_size, batch.table_size)
-    np.testing.assert_array_equal(mask, batch.mask)
-    np.testing.assert_array_equal(timestep, batch.timestep)
-    for (name, column), raw in zip(COLUMNS.items(), columns):
-        got = raw.view(column.dtype).reshape(batch[name].shape)
-        np.testing.assert_array_equal(got, batch[name], err_msg=name)
+    assert_emulated_gpu_sample_equals(table, key, batch, strategy, window, pad, threads)
 
 
 def test_rows_longer_than_one_block_are_split(table):

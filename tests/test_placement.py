@@ -16,7 +16,7 @@ import pytest
 import gearjax as gx
 from gearjax import _gearjax
 from gearjax.table import AUTO_DEVICE_FRACTION
-from reference import random_trajectory
+from reference import assert_emulated_gpu_sample_equals, random_trajectory
 
 COLUMNS = {
     "obs": gx.Column((5,), "float32"),
@@ -104,21 +104,7 @@ def test_gpu_gather_from_a_device_table_equals_the_cpu_handler_on_the_host(
     host, device = twin_tables("device")
     key = jax.random.key(11)
     batch = host.sample(key, 16, window, strategy, pad)
-    seed = np.asarray(jax.random.bits(key, (2,), jnp.uint32))
-    if isinstance(strategy, gx.Prioritized):
-        device._native.ensure_priority_tree(strategy.alpha)
-    keys, start, probability, table_size, mask, timestep, columns = \
-        device._native.emulate_gpu_sample((int(seed[0]), int(seed[1])), 16, strategy.code,
-                                          strategy.param, window or 0, pad == "left", 5)
-    np.testing.assert_array_equal(keys, batch.keys)
-    np.testing.assert_array_equal(start, batch.start)
-    np.testing.assert_array_equal(probability, batch.probability)
-    np.testing.assert_array_equal(table_size, batch.table_size)
-    np.testing.assert_array_equal(mask, batch.mask)
-    np.testing.assert_array_equal(timestep, batch.timestep)
-    for (name, column), raw in zip(COLUMNS.items(), columns):
-        np.testing.assert_array_equal(raw.view(column.dtype).reshape(batch[name].shape),
-                                      batch[name], err_msg=name)
+    assert_emulated_gpu_sample_equals(device, key, batch, strategy, window, pad, threads=5)
 
 
 @needs_no_gpu
