@@ -55,6 +55,7 @@ class Episodes:
         if not self.episodes:
             raise DatasetError("a dataset needs at least one episode")
         obs_dim = act_dim = None
+        checked = []
         for i, e in enumerate(self.episodes):
             for key in ("observations", "actions", "rewards"):
                 if key not in e:
@@ -80,8 +81,9 @@ class Episodes:
             for name, array in (("observations", obs), ("actions", act), ("rewards", rew)):
                 if not np.all(np.isfinite(array)):
                     raise DatasetError(f"episode {i}: {name} hold NaN or infinity")
-            self.episodes[i] = {**e, "observations": obs, "actions": act, "rewards": rew,
-                                "terminal": bool(e.get("terminal", False))}
+            checked.append({**e, "observations": obs, "actions": act, "rewards": rew,
+                            "terminal": bool(e.get("terminal", False))})
+        self.episodes = checked  # the caller's list is left as it was
 
     def __len__(self) -> int:
         return len(self.episodes)
@@ -260,9 +262,9 @@ def load_minari(path: str | os.PathLike) -> Episodes:
                                        f"{len(rewards)} steps; Minari stores steps + 1")
                 episodes.append({"observations": obs[:-1], "actions": g["actions"][()],
                                  "rewards": rewards, "terminal": bool(g["terminations"][-1])})
+    except DatasetError:
+        raise
     except (OSError, KeyError, ValueError) as e:
-        if isinstance(e, DatasetError):
-            raise
         raise DatasetError(f"{file} is not a readable Minari HDF5 file: {e}") from None
     return Episodes(episodes, metadata)
 

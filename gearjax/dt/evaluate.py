@@ -8,6 +8,7 @@ received, as in the decision-transformer paper.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import jax
@@ -16,6 +17,16 @@ from flax import nnx
 
 from gearjax.dt.model import DecisionTransformer, act
 from gearjax.dt.train import Normalizer
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _policy(graphdef, params, state_mean, state_std, rtg_scale, rtg, states, actions, steps,
+            mask, key):
+    """The actions for the last step of each window; compiled once per model
+    structure and window shape, not per rollout."""
+    normalizer = Normalizer(state_mean, state_std, rtg_scale)
+    return act(nnx.merge(graphdef, params), normalizer.returns(rtg), normalizer.states(states),
+               actions, steps, mask, key)
 
 
 def rollouts(model: DecisionTransformer, normalizer: Normalizer, env_id: str,
@@ -41,11 +52,7 @@ def rollouts(model: DecisionTransformer, normalizer: Normalizer, env_id: str,
         states[i, 0] = env.reset(seed=seed + i)[0]
     rtg[:, 0] = target_return
     graphdef, params = nnx.split(model)
-
-    @jax.jit
-    def policy(params, rtg_w, states_w, actions_w, steps_w, mask_w, key):
-        return act(nnx.merge(graphdef, params), normalizer.returns(rtg_w),
-                   normalizer.states(states_w), actions_w, steps_w, mask_w, key)
+    stats = (normalizer.state_mean, normalizer.state_std, np.float32(normalizer.rtg_scale))
 
     for t in range(horizon):
         lo = max(0, t - k + 1)
@@ -59,8 +66,8 @@ def rollouts(model: DecisionTransformer, normalizer: Normalizer, env_id: str,
         mask = np.concatenate([np.zeros((episodes, pad), bool), np.ones((episodes, n), bool)],
                               axis=1)
         key = None if sample_key is None else jax.random.fold_in(sample_key, t)
-        chosen = np.asarray(policy(params, window(rtg), window(states), window(actions), steps,
-                                   mask, key))
+        chosen = np.asarray(_policy(graphdef, params, *stats, window(rtg), window(states),
+                                    window(actions), steps, mask, key))
         for i, env in enumerate(envs):
             if done[i]:
                 continue
