@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Set-up command 1: install gearjax into .venv and run the built-in demo
-# (fills a table, trains a small policy with jitted sampling). Extra arguments
-# go to the demo (see `gearjax-demo --help`).
+# Set-up command 1: install gearjax into .venv and run the main job: train a
+# decision transformer on the built-in default dataset and evaluate it (about
+# two minutes on a 2-core CPU). Extra arguments go to `gearjax-train`
+# (see `gearjax-train --help`).
 source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"
-exec gearjax-demo "$@"
+exec gearjax-train "$@"

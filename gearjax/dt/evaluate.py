@@ -90,11 +90,14 @@ def rollouts(model: DecisionTransformer, normalizer: Normalizer, env_id: str,
 
 
 def evaluate(model: DecisionTransformer, normalizer: Normalizer, env_id: str,
-             target_returns: Sequence[float], episodes: int = 10, seed: int = 10_000) -> dict:
-    """Mean and standard deviation of the return for each target return."""
+             target_returns: Sequence[float], episodes: int = 10, seed: int = 10_000,
+             max_steps: int | None = None) -> dict:
+    """Mean and standard deviation of the return for each target return
+    (episodes cut at ``max_steps`` when given)."""
     out = {}
     for target in target_returns:
-        returns = rollouts(model, normalizer, env_id, float(target), episodes, seed)["returns"]
+        returns = rollouts(model, normalizer, env_id, float(target), episodes, seed,
+                           max_steps)["returns"]
         out[float(target)] = {"mean": float(np.mean(returns)), "std": float(np.std(returns)),
                               "returns": [float(r) for r in returns]}
     return out

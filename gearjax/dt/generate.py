@@ -1,15 +1,27 @@
 """Offline datasets made here, from environments that need no downloads
 (gymnasium's classic control), by mixtures of behaviour policies: random,
-noisy and good. Each episode records its policy's label and its return; the
-metadata keeps each policy's mean return and the reference returns that
-normalised scores use (random = 0, best behaviour policy = 100).
+noisy, bad and good. Each episode records its policy's label and its return;
+the metadata keeps each policy's mean return and the reference returns that
+normalised scores use (random = 0, the good behaviour policy = 100).
 
-The built-in default (:data:`DEFAULT`) is Pendulum-v1 with an energy-shaping
-swing-up controller as the good policy; it generates in a few seconds.
+Mixtures (:data:`MIXTURES`):
+
+- ``"mountaincar"``, the built-in default (:data:`DEFAULT`):
+  MountainCarContinuous-v0. The good policy pumps energy at 40% throttle and
+  reaches the flag (return about 97); "noisy" pumps at full throttle with
+  Gaussian noise (about 92); "timid" pumps but backs off whenever it moves
+  right past x = -0.3, so it never leaves the valley (about -100); "random"
+  is uniform (about -33). Timid and random episodes run the full 999 steps, so
+  most of the data is bad and, in the states where the policies disagree,
+  behaviour cloning follows the timid majority; conditioning on a high return
+  tells them apart. Generates in about a second.
+- ``"pendulum"``: Pendulum-v1 with an energy-shaping swing-up controller as
+  the good policy. Its returns depend strongly on the random initial angle,
+  which makes a single target return a poor instruction (see the README).
 
 Command line (writes any of the formats of :mod:`gearjax.dt.data`)::
 
-    gearjax-dataset --out pendulum.npz          # or .hdf5, or a directory (Minari)
+    gearjax-dataset --out data.npz          # or .hdf5, or a directory (Minari)
 """
 
 from __future__ import annotations
@@ -24,6 +36,22 @@ import numpy as np
 from gearjax.dt.data import Episodes, save
 
 Policy = Callable[[np.ndarray, np.random.Generator], np.ndarray]
+
+
+# ------------------------------------------------------------------ MountainCarContinuous-v0 policies
+def mountaincar_pump(obs: np.ndarray, rng: np.random.Generator | None = None,
+                     throttle: float = 1.0) -> np.ndarray:
+    """Pushes along the car's velocity (left when still), which adds energy
+    every swing until the car crests the right hill."""
+    return np.array([throttle if obs[1] > 0 else -throttle], np.float32)
+
+
+def mountaincar_timid(obs: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
+    """Pumps like :func:`mountaincar_pump` but pushes back whenever it moves
+    right past x = -0.3: it keeps rocking in the valley and never arrives."""
+    if obs[0] > -0.3 and obs[1] > 0:
+        return np.array([-1.0], np.float32)
+    return mountaincar_pump(obs, rng)
 
 
 # ------------------------------------------------------------------ Pendulum-v1 policies
@@ -72,14 +100,25 @@ class Mixture:
     good: str  # the label of the good policy (normalised scores' 100)
 
 
+MOUNTAINCAR = Mixture("MountainCarContinuous-v0", (
+    ("random", uniform_random, 10),
+    ("timid", lambda lo, hi: mountaincar_timid, 20),
+    ("noisy", lambda lo, hi: noisy(mountaincar_pump, 0.5, lo, hi), 10),
+    ("good", lambda lo, hi: lambda obs, rng: mountaincar_pump(obs, rng, throttle=0.4), 10),
+), good="good")
+
 # Behaviour cloning of this mixture averages braking and pumping near the
-# bottom; conditioning on a high return tells them apart.
-DEFAULT = Mixture("Pendulum-v1", (
+# bottom; conditioning on a high return should tell them apart, but the
+# return also depends on the initial angle.
+PENDULUM = Mixture("Pendulum-v1", (
     ("random", uniform_random, 20),
     ("brake", lambda lo, hi: noisy(pendulum_hold_down, 0.5, lo, hi), 20),
     ("weak", lambda lo, hi: lambda obs, rng: pendulum_swing_up(obs, rng, max_torque=0.6), 20),
     ("good", lambda lo, hi: pendulum_swing_up, 20),
 ), good="good")
+
+MIXTURES = {"mountaincar": MOUNTAINCAR, "pendulum": PENDULUM}
+DEFAULT = MOUNTAINCAR
 
 
 # ------------------------------------------------------------------ rollouts
@@ -135,14 +174,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--out", required=True,
                         help="output path: .npz, .hdf5 (D4RL layout) or a directory (Minari)")
     parser.add_argument("--format", choices=("npz", "hdf5", "minari"), default=None)
+    parser.add_argument("--mixture", choices=tuple(MIXTURES), default="mountaincar",
+                        help="environment and behaviour policies (default: mountaincar)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--scale", type=float, default=1.0,
                         help="multiplies every policy's episode count")
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    data = generate(DEFAULT, seed=args.seed, scale=args.scale)
+    mixture = MIXTURES[args.mixture]
+    data = generate(mixture, seed=args.seed, scale=args.scale)
     path = save(data, args.out, args.format)
-    print(f"{len(data)} episodes, {data.num_steps} steps of {DEFAULT.env_id} in "
+    print(f"{len(data)} episodes, {data.num_steps} steps of {mixture.env_id} in "
           f"{time.perf_counter() - start:.1f} s -> {path}")
     for label, ret in data.metadata["policy_returns"].items():
         print(f"  {label:>10}: mean return {ret:9.1f}")

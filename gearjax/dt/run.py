@@ -1,0 +1,318 @@
+"""The main job: train a decision transformer (or its behaviour-cloning
+baseline) on an offline dataset in a gearjax table, evaluate it in its
+environment as it learns, and write the results, a plot and a checkpoint.
+
+Command line (``gearjax-train``; ``bash scripts/demo.sh`` runs it on the
+built-in default, :data:`gearjax.dt.generate.DEFAULT`)::
+
+    gearjax-train                        # generate the default data, train, evaluate
+    gearjax-train --data d4rl.hdf5 --env Hopper-v5 --steps 20000 --size reference
+    gearjax-train --policy bc            # behaviour cloning, same network and budget
+
+From Python, :func:`run` does the same and returns the results dict.
+
+Outputs under ``--out`` (default ``runs/<policy>``): ``results.json`` (config,
+dataset summary, learning curve, final returns per target),
+``learning_curve.png`` and ``checkpoints/<step>`` (orbax; ``--resume``
+continues from the latest).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from gearjax.dt import data as dt_data
+from gearjax.dt import generate
+from gearjax.dt.evaluate import evaluate
+from gearjax.dt.model import SIZES, DTConfig
+from gearjax.dt.train import Learner, Normalizer, TrainConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """One training run. The defaults are the quick built-in job: a tiny model
+    for 1,500 steps, which takes about two minutes on a 2-core CPU."""
+
+    data: str | None = None          # dataset file or Minari directory; None: generate `mixture`
+    mixture: str = "mountaincar"     # built-in mixture when `data` is None
+    env_id: str | None = None        # evaluation environment; default: the dataset's metadata
+    policy: str = "dt"               # "dt" (return-conditioned) or "bc" (behaviour cloning)
+    size: str = "tiny"
+    context: int = 20
+    dropout: float = 0.0
+    stochastic: bool = False
+    steps: int = 1500
+    eval_every: int = 250
+    episodes: int = 10               # evaluation episodes per target
+    eval_max_steps: int | None = None  # cut evaluation episodes short (quick checks)
+    batch_size: int = 64
+    learning_rate: float = 1e-3
+    warmup_steps: int = 100
+    steps_per_call: int = 50
+    seed: int = 0
+    out: str | None = None           # default runs/<policy>
+    resume: bool = False
+
+    def __post_init__(self):
+        if self.policy not in ("dt", "bc"):
+            raise ValueError(f"policy must be 'dt' or 'bc', got {self.policy!r}")
+        if self.size not in SIZES:
+            raise ValueError(f"size must be one of {tuple(SIZES)}, got {self.size!r}")
+        if self.mixture not in generate.MIXTURES:
+            raise ValueError(f"mixture must be one of {tuple(generate.MIXTURES)}, "
+                             f"got {self.mixture!r}")
+        for name in ("steps", "eval_every", "episodes", "steps_per_call", "context", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.eval_max_steps is not None and self.eval_max_steps < 1:
+            raise ValueError(f"eval_max_steps must be >= 1, got {self.eval_max_steps}")
+        if self.eval_every % self.steps_per_call or self.steps % self.eval_every:
+            raise ValueError(f"eval_every ({self.eval_every}) must be a multiple of "
+                             f"steps_per_call ({self.steps_per_call}) and divide steps "
+                             f"({self.steps})")
+
+    @property
+    def out_dir(self) -> Path:
+        return Path(self.out or os.path.join("runs", self.policy))
+
+
+def load_data(config: RunConfig) -> dt_data.Episodes:
+    """The dataset: loaded from ``config.data`` or generated."""
+    if config.data is not None:
+        return dt_data.load(config.data)
+    return generate.generate(generate.MIXTURES[config.mixture], seed=config.seed)
+
+
+def _action_scale(env_id: str) -> float:
+    import gymnasium as gym
+    env = gym.make(env_id)
+    high = np.asarray(env.action_space.high, np.float64)
+    env.close()
+    if not np.all(np.isfinite(high)) or not np.allclose(high, -env.action_space.low):
+        raise ValueError(f"{env_id}: the decision transformer needs a symmetric, bounded action "
+                         f"space, got [{env.action_space.low}, {high}]")
+    return float(high.max())
+
+
+def targets_of(data: dt_data.Episodes) -> dict[str, float]:
+    """Target returns to condition on: each behaviour policy's mean return
+    when the dataset is labelled, else the best and the median episode return."""
+    if data.metadata.get("policy_returns"):
+        return {label: float(r) for label, r in data.metadata["policy_returns"].items()}
+    returns = data.returns()
+    return {"best episode": float(returns.max()), "median episode": float(np.median(returns))}
+
+
+def _score(episode_return: float, metadata: dict) -> float | None:
+    if "reference_returns" not in metadata:
+        return None
+    return float(generate.normalized_score(episode_return, metadata))
+
+
+def run(config: RunConfig = RunConfig(), progress: bool = True) -> dict:
+    """Trains and evaluates as :class:`RunConfig` says; writes and returns the
+    results (see the module docstring)."""
+    start = time.perf_counter()
+    data = load_data(config)
+    env_id = config.env_id or data.metadata.get("env_id")
+    if not env_id:
+        raise ValueError("the dataset names no environment; pass env_id (--env)")
+    targets = targets_of(data)
+    best = max(targets.values())
+    mean, std = data.state_stats()
+    normalizer = Normalizer(mean, std, rtg_scale=max(1.0, float(np.abs(data.returns()).max())))
+    model_config = DTConfig.sized(
+        config.size, obs_dim=data.obs_dim, act_dim=data.act_dim, context=config.context,
+        dropout=config.dropout, max_timestep=max(1000, data.max_length),
+        action_scale=_action_scale(env_id), stochastic=config.stochastic,
+        condition_on_return=config.policy == "dt")
+    table = dt_data.make_table(data)
+    learner = Learner(model_config, normalizer, table, TrainConfig(
+        batch_size=config.batch_size, learning_rate=config.learning_rate,
+        warmup_steps=config.warmup_steps, steps_per_call=config.steps_per_call,
+        seed=config.seed))
+
+    out = config.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    checkpoints = out / "checkpoints"
+    curve: list[dict] = []
+    if not config.resume:
+        shutil.rmtree(checkpoints, ignore_errors=True)  # a fresh run replaces an old one
+    elif learner.restore(checkpoints):
+        previous = out / "results.json"
+        if previous.exists():
+            curve = [p for p in json.loads(previous.read_text())["curve"]
+                     if p["step"] <= learner.step]
+
+    def evaluate_at(target: float) -> dict:
+        result = evaluate(learner.model, normalizer, env_id, [target], config.episodes,
+                          seed=10_000 + config.seed,
+                          max_steps=config.eval_max_steps)[float(target)]
+        return {**result, "score": _score(result["mean"], data.metadata)}
+
+    bar = _Progress(config.steps, learner.step, enabled=progress)
+    train_seconds = 0.0
+    with bar:
+        while learner.step < config.steps:
+            tick = time.perf_counter()
+            metrics = learner.train(config.eval_every)
+            train_seconds += time.perf_counter() - tick
+            point = {"step": learner.step, "loss": float(np.mean(metrics["loss"][-50:])),
+                     **{f"eval_{k}": v for k, v in evaluate_at(best).items() if k != "returns"}}
+            curve.append(point)
+            learner.save(checkpoints)
+            bar.update(learner.step, point)
+
+    final = {label: {"target": target, **evaluate_at(target)} for label, target in targets.items()}
+    results = {
+        "config": dataclasses.asdict(config),
+        "model": dataclasses.asdict(model_config),
+        "dataset": {"episodes": len(data), "steps": data.num_steps, "env_id": env_id,
+                    "policy_returns": data.metadata.get("policy_returns"),
+                    "reference_returns": data.metadata.get("reference_returns")},
+        "curve": curve,
+        "final": final,
+        "best_target": best,
+        "train_steps_per_second": (config.eval_every * len(curve) / train_seconds
+                                   if train_seconds else None),
+        "wall_seconds": time.perf_counter() - start,
+        "machine": _machine(),
+    }
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    plot(results, out / "learning_curve.png")
+    return results
+
+
+def plot(results: dict, path: str | os.PathLike) -> None:
+    """The learning curve (loss; evaluation return against the behaviour
+    policies' returns) and the final return against each target."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    curve = results["curve"]
+    steps = [p["step"] for p in curve]
+    fig, (ax_loss, ax_return, ax_target) = plt.subplots(1, 3, figsize=(15, 4))
+    ax_loss.plot(steps, [p["loss"] for p in curve], marker="o")
+    ax_loss.set(xlabel="training step", ylabel="training loss", title="loss")
+    mean = np.array([p["eval_mean"] for p in curve])
+    std = np.array([p["eval_std"] for p in curve])
+    ax_return.plot(steps, mean, marker="o", label=results["config"]["policy"].upper())
+    ax_return.fill_between(steps, mean - std, mean + std, alpha=0.2)
+    for label, value in (results["dataset"]["policy_returns"] or {}).items():
+        ax_return.axhline(value, linestyle="--", linewidth=0.8, color="gray")
+        ax_return.annotate(label, (steps[0] if steps else 0, value), fontsize=8, color="gray")
+    ax_return.set(xlabel="training step", ylabel="return",
+                  title=f"evaluation (target {results['best_target']:.1f})")
+    ax_return.legend()
+    final = results["final"]
+    targets = [v["target"] for v in final.values()]
+    achieved = [v["mean"] for v in final.values()]
+    ax_target.errorbar(targets, achieved, yerr=[v["std"] for v in final.values()], fmt="o")
+    lo, hi = min(targets + achieved), max(targets + achieved)
+    ax_target.plot([lo, hi], [lo, hi], linestyle=":", color="gray", label="achieved = target")
+    for label, v in final.items():
+        ax_target.annotate(label, (v["target"], v["mean"]), fontsize=8)
+    ax_target.set(xlabel="target return", ylabel="achieved return", title="conditioning")
+    ax_target.legend()
+    fig.suptitle(f"{results['dataset']['env_id']}: {results['config']['policy'].upper()}, "
+                 f"{results['config']['size']} model")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _machine() -> dict:
+    import platform
+
+    import jax
+    return {"platform": platform.platform(), "processor": platform.processor(),
+            "cpus": os.cpu_count(), "jax_backend": jax.default_backend(),
+            "devices": [str(d) for d in jax.devices()]}
+
+
+class _Progress:
+    """A rich progress bar over training steps, showing the latest loss and
+    evaluation; silent when disabled."""
+
+    def __init__(self, total: int, done: int, enabled: bool):
+        self.enabled = enabled
+        if enabled:
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                       TimeElapsedColumn, TimeRemainingColumn)
+            self.progress = Progress(TextColumn("[bold]training"), BarColumn(),
+                                     MofNCompleteColumn(), TimeElapsedColumn(),
+                                     TimeRemainingColumn(), TextColumn("{task.fields[note]}"))
+            self.task = self.progress.add_task("train", total=total, completed=done, note="")
+
+    def __enter__(self):
+        if self.enabled:
+            self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.enabled:
+            self.progress.__exit__(*exc)
+
+    def update(self, step: int, point: dict) -> None:
+        if not self.enabled:
+            return
+        score = point.get("eval_score")
+        note = f"loss {point['loss']:.4f}  return {point['eval_mean']:.1f}"
+        if score is not None:
+            note += f"  score {score:.0f}"
+        self.progress.update(self.task, completed=step, note=note)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    defaults = RunConfig()
+    parser = argparse.ArgumentParser(prog="gearjax-train", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", help="dataset: .npz, D4RL .hdf5 or a Minari directory "
+                        "(default: generate the built-in mixture)")
+    parser.add_argument("--mixture", choices=tuple(generate.MIXTURES), default=defaults.mixture)
+    parser.add_argument("--env", dest="env_id", help="evaluation environment (default: the "
+                        "dataset's env_id)")
+    parser.add_argument("--policy", choices=("dt", "bc"), default=defaults.policy)
+    parser.add_argument("--size", choices=tuple(SIZES), default=defaults.size)
+    parser.add_argument("--stochastic", action="store_true", help="Online DT's Gaussian head")
+    for name in ("context", "steps", "eval_every", "episodes", "eval_max_steps", "batch_size",
+                 "warmup_steps", "steps_per_call", "seed"):
+        parser.add_argument("--" + name.replace("_", "-"), type=int,
+                            default=getattr(defaults, name))
+    for name in ("dropout", "learning_rate"):
+        parser.add_argument("--" + name.replace("_", "-"), type=float,
+                            default=getattr(defaults, name))
+    parser.add_argument("--out", help="output directory (default runs/<policy>)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from the latest checkpoint in the output directory")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    args = vars(parser.parse_args(argv))
+    quiet = args.pop("quiet")
+    try:
+        config = RunConfig(**args)
+    except ValueError as error:
+        parser.error(str(error))
+    results = run(config, progress=not quiet)
+    out = config.out_dir
+    print(f"\n{results['dataset']['env_id']}, {config.policy.upper()} ({config.size}), "
+          f"{config.steps} steps in {results['wall_seconds']:.0f} s")
+    for label, r in results["final"].items():
+        score = "" if r["score"] is None else f"  (normalised score {r['score']:.1f})"
+        print(f"  target {r['target']:8.1f} ({label}): return {r['mean']:8.1f} "
+              f"± {r['std']:.1f}{score}")
+    print(f"results: {out / 'results.json'}")
+    print(f"plot:    {out / 'learning_curve.png'}")
+    print(f"model:   {out / 'checkpoints'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,97 @@
+"""The main job (gearjax.dt.run): outputs, resuming, the command line and its
+errors. Runs are a few dozen steps with short evaluation episodes."""
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("gymnasium", reason="gearjax.dt needs the rl extra (gymnasium)")
+
+from gearjax.dt import data as D  # noqa: E402
+from gearjax.dt import generate as G  # noqa: E402
+from gearjax.dt import run as R  # noqa: E402
+
+QUICK = dict(size="tiny", steps=20, eval_every=10, steps_per_call=10, episodes=2,
+             eval_max_steps=15, batch_size=8, context=5)
+
+
+def test_run_writes_results_plot_and_checkpoints(tmp_path):
+    results = R.run(R.RunConfig(out=str(tmp_path), **QUICK), progress=False)
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["curve"] == results["curve"]
+    assert [p["step"] for p in saved["curve"]] == [10, 20]
+    assert all(np.isfinite(p["loss"]) and p["eval_score"] is not None for p in saved["curve"])
+    labels = [label for label, _, _ in G.DEFAULT.parts]
+    assert list(saved["final"]) == labels          # one evaluation per behaviour policy
+    for label in labels:
+        assert saved["final"][label]["target"] == saved["dataset"]["policy_returns"][label]
+        assert len(saved["final"][label]["returns"]) == 2
+    assert saved["best_target"] == max(saved["dataset"]["policy_returns"].values())
+    assert saved["model"]["condition_on_return"] and saved["model"]["action_scale"] == 1.0
+    assert (tmp_path / "learning_curve.png").stat().st_size > 10_000
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["10", "20"]
+
+
+def test_resume_continues_the_curve_and_a_fresh_run_replaces_it(tmp_path):
+    R.run(R.RunConfig(out=str(tmp_path), **QUICK), progress=False)
+    first = json.loads((tmp_path / "results.json").read_text())["curve"]
+    resumed = R.run(R.RunConfig(out=str(tmp_path), resume=True, **{**QUICK, "steps": 30}),
+                    progress=False)
+    assert resumed["curve"][:2] == first
+    assert [p["step"] for p in resumed["curve"]] == [10, 20, 30]
+    fresh = R.run(R.RunConfig(out=str(tmp_path), **QUICK), progress=False)
+    assert [p["step"] for p in fresh["curve"]] == [10, 20]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["10", "20"]
+
+
+def test_behaviour_cloning_from_a_file_names_its_environment(tmp_path):
+    path = D.save(G.generate(G.MIXTURES["pendulum"], scale=0.05), tmp_path / "p.npz")
+    results = R.run(R.RunConfig(data=str(path), policy="bc", out=str(tmp_path / "bc"), **QUICK),
+                    progress=False)
+    assert results["dataset"]["env_id"] == "Pendulum-v1"
+    assert not results["model"]["condition_on_return"]
+    assert results["model"]["action_scale"] == 2.0
+
+
+def test_unlabelled_data_is_conditioned_on_its_best_and_median_return(tmp_path):
+    data = G.generate(G.MIXTURES["pendulum"], scale=0.05)
+    bare = D.Episodes(data.episodes, {})
+    assert R.targets_of(bare) == {"best episode": bare.returns().max(),
+                                  "median episode": np.median(bare.returns())}
+    path = D.save(bare, tmp_path / "bare.npz")
+    with pytest.raises(ValueError, match="names no environment"):
+        R.run(R.RunConfig(data=str(path), out=str(tmp_path / "x"), **QUICK), progress=False)
+    results = R.run(R.RunConfig(data=str(path), env_id="Pendulum-v1", out=str(tmp_path / "y"),
+                                **QUICK), progress=False)
+    assert set(results["final"]) == {"best episode", "median episode"}
+    assert results["final"]["best episode"]["score"] is None   # no reference returns
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"policy": "ppo"}, "policy must be"),
+    ({"size": "huge"}, "size must be one of"),
+    ({"mixture": "cartpole"}, "mixture must be one of"),
+    ({"steps": 0}, "steps must be >= 1"),
+    ({"eval_every": 15}, "must be a multiple of steps_per_call"),
+    ({"steps": 25}, "divide steps"),
+    ({"eval_max_steps": 0}, "eval_max_steps must be >= 1"),
+])
+def test_bad_configs_are_refused(change, message):
+    with pytest.raises(ValueError, match=message):
+        R.RunConfig(**{**QUICK, **change})
+
+
+def test_command_line_prints_where_results_went(tmp_path, capsys):
+    args = ["--out", str(tmp_path), "--quiet", "--size", "tiny", "--steps", "10",
+            "--eval-every", "10", "--steps-per-call", "10", "--episodes", "1",
+            "--eval-max-steps", "5", "--batch-size", "4", "--context", "4"]
+    assert R.main(args) == 0
+    out = capsys.readouterr().out
+    for line in ("results: ", "plot:    ", "model:   "):
+        assert line in out
+    assert str(tmp_path / "results.json") in out and "normalised score" in out
+    with pytest.raises(SystemExit):
+        R.main(["--steps", "15", "--eval-every", "10", "--out", str(tmp_path / "bad")])
+    assert "divide steps" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
