@@ -168,8 +168,14 @@ def test_generator_is_deterministic_and_the_good_policy_is_good():
     assert returns["good"] > returns["noisy"] > 90 > returns["random"] > returns["timid"]
 
 
+def test_mixtures_by_name():
+    assert G.mixture("mountaincar") is G.DEFAULT
+    with pytest.raises(ValueError, match="mixture must be one of"):
+        G.mixture("cartpole")
+
+
 def test_pendulum_mixture_orders_its_policies():
-    returns = G.generate(G.MIXTURES["pendulum"], scale=0.1, seed=1).metadata["policy_returns"]
+    returns = G.generate(G.mixture("pendulum"), scale=0.1, seed=1).metadata["policy_returns"]
     assert returns["good"] > returns["weak"] > returns["random"] > returns["brake"]
 
 

@@ -4,7 +4,7 @@ noisy, bad and good. Each episode records its policy's label and its return;
 the metadata keeps each policy's mean return and the reference returns that
 normalised scores use (random = 0, the good behaviour policy = 100).
 
-Mixtures (:data:`MIXTURES`):
+Mixtures (:func:`mixture` by name):
 
 - ``"mountaincar"``, the built-in default (:data:`DEFAULT`):
   MountainCarContinuous-v0. The good policy pumps energy at 40% throttle and
@@ -15,6 +15,8 @@ Mixtures (:data:`MIXTURES`):
   most of the data is bad and, in the states where the policies disagree,
   behaviour cloning follows the timid majority; conditioning on a high return
   tells them apart. Generates in about a second.
+- ``"halfcheetah"``: MuJoCo's HalfCheetah-v5 with hand-made reflex gaits
+  (:mod:`gearjax.dt.locomotion`): random, noisy, medium and good.
 - ``"pendulum"``: Pendulum-v1 with an energy-shaping swing-up controller as
   the good policy. Its returns depend strongly on the random initial angle,
   which makes a single target return a poor instruction (see the README).
@@ -117,8 +119,21 @@ PENDULUM = Mixture("Pendulum-v1", (
     ("good", lambda lo, hi: pendulum_swing_up, 20),
 ), good="good")
 
-MIXTURES = {"mountaincar": MOUNTAINCAR, "pendulum": PENDULUM}
 DEFAULT = MOUNTAINCAR
+MIXTURE_NAMES = ("mountaincar", "pendulum", "halfcheetah")
+
+
+def mixture(name: str) -> Mixture:
+    """A built-in mixture by name (see the module docstring). ``halfcheetah``
+    (:data:`gearjax.dt.locomotion.HALFCHEETAH`) needs the ``mujoco`` package."""
+    if name == "mountaincar":
+        return MOUNTAINCAR
+    if name == "pendulum":
+        return PENDULUM
+    if name == "halfcheetah":
+        from gearjax.dt.locomotion import HALFCHEETAH  # imports this module: load it lazily
+        return HALFCHEETAH
+    raise ValueError(f"mixture must be one of {MIXTURE_NAMES}, got {name!r}")
 
 
 # ------------------------------------------------------------------ rollouts
@@ -174,17 +189,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--out", required=True,
                         help="output path: .npz, .hdf5 (D4RL layout) or a directory (Minari)")
     parser.add_argument("--format", choices=("npz", "hdf5", "minari"), default=None)
-    parser.add_argument("--mixture", choices=tuple(MIXTURES), default="mountaincar",
+    parser.add_argument("--mixture", choices=MIXTURE_NAMES, default="mountaincar",
                         help="environment and behaviour policies (default: mountaincar)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--scale", type=float, default=1.0,
                         help="multiplies every policy's episode count")
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    mixture = MIXTURES[args.mixture]
-    data = generate(mixture, seed=args.seed, scale=args.scale)
+    chosen = mixture(args.mixture)
+    data = generate(chosen, seed=args.seed, scale=args.scale)
     path = save(data, args.out, args.format)
-    print(f"{len(data)} episodes, {data.num_steps} steps of {mixture.env_id} in "
+    print(f"{len(data)} episodes, {data.num_steps} steps of {chosen.env_id} in "
           f"{time.perf_counter() - start:.1f} s -> {path}")
     for label, ret in data.metadata["policy_returns"].items():
         print(f"  {label:>10}: mean return {ret:9.1f}")

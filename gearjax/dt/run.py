@@ -67,8 +67,8 @@ class RunConfig:
             raise ValueError(f"policy must be 'dt' or 'bc', got {self.policy!r}")
         if self.size not in SIZES:
             raise ValueError(f"size must be one of {tuple(SIZES)}, got {self.size!r}")
-        if self.mixture not in generate.MIXTURES:
-            raise ValueError(f"mixture must be one of {tuple(generate.MIXTURES)}, "
+        if self.mixture not in generate.MIXTURE_NAMES:
+            raise ValueError(f"mixture must be one of {generate.MIXTURE_NAMES}, "
                              f"got {self.mixture!r}")
         for name in ("steps", "eval_every", "episodes", "steps_per_call", "context", "batch_size"):
             if getattr(self, name) < 1:
@@ -89,7 +89,7 @@ def load_data(config: RunConfig) -> dt_data.Episodes:
     """The dataset: loaded from ``config.data`` or generated."""
     if config.data is not None:
         return dt_data.load(config.data)
-    return generate.generate(generate.MIXTURES[config.mixture], seed=config.seed)
+    return generate.generate(generate.mixture(config.mixture), seed=config.seed)
 
 
 def _action_scale(env_id: str) -> float:
@@ -277,7 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gearjax-train", description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", help="dataset: .npz, D4RL .hdf5 or a Minari directory "
                         "(default: generate the built-in mixture)")
-    parser.add_argument("--mixture", choices=tuple(generate.MIXTURES), default=defaults.mixture)
+    parser.add_argument("--mixture", choices=generate.MIXTURE_NAMES, default=defaults.mixture)
     parser.add_argument("--env", dest="env_id", help="evaluation environment (default: the "
                         "dataset's env_id)")
     parser.add_argument("--policy", choices=("dt", "bc"), default=defaults.policy)
