@@ -7,6 +7,13 @@ normalises states, scales returns-to-go, computes the loss and applies an
 optax update. :meth:`Learner.train` runs ``steps_per_call`` steps per dispatch
 in a ``lax.scan``, so Python is out of the loop.
 
+Data parallel: the step runs under ``shard_map`` over a one-axis mesh of the
+learner's devices (all local devices by default). Each device samples its
+own ``batch_size / devices`` rows with its own key (one sample call per
+device), computes gradients, and the gradients are averaged across devices
+before one replicated optimizer update. With one device (a CPU) it is the
+plain single-device step.
+
 Losses: mean squared action error over real steps (deterministic head), or
 Online DT's negative log-likelihood with a learned entropy temperature
 (stochastic head, target entropy -act_dim).
@@ -19,13 +26,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import gearjax as gx
 from gearjax.dt.model import DecisionTransformer, DTConfig, squashed_gaussian_log_prob
@@ -113,43 +122,69 @@ def make_optimizer(model: DecisionTransformer, config: TrainConfig) -> nnx.Optim
 class Learner:
     """A model, its optimizer and the compiled multi-step training function.
 
-    ``sampler(key) -> gx.Batch`` draws one batch inside the traced step; by
-    default it samples ``table`` (see :func:`sample_window`). Tests and
-    benchmarks pass other samplers (a fixed device batch, say) to compare."""
+    ``sampler(key) -> gx.Batch`` draws one device's batch inside the traced
+    step; by default it samples ``table`` (see :func:`sample_window`), with
+    ``batch_size / len(devices)`` rows. Tests and benchmarks pass other
+    samplers (a fixed device batch, say) to compare. ``devices`` defaults to
+    all local devices; ``batch_size`` must be a multiple of their number."""
 
     def __init__(self, model_config: DTConfig, normalizer: Normalizer,
                  table: gx.Table | None = None, config: TrainConfig = TrainConfig(),
-                 sampler: Callable[[jax.Array], gx.Batch] | None = None):
+                 sampler: Callable[[jax.Array], gx.Batch] | None = None,
+                 devices: Sequence[jax.Device] | None = None):
+        self.devices = list(devices) if devices is not None else jax.local_devices()
+        if not self.devices:
+            raise ValueError("devices is empty")
+        if config.batch_size % len(self.devices):
+            raise ValueError(f"batch_size ({config.batch_size}) must be a multiple of the "
+                             f"number of devices ({len(self.devices)})")
+        per_device = config.batch_size // len(self.devices)
         if sampler is None:
             if table is None:
                 raise ValueError("give a table or a sampler")
-            sampler = lambda key: sample_window(table, key, config.batch_size,  # noqa: E731
+            sampler = lambda key: sample_window(table, key, per_device,  # noqa: E731
                                                 model_config.context)
         self.model_config, self.config, self.normalizer = model_config, config, normalizer
+        self.mesh = Mesh(np.array(self.devices), ("data",))
         model = DecisionTransformer(model_config, nnx.Rngs(config.seed))
         optimizer = make_optimizer(model, config)
-        self._graphdef, self._state = nnx.split((model, optimizer))
+        self._graphdef, state = nnx.split((model, optimizer))
+        self._state = jax.device_put(state, NamedSharding(self.mesh, P()))
         self.step = 0
         self._key = jax.random.key(config.seed + 1)
 
-        def one_step(state, key):
+        def device_step(state, key):
+            # One device's share of a step; key is this device's [1] slice.
             model, optimizer = nnx.merge(self._graphdef, state)
-            sample_key, loss_key = jax.random.split(key)
+            sample_key, loss_key = jax.random.split(key[0])
             batch = sampler(sample_key)
             grads, metrics = nnx.grad(loss_fn, has_aux=True)(model, batch, normalizer, loss_key)
+            grads, metrics = jax.lax.pmean((grads, metrics), "data")
             optimizer.update(model, grads)
             return nnx.state((model, optimizer)), metrics
 
+        # check_vma off: the sample custom call has no varying-axes rule; its
+        # outputs are per device by construction.
+        sharded_step = jax.shard_map(device_step, mesh=self.mesh, in_specs=(P(), P("data")),
+                                     out_specs=(P(), P()), check_vma=False)
+
         def run(state, keys):
-            return jax.lax.scan(one_step, state, keys)
+            return jax.lax.scan(sharded_step, state, keys)
 
         self._run = jax.jit(run, donate_argnums=0)
 
     @property
     def model(self) -> DecisionTransformer:
-        """The current model (a fresh view of the trained state)."""
+        """The current model: a view of the trained state, valid until the
+        next :meth:`train` (which donates that state); see :meth:`snapshot`."""
         model, _ = nnx.merge(self._graphdef, self._state)
         return model
+
+    def snapshot(self) -> DecisionTransformer:
+        """A copy of the current model that later training leaves alone (what
+        actor threads act with while the learner trains on)."""
+        graphdef, params = nnx.split(self.model)
+        return nnx.merge(graphdef, jax.tree.map(jnp.copy, params))
 
     def train(self, steps: int | None = None) -> dict[str, np.ndarray]:
         """Runs ``steps`` (default ``steps_per_call``) training steps, a
@@ -160,9 +195,9 @@ class Learner:
             raise ValueError(f"steps ({steps}) must be a multiple of steps_per_call "
                              f"({self.config.steps_per_call})")
         metrics = []
+        shape = (self.config.steps_per_call, len(self.devices))
         for _ in range(steps // self.config.steps_per_call):
-            keys = jax.random.split(jax.random.fold_in(self._key, self.step),
-                                    self.config.steps_per_call)
+            keys = jax.random.split(jax.random.fold_in(self._key, self.step), shape)
             self._state, m = self._run(self._state, keys)
             self.step += self.config.steps_per_call
             metrics.append(m)
