@@ -254,3 +254,18 @@ def test_data_parallel_over_two_cpu_devices(tmp_path):
                             text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.startswith("ok")
+
+
+def test_train_on_given_batches(setup):
+    table, normalizer = setup
+    config = DTConfig(obs_dim=OBS, act_dim=ACT, context=K, hidden=16, layers=1)
+    learner = Learner(config, normalizer, table, TrainConfig(batch_size=8, steps_per_call=5))
+    batches = [table.sample(jax.random.key(i), 8, K, gx.Timestep(), pad="left") for i in range(3)]
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *batches)
+    samples = table.stats()["samples"]
+    metrics = learner.train_on(stacked)
+    assert learner.step == 3 and metrics["loss"].shape == (3,)
+    assert np.all(np.isfinite(metrics["loss"]))
+    assert table.stats()["samples"] == samples          # trained on the given rows only
+    with pytest.raises(ValueError, match="batch_size=8"):
+        learner.train_on(jax.tree.map(lambda x: x[:, :4], stacked))

@@ -43,3 +43,14 @@ def test_bench_gpu_smoke_runs_without_a_gpu(tmp_path):
     result = json.loads(out.read_text())
     assert result["smoke"] and len(result["gather_host"]) == 4
     assert "update_seconds" in result["selection"][0]
+
+
+def test_bench_dt_step_runs(tmp_path):
+    out = tmp_path / "dt_step.json"
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_dt_step.py"), "--sizes", "tiny",
+                    "--calls", "1", "--steps-per-call", "2", "--batch-size", "8", "--context",
+                    "4", "--out", str(out)], check=True, capture_output=True)
+    result = json.loads(out.read_text())["sizes"]["tiny"]
+    assert set(result["steps_per_second"]) == {"in-jit", "device-batch", "numpy-put",
+                                               "numpy-put-scan"}
+    assert all(rate > 0 for rate in result["steps_per_second"].values())

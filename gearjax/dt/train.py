@@ -153,11 +153,12 @@ class Learner:
         self.step = 0
         self._key = jax.random.key(config.seed + 1)
 
-        def device_step(state, key):
-            # One device's share of a step; key is this device's [1] slice.
+        def device_step(state, key, batch=None):
+            # One device's share of a step; key is this device's [1] slice;
+            # batch (train_on) is this device's rows, else it samples its own.
             model, optimizer = nnx.merge(self._graphdef, state)
             sample_key, loss_key = jax.random.split(key[0])
-            batch = sampler(sample_key)
+            batch = sampler(sample_key) if batch is None else batch
             grads, metrics = nnx.grad(loss_fn, has_aux=True)(model, batch, normalizer, loss_key)
             grads, metrics = jax.lax.pmean((grads, metrics), "data")
             optimizer.update(model, grads)
@@ -165,13 +166,20 @@ class Learner:
 
         # check_vma off: the sample custom call has no varying-axes rule; its
         # outputs are per device by construction.
-        sharded_step = jax.shard_map(device_step, mesh=self.mesh, in_specs=(P(), P("data")),
-                                     out_specs=(P(), P()), check_vma=False)
+        sampling_step = jax.shard_map(device_step, mesh=self.mesh, in_specs=(P(), P("data")),
+                                      out_specs=(P(), P()), check_vma=False)
+        given_step = jax.shard_map(device_step, mesh=self.mesh,
+                                   in_specs=(P(), P("data"), P("data")),
+                                   out_specs=(P(), P()), check_vma=False)
 
         def run(state, keys):
-            return jax.lax.scan(sharded_step, state, keys)
+            return jax.lax.scan(sampling_step, state, keys)
+
+        def run_on(state, keys, batches):
+            return jax.lax.scan(lambda s, x: given_step(s, *x), state, (keys, batches))
 
         self._run = jax.jit(run, donate_argnums=0)
+        self._run_on = jax.jit(run_on, donate_argnums=0)
 
     @property
     def model(self) -> DecisionTransformer:
@@ -202,6 +210,21 @@ class Learner:
             self.step += self.config.steps_per_call
             metrics.append(m)
         return {k: np.concatenate([np.asarray(m[k]) for m in metrics]) for k in metrics[0]}
+
+    def train_on(self, batches: gx.Batch) -> dict[str, np.ndarray]:
+        """Runs one step per leading entry of ``batches`` (a :class:`gx.Batch`
+        whose arrays are ``[steps, batch_size, ...]``) in one dispatch, on
+        batches made elsewhere (the NumPy-sampler baseline of the throughput
+        benchmark, or your own pipeline); returns each step's metrics."""
+        steps = batches.mask.shape[0]
+        if batches.mask.shape[1] != self.config.batch_size:
+            raise ValueError(f"batches hold {batches.mask.shape[1]} rows per step, the learner "
+                             f"trains on batch_size={self.config.batch_size}")
+        keys = jax.random.split(jax.random.fold_in(self._key, self.step),
+                                (steps, len(self.devices)))
+        self._state, metrics = self._run_on(self._state, keys, batches)
+        self.step += steps
+        return {k: np.asarray(v) for k, v in metrics.items()}
 
     # ------------------------------------------------------------------ checkpoints
     def save(self, directory: str | os.PathLike) -> str:
