@@ -46,7 +46,7 @@ def test_resume_continues_the_curve_and_a_fresh_run_replaces_it(tmp_path):
 
 
 def test_behaviour_cloning_from_a_file_names_its_environment(tmp_path):
-    path = D.save(G.generate(G.MIXTURES["pendulum"], scale=0.05), tmp_path / "p.npz")
+    path = D.save(G.generate(G.mixture("pendulum"), scale=0.05), tmp_path / "p.npz")
     results = R.run(R.RunConfig(data=str(path), policy="bc", out=str(tmp_path / "bc"), **QUICK),
                     progress=False)
     assert results["dataset"]["env_id"] == "Pendulum-v1"
@@ -55,7 +55,7 @@ def test_behaviour_cloning_from_a_file_names_its_environment(tmp_path):
 
 
 def test_unlabelled_data_is_conditioned_on_its_best_and_median_return(tmp_path):
-    data = G.generate(G.MIXTURES["pendulum"], scale=0.05)
+    data = G.generate(G.mixture("pendulum"), scale=0.05)
     bare = D.Episodes(data.episodes, {})
     assert R.targets_of(bare) == {"best episode": bare.returns().max(),
                                   "median episode": np.median(bare.returns())}
@@ -95,3 +95,15 @@ def test_command_line_prints_where_results_went(tmp_path, capsys):
         R.main(["--steps", "15", "--eval-every", "10", "--out", str(tmp_path / "bad")])
     assert "divide steps" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
+
+
+def test_online_fine_tuning_after_offline_training(tmp_path):
+    results = R.run(R.RunConfig(out=str(tmp_path), stochastic=True, online_calls=2, actors=2,
+                                **QUICK), progress=False)
+    online = results["online"]
+    assert online["target"] == results["best_target"]
+    assert len(online["episodes"]) == 4                 # 2 actors x 2 learner dispatches
+    assert all(e["length"] == QUICK["eval_max_steps"] for e in online["episodes"])
+    assert [p["step"] for p in results["curve"]] == [10, 20, 40]
+    assert results["curve"][-1]["online"]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["10", "20", "40"]

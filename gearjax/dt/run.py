@@ -14,7 +14,9 @@ From Python, :func:`run` does the same and returns the results dict.
 Outputs under ``--out`` (default ``runs/<policy>``): ``results.json`` (config,
 dataset summary, learning curve, final returns per target),
 ``learning_curve.png`` and ``checkpoints/<step>`` (orbax; ``--resume``
-continues from the latest).
+continues from the latest). ``--online-calls N`` (with ``--stochastic`` for
+Online DT's exploring head) fine-tunes online after offline training, actors
+inserting into the same table (:mod:`gearjax.dt.online`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from gearjax.dt import data as dt_data
 from gearjax.dt import generate
 from gearjax.dt.evaluate import evaluate
 from gearjax.dt.model import SIZES, DTConfig
+from gearjax.dt.online import OnlineConfig, finetune
 from gearjax.dt.train import Learner, Normalizer, TrainConfig
 
 
@@ -61,6 +64,9 @@ class RunConfig:
     seed: int = 0
     out: str | None = None           # default runs/<policy>
     resume: bool = False
+    online_calls: int = 0            # Online DT after offline training: learner dispatches
+    actors: int = 2                  # Online DT actor threads
+    online_target: float | None = None  # what actors condition on; default the best target
 
     def __post_init__(self):
         if self.policy not in ("dt", "bc"):
@@ -73,6 +79,9 @@ class RunConfig:
         for name in ("steps", "eval_every", "episodes", "steps_per_call", "context", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.online_calls < 0 or self.actors < 1:
+            raise ValueError(f"online_calls must be >= 0 and actors >= 1, got "
+                             f"{self.online_calls} and {self.actors}")
         if self.eval_max_steps is not None and self.eval_max_steps < 1:
             raise ValueError(f"eval_max_steps must be >= 1, got {self.eval_max_steps}")
         if self.eval_every % self.steps_per_call or self.steps % self.eval_every:
@@ -160,7 +169,7 @@ def run(config: RunConfig = RunConfig(), progress: bool = True) -> dict:
         return {**result, "score": _score(result["mean"], data.metadata)}
 
     bar = _Progress(config.steps, learner.step, enabled=progress)
-    train_seconds = 0.0
+    train_seconds, first_step = 0.0, learner.step
     with bar:
         while learner.step < config.steps:
             tick = time.perf_counter()
@@ -172,6 +181,21 @@ def run(config: RunConfig = RunConfig(), progress: bool = True) -> dict:
             learner.save(checkpoints)
             bar.update(learner.step, point)
 
+    online = None
+    if config.online_calls:
+        tick = time.perf_counter()
+        target = best if config.online_target is None else config.online_target
+        result = finetune(learner, table, OnlineConfig(
+            env_id, target, calls=config.online_calls, actors=config.actors,
+            explore=config.stochastic, max_episode_steps=config.eval_max_steps,
+            seed=config.seed))
+        train_seconds += time.perf_counter() - tick
+        online = {"target": target, "episodes": result.episodes, "seconds": result.seconds}
+        curve.append({"step": learner.step, "online": True,
+                      "loss": float(np.mean(result.metrics["loss"][-50:])),
+                      **{f"eval_{k}": v for k, v in evaluate_at(best).items() if k != "returns"}})
+        learner.save(checkpoints)
+
     final = {label: {"target": target, **evaluate_at(target)} for label, target in targets.items()}
     results = {
         "config": dataclasses.asdict(config),
@@ -181,8 +205,9 @@ def run(config: RunConfig = RunConfig(), progress: bool = True) -> dict:
                     "reference_returns": data.metadata.get("reference_returns")},
         "curve": curve,
         "final": final,
+        "online": online,
         "best_target": best,
-        "train_steps_per_second": (config.eval_every * len(curve) / train_seconds
+        "train_steps_per_second": ((learner.step - first_step) / train_seconds
                                    if train_seconds else None),
         "wall_seconds": time.perf_counter() - start,
         "machine": _machine(),
@@ -290,6 +315,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in ("dropout", "learning_rate"):
         parser.add_argument("--" + name.replace("_", "-"), type=float,
                             default=getattr(defaults, name))
+    parser.add_argument("--online-calls", type=int, default=0, help="Online DT fine-tuning "
+                        "after offline training: learner dispatches while actors insert")
+    parser.add_argument("--actors", type=int, default=defaults.actors)
+    parser.add_argument("--online-target", type=float, help="actors' target return "
+                        "(default: the best behaviour return)")
     parser.add_argument("--out", help="output directory (default runs/<policy>)")
     parser.add_argument("--resume", action="store_true",
                         help="continue from the latest checkpoint in the output directory")
