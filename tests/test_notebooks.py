@@ -1,0 +1,112 @@
+"""The notebooks in notebooks/ run top to bottom (in their small, CPU-sized
+configurations) and show what they mean to show.
+
+Each notebook is executed with nbclient on an in-memory copy (the committed
+file, with its outputs, is left alone; the executed copy is written under
+pytest's tmp_path for inspection), in a kernel running this interpreter, with
+notebooks/ as the working directory. Code cells tagged ``expect-image`` must
+produce an ``image/png``; every other code cell must produce some output
+unless tagged ``no-output``. The committed files must carry those outputs too
+and stay small.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip(
+    "nbformat", reason="executing the notebooks needs nbformat (pip install '.[test]')")
+nbclient = pytest.importorskip(
+    "nbclient", reason="executing the notebooks needs nbclient (pip install '.[test]')")
+pytest.importorskip(
+    "ipykernel", reason="executing the notebooks needs ipykernel in this environment, so the "
+                        "kernel runs this interpreter (pip install '.[test]')")
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
+# notebook -> the least number of figures it must show (guards the tags themselves)
+EXPECTED = {
+    "01_quick_tour.ipynb": 2,
+    "02_decision_transformer.ipynb": 4,
+    "03_performance.ipynb": 4,
+}
+CELL_TIMEOUT_S = 300
+MAX_COMMITTED_BYTES = 1_000_000
+
+
+@pytest.fixture(scope="module")
+def kernel_path(tmp_path_factory):
+    """A ``python3`` kernelspec that runs this very interpreter, first on
+    JUPYTER_PATH, so no other environment's ``python3`` kernel is picked up."""
+    from ipykernel.kernelspec import write_kernel_spec
+    jupyter_path = tmp_path_factory.mktemp("jupyter")
+    spec_dir = write_kernel_spec(jupyter_path / "kernels" / "python3")
+    spec = json.loads((Path(spec_dir) / "kernel.json").read_text())
+    assert spec["argv"][0] == sys.executable, spec["argv"]
+    return jupyter_path
+
+
+def _checks(nb) -> list[str]:
+    """What is missing from an executed notebook (empty when all is well)."""
+    problems, images = [], 0
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        tags = set(cell.metadata.get("tags", []))
+        first_line = cell.source.strip().splitlines()[0] if cell.source.strip() else ""
+        where = f"cell {index} ({first_line[:50]!r})"
+        outputs = cell.get("outputs", [])
+        for out in outputs:
+            if out.output_type == "error":
+                problems.append(f"{where} raised {out.ename}: {out.evalue}")
+        has_image = any("image/png" in out.get("data", {}) for out in outputs)
+        images += has_image
+        if "expect-image" in tags and not has_image:
+            problems.append(f"{where} is tagged expect-image but showed no image/png")
+        if "no-output" not in tags and not outputs:
+            problems.append(f"{where} produced no output")
+    return problems
+
+
+def _image_cells(nb) -> int:
+    return sum("expect-image" in c.metadata.get("tags", []) for c in nb.cells
+               if c.cell_type == "code")
+
+
+def test_every_notebook_is_tested():
+    assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_committed_notebook_carries_its_outputs(name):
+    path = NOTEBOOKS / name
+    assert path.stat().st_size < MAX_COMMITTED_BYTES, f"{name} is {path.stat().st_size} bytes"
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    assert _image_cells(nb) >= EXPECTED[name]
+    assert _checks(nb) == [], f"{name} was committed without (all of) its outputs"
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_notebook_runs(name, kernel_path, tmp_path, monkeypatch):
+    monkeypatch.setenv("JUPYTER_PATH", str(kernel_path))
+    committed = nbformat.read(NOTEBOOKS / name, as_version=4)
+    nb = copy.deepcopy(committed)
+    for cell in nb.cells:                 # start clean: what is checked below is this run's
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    client = nbclient.NotebookClient(
+        nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", allow_errors=False,
+        resources={"metadata": {"path": str(NOTEBOOKS)}})
+    try:
+        client.execute()
+    finally:
+        nbformat.write(nb, tmp_path / name)   # the executed copy, for a look when it fails
+    problems = _checks(nb)
+    assert problems == [], "\n".join(problems)
+    assert _image_cells(nb) >= EXPECTED[name]
