@@ -16,11 +16,13 @@ K = 20 from the built-in default dataset) is fed four ways:
   numpy-put-scan  the NumPy sampler builds ``steps_per_call`` batches, one
                   ``device_put`` of the stack, one scanned dispatch.
 
-Each mode is warmed up (compile + one call), then timed over ``--calls``
-dispatches of ``steps_per_call`` steps (the NumPy per-step mode times the same
-number of steps), blocking on the result of each. Reported: steps per second
-per model size and the cost of in-jit sampling relative to device-batch,
-``1 - rate(in-jit) / rate(device-batch)`` (the goal: under 5%).
+Each mode is warmed up (compile + one call), then the modes take turns, one
+timed call each, ``--calls`` rounds; a call is ``steps_per_call`` steps (the
+NumPy per-step mode runs the same number of steps, one dispatch each), blocking
+on its result. Reported: steps per second from the median call, per model
+size, and the cost of in-jit sampling relative to device-batch,
+``1 - rate(in-jit) / rate(device-batch)`` (the goal: under 5%; negative means
+in-jit was faster).
 
     python scripts/bench_dt_step.py [--sizes tiny,reference] [--calls 5]
         [--out benchmarks/results/bench_dt_step_cpu.json]
@@ -94,6 +96,20 @@ def timed(fn, calls: int) -> float:
     return (time.perf_counter() - start) / calls
 
 
+def round_robin(fns: dict, calls: int) -> dict[str, list[float]]:
+    """Each function warmed up, then timed call by call in turns, so that a
+    noisy machine's slow phases hit every mode alike; seconds per call."""
+    for fn in fns.values():
+        jax.block_until_ready(fn())
+    seconds: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(calls):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            jax.block_until_ready(fn())
+            seconds[name].append(time.perf_counter() - start)
+    return seconds
+
+
 def bench_size(size: str, data: D.Episodes, calls: int, steps_per_call: int,
                batch_size: int, context: int) -> dict:
     table = D.make_table(data)
@@ -122,15 +138,15 @@ def bench_size(size: str, data: D.Episodes, calls: int, steps_per_call: int,
         batches = [numpy_sampler(batch_size, context) for _ in range(steps_per_call)]
         return scanned.train_on(jax.device_put(stack(batches)))["loss"]
 
-    seconds = {
-        "in-jit": timed(lambda: in_jit.train(steps_per_call)["loss"], calls),
-        "device-batch": timed(lambda: on_device.train(steps_per_call)["loss"], calls),
-        "numpy-put": timed(numpy_put_per_step, calls),
-        "numpy-put-scan": timed(numpy_put_scan, calls),
-    }
+    calls_seconds = round_robin({
+        "in-jit": lambda: in_jit.train(steps_per_call)["loss"],
+        "device-batch": lambda: on_device.train(steps_per_call)["loss"],
+        "numpy-put": numpy_put_per_step,
+        "numpy-put-scan": numpy_put_scan,
+    }, calls)
     sampler_seconds = timed(lambda: numpy_sampler(batch_size, context), 50)
-    rates = {mode: steps_per_call / s for mode, s in seconds.items()}
-    return {"size": size, "steps_per_second": rates,
+    rates = {mode: steps_per_call / float(np.median(s)) for mode, s in calls_seconds.items()}
+    return {"size": size, "steps_per_second": rates, "seconds_per_call": calls_seconds,
             "in_jit_cost_vs_device_batch": 1 - rates["in-jit"] / rates["device-batch"],
             "numpy_sampler_ms_per_batch": 1e3 * sampler_seconds,
             "parameters": int(sum(x.size for x in jax.tree.leaves(
@@ -140,7 +156,7 @@ def bench_size(size: str, data: D.Episodes, calls: int, steps_per_call: int,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="tiny,reference")
-    parser.add_argument("--calls", type=int, default=5, help="timed dispatches per mode")
+    parser.add_argument("--calls", type=int, default=7, help="timed calls per mode")
     parser.add_argument("--steps-per-call", type=int, default=50)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--context", type=int, default=20)

@@ -220,12 +220,13 @@ def run(config: RunConfig = RunConfig(), progress: bool = True) -> dict:
 def plot(results: dict, path: str | os.PathLike) -> None:
     """The learning curve (loss; evaluation return against the behaviour
     policies' returns) and the final return against each target."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    # A bare Figure, not pyplot: no global backend switch (notebooks keep
+    # their inline plots) and nothing left open.
+    from matplotlib.figure import Figure
     curve = results["curve"]
     steps = [p["step"] for p in curve]
-    fig, (ax_loss, ax_return, ax_target) = plt.subplots(1, 3, figsize=(15, 4))
+    fig = Figure(figsize=(15, 4))
+    ax_loss, ax_return, ax_target = fig.subplots(1, 3)
     ax_loss.plot(steps, [p["loss"] for p in curve], marker="o")
     ax_loss.set(xlabel="training step", ylabel="training loss", title="loss")
     mean = np.array([p["eval_mean"] for p in curve])
@@ -237,7 +238,7 @@ def plot(results: dict, path: str | os.PathLike) -> None:
         ax_return.annotate(label, (steps[0] if steps else 0, value), fontsize=8, color="gray")
     ax_return.set(xlabel="training step", ylabel="return",
                   title=f"evaluation (target {results['best_target']:.1f})")
-    ax_return.legend()
+    ax_return.legend(loc="lower right")
     final = results["final"]
     targets = [v["target"] for v in final.values()]
     achieved = [v["mean"] for v in final.values()]
@@ -252,7 +253,6 @@ def plot(results: dict, path: str | os.PathLike) -> None:
                  f"{results['config']['size']} model")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 def _machine() -> dict:
