@@ -9,7 +9,7 @@ Mixtures (:func:`mixture` by name):
 - ``"mountaincar"``, the built-in default (:data:`DEFAULT`):
   MountainCarContinuous-v0. The good policy pumps energy at 40% throttle and
   reaches the flag (return about 97); "noisy" pumps at full throttle with
-  Gaussian noise (about 92); "timid" pumps but backs off whenever it moves
+  Gaussian noise (about 94); "timid" pumps but backs off whenever it moves
   right past x = -0.3, so it never leaves the valley (about -100); "random"
   is uniform (about -33). Timid and random episodes run the full 999 steps, so
   most of the data is bad and, in the states where the policies disagree,

@@ -250,5 +250,6 @@ class Learner:
         with ocp.StandardCheckpointer() as checkpointer:
             restored = checkpointer.restore(os.path.join(directory, str(steps[-1])), target)
         nnx.replace_by_pure_dict(self._state, restored["state"])
+        self._state = jax.device_put(self._state, NamedSharding(self.mesh, P()))  # replicated
         self.step = int(restored["step"])
         return True
