@@ -83,6 +83,32 @@ auto BindSampleAttrs(Binding binding) {
       .template Attr<int64_t>("pad_left");
 }
 
+// insert_batch's operands, result and attributes after each handler's context
+// (lengths, priorities, then one buffer per column; the contract with
+// gearjax/_ffi.py), shared so the CPU and CUDA handlers cannot drift apart.
+template <typename Binding>
+auto BindInsertBatch(Binding binding) {
+  return std::move(binding)
+      .template Arg<xla::ffi::AnyBuffer>()
+      .template Arg<xla::ffi::AnyBuffer>()
+      .RemainingArgs()
+      .template Ret<xla::ffi::Buffer<xla::ffi::S64>>()
+      .template Attr<int64_t>("table_handle")
+      .template Attr<int64_t>("rows")
+      .template Attr<int64_t>("steps");
+}
+
+// update_priorities' operands (keys, priorities), result and attribute after
+// each handler's context.
+template <typename Binding>
+auto BindUpdatePriorities(Binding binding) {
+  return std::move(binding)
+      .template Arg<xla::ffi::AnyBuffer>()
+      .template Arg<xla::ffi::AnyBuffer>()
+      .template Ret<xla::ffi::Buffer<xla::ffi::S32>>()
+      .template Attr<int64_t>("table_handle");
+}
+
 // Checks every result's size against the table and returns where to write.
 // Host results get huge pages advised (fresh XLA buffers otherwise fault
 // every 4 KiB on first touch); device results must not be touched here.

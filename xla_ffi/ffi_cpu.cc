@@ -181,20 +181,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SampleCpu, SampleImpl,
                                                   .RemainingRets()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(InsertBatchCpu, InsertBatchImpl,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .RemainingArgs()
-                                  .Ret<ffi::Buffer<ffi::S64>>()
-                                  .Attr<int64_t>("table_handle")
-                                  .Attr<int64_t>("rows")
-                                  .Attr<int64_t>("steps"));
+                              BindInsertBatch(ffi::Ffi::Bind()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(UpdatePrioritiesCpu, UpdatePrioritiesImpl,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::Buffer<ffi::S32>>()
-                                  .Attr<int64_t>("table_handle"));
+                              BindUpdatePriorities(ffi::Ffi::Bind()));
 
 }  // namespace gearjax

@@ -367,22 +367,11 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SampleCuda, SampleCudaImpl,
                                                   .RemainingRets()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(UpdatePrioritiesCuda, UpdatePrioritiesCudaImpl,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::Buffer<ffi::S32>>()
-                                  .Attr<int64_t>("table_handle"));
+                              BindUpdatePriorities(ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(InsertBatchCuda, InsertBatchCudaImpl,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .RemainingArgs()
-                                  .Ret<ffi::Buffer<ffi::S64>>()
-                                  .Attr<int64_t>("table_handle")
-                                  .Attr<int64_t>("rows")
-                                  .Attr<int64_t>("steps"));
+                              BindInsertBatch(ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()));
 
 }  // namespace gearjax
