@@ -168,6 +168,11 @@ def run(config: RunConfig = RunConfig(), progress: bool = True) -> dict:
                           max_steps=config.eval_max_steps)[float(target)]
         return {**result, "score": _score(result["mean"], data.metadata)}
 
+    def curve_point(metrics: dict) -> dict:
+        # the recent training loss and an evaluation at the best target
+        evaluation = {f"eval_{k}": v for k, v in evaluate_at(best).items() if k != "returns"}
+        return {"step": learner.step, "loss": float(np.mean(metrics["loss"][-50:])), **evaluation}
+
     bar = _Progress(config.steps, learner.step, enabled=progress)
     train_seconds, first_step = 0.0, learner.step
     with bar:
@@ -175,8 +180,7 @@ def run(config: RunConfig = RunConfig(), progress: bool = True) -> dict:
             tick = time.perf_counter()
             metrics = learner.train(config.eval_every)
             train_seconds += time.perf_counter() - tick
-            point = {"step": learner.step, "loss": float(np.mean(metrics["loss"][-50:])),
-                     **{f"eval_{k}": v for k, v in evaluate_at(best).items() if k != "returns"}}
+            point = curve_point(metrics)
             curve.append(point)
             learner.save(checkpoints)
             bar.update(learner.step, point)
@@ -191,9 +195,7 @@ def run(config: RunConfig = RunConfig(), progress: bool = True) -> dict:
             seed=config.seed))
         train_seconds += time.perf_counter() - tick
         online = {"target": target, "episodes": result.episodes, "seconds": result.seconds}
-        curve.append({"step": learner.step, "online": True,
-                      "loss": float(np.mean(result.metrics["loss"][-50:])),
-                      **{f"eval_{k}": v for k, v in evaluate_at(best).items() if k != "returns"}})
+        curve.append({**curve_point(result.metrics), "online": True})
         learner.save(checkpoints)
 
     final = {label: {"target": target, **evaluate_at(target)} for label, target in targets.items()}
