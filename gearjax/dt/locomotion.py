@@ -30,7 +30,6 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from gearjax.dt.data import Episodes
 from gearjax.dt.generate import Mixture, Policy, noisy, rollout, uniform_random
 
 ENV_ID = "HalfCheetah-v5"
@@ -139,13 +138,6 @@ def episode_returns(policy: Policy, seeds: Sequence[int], max_steps: int | None 
     finally:
         if own_env:
             env.close()
-
-
-def generate_halfcheetah(seed: int = 0, scale: float = 1.0) -> Episodes:
-    """:func:`gearjax.dt.generate.generate` of :data:`HALFCHEETAH`."""
-    from gearjax.dt.generate import generate
-    with _mujoco_warnings_as_python_warnings():
-        return generate(HALFCHEETAH, seed=seed, scale=scale)
 
 
 # ------------------------------------------------------------------ gait search
