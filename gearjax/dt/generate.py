@@ -14,7 +14,7 @@ Mixtures (:func:`mixture` by name):
   is uniform (about -33). Timid and random episodes run the full 999 steps, so
   most of the data is bad and, in the states where the policies disagree,
   behaviour cloning follows the timid majority; conditioning on a high return
-  tells them apart. Generates in about a second.
+  tells them apart.
 - ``"halfcheetah"``: MuJoCo's HalfCheetah-v5 with hand-made reflex gaits
   (:mod:`gearjax.dt.locomotion`): random, noisy, medium and good.
 - ``"pendulum"``: Pendulum-v1 with an energy-shaping swing-up controller as
@@ -63,7 +63,8 @@ def pendulum_swing_up(obs: np.ndarray, rng: np.random.Generator | None = None,
     holds the pole up; elsewhere torque pumps energy towards the upright
     rest energy of the rod (E = w^2 / 6 + (g / 2) cos theta per unit mass and
     length, g = 10), pushing along the angular velocity. Mean return about
-    -150 (random: about -1200); with ``max_torque`` 0.6 ("weak") about -425."""
+    -146 (random: about -1267); with ``max_torque`` 0.6 ("weak") about -336
+    (the generated set of ``benchmarks/results/dt_vs_bc_pendulum_cpu.json``)."""
     cos, sin, w = obs
     if cos > 0.8:
         u = -12.0 * np.arctan2(sin, cos) - 2.5 * w
@@ -75,7 +76,7 @@ def pendulum_swing_up(obs: np.ndarray, rng: np.random.Generator | None = None,
 
 def pendulum_hold_down(obs: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
     """A bad Pendulum-v1 controller: brakes the pole's motion, so it settles
-    hanging down (mean return about -1500 with noise)."""
+    hanging down (mean return about -1873 with noise, in the same set)."""
     return np.clip(np.array([-2.0 * obs[2]], np.float32), -2.0, 2.0)
 
 

@@ -13,12 +13,13 @@ observation: it keeps no step counter or phase of its own, so
 :func:`gearjax.dt.generate.generate` can reuse one policy for many episodes
 unchanged.
 
-Returns of 1000-step episodes (seeds 0-4, mean +- std; ``python -m
-gearjax.dt.locomotion`` prints them): good 4430 +- 60 (30 seeds: 4320-4510),
-medium 1720 +- 80, noisy (good plus Gaussian noise of standard deviation 0.2,
-which sometimes trips it) 1290 +- 1330, uniform random -300 +- 70. Episodes
-never terminate early. :data:`HALFCHEETAH` (40 episodes, 40 000 steps)
-generates in about 2-3 s on two CPU cores.
+``python -m gearjax.dt.locomotion`` prints each policy's returns over five
+1000-step episodes. In the generated set of ``scripts/dt_results.py``
+(``benchmarks/results/dt_halfcheetah_cpu.json``) the mean returns are good
+4442, medium 1767, noisy (good plus Gaussian noise of standard deviation 0.2,
+which sometimes trips it, so its returns spread widely) 1568 and uniform
+random -290. Episodes never terminate early; :data:`HALFCHEETAH` is 40
+episodes, 40 000 steps.
 """
 
 from __future__ import annotations

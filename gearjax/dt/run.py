@@ -43,7 +43,8 @@ from gearjax.dt.train import Learner, Normalizer, TrainConfig
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
     """One training run. The defaults are the quick built-in job: a tiny model
-    for 1,500 steps, which takes about two minutes on a 2-core CPU."""
+    for 1,500 steps (72-101 s a run on a 2-core CPU, see
+    benchmarks/results/dt_vs_bc_mountaincar_cpu.json)."""
 
     data: str | None = None          # dataset file or Minari directory; None: generate `mixture`
     mixture: str = "mountaincar"     # built-in mixture when `data` is None
