@@ -29,15 +29,14 @@ Command line (writes any of the formats of :mod:`gearjax.dt.data`)::
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
+from gearjax.dt.behaviour import Mixture, noisy, rollout, uniform_random
 from gearjax.dt.data import Episodes, save
-
-Policy = Callable[[np.ndarray, np.random.Generator], np.ndarray]
+from gearjax.dt.locomotion import HALFCHEETAH
 
 
 # ------------------------------------------------------------------ MountainCarContinuous-v0 policies
@@ -80,29 +79,6 @@ def pendulum_hold_down(obs: np.ndarray, rng: np.random.Generator | None = None) 
     return np.clip(np.array([-2.0 * obs[2]], np.float32), -2.0, 2.0)
 
 
-def uniform_random(low: np.ndarray, high: np.ndarray) -> Policy:
-    def policy(obs, rng):
-        return rng.uniform(low, high).astype(np.float32)
-    return policy
-
-
-def noisy(policy: Policy, scale: float, low: np.ndarray, high: np.ndarray) -> Policy:
-    """``policy`` plus Gaussian noise of standard deviation ``scale``, clipped
-    to the action bounds."""
-    def noisy_policy(obs, rng):
-        action = policy(obs, rng) + rng.normal(0.0, scale, size=np.shape(low))
-        return np.clip(action, low, high).astype(np.float32)
-    return noisy_policy
-
-
-@dataclasses.dataclass(frozen=True)
-class Mixture:
-    """A dataset recipe: an environment and (label, policy maker, episodes)."""
-    env_id: str
-    parts: tuple[tuple[str, Callable[[np.ndarray, np.ndarray], Policy], int], ...]
-    good: str  # the label of the good policy (normalised scores' 100)
-
-
 MOUNTAINCAR = Mixture("MountainCarContinuous-v0", (
     ("random", uniform_random, 10),
     ("timid", lambda lo, hi: mountaincar_timid, 20),
@@ -125,33 +101,16 @@ MIXTURE_NAMES = ("mountaincar", "pendulum", "halfcheetah")
 
 
 def mixture(name: str) -> Mixture:
-    """A built-in mixture by name (see the module docstring). ``halfcheetah``
-    (:data:`gearjax.dt.locomotion.HALFCHEETAH`) needs the ``mujoco`` package."""
+    """A built-in mixture by name (see the module docstring). Generating
+    ``halfcheetah`` (:data:`gearjax.dt.locomotion.HALFCHEETAH`) needs the
+    ``mujoco`` package."""
     if name == "mountaincar":
         return MOUNTAINCAR
     if name == "pendulum":
         return PENDULUM
     if name == "halfcheetah":
-        from gearjax.dt.locomotion import HALFCHEETAH  # imports this module: load it lazily
         return HALFCHEETAH
     raise ValueError(f"mixture must be one of {MIXTURE_NAMES}, got {name!r}")
-
-
-# ------------------------------------------------------------------ rollouts
-def rollout(env, policy: Policy, rng: np.random.Generator, seed: int) -> dict[str, np.ndarray]:
-    """One episode of ``policy`` in a gymnasium environment, to its end
-    (terminated or truncated)."""
-    obs, _ = env.reset(seed=seed)
-    observations, actions, rewards = [], [], []
-    while True:
-        action = policy(np.asarray(obs, np.float32), rng)
-        observations.append(np.asarray(obs, np.float32))
-        actions.append(np.asarray(action, np.float32))
-        obs, reward, terminated, truncated, _ = env.step(action)
-        rewards.append(float(reward))
-        if terminated or truncated:
-            return {"observations": np.stack(observations), "actions": np.stack(actions),
-                    "rewards": np.asarray(rewards, np.float32), "terminal": bool(terminated)}
 
 
 def generate(mixture: Mixture = DEFAULT, seed: int = 0, scale: float = 1.0) -> Episodes:

@@ -31,7 +31,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from gearjax.dt.generate import Mixture, Policy, noisy, rollout, uniform_random
+from gearjax.dt.behaviour import Mixture, Policy, noisy, rollout, uniform_random
 
 ENV_ID = "HalfCheetah-v5"
 
@@ -48,7 +48,7 @@ NUM_JOINTS = 6
 @dataclasses.dataclass(frozen=True)
 class Gait:
     """A reflex oscillator policy (see the module docstring). Call it as a
-    :data:`~gearjax.dt.generate.Policy`: ``gait(obs, rng) -> action``."""
+    :data:`~gearjax.dt.behaviour.Policy`: ``gait(obs, rng) -> action``."""
     reference_joint: int  # whose (angle, velocity) gives the phase, 0..5
     omega: float  # velocity scale, rad/s: makes angle and velocity comparable
     centre: float  # the reference joint's angle the phase swings around, rad
