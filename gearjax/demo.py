@@ -3,6 +3,8 @@ small policy whose jit-compiled training step samples its own batches from the
 table, while a Python thread keeps inserting new trajectories (online replay).
 
 Run it with ``gearjax-demo`` (or ``python -m gearjax``); ``--help`` lists the knobs.
+It needs only the core install (jax and numpy, no extra): its Adam optimizer
+is written out here rather than taken from optax.
 """
 
 from __future__ import annotations
@@ -11,15 +13,44 @@ import argparse
 import sys
 import threading
 import time
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 import gearjax as gx
 
 OBS, ACT = 17, 6
+
+Params = dict[str, jax.Array]
+
+
+class AdamState(NamedTuple):
+    """Adam's step count and running first and second moments of the gradient."""
+    step: jax.Array
+    mean: Params
+    square: Params
+
+
+def adam_init(params: Params) -> AdamState:
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    return AdamState(jnp.zeros((), jnp.int32), zeros, zeros)
+
+
+def adam_update(params: Params, grads: Params, state: AdamState, learning_rate: float,
+                beta1: float = 0.9, beta2: float = 0.999,
+                eps: float = 1e-8) -> tuple[Params, AdamState]:
+    """One Adam step (Kingma and Ba, 2015) with bias-corrected moments."""
+    step = state.step + 1
+    mean = jax.tree.map(lambda m, g: beta1 * m + (1 - beta1) * g, state.mean, grads)
+    square = jax.tree.map(lambda v, g: beta2 * v + (1 - beta2) * g * g, state.square, grads)
+    mean_scale = 1 / (1 - beta1 ** step)
+    square_scale = 1 / (1 - beta2 ** step)
+    params = jax.tree.map(
+        lambda p, m, v: p - learning_rate * m * mean_scale / (jnp.sqrt(v * square_scale) + eps),
+        params, mean, square)
+    return params, AdamState(step, mean, square)
 
 
 def make_trajectory(rng: np.random.Generator, policy: np.ndarray, length: int) -> dict:
@@ -32,7 +63,7 @@ def make_trajectory(rng: np.random.Generator, policy: np.ndarray, length: int) -
 
 class Progress:
     """A one-line progress bar on a terminal, plain periodic lines elsewhere.
-    (Ours rather than tqdm: the project's dependency list is fixed.)"""
+    (Ours rather than tqdm: the core installs jax and numpy only.)"""
 
     def __init__(self, total: int, out=sys.stdout):
         self.total, self.out, self.start = total, out, time.perf_counter()
@@ -89,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
                                          int(actor_rng.integers(args.window, args.max_length + 1))))
             time.sleep(0.002)
 
-    optimizer = optax.adam(3e-3)
+    learning_rate = 3e-3
     params = {"w": jnp.zeros((OBS, ACT)), "b": jnp.zeros(ACT)}
 
     def loss_fn(params, batch):
@@ -102,8 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         batch = table.sample(rng_key, args.batch_size, window=args.window,
                              strategy=gx.Timestep(), pad="left")
         loss, grads = jax.value_and_grad(loss_fn)(params, batch)
-        updates, opt_state = optimizer.update(grads, opt_state)
-        return (optax.apply_updates(params, updates), opt_state), loss
+        return adam_update(params, grads, opt_state, learning_rate), loss
 
     @jax.jit
     def train_chunk(params, opt_state, rng_key):
@@ -111,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         (params, opt_state), losses = jax.lax.scan(train_step, (params, opt_state), keys)
         return params, opt_state, losses
 
-    opt_state = optimizer.init(params)
+    opt_state = adam_init(params)
     rng_key = jax.random.key(args.seed)
     thread = threading.Thread(target=actor, daemon=True)
     thread.start()
