@@ -9,6 +9,8 @@ FFI custom calls. The public names are all here::
     batch = table.sample(rng, batch_size=64, window=20, strategy=gx.Timestep())
 """
 
+import importlib.metadata
+
 from gearjax.batch import Batch
 from gearjax.checkpoint import CheckpointError
 from gearjax.columns import Column
@@ -20,4 +22,5 @@ __all__ = [
     "Batch", "CheckpointError", "Column", "MinSize", "Prioritized", "Recent",
     "SampleToInsertRatio", "Strategy", "Table", "Timestep", "TopK", "Uniform",
 ]
-__version__ = "0.1.0"
+# pyproject.toml holds the version; the installed package's metadata carries it here.
+__version__ = importlib.metadata.version("gearjax")
