@@ -1,4 +1,24 @@
-"""The two XLA FFI custom calls and their registration.
+"""The XLA FFI custom calls behind sample, update_priorities and insert_batch,
+as JAX primitives with one *ordered effect*.
+
+Why an ordered effect: a custom call marked only as a side effect may still be
+reordered against other side effects, and one that is not marked at all may be
+dropped or merged with an identical call. An ordered effect makes JAX thread a
+token through every gearjax call of a program, through ``scan``, ``while``,
+``fori_loop`` and ``cond`` bodies (in their carries), and from one dispatched
+program to the next (its runtime tokens, per Python thread). Each call takes
+the token as its first operand and returns the next one as its first result,
+so every call written in a program runs exactly once each time its part of the
+program runs, in program order. The tokens carry no data.
+
+JAX has no public API for ordered effects of custom primitives (only
+``io_callback`` and ``debug.callback`` use them), so this module registers one
+through ``jax._src.effects``, as those do; ``tests/test_effects.py`` checks the
+behaviour on the JAX version installed.
+
+``sample(ordered=False)`` is the opt-in exception: a plain ``jax.ffi.ffi_call``
+without an effect, which XLA may drop, merge or reorder, and which keeps JAX's
+C++ fast dispatch path.
 
 Attribute types are normalised here, in one place: XLA FFI bindings need exact
 types (int64, float64) and calls are cached by attribute value.
@@ -6,15 +26,75 @@ types (int64, float64) and calls are cached by attribute value.
 
 from __future__ import annotations
 
+import functools
+
 import jax
-import jax.numpy as jnp
 import numpy as np
+from jax._src import core as jax_core
+from jax._src import dispatch, effects
+from jax.extend import core
+from jax.interpreters import ad, batching, mlir
 
 from gearjax import _gearjax
 
 SAMPLE_TARGET = "gearjax_sample"
+SAMPLE_PURE_TARGET = "gearjax_sample_pure"
 UPDATE_PRIORITIES_TARGET = "gearjax_update_priorities"
 INSERT_BATCH_TARGET = "gearjax_insert_batch"
+
+
+class TableEffect(core.Effect):
+    """The ordered effect of every gearjax table call."""
+
+    def __str__(self) -> str:
+        return ("gearjax table effect (a sample, priority update or insert_batch is never run "
+                "twice: inside jax.checkpoint/remat a differentiated program would rematerialise "
+                "it and run it again, so call it outside the checkpointed function)")
+
+    __repr__ = __str__
+
+
+TABLE_EFFECT = TableEffect()
+effects.lowerable_effects.add_type(TableEffect)
+effects.control_flow_allowed_effects.add_type(TableEffect)
+effects.ordered_effects.add_type(TableEffect)
+# Programs over several local devices (shard_map, data parallel learners) keep
+# one token per device; each device's calls stay in program order.
+effects.shardable_ordered_effects.add_type(TableEffect)
+# Deliberately not in effects.remat_allowed_effects: jax.checkpoint under
+# differentiation raises, naming this effect (see TableEffect.__str__).
+
+
+def clear_failed_token() -> bool:
+    """Drops the table effect's token on this thread if the program that made it
+    failed; returns whether it did.
+
+    JAX threads an ordered effect's token from each dispatched program into the
+    next; when a program fails (a rate-limiter timeout, a bad priority inside
+    jit, a closed table), its token carries the error, and JAX fails every later
+    program with table calls on the same thread with that error, without
+    running it (JAX issue #37587). Dropping the token makes JAX start a fresh
+    one. Only a finished, failed token is dropped: one still in flight is kept,
+    so program order is never given up.
+    """
+    tokens = dispatch.runtime_tokens.current_tokens
+    token = tokens.get(TABLE_EFFECT)
+    if token is None or not token._buf.is_ready():
+        return False
+    try:
+        token._buf.block_until_ready()
+        return False
+    except Exception:  # noqa: BLE001 - whatever error the failed program raised
+        del tokens[TABLE_EFFECT]
+    # effects_barrier() waits on the last program's runtime tokens: forget the
+    # failed ones too, so it does not raise the old error again.
+    runtime = dispatch.runtime_tokens.output_runtime_tokens
+    for device, runtime_token in list(runtime.items()):
+        try:
+            runtime_token.block_until_ready()
+        except Exception:  # noqa: BLE001
+            del runtime[device]
+    return True
 
 
 def _register() -> None:
@@ -28,13 +108,67 @@ def _register() -> None:
 _register()
 
 
-def sample_call(seed: jax.Array, *, batch: int, handle: int, strategy: int, param: float,
-                window: int, width: int, pad_left: bool,
-                columns: list[tuple[tuple[int, ...], np.dtype]]):
-    """Samples ``batch`` rows determined by ``seed`` (uint32[2]); returns (keys,
-    start, probability, table_size, mask, timestep, *columns). ``window=0`` asks for whole
-    trajectories of ``width`` (= max_length) steps."""
-    result_types = [
+def _primitive(name: str) -> core.Primitive:
+    primitive = core.Primitive(name)
+    primitive.multiple_results = True
+    primitive.def_impl(functools.partial(dispatch.apply_primitive, primitive))
+    return primitive
+
+
+def _ordered_lowering(target: str, not_attributes: tuple[str, ...] = ()):
+    """Lowers a primitive to the custom call `target`, threading the effect's
+    token through it (first operand, first result). Every parameter but those
+    in `not_attributes` becomes an attribute of the call."""
+
+    def lowering(ctx, *operands, **params):
+        attributes = {k: v for k, v in params.items() if k not in not_attributes}
+        token = ctx.tokens_in.get(TABLE_EFFECT)
+        call_ctx = ctx.replace(avals_in=[jax_core.abstract_token, *ctx.avals_in],
+                               avals_out=[jax_core.abstract_token, *ctx.avals_out])
+        token_out, *results = jax.ffi.ffi_lowering(target, has_side_effect=True)(
+            call_ctx, token, *operands, **attributes)
+        ctx.set_tokens_out(mlir.TokenSet({TABLE_EFFECT: token_out}))
+        return results
+
+    return lowering
+
+
+def _not_differentiable(primitive: core.Primitive):
+    """Table calls read or write the table, not their inputs' derivatives: the
+    results get zero tangents and the call itself runs once, on the primals."""
+
+    def jvp(primals, tangents, **params):
+        del tangents
+        results = primitive.bind(*primals, **params)
+        return results, [ad.Zero(jax.typeof(r).to_tangent_aval()) for r in results]
+
+    ad.primitive_jvps[primitive] = jvp
+
+
+def _sequential_batching(primitive: core.Primitive):
+    """vmap: one call per mapped element, one after another (a lax.map, whose
+    loop carries the effect's token), each with its own operands."""
+
+    def rule(args, dims, **params):
+        size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+        args = [batching.bdim_at_front(a, d, size) for a, d in zip(args, dims)]
+        results = jax.lax.map(lambda xs: primitive.bind(*xs, **params), args)
+        return results, [0] * len(results)
+
+    batching.primitive_batchers[primitive] = rule
+
+
+# ---------------------------------------------------------------- sample
+sample_p = _primitive("gearjax_sample")
+mlir.register_lowering(sample_p, _ordered_lowering(SAMPLE_TARGET, ("width", "columns")))
+_not_differentiable(sample_p)
+_sequential_batching(sample_p)
+
+Columns = tuple[tuple[tuple[int, ...], np.dtype], ...]
+
+
+def _sample_result_types(batch: int, width: int, columns: Columns) -> list[jax.ShapeDtypeStruct]:
+    return [
         jax.ShapeDtypeStruct((batch,), np.int64),
         jax.ShapeDtypeStruct((batch,), np.int32),
         jax.ShapeDtypeStruct((batch,), np.float32),
@@ -42,39 +176,72 @@ def sample_call(seed: jax.Array, *, batch: int, handle: int, strategy: int, para
         jax.ShapeDtypeStruct((batch, width), np.bool_),
         jax.ShapeDtypeStruct((batch, width), np.int32),
     ] + [jax.ShapeDtypeStruct((batch, width, *shape), dtype) for shape, dtype in columns]
-    # Not marked as a side effect: to XLA a sample is a function of the random
-    # bits (and the table). Marking it would take every program that samples
-    # off JAX's C++ dispatch fast path, about 0.1 ms per call on our CPU
-    # machine. What follows: a batch nobody uses is not drawn, and two samples
-    # with the same bits in one program may be merged (they would be equal).
-    call = jax.ffi.ffi_call(SAMPLE_TARGET, result_types, has_side_effect=False,
-                            vmap_method="sequential")
-    return call(seed, table_handle=np.int64(handle), batch_size=np.int64(batch),
-                strategy=np.int64(strategy),
-                param=np.float64(param), window=np.int64(window), pad_left=np.int64(pad_left))
+
+
+@sample_p.def_effectful_abstract_eval
+def _sample_abstract_eval(seed, *, batch_size, width, columns, **_):
+    del seed
+    avals = [jax.core.ShapedArray(r.shape, r.dtype)
+             for r in _sample_result_types(batch_size, width, columns)]
+    return avals, {TABLE_EFFECT}
+
+
+def sample_call(seed: jax.Array, *, handle: int, batch: int, strategy: int, alpha: float,
+                count: int, window: int, width: int, pad_left: bool, columns: Columns,
+                ordered: bool = True) -> list[jax.Array]:
+    """Samples ``batch`` rows determined by ``seed`` (uint32[2]); returns (keys,
+    start, probability, table_size, mask, timestep, *columns). ``window=0``
+    asks for whole trajectories of ``width`` (= max_length) steps. Every
+    argument was checked by the caller (gearjax/_checks.py)."""
+    attributes = dict(table_handle=np.int64(handle), batch_size=np.int64(batch),
+                      strategy=np.int64(strategy), alpha=np.float64(alpha),
+                      count=np.int64(count), window=np.int64(window),
+                      pad_left=np.int64(pad_left))
+    if not ordered:
+        call = jax.ffi.ffi_call(SAMPLE_PURE_TARGET, _sample_result_types(batch, width, columns),
+                                has_side_effect=False, vmap_method="sequential")
+        return call(seed, **attributes)
+    return sample_p.bind(seed, width=width, columns=columns, **attributes)
+
+
+# -------------------------------------------------------- update_priorities
+update_priorities_p = _primitive("gearjax_update_priorities")
+mlir.register_lowering(update_priorities_p, _ordered_lowering(UPDATE_PRIORITIES_TARGET))
+_not_differentiable(update_priorities_p)
+_sequential_batching(update_priorities_p)
+
+
+@update_priorities_p.def_effectful_abstract_eval
+def _update_priorities_abstract_eval(keys, priorities, **_):
+    del keys, priorities
+    return [jax.core.ShapedArray((), np.int32)], {TABLE_EFFECT}
 
 
 def update_priorities_call(keys: jax.Array, priorities: jax.Array, *, handle: int) -> jax.Array:
     """Sets priorities from inside traced code; returns how many keys were live
-    (an int32 scalar). A side effect for XLA, so it runs even when the count is
-    unused (and the program leaves JAX's fast dispatch path). The caller has
-    checked the dtypes (Table.update_priorities); this only widens them to what
-    the handlers read."""
-    if keys.dtype not in (jnp.int32, jnp.uint32, jnp.int64):
-        keys = keys.astype(jnp.int32)  # int8/int16/uint8/uint16 widen exactly
-    if priorities.dtype not in (jnp.float32, jnp.float64):
-        priorities = priorities.astype(jnp.float32)
-    call = jax.ffi.ffi_call(UPDATE_PRIORITIES_TARGET, jax.ShapeDtypeStruct((), np.int32),
-                            has_side_effect=True, vmap_method="sequential")
-    return call(keys, priorities, table_handle=np.int64(handle))
+    (an int32 scalar). The caller has checked the dtypes (int32, uint32 or
+    int64 keys; float32 or float64 priorities) and shapes."""
+    return update_priorities_p.bind(keys, priorities, table_handle=np.int64(handle))[0]
+
+
+# ------------------------------------------------------------- insert_batch
+insert_batch_p = _primitive("gearjax_insert_batch")
+mlir.register_lowering(insert_batch_p, _ordered_lowering(INSERT_BATCH_TARGET))
+_not_differentiable(insert_batch_p)
+_sequential_batching(insert_batch_p)
+
+
+@insert_batch_p.def_effectful_abstract_eval
+def _insert_batch_abstract_eval(lengths, priorities, *columns, rows, **_):
+    del lengths, priorities, columns
+    return [jax.core.ShapedArray((int(rows),), np.int64)], {TABLE_EFFECT}
 
 
 def insert_batch_call(columns: list[jax.Array], lengths: jax.Array, priorities: jax.Array, *,
                       handle: int) -> jax.Array:
     """Inserts trajectories given as padded [N, T, ...] arrays from inside
-    traced code; returns their keys (int64 [N]). A side effect for XLA."""
+    traced code; returns their keys (int64 [N]). The caller has checked the
+    dtypes and shapes."""
     rows, steps = columns[0].shape[:2]
-    call = jax.ffi.ffi_call(INSERT_BATCH_TARGET, jax.ShapeDtypeStruct((rows,), np.int64),
-                            has_side_effect=True, vmap_method="sequential")
-    return call(lengths, priorities, *columns, table_handle=np.int64(handle),
-                rows=np.int64(rows), steps=np.int64(steps))
+    return insert_batch_p.bind(lengths, priorities, *columns, table_handle=np.int64(handle),
+                               rows=np.int64(rows), steps=np.int64(steps))[0]

@@ -1,73 +1,139 @@
-"""Table checkpoints: atomic, checksummed, exact.
+"""Table checkpoints: the file format. Atomic, checksummed, exact, and safe to
+open when hostile.
 
 A checkpoint is one uncompressed zip file (the standard library's: every member
 carries a CRC-32 that reading verifies) holding:
 
-* ``meta.json``: format version, columns, capacity, max_length, placement,
-  remover, rate limiter, counters (next key, inserts, samples, evictions,
-  priority updates);
+* ``meta.json``: format version, table name, columns, capacity, max_length,
+  placement, remover, rate limiter, counters (next sequence number, inserts,
+  samples, evictions, priority updates), number of items;
 * ``keys.npy``, ``slots.npy``, ``lengths.npy``, ``priorities.npy``: one entry
   per stored trajectory, in key (= insertion) order; ``free_slots.npy``: the
-  free slots in the order inserts take them. Slots are restored as they were,
-  so a loaded table gives the same batch for the same rng key as the saved one;
+  free slots in the order the table keeps them. Slots are restored as they
+  were, so a loaded table gives the same batch for the same rng key as the
+  saved one;
 * ``columns/<i>.bin``: column i's steps of every trajectory, concatenated in
   key order (only real steps, no slot padding).
 
-``save`` writes to a temporary file beside the target, fsyncs it and renames it
-over the target, so a crash mid-save leaves the previous checkpoint intact.
+``save`` writes to a temporary file beside the target (named after the target
+and the writing process), fsyncs it and renames it over the target, so a crash
+mid-save leaves the previous checkpoint intact. Temporaries left by a process
+that died mid-save are removed by the next save or load of the same path.
 While saving, the stored slots are pinned: inserts that would evict them wait.
-``load`` verifies every checksum and the metadata before it builds anything.
+
+``open_checkpoint`` checks everything before anything is built: the path is a
+regular file; every member is stored uncompressed and lies inside the file;
+every array's declared shape and dtype match its member's size before a byte
+of it is allocated; counters are finite non-negative integers; keys, slots,
+lengths and priorities are consistent. Whatever a file holds, loading it
+either succeeds or raises ``CheckpointError`` (or ``FileNotFoundError``).
+
+Version 1 checkpoints (gearjax 0.1, whose keys were plain sequence numbers)
+load too: each key k of slot s becomes ``k << slot_bits | s``, the key layout
+of this version, which keeps their order.
+
+This module knows the native table (``gearjax._gearjax.NativeTable``), not
+``gearjax.table``: ``Table.save`` and ``Table.load`` call into it.
 """
 
 from __future__ import annotations
 
-import io
+import dataclasses
 import json
+import math
 import os
+import re
+import stat
 import tempfile
+import threading
 import zipfile
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
-from gearjax import rate_limiters
+from gearjax import _checks, rate_limiters
+from gearjax._gearjax import NativeTable
 from gearjax.columns import Column
 
-if TYPE_CHECKING:
-    from gearjax.table import Table
-
 FORMAT = "gearjax-table"
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
 ITEM_ARRAYS = ("keys", "slots", "lengths", "priorities", "free_slots")
-COUNTERS = ("next_key", "inserts", "samples", "evictions", "priority_updates")
+COUNTERS = ("next_sequence", "inserts", "samples", "evictions", "priority_updates")
+REMOVERS = ("fifo", "lifo", "min_priority")
+PLACEMENTS = ("host", "device", "auto")
+MAX_META_BYTES = 16 << 20
 
 
 class CheckpointError(ValueError):
-    """A checkpoint that is corrupted, truncated or not a gearjax checkpoint."""
+    """A checkpoint that is corrupted, truncated, hostile or not a gearjax
+    checkpoint."""
 
 
-def save(table: "Table", path: str | os.PathLike) -> None:
+# ------------------------------------------------------------------- write
+
+# Temporaries this process is writing now (other threads' saves are not
+# orphans, even though their process is alive and well).
+_writing: set[str] = set()
+_writing_lock = threading.Lock()
+
+
+def _temporary_prefix(path: str) -> str:
+    return f".{os.path.basename(path)}."
+
+
+def _remove_orphans(path: str) -> None:
+    """Removes temporaries of `path` left by processes that no longer run."""
+    directory = os.path.dirname(os.path.abspath(path))
+    pattern = re.compile(re.escape(_temporary_prefix(path)) + r"(\d+)\.[^.]+\.tmp\Z")
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        match = pattern.match(name)
+        if match is None:
+            continue
+        full = os.path.join(directory, name)
+        pid = int(match.group(1))
+        with _writing_lock:
+            if full in _writing:
+                continue
+        if pid != os.getpid() and _process_alive(pid):
+            continue  # another live process may be saving right now
+        try:
+            os.unlink(full)
+        except OSError:
+            pass
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True  # it exists (another user's), or we cannot tell: leave it
+    return True
+
+
+def save(native: NativeTable, header: dict[str, Any], path: str | os.PathLike) -> None:
+    """Writes a checkpoint of `native` atomically. `header` holds the table's
+    configuration as JSON values: name, columns (a list of {"name", "shape",
+    "dtype", "pad"}), capacity, max_length, placement, remover, rate_limiter."""
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
-    native = table._native
+    _remove_orphans(path)
     keys, slots, lengths, priorities = native.pin_items()
     try:
         stats = native.stats()
         free_slots = np.asarray(native.free_slots(), dtype=np.int64)
-        meta = {
-            "format": FORMAT,
-            "version": VERSION,
-            "columns": [{"name": n, **c.to_json()} for n, c in table.columns.items()],
-            "capacity": table.capacity,
-            "max_length": table.max_length,
-            "placement": table.placement,
-            "remover": table.remover,
-            "rate_limiter": rate_limiters.to_json(table.rate_limiter),
-            "counters": {k: stats[k] for k in COUNTERS},
-            "num_items": int(len(keys)),
-        }
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
-                                   dir=directory)
+        meta = {"format": FORMAT, "version": VERSION, **header,
+                "counters": {k: stats[k] for k in COUNTERS}, "num_items": int(len(keys))}
+        fd, tmp = tempfile.mkstemp(prefix=f"{_temporary_prefix(path)}{os.getpid()}.",
+                                   suffix=".tmp", dir=directory)
+        with _writing_lock:
+            _writing.add(tmp)
         try:
             with os.fdopen(fd, "wb") as raw:
                 with zipfile.ZipFile(raw, "w", compression=zipfile.ZIP_STORED,
@@ -77,7 +143,7 @@ def save(table: "Table", path: str | os.PathLike) -> None:
                     for name, array in arrays.items():
                         with zf.open(f"{name}.npy", "w") as f:
                             np.save(f, array)
-                    for c in range(len(table.columns)):
+                    for c in range(len(header["columns"])):
                         with zf.open(f"columns/{c}.bin", "w", force_zip64=True) as f:
                             for slot, length in zip(slots, lengths):
                                 f.write(native.read_slot(c, int(slot), int(length)))
@@ -88,119 +154,12 @@ def save(table: "Table", path: str | os.PathLike) -> None:
             if os.path.exists(tmp):
                 os.unlink(tmp)
             raise
+        finally:
+            with _writing_lock:
+                _writing.discard(tmp)
     finally:
         native.unpin_slots(slots)
     _fsync_directory(directory)
-
-
-# What reading a damaged zip can raise: zipfile reports bad headers as
-# BadZipFile, but also as RuntimeError ("encrypted") or NotImplementedError
-# (an unknown compression method), and short reads as EOFError or OSError.
-_ZIP_ERRORS = (zipfile.BadZipFile, OSError, EOFError, RuntimeError, NotImplementedError,
-               ValueError, KeyError)
-# What parsing damaged metadata can raise.
-_META_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError)
-
-
-def load(path: str | os.PathLike, placement: str | None = None) -> "Table":
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        raise FileNotFoundError(path)
-    try:
-        zf = zipfile.ZipFile(path, "r")
-    except _ZIP_ERRORS as e:
-        raise CheckpointError(f"{path} is not a readable checkpoint (truncated or corrupted?): "
-                              f"{e}") from None
-    with zf:
-        try:
-            bad = zf.testzip()  # reads every member and checks its CRC-32
-        except _ZIP_ERRORS as e:
-            raise CheckpointError(f"{path} is corrupted: {e}") from None
-        if bad is not None:
-            raise CheckpointError(f"{path} is corrupted: checksum mismatch in {bad}")
-        try:
-            return _restore(zf, placement)
-        except CheckpointError as e:
-            raise CheckpointError(f"{path}: {e}") from None
-        except _META_ERRORS as e:
-            raise CheckpointError(f"{path} has invalid contents: {type(e).__name__}: {e}") \
-                from None
-
-
-def _restore(zf: zipfile.ZipFile, placement: str | None) -> "Table":
-    from gearjax.table import Table
-
-    meta = json.loads(zf.read("meta.json"))
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise CheckpointError("not a gearjax table checkpoint")
-    if meta.get("version") != VERSION:
-        raise CheckpointError(f"format version {meta.get('version')}; this gearjax reads "
-                              f"version {VERSION}")
-    columns = {c["name"]: Column.from_json(c) for c in meta["columns"]}
-    if len(columns) != len(meta["columns"]):
-        raise CheckpointError("duplicate column names")
-    expected_members = {"meta.json", *(f"{n}.npy" for n in ITEM_ARRAYS),
-                        *(f"columns/{i}.bin" for i in range(len(columns)))}
-    missing = sorted(expected_members - set(zf.namelist()))
-    unexpected = sorted(set(zf.namelist()) - expected_members)
-    if missing or unexpected:
-        raise CheckpointError(f"missing members {missing}, unexpected members {unexpected}")
-    items = {n: np.load(io.BytesIO(zf.read(f"{n}.npy")), allow_pickle=False)
-             for n in ITEM_ARRAYS}
-    counters = {k: meta["counters"][k] for k in COUNTERS}
-    _check_items(meta, **items)
-    total_steps = int(items["lengths"].sum())
-    for i, (name, column) in enumerate(columns.items()):
-        size = zf.getinfo(f"columns/{i}.bin").file_size
-        if size != total_steps * column.step_bytes:
-            raise CheckpointError(f"column {name!r} holds {size} bytes, expected "
-                                  f"{total_steps * column.step_bytes}")
-
-    table = Table(columns, meta["capacity"], meta["max_length"], placement=placement or meta["placement"],
-                  remover=meta["remover"],
-                  rate_limiter=rate_limiters.from_json(meta["rate_limiter"]))
-    try:
-        streams = [zf.open(f"columns/{i}.bin") for i in range(len(columns))]
-        for key, slot, length, priority in zip(items["keys"], items["slots"], items["lengths"],
-                                               items["priorities"]):
-            arrays = [np.frombuffer(s.read(int(length) * c.step_bytes), dtype=np.uint8)
-                      for s, c in zip(streams, columns.values())]
-            table._native.insert(arrays, int(length), float(priority), int(key), int(slot))
-        for s in streams:
-            s.close()
-        table._native.restore_state(
-            int(counters["next_key"]), int(counters["inserts"]), float(counters["samples"]),
-            int(counters["evictions"]), int(counters["priority_updates"]),
-            [int(s) for s in items["free_slots"]])
-    except BaseException:
-        table.close()
-        raise
-    return table
-
-
-def _check_items(meta: dict, keys: np.ndarray, slots: np.ndarray, lengths: np.ndarray,
-                 priorities: np.ndarray, free_slots: np.ndarray) -> None:
-    if not isinstance(meta["num_items"], int) or not isinstance(meta["capacity"], int):
-        raise CheckpointError("num_items and capacity must be integers")
-    n, capacity = meta["num_items"], meta["capacity"]
-    if not (keys.shape == slots.shape == lengths.shape == priorities.shape == (n,)):
-        raise CheckpointError("item arrays disagree with num_items")
-    if any(a.dtype != np.int64 for a in (keys, slots, lengths, free_slots)) or \
-            priorities.dtype != np.float64:
-        raise CheckpointError("item arrays have unexpected dtypes")
-    if n > capacity:
-        raise CheckpointError("more items than capacity")
-    every_slot = np.concatenate([slots, free_slots])
-    if every_slot.shape != (capacity,) or not np.array_equal(np.sort(every_slot),
-                                                             np.arange(capacity)):
-        raise CheckpointError("slots and free slots do not partition the table")
-    if n and (np.any(np.diff(keys) <= 0) or keys[0] < 0
-              or keys[-1] >= meta["counters"]["next_key"]):
-        raise CheckpointError("keys are not increasing below next_key")
-    if n and (lengths.min() < 1 or lengths.max() > meta["max_length"]):
-        raise CheckpointError("a trajectory length is outside [1, max_length]")
-    if n and (not np.all(np.isfinite(priorities)) or priorities.min() < 0):
-        raise CheckpointError("a priority is negative or not finite")
 
 
 def _fsync_directory(directory: str) -> None:
@@ -214,3 +173,252 @@ def _fsync_directory(directory: str) -> None:
         pass
     finally:
         os.close(fd)
+
+
+# -------------------------------------------------------------------- read
+
+# What reading a damaged zip can raise: zipfile reports bad headers as
+# BadZipFile, but also as RuntimeError ("encrypted") or NotImplementedError
+# (an unknown compression method), and short reads as EOFError or OSError.
+_ZIP_ERRORS = (zipfile.BadZipFile, OSError, EOFError, RuntimeError, NotImplementedError,
+               ValueError, KeyError, OverflowError)
+# What parsing damaged metadata can raise.
+_META_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError)
+
+
+@dataclasses.dataclass
+class Checkpoint:
+    """An opened, fully checked checkpoint: the table's configuration, its
+    items, and (through `restore`) its contents. Close it (or use it as a
+    context manager) when done."""
+
+    name: str
+    columns: dict[str, Column]
+    capacity: int
+    max_length: int
+    placement: str
+    remover: str
+    rate_limiter: rate_limiters.RateLimiter | None
+    counters: dict[str, int | float]
+    keys: np.ndarray       # in the key layout of a table of `capacity` slots
+    slots: np.ndarray
+    lengths: np.ndarray
+    priorities: np.ndarray
+    free_slots: np.ndarray
+    _zip: zipfile.ZipFile
+
+    def __enter__(self) -> "Checkpoint":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._zip.close()
+
+    def restore(self, native: NativeTable) -> None:
+        """Fills a new, empty native table of this configuration with the
+        checkpoint's items and counters."""
+        streams = [self._zip.open(f"columns/{i}.bin") for i in range(len(self.columns))]
+        try:
+            for key, slot, length, priority in zip(self.keys, self.slots, self.lengths,
+                                                   self.priorities):
+                arrays = [np.frombuffer(_read_exactly(s, int(length) * c.step_bytes), np.uint8)
+                          for s, c in zip(streams, self.columns.values())]
+                native.insert(arrays, int(length), float(priority), int(key), int(slot))
+        finally:
+            for s in streams:
+                s.close()
+        c = self.counters
+        native.restore_state(int(c["next_sequence"]), int(c["inserts"]), float(c["samples"]),
+                             int(c["evictions"]), int(c["priority_updates"]),
+                             [int(s) for s in self.free_slots])
+
+
+def _read_exactly(stream, n: int) -> bytes:
+    data = stream.read(n)
+    if len(data) != n:
+        raise CheckpointError("a column member ended early")
+    return data
+
+
+def open_checkpoint(path: str | os.PathLike) -> Checkpoint:
+    """Opens and checks a checkpoint (see the module docstring)."""
+    path = os.fspath(path)
+    _remove_orphans(path)
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise CheckpointError(f"{path} cannot be read: {e}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise CheckpointError(f"{path} is not a regular file")
+    try:
+        zf = zipfile.ZipFile(path, "r")
+    except _ZIP_ERRORS as e:
+        raise CheckpointError(f"{path} is not a readable checkpoint (truncated or corrupted?): "
+                              f"{e}") from None
+    try:
+        _check_members(zf, info.st_size)
+        try:
+            bad = zf.testzip()  # reads every member and checks its CRC-32
+        except _ZIP_ERRORS as e:
+            raise CheckpointError(f"corrupted: {e}") from None
+        if bad is not None:
+            raise CheckpointError(f"corrupted: checksum mismatch in {bad}")
+        try:
+            return _read(zf)
+        except CheckpointError:
+            raise
+        except _META_ERRORS as e:
+            raise CheckpointError(f"invalid contents: {type(e).__name__}: {e}") from None
+    except CheckpointError as e:
+        zf.close()
+        raise CheckpointError(f"{path}: {e}") from None
+    except BaseException:
+        zf.close()
+        raise
+
+
+def _check_members(zf: zipfile.ZipFile, file_size: int) -> None:
+    """Every member is stored (no compression, so no zip bomb) and its data
+    lies inside the file."""
+    for info in zf.infolist():
+        if info.compress_type != zipfile.ZIP_STORED or info.compress_size != info.file_size:
+            raise CheckpointError(f"member {info.filename} is compressed; checkpoints store "
+                                  "members uncompressed")
+        if info.header_offset < 0 or info.header_offset + info.file_size > file_size:
+            raise CheckpointError(f"member {info.filename} claims {info.file_size} bytes, more "
+                                  f"than the file holds")
+
+
+def _load_npy(zf: zipfile.ZipFile, name: str, dtype: np.dtype, length: int) -> np.ndarray:
+    """A 1-d array of `length` entries of `dtype`, checked against the header
+    and the member's size before anything is allocated."""
+    member = f"{name}.npy"
+    with zf.open(member) as f:
+        try:
+            version = np.lib.format.read_magic(f)
+            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0)
+            shape, _, stored = read_header(f)
+        except (ValueError, SyntaxError, TypeError, EOFError) as e:
+            raise CheckpointError(f"{member} is not a NumPy array file: {e}") from None
+        if stored != dtype or shape != (length,):
+            raise CheckpointError(f"{member} holds {stored}{list(shape)}, expected "
+                                  f"{dtype}[{length}]")
+        data = f.read(length * dtype.itemsize + 1)
+    if len(data) != length * dtype.itemsize:
+        raise CheckpointError(f"{member} holds {len(data)} bytes of data, expected "
+                              f"{length * dtype.itemsize}")
+    return np.frombuffer(data, dtype=dtype).copy()
+
+
+def _count(meta: dict, name: str, lo: int, hi: int) -> int:
+    value = meta[name]
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise CheckpointError(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")
+    return value
+
+
+def _counters(meta: dict, version: int) -> dict[str, int | float]:
+    counters = meta["counters"]
+    if not isinstance(counters, dict):
+        raise CheckpointError("counters must be an object")
+    names = ("next_key",) + COUNTERS[1:] if version == 1 else COUNTERS
+    out: dict[str, int | float] = {}
+    for name in names:
+        value = counters[name]
+        if name == "samples":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                    not math.isfinite(value) or value < 0:
+                raise CheckpointError(f"counter samples must be a finite number >= 0, got "
+                                      f"{value!r}")
+            out[name] = float(value)
+        else:
+            if isinstance(value, bool) or not isinstance(value, int) or not \
+                    0 <= value <= _checks.INT64_MAX:
+                raise CheckpointError(f"counter {name} must be an integer in [0, 2**63), got "
+                                      f"{value!r}")
+            out[name] = value
+    if version == 1:
+        out["next_sequence"] = out.pop("next_key")
+    return out
+
+
+def _read(zf: zipfile.ZipFile) -> Checkpoint:
+    info = zf.getinfo("meta.json")
+    if info.file_size > MAX_META_BYTES:
+        raise CheckpointError(f"meta.json holds {info.file_size} bytes; that is not metadata")
+    meta = json.loads(zf.read("meta.json"))
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise CheckpointError("not a gearjax table checkpoint")
+    version = meta.get("version")
+    if version not in READABLE_VERSIONS or isinstance(version, bool):
+        raise CheckpointError(f"format version {version!r}; this gearjax reads versions "
+                              f"{READABLE_VERSIONS}")
+    if not isinstance(meta["columns"], list) or not meta["columns"]:
+        raise CheckpointError("a checkpoint needs at least one column")
+    columns = {c["name"]: Column.from_json(c) for c in meta["columns"]}
+    if len(columns) != len(meta["columns"]) or not all(isinstance(n, str) and n for n in columns):
+        raise CheckpointError("column names must be distinct non-empty strings")
+    expected = {"meta.json", *(f"{n}.npy" for n in ITEM_ARRAYS),
+                *(f"columns/{i}.bin" for i in range(len(columns)))}
+    missing = sorted(expected - set(zf.namelist()))
+    unexpected = sorted(set(zf.namelist()) - expected)
+    if missing or unexpected:
+        raise CheckpointError(f"missing members {missing}, unexpected members {unexpected}")
+    capacity = _count(meta, "capacity", 1, _checks.MAX_CAPACITY)
+    max_length = _count(meta, "max_length", 1, _checks.MAX_LENGTH)
+    num_items = _count(meta, "num_items", 0, capacity)
+    if meta["remover"] not in REMOVERS or meta["placement"] not in PLACEMENTS:
+        raise CheckpointError(f"unknown remover {meta['remover']!r} or placement "
+                              f"{meta['placement']!r}")
+    name = meta.get("name", "")
+    if not isinstance(name, str):
+        raise CheckpointError("the table name must be a string")
+    try:
+        limiter = rate_limiters.from_json(meta["rate_limiter"])
+    except (TypeError, ValueError, KeyError) as e:
+        raise CheckpointError(f"invalid rate limiter: {e}") from None
+    counters = _counters(meta, version)
+
+    i64 = np.dtype("<i8")
+    keys = _load_npy(zf, "keys", i64, num_items)
+    slots = _load_npy(zf, "slots", i64, num_items)
+    lengths = _load_npy(zf, "lengths", i64, num_items)
+    priorities = _load_npy(zf, "priorities", np.dtype("<f8"), num_items)
+    free_slots = _load_npy(zf, "free_slots", i64, capacity - num_items)
+
+    every_slot = np.concatenate([slots, free_slots])
+    if not np.array_equal(np.sort(every_slot), np.arange(capacity)):
+        raise CheckpointError("slots and free slots do not partition the table")
+    slot_bits = (capacity - 1).bit_length()
+    if version == 1:  # keys were sequence numbers; give them this version's layout
+        if num_items and (keys.min() < 0 or keys.max() >= 2 ** (63 - slot_bits)):
+            raise CheckpointError("a key is out of range")
+        keys = (keys << slot_bits) | slots
+    sequences = keys >> slot_bits
+    if num_items and (keys.min() < 0 or np.any(np.diff(keys) <= 0)
+                      or np.any((keys & ((1 << slot_bits) - 1)) != slots)
+                      or sequences[-1] >= counters["next_sequence"]):
+        raise CheckpointError("keys are not increasing below next_sequence, or do not name "
+                              "their slots")
+    if counters["next_sequence"] > (_checks.INT64_MAX >> slot_bits) + 1:
+        raise CheckpointError("next_sequence is beyond the key space")
+    if num_items and (lengths.min() < 1 or lengths.max() > max_length):
+        raise CheckpointError("a trajectory length is outside [1, max_length]")
+    try:
+        _checks.priorities(priorities)
+    except ValueError as e:
+        raise CheckpointError(str(e)) from None
+    total_steps = int(lengths.sum())
+    for i, (column_name, column) in enumerate(columns.items()):
+        size = zf.getinfo(f"columns/{i}.bin").file_size
+        if size != total_steps * column.step_bytes:
+            raise CheckpointError(f"column {column_name!r} holds {size} bytes, expected "
+                                  f"{total_steps * column.step_bytes}")
+    return Checkpoint(name, columns, capacity, max_length, meta["placement"], meta["remover"],
+                      limiter, counters, keys, slots, lengths, priorities, free_slots, zf)
+

@@ -10,17 +10,15 @@ from __future__ import annotations
 import dataclasses
 import math
 
-
-def _check_timeout(timeout: float) -> None:
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise TypeError(f"timeout must be a number of seconds, got {timeout!r}")
-    if not math.isfinite(timeout) or timeout < 0:
-        raise ValueError(f"timeout must be finite and >= 0 seconds, got {timeout}")
+from gearjax import _checks
 
 
-def _check_min_size(min_size: int) -> None:
-    if isinstance(min_size, bool) or not isinstance(min_size, int) or min_size < 1:
-        raise ValueError(f"min_size must be an integer >= 1, got {min_size!r}")
+def _check_timeout(timeout: float) -> float:
+    return _checks.real("timeout (seconds)", timeout, 0.0, _checks.MAX_TIMEOUT_SECONDS)
+
+
+def _check_min_size(name: str, min_size: int) -> int:
+    return _checks.integer(name, min_size, 1, _checks.MAX_CAPACITY)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,11 +29,11 @@ class MinSize:
     timeout: float = 60.0
 
     def __post_init__(self):
-        _check_min_size(self.min_size)
-        _check_timeout(self.timeout)
+        object.__setattr__(self, "min_size", _check_min_size("min_size", self.min_size))
+        object.__setattr__(self, "timeout", _check_timeout(self.timeout))
 
     def native_args(self) -> tuple[int, float, float, float, float]:
-        return (self.min_size, 0.0, -math.inf, math.inf, float(self.timeout))
+        return (self.min_size, 0.0, -math.inf, math.inf, self.timeout)
 
     def check_batch(self, batch_size: int) -> None:
         del batch_size
@@ -60,21 +58,21 @@ class SampleToInsertRatio:
     timeout: float = 60.0
 
     def __post_init__(self):
-        spi, eb = self.samples_per_insert, self.error_buffer
-        for name, v in (("samples_per_insert", spi), ("error_buffer", eb)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise TypeError(f"{name} must be a number, got {v!r}")
-        if not math.isfinite(spi) or spi <= 0:
-            raise ValueError(f"samples_per_insert must be finite and > 0, got {spi}")
-        if not math.isfinite(eb) or eb < 0:
-            raise ValueError(f"error_buffer must be finite and >= 0, got {eb}")
-        _check_min_size(self.min_size_to_sample)
-        _check_timeout(self.timeout)
+        spi = _checks.real("samples_per_insert", self.samples_per_insert, 0.0,
+                           _checks.MAX_SAMPLES_PER_INSERT)
+        if spi == 0:
+            raise ValueError("samples_per_insert must be > 0 (use MinSize for no ratio)")
+        object.__setattr__(self, "samples_per_insert", spi)
+        object.__setattr__(self, "error_buffer", _checks.real(
+            "error_buffer", self.error_buffer, 0.0, _checks.MAX_ERROR_BUFFER))
+        object.__setattr__(self, "min_size_to_sample",
+                           _check_min_size("min_size_to_sample", self.min_size_to_sample))
+        object.__setattr__(self, "timeout", _check_timeout(self.timeout))
 
     def native_args(self) -> tuple[int, float, float, float, float]:
         target = self.min_size_to_sample * self.samples_per_insert
-        return (self.min_size_to_sample, float(self.samples_per_insert),
-                target - self.error_buffer, target + self.error_buffer, float(self.timeout))
+        return (self.min_size_to_sample, self.samples_per_insert,
+                target - self.error_buffer, target + self.error_buffer, self.timeout)
 
     def check_batch(self, batch_size: int) -> None:
         if 2 * self.error_buffer < batch_size + self.samples_per_insert:
@@ -110,4 +108,4 @@ def from_json(spec: dict | None) -> RateLimiter | None:
         return None
     kinds = {"MinSize": MinSize, "SampleToInsertRatio": SampleToInsertRatio}
     spec = dict(spec)
-    return kinds[spec.pop("type")](**spec)
+    return kinds[spec.pop("type")](**spec)  # checked by the constructors

@@ -7,7 +7,8 @@ start inside the chosen trajectory is always uniform in [0, length - 1].
 from __future__ import annotations
 
 import dataclasses
-import math
+
+from gearjax import _checks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -17,8 +18,12 @@ class Strategy:
     code = -1
 
     @property
-    def param(self) -> float:
+    def alpha(self) -> float:
         return 0.0
+
+    @property
+    def count(self) -> int:
+        return 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,29 +43,21 @@ class Timestep(Strategy):
 
 @dataclasses.dataclass(frozen=True)
 class Prioritized(Strategy):
-    """Trajectories in proportion to ``priority ** alpha`` (``alpha=0`` is
-    uniform; priority 0 is never drawn when ``alpha > 0``). A table keeps one
-    sum tree per distinct alpha, at most 8."""
+    """Trajectories in proportion to ``priority ** alpha``, alpha in [0, 8]
+    (``alpha=0`` is uniform; priority 0 is never drawn when ``alpha > 0``). A
+    table keeps one sum tree per distinct alpha it samples with, at most 8."""
 
-    alpha: float = 1.0
+    alpha: float = 1.0  # type: ignore[assignment]
     code = 2
 
     def __post_init__(self):
-        if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)):
-            raise TypeError(f"Prioritized alpha must be a number, got {self.alpha!r}")
-        if not math.isfinite(self.alpha) or self.alpha < 0:
-            raise ValueError(f"Prioritized alpha must be finite and >= 0, got {self.alpha}")
-        object.__setattr__(self, "alpha", float(self.alpha))
-
-    @property
-    def param(self) -> float:
-        return self.alpha
+        object.__setattr__(self, "alpha",
+                           _checks.real("Prioritized alpha", self.alpha, 0.0, _checks.MAX_ALPHA))
 
 
 def _check_count(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} needs an integer >= 1, got {value!r}")
-    return value
+    """Any integer >= 1: a count beyond the table's size means all of it."""
+    return _checks.integer(name, value, 1, 2**1000)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,23 +69,24 @@ class TopK(Strategy):
     code = 3
 
     def __post_init__(self):
-        _check_count("TopK", self.k)
+        object.__setattr__(self, "k", _check_count("TopK k", self.k))
 
     @property
-    def param(self) -> float:
-        return float(self.k)
+    def count(self) -> int:
+        return self.k
 
 
 @dataclasses.dataclass(frozen=True)
 class Recent(Strategy):
-    """Uniform over the ``n`` newest trajectories (by key)."""
+    """Uniform over the ``n`` newest trajectories (by key); over all of them
+    when fewer than ``n`` are stored."""
 
     n: int
     code = 4
 
     def __post_init__(self):
-        _check_count("Recent", self.n)
+        object.__setattr__(self, "n", _check_count("Recent n", self.n))
 
     @property
-    def param(self) -> float:
-        return float(self.n)
+    def count(self) -> int:
+        return self.n

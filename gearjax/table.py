@@ -9,9 +9,10 @@ code, from inside jit-compiled programs, scans, or eagerly.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import math
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gearjax import _ffi, _gearjax, rate_limiters
+from gearjax import _checks, _ffi, _gearjax, checkpoint, rate_limiters
 from gearjax._gearjax import NativeTable
 from gearjax.batch import Batch
 from gearjax.columns import Column, is_numeric
@@ -31,6 +32,12 @@ PLACEMENTS = ("host", "device", "auto")
 # GPU memory free when it is created; the rest stays for XLA and the model.
 AUTO_DEVICE_FRACTION = 0.5
 PADS = ("left", "right")
+# How long close() waits for samples, readers and writers inside the table
+# before it leaves the memory to the last of them.
+CLOSE_WAIT_SECONDS = 30.0
+# Per-slot bookkeeping besides the arena, at most: the slot record (32 bytes),
+# the Uniform sum tree (about 9), the insertion order (8), rounded up.
+_BYTES_PER_SLOT = 64
 
 
 class Table:
@@ -38,8 +45,9 @@ class Table:
 
     Args:
       columns: column name -> :class:`Column` (per-step shape, dtype, pad).
-      capacity: number of trajectory slots.
-      max_length: steps per slot; inserted trajectories have 1..max_length steps.
+      capacity: number of trajectory slots, in [1, 2**31].
+      max_length: steps per slot, in [1, 2**31]; inserted trajectories have
+        1..max_length steps.
       placement: where the table's bytes live.
 
         * ``"host"``: host memory. Where a GPU is present (CUDA build), it is
@@ -62,6 +70,8 @@ class Table:
         first among ties).
       rate_limiter: ``None`` (sample any non-empty table; never wait),
         :class:`gearjax.MinSize` or :class:`gearjax.SampleToInsertRatio`.
+      name: a name for error messages and ``repr`` (compiled programs that
+        touch a closed table fail naming it).
 
     Invariants: keys are unique, increase with insertion order and are never
     reused; a sampled window never mixes data of two trajectories, even while
@@ -70,40 +80,43 @@ class Table:
 
     def __init__(self, columns: Mapping[str, Column], capacity: int, max_length: int, *,
                  placement: str = "auto", remover: str = "fifo",
-                 rate_limiter: rate_limiters.RateLimiter | None = None):
+                 rate_limiter: rate_limiters.RateLimiter | None = None, name: str = ""):
         if not isinstance(columns, Mapping) or not columns:
             raise TypeError("columns must be a non-empty mapping of name -> gearjax.Column")
-        for name, column in columns.items():
-            if not isinstance(name, str) or not name:
-                raise TypeError(f"column names must be non-empty strings, got {name!r}")
+        for column_name, column in columns.items():
+            if not isinstance(column_name, str) or not column_name:
+                raise TypeError(f"column names must be non-empty strings, got {column_name!r}")
             if not isinstance(column, Column):
-                raise TypeError(f"column {name!r} must be a gearjax.Column, got {column!r}")
-        _check_positive_int("capacity", capacity)
-        _check_positive_int("max_length", max_length)
-        if placement not in PLACEMENTS:
+                raise TypeError(f"column {column_name!r} must be a gearjax.Column, got {column!r}")
+        capacity = _checks.integer("capacity", capacity, 1, _checks.MAX_CAPACITY)
+        max_length = _checks.integer("max_length", max_length, 1, _checks.MAX_LENGTH)
+        if not isinstance(placement, str) or placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
-        if remover not in REMOVERS:
+        if not isinstance(remover, str) or remover not in REMOVERS:
             raise ValueError(f"remover must be one of {tuple(REMOVERS)}, got {remover!r}")
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a string, got {name!r}")
         limiter_args = rate_limiters.native_args(rate_limiter)
         if limiter_args[0] > capacity:
             raise ValueError(f"the rate limiter's min size ({limiter_args[0]}) exceeds "
                              f"capacity ({capacity}): sampling could never start")
-        capacity, max_length = int(capacity), int(max_length)
         self._columns = dict(columns)
         self._capacity = capacity
         self._max_length = max_length
         self._placement = placement
         self._remover = remover
         self._rate_limiter = rate_limiter
-        on_device = _resolve_placement(
-            placement, capacity * max_length * sum(c.step_bytes for c in self._columns.values()))
+        arena_bytes = capacity * max_length * sum(c.step_bytes for c in self._columns.values())
+        _check_fits_in_memory(arena_bytes + capacity * _BYTES_PER_SLOT)
+        on_device = _resolve_placement(placement, arena_bytes)
         self._native = NativeTable(
-            [(name, c.step_bytes, c.pad_step()) for name, c in self._columns.items()],
+            name, [(n, c.step_bytes, c.pad_step()) for n, c in self._columns.items()],
             capacity, max_length, REMOVERS[remover], *limiter_args, gpu_mapped=True,
             on_device=on_device)
-        self._alphas: set[float] = set()  # Prioritized alphas sampled so far
-        self._sample_jit = jax.jit(self._sample_traced,
-                                   static_argnames=("batch_size", "window", "strategy", "pad"))
+        # What compiled samples need to know: no reference back to this object,
+        # so a table nobody holds is freed at once (not by the cycle collector).
+        self._spec = _SampleSpec(self._native.handle, max_length, capacity, tuple(
+            (n, c.shape, c.dtype) for n, c in self._columns.items()))
 
     # ------------------------------------------------------------------ info
     @property
@@ -132,9 +145,19 @@ class Table:
         return self._rate_limiter
 
     @property
+    def name(self) -> str:
+        return self._native.name
+
+    @property
     def handle(self) -> int:
         """The integer the FFI calls find this table by."""
         return self._native.handle
+
+    @property
+    def slot_bits(self) -> int:
+        """Keys are ``sequence << slot_bits | slot``: the low ``slot_bits``
+        bits name the slot, the rest count insertions."""
+        return self._native.slot_bits
 
     def __len__(self) -> int:
         return self._native.stats()["size"]
@@ -148,7 +171,9 @@ class Table:
         """Sizes, counts, bytes and rates, read in one consistent snapshot.
 
         Counts are totals since creation (or as restored by ``load``); rates
-        are those totals over the table's lifetime in this process."""
+        are those totals over the table's lifetime in this process.
+        ``next_sequence`` is the sequence number of the next key; ``alphas``
+        the Prioritized alphas the table keeps a sum tree for."""
         s = self._native.stats()
         alive = max(s["seconds_alive"], 1e-9)
         s["insert_rate"] = s["inserts"] / alive
@@ -158,6 +183,8 @@ class Table:
         s["remover"] = self._remover
         s["placement"] = self._placement
         s["memory"] = self._native.memory
+        s["name"] = self._native.name
+        s["closed"] = self._native.closed
         return s
 
     def contents(self) -> dict[str, np.ndarray]:
@@ -170,31 +197,43 @@ class Table:
 
     def get(self, key: int) -> dict[str, np.ndarray]:
         """A copy of the stored trajectory ``key`` (column -> ``[T, *shape]``).
-        Raises KeyError if no trajectory with that key is stored."""
+        Raises TypeError unless ``key`` is an integer, KeyError if no
+        trajectory with that key is stored."""
+        if isinstance(key, (bool, np.bool_)) or not isinstance(key, (int, np.integer)):
+            raise TypeError(f"a key is an integer, got {key!r}")
         self._check_open()
-        wanted = np.array([key], dtype=np.int64)
-        _, slots, lengths, _ = self._native.pin_items(wanted)
+        if not 0 <= int(key) <= _checks.INT64_MAX:
+            raise KeyError(f"no trajectory with key {key} is stored")
+        _, slots, lengths, _ = self._native.pin_items(np.array([key], dtype=np.int64))
         if len(slots) == 0:
             raise KeyError(f"no trajectory with key {key} is stored")
         try:
             slot, length = int(slots[0]), int(lengths[0])
-            return {name: self._native.read_slot(c, slot, length)
+            return {n: self._native.read_slot(c, slot, length)
                     .view(column.dtype).reshape(length, *column.shape)
-                    for c, (name, column) in enumerate(self._columns.items())}
+                    for c, (n, column) in enumerate(self._columns.items())}
         finally:
             self._native.unpin_slots(slots)
 
     def __repr__(self) -> str:
         state = "closed" if self._native.closed else f"size={len(self)}"
         cols = ", ".join(f"{n}: {c.dtype}{list(c.shape)}" for n, c in self._columns.items())
-        return (f"gearjax.Table({state}, capacity={self._capacity}, "
+        name = f"{self.name!r}, " if self.name else ""
+        return (f"gearjax.Table({name}{state}, capacity={self._capacity}, "
                 f"max_length={self._max_length}, columns={{{cols}}})")
 
     # ------------------------------------------------------------- lifecycle
     def close(self) -> None:
-        """Releases the table. Compiled programs that sample it then fail with
-        a clear error; blocked inserts and samples wake up and raise."""
-        self._native.close()
+        """Closes the table and frees its memory. Blocked inserts and samples
+        wake up and raise; later calls raise; compiled programs that touch the
+        table fail with an error naming it. Samples, reads and inserts already
+        inside the table finish first: close waits for them (up to
+        ``CLOSE_WAIT_SECONDS``, then it warns and leaves the memory to the last
+        of them). Idempotent."""
+        if not self._native.close(CLOSE_WAIT_SECONDS):
+            warnings.warn(f"{self!r}: samples or inserts still inside the table after "
+                          f"{CLOSE_WAIT_SECONDS} s; its memory is freed when they finish",
+                          RuntimeWarning, stacklevel=2)
 
     @property
     def closed(self) -> bool:
@@ -207,18 +246,20 @@ class Table:
         self.close()
 
     def _check_open(self) -> None:
+        _ffi.clear_failed_token()  # see _ffi.clear_failed_token: a retry after an error works
         if self._native.closed:
-            raise RuntimeError("the table is closed")
+            raise RuntimeError(f"{self!r} is closed")
 
     # ---------------------------------------------------------------- insert
     def insert(self, trajectory: Mapping[str, Any], priority: float = 1.0) -> int:
         """Copies one trajectory (column name -> array ``[T, *shape]``) into the
         table and returns its key. Releases the GIL while copying. May evict a
-        trajectory (see ``remover``) and may wait on the rate limiter."""
+        trajectory (see ``remover``) and may wait on the rate limiter. Acts at
+        once, from any thread (see "Semantics" in the README for how this
+        orders against compiled programs)."""
         self._check_open()
         arrays, length = self._validate_trajectory(trajectory)
-        priority = self._check_priority(priority)
-        return self._native.insert(arrays, length, priority)
+        return self._native.insert(arrays, length, _checks.priority(priority))
 
     def insert_many(self, trajectories: Sequence[Mapping[str, Any]],
                     priorities: Sequence[float] | np.ndarray | None = None) -> np.ndarray:
@@ -231,13 +272,15 @@ class Table:
             raise TypeError("trajectories must be a sequence of mappings")
         if priorities is None:
             priorities = [1.0] * len(trajectories)
+        elif isinstance(priorities, (str, bytes)) or not hasattr(priorities, "__len__"):
+            raise TypeError(f"priorities must be a sequence of numbers, got {priorities!r}")
         elif len(priorities) != len(trajectories):
             raise ValueError(f"got {len(priorities)} priorities for "
                              f"{len(trajectories)} trajectories")
         checked = []
         for i, (t, p) in enumerate(zip(trajectories, priorities)):
             try:
-                checked.append((*self._validate_trajectory(t), self._check_priority(p)))
+                checked.append((*self._validate_trajectory(t), _checks.priority(p)))
             except (TypeError, ValueError) as e:
                 raise type(e)(f"trajectory {i}: {e}") from None
         keys = []
@@ -256,15 +299,19 @@ class Table:
         ``[N, T, *shape]`` with ``1 <= T <= max_length``, and the first
         ``lengths[i]`` steps of row i are real. Returns the keys, int64 ``[N]``.
 
-        Shapes and columns are checked when traced; lengths (in ``[1, T]``) and
-        priorities (finite, >= 0; default 1) when it runs, all before the first
-        insert, so bad values insert nothing and fail the computation with a
-        message naming the row. It may evict, and it may wait on the rate
-        limiter; a limiter timeout stops it part-way, and the error says how
-        many went in. Data is converted to each column's dtype as ``astype``
-        does. On a GPU the data is copied on XLA's stream straight into the
-        table (device-to-device, or into mapped host memory); the lengths and
-        priorities are read on the host first, so the call synchronises once.
+        Shapes, dtypes and columns are checked when traced, and lengths and
+        priorities too when they are concrete (NumPy or Python values);
+        traced lengths (in ``[1, T]``) and priorities are checked when it runs,
+        all before the first insert, so bad values insert nothing and fail the
+        computation with a message naming the row. It may evict, and it may
+        wait on the rate limiter; a limiter timeout stops it part-way, and the
+        error says how many went in. Data is converted to each column's dtype
+        as ``astype`` does for JAX arrays and as ``insert`` does for NumPy data
+        (values that do not fit are refused); 64-bit columns need
+        ``jax_enable_x64`` (JAX has no 64-bit arrays without it;
+        ``insert``/``insert_many`` take them from the host either way). On a GPU the data is copied on XLA's stream
+        straight into the table; the lengths and priorities are read on the
+        host first, so the call synchronises once.
         """
         self._check_open()
         if not isinstance(columns, Mapping):
@@ -274,34 +321,76 @@ class Table:
         if missing or extra:
             raise ValueError(f"insert_batch needs exactly the table's columns; missing {missing}, "
                              f"unknown {extra}")
-        arrays = [jnp.asarray(columns[name]) for name in self._columns]
+        for n, column in self._columns.items():
+            if jax.dtypes.canonicalize_dtype(column.dtype) != column.dtype:
+                raise TypeError(f"column {n!r} is {column.dtype}, which JAX represents only with "
+                                f"jax_enable_x64 on; turn it on, or insert from the host with "
+                                f"insert/insert_many")
+        # Host data converts as insert() converts it (refusing values that do not
+        # fit the column); JAX arrays as astype does.
+        arrays = [jnp.asarray(_cast(n, np.asarray(columns[n]), c.dtype))
+                  if not isinstance(columns[n], (jax.Array, jax.core.Tracer))
+                  else columns[n] for n, c in self._columns.items()]
         rows, steps = arrays[0].shape[:2] if arrays[0].ndim >= 2 else (None, None)
-        for (name, column), array in zip(self._columns.items(), arrays):
+        for (n, column), array in zip(self._columns.items(), arrays):
             if array.shape != (rows, steps, *column.shape):
-                raise ValueError(f"column {name!r} must have shape [N, T, "
+                raise ValueError(f"column {n!r} must have shape [N, T, "
                                  f"{', '.join(map(str, column.shape))}] with the same N and T "
                                  f"as the others, got {array.shape}".replace("T, ]", "T]"))
             if not is_numeric(np.dtype(array.dtype)):
-                raise TypeError(f"column {name!r} must hold numeric data, got {array.dtype}")
+                raise TypeError(f"column {n!r} must hold numeric data, got {array.dtype}")
         if rows < 1:
             raise ValueError("insert_batch needs at least one trajectory")
         if not 1 <= steps <= self._max_length:
             raise ValueError(f"the time axis T={steps} must be in [1, max_length={self._max_length}]")
-        lengths = jnp.asarray(lengths)
+        lengths = self._batch_lengths(lengths, rows, steps)
+        priorities = self._batch_priorities(priorities, rows)
+        arrays = [a.astype(c.dtype) for a, c in zip(arrays, self._columns.values())]
+        return _ffi.insert_batch_call(arrays, lengths, priorities, handle=self._native.handle)
+
+    def _batch_lengths(self, lengths: Any, rows: int, steps: int) -> jax.Array:
+        if not isinstance(lengths, jax.core.Tracer):
+            host = np.asarray(lengths)
+            if host.shape != (rows,) or not np.issubdtype(host.dtype, np.integer):
+                raise ValueError(f"lengths must be integers of shape ({rows},), got "
+                                 f"{host.dtype}{list(host.shape)}")
+            bad = (host < 1) | (host > steps)
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise ValueError(f"lengths must be in [1, T={steps}]; entry {i} is {host[i]}; "
+                                 f"nothing was inserted")
+            return jnp.asarray(host.astype(np.int32))  # exact: 1 <= length <= T < 2**31
         if lengths.shape != (rows,) or not jnp.issubdtype(lengths.dtype, jnp.integer):
             raise ValueError(f"lengths must be integers of shape ({rows},), got "
                              f"{lengths.dtype}{list(lengths.shape)}")
-        priorities = (jnp.ones(rows, jnp.float32) if priorities is None
-                      else jnp.asarray(priorities))
+        if lengths.dtype in (jnp.int32, jnp.int64):
+            return lengths
+        if lengths.dtype == jnp.uint32 or lengths.dtype == jnp.uint64:
+            # Values above 2**31 would wrap in int32: clip, so they stay out of [1, T].
+            return jnp.minimum(lengths, jnp.iinfo(jnp.int32).max).astype(jnp.int32)
+        return lengths.astype(jnp.int32)  # int8/int16/uint8/uint16 widen exactly
+
+    def _batch_priorities(self, priorities: Any, rows: int) -> jax.Array:
+        if priorities is None:
+            return jnp.ones(rows, jnp.float32)
+        if not isinstance(priorities, jax.core.Tracer):
+            host = np.asarray(priorities)
+            if host.shape != (rows,):
+                raise ValueError(f"priorities must have shape ({rows},), got {list(host.shape)}")
+            checked = _checks.priorities(host)
+            narrowed = checked.astype(_widest_float())
+            lost = (checked > 0) & (narrowed == 0)
+            if lost.any():
+                i = int(np.argmax(lost))
+                raise ValueError(f"priority {checked[i]!r} (entry {i}) would become 0 in "
+                                 f"float32; turn on jax_enable_x64 to pass it as float64")
+            return jnp.asarray(narrowed)
         if priorities.shape != (rows,) or not _is_real(priorities.dtype):
             raise ValueError(f"priorities must be real numbers of shape ({rows},), got "
                              f"{priorities.dtype}{list(priorities.shape)}")
         if priorities.dtype not in (jnp.float32, jnp.float64):
-            priorities = priorities.astype(jnp.float32)
-        if lengths.dtype not in (jnp.int32, jnp.int64):
-            lengths = lengths.astype(jnp.int32)
-        arrays = [a.astype(c.dtype) for a, c in zip(arrays, self._columns.values())]
-        return _ffi.insert_batch_call(arrays, lengths, priorities, handle=self._native.handle)
+            priorities = priorities.astype(_widest_float())
+        return priorities
 
     def _validate_trajectory(self, trajectory: Mapping[str, Any]) -> tuple[list[np.ndarray], int]:
         if not isinstance(trajectory, Mapping):
@@ -314,16 +403,16 @@ class Table:
         if extra:
             raise ValueError(f"unknown column(s) {extra}; the table has {list(self._columns)}")
         arrays, lengths = [], {}
-        for name, column in self._columns.items():
-            value = np.asarray(trajectory[name])
+        for n, column in self._columns.items():
+            value = np.asarray(trajectory[n])
             if not is_numeric(value.dtype):
-                raise TypeError(f"column {name!r} must hold numeric data, got dtype {value.dtype}")
+                raise TypeError(f"column {n!r} must hold numeric data, got dtype {value.dtype}")
             if value.ndim != 1 + len(column.shape) or value.shape[1:] != column.shape:
-                raise ValueError(f"column {name!r} must have shape [T, "
+                raise ValueError(f"column {n!r} must have shape [T, "
                                  f"{', '.join(map(str, column.shape))}], got {value.shape}"
                                  .replace("[T, ]", "[T]"))
-            arrays.append(_cast(name, value, column.dtype))
-            lengths[name] = value.shape[0]
+            arrays.append(_cast(n, value, column.dtype))
+            lengths[n] = value.shape[0]
         if len(set(lengths.values())) != 1:
             raise ValueError(f"columns differ in length: {lengths}")
         length = next(iter(lengths.values()))
@@ -334,21 +423,10 @@ class Table:
         # (bfloat16 included, which the binding layer cannot type).
         return [a.reshape(-1).view(np.uint8) for a in arrays], length
 
-    def _check_priority(self, priority: Any) -> float:
-        priority = _check_priority(priority)
-        for alpha in self._alphas:
-            try:
-                weight = math.pow(priority, alpha)
-            except OverflowError:
-                weight = math.inf
-            if not math.isfinite(weight):
-                raise ValueError(f"priority {priority} ** alpha {alpha} overflows float64 "
-                                 f"(this table samples with Prioritized({alpha}))")
-        return priority
-
     # ---------------------------------------------------------------- sample
     def sample(self, rng_key: jax.Array, batch_size: int, window: int | None = None,
-               strategy: Strategy = Uniform(), pad: str = "left") -> Batch:
+               strategy: Strategy = Uniform(), pad: str = "left", *,
+               ordered: bool = True) -> Batch:
         """Samples ``batch_size`` windows of ``window`` steps.
 
         A trajectory is chosen by ``strategy``, the start is uniform in
@@ -358,92 +436,164 @@ class Table:
         ``max_length``. The same ``rng_key`` and the same table state give the
         same batch.
 
-        Works inside ``jax.jit`` and ``lax.scan`` (one XLA FFI custom call; no
-        host callback) and eagerly. Under ``vmap`` each mapped key samples its
-        own batch, one after another.
+        Works inside ``jax.jit``, ``lax.scan`` and other loops (one XLA FFI
+        custom call; no host callback) and eagerly. Each sample written in a
+        program runs exactly once each time that part of the program runs,
+        whether or not its result is used, in program order with every other
+        table call (see "Semantics" in the README). Under ``vmap`` each mapped
+        key samples its own batch, one after another.
+
+        ``ordered=False`` gives that up for a faster dispatch: XLA may then drop
+        the sample when its result is unused, merge it with an identical one
+        (same key), and move it across updates and inserts; it keeps JAX's fast
+        dispatch path (programs with table effects take JAX's slower Python
+        path; the README has the measured difference).
 
         Raises (when traced, or at run time through XLA): on an empty table, and
         when the rate limiter holds sampling back past its timeout.
         """
         self._check_open()
-        _check_positive_int("batch_size", batch_size)
+        batch_size = _checks.integer("batch_size", batch_size, 1, _checks.MAX_BATCH)
         if window is not None:
-            _check_positive_int("window", window)
-            if window > self._max_length:
-                raise ValueError(f"window={window} exceeds max_length={self._max_length}")
-        if pad not in PADS:
+            window = _checks.integer("window", window, 1, self._max_length)
+        if not isinstance(pad, str) or pad not in PADS:
             raise ValueError(f"pad must be 'left' or 'right', got {pad!r}")
         if not isinstance(strategy, Strategy) or type(strategy) is Strategy:
             raise TypeError(f"strategy must be gearjax.Uniform(), Timestep(), Prioritized(alpha), "
                             f"TopK(k) or Recent(n), got {strategy!r}")
+        ordered = _checks.flag("ordered", ordered)
+        _check_rng_key(rng_key)
+        width = window or self._max_length
+        _checks.result_bytes(f"a sample of {batch_size} x {width} steps", [
+            *(((batch_size, width, *c.shape), c.dtype.itemsize) for c in self._columns.values()),
+            ((batch_size, width), 5), ((batch_size,), 24)])  # mask + timestep; keys and friends
         if self._rate_limiter is not None:
             self._rate_limiter.check_batch(batch_size)
         if isinstance(strategy, Prioritized):
-            self._native.ensure_priority_tree(strategy.alpha)
-            self._alphas.add(strategy.alpha)
-        return self._sample_jit(rng_key, batch_size=batch_size, window=window,
-                                strategy=strategy, pad=pad)
-
-    def _sample_traced(self, rng_key, *, batch_size, window, strategy, pad) -> Batch:
-        # One 64-bit seed; the native core expands it per row (Philox4x32-10).
-        seed = jax.random.bits(rng_key, (2,), jnp.uint32)
-        keys, start, probability, table_size, mask, timestep, *columns = _ffi.sample_call(
-            seed, batch=batch_size, handle=self._native.handle, strategy=strategy.code,
-            param=strategy.param,
-            window=window or 0, width=window or self._max_length, pad_left=pad == "left",
-            columns=[(c.shape, c.dtype) for c in self._columns.values()])
-        return Batch(columns=dict(zip(self._columns, columns)), mask=mask, timestep=timestep,
-                     keys=keys, start=start, probability=probability, table_size=table_size)
+            alphas = self._native.stats()["alphas"]
+            if strategy.alpha not in alphas and len(alphas) >= _checks.MAX_PRIORITY_TREES:
+                raise ValueError(f"this table keeps sum trees for at most "
+                                 f"{_checks.MAX_PRIORITY_TREES} Prioritized alphas ({alphas}); "
+                                 f"Prioritized({strategy.alpha}) would be one more")
+        return _sample(rng_key, spec=self._spec, batch_size=batch_size, window=window,
+                       strategy=strategy, pad=pad, ordered=ordered)
 
     # ------------------------------------------------------------ priorities
     def update_priorities(self, keys: Any, priorities: Any) -> Any:
         """Sets the priorities of trajectories by key; keys no longer stored
         (evicted meanwhile) are skipped, and for a repeated key the last value
-        wins. Priorities must be finite and >= 0; otherwise nothing changes.
+        wins. Priorities must be 0 or in [2.2250738585072014e-308, 1e30];
+        otherwise nothing changes.
 
         Outside jit, with concrete arrays, it checks its input, applies it at
-        once and returns the number of keys still stored. Inside traced code it
-        is an XLA FFI custom call returning that number as an int32 scalar;
-        within one program it is ordered after the sample that produced the
-        keys by their data dependence (as in every step of a ``lax.scan``).
+        once and returns the number of entries whose key is still stored.
+        Inside traced code it is an XLA FFI custom call returning that number
+        as an int32 scalar, in program order with the program's samples and
+        inserts (a sample written after it sees the new priorities).
         """
         self._check_open()
         traced = isinstance(keys, jax.core.Tracer) or isinstance(priorities, jax.core.Tracer)
         xp = jnp if traced else np
         keys, priorities = xp.ravel(xp.asarray(keys)), xp.ravel(xp.asarray(priorities))
-        if not jnp.issubdtype(keys.dtype, np.integer) or keys.dtype == np.uint64:
+        if keys.dtype == object or not jnp.issubdtype(keys.dtype, np.integer) or \
+                keys.dtype == np.uint64:
             raise TypeError(f"keys must be int32, uint32 or int64 (or narrower), got {keys.dtype}")
-        if not _is_real(priorities.dtype):
+        if priorities.dtype == object or not _is_real(priorities.dtype):
             raise TypeError(f"priorities must be real numbers, got {priorities.dtype}")
         if keys.shape != priorities.shape:
             raise ValueError(f"got {priorities.shape[0]} priorities for {keys.shape[0]} keys")
         if traced:
+            if keys.dtype not in (jnp.int32, jnp.uint32, jnp.int64):
+                keys = keys.astype(jnp.int32)  # int8/int16/uint8/uint16 widen exactly
+            if priorities.dtype not in (jnp.float32, jnp.float64):
+                priorities = priorities.astype(_widest_float())
             return _ffi.update_priorities_call(keys, priorities, handle=self._native.handle)
-        priorities = priorities.astype(np.float64)
-        bad = ~np.isfinite(priorities) | (priorities < 0)
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise ValueError(f"priorities must be finite and >= 0; entry {i} is {priorities[i]}")
         return self._native.update_priorities(np.ascontiguousarray(keys, np.int64),
-                                              np.ascontiguousarray(priorities))
+                                              _checks.priorities(priorities))
 
     # ------------------------------------------------------------ persistence
     def save(self, path: str | os.PathLike) -> None:
         """Writes a checkpoint atomically; see :mod:`gearjax.checkpoint`."""
-        from gearjax import checkpoint
         self._check_open()
-        checkpoint.save(self, path)
+        header = {
+            "name": self.name,
+            "columns": [{"name": n, **c.to_json()} for n, c in self._columns.items()],
+            "capacity": self._capacity,
+            "max_length": self._max_length,
+            "placement": self._placement,
+            "remover": self._remover,
+            "rate_limiter": rate_limiters.to_json(self._rate_limiter),
+        }
+        checkpoint.save(self._native, header, path)
 
     @classmethod
     def load(cls, path: str | os.PathLike, placement: str | None = None) -> "Table":
         """Restores a table saved with :meth:`save`: contents, priorities,
         insertion order, keys and counters, exactly. ``placement`` overrides
         the saved one (a table saved from GPU memory loads on a machine
-        without a GPU with ``placement="host"``)."""
-        from gearjax import checkpoint
+        without a GPU with ``placement="host"``).
+
+        The loaded table is a new table with a new handle: programs compiled
+        against another table keep using that one (and fail, naming it, once
+        it is closed). Re-create jitted functions that close over a table, or
+        pass the table to them as a static argument, after loading."""
         if placement is not None and placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
-        return checkpoint.load(path, placement=placement)
+        with checkpoint.open_checkpoint(path) as saved:
+            try:
+                table = cls(saved.columns, saved.capacity, saved.max_length,
+                            placement=placement or saved.placement, remover=saved.remover,
+                            rate_limiter=saved.rate_limiter, name=saved.name)
+            except (TypeError, ValueError) as e:
+                raise checkpoint.CheckpointError(f"{os.fspath(path)}: the table it describes "
+                                                 f"cannot be made here: {e}") from None
+            try:
+                saved.restore(table._native)
+            except BaseException as e:
+                table.close()
+                if isinstance(e, (ValueError, RuntimeError)):
+                    raise checkpoint.CheckpointError(f"{os.fspath(path)}: {e}") from None
+                raise
+        return table
+
+
+@dataclasses.dataclass(frozen=True)
+class _SampleSpec:
+    """What a compiled sample needs of its table (hashable: a static jit argument)."""
+
+    handle: int
+    max_length: int
+    capacity: int
+    columns: tuple[tuple[str, tuple[int, ...], np.dtype], ...]
+
+
+@functools.partial(jax.jit, static_argnames=("spec", "batch_size", "window", "strategy", "pad",
+                                             "ordered"))
+def _sample(rng_key, *, spec: _SampleSpec, batch_size: int, window: int | None,
+            strategy: Strategy, pad: str, ordered: bool) -> Batch:
+    # One 64-bit seed; the native core expands it per row (Philox4x32-10).
+    seed = jax.random.bits(rng_key, (2,), jnp.uint32)
+    keys, start, probability, table_size, mask, timestep, *columns = _ffi.sample_call(
+        seed, handle=spec.handle, batch=batch_size, strategy=strategy.code,
+        alpha=strategy.alpha, count=min(strategy.count, spec.capacity),
+        window=window or 0, width=window or spec.max_length, pad_left=pad == "left",
+        columns=tuple((shape, dtype) for _, shape, dtype in spec.columns), ordered=ordered)
+    return Batch(columns={n: c for (n, _, _), c in zip(spec.columns, columns)}, mask=mask,
+                 timestep=timestep, keys=keys, start=start, probability=probability,
+                 table_size=table_size)
+
+
+def _check_rng_key(key: Any) -> None:
+    """A JAX PRNG key: a typed key array of shape () or a legacy uint32[2]."""
+    dtype = getattr(key, "dtype", None)
+    shape = getattr(key, "shape", None)
+    if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key) and shape == ():
+        return
+    if dtype is not None and np.dtype(dtype) == np.uint32 and shape == (2,):
+        return
+    raise TypeError(f"rng_key must be one JAX PRNG key (jax.random.key(...), or a legacy "
+                    f"jax.random.PRNGKey), got {type(key).__name__} with dtype {dtype} and "
+                    f"shape {shape}")
 
 
 def _resolve_placement(placement: str, table_bytes: int) -> bool:
@@ -460,29 +610,22 @@ def _resolve_placement(placement: str, table_bytes: int) -> bool:
     return free is not None and table_bytes <= AUTO_DEVICE_FRACTION * free
 
 
-def _check_positive_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an integer, got {value!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
+def _check_fits_in_memory(table_bytes: int) -> None:
+    """Refuses a table larger than this machine's memory: it could never be
+    filled, and zeroing its bookkeeping alone could get the process killed."""
+    memory = _checks.physical_memory()
+    if memory is not None and table_bytes > memory:
+        raise ValueError(f"this table needs {table_bytes} bytes, more than this machine's "
+                         f"{memory} bytes of memory; lower capacity or max_length")
+
+
+def _widest_float() -> np.dtype:
+    return np.dtype(np.float64) if jax.config.jax_enable_x64 else np.dtype(np.float32)
 
 
 def _is_real(dtype: Any) -> bool:
     """Integer or floating (bfloat16 included); not bool, not complex."""
     return jnp.issubdtype(dtype, np.integer) or jnp.issubdtype(dtype, np.floating)
-
-
-def _check_priority(priority: Any) -> float:
-    if isinstance(priority, bool) or not isinstance(priority, (int, float, np.integer, np.floating)):
-        if not (isinstance(priority, (np.ndarray, jax.Array)) and np.ndim(priority) == 0):
-            raise TypeError(f"priority must be a real number, got {priority!r}")
-    try:
-        priority = float(priority)
-    except OverflowError:
-        priority = math.inf
-    if not math.isfinite(priority) or priority < 0:
-        raise ValueError(f"priority must be finite and >= 0, got {priority}")
-    return priority
 
 
 @functools.cache

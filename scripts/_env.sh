@@ -1,5 +1,7 @@
 # Sourced by demo.sh and test.sh: creates .venv once, then (re)installs gearjax
-# with its test extras into it, so both commands work on a fresh machine.
+# with its test extras into it, so both commands work on a fresh machine. The
+# extension is built with its test-only submodule (GEARJAX_TESTING=ON), so one
+# build serves both commands.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PYTHON="${PYTHON:-python3}"
@@ -9,4 +11,4 @@ fi
 # shellcheck disable=SC1091
 . .venv/bin/activate
 python -m pip install --quiet --upgrade pip
-python -m pip install --quiet ".[test]"
+GEARJAX_TESTING="${GEARJAX_TESTING:-ON}" python -m pip install --quiet ".[test]"

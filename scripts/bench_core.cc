@@ -5,7 +5,8 @@
 // against the whole jitted call that scripts/bench_sample.py measures.
 //
 // Build and run from the repository root:
-//   g++ -std=c++20 -O2 -Ixla_ffi scripts/bench_core.cc xla_ffi/core/{table,gather_cpu,gather_plan,memory,registry}.cc -o /tmp/bench_core
+//   g++ -std=c++20 -O2 -Ixla_ffi scripts/bench_core.cc \
+//       $(find xla_ffi/core -name '*.cc' ! -name '*_test.cc') -o /tmp/bench_core
 //   /tmp/bench_core
 #include <chrono>
 #include <cstdio>
@@ -27,7 +28,7 @@ int main() {
   std::vector<uint8_t> mask(B * W); std::vector<int32_t> ts(B * W); std::vector<uint8_t> obs(B * W * 68);
   SampleOutputs out{keys.data(), start.data(), prob.data(), sizes.data(), (bool*)mask.data(), ts.data(), {obs.data()}};
   for (int strat : {0, 1, 4}) for (int cold : {0, 1}) {  // Uniform, Timestep, Recent(10)
-    SampleRequest r{(Strategy)strat, 10, B, W};
+    SampleRequest r{(Strategy)strat, 0.0, 10, B, W};
     double sel = 0, gat = 0; int n = 50; uint64_t sink = 0;
     for (int it = 0; it < n; ++it) {
       if (cold) for (size_t i = 0; i < flush.size(); i += 64) sink += ++flush[i];

@@ -1,5 +1,36 @@
 #!/usr/bin/env bash
-# Set-up command 2: install gearjax into .venv and run the test suite against
-# the installed package. Extra arguments go to pytest.
+# Set-up command 2: install gearjax into .venv, build and run the native core's
+# C++ unit tests (GoogleTest, under AddressSanitizer and UBSan, through ctest),
+# then run the Python test suite against the installed package. Extra
+# arguments go to pytest.
 source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"
+
+# GoogleTest comes from the system's packages (Debian/Ubuntu: libgtest-dev).
+# Where it is missing and we may install packages, install it; where we may
+# not, say so and skip the C++ tests rather than fail the Python ones.
+have_gtest() { [ -f /usr/include/gtest/gtest.h ] || [ -f /usr/local/include/gtest/gtest.h ]; }
+if ! have_gtest; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get install -y -q libgtest-dev >/dev/null 2>&1 ||
+      { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q libgtest-dev >/dev/null 2>&1; } ||
+      true
+  fi
+fi
+if have_gtest; then
+  log=build/core-tests.log
+  mkdir -p build
+  { cmake -S xla_ffi -B build/core-tests -DGEARJAX_BUILD_EXTENSION=OFF -DGEARJAX_BUILD_TESTS=ON \
+      -DGEARJAX_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug &&
+    cmake --build build/core-tests -j "$(nproc)" &&
+    ctest --test-dir build/core-tests --output-on-failure -j "$(nproc)"; } >"$log" 2>&1 ||
+    { cat "$log"; echo "scripts/test.sh: the native core's C++ unit tests failed" >&2; exit 1; }
+  tail -n 3 "$log"
+else
+  echo "scripts/test.sh: GoogleTest not found (install libgtest-dev): skipping the C++ unit" \
+       "tests of the native core" >&2
+fi
+
+# The test-only submodule is built in (see _env.sh): tests that need it must
+# not skip here.
+export GEARJAX_REQUIRE_TESTING_MODULE=1
 exec pytest "$@"

@@ -1,7 +1,10 @@
-"""Shared fixtures (a small table with mixed columns, filled with random data)
-and the rule that skips tests marked ``gpu`` where no CUDA GPU is usable."""
+"""Shared fixtures (a small table with mixed columns, filled with random data,
+the test-only native hooks) and the rule that skips tests marked ``gpu`` where
+no CUDA GPU is usable."""
 
 from __future__ import annotations
+
+import os
 
 import jax
 import numpy as np
@@ -37,23 +40,39 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason=reason))
 
 
+@pytest.fixture(scope="session")
+def native_testing():
+    """The test-only submodule gearjax._gearjax.testing (GPU memory emulated on
+    the CPU; see xla_ffi/testing/testing_module.cc). It exists only in builds
+    with GEARJAX_TESTING=ON, which scripts/test.sh makes; there it is required."""
+    from gearjax import _gearjax
+    testing = getattr(_gearjax, "testing", None)
+    if testing is None:
+        message = ("gearjax was built without its test-only submodule (GEARJAX_TESTING=ON, as "
+                   "scripts/test.sh builds it)")
+        if os.environ.get("GEARJAX_REQUIRE_TESTING_MODULE"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return testing
+
+
 @pytest.fixture
-def emulated_gpu_memory():
+def emulated_gpu_memory(native_testing):
     """Lets tables take placement "device" on machines without a GPU: their
     bytes go to emulated GPU memory that host code can reach only through the
-    core's copy hooks (see module.cc). Yields the native module, whose
-    ``_emulate_device_memory(True, free_bytes, copies_fail)`` retunes it."""
+    core's copy hooks. Yields the testing submodule, whose
+    ``emulate_device_memory(True, free_bytes, copies_fail)`` retunes it."""
     from gearjax import _gearjax
     if _gearjax.gpu_free_bytes() is not None and not _gearjax.cuda_memory:
         pytest.fail("device memory emulation was left on by an earlier test")
     if _gearjax.cuda_memory:
-        yield _gearjax  # a real GPU: nothing to emulate
+        yield native_testing  # a real GPU: nothing to emulate
         return
-    _gearjax._emulate_device_memory(True, free_bytes=1 << 30)
+    native_testing.emulate_device_memory(True, free_bytes=1 << 30)
     try:
-        yield _gearjax
+        yield native_testing
     finally:
-        _gearjax._emulate_device_memory(False)
+        native_testing.emulate_device_memory(False)
 
 
 @pytest.fixture

@@ -53,12 +53,12 @@ def assert_emulated_gpu_sample_equals(table: gx.Table, key, batch: gx.Batch, str
     import jax
     import jax.numpy as jnp
 
+    from gearjax import _gearjax
+
     seed = np.asarray(jax.random.bits(key, (2,), jnp.uint32))
-    if isinstance(strategy, gx.Prioritized):
-        table._native.ensure_priority_tree(strategy.alpha)
-    *fixed, columns = table._native.emulate_gpu_sample(
-        (int(seed[0]), int(seed[1])), len(batch.keys), strategy.code, strategy.param,
-        window or 0, pad == "left", threads)
+    *fixed, columns = _gearjax.testing.emulate_gpu_sample(
+        table.handle, (int(seed[0]), int(seed[1])), len(batch.keys), strategy.code,
+        strategy.alpha, min(strategy.count, table.capacity), window or 0, pad == "left", threads)
     for name, got in zip(("keys", "start", "probability", "table_size", "mask", "timestep"), fixed):
         np.testing.assert_array_equal(got, getattr(batch, name), err_msg=name)
     for (name, column), raw in zip(table.columns.items(), columns):

@@ -21,7 +21,7 @@ from reference import check_batch, random_trajectory
 CK_COLUMNS = {**COLUMNS, "value": gx.Column((2,), "float64", pad=float("nan"))}
 MAX_LENGTH = 10
 STRATEGIES = [gx.Uniform(), gx.Timestep(), gx.Prioritized(0.6), gx.TopK(3), gx.Recent(4)]
-STATE_FIELDS = ("size", "capacity", "max_length", "num_steps", "next_key", "inserts", "samples",
+STATE_FIELDS = ("size", "capacity", "max_length", "num_steps", "next_sequence", "inserts", "samples",
                 "evictions", "priority_updates", "bytes_used", "bytes_per_step", "columns",
                 "remover", "placement", "pinned_slots")
 MEMBERS = ("meta.json", "keys.npy", "slots.npy", "lengths.npy", "priorities.npy",
@@ -35,12 +35,14 @@ def build(capacity=8, inserts=13, remover="min_priority", rate_limiter=None, pla
     table = gx.Table(columns, capacity, MAX_LENGTH, remover=remover, rate_limiter=rate_limiter,
                      placement=placement)
     rng = np.random.default_rng(seed)
-    stored = {}
+    stored, keys = {}, []
     for _ in range(inserts):
         trajectory = random_trajectory(rng, columns, int(rng.integers(1, MAX_LENGTH + 1)))
-        stored[table.insert(trajectory, priority=float(rng.uniform(0.1, 4)))] = trajectory
-    if inserts:
-        table.update_priorities([inserts - 1, inserts - 3, 0], [0.05, 6.5, 9.0])
+        keys.append(table.insert(trajectory, priority=float(rng.uniform(0.1, 4))))
+        stored[keys[-1]] = trajectory
+    if inserts:  # the newest, the third newest, and the oldest (evicted when full)
+        picked = [keys[-1], keys[max(len(keys) - 3, 0)], keys[0]]
+        table.update_priorities(picked, [0.05, 6.5, 9.0])
     return table, stored
 
 
@@ -94,7 +96,8 @@ def test_round_trip_gives_identical_batches_for_every_strategy_and_the_same_next
 
     new = fresh_trajectory()
     key = table.insert(new, priority=0.07)
-    assert loaded.insert(new, priority=0.07) == key == 13
+    assert loaded.insert(new, priority=0.07) == key
+    assert key >> table.slot_bits == 13
     stored[key] = new
     assert state(loaded) == state(table)
     for strategy in STRATEGIES:  # Timestep and Prioritized draw by slot: same slot, same batch
@@ -114,7 +117,8 @@ def test_round_trip_of_a_partly_filled_table_keeps_the_free_slot_order(tmp_path)
         "free_slots.npy"]
     for i, length in enumerate((9, 1, 4)):
         new = fresh_trajectory(seed=i, length=length)
-        assert table.insert(new, priority=1.5) == loaded.insert(new, priority=1.5) == 5 + i
+        key = table.insert(new, priority=1.5)
+        assert loaded.insert(new, priority=1.5) == key and key >> table.slot_bits == 5 + i
     for strategy in (gx.Timestep(), gx.Prioritized(0.6)):
         a = table.sample(jax.random.key(4), 64, 3, strategy)
         b = loaded.sample(jax.random.key(4), 64, 3, strategy)
@@ -174,7 +178,7 @@ def test_saving_again_replaces_the_checkpoint(tmp_path):
     table.insert(fresh_trajectory(), priority=1.0)
     table.save(str(path))
     loaded = gx.Table.load(pathlib.Path(path))
-    assert len(loaded) == 4 and loaded.stats()["next_key"] == 4
+    assert len(loaded) == 4 and loaded.stats()["next_sequence"] == 4
     assert sorted(os.listdir(tmp_path)) == ["t.gx"]
 
 
@@ -246,12 +250,12 @@ def test_a_failed_save_keeps_the_previous_checkpoint_and_leaves_no_temporary(tmp
     assert sorted(os.listdir(tmp_path)) == ["table.gx"]
     assert path.read_bytes() == previous
     loaded = gx.Table.load(path)
-    assert len(loaded) == 6 and loaded.stats()["next_key"] == 6
+    assert len(loaded) == 6 and loaded.stats()["next_sequence"] == 6
     assert saved_members(loaded, tmp_path / "re.gx") == previous_members
     # the table is not left pinned, and the next save works
     assert table.stats()["pinned_slots"] == 0
     table.save(path)
-    assert gx.Table.load(path).stats()["next_key"] == 10
+    assert gx.Table.load(path).stats()["next_sequence"] == 10
 
 
 def test_a_failed_first_save_creates_nothing(tmp_path, monkeypatch):
@@ -419,13 +423,13 @@ def _meta(change):
 
 TAMPERING = {
     "wrong-format": _meta(lambda m: m.update(format="something-else")),
-    "future-version": _meta(lambda m: m.update(version=2)),
+    "future-version": _meta(lambda m: m.update(version=3)),
     "meta-not-json": lambda items: items.update({"meta.json": b"{not json"}),
     "meta-a-list": lambda items: items.update({"meta.json": b"[1, 2]"}),
     "meta-null": lambda items: items.update({"meta.json": b"null"}),
     "capacity-below-items": _meta(lambda m: m.update(capacity=2)),
     "num-items-wrong": _meta(lambda m: m.update(num_items=3)),
-    "next-key-below-keys": _meta(lambda m: m["counters"].update(next_key=1)),
+    "next-sequence-below-keys": _meta(lambda m: m["counters"].update(next_sequence=1)),
     "counter-missing": _meta(lambda m: m["counters"].pop("inserts")),
     "unknown-remover": _meta(lambda m: m.update(remover="random")),
     "unknown-placement": _meta(lambda m: m.update(placement="tpu")),

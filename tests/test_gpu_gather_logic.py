@@ -36,24 +36,26 @@ def table():
 @pytest.mark.parametrize("window, pad", [(1, "left"), (11, "left"), (11, "right"), (None, "left"),
                                          (None, "right")])
 @pytest.mark.parametrize("threads", [1, 7, 256])
-def test_emulated_gpu_gather_equals_the_cpu_handler(table, strategy, window, pad, threads):
+def test_emulated_gpu_gather_equals_the_cpu_handler(table, strategy, window, pad, threads,
+                                                    native_testing):
     key = jax.random.key(5)
     batch = table.sample(key, 24, window, strategy, pad)
     assert_emulated_gpu_sample_equals(table, key, batch, strategy, window, pad, threads)
 
 
-def test_rows_longer_than_one_block_are_split(table):
+def test_rows_longer_than_one_block_are_split(table, native_testing):
     # 30 steps x 6912 bytes = 207 KB per row: four 64 KiB blocks per window.
-    keys, *_, columns = table._native.emulate_gpu_sample((1, 2), 2, 0, 0.0, 0, True, 3)
+    keys, *_, columns = native_testing.emulate_gpu_sample(table.handle, (1, 2), 2, 0, 0.0, 0, 0,
+                                                          True, 3)
     assert columns[2].shape == (2, 30 * 6912)
     assert len(keys) == 2
 
 
-def test_more_columns_than_the_gpu_gather_handles_is_refused_and_pins_nothing():
+def test_more_columns_than_the_gpu_gather_handles_is_refused_and_pins_nothing(native_testing):
     many = {f"c{i}": gx.Column((), "float32") for i in range(33)}
     with gx.Table(many, capacity=2, max_length=2) as t:
         t.insert({name: np.zeros(1) for name in many})
         with pytest.raises(ValueError, match="at most 32 columns"):
-            t._native.emulate_gpu_sample((0, 0), 1, 0, 0.0, 1, True, 1)
+            native_testing.emulate_gpu_sample(t.handle, (0, 0), 1, 0, 0.0, 0, 1, True, 1)
         assert t.stats()["pinned_slots"] == 0
         t.insert({name: np.zeros(1) for name in many})  # slots are free to reuse

@@ -1,7 +1,8 @@
 """GPU-side selection and its slot protocol, run on the CPU: tables made under
-_emulate_gpu_mapping keep their selection state at "device" addresses that are
-host addresses, so the GPU selection's row code (core/select_block.h) and the
-ticket protocol that replaces pins for GPU samples run here."""
+the test-only emulate_gpu_mapping keep their selection state at "device"
+addresses that are host addresses, so the GPU selection's row code
+(core/select_block.h) and the ticket protocol that replaces pins for GPU
+samples run here."""
 
 from __future__ import annotations
 
@@ -14,19 +15,18 @@ import numpy as np
 import pytest
 
 import gearjax as gx
-from gearjax import _gearjax
 from reference import random_trajectory
 
 COLUMNS = {"x": gx.Column((3,), "float32"), "r": gx.Column((), "int32")}
 
 
 @pytest.fixture
-def emulated_mapping():
+def emulated_mapping(native_testing):
     """As in a CUDA build with a GPU, the mapping stays on while tables live
     (trees for new Prioritized alphas are allocated at first use)."""
-    _gearjax._emulate_gpu_mapping(True)
-    yield
-    _gearjax._emulate_gpu_mapping(False)
+    native_testing.emulate_gpu_mapping(True)
+    yield native_testing
+    native_testing.emulate_gpu_mapping(False)
 
 
 @pytest.fixture
@@ -42,12 +42,13 @@ def mapped_table(emulated_mapping):
 @pytest.mark.parametrize("strategy", [gx.Uniform(), gx.Timestep(), gx.Prioritized(0.5),
                                       gx.Prioritized(1.0)], ids=repr)
 @pytest.mark.parametrize("window", [None, 1, 7])
-def test_gpu_selection_equals_cpu_selection(mapped_table, strategy, window):
+def test_gpu_selection_equals_cpu_selection(mapped_table, native_testing, strategy, window):
     key = jax.random.key(11)
     batch = mapped_table.sample(key, 256, window, strategy)
     seed = np.asarray(jax.random.bits(key, (2,), jnp.uint32))
-    keys, start, probability, table_size, slots, lengths = mapped_table._native.emulate_gpu_select(
-        (int(seed[0]), int(seed[1])), 256, strategy.code, strategy.param, window or 0)
+    keys, start, probability, table_size, slots, lengths = native_testing.emulate_gpu_select(
+        mapped_table.handle, (int(seed[0]), int(seed[1])), 256, strategy.code, strategy.alpha,
+        0, window or 0)
     np.testing.assert_array_equal(keys, batch.keys)
     np.testing.assert_array_equal(start, batch.start)
     np.testing.assert_array_equal(probability, batch.probability)
@@ -56,17 +57,17 @@ def test_gpu_selection_equals_cpu_selection(mapped_table, strategy, window):
     np.testing.assert_array_equal(lengths, contents["length"][np.searchsorted(contents["key"], keys)])
 
 
-def test_topk_and_recent_are_not_selected_on_the_gpu(mapped_table):
+def test_topk_and_recent_are_not_selected_on_the_gpu(mapped_table, native_testing):
     with pytest.raises(ValueError, match="not selected on the GPU"):
-        mapped_table._native.begin_gpu_sample(4, gx.TopK(2).code, 2.0, 1)
+        native_testing.begin_gpu_sample(mapped_table.handle, 4, gx.TopK(2).code, count=2)
     assert mapped_table.stats()["gpu_samples_in_flight"] == 0
 
 
-def test_tables_without_gpu_mapping_refuse_gpu_samples():
+def test_tables_without_gpu_mapping_refuse_gpu_samples(native_testing):
     with gx.Table(COLUMNS, capacity=2, max_length=2) as table:
         table.insert({"x": np.zeros((1, 3)), "r": np.zeros(1, np.int32)})
         with pytest.raises(ValueError, match="not GPU-mapped"):
-            table._native.begin_gpu_sample(1, 0, 0.0, 1)
+            native_testing.begin_gpu_sample(table.handle, 1, 0)
 
 
 def insert_in_thread(table):
@@ -80,31 +81,34 @@ def insert_in_thread(table):
     return done
 
 
-def test_a_writer_waits_for_gpu_samples_enqueued_before_its_eviction(mapped_table):
-    ticket = mapped_table._native.begin_gpu_sample(8, 0, 0.0, 1)
+def test_a_writer_waits_for_gpu_samples_enqueued_before_its_eviction(mapped_table,
+                                                                      native_testing):
+    ticket = native_testing.begin_gpu_sample(mapped_table.handle, 8, 0)
     done = insert_in_thread(mapped_table)  # the table is full: this evicts
     assert not done.wait(0.3), "the writer overwrote a slot a GPU sample may still read"
-    mapped_table._native.end_gpu_sample(ticket)
+    native_testing.end_gpu_sample(mapped_table.handle, ticket)
     assert done.wait(10)
     assert mapped_table.stats()["gpu_samples_in_flight"] == 0
 
 
-def test_later_gpu_samples_do_not_hold_a_writer_back(mapped_table):
-    first = mapped_table._native.begin_gpu_sample(8, 0, 0.0, 1)
+def test_later_gpu_samples_do_not_hold_a_writer_back(mapped_table, native_testing):
+    handle = mapped_table.handle
+    first = native_testing.begin_gpu_sample(handle, 8, 0)
     done = insert_in_thread(mapped_table)
     time.sleep(0.1)  # the writer has evicted and waits for `first`
-    later = mapped_table._native.begin_gpu_sample(8, 0, 0.0, 1)  # sees the evicted slot at 0
-    mapped_table._native.end_gpu_sample(first)
+    later = native_testing.begin_gpu_sample(handle, 8, 0)  # no longer sees the evicted slot
+    native_testing.end_gpu_sample(handle, first)
     assert done.wait(10), "a sample enqueued after the eviction held the writer back"
-    mapped_table._native.end_gpu_sample(later)
+    native_testing.end_gpu_sample(handle, later)
 
 
 def test_gpu_samples_count_for_the_rate_limiter(emulated_mapping):
+    testing = emulated_mapping
     with gx.Table(COLUMNS, 4, 4, rate_limiter=gx.MinSize(2, timeout=0.1)) as table:
         table.insert({"x": np.zeros((1, 3)), "r": np.zeros(1, np.int32)})
         with pytest.raises(TimeoutError, match="min_size=2"):
-            table._native.begin_gpu_sample(4, 0, 0.0, 1)
+            testing.begin_gpu_sample(table.handle, 4, 0)
         table.insert({"x": np.zeros((1, 3)), "r": np.zeros(1, np.int32)})
-        ticket = table._native.begin_gpu_sample(4, 0, 0.0, 1)
+        ticket = testing.begin_gpu_sample(table.handle, 4, 0)
         assert table.stats()["samples"] == 4
-        table._native.end_gpu_sample(ticket)
+        testing.end_gpu_sample(table.handle, ticket)

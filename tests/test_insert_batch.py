@@ -33,11 +33,12 @@ def test_inside_jit_inserts_the_real_steps(table):
     lengths = jnp.array([5, 2, 1])
     keys = jax.jit(lambda k: table.insert_batch(rollout(k), lengths, jnp.array([1.0, 2.0, 3.0])))(key)
     assert keys.dtype == jnp.int64
-    np.testing.assert_array_equal(keys, [0, 1, 2])
+    np.testing.assert_array_equal(keys, table.contents()["key"])
+    np.testing.assert_array_equal(np.asarray(keys) >> table.slot_bits, [0, 1, 2])
     np.testing.assert_array_equal(table.contents()["length"], [5, 2, 1])
     np.testing.assert_array_equal(table.contents()["priority"], [1.0, 2.0, 3.0])
     for i, length in enumerate([5, 2, 1]):
-        stored = table.get(i)
+        stored = table.get(int(keys[i]))
         np.testing.assert_array_equal(stored["obs"], np.asarray(columns["obs"][i, :length]))
         np.testing.assert_array_equal(stored["step"], np.arange(length))
 
@@ -45,8 +46,8 @@ def test_inside_jit_inserts_the_real_steps(table):
 def test_eager_call_and_dtype_conversion(table):
     columns = {"obs": np.ones((2, 3, 3), np.float64), "step": np.zeros((2, 3), np.int64)}
     keys = table.insert_batch(columns, np.array([3, 3]))
-    np.testing.assert_array_equal(keys, [0, 1])
-    assert table.get(1)["obs"].dtype == np.float32
+    np.testing.assert_array_equal(np.asarray(keys) >> table.slot_bits, [0, 1])
+    assert table.get(int(keys[1]))["obs"].dtype == np.float32
 
 
 def test_scan_that_rolls_out_inserts_and_samples(table):
@@ -62,15 +63,16 @@ def test_scan_that_rolls_out_inserts_and_samples(table):
     _, (made, sampled, keys) = jax.jit(lambda ks: jax.lax.scan(body, 0, ks))(
         jax.random.split(jax.random.key(1), 10))
     np.testing.assert_array_equal(made, sampled)
-    np.testing.assert_array_equal(keys, np.arange(10))
+    np.testing.assert_array_equal(np.asarray(keys) >> table.slot_bits, np.arange(10))
     assert table.stats()["evictions"] == 4  # capacity 6
 
 
 @pytest.mark.parametrize("lengths, priorities, match", [
     ([5, 0, 1], None, "trajectory 1 has length 0"),
     ([5, 6, 1], None, "trajectory 1 has length 6"),
-    ([5, 2, 1], [1.0, -1.0, 1.0], "trajectory 1 has priority"),
-    ([5, 2, 1], [1.0, 1.0, np.nan], "trajectory 2 has priority"),
+    ([5, 2, 1], [1.0, -1.0, 1.0], "the priority of trajectory 1 is -1"),
+    ([5, 2, 1], [1.0, 1.0, np.nan], "the priority of trajectory 2 is nan"),
+    ([5, 2, 1], [1.0, 1.0, 1e38], "the priority of trajectory 2 is 9.99"),
 ])
 def test_bad_values_insert_nothing(table, lengths, priorities, match):
     table.insert_batch(rollout(jax.random.key(0), 1), jnp.array([2]))
@@ -80,13 +82,13 @@ def test_bad_values_insert_nothing(table, lengths, priorities, match):
             rollout(jax.random.key(1)), jnp.array(lengths),
             None if priorities is None else jnp.array(priorities)))())
     after = table.stats()
-    for field in ("size", "inserts", "next_key", "num_steps", "evictions"):
+    for field in ("size", "inserts", "next_sequence", "num_steps", "evictions"):
         assert before[field] == after[field]
     # The table keeps working after a refused batch (and JAX's runtime token
     # for side effects is healthy again).
     keys = jax.block_until_ready(jax.jit(lambda: table.insert_batch(
         rollout(jax.random.key(2), 1), jnp.array([3])))())
-    np.testing.assert_array_equal(keys, [before["next_key"]])
+    np.testing.assert_array_equal(np.asarray(keys) >> table.slot_bits, [before["next_sequence"]])
 
 
 @pytest.mark.parametrize("make, error", [

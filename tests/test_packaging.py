@@ -20,11 +20,6 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "gearjax"
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
-# Being removed in issue 10 (the native-core rewrite): table.py imports checkpoint.py
-# inside its save/load methods and checkpoint.py imports table.py back. Delete this
-# exception together with the cycle; no other cycle is allowed.
-KNOWN_CYCLE_BEING_REMOVED = frozenset({"gearjax.checkpoint", "gearjax.table"})
-
 # Packages only gearjax.dt (the rl extra) may use; the core must import and run without.
 EXTRA_ONLY = ("flax", "optax", "gymnasium", "h5py", "matplotlib", "orbax")
 
@@ -114,15 +109,12 @@ def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
     return sorted((set(c) for c in components), key=sorted)
 
 
-def test_the_import_graph_has_no_cycle_but_the_one_being_removed():
+def test_the_import_graph_has_no_cycle():
     graph = import_graph()
     assert "gearjax.batch" in graph["gearjax.table"]  # the parser sees module-level imports
     found = cycles(graph)
-    unexpected = [c for c in found if c != KNOWN_CYCLE_BEING_REMOVED]
-    assert not unexpected, "import cycles: " + "; ".join(
-        " -> ".join(cycle_through(graph, min(c))) for c in unexpected)
-    assert KNOWN_CYCLE_BEING_REMOVED in found, \
-        "the checkpoint <-> table cycle is gone: delete KNOWN_CYCLE_BEING_REMOVED"
+    assert not found, "import cycles: " + "; ".join(
+        " -> ".join(cycle_through(graph, min(c))) for c in found)
 
 
 def test_the_core_and_its_demo_run_without_the_extras(tmp_path):

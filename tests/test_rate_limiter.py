@@ -158,4 +158,4 @@ def test_insert_many_stopped_by_the_limiter_says_how_far_it_got():
     with gx.Table(COLUMNS, 8, 4, rate_limiter=limiter) as table:
         with pytest.raises(TimeoutError, match="stopped after inserting 3 of 6"):
             table.insert_many([one() for _ in range(6)])
-        assert table.contents()["key"].tolist() == [0, 1, 2]
+        assert (table.contents()["key"] >> table.slot_bits).tolist() == [0, 1, 2]

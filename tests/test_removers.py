@@ -24,35 +24,35 @@ def insert(table, value, priority=1.0):
 ])
 def test_fifo_and_lifo(remover, survivors):
     with make(remover) as table:
-        keys = [insert(table, v) for v in range(5)]
-        assert keys == [0, 1, 2, 3, 4]
-        assert table.contents()["key"].tolist() == survivors
+        keys = [insert(table, v) for v in range(5)]  # the value inserted is its order
+        assert keys == sorted(keys)
+        assert table.contents()["key"].tolist() == [keys[i] for i in survivors]
         assert table.stats()["evictions"] == 2
-        for key in survivors:  # the data under each key is the data inserted with it
-            assert table.get(key)["x"].tolist() == [key, key]
-        for key in set(range(5)) - set(survivors):
+        for i in survivors:  # the data under each key is the data inserted with it
+            assert table.get(keys[i])["x"].tolist() == [i, i]
+        for i in set(range(5)) - set(survivors):
             with pytest.raises(KeyError):
-                table.get(key)
+                table.get(keys[i])
 
 
 def test_min_priority_evicts_the_lowest_then_the_oldest():
     with make("min_priority") as table:
-        insert(table, 0, priority=5.0)
-        insert(table, 1, priority=1.0)
-        insert(table, 2, priority=3.0)
-        insert(table, 3, priority=9.0)  # evicts key 1 (priority 1)
-        assert table.contents()["key"].tolist() == [0, 2, 3]
-        table.update_priorities([0, 2, 3], [2.0, 2.0, 2.0])
-        insert(table, 4, priority=0.5)  # all tie at 2: evicts the oldest, key 0
-        assert table.contents()["key"].tolist() == [2, 3, 4]
-        insert(table, 5, priority=7.0)  # evicts key 4 (priority 0.5)
-        assert table.contents()["key"].tolist() == [2, 3, 5]
+        k = [insert(table, 0, priority=5.0), insert(table, 1, priority=1.0),
+             insert(table, 2, priority=3.0)]
+        k.append(insert(table, 3, priority=9.0))  # evicts k[1] (priority 1)
+        assert table.contents()["key"].tolist() == [k[0], k[2], k[3]]
+        table.update_priorities([k[0], k[2], k[3]], [2.0, 2.0, 2.0])
+        k.append(insert(table, 4, priority=0.5))  # all tie at 2: evicts the oldest, k[0]
+        assert table.contents()["key"].tolist() == [k[2], k[3], k[4]]
+        k.append(insert(table, 5, priority=7.0))  # evicts k[4] (priority 0.5)
+        assert table.contents()["key"].tolist() == [k[2], k[3], k[5]]
 
 
 def test_evicted_trajectories_are_never_sampled():
     with make("fifo", capacity=4) as table:
-        for v in range(10):
-            insert(table, v)
+        keys = [insert(table, v) for v in range(10)]
         batch = table.sample(jax.random.key(0), 256, 2, gx.Uniform())
-        assert set(np.asarray(batch.keys).tolist()) == {6, 7, 8, 9}
-        np.testing.assert_array_equal(np.asarray(batch["x"])[:, -1], np.asarray(batch.keys))
+        assert set(np.asarray(batch.keys).tolist()) == set(keys[6:])
+        value = {key: i for i, key in enumerate(keys)}
+        np.testing.assert_array_equal(np.asarray(batch["x"])[:, -1],
+                                      [value[int(k)] for k in np.asarray(batch.keys)])

@@ -1,9 +1,18 @@
 // What the CPU and CUDA FFI handlers share: error conversion, table lookup by
-// handle, binding the sample results to the layout the gathers write, and the
-// row loop of insert_batch.
+// handle, reading keys and priorities, binding the sample results to the
+// layout the gathers write, and the row loop of insert_batch.
+//
+// Ordering (the contract with gearjax/_ffi.py): every table effect is an XLA
+// custom call that takes a token as its first operand and returns a token as
+// its first result. JAX threads one token through every gearjax call of a
+// program (an ordered effect), through loops and conditionals, and from one
+// dispatched program to the next, so the calls run exactly once each, in
+// program order. The tokens carry no data; handlers bind and ignore them.
+// The "pure" sample target (has no tokens) exists for sample(ordered=False).
 #pragma once
 
 #include <cmath>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -13,13 +22,15 @@
 
 #include "core/gather_cpu.h"
 #include "core/huge_pages.h"
+#include "core/limits.h"
 #include "core/registry.h"
 #include "core/table.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace gearjax {
 
-// Results before the per-column buffers, in order.
+// Results before the per-column buffers, in order (after the token, when the
+// call has one).
 enum FixedOutput { kKeys = 0, kStart, kProbability, kTableSize, kMask, kTimestep, kNumFixed };
 
 inline xla::ffi::Error Fail(const std::string& what) {
@@ -52,75 +63,103 @@ inline bool ReadKeys(xla::ffi::DataType type, const void* data, size_t n,
   }
 }
 
-// Reads n priorities (float32 or float64) into double; false for other dtypes.
+// A float32 as the float64 of the same value, decoded from its bits: XLA's
+// threads treat subnormal inputs as zero, so a plain conversion would turn a
+// small positive priority into 0.
+inline double Float32ToDouble(uint32_t bits) {
+  const bool negative = bits >> 31;
+  const int exponent = static_cast<int>((bits >> 23) & 0xff);
+  const uint32_t mantissa = bits & 0x7fffff;
+  double magnitude;
+  if (exponent == 0xff) {
+    magnitude = mantissa != 0 ? NAN : INFINITY;
+  } else if (exponent == 0) {
+    magnitude = std::ldexp(static_cast<double>(mantissa), -149);  // subnormal: exact, normal double
+  } else {
+    magnitude = std::ldexp(static_cast<double>(mantissa | 0x800000), exponent - 150);
+  }
+  return negative ? -magnitude : magnitude;
+}
+
+// Reads n priorities (float32 or float64) into double; false for other
+// dtypes. Values are checked later, by the table (CheckPriority).
 inline bool ReadPriorities(xla::ffi::DataType type, const void* data, size_t n,
                            std::vector<double>& out) {
   using xla::ffi::DataType;
-  auto copy = [&](auto* values) { out.assign(values, values + n); return true; };
   switch (type) {
-    case DataType::F32: return copy(static_cast<const float*>(data));
-    case DataType::F64: return copy(static_cast<const double*>(data));
+    case DataType::F32: {
+      const auto* bits = static_cast<const uint32_t*>(data);
+      out.resize(n);
+      for (size_t i = 0; i < n; ++i) out[i] = Float32ToDouble(bits[i]);
+      return true;
+    }
+    case DataType::F64: {
+      const auto* values = static_cast<const double*>(data);
+      out.assign(values, values + n);
+      return true;
+    }
     default: return false;
   }
 }
 
-inline std::shared_ptr<Table> LookUp(int64_t handle) {
-  auto table = FindTable(handle);
-  if (!table) throw Closed("table handle " + std::to_string(handle) + " is closed or unknown");
-  return table;
-}
-
 // The sample call's attributes, in the order every sample handler takes them
-// after its context, seed and results (the contract with gearjax/_ffi.py).
+// after its context, token, seed and results.
 template <typename Binding>
 auto BindSampleAttrs(Binding binding) {
   return std::move(binding)
       .template Attr<int64_t>("table_handle")
       .template Attr<int64_t>("batch_size")
       .template Attr<int64_t>("strategy")
-      .template Attr<double>("param")
+      .template Attr<double>("alpha")
+      .template Attr<int64_t>("count")
       .template Attr<int64_t>("window")
       .template Attr<int64_t>("pad_left");
 }
 
-// insert_batch's operands, result and attributes after each handler's context
-// (lengths, priorities, then one buffer per column; the contract with
-// gearjax/_ffi.py), shared so the CPU and CUDA handlers cannot drift apart.
+// insert_batch's operands, results and attributes after each handler's
+// context: the token, lengths, priorities, then one buffer per column; the
+// token and the keys.
 template <typename Binding>
 auto BindInsertBatch(Binding binding) {
   return std::move(binding)
+      .template Arg<xla::ffi::Token>()
       .template Arg<xla::ffi::AnyBuffer>()
       .template Arg<xla::ffi::AnyBuffer>()
       .RemainingArgs()
+      .template Ret<xla::ffi::Token>()
       .template Ret<xla::ffi::Buffer<xla::ffi::S64>>()
       .template Attr<int64_t>("table_handle")
       .template Attr<int64_t>("rows")
       .template Attr<int64_t>("steps");
 }
 
-// update_priorities' operands (keys, priorities), result and attribute after
-// each handler's context.
+// update_priorities' operands (token, keys, priorities), results (token,
+// count) and attribute after each handler's context.
 template <typename Binding>
 auto BindUpdatePriorities(Binding binding) {
   return std::move(binding)
+      .template Arg<xla::ffi::Token>()
       .template Arg<xla::ffi::AnyBuffer>()
       .template Arg<xla::ffi::AnyBuffer>()
+      .template Ret<xla::ffi::Token>()
       .template Ret<xla::ffi::Buffer<xla::ffi::S32>>()
       .template Attr<int64_t>("table_handle");
 }
 
 // Checks every result's size against the table and returns where to write.
-// Host results get huge pages advised (fresh XLA buffers otherwise fault
-// every 4 KiB on first touch); device results must not be touched here.
+// `first` is the index of the keys result (1 after a token, else 0). Host
+// results get huge pages advised (fresh XLA buffers otherwise fault every 4
+// KiB on first touch); device results must not be touched here.
 inline SampleOutputs BindSampleOutputs(const Table& table, xla::ffi::RemainingRets& rets,
-                                       int64_t batch, int64_t width, bool host_results) {
+                                       size_t first, int64_t batch, int64_t width,
+                                       bool host_results) {
   const int num_columns = table.num_columns();
-  if (rets.size() != static_cast<size_t>(kNumFixed + num_columns)) {
-    throw InvalidArgument("expected " + std::to_string(kNumFixed + num_columns) +
+  if (rets.size() != first + static_cast<size_t>(kNumFixed + num_columns)) {
+    throw InvalidArgument("expected " + std::to_string(first + kNumFixed + num_columns) +
                           " results, got " + std::to_string(rets.size()));
   }
   auto bind = [&](int i, int64_t expected_bytes, const std::string& what) {
-    auto result = rets.get<xla::ffi::AnyBuffer>(i).value();
+    auto result = rets.get<xla::ffi::AnyBuffer>(first + i).value();
     if (static_cast<int64_t>(result->size_bytes()) != expected_bytes) {
       throw InvalidArgument("result '" + what + "' has the wrong size");
     }
@@ -142,7 +181,9 @@ inline SampleOutputs BindSampleOutputs(const Table& table, xla::ffi::RemainingRe
 }
 
 // What every sample handler checks and binds before selecting: the request,
-// the window width (max_length for whole trajectories) and the results.
+// the window width (max_length for whole trajectories) and the results. The
+// Python layer checked every value already; these checks stop a hand-built
+// call from reaching the core with values it would misread.
 struct SampleCall {
   SampleRequest request;
   int64_t width;
@@ -150,14 +191,20 @@ struct SampleCall {
 };
 
 inline SampleCall BindSampleCall(const Table& table, size_t seed_words,
-                                 xla::ffi::RemainingRets& rets, int64_t batch_size,
-                                 int64_t strategy, double param, int64_t window,
+                                 xla::ffi::RemainingRets& rets, size_t first, int64_t batch_size,
+                                 int64_t strategy, double alpha, int64_t count, int64_t window,
                                  bool host_results) {
   if (seed_words != 2) throw InvalidArgument("the seed must be two uint32 words");
-  if (batch_size < 1) throw InvalidArgument("batch_size must be >= 1");
+  if (batch_size < 1 || batch_size > kMaxBatch) {
+    throw InvalidArgument("batch_size must be in [1, 2**31 - 1]");
+  }
+  if (strategy < 0 || strategy > static_cast<int64_t>(Strategy::kRecent)) {
+    throw InvalidArgument("unknown sampling strategy " + std::to_string(strategy));
+  }
+  if (window < 0 || window > table.spec().max_length) throw InvalidArgument("window out of range");
   const int64_t width = window == 0 ? table.spec().max_length : window;
-  return {{static_cast<Strategy>(strategy), param, batch_size, window}, width,
-          BindSampleOutputs(table, rets, batch_size, width, host_results)};
+  return {{static_cast<Strategy>(strategy), alpha, count, batch_size, window}, width,
+          BindSampleOutputs(table, rets, first, batch_size, width, host_results)};
 }
 
 // One column's part of copying a trajectory into its slot: `bytes` bytes from
@@ -207,10 +254,10 @@ inline void InsertBatchRows(Table& table, int64_t rows, int64_t steps,
                             std::to_string(lengths[i]) + ", outside [1, " +
                             std::to_string(steps) + "]; nothing was inserted");
     }
-    if (!std::isfinite(priorities[i]) || priorities[i] < 0) {
-      throw InvalidArgument("trajectory " + std::to_string(i) + " has priority " +
-                            std::to_string(priorities[i]) +
-                            "; priorities must be finite and >= 0; nothing was inserted");
+    try {
+      CheckPriority(priorities[i], "the priority of trajectory " + std::to_string(i));
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(std::string(e.what()) + "; nothing was inserted");
     }
   }
   std::vector<ColumnCopy> copies(num_columns);

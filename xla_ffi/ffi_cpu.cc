@@ -76,18 +76,20 @@ void GatherParallel(ffi::ThreadPool& pool, int64_t rows, int64_t bytes,
   }
 }
 
-ffi::Error SampleImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::U32> seed, ffi::RemainingRets rets,
-                      int64_t table_handle, int64_t batch_size, int64_t strategy, double param,
-                      int64_t window, int64_t pad_left) {
+// Selects, pins, gathers and unpins; `first` is the index of the keys result
+// (1 when the call returns a token first).
+ffi::Error Sample(ffi::ThreadPool& pool, const ffi::Buffer<ffi::U32>& seed,
+                  ffi::RemainingRets& rets, size_t first, int64_t table_handle,
+                  int64_t batch_size, int64_t strategy, double alpha, int64_t count,
+                  int64_t window, int64_t pad_left) {
   try {
-    std::shared_ptr<Table> table = LookUp(table_handle);
+    std::shared_ptr<Table> table = LookUpTable(table_handle);
     if (table->on_device()) {
       return Fail("this table lives in GPU memory (placement 'device'): sample it from a "
                   "program on the GPU");
     }
-    const SampleCall call =
-        BindSampleCall(*table, seed.element_count(), rets, batch_size, strategy, param, window,
-                       /*host_results=*/true);
+    const SampleCall call = BindSampleCall(*table, seed.element_count(), rets, first, batch_size,
+                                           strategy, alpha, count, window, /*host_results=*/true);
     const SampleRequest& request = call.request;
     const int64_t batch = request.batch, width = call.width;
     const SampleOutputs& out = call.out;
@@ -110,6 +112,22 @@ ffi::Error SampleImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::U32> seed, ffi::Rem
   }
 }
 
+ffi::Error SampleOrderedImpl(ffi::ThreadPool pool, ffi::Token, ffi::Buffer<ffi::U32> seed,
+                             ffi::RemainingRets rets, int64_t table_handle, int64_t batch_size,
+                             int64_t strategy, double alpha, int64_t count, int64_t window,
+                             int64_t pad_left) {
+  return Sample(pool, seed, rets, /*first=*/1, table_handle, batch_size, strategy, alpha, count,
+                window, pad_left);
+}
+
+ffi::Error SamplePureImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::U32> seed,
+                          ffi::RemainingRets rets, int64_t table_handle, int64_t batch_size,
+                          int64_t strategy, double alpha, int64_t count, int64_t window,
+                          int64_t pad_left) {
+  return Sample(pool, seed, rets, /*first=*/0, table_handle, batch_size, strategy, alpha, count,
+                window, pad_left);
+}
+
 // The buffer's elements as keys / priorities (host memory: this is the CPU).
 bool ReadKeys(const ffi::AnyBuffer& buffer, std::vector<int64_t>& out) {
   return gearjax::ReadKeys(buffer.element_type(), buffer.untyped_data(), buffer.element_count(),
@@ -121,10 +139,11 @@ bool ReadPriorities(const ffi::AnyBuffer& buffer, std::vector<double>& out) {
                                  buffer.element_count(), out);
 }
 
-ffi::Error UpdatePrioritiesImpl(ffi::AnyBuffer keys, ffi::AnyBuffer priorities,
+ffi::Error UpdatePrioritiesImpl(ffi::Token, ffi::AnyBuffer keys, ffi::AnyBuffer priorities,
+                                ffi::Result<ffi::Token>,
                                 ffi::Result<ffi::Buffer<ffi::S32>> updated, int64_t table_handle) {
   try {
-    std::shared_ptr<Table> table = LookUp(table_handle);
+    std::shared_ptr<Table> table = LookUpTable(table_handle);
     std::vector<int64_t> key_values;
     std::vector<double> priority_values;
     if (!ReadKeys(keys, key_values)) return Fail("keys must be int32, uint32 or int64");
@@ -144,11 +163,12 @@ ffi::Error UpdatePrioritiesImpl(ffi::AnyBuffer keys, ffi::AnyBuffer priorities,
 
 // Inserts N trajectories given as padded arrays [N, T, *step] per column (the
 // first lengths[i] steps of row i are real); see InsertBatchRows.
-ffi::Error InsertBatchImpl(ffi::AnyBuffer lengths, ffi::AnyBuffer priorities,
-                           ffi::RemainingArgs columns, ffi::Result<ffi::Buffer<ffi::S64>> keys,
-                           int64_t table_handle, int64_t rows, int64_t steps) {
+ffi::Error InsertBatchImpl(ffi::Token, ffi::AnyBuffer lengths, ffi::AnyBuffer priorities,
+                           ffi::RemainingArgs columns, ffi::Result<ffi::Token>,
+                           ffi::Result<ffi::Buffer<ffi::S64>> keys, int64_t table_handle,
+                           int64_t rows, int64_t steps) {
   try {
-    std::shared_ptr<Table> table = LookUp(table_handle);
+    std::shared_ptr<Table> table = LookUpTable(table_handle);
     if (table->on_device()) {
       return Fail("this table lives in GPU memory (placement 'device'): insert_batch from a "
                   "program on the GPU, or insert from the host");
@@ -174,7 +194,14 @@ ffi::Error InsertBatchImpl(ffi::AnyBuffer lengths, ffi::AnyBuffer priorities,
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(SampleCpu, SampleImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SampleCpu, SampleOrderedImpl,
+                              BindSampleAttrs(ffi::Ffi::Bind()
+                                                  .Ctx<ffi::ThreadPool>()
+                                                  .Arg<ffi::Token>()
+                                                  .Arg<ffi::Buffer<ffi::U32>>()
+                                                  .RemainingRets()));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SamplePureCpu, SamplePureImpl,
                               BindSampleAttrs(ffi::Ffi::Bind()
                                                   .Ctx<ffi::ThreadPool>()
                                                   .Arg<ffi::Buffer<ffi::U32>>()

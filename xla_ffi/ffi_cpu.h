@@ -1,5 +1,5 @@
-// XLA FFI handlers for the CPU platform: sample, update_priorities and
-// insert_batch.
+// XLA FFI handlers for the CPU platform: sample (ordered, and the pure variant
+// of sample(ordered=False)), update_priorities and insert_batch.
 #pragma once
 
 #include "xla/ffi/api/ffi.h"
@@ -7,6 +7,7 @@
 namespace gearjax {
 
 XLA_FFI_DECLARE_HANDLER_SYMBOL(SampleCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(SamplePureCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(UpdatePrioritiesCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(InsertBatchCpu);
 

@@ -1,13 +1,15 @@
-// A fixed-size, zero-initialised array in GPU-mapped pinned memory when asked
-// for and available (see memory.h), otherwise in ordinary memory. Host code
-// indexes it like a vector; GPU kernels read device_data() (nullptr when not
-// mapped). Used for the selection state GPU kernels read: sum trees, slot keys
-// and lengths.
+// A fixed-size, zero-initialised array of trivially copyable elements, aligned
+// to 64 bytes, in GPU-mapped pinned memory when asked for and available (see
+// memory.h), otherwise in ordinary memory. Host code indexes it like a vector;
+// GPU kernels read device_data() (nullptr when not mapped). Used for the
+// selection state GPU kernels read: sum trees, the live-slot list and the
+// per-slot records (keys, lengths).
 #pragma once
 
 #include <cstddef>
 #include <cstring>
 #include <new>
+#include <type_traits>
 #include <utility>
 
 #include "memory.h"
@@ -16,6 +18,9 @@ namespace gearjax {
 
 template <typename T>
 class MappedArray {
+  static_assert(std::is_trivially_copyable_v<T>, "MappedArray holds plain data");
+  static constexpr std::align_val_t kAlignment{64};
+
  public:
   MappedArray(size_t size, bool gpu_mapped) : size_(size) {
     const size_t bytes = sizeof(T) * (size > 0 ? size : 1);
@@ -28,7 +33,7 @@ class MappedArray {
       }
     }
     if (data_ == nullptr) {
-      data_ = static_cast<T*>(::operator new(bytes));
+      data_ = static_cast<T*>(::operator new(bytes, kAlignment));
     }
     std::memset(static_cast<void*>(data_), 0, bytes);
   }
@@ -60,7 +65,7 @@ class MappedArray {
     if (mapped_by_ != nullptr) {
       mapped_by_->release(data_);
     } else {
-      ::operator delete(data_);
+      ::operator delete(data_, kAlignment);
     }
     data_ = nullptr;
   }

@@ -11,6 +11,9 @@ struct Registry {
   std::mutex mu;
   int64_t next_handle = 1;
   std::unordered_map<int64_t, std::shared_ptr<Table>> tables;
+  // How closed tables were described, for the errors of programs compiled
+  // against them (a few bytes per closed table).
+  std::unordered_map<int64_t, std::string> closed;
 };
 
 Registry& GetRegistry() {
@@ -35,10 +38,26 @@ std::shared_ptr<Table> FindTable(int64_t handle) {
   return it == r.tables.end() ? nullptr : it->second;
 }
 
+std::shared_ptr<Table> LookUpTable(int64_t handle) {
+  Registry& r = GetRegistry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.tables.find(handle);
+  if (it != r.tables.end()) return it->second;
+  auto closed = r.closed.find(handle);
+  if (closed != r.closed.end()) {
+    throw Closed(closed->second + " is closed; this program was compiled against "
+                 "it (re-trace it with the table that replaced it)");
+  }
+  throw Closed("no table has handle " + std::to_string(handle));
+}
+
 void UnregisterTable(int64_t handle) {
   Registry& r = GetRegistry();
   std::lock_guard<std::mutex> lock(r.mu);
-  r.tables.erase(handle);
+  auto it = r.tables.find(handle);
+  if (it == r.tables.end()) return;
+  r.closed.emplace(handle, it->second->Describe(handle));
+  r.tables.erase(it);
 }
 
 }  // namespace gearjax

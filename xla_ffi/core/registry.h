@@ -1,10 +1,11 @@
 // Table handles: FFI handlers find tables through an integer handle baked into
 // the compiled program, never through a raw pointer, so a call on a closed
-// table fails with an error instead of touching freed memory.
+// table fails with an error naming it instead of touching freed memory.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "table.h"
 
@@ -12,6 +13,11 @@ namespace gearjax {
 
 int64_t RegisterTable(std::shared_ptr<Table> table);  // returns a new handle (>= 1)
 std::shared_ptr<Table> FindTable(int64_t handle);     // nullptr if closed or unknown
+// The table of `handle`, or throws Closed naming it: "table 'name' (handle h)
+// is closed" for a table closed in this process, "no table has handle h"
+// otherwise.
+std::shared_ptr<Table> LookUpTable(int64_t handle);
+// Forgets the handle; later look-ups say the table is closed.
 void UnregisterTable(int64_t handle);
 
 }  // namespace gearjax

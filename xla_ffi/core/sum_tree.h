@@ -1,67 +1,109 @@
-// A float64 sum tree over table slots: O(log N) weight updates and weighted
-// draws. Parents are recomputed from their children on every update instead of
-// accumulating deltas, so sums never drift however many updates are applied.
-// The nodes can live in GPU-mapped pinned memory so that GPU kernels draw from
-// the very same tree (SumTreeDraw is host/device code).
+// A float64 sum tree over table slots with eight children per node: the eight
+// weights a draw compares at each level share one 64-byte cache line, so a
+// tree over 2^20 slots is 7 levels deep instead of 20, and a draw or an update
+// costs one cache line per level. Parents are recomputed from their children
+// on every update instead of accumulating deltas, so sums never drift however
+// many updates are applied. The nodes can live in GPU-mapped pinned memory so
+// that GPU kernels draw from the very same tree (SumTreeView and SumTreeDraw
+// are host/device code).
+//
+// Layout: level 0 holds the leaves, level l + 1 holds one node per eight nodes
+// of level l, and the last level holds the root alone (its value is the
+// total). Every level starts on a 64-byte boundary and is padded with zeros to
+// a multiple of eight nodes, so the children of node j of level l + 1 are the
+// whole line j of level l.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "common.h"
 #include "mapped_array.h"
 
 namespace gearjax {
 
-// The leaf whose cumulative-weight interval holds u * total, u in [0, 1), for
-// a tree of `leaves` leaves stored as nodes[1 .. 2 * leaves). Never returns a
-// zero-weight leaf: at each level it only descends into a child with positive
-// weight, even when rounding (or a concurrent update) pushes the target past
-// it. Requires nodes[1] > 0.
-GEARJAX_HD int64_t SumTreeDraw(const double* nodes, int64_t leaves, double u) {
-  double target = u * nodes[1];
-  int64_t node = 1;
-  while (node < leaves) {
-    const double left = nodes[2 * node];
-    const double right = nodes[2 * node + 1];
-    if (target < left || right <= 0.0) {
-      node = 2 * node;
-    } else {
-      target -= left;
-      node = 2 * node + 1;
-    }
+inline constexpr int kSumTreeFanout = 8;
+inline constexpr int kSumTreeMaxLevels = 12;  // 8^11 leaves > 2^31 slots
+
+// What a draw reads: where the nodes are and where each level starts.
+struct SumTreeView {
+  const double* nodes;
+  int32_t levels;                       // level 0: leaves; level levels - 1: the root
+  int64_t offsets[kSumTreeMaxLevels];   // index of each level's first node
+};
+
+GEARJAX_HD double SumTreeTotal(const SumTreeView& t) { return t.nodes[t.offsets[t.levels - 1]]; }
+
+GEARJAX_HD double SumTreeWeight(const SumTreeView& t, int64_t leaf) {
+  return t.nodes[t.offsets[0] + leaf];
+}
+
+// One level of a descent: the child of `line` (eight weights) whose interval
+// holds *target, which is reduced by the weights passed over. Only children of
+// positive weight are chosen: when rounding pushes the target past the last
+// one, that last positive child is taken. Returns -1 if no child is positive,
+// which a consistent tree never shows below a positive parent.
+GEARJAX_HD int SumTreeChild(const double* line, double* target) {
+  int chosen = -1;
+  for (int c = 0; c < kSumTreeFanout; ++c) {
+    const double w = line[c];
+    if (!(w > 0.0)) continue;
+    chosen = c;
+    if (*target < w) break;
+    *target -= w;
   }
-  return node - leaves;
+  return chosen;
+}
+
+// The leaf whose cumulative-weight interval holds u * total, u in [0, 1).
+// Never a zero-weight leaf; -1 only for an empty or inconsistent tree.
+GEARJAX_HD int64_t SumTreeDraw(const SumTreeView& t, double u) {
+  double target = u * SumTreeTotal(t);
+  int64_t node = 0;
+  for (int level = t.levels - 2; level >= 0; --level) {
+    const int c = SumTreeChild(t.nodes + t.offsets[level] + node * kSumTreeFanout, &target);
+    if (c < 0) return -1;
+    node = node * kSumTreeFanout + c;
+  }
+  return SumTreeWeight(t, node) > 0.0 ? node : -1;
 }
 
 class SumTree {
  public:
-  SumTree(int64_t num_leaves, bool gpu_mapped) : leaves_(RoundUpPow2(num_leaves)),
-                                                 nodes_(2 * leaves_, gpu_mapped) {}
+  // A tree over `num_leaves` leaves (>= 1), all of weight 0.
+  SumTree(int64_t num_leaves, bool gpu_mapped);
 
-  void Set(int64_t leaf, double weight) {
-    int64_t node = leaves_ + leaf;
-    nodes_[node] = weight;
-    for (node >>= 1; node >= 1; node >>= 1) {
-      nodes_[node] = nodes_[2 * node] + nodes_[2 * node + 1];
-    }
-  }
-
-  double Get(int64_t leaf) const { return nodes_[leaves_ + leaf]; }
-  double Total() const { return nodes_[1]; }
-  int64_t Draw(double u) const { return SumTreeDraw(nodes_.data(), leaves_, u); }
-
+  double Get(int64_t leaf) const { return nodes_[leaf]; }
+  double Total() const { return nodes_[offsets_[levels_ - 1]]; }
   int64_t leaves() const { return leaves_; }
-  const double* device_nodes() const { return nodes_.device_data(); }
+
+  // Sets one leaf and recomputes its ancestors.
+  void Set(int64_t leaf, double weight);
+  // Sets n leaves (a leaf given twice ends with its last weight), then
+  // recomputes every affected ancestor once, level by level, so the cache
+  // misses of one level overlap instead of following each other.
+  void SetMany(const int64_t* leaves, const double* weights, int64_t n);
+
+  // SumTreeDraw for one u, and for n at once: the n descents advance level by
+  // level, prefetching each one's next line, so their cache misses overlap.
+  // Both give exactly what SumTreeDraw gives for the same u.
+  int64_t Draw(double u) const { return SumTreeDraw(view(), u); }
+  void DrawMany(const double* u, int64_t n, int64_t* leaves) const;
+
+  // The tree at host addresses, and at the GPU's (nodes == nullptr when the
+  // tree is not GPU-mapped).
+  SumTreeView view() const { return View(nodes_.data()); }
+  SumTreeView device_view() const { return View(nodes_.device_data()); }
 
  private:
-  static int64_t RoundUpPow2(int64_t n) {
-    int64_t p = 1;
-    while (p < n) p <<= 1;
-    return p;
-  }
+  SumTreeView View(const double* nodes) const;
+  void Recompute(int level, int64_t node);  // node of `level` >= 1 from its line
 
   int64_t leaves_;
+  int32_t levels_ = 0;
+  int64_t offsets_[kSumTreeMaxLevels] = {};
   MappedArray<double> nodes_;
+  std::vector<int64_t> dirty_;  // SetMany's scratch
 };
 
 }  // namespace gearjax

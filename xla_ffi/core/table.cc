@@ -1,192 +1,72 @@
-// Implementation of the trajectory table (see table.h for the layout and the
-// invariants). Selection structures: an order-statistics tree over keys (FIFO,
-// LIFO, Recent), one over (priority, key) (min-priority removal, TopK), and
-// flat sum trees over slots: weight 1 per live slot (Uniform), length
-// (Timestep), and priority ** alpha per Prioritized alpha. Uniform uses a sum
-// tree rather than the key tree because a flat array costs a few cache misses
-// per draw where the node-based tree costs one per level.
-// The order-statistics trees are libstdc++'s policy-based trees: a maintained
-// implementation of exactly the structure we need, rather than one of our own.
+// The trajectory table (see table.h for the invariants).
 #include "table.h"
-
-#include <ext/pb_ds/assoc_container.hpp>
-#include <ext/pb_ds/tree_policy.hpp>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
-#include <sstream>
 #include <utility>
 
-#include "huge_pages.h"
+#include "limits.h"
 #include "random.h"
-#include "sum_tree.h"
 
 namespace gearjax {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+std::string Number(double v) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%.17g", v);
+  return buffer;
+}
 
-template <typename K, typename V>
-using OrderedMap = __gnu_pbds::tree<K, V, std::less<K>, __gnu_pbds::rb_tree_tag,
-                                    __gnu_pbds::tree_order_statistics_node_update>;
-
-constexpr size_t kPageSize = 4096;
-constexpr size_t kColumnAlignment = 256;   // each column region starts on a 256 B line
-constexpr size_t kMaxPriorityTrees = 8;
-
-size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
-
-// Validates the spec and returns the arena size; throws InvalidArgument.
-size_t ArenaBytes(const TableSpec& spec) {
-  if (spec.columns.empty()) throw InvalidArgument("a table needs at least one column");
-  if (spec.capacity < 1) throw InvalidArgument("capacity must be >= 1");
-  if (spec.max_length < 1) throw InvalidArgument("max_length must be >= 1");
-  if (spec.capacity > (int64_t{1} << 31)) throw InvalidArgument("capacity must be < 2**31");
-  if (spec.max_length > (int64_t{1} << 31)) throw InvalidArgument("max_length must be < 2**31");
-  const int remover = static_cast<int>(spec.remover);
-  if (remover < 0 || remover > 2) throw InvalidArgument("unknown remover");
-  const RateLimiterSpec& l = spec.limiter;
-  if (l.min_size < 1) throw InvalidArgument("min_size must be >= 1");
-  if (l.min_size > spec.capacity) {
-    throw InvalidArgument("min_size (" + std::to_string(l.min_size) + ") exceeds capacity (" +
-                          std::to_string(spec.capacity) + "): sampling could never start");
-  }
-  if (!(l.samples_per_insert >= 0) || !std::isfinite(l.samples_per_insert)) {
-    throw InvalidArgument("samples_per_insert must be finite and >= 0");
-  }
-  if (!(l.min_diff <= l.max_diff)) throw InvalidArgument("min_diff must be <= max_diff");
-  if (!(l.timeout_seconds >= 0) || !std::isfinite(l.timeout_seconds)) {
-    throw InvalidArgument("timeout must be finite and >= 0");
-  }
-  size_t total = 0;
-  const size_t slot_steps = static_cast<size_t>(spec.capacity) * spec.max_length;
-  for (const ColumnSpec& c : spec.columns) {
-    if (c.step_bytes < 1) throw InvalidArgument("column '" + c.name + "' has an empty step");
-    if (static_cast<int64_t>(c.pad_step.size()) != c.step_bytes) {
-      throw InvalidArgument("column '" + c.name + "': pad bytes do not match the step size");
-    }
-    if (slot_steps > (size_t{1} << 62) / static_cast<size_t>(c.step_bytes)) {
-      throw InvalidArgument("the table is too large to address");
-    }
-    total = RoundUp(total, kColumnAlignment) + slot_steps * c.step_bytes;
-    if (total > (size_t{1} << 62)) throw InvalidArgument("the table is too large to address");
-  }
-  for (const ColumnSpec& c : spec.columns) total += c.step_bytes;  // pad steps, after the columns
-  return total;
+bool IsSubnormal(double v) {
+  uint64_t bits;
+  std::memcpy(&bits, &v, sizeof(bits));
+  return (bits & 0x7ff0000000000000ull) == 0 && (bits & 0x000fffffffffffffull) != 0;
 }
 
 }  // namespace
 
-Arena::Arena(size_t bytes, bool gpu_mapped, bool on_device) : bytes_(bytes) {
-  const size_t n = std::max<size_t>(bytes, 1);
-  if (on_device) {
-    const DeviceMemory* memory = GetDeviceMemory();
-    if (memory == nullptr) {
-      throw InvalidArgument("placement 'device' needs a GPU, and this process has none (or "
-                            "gearjax was built without CUDA)");
-    }
-    device_ = static_cast<uint8_t*>(memory->allocate(n));
-    if (device_ == nullptr) throw std::bad_alloc();
-    device_memory_ = memory;
-    return;
+void CheckPriority(double priority, const std::string& what) {
+  if (IsSubnormal(priority)) {
+    throw InvalidArgument(what + " is " + Number(priority) +
+                          ", a subnormal float64; priorities are 0 or in [2.2250738585072014e-308, "
+                          "1e30]");
   }
-  if (gpu_mapped && GetMappedAllocator() != nullptr) {
-    void* device = nullptr;
-    host_ = static_cast<uint8_t*>(GetMappedAllocator()->allocate(n, &device));
-    if (host_ != nullptr) {
-      mapped_by_ = GetMappedAllocator();
-      device_ = static_cast<uint8_t*>(device);
-      return;
-    }
-  }
-  // Sampling reads windows scattered over the whole arena: with 4 KiB pages
-  // nearly every row also costs a TLB miss. Arenas of 4 MiB and more are
-  // huge-page aligned and ask for transparent huge pages (which the kernel may
-  // decline); smaller ones stay on 4 KiB pages so a tiny table never commits
-  // 2 MiB. Memory is committed only when touched either way.
-  const bool huge = bytes >= 2 * kHugePageSize;
-  const size_t alignment = huge ? kHugePageSize : kPageSize;
-  const size_t rounded = RoundUp(n, alignment);
-  host_ = static_cast<uint8_t*>(std::aligned_alloc(alignment, rounded));
-  if (host_ == nullptr) throw std::bad_alloc();
-  if (huge) AdviseHugePages(host_, rounded);
-}
-
-Arena::~Arena() {
-  if (device_memory_ != nullptr) {
-    device_memory_->release(device_);
-  } else if (mapped_by_ != nullptr) {
-    mapped_by_->release(host_);
-  } else {
-    std::free(host_);
+  if (!(priority >= 0.0 && priority <= kMaxPriority)) {
+    throw InvalidArgument(what + " is " + Number(priority) +
+                          "; priorities must be finite, >= 0 and <= 1e30");
   }
 }
-
-void Arena::Write(size_t offset, const void* src, size_t n) {
-  if (device_memory_ != nullptr) {
-    device_memory_->copy_in(device_ + offset, src, n);
-  } else {
-    std::memcpy(host_ + offset, src, n);
-  }
-}
-
-void Arena::Read(void* dst, size_t offset, size_t n) const {
-  if (device_memory_ != nullptr) {
-    device_memory_->copy_out(dst, device_ + offset, n);
-  } else {
-    std::memcpy(dst, host_ + offset, n);
-  }
-}
-
-struct Table::Index {
-  Index(int64_t capacity, bool gpu_mapped)
-      : live(capacity, gpu_mapped), lengths(capacity, gpu_mapped) {}
-  OrderedMap<int64_t, int64_t> by_key;                           // key -> slot
-  OrderedMap<std::pair<double, int64_t>, int64_t> by_priority;   // (priority, key) -> slot
-  SumTree live;                                                  // 1 per live slot
-  SumTree lengths;
-  std::vector<std::pair<double, SumTree>> priority_trees;        // (alpha, tree)
-
-  SumTree* FindTree(double alpha) {
-    for (auto& [a, tree] : priority_trees) {
-      if (a == alpha) return &tree;
-    }
-    return nullptr;
-  }
-};
 
 Table::Table(TableSpec spec)
     : spec_(std::move(spec)),
-      arena_(ArenaBytes(spec_), spec_.gpu_mapped, spec_.on_device),
-      created_at_(Clock::now()),
-      state_(spec_.capacity, SlotState::kFree),
-      key_(spec_.capacity, spec_.gpu_mapped),
-      length_(spec_.capacity, spec_.gpu_mapped),
-      priority_(spec_.capacity, 0.0),
-      pins_(spec_.capacity, 0),
-      index_(std::make_unique<Index>(spec_.capacity, spec_.gpu_mapped)) {
-  size_t offset = 0;
-  const size_t slot_steps = static_cast<size_t>(spec_.capacity) * spec_.max_length;
-  for (const ColumnSpec& c : spec_.columns) {
-    offset = RoundUp(offset, kColumnAlignment);
-    column_offset_.push_back(offset);
-    offset += slot_steps * c.step_bytes;
+      layout_(spec_.columns, spec_.capacity, spec_.max_length),
+      key_layout_(spec_.capacity),
+      limiter_(spec_.limiter, spec_.capacity),
+      created_at_(Clock::now()) {
+  CheckRemover(static_cast<int64_t>(spec_.remover));
+  arena_ = std::make_unique<Arena>(layout_.arena_bytes(), spec_.gpu_mapped, spec_.on_device);
+  for (int c = 0; c < num_columns(); ++c) {
+    arena_->Write(layout_.pad_offset(c), spec_.columns[c].pad_step.data(),
+                  static_cast<size_t>(step_bytes(c)));
   }
-  for (const ColumnSpec& c : spec_.columns) {
-    pad_one_byte_.push_back(std::all_of(c.pad_step.begin(), c.pad_step.end(),
-                                        [&](uint8_t b) { return b == c.pad_step[0]; }));
-    pad_offsets_.push_back(offset);
-    arena_.Write(offset, c.pad_step.data(), c.step_bytes);
-    offset += c.step_bytes;
+  slots_ = std::make_unique<Slots>(spec_.capacity, spec_.gpu_mapped);
+  order_ = std::make_unique<InsertionOrder>(spec_.capacity);
+  uniform_ = std::make_unique<UniformSelector>(spec_.capacity, spec_.gpu_mapped);
+  AttachLocked(order_.get());
+  AttachLocked(uniform_.get());
+  if (spec_.remover == Remover::kMinPriority) {
+    min_heap_ = std::make_unique<MinPriorityHeap>(spec_.capacity);
+    AttachLocked(min_heap_.get());
   }
-  // Free slots are handed out lowest first (popped from the back).
-  free_slots_.reserve(spec_.capacity);
-  for (int64_t s = spec_.capacity - 1; s >= 0; --s) free_slots_.push_back(s);
 }
 
 Table::~Table() = default;
+
+std::string Table::Describe(int64_t handle) const {
+  const std::string id = "(handle " + std::to_string(handle) + ")";
+  return spec_.name.empty() ? "table " + id : "table '" + spec_.name + "' " + id;
+}
 
 void Table::CheckOpenLocked() const {
   if (closed_) throw Closed("the table is closed");
@@ -197,93 +77,140 @@ bool Table::closed() const {
   return closed_;
 }
 
-void Table::Close() {
-  std::lock_guard<std::mutex> lock(mu_);
+bool Table::InsideLocked() const {
+  return slots_->pinned() > 0 || writers_ > 0 || !gpu_in_flight_.empty();
+}
+
+bool Table::Close(double wait_seconds) {
+  std::unique_lock<std::mutex> lock(mu_);
   closed_ = true;
   changed_.notify_all();
+  if (released_) return true;
+  const auto deadline = Clock::now() + std::chrono::duration<double>(
+                                           std::clamp(wait_seconds, 0.0, kMaxTimeoutSeconds));
+  if (!changed_.wait_until(lock, deadline, [&] { return !InsideLocked(); })) return false;
+  ReleaseMemoryLocked();
+  return true;
 }
 
-double Table::PriorityWeight(double priority, double alpha) const {
-  return alpha == 1.0 ? priority : std::pow(priority, alpha);
+void Table::ReleaseMemoryLocked() {
+  selectors_.clear();
+  priority_selectors_.clear();
+  topk_.reset();
+  recent_.reset();
+  prioritized_.clear();
+  timestep_.reset();
+  min_heap_.reset();
+  uniform_.reset();
+  order_.reset();
+  slots_.reset();
+  arena_->Release();
+  live_ = num_steps_ = positive_ = 0;
+  released_ = true;
 }
 
-bool Table::CanSampleLocked(int64_t batch) const {
-  const RateLimiterSpec& l = spec_.limiter;
-  if (live_ < l.min_size) return false;
-  const double diff = static_cast<double>(counters_.inserts) * l.samples_per_insert - counters_.samples;
-  return diff - static_cast<double>(batch) >= l.min_diff;
+LimiterState Table::LimiterStateLocked() const {
+  return {live_, writers_, counters_.inserts, counters_.samples};
 }
 
-bool Table::CanInsertLocked() const {
-  const RateLimiterSpec& l = spec_.limiter;
-  // `writers_` counts inserts admitted but not yet published.
-  if (live_ + writers_ < l.min_size) return true;
-  const double inserts = static_cast<double>(counters_.inserts + writers_ + 1);
-  return inserts * l.samples_per_insert - counters_.samples <= l.max_diff;
+void Table::AttachLocked(Selector* selector) {
+  selectors_.push_back(selector);
+  if (selector->UsesPriority()) priority_selectors_.push_back(selector);
 }
 
-std::string Table::LimiterStateLocked() const {
-  const RateLimiterSpec& l = spec_.limiter;
-  std::ostringstream out;
-  out << "size=" << live_ << ", min_size=" << l.min_size << ", inserts=" << counters_.inserts
-      << ", samples=" << counters_.samples;
-  if (l.samples_per_insert > 0) {
-    out << ", samples_per_insert=" << l.samples_per_insert << ", allowed diff=[" << l.min_diff
-        << ", " << l.max_diff << "]";
+Item Table::ItemLocked(int64_t slot) const {
+  const SlotInfo& info = (*slots_)[slot];
+  return {slot, info.key, info.length, info.priority};
+}
+
+// Each lazily created selector is filled with the live items, oldest first,
+// then kept up to date like the others.
+TimestepSelector& Table::TimestepLocked() {
+  if (!timestep_) {
+    auto selector = std::make_unique<TimestepSelector>(spec_.capacity, spec_.gpu_mapped);
+    for (int64_t s = order_->Oldest(); s >= 0; s = order_->Next(s)) selector->Insert(ItemLocked(s));
+    timestep_ = std::move(selector);
+    AttachLocked(timestep_.get());
   }
-  return out.str();
+  return *timestep_;
+}
+
+PrioritizedSelector& Table::PrioritizedLocked(double alpha) {
+  for (auto& selector : prioritized_) {
+    if (selector->alpha() == alpha) return *selector;
+  }
+  if (prioritized_.size() >= static_cast<size_t>(kMaxPriorityTrees)) {
+    std::string alphas;
+    for (auto& selector : prioritized_) alphas += (alphas.empty() ? "" : ", ") + Number(selector->alpha());
+    throw InvalidArgument("a table keeps sum trees for at most " +
+                          std::to_string(kMaxPriorityTrees) + " Prioritized alphas (this one has " +
+                          alphas + "); Prioritized(" + Number(alpha) + ") would be one more");
+  }
+  auto selector = std::make_unique<PrioritizedSelector>(alpha, spec_.capacity, spec_.gpu_mapped);
+  for (int64_t s = order_->Oldest(); s >= 0; s = order_->Next(s)) selector->Insert(ItemLocked(s));
+  prioritized_.push_back(std::move(selector));
+  AttachLocked(prioritized_.back().get());
+  return *prioritized_.back();
+}
+
+RecentSelector& Table::RecentLocked() {
+  if (!recent_) {
+    auto selector = std::make_unique<RecentSelector>();
+    for (int64_t s = order_->Oldest(); s >= 0; s = order_->Next(s)) selector->Insert(ItemLocked(s));
+    recent_ = std::move(selector);
+    AttachLocked(recent_.get());
+  }
+  return *recent_;
+}
+
+TopKSelector& Table::TopKLocked() {
+  if (!topk_) {
+    auto selector = std::make_unique<TopKSelector>();
+    for (int64_t s = order_->Oldest(); s >= 0; s = order_->Next(s)) selector->Insert(ItemLocked(s));
+    topk_ = std::move(selector);
+    AttachLocked(topk_.get());
+  }
+  return *topk_;
 }
 
 int64_t Table::AcquireSlotLocked(std::unique_lock<std::mutex>& lock, bool* evicted) {
   *evicted = false;
   for (;;) {
-    while (!free_slots_.empty()) {
-      const int64_t slot = free_slots_.back();
-      free_slots_.pop_back();
-      // Restores take slots out of order and leave their entries behind.
-      if (state_[slot] == SlotState::kFree) return slot;
-    }
-    if (live_ > 0) {
-      int64_t victim = -1;
-      switch (spec_.remover) {
-        case Remover::kFifo: victim = index_->by_key.begin()->second; break;
-        case Remover::kLifo: victim = std::prev(index_->by_key.end())->second; break;
-        case Remover::kMinPriority: victim = index_->by_priority.begin()->second; break;
-      }
+    const int64_t free = slots_->AcquireFree();
+    if (free >= 0) return free;
+    const int64_t victim = ChooseVictim(spec_.remover, *order_, min_heap_.get());
+    if (victim >= 0) {
       EvictLocked(victim);
       *evicted = true;
       return victim;
     }
     // Every slot is being written by another inserter; copies are finite, so
-    // one is published soon.
-    changed_.wait(lock, [&] { return closed_ || !free_slots_.empty() || live_ > 0; });
+    // one is published (or abandoned) soon.
+    changed_.wait(lock);
     CheckOpenLocked();
   }
 }
 
 void Table::EvictLocked(int64_t slot) {
-  index_->by_key.erase(key_[slot]);
-  index_->by_priority.erase({priority_[slot], key_[slot]});
-  index_->live.Set(slot, 0.0);
-  index_->lengths.Set(slot, 0.0);
-  for (auto& [alpha, tree] : index_->priority_trees) tree.Set(slot, 0.0);
+  const Item item = ItemLocked(slot);
+  for (Selector* selector : selectors_) selector->Delete(item);
   --live_;
-  num_steps_ -= length_[slot];
+  if (item.priority > 0) --positive_;
+  num_steps_ -= item.length;
   ++counters_.evictions;
-  state_[slot] = SlotState::kWriting;  // key_ and length_ stay until republished
+  (*slots_)[slot].state = SlotState::kWriting;  // key and length stay until republished
 }
 
 void Table::PublishLocked(int64_t slot, int64_t key, int64_t length, double priority) {
-  state_[slot] = SlotState::kLive;
-  key_[slot] = key;
-  length_[slot] = length;
-  priority_[slot] = priority;
-  index_->by_key.insert({key, slot});
-  index_->by_priority.insert({{priority, key}, slot});
-  index_->live.Set(slot, 1.0);
-  index_->lengths.Set(slot, static_cast<double>(length));
-  for (auto& [alpha, tree] : index_->priority_trees) tree.Set(slot, PriorityWeight(priority, alpha));
+  SlotInfo& info = (*slots_)[slot];
+  info.key = key;
+  info.length = length;
+  info.priority = priority;
+  info.state = SlotState::kLive;
+  const Item item{slot, key, length, priority};
+  for (Selector* selector : selectors_) selector->Insert(item);
   ++live_;
+  if (priority > 0) ++positive_;
   num_steps_ += length;
 }
 
@@ -296,10 +223,9 @@ int64_t Table::Insert(const std::vector<const void*>& sources, int64_t length, d
   return InsertWith(
       length, priority,
       [&](int64_t slot) {
-        for (size_t c = 0; c < sources.size(); ++c) {
-          const int column = static_cast<int>(c);
-          arena_.Write(StepOffset(column, slot, 0), sources[c],
-                       static_cast<size_t>(length * spec_.columns[c].step_bytes));
+        for (int c = 0; c < num_columns(); ++c) {
+          arena_->Write(StepOffset(c, slot, 0), sources[c],
+                        static_cast<size_t>(length * step_bytes(c)));
         }
       },
       restore_key, restore_slot);
@@ -311,33 +237,36 @@ int64_t Table::InsertWith(int64_t length, double priority, const Fill& fill,
     throw InvalidArgument("trajectory length " + std::to_string(length) + " is outside [1, " +
                           std::to_string(spec_.max_length) + "]");
   }
-  if (!std::isfinite(priority) || priority < 0) {
-    throw InvalidArgument("priority must be finite and >= 0, got " + std::to_string(priority));
-  }
+  CheckPriority(priority, "the priority");
+  priority += 0.0;  // -0.0 -> 0.0
   const bool restoring = restore_key >= 0;
   std::unique_lock<std::mutex> lock(mu_);
   CheckOpenLocked();
-  for (auto& [alpha, tree] : index_->priority_trees) {
-    if (!std::isfinite(PriorityWeight(priority, alpha))) {
-      throw InvalidArgument("priority " + std::to_string(priority) + " ** alpha " +
-                            std::to_string(alpha) + " overflows float64");
+  if (restoring) {
+    if (restore_slot < 0 || restore_slot >= spec_.capacity ||
+        (*slots_)[restore_slot].state != SlotState::kFree) {
+      throw InvalidArgument("restored slot " + std::to_string(restore_slot) + " is not free");
     }
-  }
-  if (restoring && restore_key < counters_.next_key) {
-    throw InvalidArgument("restored keys must increase");
-  }
-  if (restoring && (restore_slot < 0 || restore_slot >= spec_.capacity ||
-                    state_[restore_slot] != SlotState::kFree)) {
-    throw InvalidArgument("restored slot " + std::to_string(restore_slot) + " is not free");
+    if (key_layout_.Slot(restore_key) != restore_slot ||
+        key_layout_.Sequence(restore_key) < counters_.next_sequence) {
+      throw InvalidArgument("restored key " + std::to_string(restore_key) +
+                            " does not name slot " + std::to_string(restore_slot) +
+                            " or is not above the keys so far");
+    }
+  } else if (counters_.next_sequence > key_layout_.max_sequence()) {
+    throw InvalidArgument("this table has issued every key it can (" +
+                          std::to_string(key_layout_.max_sequence()) + " + 1 inserts)");
   }
   // Checkpoint restores bypass the limiter: they recreate state, not traffic.
-  if (!restoring && !CanInsertLocked()) {
-    const auto deadline =
-        Clock::now() + std::chrono::duration<double>(spec_.limiter.timeout_seconds);
-    if (!changed_.wait_until(lock, deadline, [&] { return closed_ || CanInsertLocked(); })) {
-      throw Timeout("insert timed out after " + std::to_string(spec_.limiter.timeout_seconds) +
+  if (!restoring && !limiter_.CanInsert(LimiterStateLocked())) {
+    const double timeout = spec_.limiter.timeout_seconds;
+    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout);
+    if (!changed_.wait_until(lock, deadline, [&] {
+          return closed_ || limiter_.CanInsert(LimiterStateLocked());
+        })) {
+      throw Timeout("insert timed out after " + Number(timeout) +
                     " s: the rate limiter holds inserts back until more is sampled (" +
-                    LimiterStateLocked() + ")");
+                    limiter_.Describe(LimiterStateLocked()) + ")");
     }
     CheckOpenLocked();
   }
@@ -349,26 +278,32 @@ int64_t Table::InsertWith(int64_t length, double priority, const Fill& fill,
       slot = AcquireSlotLocked(lock, &evicted);
     } catch (...) {
       --writers_;
+      changed_.notify_all();
       throw;
     }
   }
-  state_[slot] = SlotState::kWriting;
-  // Samplers that drew this slot before it was evicted may still read it: CPU
-  // ones hold pins; GPU ones enqueued up to now hold tickets.
-  const uint64_t evicted_at = gpu_tickets_;
-  changed_.wait(lock, [&] {
-    return pins_[slot] == 0 && (!evicted || GpuQuietSince(evicted_at));
-  });
-  lock.unlock();
+  (*slots_)[slot].state = SlotState::kWriting;
 
   // Back to the free list (a restored slot never left it); the caller holds
   // the lock.
   auto abandon = [&] {
     --writers_;
-    state_[slot] = SlotState::kFree;
-    if (!restoring) free_slots_.push_back(slot);
+    (*slots_)[slot].state = SlotState::kFree;
+    if (!restoring) slots_->ReleaseFree(slot);
     changed_.notify_all();
   };
+  // Samplers that drew this slot before it was evicted may still read it: CPU
+  // ones hold pins; GPU ones enqueued up to now hold tickets. Close wakes us.
+  const uint64_t evicted_at = gpu_tickets_;
+  changed_.wait(lock, [&] {
+    return closed_ || ((*slots_)[slot].pins == 0 && (!evicted || GpuQuietSince(evicted_at)));
+  });
+  if (closed_) {
+    abandon();
+    throw Closed("the table was closed during the insert");
+  }
+  lock.unlock();
+
   try {
     fill(slot);
   } catch (...) {
@@ -383,121 +318,133 @@ int64_t Table::InsertWith(int64_t length, double priority, const Fill& fill,
     throw Closed("the table was closed during the insert");
   }
   --writers_;
-  const int64_t key = restoring ? restore_key : counters_.next_key;
-  counters_.next_key = key + 1;
+  const int64_t sequence = restoring ? key_layout_.Sequence(restore_key) : counters_.next_sequence;
+  const int64_t key = restoring ? restore_key : key_layout_.Key(sequence, slot);
+  counters_.next_sequence = sequence + 1;
   ++counters_.inserts;
   PublishLocked(slot, key, length, priority);
   changed_.notify_all();
   return key;
 }
 
-int64_t Table::DrawSlotLocked(const SampleRequest& r, double u, float* probability) const {
-  auto uniform_rank = [u](int64_t n) { return std::min<int64_t>(static_cast<int64_t>(u * n), n - 1); };
-  switch (r.strategy) {
-    case Strategy::kUniform: {
-      *probability = static_cast<float>(1.0 / live_);
-      return index_->live.Draw(u);
-    }
-    case Strategy::kRecent: {
-      const int64_t m = std::min<int64_t>(static_cast<int64_t>(r.param), live_);
-      *probability = static_cast<float>(1.0 / m);
-      return index_->by_key.find_by_order(live_ - 1 - uniform_rank(m))->second;
-    }
-    case Strategy::kTopK: {
-      const int64_t m = std::min<int64_t>(static_cast<int64_t>(r.param), live_);
-      *probability = static_cast<float>(1.0 / m);
-      return index_->by_priority.find_by_order(live_ - 1 - uniform_rank(m))->second;
-    }
-    case Strategy::kTimestep: {
-      const int64_t slot = index_->lengths.Draw(u);
-      *probability = static_cast<float>(index_->lengths.Get(slot) / index_->lengths.Total());
-      return slot;
-    }
-    case Strategy::kPrioritized: {
-      const SumTree* tree = index_->FindTree(r.param);
-      const int64_t slot = tree->Draw(u);
-      *probability = static_cast<float>(tree->Get(slot) / tree->Total());
-      return slot;
-    }
-  }
-  return -1;  // unreachable: the strategy was validated
-}
-
-void Table::EnsurePriorityTree(double alpha) {
-  if (!std::isfinite(alpha) || alpha < 0) {
-    throw InvalidArgument("alpha must be finite and >= 0, got " + std::to_string(alpha));
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  CheckOpenLocked();
-  if (index_->FindTree(alpha) != nullptr) return;
-  if (index_->priority_trees.size() >= kMaxPriorityTrees) {
-    throw InvalidArgument("a table keeps at most " + std::to_string(kMaxPriorityTrees) +
-                          " Prioritized alphas; this one would be one more");
-  }
-  SumTree tree(spec_.capacity, spec_.gpu_mapped);
-  for (const auto& [key, slot] : index_->by_key) {
-    const double w = PriorityWeight(priority_[slot], alpha);
-    if (!std::isfinite(w)) {
-      throw InvalidArgument("priority " + std::to_string(priority_[slot]) + " ** alpha " +
-                            std::to_string(alpha) + " overflows float64");
-    }
-    tree.Set(slot, w);
-  }
-  index_->priority_trees.emplace_back(alpha, std::move(tree));
-}
-
 void Table::CheckRequest(const SampleRequest& r) const {
-  if (r.batch < 1) throw InvalidArgument("batch_size must be >= 1");
+  if (r.batch < 1 || r.batch > kMaxBatch) {
+    throw InvalidArgument("batch_size must be in [1, 2**31 - 1], got " + std::to_string(r.batch));
+  }
   if (r.window < 0 || r.window > spec_.max_length) {
     throw InvalidArgument("window must be in [1, max_length=" + std::to_string(spec_.max_length) +
                           "] (or whole trajectories)");
   }
-  const int strategy = static_cast<int>(r.strategy);
-  if (strategy < 0 || strategy > 4) throw InvalidArgument("unknown sampling strategy");
-  if ((r.strategy == Strategy::kTopK || r.strategy == Strategy::kRecent) && !(r.param >= 1)) {
-    throw InvalidArgument("TopK and Recent need a count >= 1");
+  switch (r.strategy) {
+    case Strategy::kUniform:
+    case Strategy::kTimestep:
+      return;
+    case Strategy::kPrioritized:
+      if (!(r.alpha >= 0 && r.alpha <= kMaxAlpha)) {
+        throw InvalidArgument("Prioritized alpha must be in [0, 8], got " + Number(r.alpha));
+      }
+      return;
+    case Strategy::kTopK:
+    case Strategy::kRecent:
+      if (r.count < 1) throw InvalidArgument("TopK and Recent need a count >= 1");
+      return;
   }
+  throw InvalidArgument("unknown sampling strategy");
 }
 
 void Table::WaitToSampleLocked(std::unique_lock<std::mutex>& lock, const SampleRequest& r) {
   CheckOpenLocked();
-  if (!CanSampleLocked(r.batch)) {
+  if (!limiter_.CanSample(LimiterStateLocked(), r.batch)) {
     const double timeout = spec_.limiter.timeout_seconds;
     const auto deadline = Clock::now() + std::chrono::duration<double>(timeout);
-    if (!changed_.wait_until(lock, deadline, [&] { return closed_ || CanSampleLocked(r.batch); })) {
+    if (!changed_.wait_until(lock, deadline, [&] {
+          return closed_ || limiter_.CanSample(LimiterStateLocked(), r.batch);
+        })) {
       if (live_ == 0 && timeout == 0) {
         throw Timeout("cannot sample: the table is empty (insert trajectories first, or give the "
                       "table a rate_limiter with a timeout to wait for them)");
       }
       throw Timeout("cannot sample " + std::to_string(r.batch) + " items: the rate limiter held "
-                    "sampling back for " + std::to_string(timeout) + " s (" +
-                    LimiterStateLocked() + ")");
+                    "sampling back for " + Number(timeout) + " s (" +
+                    limiter_.Describe(LimiterStateLocked()) + ")");
     }
     CheckOpenLocked();
   }
-  if (r.strategy == Strategy::kPrioritized && !(index_->FindTree(r.param)->Total() > 0)) {
+  // Checked before PrioritizedLocked may create a tree, so a refused sample
+  // takes no alpha's place.
+  if (r.strategy == Strategy::kPrioritized && r.alpha > 0 && positive_ == 0) {
     throw InvalidArgument("cannot sample with Prioritized: every stored trajectory has priority 0");
+  }
+}
+
+void Table::SelectLocked(const SampleRequest& r, const double* u, Selection* out) {
+  const int64_t n = r.batch;
+  switch (r.strategy) {
+    case Strategy::kUniform:
+      uniform_->SelectMany(u, n, out);
+      return;
+    case Strategy::kTimestep:
+      TimestepLocked().SelectMany(u, n, out);
+      return;
+    case Strategy::kPrioritized:
+      PrioritizedLocked(r.alpha).SelectMany(u, n, out);
+      return;
+    case Strategy::kTopK: {
+      const TopKSelector& topk = TopKLocked();
+      for (int64_t b = 0; b < n; ++b) out[b] = topk.Select(u[b], r.count);
+      return;
+    }
+    case Strategy::kRecent: {
+      const RecentSelector& recent = RecentLocked();
+      for (int64_t b = 0; b < n; ++b) out[b] = recent.Select(u[b], r.count);
+      return;
+    }
   }
 }
 
 void Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* draws) {
   CheckRequest(r);
-  if (r.strategy == Strategy::kPrioritized) EnsurePriorityTree(r.param);
+  const int64_t n = r.batch;
+  // The random words depend on the seed alone: expand them outside the lock.
+  std::vector<Words4> words(static_cast<size_t>(n));
+  std::vector<double> u(static_cast<size_t>(n));
+  for (int64_t b = 0; b < n; ++b) {
+    words[b] = RowWords(seed, b);
+    u[b] = UniformFromBits(words[b].w[0], words[b].w[1]);
+  }
+  std::vector<Selection> selections(static_cast<size_t>(n));
   std::unique_lock<std::mutex> lock(mu_);
   WaitToSampleLocked(lock, r);
-  for (int64_t b = 0; b < r.batch; ++b) {
-    const Words4 words = RowWords(seed, b);
-    const uint32_t* w = words.w;
+  SelectLocked(r, u.data(), selections.data());
+  for (int64_t b = 0; b < n; ++b) {
+    if (selections[b].slot < 0) {
+      // Unpin what this call pinned: nothing of it is handed out.
+      for (int64_t i = 0; i < b; ++i) slots_->Unpin(draws[i].slot);
+      changed_.notify_all();
+      throw std::logic_error("gearjax: the selection structures are inconsistent (a bug)");
+    }
+    const int64_t slot = selections[b].slot;
+    const SlotInfo& info = (*slots_)[slot];
     Draw& d = draws[b];
-    d.slot = DrawSlotLocked(r, UniformFromBits(w[0], w[1]), &d.probability);
-    d.key = key_[d.slot];
-    d.length = length_[d.slot];
-    d.start = r.window == 0 ? 0 : static_cast<int64_t>(BelowFromBits(w[2], w[3], d.length));
+    d.slot = slot;
+    d.key = info.key;
+    d.length = info.length;
+    d.start = r.window == 0 ? 0
+                            : static_cast<int64_t>(BelowFromBits(words[b].w[2], words[b].w[3],
+                                                                 static_cast<uint64_t>(d.length)));
     d.table_size = live_;
-    if (pins_[d.slot]++ == 0) ++pinned_slots_;
+    d.probability = static_cast<float>(selections[b].probability);
+    slots_->Pin(slot);
   }
-  counters_.samples += static_cast<double>(r.batch);
+  counters_.samples += static_cast<double>(n);
   changed_.notify_all();  // inserters may be waiting on the limiter
+}
+
+void Table::Release(const Draw* draws, int64_t count) {
+  if (count == 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int64_t b = 0; b < count; ++b) slots_->Unpin(draws[b].slot);
+  changed_.notify_all();
 }
 
 uint64_t Table::BeginGpuSample(const SampleRequest& r, GpuSelection* selection) {
@@ -505,21 +452,28 @@ uint64_t Table::BeginGpuSample(const SampleRequest& r, GpuSelection* selection) 
   if (r.strategy == Strategy::kTopK || r.strategy == Strategy::kRecent) {
     throw InvalidArgument("TopK and Recent are not selected on the GPU");
   }
-  if (key_.device_data() == nullptr || length_.device_data() == nullptr) {
+  std::unique_lock<std::mutex> lock(mu_);
+  CheckOpenLocked();
+  if (slots_->device_info() == nullptr) {
     throw InvalidArgument("this table's selection state is not GPU-mapped");
   }
-  if (r.strategy == Strategy::kPrioritized) EnsurePriorityTree(r.param);
-  std::unique_lock<std::mutex> lock(mu_);
   WaitToSampleLocked(lock, r);
-  const SumTree* tree = nullptr;
+  GpuSelection s{};
+  s.info = slots_->device_info();
+  s.table_size = live_;
   switch (r.strategy) {
-    case Strategy::kUniform: tree = &index_->live; break;
-    case Strategy::kTimestep: tree = &index_->lengths; break;
-    default: tree = index_->FindTree(r.param); break;  // Prioritized
+    case Strategy::kUniform:
+      s.tree = uniform_->tree().device_view();
+      break;
+    case Strategy::kTimestep:
+      s.tree = TimestepLocked().tree().device_view();
+      break;
+    default:  // Prioritized
+      s.tree = PrioritizedLocked(r.alpha).tree().device_view();
+      break;
   }
-  if (tree->device_nodes() == nullptr) throw InvalidArgument("the sum tree is not GPU-mapped");
-  *selection = GpuSelection{tree->device_nodes(), tree->leaves(), key_.device_data(),
-                            length_.device_data(), live_};
+  if (s.tree.nodes == nullptr) throw InvalidArgument("the sum tree is not GPU-mapped");
+  *selection = s;
   counters_.samples += static_cast<double>(r.batch);
   const uint64_t ticket = ++gpu_tickets_;
   gpu_in_flight_.insert(ticket);
@@ -538,48 +492,31 @@ void Table::ReadSteps(int c, int64_t slot, int64_t steps, void* dst) const {
   if (slot < 0 || slot >= spec_.capacity || steps < 0 || steps > spec_.max_length) {
     throw InvalidArgument("slot or step count out of range");
   }
-  arena_.Read(dst, StepOffset(c, slot, 0), static_cast<size_t>(steps * step_bytes(c)));
-}
-
-void Table::Release(const Draw* draws, int64_t count) {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (int64_t b = 0; b < count; ++b) {
-    if (--pins_[draws[b].slot] == 0) --pinned_slots_;
-  }
-  changed_.notify_all();
-}
-
-void Table::SetPriorityLocked(int64_t slot, double priority) {
-  const int64_t key = key_[slot];
-  index_->by_priority.erase({priority_[slot], key});
-  index_->by_priority.insert({{priority, key}, slot});
-  priority_[slot] = priority;
-  for (auto& [alpha, tree] : index_->priority_trees) tree.Set(slot, PriorityWeight(priority, alpha));
+  arena_->Read(dst, StepOffset(c, slot, 0), static_cast<size_t>(steps * step_bytes(c)));
 }
 
 int64_t Table::UpdatePriorities(const int64_t* keys, const double* priorities, int64_t count) {
-  for (int64_t i = 0; i < count; ++i) {
-    if (!std::isfinite(priorities[i]) || priorities[i] < 0) {
-      throw InvalidArgument("priorities must be finite and >= 0; entry " + std::to_string(i) +
-                            " is " + std::to_string(priorities[i]));
-    }
-  }
+  for (int64_t i = 0; i < count; ++i) CheckPriority(priorities[i], "entry " + std::to_string(i));
   std::lock_guard<std::mutex> lock(mu_);
   CheckOpenLocked();
+  update_before_.clear();
+  update_after_.clear();
+  constexpr int64_t kAhead = 8;  // records prefetched ahead of the one looked up
   for (int64_t i = 0; i < count; ++i) {
-    for (auto& [alpha, tree] : index_->priority_trees) {
-      if (!std::isfinite(PriorityWeight(priorities[i], alpha))) {
-        throw InvalidArgument("priority " + std::to_string(priorities[i]) + " ** alpha " +
-                              std::to_string(alpha) + " overflows float64");
-      }
+    if (i + kAhead < count) {
+      if (const SlotInfo* next = slots_->Address(keys[i + kAhead])) __builtin_prefetch(next, 1, 3);
     }
+    const int64_t slot = slots_->Find(keys[i]);
+    if (slot < 0) continue;
+    SlotInfo& info = (*slots_)[slot];
+    update_before_.push_back({slot, info.key, info.length, info.priority});
+    update_after_.push_back(priorities[i] + 0.0);  // -0.0 -> 0.0
+    positive_ += (update_after_.back() > 0) - (info.priority > 0);
+    info.priority = update_after_.back();
   }
-  int64_t updated = 0;
-  for (int64_t i = 0; i < count; ++i) {
-    auto it = index_->by_key.find(keys[i]);
-    if (it == index_->by_key.end()) continue;
-    SetPriorityLocked(it->second, priorities[i]);
-    ++updated;
+  const int64_t updated = static_cast<int64_t>(update_before_.size());
+  for (Selector* selector : priority_selectors_) {
+    selector->UpdatePriorities(update_before_.data(), update_after_.data(), updated);
   }
   counters_.priority_updates += updated;
   return updated;
@@ -589,17 +526,18 @@ std::vector<ItemInfo> Table::PinItems(const int64_t* keys, int64_t count) {
   std::lock_guard<std::mutex> lock(mu_);
   CheckOpenLocked();
   std::vector<ItemInfo> items;
-  auto pin = [&](int64_t key, int64_t slot) {
-    items.push_back({key, slot, length_[slot], priority_[slot]});
-    if (pins_[slot]++ == 0) ++pinned_slots_;
+  auto pin = [&](int64_t slot) {
+    const SlotInfo& info = (*slots_)[slot];
+    items.push_back({info.key, slot, info.length, info.priority});
+    slots_->Pin(slot);
   };
   if (keys == nullptr) {
-    items.reserve(live_);
-    for (const auto& [key, slot] : index_->by_key) pin(key, slot);
+    items.reserve(static_cast<size_t>(live_));
+    for (int64_t s = order_->Oldest(); s >= 0; s = order_->Next(s)) pin(s);
   } else {
     for (int64_t i = 0; i < count; ++i) {
-      auto it = index_->by_key.find(keys[i]);
-      if (it != index_->by_key.end()) pin(it->first, it->second);
+      const int64_t slot = slots_->Find(keys[i]);
+      if (slot >= 0) pin(slot);
     }
   }
   return items;
@@ -607,30 +545,32 @@ std::vector<ItemInfo> Table::PinItems(const int64_t* keys, int64_t count) {
 
 void Table::UnpinSlots(const std::vector<int64_t>& slots) {
   std::lock_guard<std::mutex> lock(mu_);
-  for (int64_t slot : slots) {
-    if (--pins_[slot] == 0) --pinned_slots_;
-  }
+  for (int64_t slot : slots) slots_->Unpin(slot);
   changed_.notify_all();
 }
 
 std::vector<int64_t> Table::FreeSlots() const {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<int64_t> free;
-  for (int64_t slot : free_slots_) {
-    if (state_[slot] == SlotState::kFree) free.push_back(slot);
-  }
-  return free;
+  CheckOpenLocked();
+  return slots_->FreeInOrder();
 }
 
 void Table::RestoreState(const Counters& counters, const std::vector<int64_t>& free_slots) {
   std::lock_guard<std::mutex> lock(mu_);
   CheckOpenLocked();
-  if (counters.next_key < counters_.next_key) {
-    throw InvalidArgument("restored next_key is below a key already in the table");
+  if (counters.next_sequence < counters_.next_sequence ||
+      counters.next_sequence - 1 > key_layout_.max_sequence()) {
+    throw InvalidArgument("restored next_sequence is below a key already in the table or "
+                          "beyond the key space");
   }
-  std::vector<bool> seen(spec_.capacity, false);
+  if (counters.inserts < 0 || counters.evictions < 0 || counters.priority_updates < 0 ||
+      !(counters.samples >= 0) || !std::isfinite(counters.samples)) {
+    throw InvalidArgument("restored counters must be finite and >= 0");
+  }
+  std::vector<bool> seen(static_cast<size_t>(spec_.capacity), false);
   for (int64_t slot : free_slots) {
-    if (slot < 0 || slot >= spec_.capacity || seen[slot] || state_[slot] != SlotState::kFree) {
+    if (slot < 0 || slot >= spec_.capacity || seen[slot] ||
+        (*slots_)[slot].state != SlotState::kFree) {
       throw InvalidArgument("restored free slots do not match the slots in use");
     }
     seen[slot] = true;
@@ -639,7 +579,7 @@ void Table::RestoreState(const Counters& counters, const std::vector<int64_t>& f
     throw InvalidArgument("restored free slots do not match the slots in use");
   }
   counters_ = counters;
-  free_slots_ = free_slots;
+  slots_->SetFree(free_slots);
   changed_.notify_all();
 }
 
@@ -653,12 +593,13 @@ Stats Table::GetStats() const {
   s.max_length = spec_.max_length;
   s.num_steps = num_steps_;
   s.writers = writers_;
-  s.pinned_slots = pinned_slots_;
+  s.pinned_slots = released_ ? 0 : slots_->pinned();
   s.gpu_samples_in_flight = static_cast<int64_t>(gpu_in_flight_.size());
   s.counters = counters_;
-  s.bytes_reserved = static_cast<int64_t>(arena_.bytes());
+  s.bytes_reserved = released_ ? 0 : static_cast<int64_t>(arena_->bytes());
   s.bytes_used = num_steps_ * bytes_per_step;
   s.seconds_alive = std::chrono::duration<double>(Clock::now() - created_at_).count();
+  for (const auto& selector : prioritized_) s.alphas.push_back(selector->alpha());
   return s;
 }
 

@@ -1,38 +1,32 @@
-// The trajectory table: one aligned arena holding every column of every slot,
-// the slot lifecycle (free -> writing -> live -> evicted), the removers, the
-// selection structures behind every sampling strategy, and the rate limiter.
-// CPU and CUDA handlers both sample through this class; only the byte copying
+// The trajectory table: composes the storage (storage.h), the slots and keys
+// (slots.h), the selectors (selectors/), the remover (removers.h) and the rate
+// limiter (rate_limiter.h) under one mutex, and owns the slot lifecycle. CPU
+// and CUDA handlers both sample through this class; only the byte copying
 // differs between them.
 //
-// Layout: column c occupies one region of capacity * max_length * step_bytes[c]
-// bytes; slot s of column c starts at region + s * max_length * step_bytes[c],
-// so any window of any trajectory is one contiguous run of bytes per column.
-// The arena is host memory (GPU-mapped pinned when a GPU is present) or, for
-// placement "device", GPU memory that the host reaches only through copies.
-//
-// Invariants (all guarded by one mutex):
-//  * A slot is selectable iff it is live. Only live slots are in the key index,
-//    the priority index and the sum trees.
+// Invariants (all guarded by the mutex):
+//  * A slot is selectable iff it is live. Only live slots are in the selectors.
 //  * A sampler pins every slot it draws before releasing the mutex and unpins
-//    it after copying. A writer takes its slot out of every index first, then
-//    waits for the slot's pins to drop to zero before copying into it. So no
-//    sample ever sees a window that is half old, half new data.
+//    it after copying. A writer takes its slot out of every selector first,
+//    then waits for the slot's pins to drop to zero before copying into it. So
+//    no sample ever sees a window that is half old, half new data.
 //  * GPU samples select on the device, so they cannot pin the slots they draw.
 //    Instead each takes a ticket when it is enqueued (BeginGpuSample) and
 //    returns it when the stream has passed its kernels (EndGpuSample). A writer
 //    that evicted a slot also waits until every GPU sample enqueued before the
 //    eviction has ended: later ones see the slot's weight 0 and never draw it.
-//  * Keys are assigned when a trajectory is published, from a counter that only
-//    grows: unique, increasing with (publication) order, never reused. A slot
-//    keeps its key and length until it is republished, so a GPU sample that
-//    drew it just before its eviction reports the key of the data it read.
+//  * Keys are assigned when a trajectory is published (see slots.h): unique,
+//    increasing with publication order, never reused. A slot keeps its key and
+//    length until it is republished, so a GPU sample that drew it just before
+//    its eviction reports the key of the data it read.
+//  * After Close, every call fails with Closed; the memory is released once no
+//    sample, reader or writer is inside the table any more.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <limits>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -41,12 +35,18 @@
 
 #include "common.h"
 #include "draw.h"
-#include "mapped_array.h"
-#include "memory.h"
+#include "gpu_selection.h"
+#include "rate_limiter.h"
+#include "removers.h"
+#include "selectors/fifo.h"
+#include "selectors/heap.h"
+#include "selectors/prioritized.h"
+#include "selectors/uniform.h"
+#include "slots.h"
+#include "storage.h"
+#include "sum_tree.h"
 
 namespace gearjax {
-
-enum class Remover : int32_t { kFifo = 0, kLifo = 1, kMinPriority = 2 };
 
 enum class Strategy : int32_t {
   kUniform = 0,      // trajectories uniformly
@@ -56,26 +56,8 @@ enum class Strategy : int32_t {
   kRecent = 4,       // uniformly over the n newest
 };
 
-struct ColumnSpec {
-  std::string name;
-  int64_t step_bytes = 0;
-  std::vector<uint8_t> pad_step;  // one step's bytes filled with the pad value
-};
-
-// Reverb's rate limiter, counted in sampled items. diff = inserts *
-// samples_per_insert - samples. A batch of B may be sampled when size >=
-// min_size and diff - B >= min_diff; a trajectory may be inserted when the
-// table holds fewer than min_size or diff + samples_per_insert <= max_diff.
-// Blocked operations wait up to timeout_seconds, then fail with Timeout.
-struct RateLimiterSpec {
-  int64_t min_size = 1;
-  double samples_per_insert = 0.0;
-  double min_diff = -std::numeric_limits<double>::infinity();
-  double max_diff = std::numeric_limits<double>::infinity();
-  double timeout_seconds = 0.0;
-};
-
 struct TableSpec {
+  std::string name;  // for error messages; may be empty
   std::vector<ColumnSpec> columns;
   int64_t capacity = 0;
   int64_t max_length = 0;
@@ -87,11 +69,11 @@ struct TableSpec {
 
 struct SampleRequest {
   Strategy strategy = Strategy::kUniform;
-  double param = 0.0;  // alpha for kPrioritized, k for kTopK, n for kRecent
+  double alpha = 0.0;  // Prioritized
+  int64_t count = 0;   // k for TopK, n for Recent (>= 1)
   int64_t batch = 0;
   int64_t window = 0;  // steps per window; 0 means whole trajectories from step 0
 };
-
 
 struct ItemInfo {
   int64_t key;
@@ -101,20 +83,11 @@ struct ItemInfo {
 };
 
 struct Counters {
-  int64_t next_key = 0;
+  int64_t next_sequence = 0;  // the sequence number of the next published key
   int64_t inserts = 0;
   double samples = 0;
   int64_t evictions = 0;
   int64_t priority_updates = 0;
-};
-
-// What a GPU selection kernel reads (device addresses; see select_block.h).
-struct GpuSelection {
-  const double* nodes;    // the strategy's sum tree
-  int64_t leaves;
-  const int64_t* keys;    // per slot
-  const int64_t* lengths; // per slot
-  int64_t table_size;     // trajectories stored when the sample began
 };
 
 struct Stats {
@@ -122,36 +95,7 @@ struct Stats {
   Counters counters;
   int64_t bytes_reserved, bytes_used;
   double seconds_alive;
-};
-
-// The table's bytes, allocated once for its lifetime. Host arenas are
-// GPU-mapped pinned memory when asked for and available (see memory.h),
-// otherwise aligned ordinary memory. Device arenas are GPU memory: host_data()
-// is nullptr and the host goes through Write and Read.
-class Arena {
- public:
-  // Throws InvalidArgument if a device arena is asked for and no GPU memory
-  // hooks are registered, std::bad_alloc if the memory cannot be had.
-  Arena(size_t bytes, bool gpu_mapped, bool on_device);
-  ~Arena();
-  Arena(const Arena&) = delete;
-  Arena& operator=(const Arena&) = delete;
-  // The arena in the host's address space; nullptr for a device arena.
-  uint8_t* host_data() const { return host_; }
-  // The arena in the GPU's address space; nullptr unless mapped or on device.
-  const uint8_t* device_data() const { return device_; }
-  bool on_device() const { return device_memory_ != nullptr; }
-  size_t bytes() const { return bytes_; }
-  // Host <-> arena copies that work for every kind of arena.
-  void Write(size_t offset, const void* src, size_t n);
-  void Read(void* dst, size_t offset, size_t n) const;
-
- private:
-  uint8_t* host_ = nullptr;
-  uint8_t* device_ = nullptr;
-  const MappedAllocator* mapped_by_ = nullptr;
-  const DeviceMemory* device_memory_ = nullptr;
-  size_t bytes_ = 0;
+  std::vector<double> alphas;  // Prioritized alphas with a sum tree
 };
 
 class Table {
@@ -160,35 +104,34 @@ class Table {
   ~Table();
 
   const TableSpec& spec() const { return spec_; }
+  // "table 'name' (handle h)" or "table (handle h)", for error messages.
+  std::string Describe(int64_t handle) const;
   int num_columns() const { return static_cast<int>(spec_.columns.size()); }
   int64_t step_bytes(int c) const { return spec_.columns[c].step_bytes; }
-  // Arena offset of step `step` of slot `slot` in column c.
+  const KeyLayout& key_layout() const { return key_layout_; }
   size_t StepOffset(int c, int64_t slot, int64_t step) const {
-    return column_offset_[c] +
-           static_cast<size_t>(slot * spec_.max_length + step) * spec_.columns[c].step_bytes;
+    return layout_.StepOffset(c, slot, step);
   }
-  // The same step in host memory; host arenas only (CPU gathers).
+  // The same step in host memory; host arenas only (CPU gathers), while the
+  // slot is pinned.
   const uint8_t* StepPointer(int c, int64_t slot, int64_t step) const {
-    return arena_.host_data() + StepOffset(c, slot, step);
+    return arena_->host_data() + StepOffset(c, slot, step);
   }
   // The arena in host memory; nullptr when it lives on the GPU.
-  uint8_t* arena_data() const { return arena_.host_data(); }
-  bool on_device() const { return arena_.on_device(); }
+  uint8_t* arena_data() const { return arena_->host_data(); }
+  bool on_device() const { return arena_->on_device(); }
   // Where GPU kernels see the arena; nullptr when it is neither GPU-mapped
   // nor on the GPU.
-  const uint8_t* device_arena() const { return arena_.device_data(); }
-  size_t column_offset(int c) const { return column_offset_[c]; }
-  // Column c's pad step, kept inside the arena so GPU kernels can read it too.
-  size_t pad_offset(int c) const { return pad_offsets_[c]; }
-  // Whether column c's pad step is one byte repeated (so memset can fill it).
-  bool pad_is_one_byte(int c) const { return pad_one_byte_[c]; }
+  const uint8_t* device_arena() const { return arena_->device_data(); }
+  size_t column_offset(int c) const { return layout_.column_offset(c); }
+  size_t pad_offset(int c) const { return layout_.pad_offset(c); }
+  bool pad_is_one_byte(int c) const { return layout_.pad_is_one_byte(c); }
 
   // Copies `length` steps of every column (sources[c] holds length *
   // step_bytes(c) contiguous bytes) into a slot and publishes it. Evicts by the
   // remover when full; waits on the rate limiter. Checkpoint restores pass
-  // `restore_key` >= 0 (must exceed every key so far) and the free slot
-  // `restore_slot` it occupied, and bypass the limiter.
-  // Call without the GIL: it may wait.
+  // `restore_key` >= 0 (above every key so far, naming `restore_slot`, which
+  // must be free) and bypass the limiter. Call without the GIL: it may wait.
   int64_t Insert(const std::vector<const void*>& sources, int64_t length, double priority,
                  int64_t restore_key = -1, int64_t restore_slot = -1);
 
@@ -196,8 +139,7 @@ class Table {
   // runs without the mutex, once the slot is reserved and no sampler can read
   // it, and must have written `length` steps of every column (at StepOffset)
   // when it returns. If it throws, the slot goes back to the free list (data
-  // it evicted stays evicted) and the exception propagates. CUDA inserts of
-  // device arrays fill with copies on XLA's stream.
+  // it evicted stays evicted) and the exception propagates.
   using Fill = std::function<void(int64_t slot)>;
   int64_t InsertWith(int64_t length, double priority, const Fill& fill,
                      int64_t restore_key = -1, int64_t restore_slot = -1);
@@ -212,80 +154,104 @@ class Table {
   void Select(const SampleRequest& request, const uint32_t seed[2], Draw* draws);
   void Release(const Draw* draws, int64_t count);
 
-  // GPU sampling for the sum-tree strategies (Uniform, Timestep, Prioritized):
-  // waits on the rate limiter like Select, counts the samples, and returns the
-  // device view of the strategy's tree and a ticket to hand back with
-  // EndGpuSample once the stream has passed the kernels. Throws if the table
-  // is not GPU-mapped or the strategy has no tree.
+  // GPU sampling for Uniform, Timestep and Prioritized: waits on the rate
+  // limiter like Select, counts the samples, and returns the device view of
+  // the strategy's selector and a ticket to hand back with EndGpuSample once
+  // the stream has passed the kernels. Throws if the table is not GPU-mapped
+  // or the strategy is selected on the host.
   uint64_t BeginGpuSample(const SampleRequest& request, GpuSelection* selection);
   void EndGpuSample(uint64_t ticket);
 
   // Sets priorities of the keys still live; others are skipped. All values are
-  // checked first (finite, >= 0): on error nothing changes. Later duplicates
-  // win. Returns how many keys were live.
+  // checked first (CheckPriority): on error nothing changes. Later duplicates
+  // win. Returns how many entries named a live key.
   int64_t UpdatePriorities(const int64_t* keys, const double* priorities, int64_t count);
 
-  // Makes the sum tree for Prioritized(alpha) exist (O(N) the first time).
-  void EnsurePriorityTree(double alpha);
-
   // Pins live slots and lists them in key order (for checkpoints and reads);
-  // UnpinSlots releases them.
-  // With keys == nullptr, every live item; otherwise those of `keys` still live.
+  // UnpinSlots releases them. With keys == nullptr, every live item;
+  // otherwise those of `keys` still live, in the order given.
   std::vector<ItemInfo> PinItems(const int64_t* keys = nullptr, int64_t count = 0);
   void UnpinSlots(const std::vector<int64_t>& slots);
 
-  // Free slots in the order inserts will take them (last first).
+  // Free slots as kept (inserts take them from the back).
   std::vector<int64_t> FreeSlots() const;
   // Ends a checkpoint restore: counters, and the free-slot order, which must
   // list exactly the slots not in use.
   void RestoreState(const Counters& counters, const std::vector<int64_t>& free_slots);
   Stats GetStats() const;
-  void Close();
+
+  // Closes the table: every waiter wakes and fails, every later call fails
+  // with Closed. Waits up to `wait_seconds` for the samples, readers and
+  // writers inside the table to leave, then releases its memory and returns
+  // true; returns false if they did not leave in time (the memory then goes
+  // with the last reference to the table).
+  bool Close(double wait_seconds);
   bool closed() const;
 
  private:
-  struct Index;  // selection structures; defined in table.cc
+  using Clock = std::chrono::steady_clock;
 
   void CheckOpenLocked() const;
-  bool CanSampleLocked(int64_t batch) const;
+  LimiterState LimiterStateLocked() const;
   void CheckRequest(const SampleRequest& request) const;
   // Waits until the limiter admits the request (or throws Timeout/Closed).
   void WaitToSampleLocked(std::unique_lock<std::mutex>& lock, const SampleRequest& request);
+  // The selector a strategy draws from, created (and filled) on first use.
+  TimestepSelector& TimestepLocked();
+  PrioritizedSelector& PrioritizedLocked(double alpha);
+  RecentSelector& RecentLocked();
+  TopKSelector& TopKLocked();
+  void AttachLocked(Selector* selector);
+  void SelectLocked(const SampleRequest& request, const double* u, Selection* out);
   bool GpuQuietSince(uint64_t ticket) const {
     return gpu_in_flight_.empty() || *gpu_in_flight_.begin() > ticket;
   }
-  bool CanInsertLocked() const;
+  bool InsideLocked() const;  // a sample, reader or writer is inside the table
   int64_t AcquireSlotLocked(std::unique_lock<std::mutex>& lock, bool* evicted);
+  Item ItemLocked(int64_t slot) const;
   void EvictLocked(int64_t slot);
   void PublishLocked(int64_t slot, int64_t key, int64_t length, double priority);
-  void SetPriorityLocked(int64_t slot, double priority);
-  int64_t DrawSlotLocked(const SampleRequest& request, double u, float* probability) const;
-  double PriorityWeight(double priority, double alpha) const;
-  std::string LimiterStateLocked() const;
+  void ReleaseMemoryLocked();
 
   TableSpec spec_;
-  Arena arena_;
-  std::vector<size_t> column_offset_;
-  std::vector<size_t> pad_offsets_;
-  std::vector<bool> pad_one_byte_;
-  std::chrono::steady_clock::time_point created_at_;
+  ColumnLayout layout_;
+  KeyLayout key_layout_;
+  RateLimiter limiter_;
+  Clock::time_point created_at_;
 
   mutable std::mutex mu_;
   std::condition_variable changed_;  // any publish, release, eviction or close
   bool closed_ = false;
+  bool released_ = false;
 
-  // Slot lifecycle.
-  enum class SlotState : uint8_t { kFree, kWriting, kLive };
-  std::vector<SlotState> state_;
-  MappedArray<int64_t> key_, length_;  // GPU kernels read them (see select_block.h)
-  std::vector<double> priority_;
-  std::vector<int32_t> pins_;
-  std::vector<int64_t> free_slots_;  // may hold stale entries after restores; see AcquireSlotLocked
-  int64_t live_ = 0, writers_ = 0, num_steps_ = 0, pinned_slots_ = 0;
+  // Memory, released at close (see ReleaseMemoryLocked).
+  std::unique_ptr<Arena> arena_;
+  std::unique_ptr<Slots> slots_;
+  // Selectors: insertion order and Uniform always, the remover's heap when the
+  // remover is min-priority, the others when a sample first asks for them.
+  std::unique_ptr<InsertionOrder> order_;
+  std::unique_ptr<UniformSelector> uniform_;
+  std::unique_ptr<MinPriorityHeap> min_heap_;
+  std::unique_ptr<TimestepSelector> timestep_;
+  std::vector<std::unique_ptr<PrioritizedSelector>> prioritized_;
+  std::unique_ptr<RecentSelector> recent_;
+  std::unique_ptr<TopKSelector> topk_;
+  std::vector<Selector*> selectors_;           // every one of the above that exists
+  std::vector<Selector*> priority_selectors_;  // those whose UsesPriority()
+
+  int64_t live_ = 0, writers_ = 0, num_steps_ = 0;
+  int64_t positive_ = 0;  // live items with priority > 0
   uint64_t gpu_tickets_ = 0;           // last ticket handed out
   std::set<uint64_t> gpu_in_flight_;   // tickets not yet returned
   Counters counters_;
-  std::unique_ptr<Index> index_;
+  std::vector<Item> update_before_;    // UpdatePriorities' scratch
+  std::vector<double> update_after_;
 };
+
+// Throws InvalidArgument unless `priority` is 0 or a normal float64 in
+// [kMinPriority, kMaxPriority] (limits.h). Checked on bits, so a subnormal
+// value is refused even where the CPU treats subnormal inputs as zero (XLA's
+// threads do). `what` names the value in the message.
+void CheckPriority(double priority, const std::string& what);
 
 }  // namespace gearjax

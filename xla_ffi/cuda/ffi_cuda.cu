@@ -177,18 +177,20 @@ ffi::Error SampleOnDevice(cudaStream_t stream, ffi::ScratchAllocator& scratch,
   return ffi::Error::Success();
 }
 
-ffi::Error SampleCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch,
-                          ffi::Buffer<ffi::U32> seed, ffi::RemainingRets rets,
-                          int64_t table_handle, int64_t batch_size, int64_t strategy, double param,
-                          int64_t window, int64_t pad_left) {
+// `first` is the index of the keys result (1 when the call returns a token
+// first).
+ffi::Error Sample(cudaStream_t stream, ffi::ScratchAllocator& scratch,
+                  const ffi::Buffer<ffi::U32>& seed, ffi::RemainingRets& rets, size_t first,
+                  int64_t table_handle, int64_t batch_size, int64_t strategy, double alpha,
+                  int64_t count, int64_t window, int64_t pad_left) {
   try {
-    std::shared_ptr<Table> table = LookUp(table_handle);
+    std::shared_ptr<Table> table = LookUpTable(table_handle);
     if (table->device_arena() == nullptr) {
       return Fail(kUnreachable);
     }
-    const SampleCall call =
-        BindSampleCall(*table, seed.element_count(), rets, batch_size, strategy, param, window,
-                       /*host_results=*/false);
+    const SampleCall call = BindSampleCall(*table, seed.element_count(), rets, first, batch_size,
+                                           strategy, alpha, count, window,
+                                           /*host_results=*/false);
     const SampleRequest& request = call.request;
     const int64_t batch = request.batch, width = call.width;
     const SampleOutputs& out = call.out;
@@ -249,6 +251,22 @@ ffi::Error SampleCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch,
   }
 }
 
+ffi::Error SampleOrderedCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::Token,
+                                 ffi::Buffer<ffi::U32> seed, ffi::RemainingRets rets,
+                                 int64_t table_handle, int64_t batch_size, int64_t strategy,
+                                 double alpha, int64_t count, int64_t window, int64_t pad_left) {
+  return Sample(stream, scratch, seed, rets, /*first=*/1, table_handle, batch_size, strategy,
+                alpha, count, window, pad_left);
+}
+
+ffi::Error SamplePureCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch,
+                              ffi::Buffer<ffi::U32> seed, ffi::RemainingRets rets,
+                              int64_t table_handle, int64_t batch_size, int64_t strategy,
+                              double alpha, int64_t count, int64_t window, int64_t pad_left) {
+  return Sample(stream, scratch, seed, rets, /*first=*/0, table_handle, batch_size, strategy,
+                alpha, count, window, pad_left);
+}
+
 // Enqueues a copy of the buffer's bytes into `out` (sized first: it must not
 // move while the copy is in flight); the caller synchronises.
 bool CopyToHost(const ffi::AnyBuffer& buffer, std::vector<uint8_t>& out, cudaStream_t stream) {
@@ -257,12 +275,12 @@ bool CopyToHost(const ffi::AnyBuffer& buffer, std::vector<uint8_t>& out, cudaStr
                          stream) == cudaSuccess;
 }
 
-ffi::Error UpdatePrioritiesCudaImpl(cudaStream_t stream, ffi::AnyBuffer keys,
-                                    ffi::AnyBuffer priorities,
+ffi::Error UpdatePrioritiesCudaImpl(cudaStream_t stream, ffi::Token, ffi::AnyBuffer keys,
+                                    ffi::AnyBuffer priorities, ffi::Result<ffi::Token>,
                                     ffi::Result<ffi::Buffer<ffi::S32>> updated,
                                     int64_t table_handle) {
   try {
-    std::shared_ptr<Table> table = LookUp(table_handle);
+    std::shared_ptr<Table> table = LookUpTable(table_handle);
     if (keys.element_count() != priorities.element_count()) {
       return Fail("keys and priorities differ in size");
     }
@@ -294,12 +312,12 @@ ffi::Error UpdatePrioritiesCudaImpl(cudaStream_t stream, ffi::AnyBuffer keys,
 
 // Inserts N trajectories given as device arrays [N, T, *step] per column (see
 // the file comment and InsertBatchRows).
-ffi::Error InsertBatchCudaImpl(cudaStream_t stream, ffi::AnyBuffer lengths,
+ffi::Error InsertBatchCudaImpl(cudaStream_t stream, ffi::Token, ffi::AnyBuffer lengths,
                                ffi::AnyBuffer priorities, ffi::RemainingArgs columns,
-                               ffi::Result<ffi::Buffer<ffi::S64>> keys, int64_t table_handle,
-                               int64_t rows, int64_t steps) {
+                               ffi::Result<ffi::Token>, ffi::Result<ffi::Buffer<ffi::S64>> keys,
+                               int64_t table_handle, int64_t rows, int64_t steps) {
   try {
-    std::shared_ptr<Table> table = LookUp(table_handle);
+    std::shared_ptr<Table> table = LookUpTable(table_handle);
     uint8_t* arena = const_cast<uint8_t*>(table->device_arena());
     if (arena == nullptr) {
       return Fail(kUnreachable);
@@ -359,7 +377,15 @@ bool InitCudaMemory() {
   return true;
 }
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(SampleCuda, SampleCudaImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SampleCuda, SampleOrderedCudaImpl,
+                              BindSampleAttrs(ffi::Ffi::Bind()
+                                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                                  .Ctx<ffi::ScratchAllocator>()
+                                                  .Arg<ffi::Token>()
+                                                  .Arg<ffi::Buffer<ffi::U32>>()
+                                                  .RemainingRets()));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SamplePureCuda, SamplePureCudaImpl,
                               BindSampleAttrs(ffi::Ffi::Bind()
                                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()
                                                   .Ctx<ffi::ScratchAllocator>()

@@ -12,6 +12,7 @@ namespace gearjax {
 bool InitCudaMemory();
 
 XLA_FFI_DECLARE_HANDLER_SYMBOL(SampleCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(SamplePureCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(UpdatePrioritiesCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(InsertBatchCuda);
 

@@ -1,0 +1,130 @@
+"""Argument checks against the numeric contract, in one place.
+
+Every integer, size, priority and setting that reaches native code passes one
+of these functions first; the bounds come from the extension
+(``xla_ffi/core/limits.h``), so Python and C++ cannot disagree. Nothing is
+narrowed, wrapped or clamped here: a value is returned as a Python ``int`` or
+``float`` exactly as given, or refused with ``TypeError`` (wrong kind) or
+``ValueError`` (out of range), naming the argument.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from gearjax import _gearjax
+
+LIMITS: dict[str, Any] = _gearjax.limits()
+MAX_CAPACITY: int = LIMITS["max_capacity"]
+MAX_LENGTH: int = LIMITS["max_length"]
+MAX_BATCH: int = LIMITS["max_batch"]
+MAX_RESULT_BYTES: int = LIMITS["max_result_bytes"]
+MIN_PRIORITY: float = LIMITS["min_priority"]   # the smallest normal float64
+MAX_PRIORITY: float = LIMITS["max_priority"]
+MAX_ALPHA: float = LIMITS["max_alpha"]
+MAX_PRIORITY_TREES: int = LIMITS["max_priority_trees"]
+MAX_SAMPLES_PER_INSERT: float = LIMITS["max_samples_per_insert"]
+MAX_ERROR_BUFFER: float = LIMITS["max_error_buffer"]
+MAX_TIMEOUT_SECONDS: float = LIMITS["max_timeout_seconds"]
+INT64_MAX = 2**63 - 1
+
+PRIORITY_RANGE = "0 or a float in [2.2250738585072014e-308, 1e30]"
+
+
+def integer(name: str, value: Any, lo: int, hi: int) -> int:
+    """A Python or NumPy integer (not a bool) in [lo, hi]."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {value!r}")
+    value = int(value)
+    if not lo <= value <= hi:
+        raise ValueError(f"{name} must be in [{lo}, {hi}], got {value}")
+    return value
+
+
+def real(name: str, value: Any, lo: float, hi: float) -> float:
+    """A Python or NumPy real number (not a bool) in [lo, hi]; NaN never is."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+            value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a real number, got {value!r}")
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond float64
+        number = math.inf if value > 0 else -math.inf
+    if not lo <= number <= hi:
+        raise ValueError(f"{name} must be in [{lo:g}, {hi:g}], got {value!r}")
+    return number
+
+
+def flag(name: str, value: Any) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+def priority(value: Any, name: str = "priority") -> float:
+    """A priority: 0 or a normal float64 in [MIN_PRIORITY, MAX_PRIORITY].
+    NumPy and JAX scalars (0-d arrays) are accepted."""
+    if not isinstance(value, (int, float)) and hasattr(value, "dtype"):  # NumPy / JAX
+        if np.ndim(value) != 0:
+            raise TypeError(f"{name} must be a real number, got an array of shape "
+                            f"{np.shape(value)}")
+        dtype = np.dtype(value.dtype)
+        if not (jnp.issubdtype(dtype, np.integer) or jnp.issubdtype(dtype, np.floating)):
+            raise TypeError(f"{name} must be a real number, got {value!r}")
+        value = float(np.asarray(value).astype(np.float64))
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+            value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a real number, got {value!r}")
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond float64
+        number = math.inf
+    if not (number == 0 or MIN_PRIORITY <= number <= MAX_PRIORITY):
+        raise ValueError(f"{name} must be {PRIORITY_RANGE}, got {value!r}")
+    return number + 0.0  # -0.0 -> 0.0
+
+
+def priorities(values: np.ndarray, name: str = "priorities") -> np.ndarray:
+    """Real-valued array -> float64 array of valid priorities (see priority)."""
+    values = np.asarray(values)
+    if values.dtype == object or not (np.issubdtype(values.dtype, np.integer)
+                                      or np.issubdtype(values.dtype, np.floating)):
+        raise TypeError(f"{name} must be real numbers, got {values.dtype}")
+    with np.errstate(over="ignore", invalid="ignore"):
+        as_float = values.astype(np.float64)
+    bad = ~((as_float == 0) | ((as_float >= MIN_PRIORITY) & (as_float <= MAX_PRIORITY)))
+    if bad.any():
+        i = int(np.argmax(bad.ravel()))
+        raise ValueError(f"{name} must each be {PRIORITY_RANGE}; entry {i} is "
+                         f"{values.ravel()[i]!r}")
+    return as_float + 0.0
+
+
+def physical_memory() -> int | None:
+    """This machine's memory in bytes (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def result_bytes(what: str, results: list[tuple[tuple[int, ...], int]]) -> None:
+    """Refuses results (shape, itemsize) that together exceed MAX_RESULT_BYTES or
+    this machine's memory: XLA would try to allocate them, and the process
+    would be killed for memory rather than fail with an error."""
+    total = 0
+    for shape, itemsize in results:
+        size = itemsize
+        for d in shape:
+            size *= d
+        total += size
+    memory = physical_memory()
+    limit = MAX_RESULT_BYTES if memory is None else min(MAX_RESULT_BYTES, memory)
+    if total > limit:
+        raise ValueError(f"{what} would need {total} bytes of results, more than the {limit} "
+                         f"bytes this machine can hold; ask for a smaller batch or window")

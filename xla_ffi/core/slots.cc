@@ -1,0 +1,47 @@
+// Slots and keys (see slots.h).
+#include "slots.h"
+
+#include <bit>
+
+namespace gearjax {
+
+KeyLayout::KeyLayout(int64_t capacity)
+    : slot_bits_(capacity <= 1 ? 0 : std::bit_width(static_cast<uint64_t>(capacity - 1))) {}
+
+Slots::Slots(int64_t capacity, bool gpu_mapped)
+    : capacity_(capacity), layout_(capacity), info_(static_cast<size_t>(capacity), gpu_mapped) {
+  free_.reserve(static_cast<size_t>(capacity));
+  for (int64_t s = capacity - 1; s >= 0; --s) free_.push_back(s);
+}
+
+const SlotInfo* Slots::Address(int64_t key) const {
+  const int64_t slot = layout_.Slot(key);
+  return slot < capacity_ ? &info_[slot] : nullptr;
+}
+
+int64_t Slots::Find(int64_t key) const {
+  if (key < 0) return -1;
+  const int64_t slot = layout_.Slot(key);
+  if (slot >= capacity_) return -1;
+  const SlotInfo& info = info_[slot];
+  return info.state == SlotState::kLive && info.key == key ? slot : -1;
+}
+
+int64_t Slots::AcquireFree() {
+  while (!free_.empty()) {
+    const int64_t slot = free_.back();
+    free_.pop_back();
+    if (info_[slot].state == SlotState::kFree) return slot;
+  }
+  return -1;
+}
+
+std::vector<int64_t> Slots::FreeInOrder() const {
+  std::vector<int64_t> free;
+  for (int64_t slot : free_) {
+    if (info_[slot].state == SlotState::kFree) free.push_back(slot);
+  }
+  return free;
+}
+
+}  // namespace gearjax

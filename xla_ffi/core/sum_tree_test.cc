@@ -1,0 +1,126 @@
+// Tests of the eight-way sum tree: totals, draws against a brute-force
+// cumulative sum, zero-weight leaves never drawn, batched updates and draws
+// equal to the one-at-a-time ones, no drift.
+#include "core/sum_tree.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+namespace gearjax {
+namespace {
+
+// The leaf a draw of u must give for integer weights (sums are exact).
+int64_t BruteForceDraw(const std::vector<double>& w, double u) {
+  double total = 0;
+  for (double x : w) total += x;
+  double target = u * total, cumulative = 0;
+  int64_t last_positive = -1;
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (w[i] <= 0) continue;
+    last_positive = static_cast<int64_t>(i);
+    cumulative += w[i];
+    if (target < cumulative) return last_positive;
+  }
+  return last_positive;
+}
+
+class SumTreeSizes : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(SumTreeSizes, TotalsAndDrawsMatchABruteForceSum) {
+  const int64_t n = GetParam();
+  SumTree tree(n, /*gpu_mapped=*/false);
+  std::mt19937_64 rng(n);
+  std::vector<double> w(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    w[i] = static_cast<double>(rng() % 4);  // many zeros
+    tree.Set(i, w[i]);
+  }
+  w[n - 1] = 5;  // at least one positive weight
+  tree.Set(n - 1, 5);
+  double total = 0;
+  for (double x : w) total += x;
+  EXPECT_EQ(tree.Total(), total);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  std::vector<double> us = {0.0, std::nextafter(1.0, 0.0), 0.5};
+  for (int i = 0; i < 2000; ++i) us.push_back(uniform(rng));
+  std::vector<int64_t> many(us.size());
+  tree.DrawMany(us.data(), static_cast<int64_t>(us.size()), many.data());
+  for (size_t i = 0; i < us.size(); ++i) {
+    const int64_t leaf = tree.Draw(us[i]);
+    ASSERT_EQ(leaf, BruteForceDraw(w, us[i])) << "u=" << us[i];
+    ASSERT_GT(w[leaf], 0) << "drew a zero-weight leaf";
+    ASSERT_EQ(many[i], leaf) << "DrawMany differs from Draw";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, SumTreeSizes,
+                         ::testing::Values(1, 2, 7, 8, 9, 63, 64, 65, 511, 4097, 100000));
+
+TEST(SumTree, DrawFrequenciesFollowTheWeights) {
+  const std::vector<double> w = {1, 0, 2, 0, 0, 4, 1, 0, 0, 8};
+  SumTree tree(static_cast<int64_t>(w.size()), false);
+  for (size_t i = 0; i < w.size(); ++i) tree.Set(static_cast<int64_t>(i), w[i]);
+  const int m = 16000;  // a grid of u: counts are exact multiples of the weights
+  std::vector<int> counts(w.size());
+  for (int i = 0; i < m; ++i) ++counts[tree.Draw((i + 0.5) / m)];
+  for (size_t i = 0; i < w.size(); ++i) EXPECT_EQ(counts[i], static_cast<int>(w[i] / 16 * m));
+}
+
+TEST(SumTree, SetManyEqualsSetOneAtATimeAndLastDuplicateWins) {
+  const int64_t n = 5000;
+  SumTree one(n, false), many(n, false);
+  std::mt19937_64 rng(7);
+  std::vector<int64_t> leaves;
+  std::vector<double> weights;
+  for (int i = 0; i < 3000; ++i) {
+    leaves.push_back(static_cast<int64_t>(rng() % n));
+    weights.push_back(std::ldexp(static_cast<double>(rng() % 1000), -static_cast<int>(rng() % 40)));
+  }
+  leaves.push_back(leaves[0]);  // a duplicate: its last weight wins
+  weights.push_back(123.0);
+  for (size_t i = 0; i < leaves.size(); ++i) one.Set(leaves[i], weights[i]);
+  many.SetMany(leaves.data(), weights.data(), static_cast<int64_t>(leaves.size()));
+  EXPECT_EQ(many.Get(leaves[0]), 123.0);
+  EXPECT_EQ(one.Total(), many.Total());  // bit for bit: same sums, same order
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(one.Get(i), many.Get(i));
+  for (double u : {0.1, 0.37, 0.999}) EXPECT_EQ(one.Draw(u), many.Draw(u));
+}
+
+TEST(SumTree, SumsNeverDrift) {
+  const int64_t n = 1000;
+  SumTree tree(n, false);
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 200000; ++i) {
+    tree.Set(static_cast<int64_t>(rng() % n), std::ldexp(1.0 + (rng() % 97), -(int)(rng() % 30)));
+  }
+  for (int64_t i = 0; i < n; ++i) tree.Set(i, 0.0);
+  EXPECT_EQ(tree.Total(), 0.0);  // recomputed from children, not accumulated
+  tree.Set(17, 1.0);
+  EXPECT_EQ(tree.Total(), 1.0);
+  EXPECT_EQ(tree.Draw(0.999999), 17);
+}
+
+TEST(SumTree, AnEmptyTreeDrawsNothing) {
+  SumTree tree(100, false);
+  EXPECT_EQ(tree.Draw(0.5), -1);
+  int64_t leaf = 0;
+  const double u = 0.5;
+  tree.DrawMany(&u, 1, &leaf);
+  EXPECT_EQ(leaf, -1);
+}
+
+TEST(SumTree, TinyWeightsBesideHugeOnesStayDrawable) {
+  SumTree tree(16, false);
+  tree.Set(3, 1e240);
+  tree.Set(9, 2.2250738585072014e-308);  // the smallest normal double
+  EXPECT_GT(tree.Get(9), 0.0);
+  EXPECT_TRUE(std::isfinite(tree.Total()));
+  // u = 0 lands on the first positive leaf; the tiny one sits after leaf 3.
+  EXPECT_EQ(tree.Draw(0.0), 3);
+}
+
+}  // namespace
+}  // namespace gearjax

@@ -1,0 +1,262 @@
+// Tests of the composed table: the slot lifecycle, removers, selection per
+// strategy, priority updates by key, the numeric contract, lazily created
+// selectors, and closing (memory released once nothing is inside).
+#include "core/table.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "core/limits.h"
+
+namespace gearjax {
+namespace {
+
+using namespace std::chrono_literals;
+
+TableSpec Spec(int64_t capacity, Remover remover = Remover::kFifo) {
+  TableSpec spec;
+  spec.name = "test";
+  spec.columns.push_back({"x", 4, std::vector<uint8_t>(4, 0)});
+  spec.capacity = capacity;
+  spec.max_length = 8;
+  spec.remover = remover;
+  return spec;
+}
+
+// Inserts a trajectory of `length` steps whose values are all `value`.
+int64_t Put(Table& table, int64_t length, double priority, int32_t value) {
+  std::vector<int32_t> data(static_cast<size_t>(length), value);
+  return table.Insert({data.data()}, length, priority);
+}
+
+std::vector<Draw> Sample(Table& table, Strategy strategy, int64_t batch, double alpha = 0,
+                         int64_t count = 0, uint32_t seed0 = 1) {
+  std::vector<Draw> draws(static_cast<size_t>(batch));
+  const uint32_t seed[2] = {seed0, 2};
+  table.Select({strategy, alpha, count, batch, 0}, seed, draws.data());
+  table.Release(draws.data(), batch);
+  return draws;
+}
+
+std::set<int64_t> Keys(const std::vector<Draw>& draws) {
+  std::set<int64_t> keys;
+  for (const Draw& d : draws) keys.insert(d.key);
+  return keys;
+}
+
+TEST(Table, KeysNameTheirSlotAndIncrease) {
+  Table table(Spec(3));
+  const int64_t a = Put(table, 2, 1, 0), b = Put(table, 2, 1, 1), c = Put(table, 2, 1, 2);
+  EXPECT_LT(a, b);
+  EXPECT_LT(b, c);
+  const int64_t d = Put(table, 2, 1, 3);  // evicts a (FIFO) and takes its slot
+  EXPECT_LT(c, d);
+  EXPECT_EQ(table.key_layout().Slot(d), table.key_layout().Slot(a));
+  EXPECT_EQ(table.key_layout().Sequence(d), 3);
+  EXPECT_EQ(table.GetStats().counters.next_sequence, 4);
+}
+
+TEST(Table, RemoversEvictTheirVictims) {
+  for (Remover remover : {Remover::kFifo, Remover::kLifo, Remover::kMinPriority}) {
+    Table table(Spec(3, remover));
+    const int64_t a = Put(table, 1, 5, 0), b = Put(table, 1, 1, 0), c = Put(table, 1, 9, 0);
+    Put(table, 1, 3, 0);
+    const std::vector<ItemInfo> items = table.PinItems();
+    std::set<int64_t> left;
+    std::vector<int64_t> slots;
+    for (const ItemInfo& i : items) {
+      left.insert(i.key);
+      slots.push_back(i.slot);
+    }
+    table.UnpinSlots(slots);
+    const int64_t evicted = remover == Remover::kFifo ? a : remover == Remover::kLifo ? c : b;
+    EXPECT_EQ(left.count(evicted), 0u) << static_cast<int>(remover);
+    EXPECT_EQ(left.size(), 3u);
+  }
+}
+
+TEST(Table, UpdatesReachOnlyLiveKeysOfTheCurrentOccupant) {
+  Table table(Spec(2));
+  const int64_t a = Put(table, 1, 1, 0);
+  Put(table, 1, 1, 0);
+  const int64_t c = Put(table, 1, 1, 0);  // evicts a, reuses its slot
+  const int64_t keys[] = {a, c, c, 12345};
+  const double priorities[] = {7.0, 2.0, 3.0, 1.0};
+  EXPECT_EQ(table.UpdatePriorities(keys, priorities, 4), 2);  // a is gone; c twice
+  const int64_t wanted[] = {c};
+  const std::vector<ItemInfo> items = table.PinItems(wanted, 1);
+  ASSERT_EQ(items.size(), 1u);
+  EXPECT_EQ(items[0].priority, 3.0);  // the later duplicate won
+  table.UnpinSlots({items[0].slot});
+}
+
+TEST(Table, PriorityContractIsCheckedBeforeAnythingChanges) {
+  Table table(Spec(4));
+  EXPECT_THROW(Put(table, 1, -1, 0), InvalidArgument);
+  EXPECT_THROW(Put(table, 1, NAN, 0), InvalidArgument);
+  EXPECT_THROW(Put(table, 1, INFINITY, 0), InvalidArgument);
+  EXPECT_THROW(Put(table, 1, 1e31, 0), InvalidArgument);
+  EXPECT_THROW(Put(table, 1, 4.9e-324, 0), InvalidArgument);  // subnormal
+  const int64_t key = Put(table, 1, kMaxPriority, 0);
+  EXPECT_EQ(table.GetStats().size, 1);
+  const int64_t keys[] = {key, key};
+  const double bad[] = {1.0, 5e-320};
+  EXPECT_THROW(table.UpdatePriorities(keys, bad, 2), InvalidArgument);
+  const std::vector<ItemInfo> items = table.PinItems();
+  EXPECT_EQ(items[0].priority, kMaxPriority);  // the valid first entry was not applied
+  table.UnpinSlots({items[0].slot});
+}
+
+TEST(Table, ExtremePrioritiesKeepProbabilitiesFinite) {
+  Table table(Spec(4));
+  Put(table, 1, kMaxPriority, 0);
+  const int64_t small = Put(table, 1, kMinPriority, 1);
+  for (const Draw& d : Sample(table, Strategy::kPrioritized, 64, kMaxAlpha)) {
+    EXPECT_TRUE(std::isfinite(d.probability));
+    EXPECT_GT(d.probability, 0.0f);
+    EXPECT_NE(d.key, small);  // drawable in principle, improbable in practice
+  }
+}
+
+TEST(Table, ZeroPriorityIsNeverDrawnAndAllZeroIsRefused) {
+  Table table(Spec(4));
+  const int64_t zero = Put(table, 1, 0, 0);
+  EXPECT_THROW(Sample(table, Strategy::kPrioritized, 4, 1.0), InvalidArgument);
+  EXPECT_TRUE(table.GetStats().alphas.empty());  // the refused sample took no place
+  Put(table, 1, 2, 0);
+  EXPECT_EQ(Keys(Sample(table, Strategy::kPrioritized, 64, 1.0)).count(zero), 0u);
+  EXPECT_EQ(Keys(Sample(table, Strategy::kPrioritized, 64, 0.0)).count(zero), 1u);  // uniform
+}
+
+TEST(Table, AlphasTakeAPlaceOnlyWhenAdmittedAndAreBounded) {
+  Table table(Spec(4));
+  Put(table, 1, 1, 0);
+  for (int i = 0; i < kMaxPriorityTrees; ++i) Sample(table, Strategy::kPrioritized, 1, 0.1 * i);
+  Sample(table, Strategy::kPrioritized, 1, 0.0);  // an existing alpha: fine
+  EXPECT_THROW(Sample(table, Strategy::kPrioritized, 1, 3.0), InvalidArgument);
+  EXPECT_EQ(table.GetStats().alphas.size(), static_cast<size_t>(kMaxPriorityTrees));
+  EXPECT_THROW(Sample(table, Strategy::kPrioritized, 1, kMaxAlpha * 2), InvalidArgument);
+}
+
+TEST(Table, LazySelectorsMatchWhatWasInsertedBeforeThem) {
+  Table table(Spec(16));
+  std::vector<int64_t> keys;
+  for (int i = 0; i < 10; ++i) keys.push_back(Put(table, 1 + i % 8, 1 + i, i));
+  // Created now, filled from the live items; then kept up to date.
+  EXPECT_EQ(Keys(Sample(table, Strategy::kRecent, 200, 0, 2)),
+            (std::set<int64_t>{keys[8], keys[9]}));
+  EXPECT_EQ(Keys(Sample(table, Strategy::kTopK, 200, 0, 3)),
+            (std::set<int64_t>{keys[7], keys[8], keys[9]}));
+  const int64_t newest = Put(table, 1, 100, 0);
+  EXPECT_EQ(Keys(Sample(table, Strategy::kTopK, 200, 0, 1)), (std::set<int64_t>{newest}));
+  EXPECT_EQ(Keys(Sample(table, Strategy::kRecent, 200, 0, 1)), (std::set<int64_t>{newest}));
+  // A count beyond the size means all of them, never out of range.
+  EXPECT_EQ(Keys(Sample(table, Strategy::kRecent, 400, 0, int64_t{1} << 62)).size(), 11u);
+}
+
+TEST(Table, SameSeedSameStateSameDraws) {
+  Table table(Spec(16));
+  for (int i = 0; i < 12; ++i) Put(table, 1 + i % 8, 1 + i, i);
+  for (Strategy s : {Strategy::kUniform, Strategy::kTimestep, Strategy::kPrioritized,
+                     Strategy::kTopK, Strategy::kRecent}) {
+    const std::vector<Draw> a = Sample(table, s, 32, 0.7, 5), b = Sample(table, s, 32, 0.7, 5);
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_EQ(a[i].slot, b[i].slot);
+      ASSERT_EQ(a[i].start, b[i].start);
+    }
+  }
+}
+
+TEST(Table, AWriterWaitsForThePinsOfItsVictim) {
+  Table table(Spec(1));
+  Put(table, 4, 1, 1);
+  std::vector<Draw> draws(1);
+  const uint32_t seed[2] = {0, 0};
+  table.Select({Strategy::kUniform, 0, 0, 1, 0}, seed, draws.data());  // pins the only slot
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    Put(table, 4, 1, 2);
+    done = true;
+  });
+  std::this_thread::sleep_for(100ms);
+  EXPECT_FALSE(done.load()) << "the writer overwrote a pinned slot";
+  int32_t value;
+  std::memcpy(&value, table.StepPointer(0, draws[0].slot, 0), 4);
+  EXPECT_EQ(value, 1);
+  table.Release(draws.data(), 1);
+  writer.join();
+  EXPECT_TRUE(done.load());
+}
+
+TEST(Table, CloseWaitsForSamplesInsideThenReleasesTheMemory) {
+  Table table(Spec(4));
+  Put(table, 2, 1, 0);
+  std::vector<Draw> draws(2);
+  const uint32_t seed[2] = {0, 0};
+  table.Select({Strategy::kUniform, 0, 0, 2, 0}, seed, draws.data());
+  EXPECT_FALSE(table.Close(0.05));  // a sample is inside: nothing released yet
+  EXPECT_GT(table.GetStats().bytes_reserved, 0);
+  EXPECT_THROW(Put(table, 1, 1, 0), Closed);
+  EXPECT_THROW(Sample(table, Strategy::kUniform, 1), Closed);
+  std::thread finisher([&] {
+    std::this_thread::sleep_for(50ms);
+    table.Release(draws.data(), 2);
+  });
+  EXPECT_TRUE(table.Close(10.0));
+  finisher.join();
+  const Stats stats = table.GetStats();
+  EXPECT_EQ(stats.bytes_reserved, 0);
+  EXPECT_EQ(stats.size, 0);
+  EXPECT_THROW(table.PinItems(), Closed);
+  EXPECT_THROW(table.UpdatePriorities(nullptr, nullptr, 0), Closed);
+  EXPECT_TRUE(table.Close(0));  // idempotent
+}
+
+TEST(Table, CloseWakesBlockedSamplersAndWriters) {
+  TableSpec spec = Spec(2);
+  spec.limiter = {2, 0, -INFINITY, INFINITY, 30};  // MinSize(2), 30 s timeout
+  Table table(spec);
+  Put(table, 1, 1, 0);
+  std::atomic<int> woke{0};
+  std::thread sampler([&] {
+    try {
+      Sample(table, Strategy::kUniform, 1);
+    } catch (const Closed&) {
+      ++woke;
+    }
+  });
+  std::this_thread::sleep_for(50ms);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(table.Close(5));
+  sampler.join();
+  EXPECT_EQ(woke.load(), 1);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+}
+
+TEST(Table, RestoreChecksKeysSlotsAndCounters) {
+  Table table(Spec(4));
+  const KeyLayout& layout = table.key_layout();
+  std::vector<int32_t> data(1, 0);
+  EXPECT_THROW(table.Insert({data.data()}, 1, 1, layout.Key(0, 1), 2), InvalidArgument);
+  EXPECT_EQ(table.Insert({data.data()}, 1, 1, layout.Key(5, 2), 2), layout.Key(5, 2));
+  EXPECT_THROW(table.Insert({data.data()}, 1, 1, layout.Key(4, 1), 1), InvalidArgument);
+  EXPECT_THROW(table.RestoreState({7, 1, -1.0, 0, 0}, {0, 1, 3}), InvalidArgument);
+  EXPECT_THROW(table.RestoreState({7, 1, 0, 0, 0}, {0, 1}), InvalidArgument);
+  EXPECT_THROW(table.RestoreState({3, 1, 0, 0, 0}, {0, 1, 3}), InvalidArgument);
+  table.RestoreState({6, 1, 0, 0, 0}, {3, 1, 0});
+  EXPECT_EQ(table.key_layout().Sequence(Put(table, 1, 1, 0)), 6);
+  // The key space ends: a restored counter at its limit refuses the next insert.
+  Table full(Spec(4));
+  full.RestoreState({full.key_layout().max_sequence() + 1, 0, 0, 0, 0}, {3, 2, 1, 0});
+  EXPECT_THROW(Put(full, 1, 1, 0), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace gearjax

@@ -1,0 +1,176 @@
+// Test-only hooks, built into the extension only with GEARJAX_TESTING=ON
+// (scripts/test.sh): they let the GPU code paths run on machines without a
+// GPU.
+//  * Emulated GPU mapping: tables created while it is on get ordinary host
+//    memory that claims to be GPU-mapped at its own address, so the GPU
+//    selection's code, which only reads "device" addresses, runs on the CPU.
+//  * Emulated GPU memory: placement "device" gets real host memory handed
+//    out at an address with bit 62 set, which is not canonical on x86-64 or
+//    AArch64, so any host code that dereferences a "device" address instead of
+//    going through the copy hooks crashes rather than passing by accident.
+//  * The GPU selection (select_block.h) and gather (gather_block.h) code run
+//    on the CPU for a table given by handle, and the GPU-sample tickets taken
+//    and returned by hand (tests of the slot protocol).
+#include "testing/testing_module.h"
+
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/tuple.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <tuple>
+#include <vector>
+
+#include "core/gather_plan.h"
+#include "core/memory.h"
+#include "core/registry.h"
+#include "core/select_block.h"
+#include "core/table.h"
+#include "new_array.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace gearjax::testing {
+namespace {
+
+constexpr uintptr_t kEmulatedDeviceBit = uintptr_t{1} << 62;
+size_t emulated_free_bytes = 0;
+std::atomic<bool> emulated_copy_fails{false};  // copies into "device" memory throw
+
+// The host address behind an emulated device address.
+uint8_t* ToHost(const void* device) {
+  return reinterpret_cast<uint8_t*>(reinterpret_cast<uintptr_t>(device) & ~kEmulatedDeviceBit);
+}
+
+const DeviceMemory kEmulatedDeviceMemory{
+    [](size_t bytes) -> void* {
+      void* p = std::malloc(bytes);
+      return p == nullptr ? nullptr
+                          : reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) | kEmulatedDeviceBit);
+    },
+    [](void* device) { std::free(ToHost(device)); },
+    [](void* dst, const void* src, size_t n) {
+      if (emulated_copy_fails.load()) throw std::runtime_error("emulated GPU copy failure");
+      std::memcpy(ToHost(dst), src, n);
+    },
+    [](void* dst, const void* src, size_t n) { std::memcpy(dst, ToHost(src), n); },
+    []() { return emulated_free_bytes; }};
+
+const MappedAllocator kHostAsMapped{
+    [](size_t bytes, void** device) -> void* {
+      void* p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);  // like cudaHostAlloc
+      *device = p;
+      return p;
+    },
+    [](void* p) { std::free(p); }};
+
+std::shared_ptr<Table> Find(int64_t handle) { return LookUpTable(handle); }
+
+SampleRequest Request(int64_t batch, int strategy, double alpha, int64_t count, int64_t window) {
+  return {static_cast<Strategy>(strategy), alpha, count, batch, window};
+}
+
+// Samples like the CPU handler but gathers with the GPU kernel's block code
+// run on the CPU (EmulateGather): (keys, start, probability, table_size,
+// mask, timestep, [column bytes as uint8 [batch, width * step_bytes]]).
+nb::tuple EmulateGpuSample(int64_t handle, std::tuple<uint32_t, uint32_t> seed, int64_t batch,
+                           int strategy, double alpha, int64_t count, int64_t window,
+                           bool pad_left, int64_t threads) {
+  if (batch < 1 || threads < 1) throw InvalidArgument("batch and threads must be >= 1");
+  std::shared_ptr<Table> table = Find(handle);
+  const int64_t width = window == 0 ? table->spec().max_length : window;
+  const size_t b = static_cast<size_t>(batch), w = static_cast<size_t>(width);
+  NewArray<int64_t> keys({b}), table_size({b});
+  NewArray<int32_t> start({b}), timestep({b, w});
+  NewArray<float> probability({b});
+  NewArray<bool> mask({b, w});
+  SampleOutputs out{keys.data, start.data, probability.data, table_size.data,
+                    mask.data,  timestep.data, {}};
+  nb::list columns;
+  for (int c = 0; c < table->num_columns(); ++c) {
+    NewArray<uint8_t> column({b, w * static_cast<size_t>(table->step_bytes(c))});
+    columns.append(column.array);
+    out.columns.push_back(column.data);
+  }
+  const uint32_t words[2] = {std::get<0>(seed), std::get<1>(seed)};
+  std::vector<Draw> draws(batch);
+  // Plan first (it checks the column limit) so nothing is pinned on error.
+  // Host tables gather from their host memory, device tables from behind
+  // their emulated addresses.
+  const uint8_t* arena = table->on_device() ? ToHost(table->device_arena()) : table->arena_data();
+  GatherParams params = PlanGather(*table, draws.data(), batch, width, pad_left, out, arena);
+  table->Select(Request(batch, strategy, alpha, count, window), words, draws.data());
+  EmulateGather(params, threads);
+  table->Release(draws.data(), batch);
+  return nb::make_tuple(keys.array, start.array, probability.array, table_size.array,
+                        mask.array, timestep.array, columns);
+}
+
+// Runs the GPU selection's row code on the CPU, reading the selection state
+// through its "device" addresses (with the emulated mapping, the host ones):
+// (keys, start, probability, table_size, slots, lengths) for the same seed.
+nb::tuple EmulateGpuSelect(int64_t handle, std::tuple<uint32_t, uint32_t> seed, int64_t batch,
+                           int strategy, double alpha, int64_t count, int64_t window) {
+  if (batch < 1) throw InvalidArgument("batch must be >= 1");
+  std::shared_ptr<Table> table = Find(handle);
+  const size_t b = static_cast<size_t>(batch);
+  NewArray<int64_t> keys({b}), table_size({b}), slots({b}), lengths({b});
+  NewArray<int32_t> start({b});
+  NewArray<float> probability({b});
+  GpuSelection selection;
+  const uint64_t ticket =
+      table->BeginGpuSample(Request(batch, strategy, alpha, count, window), &selection);
+  const uint32_t words[2] = {std::get<0>(seed), std::get<1>(seed)};
+  for (int64_t i = 0; i < batch; ++i) {
+    const Draw d = SelectRow(selection, words, window, i);
+    keys.data[i] = d.key;
+    start.data[i] = static_cast<int32_t>(d.start);
+    probability.data[i] = d.probability;
+    table_size.data[i] = d.table_size;
+    slots.data[i] = d.slot;
+    lengths.data[i] = d.length;
+  }
+  table->EndGpuSample(ticket);
+  return nb::make_tuple(keys.array, start.array, probability.array, table_size.array,
+                        slots.array, lengths.array);
+}
+
+}  // namespace
+
+void DefineModule(nb::module_ m) {
+  m.def("emulate_gpu_mapping", [](bool on) { SetMappedAllocator(on ? &kHostAsMapped : nullptr); },
+        "on"_a, "Tables created while on get host memory that claims to be GPU-mapped.");
+  m.def(
+      "emulate_device_memory",
+      [](bool on, size_t free_bytes, bool copies_fail) {
+        emulated_free_bytes = free_bytes;
+        emulated_copy_fails.store(copies_fail);
+        SetDeviceMemory(on ? &kEmulatedDeviceMemory : nullptr);
+      },
+      "on"_a, "free_bytes"_a = 0, "copies_fail"_a = false,
+      "Tables created while on may take placement 'device' in emulated GPU memory reporting "
+      "`free_bytes` free; with `copies_fail`, every copy into it throws.");
+  m.def(
+      "begin_gpu_sample",
+      [](int64_t handle, int64_t batch, int strategy, double alpha, int64_t count, int64_t window) {
+        std::shared_ptr<Table> table = Find(handle);
+        GpuSelection selection;
+        nb::gil_scoped_release release;
+        return table->BeginGpuSample(Request(batch, strategy, alpha, count, window), &selection);
+      },
+      "handle"_a, "batch"_a, "strategy"_a, "alpha"_a = 0.0, "count"_a = 0, "window"_a = 1);
+  m.def(
+      "end_gpu_sample",
+      [](int64_t handle, uint64_t ticket) { Find(handle)->EndGpuSample(ticket); }, "handle"_a,
+      "ticket"_a);
+  m.def("emulate_gpu_select", &EmulateGpuSelect, "handle"_a, "seed"_a, "batch"_a, "strategy"_a,
+        "alpha"_a, "count"_a, "window"_a);
+  m.def("emulate_gpu_sample", &EmulateGpuSample, "handle"_a, "seed"_a, "batch"_a, "strategy"_a,
+        "alpha"_a, "count"_a, "window"_a, "pad_left"_a, "threads"_a);
+}
+
+}  // namespace gearjax::testing
