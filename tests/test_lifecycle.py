@@ -1,0 +1,142 @@
+"""Lifecycle: close() frees a table's memory once the samples already inside it
+have finished, even while compiled functions that sampled it are alive; a
+table nobody holds is freed at once (no reference cycle); compiled programs
+that touch a closed table fail naming it; what happens to compiled functions
+after Table.load (they keep the table they were traced with)."""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+import time
+import weakref
+
+import jax
+import numpy as np
+import pytest
+
+import gearjax as gx
+
+COLUMNS = {"x": gx.Column((1024,), "float32")}  # 4 KiB a step
+MB = 1 << 20
+
+
+def resident_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def big_table(name="big") -> gx.Table:
+    """A 256 MiB table, filled so its memory is really resident."""
+    table = gx.Table(COLUMNS, capacity=64, max_length=1024, name=name, placement="host")
+    block = np.ones((1024, 1024), np.float32)
+    for _ in range(64):
+        table.insert({"x": block})
+    return table
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads Linux's /proc")
+def test_close_frees_the_memory_while_a_jitted_function_that_sampled_it_is_alive():
+    table = big_table()
+    sample = jax.jit(lambda k: table.sample(k, 8, 16)["x"].sum())  # holds `table`
+    sample(jax.random.key(0)).block_until_ready()
+    before = resident_bytes()
+    table.close()
+    assert table.stats()["bytes_reserved"] == 0
+    assert before - resident_bytes() > 200 * MB, "close() left the table resident"
+    assert sample is not None  # the function (and the Table object) are still alive
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads Linux's /proc")
+def test_a_table_nobody_holds_is_freed_at_once_without_the_cycle_collector():
+    gc.disable()
+    try:
+        table = big_table()
+        table.sample(jax.random.key(0), 4, 8)  # eager sampling compiles and caches a program
+        ref = weakref.ref(table)
+        before = resident_bytes()
+        del table
+        assert ref() is None, "a reference cycle keeps the table alive"
+        assert before - resident_bytes() > 200 * MB
+    finally:
+        gc.enable()
+
+
+def test_programs_compiled_against_a_closed_table_fail_naming_it():
+    table = gx.Table({"x": gx.Column((), "float32")}, 4, 4, name="replay")
+    table.insert({"x": np.zeros(2)})
+    sample = jax.jit(lambda k: table.sample(k, 2).keys)
+    sample(jax.random.key(0)).block_until_ready()
+    handle = table.handle
+    table.close()
+    with pytest.raises(Exception, match=rf"table 'replay' \(handle {handle}\) is closed"):
+        sample(jax.random.key(1)).block_until_ready()
+    with pytest.raises(RuntimeError, match="'replay'.*closed"):
+        table.sample(jax.random.key(1), 2)
+
+
+def test_close_waits_for_a_sample_inside_then_frees():
+    """A sample blocked on the rate limiter is inside the table: close() wakes it
+    (it fails, naming the close), and frees the memory once it has left."""
+    limiter = gx.MinSize(3, timeout=30.0)
+    table = gx.Table({"x": gx.Column((), "float32")}, 4, 4, rate_limiter=limiter, name="limited")
+    table.insert({"x": np.zeros(2)})
+    errors = []
+
+    def blocked():
+        try:
+            jax.block_until_ready(table.sample(jax.random.key(0), 1))
+        except Exception as e:  # noqa: BLE001 - the error is what we check
+            errors.append(e)
+
+    thread = threading.Thread(target=blocked)
+    thread.start()
+    time.sleep(0.3)  # the sample waits for a third trajectory
+    start = time.perf_counter()
+    table.close()
+    thread.join(10)
+    assert time.perf_counter() - start < 10
+    assert len(errors) == 1 and "closed" in str(errors[0])
+    assert table.stats()["bytes_reserved"] == 0
+
+
+def test_close_is_idempotent_and_everything_after_it_is_refused():
+    table = gx.Table({"x": gx.Column((), "float32")}, 4, 4)
+    table.insert({"x": np.zeros(1)})
+    table.close()
+    table.close()
+    for call in (lambda: table.insert({"x": np.zeros(1)}), lambda: table.contents(),
+                 lambda: table.get(0), lambda: table.update_priorities([0], [1.0]),
+                 lambda: table.sample(jax.random.key(0), 1), lambda: table.save("/tmp/x.gx")):
+        with pytest.raises(RuntimeError, match="closed"):
+            call()
+    assert table.closed and "closed" in repr(table)
+
+
+def test_functions_compiled_against_a_table_keep_it_after_load(tmp_path):
+    """What the README prescribes after Table.load: programs keep the table they
+    were traced with; re-create the jitted function, or pass the table as a
+    static argument so each table gets its own trace."""
+    old = gx.Table({"x": gx.Column((), "float32")}, 8, 4, name="old")
+    for i in range(3):
+        old.insert({"x": np.full(2, float(i))})
+    old.save(tmp_path / "t.gx")
+    closure = jax.jit(lambda k: old.sample(k, 4).keys)
+    static = jax.jit(lambda t, k: t.sample(k, 4)["x"].sum(), static_argnums=0)
+    closure(jax.random.key(0)).block_until_ready()
+    static(old, jax.random.key(0)).block_until_ready()
+
+    new = gx.Table.load(tmp_path / "t.gx")
+    assert new.handle != old.handle and new.name == "old"
+    new.insert({"x": np.full(2, 100.0)})  # the loaded table moves on
+    old_samples = old.stats()["samples"]
+    closure(jax.random.key(1)).block_until_ready()
+    assert old.stats()["samples"] == old_samples + 4  # still the old table
+    assert float(static(new, jax.random.key(2))) == \
+        float(jax.jit(lambda k: new.sample(k, 4)["x"].sum())(jax.random.key(2)))
+    old.close()
+    with pytest.raises(Exception, match="table 'old'.*is closed"):
+        closure(jax.random.key(3)).block_until_ready()
+    assert static(new, jax.random.key(4)).shape == ()  # the loaded table's trace still works
+    new.close()
