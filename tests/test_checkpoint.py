@@ -7,7 +7,11 @@ import io
 import json
 import os
 import pathlib
+import signal
 import struct
+import subprocess
+import sys
+import time
 import zipfile
 
 import jax
@@ -465,3 +469,165 @@ def test_a_missing_path_raises_file_not_found(tmp_path):
     for path in (tmp_path / "nope.gx", tmp_path / "no" / "such" / "dir.gx"):
         with pytest.raises(FileNotFoundError):
             gx.Table.load(path)
+
+
+# ------------------------------------------------------------ hostile input
+
+
+def _huge_npy_header(dtype: str, count: int) -> bytes:
+    """A .npy file whose header declares `count` entries but holds none."""
+    out = io.BytesIO()
+    np.lib.format.write_array_header_1_0(out, {"descr": dtype, "fortran_order": False,
+                                               "shape": (count,)})
+    return out.getvalue()
+
+
+HOSTILE = {
+    # Declared sizes far beyond the file, with valid checksums: refused before
+    # anything of that size is allocated.
+    "keys-declare-2**40": lambda items: items.update({"keys.npy": _huge_npy_header("<i8", 2**40)}),
+    "free-slots-declare-2**50": lambda items: items.update(
+        {"free_slots.npy": _huge_npy_header("<i8", 2**50)}),
+    "capacity-2**40": _meta(lambda m: m.update(capacity=2**40)),
+    "capacity-a-float": _meta(lambda m: m.update(capacity=8.0)),
+    "max-length-2**40": _meta(lambda m: m.update(max_length=2**40)),
+    "num-items-negative": _meta(lambda m: m.update(num_items=-1)),
+    "column-shape-2**40": _meta(lambda m: m["columns"][0].update(shape=[2**40])),
+    "meta-of-20-MB": lambda items: items.update({"meta.json": b" " * (20 << 20) + b"{}"}),
+    # Counters that are not finite non-negative integers.
+    "samples-nan": _meta(lambda m: m["counters"].update(samples=float("nan"))),
+    "samples-infinite": _meta(lambda m: m["counters"].update(samples=float("inf"))),
+    "samples-negative": _meta(lambda m: m["counters"].update(samples=-1.0)),
+    "inserts-negative": _meta(lambda m: m["counters"].update(inserts=-5)),
+    "evictions-a-string": _meta(lambda m: m["counters"].update(evictions="7")),
+    "updates-a-bool": _meta(lambda m: m["counters"].update(priority_updates=True)),
+    "next-sequence-2**70": _meta(lambda m: m["counters"].update(next_sequence=2**70)),
+    "next-sequence-beyond-the-key-space": _meta(
+        lambda m: m["counters"].update(next_sequence=2**62)),
+    "priority-above-1e30": lambda items: items.update(
+        {"priorities.npy": _npy(np.array([1.0, 1e31, 1.0, 1.0]))}),
+    "priority-subnormal": lambda items: items.update(
+        {"priorities.npy": _npy(np.array([1.0, 5e-324, 1.0, 1.0]))}),
+    "key-naming-another-slot": lambda items: items.update(
+        {"keys.npy": _npy(np.load(io.BytesIO(items["keys.npy"])) ^ 1)}),
+    "name-not-a-string": _meta(lambda m: m.update(name=["x"])),
+}
+
+
+@pytest.mark.parametrize("tamper", list(HOSTILE))
+def test_hostile_contents_with_valid_checksums_are_refused(tmp_path, checkpoint, tamper):
+    _, original, _ = checkpoint
+    items = dict(original)
+    HOSTILE[tamper](items)
+    path = tmp_path / "hostile.gx"
+    _rezip(path, items)
+    with pytest.raises(gx.CheckpointError):
+        gx.Table.load(path)
+
+
+def test_compressed_members_are_refused(tmp_path, checkpoint):
+    """Checkpoints store members uncompressed; a compressed one could be a zip bomb."""
+    _, original, _ = checkpoint
+    path = tmp_path / "deflated.gx"
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for name, content in original.items():
+            zf.writestr(name, content)
+    with pytest.raises(gx.CheckpointError, match="compressed"):
+        gx.Table.load(path)
+
+
+@pytest.mark.parametrize("path", ["/dev/zero", "/dev/urandom", "/dev/null", "/tmp"])
+def test_paths_that_are_not_regular_files_are_refused_without_reading_them(path):
+    if not os.path.exists(path):
+        pytest.skip(f"{path} does not exist here")
+    with pytest.raises(gx.CheckpointError, match="not a regular file"):
+        gx.Table.load(path)
+
+
+def test_a_fifo_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "pipe.gx"
+    os.mkfifo(fifo)
+    with pytest.raises(gx.CheckpointError, match="not a regular file"):
+        gx.Table.load(fifo)
+
+
+def _v1(original: dict[str, bytes]) -> dict[str, bytes]:
+    """The same checkpoint in format version 1 (gearjax 0.1): keys were sequence
+    numbers, the counter was next_key."""
+    items = dict(original)
+    meta = json.loads(items["meta.json"])
+    bits = (meta["capacity"] - 1).bit_length()
+    keys = np.load(io.BytesIO(items["keys.npy"]))
+    items["keys.npy"] = _npy(keys >> bits)
+    meta["version"] = 1
+    meta["counters"]["next_key"] = meta["counters"].pop("next_sequence")
+    meta.pop("name")
+    items["meta.json"] = json.dumps(meta).encode()
+    return items
+
+
+def test_a_version_1_checkpoint_loads_with_its_keys_in_the_new_layout(tmp_path, checkpoint):
+    _, original, _ = checkpoint
+    _rezip(tmp_path / "v2.gx", original)
+    _rezip(tmp_path / "v1.gx", _v1(original))
+    v1, v2 = gx.Table.load(tmp_path / "v1.gx"), gx.Table.load(tmp_path / "v2.gx")
+    np.testing.assert_equal(v1.contents(), v2.contents())
+    assert v1.stats()["next_sequence"] == v2.stats()["next_sequence"]
+    for key in v2.contents()["key"]:
+        np.testing.assert_equal(v1.get(int(key)), v2.get(int(key)))
+
+
+def _temporaries(directory) -> list[str]:
+    return sorted(n for n in os.listdir(directory) if n.endswith(".tmp"))
+
+
+def test_a_save_killed_mid_write_leaves_an_orphan_that_the_next_save_or_load_removes(tmp_path):
+    """A real SIGKILL in the middle of writing a 100 MB checkpoint."""
+    path = tmp_path / "big.gx"
+    script = tmp_path / "save.py"
+    script.write_text(
+        "import numpy as np, gearjax as gx, sys\n"
+        "t = gx.Table({'x': gx.Column((1024,), 'float32')}, 100, 256, placement='host')\n"
+        "for _ in range(100):\n"
+        "    t.insert({'x': np.ones((256, 1024), np.float32)})\n"
+        "print('saving', flush=True)\n"
+        f"while True:\n    t.save({str(path)!r})\n")
+    process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout.readline().strip() == "saving"
+        deadline = time.monotonic() + 60
+        while not _temporaries(tmp_path) and time.monotonic() < deadline:
+            time.sleep(0.002)
+        process.send_signal(signal.SIGKILL)
+    finally:
+        process.wait(30)
+    if not _temporaries(tmp_path):
+        pytest.skip("the save finished between two looks; no orphan to clean up this time")
+    orphans = _temporaries(tmp_path)
+    assert str(process.pid) in orphans[0]  # named after the writer
+    if path.exists():  # an earlier save completed: atomicity kept it whole
+        assert len(gx.Table.load(path)) == 100
+    else:
+        table, _ = build(capacity=4, inserts=2)
+        table.save(path)
+    assert _temporaries(tmp_path) == [], "the orphan was not removed"
+
+
+def test_temporaries_of_a_live_writer_are_left_alone(tmp_path):
+    path = tmp_path / "t.gx"
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        live = tmp_path / f".t.gx.{sleeper.pid}.abcd.tmp"
+        dead = tmp_path / ".t.gx.999999999.efgh.tmp"  # no such process
+        live.write_bytes(b"partial")
+        dead.write_bytes(b"partial")
+        table, _ = build(capacity=4, inserts=2)
+        table.save(path)
+        assert live.exists() and not dead.exists()
+        other = tmp_path / ".other.gx.999999999.ijkl.tmp"  # another checkpoint's: not ours
+        other.write_bytes(b"partial")
+        gx.Table.load(path)
+        assert other.exists()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
