@@ -189,8 +189,11 @@ class Table:
 
     def contents(self) -> dict[str, np.ndarray]:
         """A consistent snapshot of what is stored, in key (insertion) order:
-        ``{"key": int64[N], "length": int64[N], "priority": float64[N]}``."""
+        ``{"key": int64[N], "length": int64[N], "priority": float64[N]}``.
+        Waits first for the table calls of programs this thread has dispatched
+        (so it sees what they did)."""
         self._check_open()
+        _ffi.wait_for_dispatched_calls()
         keys, slots, lengths, priorities = self._native.pin_items()
         self._native.unpin_slots(slots)
         return {"key": keys, "length": lengths, "priority": priorities}
@@ -198,10 +201,12 @@ class Table:
     def get(self, key: int) -> dict[str, np.ndarray]:
         """A copy of the stored trajectory ``key`` (column -> ``[T, *shape]``).
         Raises TypeError unless ``key`` is an integer, KeyError if no
-        trajectory with that key is stored."""
+        trajectory with that key is stored. Waits first for the table calls of
+        programs this thread has dispatched, like ``contents``."""
         if isinstance(key, (bool, np.bool_)) or not isinstance(key, (int, np.integer)):
             raise TypeError(f"a key is an integer, got {key!r}")
         self._check_open()
+        _ffi.wait_for_dispatched_calls()
         if not 0 <= int(key) <= _checks.INT64_MAX:
             raise KeyError(f"no trajectory with key {key} is stored")
         _, slots, lengths, _ = self._native.pin_items(np.array([key], dtype=np.int64))
@@ -513,8 +518,11 @@ class Table:
 
     # ------------------------------------------------------------ persistence
     def save(self, path: str | os.PathLike) -> None:
-        """Writes a checkpoint atomically; see :mod:`gearjax.checkpoint`."""
+        """Writes a checkpoint atomically; see :mod:`gearjax.checkpoint`. Waits
+        first for the table calls of programs this thread has dispatched, like
+        ``contents``."""
         self._check_open()
+        _ffi.wait_for_dispatched_calls()
         header = {
             "name": self.name,
             "columns": [{"name": n, **c.to_json()} for n, c in self._columns.items()],
@@ -571,8 +579,10 @@ class _SampleSpec:
                                              "ordered"))
 def _sample(rng_key, *, spec: _SampleSpec, batch_size: int, window: int | None,
             strategy: Strategy, pad: str, ordered: bool) -> Batch:
-    # One 64-bit seed; the native core expands it per row (Philox4x32-10).
-    seed = jax.random.bits(rng_key, (2,), jnp.uint32)
+    # The key's own 64 bits seed Philox4x32-10, which the native core expands
+    # per row: no random numbers are computed in XLA (the key is a threefry
+    # output already; other key kinds are hashed to two words first).
+    seed = _seed_words(rng_key)
     keys, start, probability, table_size, mask, timestep, *columns = _ffi.sample_call(
         seed, handle=spec.handle, batch=batch_size, strategy=strategy.code,
         alpha=strategy.alpha, count=min(strategy.count, spec.capacity),
@@ -581,6 +591,16 @@ def _sample(rng_key, *, spec: _SampleSpec, batch_size: int, window: int | None,
     return Batch(columns={n: c for (n, _, _), c in zip(spec.columns, columns)}, mask=mask,
                  timestep=timestep, keys=keys, start=start, probability=probability,
                  table_size=table_size)
+
+
+def _seed_words(key: jax.Array) -> jax.Array:
+    """uint32[2] from a PRNG key: its data when it is two words (threefry keys,
+    typed or legacy), else two words drawn from it."""
+    data = jax.random.key_data(key) if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) \
+        else key
+    if data.shape == (2,) and data.dtype == jnp.uint32:
+        return data
+    return jax.random.bits(key, (2,), jnp.uint32)
 
 
 def _check_rng_key(key: Any) -> None:

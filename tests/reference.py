@@ -54,8 +54,9 @@ def assert_emulated_gpu_sample_equals(table: gx.Table, key, batch: gx.Batch, str
     import jax.numpy as jnp
 
     from gearjax import _gearjax
+    from gearjax.table import _seed_words as seed_words
 
-    seed = np.asarray(jax.random.bits(key, (2,), jnp.uint32))
+    seed = np.asarray(seed_words(key))
     *fixed, columns = _gearjax.testing.emulate_gpu_sample(
         table.handle, (int(seed[0]), int(seed[1])), len(batch.keys), strategy.code,
         strategy.alpha, min(strategy.count, table.capacity), window or 0, pad == "left", threads)

@@ -265,3 +265,17 @@ def test_an_error_in_one_program_does_not_fail_the_next(table):
         gx.clear_errors()  # (any Table method does it too)
         assert good(jax.random.key(1)).shape == (2,)
     assert gx.clear_errors() is False  # nothing to clear when nothing failed
+
+
+def test_contents_get_and_save_see_what_dispatched_programs_did(table, tmp_path):
+    zero = jax.jit(lambda k: table.update_priorities(k, jnp.zeros(k.shape[0])))
+    keys = jnp.asarray(table.contents()["key"])
+    for _ in range(20):  # dispatched, not waited for: contents() must wait
+        table.update_priorities(np.asarray(keys), np.ones(N))
+        zero(keys)
+        assert (table.contents()["priority"] == 0).all()
+    inserted = jax.jit(lambda: table.insert_batch({"x": jnp.full((1, 1, 2), 7.0)},
+                                                  jnp.array([1])))()
+    table.save(tmp_path / "t.gx")  # waits too: the checkpoint holds the insert
+    assert gx.Table.load(tmp_path / "t.gx").stats()["inserts"] == N + 1
+    assert table.get(int(inserted[0]))["x"].tolist() == [[7.0, 7.0]]

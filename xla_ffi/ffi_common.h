@@ -67,18 +67,15 @@ inline bool ReadKeys(xla::ffi::DataType type, const void* data, size_t n,
 // threads treat subnormal inputs as zero, so a plain conversion would turn a
 // small positive priority into 0.
 inline double Float32ToDouble(uint32_t bits) {
-  const bool negative = bits >> 31;
-  const int exponent = static_cast<int>((bits >> 23) & 0xff);
   const uint32_t mantissa = bits & 0x7fffff;
-  double magnitude;
-  if (exponent == 0xff) {
-    magnitude = mantissa != 0 ? NAN : INFINITY;
-  } else if (exponent == 0) {
-    magnitude = std::ldexp(static_cast<double>(mantissa), -149);  // subnormal: exact, normal double
-  } else {
-    magnitude = std::ldexp(static_cast<double>(mantissa | 0x800000), exponent - 150);
+  if ((bits & 0x7f800000) != 0 || mantissa == 0) {  // normal, zero, inf or NaN: exact as is
+    float value;
+    std::memcpy(&value, &bits, sizeof(value));
+    return static_cast<double>(value);
   }
-  return negative ? -magnitude : magnitude;
+  // Subnormal: mantissa * 2^-149, built from integers and a normal factor.
+  const double magnitude = static_cast<double>(mantissa) * 0x1p-149;
+  return (bits >> 31) ? -magnitude : magnitude;
 }
 
 // Reads n priorities (float32 or float64) into double; false for other
@@ -254,10 +251,12 @@ inline void InsertBatchRows(Table& table, int64_t rows, int64_t steps,
                             std::to_string(lengths[i]) + ", outside [1, " +
                             std::to_string(steps) + "]; nothing was inserted");
     }
-    try {
-      CheckPriority(priorities[i], "the priority of trajectory " + std::to_string(i));
-    } catch (const InvalidArgument& e) {
-      throw InvalidArgument(std::string(e.what()) + "; nothing was inserted");
+    if (!ValidPriority(priorities[i])) {
+      try {
+        CheckPriority(priorities[i], "the priority of trajectory " + std::to_string(i));
+      } catch (const InvalidArgument& e) {
+        throw InvalidArgument(std::string(e.what()) + "; nothing was inserted");
+      }
     }
   }
   std::vector<ColumnCopy> copies(num_columns);

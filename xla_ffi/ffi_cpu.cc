@@ -50,11 +50,11 @@ struct GatherJob {
   }
 };
 
-void GatherParallel(ffi::ThreadPool& pool, int64_t rows, int64_t bytes,
-                    std::function<void(int64_t, int64_t)> run_rows) {
+template <typename RunRows>
+void GatherParallel(ffi::ThreadPool& pool, int64_t rows, int64_t bytes, RunRows&& run_rows) {
   const int64_t threads = pool.num_threads();
   if (threads <= 1 || bytes < kParallelMinBytes || rows < 2) {
-    run_rows(0, rows);
+    run_rows(0, rows);  // called directly: no std::function, no allocation
     return;
   }
   // The caller works too, so threads - 1 helpers keep every core busy without
@@ -67,7 +67,7 @@ void GatherParallel(ffi::ThreadPool& pool, int64_t rows, int64_t bytes,
   job->num_chunks = std::clamp<int64_t>(bytes / kBytesPerChunk, tasks, rows);
   job->rows_per_chunk = (rows + job->num_chunks - 1) / job->num_chunks;
   job->num_chunks = (rows + job->rows_per_chunk - 1) / job->rows_per_chunk;
-  job->run_rows = std::move(run_rows);
+  job->run_rows = run_rows;
   for (int64_t t = 1; t < tasks; ++t) pool.Schedule([job] { job->Work(); });
   job->Work();
   for (int64_t done = job->done_chunks.load(); done < job->num_chunks;
@@ -96,13 +96,19 @@ ffi::Error Sample(ffi::ThreadPool& pool, const ffi::Buffer<ffi::U32>& seed,
     int64_t row_bytes = 0;
     for (int c = 0; c < table->num_columns(); ++c) row_bytes += width * table->step_bytes(c);
 
-    std::vector<Draw> draws(batch);
+    // Reused by every sample on this thread: no allocation per call. Named
+    // through a reference, so the gather's pool threads below reach this
+    // thread's buffer, not their own thread_local one.
+    thread_local std::vector<Draw> scratch;
+    std::vector<Draw>& draws = scratch;
+    draws.resize(static_cast<size_t>(batch));
     table->Select(request, seed.typed_data(), draws.data());
     struct Unpin {
       Table& table;
       const std::vector<Draw>& draws;
-      ~Unpin() { table.Release(draws.data(), static_cast<int64_t>(draws.size())); }
-    } unpin{*table, draws};
+      int64_t count;
+      ~Unpin() { table.Release(draws.data(), count); }
+    } unpin{*table, draws, batch};
     GatherParallel(pool, batch, batch * row_bytes, [&](int64_t begin, int64_t end) {
       GatherRows(*table, draws.data(), begin, end, width, pad_left != 0, out);
     });
@@ -144,8 +150,9 @@ ffi::Error UpdatePrioritiesImpl(ffi::Token, ffi::AnyBuffer keys, ffi::AnyBuffer 
                                 ffi::Result<ffi::Buffer<ffi::S32>> updated, int64_t table_handle) {
   try {
     std::shared_ptr<Table> table = LookUpTable(table_handle);
-    std::vector<int64_t> key_values;
-    std::vector<double> priority_values;
+    // Reused by every update on this thread: no allocation per call.
+    thread_local std::vector<int64_t> key_values;
+    thread_local std::vector<double> priority_values;
     if (!ReadKeys(keys, key_values)) return Fail("keys must be int32, uint32 or int64");
     if (!ReadPriorities(priorities, priority_values)) {
       return Fail("priorities must be float32 or float64");

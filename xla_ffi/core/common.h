@@ -1,5 +1,5 @@
-// Shared definitions for the gearjax native core: error types and the
-// host/device annotation used by code that CPU and CUDA handlers both compile.
+// Shared definitions for the gearjax native core: error types, and the
+// host/device annotations used by code that CPU and CUDA handlers both compile.
 #pragma once
 
 #include <stdexcept>
@@ -7,8 +7,10 @@
 
 #if defined(__CUDACC__)
 #define GEARJAX_HD __host__ __device__ __forceinline__
+#define GEARJAX_UNROLL _Pragma("unroll")
 #else
 #define GEARJAX_HD inline
+#define GEARJAX_UNROLL _Pragma("GCC unroll 16")
 #endif
 
 namespace gearjax {

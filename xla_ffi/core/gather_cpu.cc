@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "prefetch.h"
 #include "window.h"
 
 namespace gearjax {
@@ -33,7 +34,7 @@ void FillPad(uint8_t* dst, int64_t steps, const ColumnSpec& column, bool one_byt
 // of each of their windows: enough for the row-start cache misses of small
 // windows to overlap instead of running one after another; for large windows
 // the hardware prefetcher takes over after the first lines.
-constexpr int64_t kPrefetchRows = 8;
+constexpr int64_t kPrefetchRows = 4;
 constexpr int64_t kPrefetchBytes = 4096;
 constexpr int64_t kCacheLine = 64;
 
@@ -43,7 +44,7 @@ void PrefetchWindow(const Table& table, const Draw& d, int64_t width) {
     const uint8_t* src = table.StepPointer(c, d.slot, d.start);
     const int64_t bytes = std::min(valid * table.step_bytes(c), kPrefetchBytes);
     for (int64_t offset = 0; offset < bytes; offset += kCacheLine) {
-      __builtin_prefetch(src + offset, 0, 0);
+      PrefetchForRead(src + offset);
     }
   }
 }

@@ -22,6 +22,7 @@ GEARJAX_HD Words4 Philox4x32x10(Words4 counter, uint32_t key0, uint32_t key1) {
   constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
   constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
   uint32_t* c = counter.w;
+  GEARJAX_UNROLL
   for (int round = 0; round < 10; ++round) {
     if (round > 0) {
       key0 += kW0;
@@ -37,12 +38,20 @@ GEARJAX_HD Words4 Philox4x32x10(Words4 counter, uint32_t key0, uint32_t key1) {
   return counter;
 }
 
+// Four random words of sampled row `row`, attempt `attempt`: the counter is
+// (row, attempt), so every row and every retry of a row (see uniform.h) gets
+// its own words.
+GEARJAX_HD Words4 AttemptWords(const uint32_t seed[2], int64_t row, uint32_t attempt) {
+  const uint64_t r = static_cast<uint64_t>(row);
+  return Philox4x32x10(
+      Words4{{static_cast<uint32_t>(r), static_cast<uint32_t>(r >> 32), attempt, 0}}, seed[0],
+      seed[1]);
+}
+
 // The four random words of sampled row `row`: two for the trajectory draw
 // (53-bit uniform) and two for the window start (64-bit integer draw).
 GEARJAX_HD Words4 RowWords(const uint32_t seed[2], int64_t row) {
-  const uint64_t r = static_cast<uint64_t>(row);
-  return Philox4x32x10(Words4{{static_cast<uint32_t>(r), static_cast<uint32_t>(r >> 32), 0, 0}},
-                       seed[0], seed[1]);
+  return AttemptWords(seed, row, 0);
 }
 
 // A uniform double in [0, 1) from 53 of the 64 bits in (hi, lo).

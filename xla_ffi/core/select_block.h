@@ -1,7 +1,7 @@
 // GPU-side selection for Uniform, Timestep and Prioritized, written once for
 // nvcc and the host compiler: row b expands the device-resident seed with
-// Philox, descends the strategy's sum tree and reads the slot's key and
-// length. It computes
+// Philox, draws a slot (uniform.h's rejection draw for Uniform, a sum-tree
+// descent otherwise) and reads the slot's key and length. It computes
 // exactly what Table::Select computes on the host for the same seed and the
 // same table state, so the CPU emulator (xla_ffi/testing) checks it against
 // the CPU handler bit for bit.
@@ -22,10 +22,15 @@ GEARJAX_HD Draw SelectRow(const GpuSelection& s, const uint32_t seed[2], int64_t
   const Words4 words = RowWords(seed, b);
   const double u = UniformFromBits(words.w[0], words.w[1]);
   Draw d;
-  d.slot = SumTreeDraw(s.tree, u);
-  d.probability = d.slot < 0 ? 0.0f
-                             : static_cast<float>(SumTreeWeight(s.tree, d.slot) /
-                                                  SumTreeTotal(s.tree));
+  if (s.uniform) {
+    d.slot = UniformDraw(s.live, seed, b, u);
+    d.probability = static_cast<float>(1.0 / static_cast<double>(s.table_size));
+  } else {
+    d.slot = SumTreeDraw(s.tree, u);
+    d.probability = d.slot < 0 ? 0.0f
+                               : static_cast<float>(SumTreeWeight(s.tree, d.slot) /
+                                                    SumTreeTotal(s.tree));
+  }
   // A tree read while the host changes it may yield no leaf (see SumTreeDraw);
   // the row then reads slot 0's record and reports probability 0.
   const SlotInfo& info = s.info[d.slot < 0 ? 0 : d.slot];

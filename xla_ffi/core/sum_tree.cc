@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "common.h"
+#include "prefetch.h"
 
 namespace gearjax {
 namespace {
@@ -34,14 +35,6 @@ int64_t PlannedNodes(int64_t leaves) {
   return Plan(leaves, &levels, offsets);
 }
 
-// The sum of one line in a fixed order (pairwise: the same result on every
-// machine, and fewer dependent additions than left to right).
-double LineSum(const double* c) {
-  return ((c[0] + c[1]) + (c[2] + c[3])) + ((c[4] + c[5]) + (c[6] + c[7]));
-}
-
-void Prefetch(const void* p) { __builtin_prefetch(p, 0, 3); }
-
 }  // namespace
 
 SumTree::SumTree(int64_t num_leaves, bool gpu_mapped)
@@ -59,7 +52,7 @@ SumTreeView SumTree::View(const double* nodes) const {
 }
 
 void SumTree::Recompute(int level, int64_t node) {
-  nodes_[offsets_[level] + node] = LineSum(&nodes_[offsets_[level - 1] + node * kFanout]);
+  nodes_[offsets_[level] + node] = SumTreeLineSum(&nodes_[offsets_[level - 1] + node * kFanout]);
 }
 
 void SumTree::Set(int64_t leaf, double weight) {
@@ -75,7 +68,10 @@ void SumTree::SetMany(const int64_t* leaves, const double* weights, int64_t n) {
   if (n <= 0) return;
   if (n == 1) return Set(leaves[0], weights[0]);
   dirty_.resize(static_cast<size_t>(n));
+  constexpr int64_t kLeavesAhead = 16;  // leaves prefetched ahead of the one written
+  for (int64_t i = 0; i < std::min(n, kLeavesAhead); ++i) PrefetchForRead(&nodes_[leaves[i]]);
   for (int64_t i = 0; i < n; ++i) {
+    if (i + kLeavesAhead < n) PrefetchForRead(&nodes_[leaves[i + kLeavesAhead]]);
     nodes_[leaves[i]] = weights[i];
     dirty_[i] = leaves[i] / kFanout;
   }
@@ -84,9 +80,9 @@ void SumTree::SetMany(const int64_t* leaves, const double* weights, int64_t n) {
   constexpr int64_t kAhead = 8;  // lines prefetched ahead of the one summed
   for (int level = 1; level < levels_; ++level) {
     const double* below = &nodes_[offsets_[level - 1]];
-    for (int64_t i = 0; i < std::min(count, kAhead); ++i) Prefetch(below + dirty_[i] * kFanout);
+    for (int64_t i = 0; i < std::min(count, kAhead); ++i) PrefetchForRead(below + dirty_[i] * kFanout);
     for (int64_t i = 0; i < count; ++i) {
-      if (i + kAhead < count) Prefetch(below + dirty_[i + kAhead] * kFanout);
+      if (i + kAhead < count) PrefetchForRead(below + dirty_[i + kAhead] * kFanout);
       Recompute(level, dirty_[i]);
     }
     // Parents of sorted, distinct nodes are sorted; drop the repeats.
@@ -100,8 +96,11 @@ void SumTree::SetMany(const int64_t* leaves, const double* weights, int64_t n) {
 }
 
 void SumTree::DrawMany(const double* u, int64_t n, int64_t* leaves) const {
-  // leaves[i] holds row i's node at the current level while descending.
-  std::vector<double> target(static_cast<size_t>(n));
+  // Row i's target and its node at the current level, descended level by
+  // level for all rows, prefetching each row's next line as soon as it is
+  // known: the rows' cache misses overlap.
+  targets_.resize(static_cast<size_t>(n));
+  double* target = targets_.data();
   const double total = Total();
   const double* nodes = nodes_.data();
   for (int64_t i = 0; i < n; ++i) {
@@ -112,10 +111,13 @@ void SumTree::DrawMany(const double* u, int64_t n, int64_t* leaves) const {
     const double* base = nodes + offsets_[level];
     const double* next = level > 0 ? nodes + offsets_[level - 1] : nullptr;
     for (int64_t i = 0; i < n; ++i) {
-      if (leaves[i] < 0) continue;
-      const int c = SumTreeChild(base + leaves[i] * kFanout, &target[i]);
-      leaves[i] = c < 0 ? -1 : leaves[i] * kFanout + c;
-      if (next != nullptr && c >= 0) Prefetch(next + leaves[i] * kFanout);
+      const int64_t node = leaves[i];
+      if (node < 0) continue;
+      double t = target[i];
+      const int c = SumTreeChild(base + node * kFanout, &t);
+      target[i] = t;
+      leaves[i] = c < 0 ? -1 : node * kFanout + c;
+      if (next != nullptr && c >= 0) PrefetchForRead(next + leaves[i] * kFanout);
     }
   }
   for (int64_t i = 0; i < n; ++i) {

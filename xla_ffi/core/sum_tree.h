@@ -39,20 +39,39 @@ GEARJAX_HD double SumTreeWeight(const SumTreeView& t, int64_t leaf) {
 }
 
 // One level of a descent: the child of `line` (eight weights) whose interval
-// holds *target, which is reduced by the weights passed over. Only children of
-// positive weight are chosen: when rounding pushes the target past the last
-// one, that last positive child is taken. Returns -1 if no child is positive,
-// which a consistent tree never shows below a positive parent.
+// holds *target, which is reduced by the weights before it. Branch-free (a
+// draw's path is random, so branches would mispredict at every level): the
+// child is the number of inclusive prefix sums <= target. Only children of
+// positive weight are chosen: a zero-weight child's prefix equals the one
+// before it, so it is counted past; when rounding pushes the target past the
+// last prefix, the last positive child is taken. Returns -1 if no child is
+// positive, which a consistent tree never shows below a positive parent.
 GEARJAX_HD int SumTreeChild(const double* line, double* target) {
-  int chosen = -1;
-  for (int c = 0; c < kSumTreeFanout; ++c) {
-    const double w = line[c];
-    if (!(w > 0.0)) continue;
-    chosen = c;
-    if (*target < w) break;
-    *target -= w;
+  const double t = *target;
+  // Inclusive prefix sums in three dependent additions; the last one is the
+  // line's sum exactly as its parent holds it (see LineSum).
+  const double s01 = line[0] + line[1], s23 = line[2] + line[3];
+  const double s45 = line[4] + line[5], s67 = line[6] + line[7];
+  const double s03 = s01 + s23, s47 = s45 + s67;
+  const double prefix[kSumTreeFanout] = {line[0],       s01,       s01 + line[2], s03,
+                                         s03 + line[4], s03 + s45, (s03 + s45) + line[6],
+                                         s03 + s47};
+  int count = 0;
+  GEARJAX_UNROLL
+  for (int c = 0; c < kSumTreeFanout; ++c) count += prefix[c] <= t ? 1 : 0;
+  int chosen = count;
+  if (count == kSumTreeFanout) {  // rounding: the last positive child (rare, so a branch)
+    chosen = -1;
+    for (int c = 0; c < kSumTreeFanout; ++c) chosen = line[c] > 0.0 ? c : chosen;
   }
+  if (chosen > 0) *target = t - prefix[chosen - 1];
   return chosen;
+}
+
+// The sum of one line as parents hold it: pairwise, in a fixed order (the
+// same result everywhere, and the prefix SumTreeChild compares last).
+GEARJAX_HD double SumTreeLineSum(const double* c) {
+  return ((c[0] + c[1]) + (c[2] + c[3])) + ((c[4] + c[5]) + (c[6] + c[7]));
 }
 
 // The leaf whose cumulative-weight interval holds u * total, u in [0, 1).
@@ -103,7 +122,8 @@ class SumTree {
   int32_t levels_ = 0;
   int64_t offsets_[kSumTreeMaxLevels] = {};
   MappedArray<double> nodes_;
-  std::vector<int64_t> dirty_;  // SetMany's scratch
+  std::vector<int64_t> dirty_;            // SetMany's scratch
+  mutable std::vector<double> targets_;  // DrawMany's scratch (callers hold the table's lock)
 };
 
 }  // namespace gearjax

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "limits.h"
+#include "prefetch.h"
 #include "random.h"
 
 namespace gearjax {
@@ -25,6 +26,10 @@ bool IsSubnormal(double v) {
 }
 
 }  // namespace
+
+bool ValidPriority(double priority) {
+  return !IsSubnormal(priority) && priority >= 0.0 && priority <= kMaxPriority;
+}
 
 void CheckPriority(double priority, const std::string& what) {
   if (IsSubnormal(priority)) {
@@ -377,11 +382,12 @@ void Table::WaitToSampleLocked(std::unique_lock<std::mutex>& lock, const SampleR
   }
 }
 
-void Table::SelectLocked(const SampleRequest& r, const double* u, Selection* out) {
+void Table::SelectLocked(const SampleRequest& r, const uint32_t seed[2], const double* u,
+                         Selection* out) {
   const int64_t n = r.batch;
   switch (r.strategy) {
     case Strategy::kUniform:
-      uniform_->SelectMany(u, n, out);
+      uniform_->SelectMany(seed, u, n, out);
       return;
     case Strategy::kTimestep:
       TimestepLocked().SelectMany(u, n, out);
@@ -405,18 +411,29 @@ void Table::SelectLocked(const SampleRequest& r, const double* u, Selection* out
 void Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* draws) {
   CheckRequest(r);
   const int64_t n = r.batch;
-  // The random words depend on the seed alone: expand them outside the lock.
-  std::vector<Words4> words(static_cast<size_t>(n));
-  std::vector<double> u(static_cast<size_t>(n));
+  // The random words depend on the seed alone: expand them outside the lock,
+  // into buffers this thread reuses (no allocation per call).
+  thread_local std::vector<Words4> words;
+  thread_local std::vector<double> u;
+  thread_local std::vector<Selection> selections;
+  words.resize(static_cast<size_t>(n));
+  u.resize(static_cast<size_t>(n));
+  selections.resize(static_cast<size_t>(n));
   for (int64_t b = 0; b < n; ++b) {
     words[b] = RowWords(seed, b);
     u[b] = UniformFromBits(words[b].w[0], words[b].w[1]);
   }
-  std::vector<Selection> selections(static_cast<size_t>(n));
   std::unique_lock<std::mutex> lock(mu_);
   WaitToSampleLocked(lock, r);
-  SelectLocked(r, u.data(), selections.data());
+  SelectLocked(r, seed, u.data(), selections.data());
+  constexpr int64_t kAhead = 8;  // slot records prefetched ahead of the one read
+  for (int64_t b = 0; b < std::min(n, kAhead); ++b) {
+    if (selections[b].slot >= 0) PrefetchForRead(&(*slots_)[selections[b].slot]);
+  }
   for (int64_t b = 0; b < n; ++b) {
+    if (b + kAhead < n && selections[b + kAhead].slot >= 0) {
+      PrefetchForRead(&(*slots_)[selections[b + kAhead].slot]);
+    }
     if (selections[b].slot < 0) {
       // Unpin what this call pinned: nothing of it is handed out.
       for (int64_t i = 0; i < b; ++i) slots_->Unpin(draws[i].slot);
@@ -463,7 +480,11 @@ uint64_t Table::BeginGpuSample(const SampleRequest& r, GpuSelection* selection) 
   s.table_size = live_;
   switch (r.strategy) {
     case Strategy::kUniform:
-      s.tree = uniform_->tree().device_view();
+      s.uniform = true;
+      s.live = uniform_->device_view();
+      if (s.live.live == nullptr || s.live.ones.nodes == nullptr) {
+        throw InvalidArgument("the live-slot bitmap is not GPU-mapped");
+      }
       break;
     case Strategy::kTimestep:
       s.tree = TimestepLocked().tree().device_view();
@@ -472,7 +493,7 @@ uint64_t Table::BeginGpuSample(const SampleRequest& r, GpuSelection* selection) 
       s.tree = PrioritizedLocked(r.alpha).tree().device_view();
       break;
   }
-  if (s.tree.nodes == nullptr) throw InvalidArgument("the sum tree is not GPU-mapped");
+  if (!s.uniform && s.tree.nodes == nullptr) throw InvalidArgument("the sum tree is not GPU-mapped");
   *selection = s;
   counters_.samples += static_cast<double>(r.batch);
   const uint64_t ticket = ++gpu_tickets_;
@@ -496,7 +517,9 @@ void Table::ReadSteps(int c, int64_t slot, int64_t steps, void* dst) const {
 }
 
 int64_t Table::UpdatePriorities(const int64_t* keys, const double* priorities, int64_t count) {
-  for (int64_t i = 0; i < count; ++i) CheckPriority(priorities[i], "entry " + std::to_string(i));
+  for (int64_t i = 0; i < count; ++i) {
+    if (!ValidPriority(priorities[i])) CheckPriority(priorities[i], "entry " + std::to_string(i));
+  }
   std::lock_guard<std::mutex> lock(mu_);
   CheckOpenLocked();
   update_before_.clear();
@@ -504,7 +527,7 @@ int64_t Table::UpdatePriorities(const int64_t* keys, const double* priorities, i
   constexpr int64_t kAhead = 8;  // records prefetched ahead of the one looked up
   for (int64_t i = 0; i < count; ++i) {
     if (i + kAhead < count) {
-      if (const SlotInfo* next = slots_->Address(keys[i + kAhead])) __builtin_prefetch(next, 1, 3);
+      if (const SlotInfo* next = slots_->Address(keys[i + kAhead])) PrefetchForRead(next);
     }
     const int64_t slot = slots_->Find(keys[i]);
     if (slot < 0) continue;

@@ -202,7 +202,8 @@ class Table {
   RecentSelector& RecentLocked();
   TopKSelector& TopKLocked();
   void AttachLocked(Selector* selector);
-  void SelectLocked(const SampleRequest& request, const double* u, Selection* out);
+  void SelectLocked(const SampleRequest& request, const uint32_t seed[2], const double* u,
+                    Selection* out);
   bool GpuQuietSince(uint64_t ticket) const {
     return gpu_in_flight_.empty() || *gpu_in_flight_.begin() > ticket;
   }
@@ -248,10 +249,11 @@ class Table {
   std::vector<double> update_after_;
 };
 
-// Throws InvalidArgument unless `priority` is 0 or a normal float64 in
-// [kMinPriority, kMaxPriority] (limits.h). Checked on bits, so a subnormal
-// value is refused even where the CPU treats subnormal inputs as zero (XLA's
-// threads do). `what` names the value in the message.
+// Whether `priority` is 0 or a normal float64 in [kMinPriority, kMaxPriority]
+// (limits.h). Checked on bits, so a subnormal value is refused even where the
+// CPU treats subnormal inputs as zero (XLA's threads do).
+bool ValidPriority(double priority);
+// Throws InvalidArgument unless ValidPriority; `what` names the value.
 void CheckPriority(double priority, const std::string& what);
 
 }  // namespace gearjax

@@ -33,11 +33,11 @@ void PrioritizedSelector::UpdatePriorities(const Item* before, const double* pri
 }
 
 void PrioritizedSelector::SelectMany(const double* u, int64_t n, Selection* out) const {
-  std::vector<int64_t> slots(static_cast<size_t>(n));
-  weights_.DrawMany(u, n, slots.data());
+  drawn_.resize(static_cast<size_t>(n));
+  weights_.DrawMany(u, n, drawn_.data());
   const double total = weights_.Total();
   for (int64_t i = 0; i < n; ++i) {
-    out[i] = {slots[i], slots[i] < 0 ? 0.0 : weights_.Get(slots[i]) / total};
+    out[i] = {drawn_[i], drawn_[i] < 0 ? 0.0 : weights_.Get(drawn_[i]) / total};
   }
 }
 

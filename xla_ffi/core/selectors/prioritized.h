@@ -35,8 +35,9 @@ class PrioritizedSelector final : public Selector {
  private:
   double alpha_;
   SumTree weights_;
-  std::vector<int64_t> slots_;   // UpdatePriorities' scratch
+  std::vector<int64_t> slots_;   // scratch (callers hold the table's lock)
   std::vector<double> values_;
+  mutable std::vector<int64_t> drawn_;
 };
 
 }  // namespace gearjax

@@ -1,20 +1,57 @@
 // The uniform family: Uniform draws every live trajectory with the same
 // probability; Timestep draws trajectories in proportion to their length, so
-// every stored step is equally likely as a window start. Both are sum trees
-// over slots (weight 1 per live slot, or its length): a draw depends only on
-// which slots are live, never on the order they became so, so a table restored
-// from a checkpoint (slot layout included) draws exactly what the saved one
-// drew, and the GPU selection reads the same tree.
+// every stored step is equally likely as a window start.
+//
+// Timestep is a sum tree of lengths. Uniform keeps a bitmap of live slots and
+// draws by rejection: a slot uniform in [0, capacity), kept if live, else
+// another with the row's next attempt words (random.h), up to
+// kUniformAttempts; a row that finds no live slot that way (a table mostly
+// empty) descends a sum tree of ones instead. Either way every live slot has
+// probability 1 / size, and a draw depends only on which slots are live, never
+// on the order they became so: a table restored from a checkpoint (slot layout
+// included) draws exactly what the saved one drew, and the GPU selection
+// (select_block.h) reads the same bitmap and tree with the same code.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
+#include "core/common.h"
+#include "core/mapped_array.h"
+#include "core/random.h"
 #include "core/sum_tree.h"
 #include "core/selectors/selector.h"
 
 namespace gearjax {
 
-// A sum tree of one weight per live slot, `weight(item)`.
+inline constexpr uint32_t kUniformAttempts = 16;
+
+// What a Uniform draw reads (host or device addresses).
+struct UniformView {
+  const uint64_t* live;  // bit s of word s / 64: slot s is live
+  int64_t capacity;
+  SumTreeView ones;      // the fallback: weight 1 per live slot
+};
+
+// The slot of one Uniform row: `u` is the row's attempt-0 uniform; later
+// attempts take their own words. Returns -1 only for an empty table.
+GEARJAX_HD int64_t UniformDraw(const UniformView& v, const uint32_t seed[2], int64_t row,
+                               double u) {
+  const double capacity = static_cast<double>(v.capacity);
+  for (uint32_t attempt = 0; attempt < kUniformAttempts; ++attempt) {
+    if (attempt > 0) {
+      const Words4 w = AttemptWords(seed, row, attempt);
+      u = UniformFromBits(w.w[0], w.w[1]);
+    }
+    int64_t slot = static_cast<int64_t>(u * capacity);
+    slot = slot < v.capacity ? slot : v.capacity - 1;
+    if ((v.live[slot >> 6] >> (slot & 63)) & 1) return slot;
+  }
+  const Words4 w = AttemptWords(seed, row, kUniformAttempts);
+  return SumTreeDraw(v.ones, UniformFromBits(w.w[0], w.w[1]));
+}
+
+// A sum tree of one weight per live slot, `Weight(item)`.
 class WeightTreeSelector : public Selector {
  public:
   WeightTreeSelector(int64_t capacity, bool gpu_mapped) : weights_(capacity, gpu_mapped) {}
@@ -28,14 +65,27 @@ class WeightTreeSelector : public Selector {
  protected:
   virtual double Weight(const Item& item) const = 0;
   SumTree weights_;
+  mutable std::vector<int64_t> slots_;  // SelectMany's scratch (callers hold the table's lock)
 };
 
-class UniformSelector final : public WeightTreeSelector {
+class UniformSelector final : public Selector {
  public:
-  using WeightTreeSelector::WeightTreeSelector;
+  UniformSelector(int64_t capacity, bool gpu_mapped);
+  void Insert(const Item& item) override;
+  void Delete(const Item& item) override;
+
+  int64_t size() const { return size_; }
+  // Row b of n (b = 0..n-1) draws with u[b], its attempt-0 uniform from `seed`.
+  void SelectMany(const uint32_t seed[2], const double* u, int64_t n, Selection* out) const;
+  UniformView view() const { return {live_.data(), capacity_, ones_.view()}; }
+  // At the GPU's addresses (live == nullptr when not GPU-mapped).
+  UniformView device_view() const { return {live_.device_data(), capacity_, ones_.device_view()}; }
 
  private:
-  double Weight(const Item&) const override { return 1.0; }
+  int64_t capacity_;
+  int64_t size_ = 0;
+  MappedArray<uint64_t> live_;
+  SumTree ones_;
 };
 
 class TimestepSelector final : public WeightTreeSelector {
