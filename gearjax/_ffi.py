@@ -191,8 +191,7 @@ def _sample_result_types(batch: int, width: int, columns: Columns) -> list[jax.S
         jax.ShapeDtypeStruct((batch,), np.int32),
         jax.ShapeDtypeStruct((batch,), np.float32),
         jax.ShapeDtypeStruct((batch,), np.int64),
-        jax.ShapeDtypeStruct((batch, width), np.bool_),
-        jax.ShapeDtypeStruct((batch, width), np.int32),
+        jax.ShapeDtypeStruct((batch,), np.int32),
     ] + [jax.ShapeDtypeStruct((batch, width, *shape), dtype) for shape, dtype in columns]
 
 
@@ -208,7 +207,9 @@ def sample_call(seed: jax.Array, *, handle: int, batch: int, strategy: int, alph
                 count: int, window: int, width: int, pad_left: bool, columns: Columns,
                 ordered: bool = True) -> list[jax.Array]:
     """Samples ``batch`` rows determined by ``seed`` (uint32[2]); returns (keys,
-    start, probability, table_size, mask, timestep, *columns). ``window=0``
+    start, probability, table_size, valid, *columns), where ``valid`` counts
+    each row's real steps (the caller derives mask and timesteps from it, in
+    XLA, where they fuse into their users or vanish unused). ``window=0``
     asks for whole trajectories of ``width`` (= max_length) steps. Every
     argument was checked by the caller (gearjax/_checks.py)."""
     attributes = dict(table_handle=np.int64(handle), batch_size=np.int64(batch),

@@ -583,14 +583,29 @@ def _sample(rng_key, *, spec: _SampleSpec, batch_size: int, window: int | None,
     # per row: no random numbers are computed in XLA (the key is a threefry
     # output already; other key kinds are hashed to two words first).
     seed = _seed_words(rng_key)
-    keys, start, probability, table_size, mask, timestep, *columns = _ffi.sample_call(
+    width = window or spec.max_length
+    keys, start, probability, table_size, valid, *columns = _ffi.sample_call(
         seed, handle=spec.handle, batch=batch_size, strategy=strategy.code,
         alpha=strategy.alpha, count=min(strategy.count, spec.capacity),
-        window=window or 0, width=window or spec.max_length, pad_left=pad == "left",
+        window=window or 0, width=width, pad_left=pad == "left",
         columns=tuple((shape, dtype) for _, shape, dtype in spec.columns), ordered=ordered)
+    mask, timestep = _window_steps(start, valid, width, pad == "left")
     return Batch(columns={n: c for (n, _, _), c in zip(spec.columns, columns)}, mask=mask,
                  timestep=timestep, keys=keys, start=start, probability=probability,
                  table_size=table_size)
+
+
+def _window_steps(start: jax.Array, valid: jax.Array, width: int,
+                  pad_left: bool) -> tuple[jax.Array, jax.Array]:
+    """(mask, timestep), both [B, W], of windows whose row b holds valid[b]
+    real steps from trajectory step start[b] on, padded on the given side.
+    Computed here rather than written by the native gather: XLA fuses them
+    into whatever reads them, and drops them when nothing does."""
+    position = jnp.arange(width, dtype=jnp.int32)[None, :]
+    valid = valid[:, None]
+    offset = position - (width - valid if pad_left else 0)  # index among the real steps
+    mask = (offset >= 0) & (offset < valid)
+    return mask, jnp.where(mask, start[:, None] + offset, 0)
 
 
 def _seed_words(key: jax.Array) -> jax.Array:

@@ -25,8 +25,8 @@ int main() {
   const int B = 256, W = 20;
   std::vector<Draw> draws(B);
   std::vector<int64_t> keys(B), sizes(B); std::vector<int32_t> start(B); std::vector<float> prob(B);
-  std::vector<uint8_t> mask(B * W); std::vector<int32_t> ts(B * W); std::vector<uint8_t> obs(B * W * 68);
-  SampleOutputs out{keys.data(), start.data(), prob.data(), sizes.data(), (bool*)mask.data(), ts.data(), {obs.data()}};
+  std::vector<int32_t> valid(B); std::vector<uint8_t> obs(B * W * 68);
+  SampleOutputs out{keys.data(), start.data(), prob.data(), sizes.data(), valid.data(), {obs.data()}};
   for (int strat : {0, 1, 4}) for (int cold : {0, 1}) {  // Uniform, Timestep, Recent(10)
     SampleRequest r{(Strategy)strat, 0.0, 10, B, W};
     double sel = 0, gat = 0; int n = 50; uint64_t sink = 0;
@@ -34,11 +34,11 @@ int main() {
       if (cold) for (size_t i = 0; i < flush.size(); i += 64) sink += ++flush[i];
       uint32_t seed[2] = {uint32_t(it), 7};
       auto a = std::chrono::steady_clock::now();
-      t.Select(r, seed, draws.data());
+      const uint64_t ticket = t.Select(r, seed, draws.data());
       auto b = std::chrono::steady_clock::now();
       GatherRows(t, draws.data(), 0, B, W, true, out);
       auto c = std::chrono::steady_clock::now();
-      t.Release(draws.data(), B);
+      t.EndSample(ticket);
       sel += std::chrono::duration<double>(b - a).count(); gat += std::chrono::duration<double>(c - b).count();
     }
     printf("strategy=%d %s: select %.1f us, gather %.1f us per batch (sweep checksum %lu)\n", strat,

@@ -61,7 +61,7 @@ def test_gpu_selection_equals_cpu_selection(mapped_table, native_testing, strate
 def test_topk_and_recent_are_not_selected_on_the_gpu(mapped_table, native_testing):
     with pytest.raises(ValueError, match="not selected on the GPU"):
         native_testing.begin_gpu_sample(mapped_table.handle, 4, gx.TopK(2).code, count=2)
-    assert mapped_table.stats()["gpu_samples_in_flight"] == 0
+    assert mapped_table.stats()["samples_in_flight"] == 0
 
 
 def test_tables_without_gpu_mapping_refuse_gpu_samples(native_testing):
@@ -89,7 +89,7 @@ def test_a_writer_waits_for_gpu_samples_enqueued_before_its_eviction(mapped_tabl
     assert not done.wait(0.3), "the writer overwrote a slot a GPU sample may still read"
     native_testing.end_gpu_sample(mapped_table.handle, ticket)
     assert done.wait(10)
-    assert mapped_table.stats()["gpu_samples_in_flight"] == 0
+    assert mapped_table.stats()["samples_in_flight"] == 0
 
 
 def test_later_gpu_samples_do_not_hold_a_writer_back(mapped_table, native_testing):

@@ -31,7 +31,7 @@ namespace gearjax {
 
 // Results before the per-column buffers, in order (after the token, when the
 // call has one).
-enum FixedOutput { kKeys = 0, kStart, kProbability, kTableSize, kMask, kTimestep, kNumFixed };
+enum FixedOutput { kKeys = 0, kStart, kProbability, kTableSize, kValid, kNumFixed };
 
 inline xla::ffi::Error Fail(const std::string& what) {
   return xla::ffi::Error(xla::ffi::ErrorCode::kInvalidArgument, "gearjax: " + what);
@@ -168,8 +168,7 @@ inline SampleOutputs BindSampleOutputs(const Table& table, xla::ffi::RemainingRe
   out.start = static_cast<int32_t*>(bind(kStart, batch * 4, "start"));
   out.probability = static_cast<float*>(bind(kProbability, batch * 4, "probability"));
   out.table_size = static_cast<int64_t*>(bind(kTableSize, batch * 8, "table_size"));
-  out.mask = static_cast<bool*>(bind(kMask, batch * width, "mask"));
-  out.timestep = static_cast<int32_t*>(bind(kTimestep, batch * width * 4, "timestep"));
+  out.valid = static_cast<int32_t*>(bind(kValid, batch * 4, "valid"));
   for (int c = 0; c < num_columns; ++c) {
     out.columns.push_back(static_cast<uint8_t*>(
         bind(kNumFixed + c, batch * width * table.step_bytes(c), table.spec().columns[c].name)));

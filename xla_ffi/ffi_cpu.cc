@@ -1,6 +1,7 @@
 // CPU XLA FFI handlers. They are thin: find the table by handle, check the
 // buffers against it, let the core select and pin rows, gather the rows (in
-// parallel on XLA's intra-op thread pool when the batch is large), unpin.
+// parallel on XLA's intra-op thread pool when the batch is large), end the
+// sample.
 #include "ffi_cpu.h"
 
 #include <algorithm>
@@ -102,13 +103,11 @@ ffi::Error Sample(ffi::ThreadPool& pool, const ffi::Buffer<ffi::U32>& seed,
     thread_local std::vector<Draw> scratch;
     std::vector<Draw>& draws = scratch;
     draws.resize(static_cast<size_t>(batch));
-    table->Select(request, seed.typed_data(), draws.data());
-    struct Unpin {
+    struct EndSample {
       Table& table;
-      const std::vector<Draw>& draws;
-      int64_t count;
-      ~Unpin() { table.Release(draws.data(), count); }
-    } unpin{*table, draws, batch};
+      uint64_t ticket;
+      ~EndSample() { table.EndSample(ticket); }
+    } end{*table, table->Select(request, seed.typed_data(), draws.data())};
     GatherParallel(pool, batch, batch * row_bytes, [&](int64_t begin, int64_t end) {
       GatherRows(*table, draws.data(), begin, end, width, pad_left != 0, out);
     });

@@ -188,7 +188,7 @@ class NativeTable {
     d["next_sequence"] = s.counters.next_sequence;
     d["writers_in_flight"] = s.writers;
     d["pinned_slots"] = s.pinned_slots;
-    d["gpu_samples_in_flight"] = s.gpu_samples_in_flight;
+    d["samples_in_flight"] = s.samples_in_flight;
     d["bytes_reserved"] = s.bytes_reserved;
     d["bytes_used"] = s.bytes_used;
     d["seconds_alive"] = s.seconds_alive;

@@ -7,9 +7,16 @@
 
 #if defined(__CUDACC__)
 #define GEARJAX_HD __host__ __device__ __forceinline__
-#define GEARJAX_UNROLL _Pragma("unroll")
 #else
 #define GEARJAX_HD inline
+#endif
+// Loop unrolling in nvcc's device pass and in GCC. nvcc's host pass knows
+// neither pragma; host code in .cu files only launches kernels.
+#if defined(__CUDA_ARCH__)
+#define GEARJAX_UNROLL _Pragma("unroll")
+#elif defined(__CUDACC__)
+#define GEARJAX_UNROLL
+#else
 #define GEARJAX_UNROLL _Pragma("GCC unroll 16")
 #endif
 

@@ -35,8 +35,7 @@ struct GatherParams {
   int32_t* start;
   float* probability;
   int64_t* table_size;
-  bool* mask;
-  int32_t* timestep;
+  int32_t* valid;
   GatherColumn columns[kMaxGpuColumns];
 };
 
@@ -77,24 +76,17 @@ GEARJAX_HD void BlockPad(uint8_t* row, int64_t lo, int64_t hi, const uint8_t* pa
 
 // The work of block (row b, column c, part z): row bytes [z * kBytesPerGatherBlock,
 // (z + 1) * kBytesPerGatherBlock) of column c of row b. Part 0 of column 0 also
-// writes the row's keys, start, probability, table size, mask and timesteps.
+// writes the row's keys, start, probability, table size and valid steps.
 GEARJAX_HD void GatherBlock(const GatherParams& p, int64_t b, int c, int64_t z, int64_t thread,
                             int64_t threads) {
   const Draw d = p.draws[b];
   const WindowPlan plan = PlanWindow(d.length, d.start, p.width, p.pad_left);
-  if (c == 0 && z == 0) {
-    for (int64_t i = thread; i < p.width; i += threads) {
-      const int64_t j = i - plan.dst_offset;
-      const bool real = j >= 0 && j < plan.valid;
-      p.mask[b * p.width + i] = real;
-      p.timestep[b * p.width + i] = real ? static_cast<int32_t>(d.start + j) : 0;
-    }
-    if (thread == 0) {
-      p.keys[b] = d.key;
-      p.start[b] = static_cast<int32_t>(d.start);
-      p.probability[b] = d.probability;
-      p.table_size[b] = d.table_size;
-    }
+  if (c == 0 && z == 0 && thread == 0) {
+    p.keys[b] = d.key;
+    p.start[b] = static_cast<int32_t>(d.start);
+    p.probability[b] = d.probability;
+    p.table_size[b] = d.table_size;
+    p.valid[b] = static_cast<int32_t>(plan.valid);
   }
   const GatherColumn& col = p.columns[c];
   const int64_t row_bytes = p.width * col.step_bytes;

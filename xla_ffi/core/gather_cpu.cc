@@ -65,14 +65,7 @@ void GatherRows(const Table& table, const Draw* draws, int64_t row_begin, int64_
     out.start[b] = static_cast<int32_t>(d.start);
     out.probability[b] = d.probability;
     out.table_size[b] = d.table_size;
-    bool* mask = out.mask + b * width;
-    int32_t* timestep = out.timestep + b * width;
-    for (int64_t i = 0; i < width; ++i) {
-      const int64_t j = i - plan.dst_offset;
-      const bool real = j >= 0 && j < plan.valid;
-      mask[i] = real;
-      timestep[i] = real ? static_cast<int32_t>(d.start + j) : 0;
-    }
+    out.valid[b] = static_cast<int32_t>(plan.valid);
     for (int c = 0; c < num_columns; ++c) {
       const ColumnSpec& column = table.spec().columns[c];
       const int64_t step_bytes = column.step_bytes;

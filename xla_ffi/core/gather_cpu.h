@@ -14,8 +14,7 @@ struct SampleOutputs {
   int32_t* start;                // [B]
   float* probability;            // [B]
   int64_t* table_size;           // [B]
-  bool* mask;                    // [B, W]
-  int32_t* timestep;             // [B, W]
+  int32_t* valid;                // [B]: real steps in the row (XLA derives mask and timestep)
   std::vector<uint8_t*> columns; // [B, W, step_bytes[c]] each
 };
 

@@ -22,8 +22,7 @@ GatherParams PlanGather(const Table& table, const Draw* draws, int64_t batch, in
   p.start = out.start;
   p.probability = out.probability;
   p.table_size = out.table_size;
-  p.mask = out.mask;
-  p.timestep = out.timestep;
+  p.valid = out.valid;
   for (int c = 0; c < p.num_columns; ++c) {
     p.columns[c] = GatherColumn{arena + table.column_offset(c), arena + table.pad_offset(c),
                                 out.columns[c], table.step_bytes(c)};

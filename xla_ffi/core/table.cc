@@ -83,7 +83,7 @@ bool Table::closed() const {
 }
 
 bool Table::InsideLocked() const {
-  return slots_->pinned() > 0 || writers_ > 0 || !gpu_in_flight_.empty();
+  return slots_->pinned() > 0 || writers_ > 0 || !in_flight_.empty();
 }
 
 bool Table::Close(double wait_seconds) {
@@ -297,11 +297,11 @@ int64_t Table::InsertWith(int64_t length, double priority, const Fill& fill,
     if (!restoring) slots_->ReleaseFree(slot);
     changed_.notify_all();
   };
-  // Samplers that drew this slot before it was evicted may still read it: CPU
-  // ones hold pins; GPU ones enqueued up to now hold tickets. Close wakes us.
-  const uint64_t evicted_at = gpu_tickets_;
+  // Samples that drew this slot before it was evicted may still read it: they
+  // hold tickets up to now; readers hold pins. Close wakes us.
+  const uint64_t evicted_at = tickets_;
   changed_.wait(lock, [&] {
-    return closed_ || ((*slots_)[slot].pins == 0 && (!evicted || GpuQuietSince(evicted_at)));
+    return closed_ || ((*slots_)[slot].pins == 0 && (!evicted || QuietSince(evicted_at)));
   });
   if (closed_) {
     abandon();
@@ -408,7 +408,12 @@ void Table::SelectLocked(const SampleRequest& r, const uint32_t seed[2], const d
   }
 }
 
-void Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* draws) {
+uint64_t Table::TakeTicketLocked() {
+  in_flight_.push_back(++tickets_);  // the largest yet: the vector stays sorted
+  return tickets_;
+}
+
+uint64_t Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* draws) {
   CheckRequest(r);
   const int64_t n = r.batch;
   // The random words depend on the seed alone: expand them outside the lock,
@@ -435,9 +440,6 @@ void Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* draws) 
       PrefetchForRead(&(*slots_)[selections[b + kAhead].slot]);
     }
     if (selections[b].slot < 0) {
-      // Unpin what this call pinned: nothing of it is handed out.
-      for (int64_t i = 0; i < b; ++i) slots_->Unpin(draws[i].slot);
-      changed_.notify_all();
       throw std::logic_error("gearjax: the selection structures are inconsistent (a bug)");
     }
     const int64_t slot = selections[b].slot;
@@ -451,17 +453,10 @@ void Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* draws) 
                                                                  static_cast<uint64_t>(d.length)));
     d.table_size = live_;
     d.probability = static_cast<float>(selections[b].probability);
-    slots_->Pin(slot);
   }
   counters_.samples += static_cast<double>(n);
   changed_.notify_all();  // inserters may be waiting on the limiter
-}
-
-void Table::Release(const Draw* draws, int64_t count) {
-  if (count == 0) return;
-  std::lock_guard<std::mutex> lock(mu_);
-  for (int64_t b = 0; b < count; ++b) slots_->Unpin(draws[b].slot);
-  changed_.notify_all();
+  return TakeTicketLocked();
 }
 
 uint64_t Table::BeginGpuSample(const SampleRequest& r, GpuSelection* selection) {
@@ -496,16 +491,18 @@ uint64_t Table::BeginGpuSample(const SampleRequest& r, GpuSelection* selection) 
   if (!s.uniform && s.tree.nodes == nullptr) throw InvalidArgument("the sum tree is not GPU-mapped");
   *selection = s;
   counters_.samples += static_cast<double>(r.batch);
-  const uint64_t ticket = ++gpu_tickets_;
-  gpu_in_flight_.insert(ticket);
   changed_.notify_all();  // inserters may be waiting on the limiter
-  return ticket;
+  return TakeTicketLocked();
 }
 
-void Table::EndGpuSample(uint64_t ticket) {
+void Table::EndSample(uint64_t ticket) {
   std::lock_guard<std::mutex> lock(mu_);
-  gpu_in_flight_.erase(ticket);
-  changed_.notify_all();
+  const auto it = std::lower_bound(in_flight_.begin(), in_flight_.end(), ticket);
+  if (it == in_flight_.end() || *it != ticket) return;  // not in flight (a bug upstream)
+  // Writers wait only while the oldest sample is older than their eviction.
+  const bool oldest = it == in_flight_.begin();
+  in_flight_.erase(it);
+  if (oldest) changed_.notify_all();
 }
 
 void Table::ReadSteps(int c, int64_t slot, int64_t steps, void* dst) const {
@@ -617,7 +614,7 @@ Stats Table::GetStats() const {
   s.num_steps = num_steps_;
   s.writers = writers_;
   s.pinned_slots = released_ ? 0 : slots_->pinned();
-  s.gpu_samples_in_flight = static_cast<int64_t>(gpu_in_flight_.size());
+  s.samples_in_flight = static_cast<int64_t>(in_flight_.size());
   s.counters = counters_;
   s.bytes_reserved = released_ ? 0 : static_cast<int64_t>(arena_->bytes());
   s.bytes_used = num_steps_ * bytes_per_step;

@@ -6,15 +6,17 @@
 //
 // Invariants (all guarded by the mutex):
 //  * A slot is selectable iff it is live. Only live slots are in the selectors.
-//  * A sampler pins every slot it draws before releasing the mutex and unpins
-//    it after copying. A writer takes its slot out of every selector first,
-//    then waits for the slot's pins to drop to zero before copying into it. So
-//    no sample ever sees a window that is half old, half new data.
-//  * GPU samples select on the device, so they cannot pin the slots they draw.
-//    Instead each takes a ticket when it is enqueued (BeginGpuSample) and
-//    returns it when the stream has passed its kernels (EndGpuSample). A writer
-//    that evicted a slot also waits until every GPU sample enqueued before the
-//    eviction has ended: later ones see the slot's weight 0 and never draw it.
+//  * Every sample takes a ticket (increasing) when it draws (Select, or
+//    BeginGpuSample for GPU samples that draw on the device) and returns it
+//    when it has copied its windows (EndSample; for the GPU, once the stream
+//    has passed its kernels). A writer takes its slot out of every selector
+//    first, so no later sample can draw it, then waits until every sample
+//    that took its ticket before the eviction has ended before copying into
+//    the slot. So no sample ever sees a window that is half old, half new.
+//    (Tickets rather than a pin per drawn slot: a sample then writes nothing
+//    per row, and returning it is one step.)
+//  * Readers that copy trajectories out at leisure (contents, get, save) pin
+//    the slots they read instead; a writer also waits for its slot's pins.
 //  * Keys are assigned when a trajectory is published (see slots.h): unique,
 //    increasing with publication order, never reused. A slot keeps its key and
 //    length until it is republished, so a GPU sample that drew it just before
@@ -29,7 +31,6 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -91,7 +92,7 @@ struct Counters {
 };
 
 struct Stats {
-  int64_t size, capacity, max_length, num_steps, writers, pinned_slots, gpu_samples_in_flight;
+  int64_t size, capacity, max_length, num_steps, writers, pinned_slots, samples_in_flight;
   Counters counters;
   int64_t bytes_reserved, bytes_used;
   double seconds_alive;
@@ -148,19 +149,18 @@ class Table {
   // holds a pin on the slot (PinItems), so it cannot change meanwhile.
   void ReadSteps(int c, int64_t slot, int64_t steps, void* dst) const;
 
-  // Draws request.batch rows and pins their slots; waits on the rate limiter.
-  // `seed` (two words) determines every draw (see random.h). Every successful
-  // Select must be followed by Release of the same draws.
-  void Select(const SampleRequest& request, const uint32_t seed[2], Draw* draws);
-  void Release(const Draw* draws, int64_t count);
+  // Draws request.batch rows; waits on the rate limiter. `seed` (two words)
+  // determines every draw (see random.h). Returns the sample's ticket, to hand
+  // back with EndSample once the windows are copied.
+  uint64_t Select(const SampleRequest& request, const uint32_t seed[2], Draw* draws);
 
   // GPU sampling for Uniform, Timestep and Prioritized: waits on the rate
   // limiter like Select, counts the samples, and returns the device view of
-  // the strategy's selector and a ticket to hand back with EndGpuSample once
-  // the stream has passed the kernels. Throws if the table is not GPU-mapped
-  // or the strategy is selected on the host.
+  // the strategy's selector and a ticket to hand back with EndSample once the
+  // stream has passed the kernels. Throws if the table is not GPU-mapped or
+  // the strategy is selected on the host.
   uint64_t BeginGpuSample(const SampleRequest& request, GpuSelection* selection);
-  void EndGpuSample(uint64_t ticket);
+  void EndSample(uint64_t ticket);
 
   // Sets priorities of the keys still live; others are skipped. All values are
   // checked first (CheckPriority): on error nothing changes. Later duplicates
@@ -204,9 +204,11 @@ class Table {
   void AttachLocked(Selector* selector);
   void SelectLocked(const SampleRequest& request, const uint32_t seed[2], const double* u,
                     Selection* out);
-  bool GpuQuietSince(uint64_t ticket) const {
-    return gpu_in_flight_.empty() || *gpu_in_flight_.begin() > ticket;
+  // No sample that took its ticket at or before `ticket` is still running.
+  bool QuietSince(uint64_t ticket) const {
+    return in_flight_.empty() || in_flight_.front() > ticket;
   }
+  uint64_t TakeTicketLocked();
   bool InsideLocked() const;  // a sample, reader or writer is inside the table
   int64_t AcquireSlotLocked(std::unique_lock<std::mutex>& lock, bool* evicted);
   Item ItemLocked(int64_t slot) const;
@@ -242,8 +244,8 @@ class Table {
 
   int64_t live_ = 0, writers_ = 0, num_steps_ = 0;
   int64_t positive_ = 0;  // live items with priority > 0
-  uint64_t gpu_tickets_ = 0;           // last ticket handed out
-  std::set<uint64_t> gpu_in_flight_;   // tickets not yet returned
+  uint64_t tickets_ = 0;               // last ticket handed out
+  std::vector<uint64_t> in_flight_;    // tickets not yet returned, ascending
   Counters counters_;
   std::vector<Item> update_before_;    // UpdatePriorities' scratch
   std::vector<double> update_after_;

@@ -40,8 +40,7 @@ std::vector<Draw> Sample(Table& table, Strategy strategy, int64_t batch, double 
                          int64_t count = 0, uint32_t seed0 = 1) {
   std::vector<Draw> draws(static_cast<size_t>(batch));
   const uint32_t seed[2] = {seed0, 2};
-  table.Select({strategy, alpha, count, batch, 0}, seed, draws.data());
-  table.Release(draws.data(), batch);
+  table.EndSample(table.Select({strategy, alpha, count, batch, 0}, seed, draws.data()));
   return draws;
 }
 
@@ -174,25 +173,43 @@ TEST(Table, SameSeedSameStateSameDraws) {
   }
 }
 
-TEST(Table, AWriterWaitsForThePinsOfItsVictim) {
+TEST(Table, AWriterWaitsForSamplesThatDrewItsVictimButNotForLaterOnes) {
   Table table(Spec(1));
   Put(table, 4, 1, 1);
   std::vector<Draw> draws(1);
   const uint32_t seed[2] = {0, 0};
-  table.Select({Strategy::kUniform, 0, 0, 1, 0}, seed, draws.data());  // pins the only slot
+  const uint64_t ticket = table.Select({Strategy::kUniform, 0, 0, 1, 0}, seed, draws.data());
   std::atomic<bool> done{false};
   std::thread writer([&] {
     Put(table, 4, 1, 2);
     done = true;
   });
   std::this_thread::sleep_for(100ms);
-  EXPECT_FALSE(done.load()) << "the writer overwrote a pinned slot";
+  EXPECT_FALSE(done.load()) << "the writer overwrote a slot a sample still reads";
   int32_t value;
   std::memcpy(&value, table.StepPointer(0, draws[0].slot, 0), 4);
   EXPECT_EQ(value, 1);
-  table.Release(draws.data(), 1);
+  table.EndSample(ticket);
   writer.join();
   EXPECT_TRUE(done.load());
+  // A sample that began after an eviction never holds back that writer.
+  Table two(Spec(2));
+  Put(two, 1, 1, 1);
+  Put(two, 1, 1, 2);
+  const uint64_t early = two.Select({Strategy::kUniform, 0, 0, 1, 0}, seed, draws.data());
+  std::atomic<bool> second{false};
+  std::thread evictor([&] {
+    Put(two, 1, 1, 3);  // evicts; waits for `early`
+    second = true;
+  });
+  std::this_thread::sleep_for(100ms);
+  EXPECT_FALSE(second.load());
+  const uint64_t late = two.Select({Strategy::kUniform, 0, 0, 1, 0}, seed, draws.data());
+  two.EndSample(early);
+  evictor.join();  // `late` is still in flight: the writer did not wait for it
+  EXPECT_TRUE(second.load());
+  two.EndSample(late);
+  EXPECT_EQ(two.GetStats().samples_in_flight, 0);
 }
 
 TEST(Table, CloseWaitsForSamplesInsideThenReleasesTheMemory) {
@@ -200,14 +217,14 @@ TEST(Table, CloseWaitsForSamplesInsideThenReleasesTheMemory) {
   Put(table, 2, 1, 0);
   std::vector<Draw> draws(2);
   const uint32_t seed[2] = {0, 0};
-  table.Select({Strategy::kUniform, 0, 0, 2, 0}, seed, draws.data());
+  const uint64_t ticket = table.Select({Strategy::kUniform, 0, 0, 2, 0}, seed, draws.data());
   EXPECT_FALSE(table.Close(0.05));  // a sample is inside: nothing released yet
   EXPECT_GT(table.GetStats().bytes_reserved, 0);
   EXPECT_THROW(Put(table, 1, 1, 0), Closed);
   EXPECT_THROW(Sample(table, Strategy::kUniform, 1), Closed);
   std::thread finisher([&] {
     std::this_thread::sleep_for(50ms);
-    table.Release(draws.data(), 2);
+    table.EndSample(ticket);
   });
   EXPECT_TRUE(table.Close(10.0));
   finisher.join();

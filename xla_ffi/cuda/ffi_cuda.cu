@@ -7,12 +7,12 @@
 //   synchronisation. Slot protocol: the handler takes a ticket
 //   (Table::BeginGpuSample, which also applies the rate limiter) before
 //   enqueueing the kernels, and a host function enqueued after them returns
-//   it. A writer that evicts a slot waits for every ticket taken before the
-//   eviction; samples enqueued later see the slot's weight 0 and never draw it.
+//   it (Table::EndSample). A writer that evicts a slot waits for every ticket
+//   taken before the eviction; samples enqueued later never draw the slot.
 // * TopK, Recent (order statistics, host-only structures): selected on the
-//   host. The seed is copied back with a stream synchronisation, the drawn
-//   slots are pinned (Table::Select), the draws are uploaded, and a host
-//   function unpins the slots after the gather.
+//   host. The seed is copied back with a stream synchronisation, the rows are
+//   drawn (Table::Select, which takes a ticket), the draws are uploaded, and
+//   a host function returns the ticket after the gather.
 //
 // insert_batch copies device arrays into the table on XLA's stream: the
 // lengths and priorities come to the host first (one synchronisation), each
@@ -115,26 +115,17 @@ constexpr char kUnreachable[] =
     "this table's memory is not reachable from the GPU (pinning it failed when the table was "
     "created, or no GPU was visible then)";
 
-// Unpins the draws of one sample once the stream has passed its kernel.
-struct PendingRelease {
-  std::shared_ptr<Table> table;
-  std::vector<Draw> draws;
-};
-
-void CUDART_CB ReleaseAfterKernel(void* data) {
-  std::unique_ptr<PendingRelease> pending(static_cast<PendingRelease*>(data));
-  pending->table->Release(pending->draws.data(), static_cast<int64_t>(pending->draws.size()));
-}
-
-// Returns a GPU-sample ticket once the stream has passed the sample's kernels.
+// A sample's ticket (and, for host selection, its draws), returned once the
+// stream has passed the sample's kernels.
 struct PendingTicket {
   std::shared_ptr<Table> table;
-  uint64_t ticket;
+  uint64_t ticket = 0;
+  std::vector<Draw> draws;
 };
 
 void CUDART_CB EndTicketAfterKernels(void* data) {
   std::unique_ptr<PendingTicket> pending(static_cast<PendingTicket*>(data));
-  pending->table->EndGpuSample(pending->ticket);
+  pending->table->EndSample(pending->ticket);
 }
 
 // Selection and gather both on the GPU (sum-tree strategies).
@@ -154,7 +145,7 @@ ffi::Error SampleOnDevice(cudaStream_t stream, ffi::ScratchAllocator& scratch,
     ~EndTicket() {
       if (pending == nullptr) return;
       cudaStreamSynchronize(stream);
-      pending->table->EndGpuSample(pending->ticket);
+      pending->table->EndSample(pending->ticket);
     }
   } end_ticket{pending.get(), stream};
 
@@ -212,22 +203,21 @@ ffi::Error Sample(cudaStream_t stream, ffi::ScratchAllocator& scratch,
     if (error == cudaSuccess) error = cudaStreamSynchronize(stream);
     if (error != cudaSuccess) return Fail(CudaError("copying the seed", error));
 
-    auto pending = std::make_unique<PendingRelease>();
+    auto pending = std::make_unique<PendingTicket>();
     pending->table = table;
     pending->draws.resize(batch);
-    table->Select(request, host_seed, pending->draws.data());
-    // Until the release is handed to the stream, any way out of here (error or
-    // exception) waits for what was enqueued and unpins the slots itself.
-    struct Unpin {
-      PendingRelease* pending;
+    pending->ticket = table->Select(request, host_seed, pending->draws.data());
+    // Until the ticket is handed to the stream, any way out of here (error or
+    // exception) waits for what was enqueued and returns the ticket itself.
+    struct EndTicket {
+      PendingTicket* pending;
       cudaStream_t stream;
-      ~Unpin() {
+      ~EndTicket() {
         if (pending == nullptr) return;
         cudaStreamSynchronize(stream);
-        pending->table->Release(pending->draws.data(),
-                                static_cast<int64_t>(pending->draws.size()));
+        pending->table->EndSample(pending->ticket);
       }
-    } unpin{pending.get(), stream};
+    } end_ticket{pending.get(), stream};
 
     const std::optional<void*> device_draws = scratch.Allocate(batch * sizeof(Draw), 16);
     if (!device_draws.has_value()) return Fail("could not allocate scratch memory for the draws");
@@ -241,9 +231,9 @@ ffi::Error Sample(cudaStream_t stream, ffi::ScratchAllocator& scratch,
                      pad_left != 0, out, table->device_arena());
       error = LaunchGather(params, stream);
     }
-    if (error == cudaSuccess) error = cudaLaunchHostFunc(stream, ReleaseAfterKernel, pending.get());
+    if (error == cudaSuccess) error = cudaLaunchHostFunc(stream, EndTicketAfterKernels, pending.get());
     if (error != cudaSuccess) return Fail(CudaError("launching the gather", error));
-    unpin.pending = nullptr;  // the stream's host function unpins now, and owns `pending`
+    end_ticket.pending = nullptr;  // the stream's host function returns it now, and owns `pending`
     pending.release();
     return ffi::Error::Success();
   } catch (...) {

@@ -76,7 +76,7 @@ SampleRequest Request(int64_t batch, int strategy, double alpha, int64_t count, 
 
 // Samples like the CPU handler but gathers with the GPU kernel's block code
 // run on the CPU (EmulateGather): (keys, start, probability, table_size,
-// mask, timestep, [column bytes as uint8 [batch, width * step_bytes]]).
+// valid, [column bytes as uint8 [batch, width * step_bytes]]).
 nb::tuple EmulateGpuSample(int64_t handle, std::tuple<uint32_t, uint32_t> seed, int64_t batch,
                            int strategy, double alpha, int64_t count, int64_t window,
                            bool pad_left, int64_t threads) {
@@ -85,11 +85,9 @@ nb::tuple EmulateGpuSample(int64_t handle, std::tuple<uint32_t, uint32_t> seed, 
   const int64_t width = window == 0 ? table->spec().max_length : window;
   const size_t b = static_cast<size_t>(batch), w = static_cast<size_t>(width);
   NewArray<int64_t> keys({b}), table_size({b});
-  NewArray<int32_t> start({b}), timestep({b, w});
+  NewArray<int32_t> start({b}), valid({b});
   NewArray<float> probability({b});
-  NewArray<bool> mask({b, w});
-  SampleOutputs out{keys.data, start.data, probability.data, table_size.data,
-                    mask.data,  timestep.data, {}};
+  SampleOutputs out{keys.data, start.data, probability.data, table_size.data, valid.data, {}};
   nb::list columns;
   for (int c = 0; c < table->num_columns(); ++c) {
     NewArray<uint8_t> column({b, w * static_cast<size_t>(table->step_bytes(c))});
@@ -103,11 +101,12 @@ nb::tuple EmulateGpuSample(int64_t handle, std::tuple<uint32_t, uint32_t> seed, 
   // their emulated addresses.
   const uint8_t* arena = table->on_device() ? ToHost(table->device_arena()) : table->arena_data();
   GatherParams params = PlanGather(*table, draws.data(), batch, width, pad_left, out, arena);
-  table->Select(Request(batch, strategy, alpha, count, window), words, draws.data());
+  const uint64_t ticket =
+      table->Select(Request(batch, strategy, alpha, count, window), words, draws.data());
   EmulateGather(params, threads);
-  table->Release(draws.data(), batch);
+  table->EndSample(ticket);
   return nb::make_tuple(keys.array, start.array, probability.array, table_size.array,
-                        mask.array, timestep.array, columns);
+                        valid.array, columns);
 }
 
 // Runs the GPU selection's row code on the CPU, reading the selection state
@@ -134,7 +133,7 @@ nb::tuple EmulateGpuSelect(int64_t handle, std::tuple<uint32_t, uint32_t> seed, 
     slots.data[i] = d.slot;
     lengths.data[i] = d.length;
   }
-  table->EndGpuSample(ticket);
+  table->EndSample(ticket);
   return nb::make_tuple(keys.array, start.array, probability.array, table_size.array,
                         slots.array, lengths.array);
 }
@@ -165,7 +164,7 @@ void DefineModule(nb::module_ m) {
       "handle"_a, "batch"_a, "strategy"_a, "alpha"_a = 0.0, "count"_a = 0, "window"_a = 1);
   m.def(
       "end_gpu_sample",
-      [](int64_t handle, uint64_t ticket) { Find(handle)->EndGpuSample(ticket); }, "handle"_a,
+      [](int64_t handle, uint64_t ticket) { Find(handle)->EndSample(ticket); }, "handle"_a,
       "ticket"_a);
   m.def("emulate_gpu_select", &EmulateGpuSelect, "handle"_a, "seed"_a, "batch"_a, "strategy"_a,
         "alpha"_a, "count"_a, "window"_a);
