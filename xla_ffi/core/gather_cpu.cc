@@ -33,10 +33,35 @@ void FillPad(uint8_t* dst, int64_t steps, const ColumnSpec& column, bool one_byt
 // Rows whose first bytes are prefetched ahead of the copy, and how many bytes
 // of each of their windows: enough for the row-start cache misses of small
 // windows to overlap instead of running one after another; for large windows
-// the hardware prefetcher takes over after the first lines.
+// the hardware prefetcher takes over after the first lines. Rows of a few
+// cache lines take so little copying that a miss needs more of them ahead.
 constexpr int64_t kPrefetchRows = 4;
+constexpr int64_t kPrefetchRowsSmall = 24;
+constexpr int64_t kSmallRowBytes = 256;
 constexpr int64_t kPrefetchBytes = 4096;
 constexpr int64_t kCacheLine = 64;
+
+// memcpy for a row's bytes; copies of at most 16 bytes (one-step windows of
+// a scalar column, say) without a library call.
+inline void CopyBytes(uint8_t* dst, const uint8_t* src, int64_t n) {
+  if (n > 16) {
+    std::memcpy(dst, src, static_cast<size_t>(n));
+  } else if (n >= 8) {  // two 8-byte moves, overlapping when n < 16
+    uint64_t head, tail;
+    std::memcpy(&head, src, 8);
+    std::memcpy(&tail, src + n - 8, 8);
+    std::memcpy(dst, &head, 8);
+    std::memcpy(dst + n - 8, &tail, 8);
+  } else if (n >= 4) {
+    uint32_t head, tail;
+    std::memcpy(&head, src, 4);
+    std::memcpy(&tail, src + n - 4, 4);
+    std::memcpy(dst, &head, 4);
+    std::memcpy(dst + n - 4, &tail, 4);
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
+  }
+}
 
 void PrefetchWindow(const Table& table, const Draw& d, int64_t width) {
   const int64_t valid = std::min(width, d.length - d.start);
@@ -54,11 +79,14 @@ void PrefetchWindow(const Table& table, const Draw& d, int64_t width) {
 void GatherRows(const Table& table, const Draw* draws, int64_t row_begin, int64_t row_end,
                 int64_t width, bool pad_left, const SampleOutputs& out) {
   const int num_columns = table.num_columns();
-  for (int64_t b = row_begin; b < std::min(row_end, row_begin + kPrefetchRows); ++b) {
+  int64_t row_bytes = 0;
+  for (int c = 0; c < num_columns; ++c) row_bytes += width * table.step_bytes(c);
+  const int64_t ahead = row_bytes <= kSmallRowBytes ? kPrefetchRowsSmall : kPrefetchRows;
+  for (int64_t b = row_begin; b < std::min(row_end, row_begin + ahead); ++b) {
     PrefetchWindow(table, draws[b], width);
   }
   for (int64_t b = row_begin; b < row_end; ++b) {
-    if (b + kPrefetchRows < row_end) PrefetchWindow(table, draws[b + kPrefetchRows], width);
+    if (b + ahead < row_end) PrefetchWindow(table, draws[b + ahead], width);
     const Draw& d = draws[b];
     const WindowPlan plan = PlanWindow(d.length, d.start, width, pad_left);
     out.keys[b] = d.key;
@@ -70,8 +98,8 @@ void GatherRows(const Table& table, const Draw* draws, int64_t row_begin, int64_
       const ColumnSpec& column = table.spec().columns[c];
       const int64_t step_bytes = column.step_bytes;
       uint8_t* row = out.columns[c] + b * width * step_bytes;
-      std::memcpy(row + plan.dst_offset * step_bytes, table.StepPointer(c, d.slot, d.start),
-                  plan.valid * step_bytes);
+      CopyBytes(row + plan.dst_offset * step_bytes, table.StepPointer(c, d.slot, d.start),
+                plan.valid * step_bytes);
       if (pad_left) {
         FillPad(row, plan.dst_offset, column, table.pad_is_one_byte(c));
       } else {

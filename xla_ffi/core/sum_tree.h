@@ -59,13 +59,21 @@ GEARJAX_HD int SumTreeChild(const double* line, double* target) {
   int count = 0;
   GEARJAX_UNROLL
   for (int c = 0; c < kSumTreeFanout; ++c) count += prefix[c] <= t ? 1 : 0;
-  int chosen = count;
   if (count == kSumTreeFanout) {  // rounding: the last positive child (rare, so a branch)
-    chosen = -1;
+    int chosen = -1;
     for (int c = 0; c < kSumTreeFanout; ++c) chosen = line[c] > 0.0 ? c : chosen;
+    if (chosen > 0) *target = t - prefix[chosen - 1];
+    return chosen;
   }
-  if (chosen > 0) *target = t - prefix[chosen - 1];
-  return chosen;
+  // The weight before the chosen child: the last prefix <= t (0 if none),
+  // which is prefix[count - 1] since prefixes do not decrease. Found by
+  // selects on comparisons: indexing the array would send it through memory
+  // and stall on the stores just made.
+  double before = 0.0;
+  GEARJAX_UNROLL
+  for (int c = 0; c < kSumTreeFanout - 1; ++c) before = prefix[c] <= t ? prefix[c] : before;
+  *target = t - before;
+  return count;
 }
 
 // The sum of one line as parents hold it: pairwise, in a fixed order (the
@@ -122,7 +130,8 @@ class SumTree {
   int32_t levels_ = 0;
   int64_t offsets_[kSumTreeMaxLevels] = {};
   MappedArray<double> nodes_;
-  std::vector<int64_t> dirty_;            // SetMany's scratch
+  std::vector<int64_t> dirty_;            // SetMany's scratch: the nodes of one level to sum
+  std::vector<uint64_t> seen_;            // SetMany's scratch: one bit per inner node, all 0
   mutable std::vector<double> targets_;  // DrawMany's scratch (callers hold the table's lock)
 };
 

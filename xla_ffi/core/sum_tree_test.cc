@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -59,6 +60,44 @@ TEST_P(SumTreeSizes, TotalsAndDrawsMatchABruteForceSum) {
 INSTANTIATE_TEST_SUITE_P(Sizes, SumTreeSizes,
                          ::testing::Values(1, 2, 7, 8, 9, 63, 64, 65, 511, 4097, 100000));
 
+// DrawMany (the CPU's vectorised descent) against SumTreeDraw (the code GPU
+// kernels run) where rounding decides: real weights over 40 binades with
+// zeros between them, and u at and beside every leaf's cumulative boundary.
+TEST(SumTree, DrawManyEqualsSumTreeDrawWhereRoundingDecides) {
+  for (int64_t n : {9, 64, 1000, 40000}) {
+    SumTree tree(n, false);
+    std::mt19937_64 rng(static_cast<uint64_t>(n));
+    std::vector<double> w(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      w[i] = rng() % 5 == 0 ? 0.0
+                            : std::ldexp(1.0 + static_cast<double>(rng() % 1000003) / 1000003,
+                                         -static_cast<int>(rng() % 40));
+    }
+    w[0] = 0.0;
+    std::vector<int64_t> leaves(static_cast<size_t>(n));
+    std::iota(leaves.begin(), leaves.end(), 0);
+    tree.SetMany(leaves.data(), w.data(), n);
+    std::vector<double> us = {0.0, std::nextafter(1.0, 0.0)};
+    double cumulative = 0;
+    for (int64_t i = 0; i < n && us.size() < 30000; ++i) {
+      cumulative += w[i];
+      const double u = cumulative / tree.Total();
+      if (u >= 1.0) continue;
+      us.push_back(u);
+      us.push_back(std::nextafter(u, 0.0));
+      us.push_back(std::nextafter(u, 1.0));
+    }
+    std::vector<int64_t> many(us.size());
+    tree.DrawMany(us.data(), static_cast<int64_t>(us.size()), many.data());
+    for (size_t i = 0; i < us.size(); ++i) {
+      const int64_t leaf = SumTreeDraw(tree.view(), us[i]);
+      ASSERT_EQ(many[i], leaf) << "n=" << n << " u=" << us[i];
+      ASSERT_GE(leaf, 0);
+      ASSERT_GT(w[leaf], 0.0) << "drew a zero-weight leaf";
+    }
+  }
+}
+
 TEST(SumTree, DrawFrequenciesFollowTheWeights) {
   const std::vector<double> w = {1, 0, 2, 0, 0, 4, 1, 0, 0, 8};
   SumTree tree(static_cast<int64_t>(w.size()), false);
@@ -87,6 +126,15 @@ TEST(SumTree, SetManyEqualsSetOneAtATimeAndLastDuplicateWins) {
   EXPECT_EQ(one.Total(), many.Total());  // bit for bit: same sums, same order
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(one.Get(i), many.Get(i));
   for (double u : {0.1, 0.37, 0.999}) EXPECT_EQ(one.Draw(u), many.Draw(u));
+  // Inner nodes too, and again after more batches (SetMany's scratch starts
+  // clean every time).
+  for (int round = 0; round < 5; ++round) {
+    for (size_t i = 0; i < leaves.size(); ++i) leaves[i] = static_cast<int64_t>(rng() % n);
+    for (size_t i = 0; i < leaves.size(); ++i) one.Set(leaves[i], weights[i]);
+    many.SetMany(leaves.data(), weights.data(), static_cast<int64_t>(leaves.size()));
+    const SumTreeView a = one.view(), b = many.view();
+    for (int64_t i = 0; i <= a.offsets[a.levels - 1]; ++i) ASSERT_EQ(a.nodes[i], b.nodes[i]) << i;
+  }
 }
 
 TEST(SumTree, SumsNeverDrift) {

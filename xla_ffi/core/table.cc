@@ -431,7 +431,9 @@ uint64_t Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* dra
   std::unique_lock<std::mutex> lock(mu_);
   WaitToSampleLocked(lock, r);
   SelectLocked(r, seed, u.data(), selections.data());
-  constexpr int64_t kAhead = 8;  // slot records prefetched ahead of the one read
+  // Slot records prefetched ahead of the one read: far enough for a miss to
+  // memory (and its TLB miss) to finish, as each record takes little work.
+  constexpr int64_t kAhead = 32;
   for (int64_t b = 0; b < std::min(n, kAhead); ++b) {
     if (selections[b].slot >= 0) PrefetchForRead(&(*slots_)[selections[b].slot]);
   }
@@ -521,7 +523,7 @@ int64_t Table::UpdatePriorities(const int64_t* keys, const double* priorities, i
   CheckOpenLocked();
   update_before_.clear();
   update_after_.clear();
-  constexpr int64_t kAhead = 8;  // records prefetched ahead of the one looked up
+  constexpr int64_t kAhead = 32;  // records prefetched ahead of the one looked up (see Select)
   for (int64_t i = 0; i < count; ++i) {
     if (i + kAhead < count) {
       if (const SlotInfo* next = slots_->Address(keys[i + kAhead])) PrefetchForRead(next);
