@@ -1,13 +1,28 @@
 """Benchmark: sampling the same batch shapes from gearjax, Flashbax, NumPy and memcpy.
 
-For each case (batch x window x per-step shape, dtype) the script fills every
-system with the same random trajectories and times how long one call takes to
-produce a full, materialised batch:
+Three sections (``--sections``, default all):
+
+per-call     how long one call takes to produce a full, materialised batch
+             (dispatch from Python included), for every case below;
+in-scan      the cost of a sample inside a jitted ``lax.scan`` (how users train):
+             each step samples a batch and sums it; the ceiling is a contiguous
+             XLA ``dynamic_slice`` of the same bytes, summed the same way;
+prioritized  prioritized replay as it runs in training: inside a jitted scan,
+             each step samples 256 one-step windows of one float32 column by
+             priority (alpha 0.6) and sets new priorities for them, in tables of
+             10^3 and 10^6 trajectories, against Flashbax's prioritised buffer.
+
+Per-call section. For each case (batch x window x per-step shape, dtype) the
+script fills every system with the same random trajectories and times how long
+one call takes to produce a full, materialised batch:
 
   gearjax        ``table.sample(key, batch_size, window, strategy=gx.Uniform(),
                  pad="left")`` inside ``jax.jit``, returning the payload column
                  (as Flashbax's sample returns its experience); skipped, with the
                  import error recorded, when ``import gearjax`` fails.
+  gearjax-unordered  the same with ``ordered=False`` (no table effect, so JAX's
+                 fast dispatch path): the difference is the dispatch cost of the
+                 sound default.
   gearjax-batch  the same, returning the whole gx.Batch (every array) to Python:
                  shows what handing every leaf back to the host costs.
   flashbax       ``flashbax.make_trajectory_buffer(...).sample`` inside ``jax.jit``
@@ -28,12 +43,24 @@ masks or other extra outputs are not counted) and, for gearjax, its payload rate
 over Flashbax's and both memcpys' (> 1 means gearjax is faster). After timing,
 a few sampled rows of each system are checked against the stored data.
 
+In-scan section: gearjax (ordered, the default), gearjax-unordered, Flashbax and
+the ceiling, each a jitted scan of ``scan_steps`` steps (chosen per case so
+that one dispatch takes tens of milliseconds and its cost is spread thin),
+taking turns dispatch by dispatch; reported per step. The goal: gearjax at
+least 0.8 of the ceiling's rate on every case.
+
+Prioritized section: per-step times of sample + update (and of each alone)
+for gearjax, and of sample + set_priorities for Flashbax, at 10^3 and 10^6
+trajectories. Goals: at 10^6, gearjax at least 2x faster than Flashbax, and
+its cost at 10^6 at most 3x its cost at 10^3.
+
 Run (from the repository root):
 
-    python scripts/bench_sample.py [--repeats 30] [--cases A,B,C,D]
-        [--out benchmarks/results/bench_sample_cpu.json] [--scale 1.0]
+    python scripts/bench_sample.py [--sections per-call,in-scan,prioritized]
+        [--repeats 30] [--cases A,B,C,D] [--scale 1.0]
+        [--out benchmarks/results/bench_sample_cpu.json]
 
-A compact table is printed at the end and the full results go to ``--out`` as JSON.
+Compact tables are printed at the end and the full results go to ``--out`` as JSON.
 """
 
 from __future__ import annotations
@@ -53,9 +80,10 @@ import time
 import traceback
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 try:
@@ -68,7 +96,10 @@ except Exception as exc:  # noqa: BLE001 - any import failure means "skip gearja
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "bench_sample_cpu.json"
-SYSTEMS = ("gearjax", "gearjax-batch", "flashbax", "numpy", "memcpy-fresh", "memcpy-warm")
+SYSTEMS = ("gearjax", "gearjax-unordered", "gearjax-batch", "flashbax", "numpy", "memcpy-fresh",
+           "memcpy-warm")
+SCAN_SYSTEMS = ("gearjax", "gearjax-unordered", "flashbax", "ceiling")
+SECTIONS = ("per-call", "in-scan", "prioritized")
 ROWS_TO_CHECK = 16
 
 
@@ -152,17 +183,23 @@ def jax_keys(seed: int, n: int) -> list[jax.Array]:
     return list(jax.random.split(jax.random.key(seed), n))
 
 
-def gearjax_sampler(case: Case, data: np.ndarray, seed: int, n_calls: int,
-                    whole_batch: bool = False) -> Sampler:
+def filled_table(case: Case, data: np.ndarray) -> "gx.Table":
     if gx is None:
         raise ImportError(GEARJAX_IMPORT_ERROR)
-    table = gx.Table(
-        {"obs": gx.Column(case.step_shape, case.dtype)},
-        capacity=case.num_traj,
-        max_length=case.traj_len,
-    )
+    table = gx.Table({"obs": gx.Column(case.step_shape, case.dtype)}, capacity=case.num_traj,
+                     max_length=case.traj_len, placement="host")
     try:
         table.insert_many([{"obs": traj} for traj in data])
+    except BaseException:
+        table.close()
+        raise
+    return table
+
+
+def gearjax_sampler(case: Case, data: np.ndarray, seed: int, n_calls: int,
+                    whole_batch: bool = False, ordered: bool = True) -> Sampler:
+    table = filled_table(case, data)
+    try:
         def draw(k):
             batch = table.sample(
                 k,
@@ -170,6 +207,7 @@ def gearjax_sampler(case: Case, data: np.ndarray, seed: int, n_calls: int,
                 window=case.window,  # None for case B: whole trajectories
                 strategy=gx.Uniform(),
                 pad="left",
+                ordered=ordered,
             )
             return batch if whole_batch else {"obs": batch["obs"]}
 
@@ -179,7 +217,7 @@ def gearjax_sampler(case: Case, data: np.ndarray, seed: int, n_calls: int,
         raise
     keys = jax_keys(seed, n_calls)
     notes = [
-        f"gx.Uniform(), pad='left', window={case.window}; "
+        f"gx.Uniform(), pad='left', window={case.window}, ordered={ordered}; "
         + ("returns the whole gx.Batch (the column plus mask, timestep, keys, start, "
            "probability and table_size) to Python; GB/s counts the payload column only"
            if whole_batch else
@@ -190,7 +228,9 @@ def gearjax_sampler(case: Case, data: np.ndarray, seed: int, n_calls: int,
     return Sampler(lambda i: sample(keys[i]), lambda out: out["obs"], table.close, notes)
 
 
-def flashbax_sampler(case: Case, data: np.ndarray, seed: int, n_calls: int) -> Sampler:
+def flashbax_buffer(case: Case, data: np.ndarray):
+    """Flashbax's trajectory buffer holding `data` (one row per trajectory),
+    its state, and notes on how it was set up."""
     import flashbax as fbx
 
     with warnings.catch_warnings(record=True) as caught:
@@ -220,7 +260,11 @@ def flashbax_sampler(case: Case, data: np.ndarray, seed: int, n_calls: int) -> S
     state = jax.block_until_ready(state)
     if not bool(state.is_full) or int(state.current_index) != 0:
         raise RuntimeError("flashbax buffer not exactly full after filling")
+    return buffer, state, notes
 
+
+def flashbax_sampler(case: Case, data: np.ndarray, seed: int, n_calls: int) -> Sampler:
+    buffer, state, notes = flashbax_buffer(case, data)
     sample = jax.jit(lambda st, k: buffer.sample(st, k).experience)
     keys = jax_keys(seed, n_calls)
     return Sampler(lambda i: sample(state, keys[i]), lambda out: out["obs"], notes=notes)
@@ -280,6 +324,7 @@ def memcpy_fresh_sampler(case: Case, data: np.ndarray, seed: int, n_calls: int) 
 
 SAMPLER_FACTORIES = {
     "gearjax": gearjax_sampler,
+    "gearjax-unordered": lambda *a: gearjax_sampler(*a, ordered=False),
     "gearjax-batch": lambda *a: gearjax_sampler(*a, whole_batch=True),
     "flashbax": flashbax_sampler,
     "numpy": numpy_sampler,
@@ -429,7 +474,7 @@ def gearjax_ratios(systems: dict) -> dict:
     gearjax faster), for both gearjax rows. The issue's goals read directly:
     >= 2 against flashbax, >= 0.75 against memcpy."""
     ratios = {}
-    for mine in ("gearjax", "gearjax-batch"):
+    for mine in ("gearjax", "gearjax-unordered", "gearjax-batch"):
         gear = systems.get(mine, {})
         if gear.get("status") != "ok":
             continue
@@ -470,6 +515,251 @@ def run_case(case: Case, args: argparse.Namespace) -> dict:
         "systems": systems,
         "ratios": gearjax_ratios(systems),
     }
+
+
+# ---------------------------------------------------------------------------
+# In-scan section: the cost of a sample inside a jitted lax.scan
+# ---------------------------------------------------------------------------
+
+
+def scan_steps(case: Case) -> int:
+    """Steps per dispatch: about 300 MB of payload, so that one dispatch takes
+    tens of milliseconds and its fixed cost is spread thin; 5 to 1000."""
+    return int(min(1000, max(5, 300e6 // case.payload_bytes)))
+
+
+def scan_program(step: Callable[..., jax.Array], steps: int, *operands) -> Callable[[jax.Array], Any]:
+    """key -> a jitted scan of `steps` steps, each adding step(key, *operands)
+    to the carry. Arrays go in as operands, not as constants of the program."""
+    def run(key, *ops):
+        def body(carry, k):
+            return carry + step(k, *ops), None
+
+        return jax.lax.scan(body, jnp.float32(0), jax.random.split(key, steps))[0]
+
+    program = jax.jit(run)
+    return lambda key: program(key, *operands)
+
+
+def in_scan_programs(case: Case, data: np.ndarray, steps: int) -> tuple[dict, list]:
+    """name -> jitted scan(key) for every in-scan system, and things to close."""
+    programs, closers = {}, []
+    if gx is not None:
+        table = filled_table(case, data)
+        closers.append(table.close)
+        for name, ordered in (("gearjax", True), ("gearjax-unordered", False)):
+            programs[name] = scan_program(
+                lambda k, o=ordered: table.sample(k, case.batch, case.window, gx.Uniform(), "left",
+                                                  ordered=o)["obs"].astype(jnp.float32).sum(),
+                steps)
+    try:
+        buffer, state, _ = flashbax_buffer(case, data)
+        programs["flashbax"] = scan_program(
+            lambda k, st: buffer.sample(st, k).experience["obs"].astype(jnp.float32).sum(),
+            steps, state)
+    except ImportError as exc:
+        programs["flashbax"] = exc
+    rows = case.batch * case.steps
+
+    def contiguous(k, flat):
+        offset = jax.random.randint(k, (), 0, flat.shape[0] - rows + 1)
+        start = (offset,) + (0,) * len(case.step_shape)
+        return jax.lax.dynamic_slice(flat, start, (rows, *case.step_shape)) \
+            .astype(jnp.float32).sum()
+
+    flat = data.reshape(-1, *case.step_shape)
+    if flat.shape[0] < 2 * rows:
+        # A store no larger than the batch would make the slice the whole array, its
+        # sum loop-invariant, and XLA would hoist it out of the scan: not a ceiling.
+        flat = np.concatenate([flat] * -(-2 * rows // flat.shape[0]))
+    programs["ceiling"] = scan_program(contiguous, steps, jnp.asarray(flat))
+    return programs, closers
+
+
+def paired_ratios(times: dict[str, list[float]], reference: str,
+                  names: Sequence[str]) -> dict[str, float]:
+    """name/reference -> the median over rounds of reference's time / name's
+    time in the same round: less swayed than a ratio of medians by noise that
+    comes and goes over minutes, as both times of a round share it."""
+    out = {}
+    for name in names:
+        if reference in times and name in times:
+            pairs = [r / t for r, t in zip(times[reference], times[name])]
+            out[f"{name}/{reference}"] = float(np.median(pairs))
+    return out
+
+
+def run_in_scan_case(case: Case, args: argparse.Namespace) -> dict:
+    steps = scan_steps(case)
+    print(f"in-scan case {case.name}: {case.describe()}, {steps} steps a dispatch", flush=True)
+    data = make_data(case, args.seed)
+    programs, closers = in_scan_programs(case, data, steps)
+    results, times, live = {}, {}, {}
+    for name in SCAN_SYSTEMS:
+        program = programs.get(name)
+        if program is None or isinstance(program, Exception):
+            results[name] = {"status": "skipped", "error": f"{program}"}
+            continue
+        try:
+            jax.block_until_ready(program(jax.random.key(0)))  # compile
+            live[name], times[name] = program, []
+        except Exception as exc:  # noqa: BLE001 - record and carry on
+            results[name] = short_error(exc)
+    for r in range(args.scan_repeats):  # round-robin: the machine's noise hits all alike
+        for name, program in live.items():
+            start = time.perf_counter()
+            jax.block_until_ready(program(jax.random.key(r + 1)))
+            times[name].append((time.perf_counter() - start) / steps)
+    for name in live:
+        results[name] = {"status": "ok", **summarise(times[name], case.payload_bytes)}
+    for close in closers:
+        close()
+    ratios = {}
+    if results.get("ceiling", {}).get("status") == "ok":
+        for name in ("gearjax", "gearjax-unordered", "flashbax"):
+            if results.get(name, {}).get("status") == "ok":
+                ratios[f"{name}/ceiling"] = results["ceiling"]["median_s"] / results[name]["median_s"]
+    if "gearjax/flashbax" not in ratios and all(
+            results.get(n, {}).get("status") == "ok" for n in ("gearjax", "flashbax")):
+        ratios["gearjax/flashbax"] = results["flashbax"]["median_s"] / results["gearjax"]["median_s"]
+    paired = paired_ratios(times, "ceiling", ("gearjax", "gearjax-unordered", "flashbax"))
+    for name, result in results.items():
+        if result["status"] == "ok":
+            print(f"  {name:18s} {result['median_s'] * 1e6:10.1f} us/step  "
+                  f"{result['gb_per_s']:6.2f} GB/s", flush=True)
+        else:
+            print(f"  {name:18s} {result['status']}: {result['error']}", flush=True)
+    del data
+    gc.collect()
+    return {"description": case.describe(), "payload_bytes": case.payload_bytes,
+            "scan_steps": steps, "systems": results, "ratios": ratios,
+            "paired_ratios": paired,
+            "notes": ["each step samples (or slices) one batch and sums it in float32; the "
+                      "ceiling slices B*W contiguous stored steps from a random offset "
+                      "(in the store repeated to at least 2*B*W steps, so that the slice "
+                      "is never the whole array)",
+                      "times are per step: one dispatch's wall time / scan_steps"]}
+
+
+# ---------------------------------------------------------------------------
+# Prioritized section: sample by priority, then set new priorities
+# ---------------------------------------------------------------------------
+
+PRIORITIZED_BATCH = 256
+PRIORITIZED_ALPHA = 0.6
+PRIORITIZED_STEPS = 1000
+
+
+def new_priorities(x: jax.Array) -> jax.Array:
+    """What a learner would set: |value| + epsilon, one per sampled row."""
+    return jnp.abs(x.reshape(x.shape[0], -1)[:, 0]) + 0.01
+
+
+def gearjax_prioritized(n: int, rng: np.random.Generator) -> tuple[dict, Callable[[], None]]:
+    table = gx.Table({"x": gx.Column((), "float32")}, capacity=n, max_length=1, placement="host")
+    chunk = min(n, 100_000)
+    fill = jax.jit(lambda x, p: table.insert_batch({"x": x}, jnp.ones(x.shape[0], jnp.int32), p))
+    for _ in range(0, n, chunk):
+        jax.block_until_ready(fill(jnp.asarray(rng.random((chunk, 1), dtype=np.float32)),
+                                   jnp.asarray(rng.uniform(0.1, 2.0, chunk), jnp.float32)))
+    strategy = gx.Prioritized(PRIORITIZED_ALPHA)
+    keys = jnp.asarray(table.contents()["key"][rng.integers(0, n, (PRIORITIZED_STEPS,
+                                                                     PRIORITIZED_BATCH))])
+
+    def sample_and_update(k):
+        batch = table.sample(k, PRIORITIZED_BATCH, 1, strategy)
+        table.update_priorities(batch.keys, new_priorities(batch["x"]))
+        return batch["x"].sum()
+
+    def sample_only(k):
+        return table.sample(k, PRIORITIZED_BATCH, 1, strategy)["x"].sum()
+
+    def update_body(carry, step_keys):
+        return carry + table.update_priorities(step_keys, jnp.full(PRIORITIZED_BATCH, 0.5,
+                                                                   jnp.float32)), None
+
+    update_only = jax.jit(lambda _: jax.lax.scan(update_body, jnp.int32(0), keys)[0])
+    return {"gearjax sample+update": scan_program(sample_and_update, PRIORITIZED_STEPS),
+            "gearjax sample": scan_program(sample_only, PRIORITIZED_STEPS),
+            "gearjax update": update_only}, table.close
+
+
+def flashbax_prioritized(n: int, rng: np.random.Generator) -> dict:
+    import flashbax as fbx
+
+    rows = min(n, 1000)  # the buffer is [rows, n // rows]; one-step windows cover it all
+    buffer = fbx.make_prioritised_trajectory_buffer(
+        add_batch_size=rows, sample_batch_size=PRIORITIZED_BATCH, sample_sequence_length=1,
+        period=1, min_length_time_axis=1, max_length_time_axis=n // rows,
+        priority_exponent=PRIORITIZED_ALPHA)
+    state = buffer.init({"x": jnp.zeros((), jnp.float32)})
+    state = jax.jit(buffer.add, donate_argnums=0)(
+        state, {"x": jnp.asarray(rng.random((rows, n // rows), dtype=np.float32))})
+
+    def body(st, k):
+        sample = buffer.sample(st, k)
+        st = buffer.set_priorities(st, sample.indices, new_priorities(sample.experience["x"]))
+        return st, sample.experience["x"].sum()
+
+    run = jax.jit(lambda st, key: jax.lax.scan(body, st, jax.random.split(key,
+                                                                          PRIORITIZED_STEPS)))
+    holder = {"state": state}
+
+    def step(key):
+        holder["state"], out = run(holder["state"], key)
+        return out
+
+    return {"flashbax sample+set_priorities": step}
+
+
+def run_prioritized(n: int, args: argparse.Namespace) -> dict:
+    print(f"prioritized: {n} trajectories, batch {PRIORITIZED_BATCH}, alpha {PRIORITIZED_ALPHA}",
+          flush=True)
+    rng = np.random.default_rng(args.seed)
+    programs, closers, results = {}, [], {}
+    if gx is not None:
+        gear, close = gearjax_prioritized(n, rng)
+        programs.update(gear)
+        closers.append(close)
+    try:
+        programs.update(flashbax_prioritized(n, rng))
+    except ImportError as exc:
+        results["flashbax sample+set_priorities"] = {"status": "skipped", "error": str(exc)}
+    for program in programs.values():
+        jax.block_until_ready(program(jax.random.key(0)))
+    times = {name: [] for name in programs}
+    for r in range(args.scan_repeats):
+        for name, program in programs.items():
+            start = time.perf_counter()
+            jax.block_until_ready(program(jax.random.key(r + 1)))
+            times[name].append((time.perf_counter() - start) / PRIORITIZED_STEPS)
+    for name in programs:
+        results[name] = {"status": "ok", **summarise(times[name], PRIORITIZED_BATCH * 4)}
+        print(f"  {name:32s} {results[name]['median_s'] * 1e6:8.1f} us/step", flush=True)
+    for close in closers:
+        close()
+    paired = paired_ratios(times, "flashbax sample+set_priorities", ("gearjax sample+update",))
+    return {"trajectories": n, "batch": PRIORITIZED_BATCH, "alpha": PRIORITIZED_ALPHA,
+            "steps": PRIORITIZED_STEPS, "systems": results, "paired_ratios": paired}
+
+
+def prioritized_goals(sections: dict) -> dict:
+    """The issue's goals: at 10^6, gearjax at least 2x faster than Flashbax;
+    gearjax's cost at 10^6 at most 3x its cost at 10^3."""
+    def median(n, name):
+        result = sections.get(str(n), {}).get("systems", {}).get(name, {})
+        return result.get("median_s") if result.get("status") == "ok" else None
+
+    goals = {}
+    mine, theirs = "gearjax sample+update", "flashbax sample+set_priorities"
+    if median(1_000_000, mine) and median(1_000_000, theirs):
+        goals["flashbax/gearjax at 10^6"] = median(1_000_000, theirs) / median(1_000_000, mine)
+    paired = sections.get(str(1_000_000), {}).get("paired_ratios", {}).get(f"{mine}/{theirs}")
+    if paired:
+        goals["flashbax/gearjax at 10^6, paired"] = paired
+    if median(1_000_000, mine) and median(1_000, mine):
+        goals["gearjax 10^6 / 10^3"] = median(1_000_000, mine) / median(1_000, mine)
+    return goals
 
 
 # ---------------------------------------------------------------------------
@@ -576,12 +866,46 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--scale", type=float, default=1.0,
                         help="multiply the number of stored trajectories (e.g. to exceed the LLC)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sections", default=",".join(SECTIONS),
+                        help=f"comma-separated subset of {','.join(SECTIONS)}")
+    parser.add_argument("--scan-repeats", type=int, default=15,
+                        help="timed dispatches per system in the in-scan and prioritized sections")
+    parser.add_argument("--prioritized-sizes", default="1000,1000000",
+                        help="table sizes of the prioritized section")
     args = parser.parse_args(argv)
     args.cases = [c.strip().upper() for c in args.cases.split(",") if c.strip()]
     unknown = sorted(set(args.cases) - set(CASES))
     if unknown:
         parser.error(f"unknown cases {unknown}; choose from {sorted(CASES)}")
+    args.sections = [x.strip() for x in args.sections.split(",") if x.strip()]
+    if sorted(set(args.sections) - set(SECTIONS)):
+        parser.error(f"unknown sections; choose from {SECTIONS}")
+    args.prioritized_sizes = [int(n) for n in args.prioritized_sizes.split(",") if n.strip()]
     return args
+
+
+def print_scan_tables(results: dict) -> None:
+    if results.get("in_scan"):
+        print("\nin a jitted lax.scan (per step; x ceiling: rate over the contiguous slice's; "
+              "goal >= 0.8):")
+        for name, case in results["in_scan"].items():
+            row = [f"  {name}: {case['description']}"]
+            for system, res in case["systems"].items():
+                if res["status"] == "ok":
+                    row.append(f"{system} {res['median_s'] * 1e6:.1f} us")
+            for key, ratio in case["ratios"].items():
+                row.append(f"{key} {ratio:.2f}")
+            for key, ratio in case.get("paired_ratios", {}).items():
+                row.append(f"{key} paired {ratio:.2f}")
+            print(" | ".join(row))
+    if results.get("prioritized"):
+        print("\nprioritized replay in a jitted lax.scan (per step, batch 256):")
+        for n, section in results["prioritized"].items():
+            cells = [f"{system} {res['median_s'] * 1e6:.1f} us"
+                     for system, res in section["systems"].items() if res["status"] == "ok"]
+            print(f"  N={n}: " + " | ".join(cells))
+        for goal, value in results.get("prioritized_goals", {}).items():
+            print(f"  {goal}: {value:.2f}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -592,17 +916,28 @@ def main(argv: list[str] | None = None) -> None:
         "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         "machine": machine_info(),
         "settings": {"repeats": args.repeats, "warmup": args.warmup, "scale": args.scale,
-                     "seed": args.seed, "cases": args.cases},
+                     "seed": args.seed, "cases": args.cases, "sections": args.sections,
+                     "scan_repeats": args.scan_repeats,
+                     "prioritized_sizes": args.prioritized_sizes},
         "cases": {},
     }
-    for name in args.cases:
-        results["cases"][name] = run_case(scaled(CASES[name], args.scale), args)
+    if "per-call" in args.sections:
+        for name in args.cases:
+            results["cases"][name] = run_case(scaled(CASES[name], args.scale), args)
+    if "in-scan" in args.sections:
+        results["in_scan"] = {name: run_in_scan_case(scaled(CASES[name], args.scale), args)
+                              for name in args.cases}
+    if "prioritized" in args.sections:
+        results["prioritized"] = {str(n): run_prioritized(n, args) for n in args.prioritized_sizes}
+        results["prioritized_goals"] = prioritized_goals(results["prioritized"])
 
     results["wall_time_s"] = time.perf_counter() - started
     results["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
-    print_table(results)
+    if results["cases"]:
+        print_table(results)
+    print_scan_tables(results)
     print(f"\nwall time {results['wall_time_s']:.1f} s, peak RSS "
           f"{results['peak_rss_bytes'] / 2**30:.2f} GiB, results written to {args.out}")
 

@@ -30,10 +30,18 @@ def test_bench_core_builds_and_runs(tmp_path):
 def test_bench_sample_runs(tmp_path):
     out = tmp_path / "bench.json"
     subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_sample.py"), "--repeats", "2",
-                    "--cases", "A", "--scale", "0.1", "--out", str(out)], check=True,
+                    "--cases", "A", "--scale", "0.1", "--scan-repeats", "2",
+                    "--prioritized-sizes", "1000", "--out", str(out)], check=True,
                    capture_output=True)
     result = json.loads(out.read_text())
+    assert result["settings"]["sections"] == ["per-call", "in-scan", "prioritized"]
     assert result["cases"]["A"]["systems"]["gearjax"]["status"] == "ok"
+    in_scan = result["in_scan"]["A"]["systems"]
+    assert in_scan["gearjax"]["status"] == in_scan["ceiling"]["status"] == "ok"
+    assert result["in_scan"]["A"]["paired_ratios"]["gearjax/ceiling"] > 0
+    prioritized = result["prioritized"]["1000"]["systems"]
+    assert all(prioritized[name]["status"] == "ok" for name in
+               ("gearjax sample+update", "gearjax sample", "gearjax update"))
 
 
 def test_bench_gpu_smoke_runs_without_a_gpu(tmp_path):
