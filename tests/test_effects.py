@@ -255,6 +255,14 @@ def test_ordered_false_gives_up_exactly_once(table):
     assert table.stats()["samples"] - before < 12  # dropped or merged, as documented
 
 
+def test_only_ordered_samples_carry_the_table_effect(table):
+    # JAX keeps its C++ fast dispatch path for programs without effects: the
+    # ordered=False program has none, the default one has the table's.
+    key = jax.random.key(0)
+    assert jax.make_jaxpr(lambda k: table.sample(k, 2).keys)(key).effects
+    assert not jax.make_jaxpr(lambda k: table.sample(k, 2, ordered=False).keys)(key).effects
+
+
 def test_an_error_in_one_program_does_not_fail_the_next(table):
     bad = jax.jit(lambda: table.insert_batch({"x": jnp.ones((1, 2, 2))}, jnp.array([0])))
     good = jax.jit(lambda k: table.sample(k, 2).keys)

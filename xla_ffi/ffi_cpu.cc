@@ -77,8 +77,8 @@ void GatherParallel(ffi::ThreadPool& pool, int64_t rows, int64_t bytes, RunRows&
   }
 }
 
-// Selects, pins, gathers and unpins; `first` is the index of the keys result
-// (1 when the call returns a token first).
+// Selects (taking a ticket), gathers and returns the ticket; `first` is the
+// index of the keys result (1 when the call returns a token first).
 ffi::Error Sample(ffi::ThreadPool& pool, const ffi::Buffer<ffi::U32>& seed,
                   ffi::RemainingRets& rets, size_t first, int64_t table_handle,
                   int64_t batch_size, int64_t strategy, double alpha, int64_t count,

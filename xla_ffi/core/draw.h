@@ -1,4 +1,5 @@
-// One sampled row: the slot it reads (pinned while read), the trajectory's key
+// One sampled row: the slot it reads (kept from writers by the sample's ticket
+// while read; see Table::Select), the trajectory's key
 // and length, where the window starts, how many trajectories the table held
 // when it was drawn, and the draw's probability (with table_size, what
 // importance weights need). Shared by selection and the CPU and GPU gathers.

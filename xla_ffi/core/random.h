@@ -1,6 +1,6 @@
-// Turning a random seed into per-row draws. The seed (two 32-bit words) comes
-// from jax.random inside the traced program, so the same key gives the same
-// batch; every row then gets four words from Philox4x32-10 (Salmon et al.,
+// Turning a random seed into per-row draws. The seed (two 32-bit words) is
+// the JAX rng key's own data (gearjax/table.py, _seed_words), so the same key
+// gives the same batch; every row then gets four words from Philox4x32-10 (Salmon et al.,
 // SC'11), a counter-based generator keyed by the seed with the row as counter.
 // Written here rather than taken from a library because the very same function
 // must run in CPU and CUDA code; it is checked against the published
