@@ -33,7 +33,7 @@ NOTEBOOKS = ROOT / "notebooks"
 EXPECTED = {
     "01_quick_tour.ipynb": 2,
     "02_decision_transformer.ipynb": 4,
-    "03_performance.ipynb": 4,
+    "03_performance.ipynb": 5,
 }
 CELL_TIMEOUT_S = 300
 MAX_COMMITTED_BYTES = 1_000_000
