@@ -129,12 +129,17 @@ Item Table::ItemLocked(int64_t slot) const {
 }
 
 // Each lazily created selector is filled with the live items, oldest first,
-// then kept up to date like the others.
+// before it is installed (a throw leaves the table as it was), then kept up
+// to date like the others.
+template <typename S>
+std::unique_ptr<S> Table::FilledLocked(std::unique_ptr<S> selector) const {
+  for (int64_t s = order_->Oldest(); s >= 0; s = order_->Next(s)) selector->Insert(ItemLocked(s));
+  return selector;
+}
+
 TimestepSelector& Table::TimestepLocked() {
   if (!timestep_) {
-    auto selector = std::make_unique<TimestepSelector>(spec_.capacity, spec_.gpu_mapped);
-    for (int64_t s = order_->Oldest(); s >= 0; s = order_->Next(s)) selector->Insert(ItemLocked(s));
-    timestep_ = std::move(selector);
+    timestep_ = FilledLocked(std::make_unique<TimestepSelector>(spec_.capacity, spec_.gpu_mapped));
     AttachLocked(timestep_.get());
   }
   return *timestep_;
@@ -151,18 +156,15 @@ PrioritizedSelector& Table::PrioritizedLocked(double alpha) {
                           std::to_string(kMaxPriorityTrees) + " Prioritized alphas (this one has " +
                           alphas + "); Prioritized(" + Number(alpha) + ") would be one more");
   }
-  auto selector = std::make_unique<PrioritizedSelector>(alpha, spec_.capacity, spec_.gpu_mapped);
-  for (int64_t s = order_->Oldest(); s >= 0; s = order_->Next(s)) selector->Insert(ItemLocked(s));
-  prioritized_.push_back(std::move(selector));
+  prioritized_.push_back(
+      FilledLocked(std::make_unique<PrioritizedSelector>(alpha, spec_.capacity, spec_.gpu_mapped)));
   AttachLocked(prioritized_.back().get());
   return *prioritized_.back();
 }
 
 RecentSelector& Table::RecentLocked() {
   if (!recent_) {
-    auto selector = std::make_unique<RecentSelector>();
-    for (int64_t s = order_->Oldest(); s >= 0; s = order_->Next(s)) selector->Insert(ItemLocked(s));
-    recent_ = std::move(selector);
+    recent_ = FilledLocked(std::make_unique<RecentSelector>());
     AttachLocked(recent_.get());
   }
   return *recent_;
@@ -170,9 +172,7 @@ RecentSelector& Table::RecentLocked() {
 
 TopKSelector& Table::TopKLocked() {
   if (!topk_) {
-    auto selector = std::make_unique<TopKSelector>();
-    for (int64_t s = order_->Oldest(); s >= 0; s = order_->Next(s)) selector->Insert(ItemLocked(s));
-    topk_ = std::move(selector);
+    topk_ = FilledLocked(std::make_unique<TopKSelector>());
     AttachLocked(topk_.get());
   }
   return *topk_;

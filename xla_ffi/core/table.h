@@ -212,6 +212,8 @@ class Table {
   bool InsideLocked() const;  // a sample, reader or writer is inside the table
   int64_t AcquireSlotLocked(std::unique_lock<std::mutex>& lock, bool* evicted);
   Item ItemLocked(int64_t slot) const;
+  template <typename S>
+  std::unique_ptr<S> FilledLocked(std::unique_ptr<S> selector) const;
   void EvictLocked(int64_t slot);
   void PublishLocked(int64_t slot, int64_t key, int64_t length, double priority);
   void ReleaseMemoryLocked();

@@ -5,8 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/sum_tree.h"
-#include "core/selectors/selector.h"
+#include "core/selectors/weight_tree.h"
 
 namespace gearjax {
 
@@ -16,28 +15,22 @@ namespace gearjax {
 // which also bounds priority and alpha so the weight stays finite).
 double PriorityWeight(double priority, double alpha);
 
-class PrioritizedSelector final : public Selector {
+class PrioritizedSelector final : public WeightTreeSelector {
  public:
   PrioritizedSelector(double alpha, int64_t capacity, bool gpu_mapped)
-      : alpha_(alpha), weights_(capacity, gpu_mapped) {}
-  void Insert(const Item& item) override;
-  void Delete(const Item& item) override;
+      : WeightTreeSelector(capacity, gpu_mapped), alpha_(alpha) {}
   bool UsesPriority() const override { return true; }
   // One batched tree update for all n (SumTree::SetMany).
   void UpdatePriorities(const Item* before, const double* priorities, int64_t n) override;
 
   double alpha() const { return alpha_; }
-  double Total() const { return weights_.Total(); }
-  // Draws n rows at once (SumTree::DrawMany).
-  void SelectMany(const double* u, int64_t n, Selection* out) const;
-  const SumTree& tree() const { return weights_; }
 
  private:
+  double Weight(const Item& item) const override { return PriorityWeight(item.priority, alpha_); }
+
   double alpha_;
-  SumTree weights_;
-  std::vector<int64_t> slots_;   // scratch (callers hold the table's lock)
+  std::vector<int64_t> slots_;   // UpdatePriorities' scratch (callers hold the table's lock)
   std::vector<double> values_;
-  mutable std::vector<int64_t> drawn_;
 };
 
 }  // namespace gearjax

@@ -5,15 +5,6 @@
 
 namespace gearjax {
 
-void WeightTreeSelector::SelectMany(const double* u, int64_t n, Selection* out) const {
-  slots_.resize(static_cast<size_t>(n));
-  weights_.DrawMany(u, n, slots_.data());
-  const double total = weights_.Total();
-  for (int64_t i = 0; i < n; ++i) {
-    out[i] = {slots_[i], slots_[i] < 0 ? 0.0 : weights_.Get(slots_[i]) / total};
-  }
-}
-
 UniformSelector::UniformSelector(int64_t capacity, bool gpu_mapped)
     : capacity_(capacity),
       live_(static_cast<size_t>((capacity + 63) / 64), gpu_mapped),

@@ -21,6 +21,7 @@
 #include "core/random.h"
 #include "core/sum_tree.h"
 #include "core/selectors/selector.h"
+#include "core/selectors/weight_tree.h"
 
 namespace gearjax {
 
@@ -50,23 +51,6 @@ GEARJAX_HD int64_t UniformDraw(const UniformView& v, const uint32_t seed[2], int
   const Words4 w = AttemptWords(seed, row, kUniformAttempts);
   return SumTreeDraw(v.ones, UniformFromBits(w.w[0], w.w[1]));
 }
-
-// A sum tree of one weight per live slot, `Weight(item)`.
-class WeightTreeSelector : public Selector {
- public:
-  WeightTreeSelector(int64_t capacity, bool gpu_mapped) : weights_(capacity, gpu_mapped) {}
-  void Insert(const Item& item) override { weights_.Set(item.slot, Weight(item)); }
-  void Delete(const Item& item) override { weights_.Set(item.slot, 0.0); }
-
-  // Draws n rows at once (SumTree::DrawMany); probability = weight / total.
-  void SelectMany(const double* u, int64_t n, Selection* out) const;
-  const SumTree& tree() const { return weights_; }
-
- protected:
-  virtual double Weight(const Item& item) const = 0;
-  SumTree weights_;
-  mutable std::vector<int64_t> slots_;  // SelectMany's scratch (callers hold the table's lock)
-};
 
 class UniformSelector final : public Selector {
  public:
