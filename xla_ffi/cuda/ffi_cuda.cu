@@ -128,6 +128,36 @@ void CUDART_CB EndTicketAfterKernels(void* data) {
   pending->table->EndSample(pending->ticket);
 }
 
+// Holds a sample's ticket until the stream takes it: any way out before then
+// (an error or an exception) waits for what was enqueued and returns the
+// ticket itself.
+class TicketGuard {
+ public:
+  TicketGuard(std::unique_ptr<PendingTicket> pending, cudaStream_t stream)
+      : pending_(std::move(pending)), stream_(stream) {}
+  TicketGuard(const TicketGuard&) = delete;
+  TicketGuard& operator=(const TicketGuard&) = delete;
+  ~TicketGuard() {
+    if (pending_ == nullptr) return;
+    cudaStreamSynchronize(stream_);
+    pending_->table->EndSample(pending_->ticket);
+  }
+
+  PendingTicket& pending() { return *pending_; }
+
+  // Enqueues the ticket's return after the kernels enqueued so far; once that
+  // succeeds, the stream's host function owns the ticket.
+  cudaError_t HandToStream() {
+    const cudaError_t error = cudaLaunchHostFunc(stream_, EndTicketAfterKernels, pending_.get());
+    if (error == cudaSuccess) pending_.release();
+    return error;
+  }
+
+ private:
+  std::unique_ptr<PendingTicket> pending_;
+  cudaStream_t stream_;
+};
+
 // Selection and gather both on the GPU (sum-tree strategies).
 ffi::Error SampleOnDevice(cudaStream_t stream, ffi::ScratchAllocator& scratch,
                           const uint32_t* seed, const std::shared_ptr<Table>& table,
@@ -137,17 +167,7 @@ ffi::Error SampleOnDevice(cudaStream_t stream, ffi::ScratchAllocator& scratch,
   auto pending = std::make_unique<PendingTicket>();
   pending->table = table;
   pending->ticket = table->BeginGpuSample(request, &selection);
-  // Until the ticket is handed to the stream, any way out of here waits for
-  // what was enqueued and returns the ticket itself.
-  struct EndTicket {
-    PendingTicket* pending;
-    cudaStream_t stream;
-    ~EndTicket() {
-      if (pending == nullptr) return;
-      cudaStreamSynchronize(stream);
-      pending->table->EndSample(pending->ticket);
-    }
-  } end_ticket{pending.get(), stream};
+  TicketGuard ticket(std::move(pending), stream);
 
   const std::optional<void*> draws = scratch.Allocate(request.batch * sizeof(Draw), 16);
   if (!draws.has_value()) return Fail("could not allocate scratch memory for the draws");
@@ -159,12 +179,8 @@ ffi::Error SampleOnDevice(cudaStream_t stream, ffi::ScratchAllocator& scratch,
                                     table->device_arena()),
                          stream);
   }
-  if (error == cudaSuccess) {
-    error = cudaLaunchHostFunc(stream, EndTicketAfterKernels, pending.get());
-  }
+  if (error == cudaSuccess) error = ticket.HandToStream();
   if (error != cudaSuccess) return Fail(CudaError("launching the sample", error));
-  end_ticket.pending = nullptr;  // the stream's host function returns the ticket now
-  pending.release();
   return ffi::Error::Success();
 }
 
@@ -207,23 +223,14 @@ ffi::Error Sample(cudaStream_t stream, ffi::ScratchAllocator& scratch,
     pending->table = table;
     pending->draws.resize(batch);
     pending->ticket = table->Select(request, host_seed, pending->draws.data());
-    // Until the ticket is handed to the stream, any way out of here (error or
-    // exception) waits for what was enqueued and returns the ticket itself.
-    struct EndTicket {
-      PendingTicket* pending;
-      cudaStream_t stream;
-      ~EndTicket() {
-        if (pending == nullptr) return;
-        cudaStreamSynchronize(stream);
-        pending->table->EndSample(pending->ticket);
-      }
-    } end_ticket{pending.get(), stream};
+    TicketGuard ticket(std::move(pending), stream);
+    const std::vector<Draw>& draws = ticket.pending().draws;
 
     const std::optional<void*> device_draws = scratch.Allocate(batch * sizeof(Draw), 16);
     if (!device_draws.has_value()) return Fail("could not allocate scratch memory for the draws");
     // From pageable memory: returns once the bytes are staged, so the host
     // vector may be released by the callback later without racing the copy.
-    error = cudaMemcpyAsync(*device_draws, pending->draws.data(), batch * sizeof(Draw),
+    error = cudaMemcpyAsync(*device_draws, draws.data(), batch * sizeof(Draw),
                             cudaMemcpyHostToDevice, stream);
     if (error == cudaSuccess) {
       const GatherParams params =
@@ -231,10 +238,8 @@ ffi::Error Sample(cudaStream_t stream, ffi::ScratchAllocator& scratch,
                      pad_left != 0, out, table->device_arena());
       error = LaunchGather(params, stream);
     }
-    if (error == cudaSuccess) error = cudaLaunchHostFunc(stream, EndTicketAfterKernels, pending.get());
+    if (error == cudaSuccess) error = ticket.HandToStream();
     if (error != cudaSuccess) return Fail(CudaError("launching the gather", error));
-    end_ticket.pending = nullptr;  // the stream's host function returns it now, and owns `pending`
-    pending.release();
     return ffi::Error::Success();
   } catch (...) {
     return FromException(std::current_exception());
