@@ -46,15 +46,21 @@ def integer(name: str, value: Any, lo: int, hi: int) -> int:
     return value
 
 
-def real(name: str, value: Any, lo: float, hi: float) -> float:
-    """A Python or NumPy real number (not a bool) in [lo, hi]; NaN never is."""
+def _as_float(name: str, value: Any) -> float:
+    """A Python or NumPy real number (not a bool) as a float; ints beyond
+    float64 become +-inf, which every range below refuses."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(
             value, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name} must be a real number, got {value!r}")
     try:
-        number = float(value)
-    except OverflowError:  # an int beyond float64
-        number = math.inf if value > 0 else -math.inf
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
+def real(name: str, value: Any, lo: float, hi: float) -> float:
+    """A Python or NumPy real number (not a bool) in [lo, hi]; NaN never is."""
+    number = _as_float(name, value)
     if not lo <= number <= hi:
         raise ValueError(f"{name} must be in [{lo:g}, {hi:g}], got {value!r}")
     return number
@@ -77,13 +83,7 @@ def priority(value: Any, name: str = "priority") -> float:
         if not (jnp.issubdtype(dtype, np.integer) or jnp.issubdtype(dtype, np.floating)):
             raise TypeError(f"{name} must be a real number, got {value!r}")
         value = float(np.asarray(value).astype(np.float64))
-    if isinstance(value, (bool, np.bool_)) or not isinstance(
-            value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name} must be a real number, got {value!r}")
-    try:
-        number = float(value)
-    except OverflowError:  # an int beyond float64
-        number = math.inf
+    number = _as_float(name, value)
     if not (number == 0 or MIN_PRIORITY <= number <= MAX_PRIORITY):
         raise ValueError(f"{name} must be {PRIORITY_RANGE}, got {value!r}")
     return number + 0.0  # -0.0 -> 0.0

@@ -576,6 +576,20 @@ def in_scan_programs(case: Case, data: np.ndarray, steps: int) -> tuple[dict, li
     return programs, closers
 
 
+def time_round_robin(programs: dict[str, Callable[[jax.Array], Any]], repeats: int,
+                     steps: int) -> dict[str, list[float]]:
+    """name -> `repeats` times per step of program(key) (one dispatch of
+    `steps` steps), the programs taking turns dispatch by dispatch so that the
+    machine's noise hits them alike. Programs are compiled already."""
+    times: dict[str, list[float]] = {name: [] for name in programs}
+    for r in range(repeats):
+        for name, program in programs.items():
+            start = time.perf_counter()
+            jax.block_until_ready(program(jax.random.key(r + 1)))
+            times[name].append((time.perf_counter() - start) / steps)
+    return times
+
+
 def paired_ratios(times: dict[str, list[float]], reference: str,
                   names: Sequence[str]) -> dict[str, float]:
     """name/reference -> the median over rounds of reference's time / name's
@@ -594,7 +608,7 @@ def run_in_scan_case(case: Case, args: argparse.Namespace) -> dict:
     print(f"in-scan case {case.name}: {case.describe()}, {steps} steps a dispatch", flush=True)
     data = make_data(case, args.seed)
     programs, closers = in_scan_programs(case, data, steps)
-    results, times, live = {}, {}, {}
+    results, live = {}, {}
     for name in SCAN_SYSTEMS:
         program = programs.get(name)
         if program is None or isinstance(program, Exception):
@@ -602,14 +616,10 @@ def run_in_scan_case(case: Case, args: argparse.Namespace) -> dict:
             continue
         try:
             jax.block_until_ready(program(jax.random.key(0)))  # compile
-            live[name], times[name] = program, []
+            live[name] = program
         except Exception as exc:  # noqa: BLE001 - record and carry on
             results[name] = short_error(exc)
-    for r in range(args.scan_repeats):  # round-robin: the machine's noise hits all alike
-        for name, program in live.items():
-            start = time.perf_counter()
-            jax.block_until_ready(program(jax.random.key(r + 1)))
-            times[name].append((time.perf_counter() - start) / steps)
+    times = time_round_robin(live, args.scan_repeats, steps)
     for name in live:
         results[name] = {"status": "ok", **summarise(times[name], case.payload_bytes)}
     for close in closers:
@@ -727,12 +737,7 @@ def run_prioritized(n: int, args: argparse.Namespace) -> dict:
         results["flashbax sample+set_priorities"] = {"status": "skipped", "error": str(exc)}
     for program in programs.values():
         jax.block_until_ready(program(jax.random.key(0)))
-    times = {name: [] for name in programs}
-    for r in range(args.scan_repeats):
-        for name, program in programs.items():
-            start = time.perf_counter()
-            jax.block_until_ready(program(jax.random.key(r + 1)))
-            times[name].append((time.perf_counter() - start) / PRIORITIZED_STEPS)
+    times = time_round_robin(programs, args.scan_repeats, PRIORITIZED_STEPS)
     for name in programs:
         results[name] = {"status": "ok", **summarise(times[name], PRIORITIZED_BATCH * 4)}
         print(f"  {name:32s} {results[name]['median_s'] * 1e6:8.1f} us/step", flush=True)
