@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/gather_cpu.h"
+#include "core/sharding.h"
 #include "core/table.h"
 #include "ffi_common.h"
 
@@ -198,7 +199,166 @@ ffi::Error InsertBatchImpl(ffi::Token, ffi::AnyBuffer lengths, ffi::AnyBuffer pr
   }
 }
 
+// ------------------------------------------------ sharded tables (sharding.h)
+
+// Step 1 of a global sample: this shard's summary for the strategy, as eight
+// uint32 words.
+ffi::Error ShardTotalsImpl(ffi::Token, ffi::Result<ffi::Token>,
+                           ffi::Result<ffi::Buffer<ffi::U32>> summary, int64_t table_handle,
+                           int64_t strategy, double alpha, int64_t shard) {
+  try {
+    std::shared_ptr<Table> table = LookUpTable(table_handle);
+    if (summary->element_count() != kSummaryWords) return Fail("the summary has the wrong size");
+    if (strategy < 0 || strategy > static_cast<int64_t>(Strategy::kPrioritized)) {
+      return Fail("sharded samples draw by Uniform, Timestep or Prioritized");
+    }
+    SampleRequest request;
+    request.strategy = static_cast<Strategy>(strategy);
+    request.alpha = alpha;
+    request.batch = 1;
+    const ShardSummary s = Summarize(shard, table->Totals(request));
+    std::memcpy(summary->typed_data(), &s, sizeof(s));
+    return ffi::Error::Success();
+  } catch (...) {
+    return FromException(std::current_exception());
+  }
+}
+
+// The gathered summaries, checked: one per shard, `shards` of them.
+const ShardSummary* BindSummaries(const ffi::Buffer<ffi::U32>& summaries, int64_t shards) {
+  if (shards < 1 || static_cast<int64_t>(summaries.element_count()) != shards * kSummaryWords) {
+    throw InvalidArgument("the gathered summaries have the wrong size");
+  }
+  return reinterpret_cast<const ShardSummary*>(summaries.typed_data());
+}
+
+// Step 2: the shard of each of this process's rows (no table is touched).
+ffi::Error ShardPlanImpl(ffi::Buffer<ffi::U32> seed, ffi::Buffer<ffi::U32> summaries,
+                         ffi::Result<ffi::Buffer<ffi::S32>> shard_of_row,
+                         ffi::Result<ffi::Buffer<ffi::S32>> counts) {
+  try {
+    if (seed.element_count() != 2) return Fail("the seed must be two uint32 words");
+    const int64_t shards = static_cast<int64_t>(counts->element_count());
+    const ShardSummary* s = BindSummaries(summaries, shards);
+    PlanShards(s, shards, seed.typed_data(), static_cast<int64_t>(shard_of_row->element_count()),
+               shard_of_row->typed_data(), counts->typed_data());
+    return ffi::Error::Success();
+  } catch (...) {
+    return FromException(std::current_exception());
+  }
+}
+
+// Step 3, the owner's part: for each requester j, counts[j] rows drawn with
+// seeds[j] into block j of `block` rows; the rest of each block is padding.
+ffi::Error ShardServeImpl(ffi::ThreadPool pool, ffi::Token, ffi::Buffer<ffi::U32> seeds,
+                          ffi::Buffer<ffi::S32> counts, ffi::Buffer<ffi::U32> summaries,
+                          ffi::RemainingRets rets, int64_t table_handle, int64_t block,
+                          int64_t strategy, double alpha, int64_t window, int64_t pad_left,
+                          int64_t shard, int64_t shard_shift) {
+  try {
+    std::shared_ptr<Table> table = LookUpTable(table_handle);
+    if (table->on_device()) {
+      return Fail("this shard lives in GPU memory (placement 'device'); sharded samples gather "
+                  "on the host");
+    }
+    const int64_t shards = static_cast<int64_t>(counts.element_count());
+    if (static_cast<int64_t>(seeds.element_count()) != 2 * shards) {
+      return Fail("expected two seed words per requester");
+    }
+    if (block < 1 || shards > kMaxBatch / block) return Fail("block size out of range");
+    if (shard_shift < 1 || shard_shift > 62) return Fail("shard_shift out of range");
+    const ShardSummary* s = BindSummaries(summaries, shards);
+    const int64_t rows = shards * block;
+    const SampleCall call = BindSampleCall(*table, 2, rets, /*first=*/1, rows, strategy, alpha,
+                                           /*count=*/0, window, /*host_results=*/true);
+    std::vector<Draw> draws(static_cast<size_t>(rows));
+    struct EndSamples {
+      Table& table;
+      std::vector<uint64_t> tickets;
+      ~EndSamples() {
+        for (uint64_t t : tickets) table.EndSample(t);
+      }
+    } end{*table, ServeDraws(*table, call.request, shard, static_cast<int>(shard_shift), s,
+                             shards, seeds.typed_data(), counts.typed_data(), block,
+                             draws.data())};
+    int64_t row_bytes = 0;
+    for (int c = 0; c < table->num_columns(); ++c) row_bytes += call.width * table->step_bytes(c);
+    GatherParallel(pool, rows, rows * row_bytes, [&](int64_t begin, int64_t end_row) {
+      GatherRows(*table, draws.data(), begin, end_row, call.width, pad_left != 0, call.out);
+    });
+    return ffi::Error::Success();
+  } catch (...) {
+    return FromException(std::current_exception());
+  }
+}
+
+// Keys between a shard's own layout and the global one (sharding.h,
+// GlobalKey): to_local maps global keys of shard `shard` to its own keys and
+// every other key to -1 (update_priorities skips those); otherwise own keys
+// become global.
+ffi::Error ShardKeysImpl(ffi::Buffer<ffi::S64> keys, ffi::Result<ffi::Buffer<ffi::S64>> out,
+                         int64_t shard, int64_t shard_shift, int64_t to_local) {
+  if (shard_shift < 1 || shard_shift > 62 || shard < 0 || shard >= (int64_t{1} << (63 - shard_shift))) {
+    return Fail("shard or shard_shift out of range");
+  }
+  if (out->element_count() != keys.element_count()) return Fail("keys differ in size");
+  const int64_t* in = keys.typed_data();
+  int64_t* result = out->typed_data();
+  const int64_t low = (int64_t{1} << shard_shift) - 1;
+  for (size_t i = 0; i < keys.element_count(); ++i) {
+    if (to_local != 0) {
+      result[i] = in[i] >= 0 && (in[i] >> shard_shift) == shard ? (in[i] & low) : -1;
+    } else {
+      result[i] = in[i] >= 0 && in[i] <= low ? GlobalKey(shard, static_cast<int>(shard_shift), in[i])
+                                              : -1;
+    }
+  }
+  return ffi::Error::Success();
+}
+
 }  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardKeysCpu, ShardKeysImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::S64>>()
+                                  .Ret<ffi::Buffer<ffi::S64>>()
+                                  .Attr<int64_t>("shard")
+                                  .Attr<int64_t>("shard_shift")
+                                  .Attr<int64_t>("to_local"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardTotalsCpu, ShardTotalsImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Token>()
+                                  .Ret<ffi::Token>()
+                                  .Ret<ffi::Buffer<ffi::U32>>()
+                                  .Attr<int64_t>("table_handle")
+                                  .Attr<int64_t>("strategy")
+                                  .Attr<double>("alpha")
+                                  .Attr<int64_t>("shard"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardPlanCpu, ShardPlanImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::U32>>()
+                                  .Arg<ffi::Buffer<ffi::U32>>()
+                                  .Ret<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::S32>>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardServeCpu, ShardServeImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Token>()
+                                  .Arg<ffi::Buffer<ffi::U32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::U32>>()
+                                  .RemainingRets()
+                                  .Attr<int64_t>("table_handle")
+                                  .Attr<int64_t>("block")
+                                  .Attr<int64_t>("strategy")
+                                  .Attr<double>("alpha")
+                                  .Attr<int64_t>("window")
+                                  .Attr<int64_t>("pad_left")
+                                  .Attr<int64_t>("shard")
+                                  .Attr<int64_t>("shard_shift"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SampleCpu, SampleOrderedImpl,
                               BindSampleAttrs(ffi::Ffi::Bind()

@@ -1,5 +1,6 @@
 // XLA FFI handlers for the CPU platform: sample (ordered, and the pure variant
-// of sample(ordered=False)), update_priorities and insert_batch.
+// of sample(ordered=False)), update_priorities and insert_batch; and the three
+// steps of a sharded table's global sample (core/sharding.h).
 #pragma once
 
 #include "xla/ffi/api/ffi.h"
@@ -10,5 +11,9 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(SampleCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(SamplePureCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(UpdatePrioritiesCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(InsertBatchCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(ShardTotalsCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(ShardPlanCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(ShardServeCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(ShardKeysCpu);
 
 }  // namespace gearjax

@@ -47,7 +47,7 @@ class NativeTable {
               const std::vector<std::tuple<std::string, int64_t, nb::bytes>>& columns,
               int64_t capacity, int64_t max_length, int remover, int64_t min_size,
               double samples_per_insert, double min_diff, double max_diff, double timeout,
-              bool gpu_mapped, bool on_device) {
+              bool gpu_mapped, bool on_device, int key_bits) {
     TableSpec spec;
     spec.name = name;
     for (const auto& [column, step_bytes, pad] : columns) {
@@ -60,6 +60,7 @@ class NativeTable {
     spec.limiter = {min_size, samples_per_insert, min_diff, max_diff, timeout};
     spec.gpu_mapped = gpu_mapped;
     spec.on_device = on_device;
+    spec.key_bits = key_bits;
     table_ = std::make_shared<Table>(std::move(spec));
     handle_ = RegisterTable(table_);
   }
@@ -72,6 +73,7 @@ class NativeTable {
   int64_t handle() const { return handle_; }
   std::string name() const { return table_->spec().name; }
   int slot_bits() const { return table_->key_layout().slot_bits(); }
+  int key_bits() const { return table_->key_layout().key_bits(); }
   // Where the arena is: "device" (GPU memory), "gpu-mapped pinned host" or
   // "host".
   std::string Memory() const {
@@ -193,6 +195,7 @@ class NativeTable {
     d["bytes_used"] = s.bytes_used;
     d["seconds_alive"] = s.seconds_alive;
     d["alphas"] = s.alphas;
+    d["skipped_updates"] = s.skipped_updates;
     return d;
   }
 
@@ -241,13 +244,14 @@ NB_MODULE(_gearjax, m) {
   nb::class_<NativeTable>(m, "NativeTable")
       .def(nb::init<const std::string&,
                     const std::vector<std::tuple<std::string, int64_t, nb::bytes>>&, int64_t,
-                    int64_t, int, int64_t, double, double, double, double, bool, bool>(),
+                    int64_t, int, int64_t, double, double, double, double, bool, bool, int>(),
            "name"_a, "columns"_a, "capacity"_a, "max_length"_a, "remover"_a, "min_size"_a,
            "samples_per_insert"_a, "min_diff"_a, "max_diff"_a, "timeout"_a, "gpu_mapped"_a,
-           "on_device"_a)
+           "on_device"_a, "key_bits"_a = 63)
       .def_prop_ro("handle", &NativeTable::handle)
       .def_prop_ro("name", &NativeTable::name)
       .def_prop_ro("slot_bits", &NativeTable::slot_bits)
+      .def_prop_ro("key_bits", &NativeTable::key_bits)
       .def_prop_ro("memory", &NativeTable::Memory)
       .def_prop_ro("closed", &NativeTable::closed)
       .def("close", &NativeTable::Close, "wait_seconds"_a)
@@ -287,6 +291,10 @@ NB_MODULE(_gearjax, m) {
     targets["gearjax_sample_pure"] = gearjax::Capsule(gearjax::SamplePureCpu);
     targets["gearjax_update_priorities"] = gearjax::Capsule(gearjax::UpdatePrioritiesCpu);
     targets["gearjax_insert_batch"] = gearjax::Capsule(gearjax::InsertBatchCpu);
+    targets["gearjax_shard_totals"] = gearjax::Capsule(gearjax::ShardTotalsCpu);
+    targets["gearjax_shard_plan"] = gearjax::Capsule(gearjax::ShardPlanCpu);
+    targets["gearjax_shard_serve"] = gearjax::Capsule(gearjax::ShardServeCpu);
+    targets["gearjax_shard_keys"] = gearjax::Capsule(gearjax::ShardKeysCpu);
     return targets;
   });
 

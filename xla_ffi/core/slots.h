@@ -9,7 +9,9 @@
 // bits that hold every slot number. So keys are unique, increase with
 // publication order and are never reused, and a key names its slot directly:
 // looking one up is a read of that slot's record (is it live, and is it still
-// this key?), with no index to search or maintain.
+// this key?), with no index to search or maintain. A table may be given fewer
+// than 63 key bits (`key_bits`): the shards of a sharded table keep the top
+// bits of a global key for the shard's number (gearjax/sharded).
 #pragma once
 
 #include <cstdint>
@@ -33,21 +35,27 @@ static_assert(sizeof(SlotInfo) == 32);
 
 class KeyLayout {
  public:
-  explicit KeyLayout(int64_t capacity);
+  // Keys of `key_bits` bits (slot bits included), in [slot_bits + 1, 63].
+  explicit KeyLayout(int64_t capacity, int key_bits = 63);
   int slot_bits() const { return slot_bits_; }
-  // The largest sequence number a key can carry (keys are non-negative int64).
-  int64_t max_sequence() const { return std::numeric_limits<int64_t>::max() >> slot_bits_; }
+  int key_bits() const { return key_bits_; }
+  // The largest sequence number a key can carry (keys are non-negative and
+  // below 2^key_bits).
+  int64_t max_sequence() const {
+    return static_cast<int64_t>((uint64_t{1} << key_bits_) - 1) >> slot_bits_;
+  }
   int64_t Key(int64_t sequence, int64_t slot) const { return (sequence << slot_bits_) | slot; }
   int64_t Slot(int64_t key) const { return key & ((int64_t{1} << slot_bits_) - 1); }
   int64_t Sequence(int64_t key) const { return key >> slot_bits_; }
 
  private:
   int slot_bits_;
+  int key_bits_;
 };
 
 class Slots {
  public:
-  Slots(int64_t capacity, bool gpu_mapped);
+  Slots(int64_t capacity, bool gpu_mapped, int key_bits = 63);
 
   int64_t capacity() const { return capacity_; }
   const KeyLayout& layout() const { return layout_; }

@@ -46,7 +46,7 @@ void CheckPriority(double priority, const std::string& what) {
 Table::Table(TableSpec spec)
     : spec_(std::move(spec)),
       layout_(spec_.columns, spec_.capacity, spec_.max_length),
-      key_layout_(spec_.capacity),
+      key_layout_(spec_.capacity, spec_.key_bits),
       limiter_(spec_.limiter, spec_.capacity),
       created_at_(Clock::now()) {
   CheckRemover(static_cast<int64_t>(spec_.remover));
@@ -55,7 +55,7 @@ Table::Table(TableSpec spec)
     arena_->Write(layout_.pad_offset(c), spec_.columns[c].pad_step.data(),
                   static_cast<size_t>(step_bytes(c)));
   }
-  slots_ = std::make_unique<Slots>(spec_.capacity, spec_.gpu_mapped);
+  slots_ = std::make_unique<Slots>(spec_.capacity, spec_.gpu_mapped, spec_.key_bits);
   order_ = std::make_unique<InsertionOrder>(spec_.capacity);
   uniform_ = std::make_unique<UniformSelector>(spec_.capacity, spec_.gpu_mapped);
   AttachLocked(order_.get());
@@ -497,6 +497,29 @@ uint64_t Table::BeginGpuSample(const SampleRequest& r, GpuSelection* selection) 
   return TakeTicketLocked();
 }
 
+StrategyTotals Table::Totals(const SampleRequest& r) {
+  CheckRequest(r);
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckOpenLocked();
+  StrategyTotals totals{live_, num_steps_, 0.0};
+  switch (r.strategy) {
+    case Strategy::kUniform:
+      totals.weight = static_cast<double>(live_);
+      break;
+    case Strategy::kTimestep:
+      totals.weight = static_cast<double>(num_steps_);
+      break;
+    case Strategy::kPrioritized:
+      // With no positive priority, alpha > 0 draws nothing here (as Select
+      // refuses); asking for the tree then would only take an alpha's place.
+      totals.weight = r.alpha > 0 && positive_ == 0 ? 0.0 : PrioritizedLocked(r.alpha).Total();
+      break;
+    default:
+      throw InvalidArgument("TopK and Recent have no totals to draw shards by");
+  }
+  return totals;
+}
+
 void Table::EndSample(uint64_t ticket) {
   std::lock_guard<std::mutex> lock(mu_);
   const auto it = std::lower_bound(in_flight_.begin(), in_flight_.end(), ticket);
@@ -529,7 +552,10 @@ int64_t Table::UpdatePriorities(const int64_t* keys, const double* priorities, i
       if (const SlotInfo* next = slots_->Address(keys[i + kAhead])) PrefetchForRead(next);
     }
     const int64_t slot = slots_->Find(keys[i]);
-    if (slot < 0) continue;
+    if (slot < 0) {
+      if (keys[i] >= 0) ++skipped_updates_;
+      continue;
+    }
     SlotInfo& info = (*slots_)[slot];
     update_before_.push_back({slot, info.key, info.length, info.priority});
     update_after_.push_back(priorities[i] + 0.0);  // -0.0 -> 0.0
@@ -622,6 +648,7 @@ Stats Table::GetStats() const {
   s.bytes_used = num_steps_ * bytes_per_step;
   s.seconds_alive = std::chrono::duration<double>(Clock::now() - created_at_).count();
   for (const auto& selector : prioritized_) s.alphas.push_back(selector->alpha());
+  s.skipped_updates = skipped_updates_;
   return s;
 }
 

@@ -66,6 +66,7 @@ struct TableSpec {
   RateLimiterSpec limiter;
   bool gpu_mapped = false;  // ask for GPU-mapped pinned memory (see memory.h)
   bool on_device = false;   // keep the arena in GPU memory (needs DeviceMemory hooks)
+  int key_bits = 63;        // keys stay below 2^key_bits (see slots.h)
 };
 
 struct SampleRequest {
@@ -74,6 +75,16 @@ struct SampleRequest {
   int64_t count = 0;   // k for TopK, n for Recent (>= 1)
   int64_t batch = 0;
   int64_t window = 0;  // steps per window; 0 means whole trajectories from step 0
+};
+
+// What a strategy draws in proportion to, summed over the live items: their
+// number (Uniform), their steps (Timestep) or their priority ** alpha
+// (Prioritized). A shard of a sharded table reports it so that every process
+// can draw shards in proportion to it (sharding.h).
+struct StrategyTotals {
+  int64_t size = 0;
+  int64_t num_steps = 0;
+  double weight = 0.0;
 };
 
 struct ItemInfo {
@@ -97,6 +108,9 @@ struct Stats {
   int64_t bytes_reserved, bytes_used;
   double seconds_alive;
   std::vector<double> alphas;  // Prioritized alphas with a sum tree
+  // Priority updates for keys >= 0 that named no live trajectory (evicted
+  // meanwhile, or never stored), since creation; not checkpointed.
+  int64_t skipped_updates;
 };
 
 class Table {
@@ -162,9 +176,17 @@ class Table {
   uint64_t BeginGpuSample(const SampleRequest& request, GpuSelection* selection);
   void EndSample(uint64_t ticket);
 
-  // Sets priorities of the keys still live; others are skipped. All values are
-  // checked first (CheckPriority): on error nothing changes. Later duplicates
-  // win. Returns how many entries named a live key.
+  // The totals of a Uniform, Timestep or Prioritized request, in one
+  // consistent snapshot. Creates the Prioritized alpha's sum tree if the table
+  // has none yet (it takes one of the kMaxPriorityTrees places, as a sample
+  // would). Does not wait on the rate limiter and counts nothing.
+  StrategyTotals Totals(const SampleRequest& request);
+
+  // Sets priorities of the keys still live; others are skipped (and counted
+  // in Stats::skipped_updates unless negative: -1 stands for "not this
+  // table's", see sharding.h). All values are checked first (CheckPriority):
+  // on error nothing changes. Later duplicates win. Returns how many entries
+  // named a live key.
   int64_t UpdatePriorities(const int64_t* keys, const double* priorities, int64_t count);
 
   // Pins live slots and lists them in key order (for checkpoints and reads);
@@ -249,6 +271,7 @@ class Table {
   uint64_t tickets_ = 0;               // last ticket handed out
   std::vector<uint64_t> in_flight_;    // tickets not yet returned, ascending
   Counters counters_;
+  int64_t skipped_updates_ = 0;
   std::vector<Item> update_before_;    // UpdatePriorities' scratch
   std::vector<double> update_after_;
 };

@@ -1,0 +1,104 @@
+// Global sampling over shards (see sharding.h).
+#include "sharding.h"
+
+#include <cmath>
+#include <string>
+
+#include "random.h"
+
+namespace gearjax {
+
+ShardSummary Summarize(int64_t shard, const StrategyTotals& totals) {
+  return {static_cast<double>(shard), static_cast<double>(totals.size),
+          static_cast<double>(totals.num_steps), totals.weight};
+}
+
+void CheckSummaries(const ShardSummary* summaries, int64_t shards) {
+  if (shards < 1) throw InvalidArgument("a sharded sample needs at least one shard");
+  for (int64_t k = 0; k < shards; ++k) {
+    const ShardSummary& s = summaries[k];
+    if (s.shard != static_cast<double>(k)) {
+      throw InvalidArgument(
+          "the gathered shard summaries are not one per shard in order (entry " +
+          std::to_string(k) + " describes shard " + std::to_string(s.shard) +
+          "): the program's collectives did not reach every process's shard. Sample a "
+          "ShardedTable inside shard_map over a mesh with one device per process, with "
+          "axis_name naming that mesh axis, or call it eagerly");
+    }
+    for (double v : {s.size, s.num_steps, s.weight}) {
+      if (!(v >= 0) || !std::isfinite(v)) {
+        throw InvalidArgument("shard " + std::to_string(k) + " sent a malformed summary");
+      }
+    }
+  }
+}
+
+void PlanShards(const ShardSummary* summaries, int64_t shards, const uint32_t seed[2],
+                int64_t batch, int32_t* shard_of_row, int32_t* counts) {
+  CheckSummaries(summaries, shards);
+  double total = 0;
+  int64_t last_drawable = -1;
+  for (int64_t k = 0; k < shards; ++k) {
+    total += summaries[k].weight;
+    if (summaries[k].weight > 0) last_drawable = k;
+    counts[k] = 0;
+  }
+  if (last_drawable < 0) {
+    throw InvalidArgument("cannot sample: no shard holds anything this strategy can draw "
+                          "(every shard is empty, or every priority is 0)");
+  }
+  for (int64_t b = 0; b < batch; ++b) {
+    const Words4 w = RowWords(seed, b);
+    const double target = UniformFromBits(w.w[0], w.w[1]) * total;
+    // The first shard whose cumulative weight exceeds the target; rounding at
+    // the very top falls to the last shard with weight, never to an empty one.
+    int64_t k = 0;
+    double cumulative = summaries[0].weight;
+    while (k < last_drawable && !(target < cumulative)) cumulative += summaries[++k].weight;
+    shard_of_row[b] = static_cast<int32_t>(k);
+    ++counts[k];
+  }
+}
+
+std::vector<uint64_t> ServeDraws(Table& table, const SampleRequest& request, int64_t me,
+                                 int shard_shift, const ShardSummary* summaries, int64_t shards,
+                                 const uint32_t* seeds, const int32_t* counts, int64_t block,
+                                 Draw* draws) {
+  CheckSummaries(summaries, shards);
+  if (me < 0 || me >= shards) throw InvalidArgument("this shard's number is out of range");
+  double total = 0, size = 0;
+  for (int64_t k = 0; k < shards; ++k) {
+    total += summaries[k].weight;
+    size += summaries[k].size;
+  }
+  // The probability of this shard when the requesters drew it (step 2).
+  const double shard_probability = total > 0 ? summaries[me].weight / total : 0.0;
+  std::vector<uint64_t> tickets;
+  try {
+    for (int64_t j = 0; j < shards; ++j) {
+      if (counts[j] < 0 || counts[j] > block) {
+        throw InvalidArgument("requester " + std::to_string(j) + " asked for " +
+                              std::to_string(counts[j]) + " rows, outside [0, " +
+                              std::to_string(block) + "]");
+      }
+      Draw* rows = draws + j * block;
+      if (counts[j] > 0) {
+        SampleRequest r = request;
+        r.batch = counts[j];
+        tickets.push_back(table.Select(r, seeds + 2 * j, rows));
+      }
+      for (int64_t b = 0; b < counts[j]; ++b) {
+        rows[b].key = GlobalKey(me, shard_shift, rows[b].key);
+        rows[b].table_size = static_cast<int64_t>(size);
+        rows[b].probability = static_cast<float>(shard_probability * rows[b].probability);
+      }
+      for (int64_t b = counts[j]; b < block; ++b) rows[b] = Draw{-1, -1, 0, 0, 0, 0.0f};
+    }
+  } catch (...) {
+    for (uint64_t ticket : tickets) table.EndSample(ticket);
+    throw;
+  }
+  return tickets;
+}
+
+}  // namespace gearjax

@@ -1,0 +1,152 @@
+// Tests of global sampling over shards: totals per strategy, the shard draw
+// (in proportion to the shards' weights, never an empty shard), the summary
+// checks, the owner's draws (global keys, sizes and probabilities, empty
+// rows, counted samples) and keys of fewer than 63 bits.
+#include "core/sharding.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+namespace gearjax {
+namespace {
+
+TableSpec Spec(int64_t capacity, int key_bits = 63) {
+  TableSpec spec;
+  spec.name = "shard";
+  spec.columns.push_back({"x", 4, std::vector<uint8_t>(4, 0)});
+  spec.capacity = capacity;
+  spec.max_length = 8;
+  spec.key_bits = key_bits;
+  return spec;
+}
+
+int64_t Put(Table& table, int64_t length, double priority) {
+  std::vector<int32_t> data(static_cast<size_t>(length), 7);
+  return table.Insert({data.data()}, length, priority);
+}
+
+std::vector<ShardSummary> Summaries(const std::vector<double>& weights) {
+  std::vector<ShardSummary> s;
+  for (size_t k = 0; k < weights.size(); ++k) {
+    s.push_back({static_cast<double>(k), weights[k], weights[k], weights[k]});
+  }
+  return s;
+}
+
+TEST(Sharding, TotalsFollowTheStrategy) {
+  Table table(Spec(8));
+  Put(table, 3, 4.0);
+  Put(table, 5, 0.0);
+  const StrategyTotals uniform = table.Totals({Strategy::kUniform, 0, 0, 1, 0});
+  EXPECT_EQ(uniform.size, 2);
+  EXPECT_EQ(uniform.num_steps, 8);
+  EXPECT_EQ(uniform.weight, 2.0);
+  EXPECT_EQ(table.Totals({Strategy::kTimestep, 0, 0, 1, 0}).weight, 8.0);
+  EXPECT_DOUBLE_EQ(table.Totals({Strategy::kPrioritized, 0.5, 0, 1, 0}).weight, 2.0);
+  EXPECT_EQ(table.Totals({Strategy::kPrioritized, 0.0, 0, 1, 0}).weight, 2.0);  // uniform
+  EXPECT_THROW(table.Totals({Strategy::kTopK, 0, 2, 1, 0}), InvalidArgument);
+  EXPECT_EQ(table.GetStats().counters.samples, 0);  // totals count nothing
+}
+
+TEST(Sharding, AllZeroPrioritiesWeighNothingAndTakeNoAlphaPlace) {
+  Table table(Spec(4));
+  Put(table, 1, 0.0);
+  EXPECT_EQ(table.Totals({Strategy::kPrioritized, 1.0, 0, 1, 0}).weight, 0.0);
+  EXPECT_TRUE(table.GetStats().alphas.empty());
+}
+
+TEST(Sharding, ShardsAreDrawnInProportionToTheirWeight) {
+  const std::vector<ShardSummary> s = Summaries({1.0, 3.0, 0.0, 4.0});
+  const int64_t n = 80000;
+  std::vector<int32_t> shard(n), counts(4);
+  const uint32_t seed[2] = {11, 12};
+  PlanShards(s.data(), 4, seed, n, shard.data(), counts.data());
+  EXPECT_EQ(counts[2], 0);  // weight 0: never drawn
+  int64_t sum = 0;
+  for (int k = 0; k < 4; ++k) sum += counts[k];
+  EXPECT_EQ(sum, n);
+  const double expected[] = {1.0 / 8, 3.0 / 8, 0.0, 4.0 / 8};
+  for (int k = 0; k < 4; ++k) {
+    const double sd = std::sqrt(n * expected[k] * (1 - expected[k]));
+    EXPECT_NEAR(counts[k], n * expected[k], 5 * sd + 1e-9) << k;
+  }
+  std::vector<int32_t> again(n), counts_again(4);
+  PlanShards(s.data(), 4, seed, n, again.data(), counts_again.data());
+  EXPECT_EQ(shard, again);  // a function of the seed and the summaries
+}
+
+TEST(Sharding, NothingToDrawAndMisorderedSummariesAreRefused) {
+  std::vector<int32_t> shard(4), counts(2);
+  const uint32_t seed[2] = {1, 2};
+  EXPECT_THROW(PlanShards(Summaries({0.0, 0.0}).data(), 2, seed, 4, shard.data(), counts.data()),
+               InvalidArgument);
+  std::vector<ShardSummary> twice = Summaries({1.0, 1.0});
+  twice[1].shard = 0;  // one process's summary where every process's should be
+  EXPECT_THROW(PlanShards(twice.data(), 2, seed, 4, shard.data(), counts.data()),
+               InvalidArgument);
+  std::vector<ShardSummary> nan = Summaries({1.0, 1.0});
+  nan[1].weight = NAN;
+  EXPECT_THROW(PlanShards(nan.data(), 2, seed, 4, shard.data(), counts.data()), InvalidArgument);
+  EXPECT_THROW(CheckSummaries(nullptr, 0), InvalidArgument);
+}
+
+TEST(Sharding, TheOwnerDrawsWhatEachRequesterAskedWithGlobalKeysAndProbabilities) {
+  const int shift = 62;  // two shards: one shard bit
+  Table table(Spec(8, shift));
+  const int64_t a = Put(table, 2, 1.0), b = Put(table, 4, 1.0);
+  // This table is shard 1 of two; shard 0 holds six trajectories.
+  std::vector<ShardSummary> s = {{0, 6, 6, 6}, {1, 2, 6, 2}};
+  const uint32_t seeds[4] = {1, 2, 3, 4};
+  const int32_t counts[2] = {3, 0};
+  const int64_t block = 4;
+  std::vector<Draw> draws(2 * block);
+  const std::vector<uint64_t> tickets =
+      ServeDraws(table, {Strategy::kUniform, 0, 0, 1, 2}, 1, shift, s.data(), 2, seeds, counts,
+                 block, draws.data());
+  EXPECT_EQ(tickets.size(), 1u);  // requester 1 asked for nothing: no Select
+  for (int64_t i = 0; i < 3; ++i) {
+    const Draw& d = draws[i];
+    EXPECT_GE(d.slot, 0);
+    EXPECT_EQ(d.key >> shift, 1);
+    const int64_t local = d.key & ((int64_t{1} << shift) - 1);
+    EXPECT_TRUE(local == a || local == b);
+    EXPECT_EQ(d.table_size, 8);  // the global size
+    EXPECT_FLOAT_EQ(d.probability, 1.0f / 8);  // (2/8 for the shard) * (1/2 inside it)
+  }
+  for (int64_t i = 3; i < 2 * block; ++i) {
+    EXPECT_EQ(draws[i].slot, -1);
+    EXPECT_EQ(draws[i].probability, 0.0f);
+  }
+  for (uint64_t t : tickets) table.EndSample(t);
+  EXPECT_EQ(table.GetStats().counters.samples, 3);  // only the rows asked for count
+  EXPECT_EQ(table.GetStats().samples_in_flight, 0);
+}
+
+TEST(Sharding, BadRequestsReturnTheTicketsTheyTook) {
+  Table table(Spec(4, 62));
+  Put(table, 1, 1.0);
+  std::vector<ShardSummary> s = Summaries({1.0, 1.0});
+  const uint32_t seeds[4] = {1, 2, 3, 4};
+  const int32_t counts[2] = {1, 9};  // 9 > block
+  std::vector<Draw> draws(8);
+  EXPECT_THROW(ServeDraws(table, {Strategy::kUniform, 0, 0, 1, 0}, 1, 62, s.data(), 2, seeds,
+                          counts, 4, draws.data()),
+               InvalidArgument);
+  EXPECT_EQ(table.GetStats().samples_in_flight, 0);
+  EXPECT_THROW(ServeDraws(table, {Strategy::kUniform, 0, 0, 1, 0}, 2, 62, s.data(), 2, seeds,
+                          counts, 4, draws.data()),
+               InvalidArgument);  // shard 2 of two
+}
+
+TEST(Sharding, FewerKeyBitsBoundTheInserts) {
+  Table table(Spec(4, 4));  // 2 slot bits, 2 sequence bits: four inserts
+  for (int i = 0; i < 4; ++i) EXPECT_LT(Put(table, 1, 1.0), 16);
+  EXPECT_THROW(Put(table, 1, 1.0), InvalidArgument);
+  EXPECT_THROW(Table(Spec(4, 2)), InvalidArgument);   // no bit left to count inserts
+  EXPECT_THROW(Table(Spec(4, 64)), InvalidArgument);  // keys are non-negative int64
+}
+
+}  // namespace
+}  // namespace gearjax
