@@ -16,12 +16,13 @@ from gearjax.batch import Batch
 from gearjax.checkpoint import CheckpointError
 from gearjax.columns import Column
 from gearjax.rate_limiters import MinSize, SampleToInsertRatio
+from gearjax.sharded import ShardedBatch, ShardedTable
 from gearjax.strategies import Prioritized, Recent, Strategy, Timestep, TopK, Uniform
 from gearjax.table import Table
 
 __all__ = [
     "Batch", "CheckpointError", "Column", "MinSize", "Prioritized", "Recent",
-    "SampleToInsertRatio", "Strategy", "Table", "Timestep", "TopK", "Uniform", "clear_errors",
+    "SampleToInsertRatio", "ShardedBatch", "ShardedTable", "Strategy", "Table", "Timestep", "TopK", "Uniform", "clear_errors",
 ]
 # pyproject.toml holds the version; the installed package's metadata carries it here.
 __version__ = importlib.metadata.version("gearjax")

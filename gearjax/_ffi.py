@@ -264,3 +264,79 @@ def insert_batch_call(columns: list[jax.Array], lengths: jax.Array, priorities: 
     rows, steps = columns[0].shape[:2]
     return insert_batch_p.bind(lengths, priorities, *columns, table_handle=np.int64(handle),
                                rows=np.int64(rows), steps=np.int64(steps))[0]
+
+
+# ------------------------------------------------- sharded tables (gearjax.sharded)
+# The three steps of a global sample (xla_ffi/core/sharding.h): this shard's
+# summary (a table effect), the shard of each row (pure: it reads no table),
+# and the owner's draws for every requester (a table effect).
+SHARD_TOTALS_TARGET = "gearjax_shard_totals"
+SHARD_PLAN_TARGET = "gearjax_shard_plan"
+SHARD_SERVE_TARGET = "gearjax_shard_serve"
+SHARD_KEYS_TARGET = "gearjax_shard_keys"
+SUMMARY_WORDS = 8  # a shard's summary: four float64 as uint32 words
+
+shard_totals_p = _primitive("gearjax_shard_totals")
+mlir.register_lowering(shard_totals_p, _ordered_lowering(SHARD_TOTALS_TARGET))
+_not_differentiable(shard_totals_p)
+_sequential_batching(shard_totals_p)
+
+
+@shard_totals_p.def_effectful_abstract_eval
+def _shard_totals_abstract_eval(**_):
+    return [jax.core.ShapedArray((SUMMARY_WORDS,), np.uint32)], {TABLE_EFFECT}
+
+
+def shard_totals_call(*, handle: int, strategy: int, alpha: float, shard: int) -> jax.Array:
+    """This shard's summary for the strategy: uint32[SUMMARY_WORDS]."""
+    return shard_totals_p.bind(table_handle=np.int64(handle), strategy=np.int64(strategy),
+                               alpha=np.float64(alpha), shard=np.int64(shard))[0]
+
+
+def shard_plan_call(seed: jax.Array, summaries: jax.Array, *, batch: int,
+                    shards: int) -> tuple[jax.Array, jax.Array]:
+    """The shard of each of ``batch`` rows (int32 [batch]) and the rows per
+    shard (int32 [shards]), drawn from ``seed`` (uint32[2]) in proportion to
+    the gathered summaries' weights (uint32 [shards * SUMMARY_WORDS])."""
+    call = jax.ffi.ffi_call(SHARD_PLAN_TARGET, (jax.ShapeDtypeStruct((batch,), np.int32),
+                                                jax.ShapeDtypeStruct((shards,), np.int32)),
+                            vmap_method="sequential")
+    return call(seed, summaries)
+
+
+shard_serve_p = _primitive("gearjax_shard_serve")
+mlir.register_lowering(shard_serve_p, _ordered_lowering(SHARD_SERVE_TARGET, ("width", "columns")))
+_not_differentiable(shard_serve_p)
+_sequential_batching(shard_serve_p)
+
+
+@shard_serve_p.def_effectful_abstract_eval
+def _shard_serve_abstract_eval(seeds, counts, summaries, *, block, width, columns, **_):
+    del seeds, summaries
+    rows = counts.shape[0] * int(block)
+    return [jax.core.ShapedArray(r.shape, r.dtype)
+            for r in _sample_result_types(rows, width, columns)], {TABLE_EFFECT}
+
+
+def shard_serve_call(seeds: jax.Array, counts: jax.Array, summaries: jax.Array, *, handle: int,
+                     block: int, strategy: int, alpha: float, window: int, width: int,
+                     pad_left: bool, shard: int, shard_shift: int,
+                     columns: Columns) -> list[jax.Array]:
+    """The owner's draws: for requester j, counts[j] rows with seeds[j] in block
+    j of ``block`` rows (the rest padding); returns (keys, start, probability,
+    table_size, valid, *columns) over shards * block rows, keys, sizes and
+    probabilities global."""
+    return shard_serve_p.bind(seeds, counts, summaries, table_handle=np.int64(handle),
+                              block=np.int64(block), strategy=np.int64(strategy),
+                              alpha=np.float64(alpha), window=np.int64(window),
+                              pad_left=np.int64(pad_left), shard=np.int64(shard),
+                              shard_shift=np.int64(shard_shift), width=width, columns=columns)
+
+
+def shard_keys_call(keys: jax.Array, *, shard: int, shard_shift: int,
+                    to_local: bool) -> jax.Array:
+    """Global keys of ``shard`` to its own keys (others -1), or the reverse."""
+    call = jax.ffi.ffi_call(SHARD_KEYS_TARGET, jax.ShapeDtypeStruct(keys.shape, np.int64),
+                            vmap_method="expand_dims")
+    return call(keys, shard=np.int64(shard), shard_shift=np.int64(shard_shift),
+                to_local=np.int64(to_local))

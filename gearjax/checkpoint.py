@@ -162,6 +162,26 @@ def save(native: NativeTable, header: dict[str, Any], path: str | os.PathLike) -
     _fsync_directory(directory)
 
 
+def write_atomically(path: str | os.PathLike, data: bytes) -> None:
+    """Writes a small file (a sharded table's manifest) atomically: all of
+    `data` or the file as it was."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f"{_temporary_prefix(path)}{os.getpid()}.", suffix=".tmp",
+                               dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    _fsync_directory(directory)
+
+
 def _fsync_directory(directory: str) -> None:
     try:
         fd = os.open(directory, os.O_RDONLY)

@@ -72,6 +72,8 @@ class Table:
         :class:`gearjax.MinSize` or :class:`gearjax.SampleToInsertRatio`.
       name: a name for error messages and ``repr`` (compiled programs that
         touch a closed table fail naming it).
+      _key_bits: keys stay below ``2**_key_bits`` (for the shards of a
+        :class:`gearjax.ShardedTable`, whose keys carry the shard above them).
 
     Invariants: keys are unique, increase with insertion order and are never
     reused; a sampled window never mixes data of two trajectories, even while
@@ -80,7 +82,8 @@ class Table:
 
     def __init__(self, columns: Mapping[str, Column], capacity: int, max_length: int, *,
                  placement: str = "auto", remover: str = "fifo",
-                 rate_limiter: rate_limiters.RateLimiter | None = None, name: str = ""):
+                 rate_limiter: rate_limiters.RateLimiter | None = None, name: str = "",
+                 _key_bits: int = 63):
         if not isinstance(columns, Mapping) or not columns:
             raise TypeError("columns must be a non-empty mapping of name -> gearjax.Column")
         for column_name, column in columns.items():
@@ -112,7 +115,7 @@ class Table:
         self._native = NativeTable(
             name, [(n, c.step_bytes, c.pad_step()) for n, c in self._columns.items()],
             capacity, max_length, REMOVERS[remover], *limiter_args, gpu_mapped=True,
-            on_device=on_device)
+            on_device=on_device, key_bits=_key_bits)
         # What compiled samples need to know: no reference back to this object,
         # so a table nobody holds is freed at once (not by the cycle collector).
         self._spec = _SampleSpec(self._native.handle, max_length, capacity, tuple(
@@ -535,7 +538,8 @@ class Table:
         checkpoint.save(self._native, header, path)
 
     @classmethod
-    def load(cls, path: str | os.PathLike, placement: str | None = None) -> "Table":
+    def load(cls, path: str | os.PathLike, placement: str | None = None,
+             _key_bits: int = 63) -> "Table":
         """Restores a table saved with :meth:`save`: contents, priorities,
         insertion order, keys and counters, exactly. ``placement`` overrides
         the saved one (a table saved from GPU memory loads on a machine
@@ -551,7 +555,8 @@ class Table:
             try:
                 table = cls(saved.columns, saved.capacity, saved.max_length,
                             placement=placement or saved.placement, remover=saved.remover,
-                            rate_limiter=saved.rate_limiter, name=saved.name)
+                            rate_limiter=saved.rate_limiter, name=saved.name,
+                            _key_bits=_key_bits)
             except (TypeError, ValueError) as e:
                 raise checkpoint.CheckpointError(f"{os.fspath(path)}: the table it describes "
                                                  f"cannot be made here: {e}") from None

@@ -1,0 +1,149 @@
+"""What the processes of a sharded table agree on and publish through JAX's
+key-value store: the table's number, its spec, the job token, and each shard's
+latest stats.
+
+JAX offers its distributed key-value store only through the private
+``jax._src.distributed.global_state.client`` (the coordination service that
+``jax.distributed.initialize`` starts); this module is the one place that
+touches it. A job of one process that never initialised jax.distributed gets
+an in-process store with the same interface, so a ShardedTable of one shard
+works anywhere (notebooks, tests).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import secrets
+import threading
+import time
+from typing import Any
+
+import jax
+
+PREFIX = "gearjax/sharded"
+# How long construction, save and load wait for the other processes.
+AGREE_TIMEOUT_SECONDS = 120.0
+
+
+class _LocalStore:
+    """The key-value store of a one-process job."""
+
+    def __init__(self) -> None:
+        self._values: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def key_value_set(self, key: str, value: str, allow_overwrite: bool = False) -> None:
+        with self._lock:
+            if key in self._values and not allow_overwrite:
+                raise KeyError(f"{key} exists")
+            self._values[key] = value
+
+    def blocking_key_value_get(self, key: str, timeout_in_ms: int) -> str:
+        with self._lock:
+            if key not in self._values:
+                raise TimeoutError(f"{key} was not set within {timeout_in_ms} ms")
+            return self._values[key]
+
+    def key_value_try_get(self, key: str) -> str:
+        with self._lock:
+            if key not in self._values:
+                raise KeyError(key)
+            return self._values[key]
+
+    def key_value_delete(self, key: str) -> None:
+        with self._lock:
+            for k in [k for k in self._values if k == key or k.startswith(key + "/")]:
+                del self._values[k]
+
+    def wait_at_barrier(self, barrier_id: str, timeout_in_ms: int) -> None:
+        del barrier_id, timeout_in_ms
+
+
+_local_store = _LocalStore()
+_table_numbers = itertools.count()
+
+
+def client() -> Any:
+    """JAX's distributed key-value client, or the in-process store for a job
+    of one process. Raises when several processes run without it."""
+    from jax._src import distributed  # the only public route to the store
+
+    store = distributed.global_state.client
+    if store is not None:
+        return store
+    if jax.process_count() > 1:
+        raise RuntimeError("a ShardedTable across processes needs jax.distributed.initialize() "
+                           "in every process first")
+    return _local_store
+
+
+def next_table_path() -> str:
+    """The key prefix of the next ShardedTable this process makes. Every
+    process makes its sharded tables in the same order, so the n-th table of
+    each is the same table."""
+    return f"{PREFIX}/{next(_table_numbers)}"
+
+
+def agree(path: str, what: str, mine: dict, process: int, processes: int) -> None:
+    """Publishes this process's `what` (a JSON-able dict) and checks that every
+    other process published the same; raises ValueError naming the first
+    process that differs, TimeoutError if one never publishes."""
+    store = client()
+    store.key_value_set(f"{path}/{what}/{process}", json.dumps(mine, sort_keys=True))
+    for other in range(processes):
+        theirs = json.loads(_blocking_get(store, f"{path}/{what}/{other}"))
+        if theirs != mine:
+            raise ValueError(f"process {other} made this sharded table with another {what}: "
+                             f"{theirs} here against {mine} in process {process}; every process "
+                             f"must pass the same arguments")
+
+
+def job_token(path: str, process: int) -> str:
+    """A random token made by process 0 and read by every process: peers show
+    it before their transport metadata is loaded (gearjax.sharded.exchange)."""
+    store = client()
+    if process == 0:
+        store.key_value_set(f"{path}/token", secrets.token_hex(16))
+    return _blocking_get(store, f"{path}/token")
+
+
+def barrier(path: str, name: str, processes: int) -> None:
+    """Returns once every process reached the barrier `name` of this table."""
+    if processes > 1:
+        client().wait_at_barrier(f"{path}/{name}", int(AGREE_TIMEOUT_SECONDS * 1000))
+
+
+def publish_stats(path: str, process: int, stats: dict) -> None:
+    """This shard's latest stats, stamped with the time they were read."""
+    client().key_value_set(f"{path}/stats/{process}",
+                           json.dumps({**stats, "published_at": time.time()}),
+                           allow_overwrite=True)
+
+
+def latest_stats(path: str, processes: int) -> list[dict | None]:
+    """Every shard's latest published stats (None for a shard that published
+    none yet), without waiting for any process."""
+    store = client()
+    out: list[dict | None] = []
+    for process in range(processes):
+        try:
+            out.append(json.loads(store.key_value_try_get(f"{path}/stats/{process}")))
+        except Exception:  # noqa: BLE001 - NOT_FOUND from JAX's store, KeyError here
+            out.append(None)
+    return out
+
+
+def forget(path: str, process: int) -> None:
+    """Removes what this process published for the table."""
+    store = client()
+    for what in ("stats", "spec"):
+        try:
+            store.key_value_delete(f"{path}/{what}/{process}")
+        except Exception:  # noqa: BLE001 - already gone, or the service is shutting down
+            pass
+
+
+def _blocking_get(store: Any, key: str) -> str:
+    value = store.blocking_key_value_get(key, int(AGREE_TIMEOUT_SECONDS * 1000))
+    return value.decode() if isinstance(value, bytes) else value

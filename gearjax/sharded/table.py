@@ -1,0 +1,473 @@
+"""ShardedTable: one trajectory table over the processes of a JAX job, one
+shard per process, sampled from the global distribution.
+
+Every process makes the table with the same arguments, in the same order as
+its other sharded tables (construction is collective: the processes check
+that they agree). Each process inserts into its own shard; a sample draws rows
+from all shards exactly as one table holding every shard would (see
+``gearjax.sharded.exchange`` and ``xla_ffi/core/sharding.h``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from gearjax import _checks, _ffi, checkpoint, rate_limiters
+from gearjax.columns import Column
+from gearjax.sharded import coordination, exchange
+from gearjax.sharded.exchange import ShardedBatch, ShardSpec
+from gearjax.strategies import Prioritized, Recent, Strategy, Timestep, TopK, Uniform
+from gearjax.table import PADS, Table
+
+EXCHANGES = ("xla", "nixl", "verbs")
+# Strategies whose global draw needs only the shards' totals.
+_TOTAL_STRATEGIES = (Uniform, Timestep, Prioritized)
+MANIFEST = "manifest.json"
+MANIFEST_FORMAT = "gearjax-sharded-table/1"
+# How often, at most, a process republishes its shard's stats on its own
+# inserts, samples and updates (len() and stats() always publish first).
+STATS_INTERVAL_SECONDS = 0.25
+
+
+def shard_bits(processes: int) -> int:
+    """Bits of a global key that name its shard: enough for every process (at
+    least one)."""
+    return max(1, (processes - 1).bit_length())
+
+
+class ShardedTable:
+    """A trajectory table split over the processes of a JAX job.
+
+    Args:
+      columns, capacity, max_length, remover, rate_limiter, placement, name:
+        as for :class:`gearjax.Table`, per shard: every process holds a shard
+        of ``capacity`` slots, and the rate limiter and remover act on each
+        shard alone.
+      exchange: how rows move between processes. ``"xla"`` (the default):
+        JAX collectives in the sampling program (gloo between CPU processes,
+        NCCL between GPUs); it needs nothing beyond jax.
+
+    Keys are global: ``key = shard << (63 - shard_bits) | shard_key``, where
+    ``shard`` is the owning process's index, ``shard_bits`` the fewest bits
+    that hold every process index (at least one), and ``shard_key`` the
+    shard's own key (``sequence << slot_bits | slot``, see
+    :attr:`gearjax.Table.slot_bits`). Keys are unique over the job, increase
+    with insertion order within a shard, and are never reused.
+
+    Needs ``jax.distributed.initialize(...)`` in every process first when the
+    job has more than one process.
+    """
+
+    def __init__(self, columns: Mapping[str, Column], capacity: int, max_length: int, *,
+                 exchange: str = "xla", remover: str = "fifo",
+                 rate_limiter: rate_limiters.RateLimiter | None = None,
+                 placement: str = "auto", name: str = ""):
+        if not isinstance(exchange, str) or exchange not in EXCHANGES:
+            raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
+        if exchange != "xla":
+            raise ValueError(f"exchange={exchange!r} is not available in this release; use "
+                             f"exchange='xla' (JAX collectives)")
+        self._processes = jax.process_count()
+        self._shard = jax.process_index()
+        self._shard_shift = 63 - shard_bits(self._processes)
+        # The local shard checks every argument (and raises before anything
+        # is published if one is bad).
+        self._local = Table(columns, capacity, max_length, placement=placement, remover=remover,
+                            rate_limiter=rate_limiter,
+                            name=f"{name} shard {self._shard}" if name else
+                            f"shard {self._shard}", _key_bits=self._shard_shift)
+        self._name = name
+        self._exchange = exchange
+        self._path = coordination.next_table_path()
+        try:
+            coordination.agree(self._path, "spec", self._agreed_spec(), self._shard,
+                               self._processes)
+            self._token = coordination.job_token(self._path, self._shard)
+        except BaseException:
+            self._local.close()
+            raise
+        self._spec = ShardSpec(self._local.handle, self._shard, self._processes,
+                               self._shard_shift, self._local.max_length,
+                               tuple((n, c.shape, c.dtype) for n, c in self._local.columns.items()))
+        self._published_at = 0.0
+        self._saves = 0
+        self._publish(force=True)
+
+    def _agreed_spec(self) -> dict:
+        """What every process must have passed alike."""
+        return {"columns": {n: c.to_json() for n, c in self._local.columns.items()},
+                "capacity": self._local.capacity, "max_length": self._local.max_length,
+                "remover": self._local.remover, "exchange": self._exchange,
+                "rate_limiter": rate_limiters.to_json(self._local.rate_limiter),
+                "name": self._name, "processes": self._processes}
+
+    # ------------------------------------------------------------------ info
+    @property
+    def shard(self) -> int:
+        """This process's shard (its process index)."""
+        return self._shard
+
+    @property
+    def num_shards(self) -> int:
+        return self._processes
+
+    @property
+    def local(self) -> Table:
+        """This process's shard, a :class:`gearjax.Table` with its own keys
+        (use it to inspect the shard; insert and sample through the sharded
+        table)."""
+        return self._local
+
+    @property
+    def columns(self) -> dict[str, Column]:
+        return self._local.columns
+
+    @property
+    def exchange(self) -> str:
+        return self._exchange
+
+    @property
+    def spec(self) -> ShardSpec:
+        """What compiled global samples know of this process's shard."""
+        return self._spec
+
+    @property
+    def shard_shift(self) -> int:
+        """Global keys are ``shard << shard_shift | shard_key``."""
+        return self._shard_shift
+
+    def shard_of(self, key: int) -> int:
+        """The shard that owns (or owned) global key ``key``."""
+        return _checks.integer("key", key, 0, _checks.INT64_MAX) >> self._shard_shift
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"shard {self._shard} of {self._processes}"
+        name = f"{self._name!r}, " if self._name else ""
+        return (f"gearjax.ShardedTable({name}{state}, exchange={self._exchange!r}, "
+                f"capacity={self._local.capacity} per shard)")
+
+    def __len__(self) -> int:
+        """Trajectories over all shards, as last published (never waits for
+        another process; see :meth:`stats`)."""
+        return int(self.stats()["size"])
+
+    def stats(self) -> dict[str, Any]:
+        """Global totals and every shard's latest stats, without waiting for any
+        other process: each process publishes its shard's stats through JAX's
+        key-value store when it inserts, samples or updates (at most every
+        ``STATS_INTERVAL_SECONDS``) and when it calls ``len`` or ``stats``.
+
+        Returns ``size``, ``num_steps``, ``inserts``, ``samples``,
+        ``evictions``, ``priority_updates`` and ``skipped_updates`` summed
+        over the shards that published; ``shards``, the list of per-shard
+        stats (None for a shard that published nothing yet);
+        ``age_seconds``, how old each shard's figures are; and
+        ``stale_seconds``, the largest of those."""
+        self._publish(force=True)
+        shards = coordination.latest_stats(self._path, self._processes)
+        now = time.time()
+        ages = [None if s is None else max(0.0, now - s["published_at"]) for s in shards]
+        out: dict[str, Any] = {k: sum(s[k] for s in shards if s is not None) for k in (
+            "size", "num_steps", "inserts", "samples", "evictions", "priority_updates",
+            "skipped_updates")}
+        out.update(shards=shards, age_seconds=ages,
+                   stale_seconds=max((a for a in ages if a is not None), default=0.0),
+                   shard=self._shard, num_shards=self._processes, exchange=self._exchange,
+                   closed=self.closed)
+        return out
+
+    def _publish(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if self.closed or (not force and now - self._published_at < STATS_INTERVAL_SECONDS):
+            return
+        self._published_at = now
+        s = self._local.stats()
+        coordination.publish_stats(self._path, self._shard, {k: s[k] for k in (
+            "size", "num_steps", "inserts", "samples", "evictions", "priority_updates",
+            "skipped_updates", "capacity")})
+
+    # ------------------------------------------------------------- lifecycle
+    @property
+    def closed(self) -> bool:
+        return self._local.closed
+
+    def close(self) -> None:
+        """Closes this process's shard (see :meth:`gearjax.Table.close`) and
+        withdraws what it published. Other processes' samples that reach it
+        afterwards fail naming it."""
+        if not self.closed:
+            self._local.close()
+            coordination.forget(self._path, self._shard)
+
+    def __enter__(self) -> "ShardedTable":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------- insert
+    def _global(self, local_keys: np.ndarray) -> np.ndarray:
+        return (np.int64(self._shard) << np.int64(self._shard_shift)) | local_keys
+
+    def insert(self, trajectory: Mapping[str, Any], priority: float = 1.0) -> int:
+        """Inserts into this process's shard (see :meth:`gearjax.Table.insert`);
+        returns the global key."""
+        key = self._local.insert(trajectory, priority)
+        self._publish()
+        return int(self._global(np.int64(key)))
+
+    def insert_many(self, trajectories: Sequence[Mapping[str, Any]],
+                    priorities: Sequence[float] | np.ndarray | None = None) -> np.ndarray:
+        """Inserts into this process's shard (see
+        :meth:`gearjax.Table.insert_many`); returns the global keys."""
+        keys = self._local.insert_many(trajectories, priorities)
+        self._publish()
+        return self._global(keys)
+
+    def insert_batch(self, columns: Mapping[str, Any], lengths: Any,
+                     priorities: Any = None) -> jax.Array:
+        """Inserts into this process's shard, from inside jit too (see
+        :meth:`gearjax.Table.insert_batch`); returns the global keys."""
+        keys = self._local.insert_batch(columns, lengths, priorities)
+        return _ffi.shard_keys_call(keys, shard=self._shard, shard_shift=self._shard_shift,
+                                    to_local=False)
+
+    def get(self, key: int) -> dict[str, np.ndarray]:
+        """A copy of the stored trajectory ``key`` of this process's shard (see
+        :meth:`gearjax.Table.get`). The ``xla`` exchange moves data only
+        inside collective programs, so a key of another shard raises
+        ValueError naming its owner."""
+        owner = self.shard_of(key)
+        if owner != self._shard:
+            raise ValueError(f"key {key} belongs to shard {owner}; with exchange='xla' a process "
+                             f"reads only its own shard ({self._shard}): call get in process "
+                             f"{owner}")
+        return self._local.get(int(key) & ((1 << self._shard_shift) - 1))
+
+    # ---------------------------------------------------------------- sample
+    def sample(self, rng_key: jax.Array, batch_size: int, window: int | None = None,
+               strategy: Strategy = Uniform(), pad: str = "left", *,
+               axis_name: str | None = None) -> ShardedBatch:
+        """Samples ``batch_size`` rows for this process from the global
+        distribution: each row's trajectory is drawn with exactly the
+        probability it would have in one table holding every shard, rows are
+        independent, and ``probability``, ``table_size`` and ``keys`` are
+        global (``batch.shard`` says which shard owned each row). Windows as
+        in :meth:`gearjax.Table.sample`. Strategies: Uniform, Timestep and
+        Prioritized.
+
+        Two modes:
+
+        * ``axis_name=None``: called eagerly, in every process at the same
+          call, in the same order (it runs a collective program). Inside a
+          per-process ``jax.jit`` it raises: no collective can reach the
+          other processes from there.
+        * ``axis_name="..."``: inside ``jax.shard_map`` over a mesh axis with
+          one device per process, in process order; it returns this
+          process's block of the global batch. Every table call of that
+          program keeps the effect contract of :class:`gearjax.Table`.
+
+        Processes that pass the same key still get different rows.
+        """
+        self._local._check_open()
+        batch_size = _checks.integer("batch_size", batch_size, 1, _checks.MAX_BATCH)
+        if batch_size > _checks.MAX_BATCH // self._processes:
+            raise ValueError(f"batch_size {batch_size} x {self._processes} shards exceeds "
+                             f"{_checks.MAX_BATCH} rows")
+        if window is not None:
+            window = _checks.integer("window", window, 1, self._local.max_length)
+        if not isinstance(pad, str) or pad not in PADS:
+            raise ValueError(f"pad must be 'left' or 'right', got {pad!r}")
+        if isinstance(strategy, (TopK, Recent)):
+            raise ValueError(f"{strategy!r}: a ShardedTable samples by Uniform, Timestep or "
+                             f"Prioritized in this release (TopK and Recent need a global "
+                             f"order of the shards' items)")
+        if not isinstance(strategy, _TOTAL_STRATEGIES):
+            raise TypeError(f"strategy must be gearjax.Uniform(), Timestep() or "
+                            f"Prioritized(alpha), got {strategy!r}")
+        _check_key(rng_key)
+        width = window or self._local.max_length
+        _checks.result_bytes(f"a sharded sample of {self._processes} x {batch_size} x {width} "
+                             f"steps", [
+                                 *(((self._processes * batch_size, width, *c.shape),
+                                    c.dtype.itemsize) for c in self._local.columns.values()),
+                                 ((batch_size, width), 5), ((self._processes * batch_size,), 24)])
+        if self._local.rate_limiter is not None:
+            self._local.rate_limiter.check_batch(batch_size)
+        _check_platform()
+        if axis_name is not None:
+            exchange.check_axis(axis_name, self._spec)
+            return exchange.sample(rng_key, spec=self._spec, batch_size=batch_size,
+                                   window=window, strategy=strategy, pad=pad,
+                                   axis_name=axis_name)
+        if isinstance(rng_key, jax.core.Tracer):
+            raise ValueError("ShardedTable.sample with exchange='xla' and axis_name=None runs a "
+                             "collective program of its own, which cannot run inside a "
+                             "per-process jax.jit: call it eagerly, or inside jax.shard_map "
+                             "over a mesh with one device per process with "
+                             "axis_name=<that axis>")
+        batch = exchange.eager_sample(rng_key, spec=self._spec, batch_size=batch_size,
+                                      window=window, strategy=strategy, pad=pad)
+        self._publish()
+        return batch
+
+    # ------------------------------------------------------------ priorities
+    def update_priorities(self, keys: Any, priorities: Any, *,
+                          axis_name: str | None = None) -> Any:
+        """Sets priorities by global key; each entry is applied by the shard
+        that owns the key (never written into another process's memory), and
+        one whose trajectory was evicted meanwhile is skipped and counted
+        (``stats()["skipped_updates"]``). Priorities as for
+        :meth:`gearjax.Table.update_priorities`.
+
+        Like :meth:`sample`: eagerly, every process calls it at the same call
+        (each with its own keys, any number of them); or inside shard_map with
+        ``axis_name``. Entries of all processes are applied in process order.
+        Returns the number of entries applied over all processes (an int, or
+        an int32 scalar inside shard_map)."""
+        self._local._check_open()
+        if axis_name is not None:
+            _check_platform()
+            exchange.check_axis(axis_name, self._spec)
+            keys, priorities = jax.numpy.ravel(keys), jax.numpy.ravel(priorities)
+            if keys.dtype != np.int64:
+                raise TypeError(f"keys of a ShardedTable are int64 global keys, got {keys.dtype}")
+            if keys.shape != priorities.shape or not jax.numpy.issubdtype(
+                    priorities.dtype, jax.numpy.floating):
+                raise ValueError(f"need as many real priorities as keys, got "
+                                 f"{priorities.dtype}{list(priorities.shape)} for "
+                                 f"{list(keys.shape)}")
+            if priorities.dtype not in (jax.numpy.float32, jax.numpy.float64):
+                priorities = priorities.astype(jax.numpy.float32)
+            return exchange.update_priorities(keys, priorities, spec=self._spec,
+                                              axis_name=axis_name)
+        if isinstance(keys, jax.core.Tracer) or isinstance(priorities, jax.core.Tracer):
+            raise ValueError("ShardedTable.update_priorities with axis_name=None runs a "
+                             "collective program of its own, which cannot run inside a "
+                             "per-process jax.jit: call it eagerly, or inside jax.shard_map "
+                             "with axis_name")
+        keys, priorities = np.ravel(np.asarray(keys)), np.ravel(np.asarray(priorities))
+        if keys.dtype == object or not np.issubdtype(keys.dtype, np.integer) or \
+                keys.dtype == np.uint64:
+            raise TypeError(f"keys must be integers (int64 global keys), got {keys.dtype}")
+        if keys.shape != priorities.shape:
+            raise ValueError(f"got {priorities.shape[0]} priorities for {keys.shape[0]} keys")
+        if priorities.dtype == object or not (np.issubdtype(priorities.dtype, np.integer) or
+                                              np.issubdtype(priorities.dtype, np.floating)):
+            raise TypeError(f"priorities must be real numbers, got {priorities.dtype}")
+        checked = _checks.priorities(priorities)
+        updated = exchange.eager_update_priorities(keys.astype(np.int64), checked, self)
+        self._publish()
+        return updated
+
+    # ------------------------------------------------------------ persistence
+    def save(self, directory: str | os.PathLike) -> None:
+        """Saves every shard into ``directory`` (created if missing; shared by
+        the processes, or the same path on each host): ``shard-<k>.gx`` per
+        shard (a :meth:`gearjax.Table.save` checkpoint, atomic) and, once
+        every shard is written, ``manifest.json`` (written atomically by
+        process 0). Every process calls it."""
+        self._local._check_open()
+        directory = os.fspath(directory)
+        os.makedirs(directory, exist_ok=True)
+        self._local.save(os.path.join(directory, _shard_file(self._shard)))
+        self._saves += 1  # every process saves in the same order: barrier names agree
+        coordination.barrier(self._path, f"save-{self._saves}", self._processes)
+        if self._shard == 0:
+            manifest = {"format": MANIFEST_FORMAT, "num_shards": self._processes,
+                        "shard_shift": self._shard_shift, "exchange": self._exchange,
+                        "name": self._name,
+                        "shards": [_shard_file(k) for k in range(self._processes)]}
+            checkpoint.write_atomically(os.path.join(directory, MANIFEST),
+                                        json.dumps(manifest, indent=1).encode())
+        coordination.barrier(self._path, f"saved-{self._saves}", self._processes)
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike, placement: str | None = None) -> "ShardedTable":
+        """Restores a table saved with :meth:`save` into a job with as many
+        processes: process k loads shard k, exactly (see
+        :meth:`gearjax.Table.load`). Every process calls it. Raises
+        :class:`gearjax.CheckpointError` if the manifest is missing or
+        malformed or names another number of shards."""
+        directory = os.fspath(directory)
+        manifest = _read_manifest(directory)
+        processes = jax.process_count()
+        if manifest["num_shards"] != processes:
+            raise checkpoint.CheckpointError(
+                f"{directory}: saved from {manifest['num_shards']} shards; this job has "
+                f"{processes} processes (one shard each)")
+        shard = jax.process_index()
+        local = Table.load(os.path.join(directory, manifest["shards"][shard]), placement,
+                           _key_bits=63 - shard_bits(processes))
+        try:
+            table = cls.__new__(cls)
+            table._adopt(local, manifest)
+        except BaseException:
+            local.close()
+            raise
+        return table
+
+    def _adopt(self, local: Table, manifest: dict) -> None:
+        """Becomes the sharded table whose shard ``local`` is (after load)."""
+        self._processes = jax.process_count()
+        self._shard = jax.process_index()
+        self._shard_shift = 63 - shard_bits(self._processes)
+        self._local = local
+        self._name = manifest["name"]
+        self._exchange = manifest["exchange"]
+        self._path = coordination.next_table_path()
+        coordination.agree(self._path, "spec", self._agreed_spec(), self._shard, self._processes)
+        self._token = coordination.job_token(self._path, self._shard)
+        self._spec = ShardSpec(local.handle, self._shard, self._processes, self._shard_shift,
+                               local.max_length,
+                               tuple((n, c.shape, c.dtype) for n, c in local.columns.items()))
+        self._published_at = 0.0
+        self._saves = 0
+        self._publish(force=True)
+
+
+def _shard_file(shard: int) -> str:
+    return f"shard-{shard:05d}.gx"
+
+
+def _read_manifest(directory: str) -> dict:
+    path = os.path.join(directory, MANIFEST)
+    try:
+        with open(path, "rb") as f:
+            text = f.read(1 << 20)
+        manifest = json.loads(text)
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        raise checkpoint.CheckpointError(f"{path}: not a sharded table manifest ({e})") from None
+    ok = (isinstance(manifest, dict) and manifest.get("format") == MANIFEST_FORMAT and
+          isinstance(manifest.get("num_shards"), int) and
+          not isinstance(manifest.get("num_shards"), bool) and
+          1 <= manifest["num_shards"] <= 1 << 16 and
+          manifest.get("exchange") in EXCHANGES and isinstance(manifest.get("name"), str) and
+          manifest.get("shards") == [_shard_file(k) for k in range(manifest["num_shards"])])
+    if not ok:
+        raise checkpoint.CheckpointError(f"{path}: not a manifest of format {MANIFEST_FORMAT}")
+    return manifest
+
+
+def _check_platform() -> None:
+    """The shard calls have CPU handlers only in this release."""
+    if jax.default_backend() != "cpu":
+        raise ValueError(f"ShardedTable samples in CPU programs only in this release (JAX's "
+                         f"default backend here is {jax.default_backend()!r}); run the "
+                         f"sampling program on CPU devices (jax.config.update('jax_platforms', "
+                         f"'cpu'), or a mesh of CPU devices)")
+
+
+def _check_key(key: Any) -> None:
+    from gearjax.table import _check_rng_key
+
+    _check_rng_key(key)
