@@ -63,3 +63,15 @@ def test_bench_dt_step_runs(tmp_path):
     assert set(result["steps_per_second"]) == {"in-jit", "device-batch", "numpy-put",
                                                "numpy-put-scan"}
     assert all(rate > 0 for rate in result["steps_per_second"].values())
+
+
+def test_sharded_demo_runs_two_processes_on_one_global_table():
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "sharded_demo.py"),
+                          "--timeout", "120"], check=True, capture_output=True, text=True,
+                         timeout=180).stdout
+    lines = [line for line in out.splitlines() if line.startswith("process ")]
+    assert len(lines) == 4, out
+    assert sum("200 trajectories in 2 shards" in line for line in lines) == 2
+    applied = [int(line.split("this shard applied ")[1].split()[0])
+               for line in lines if "this shard applied" in line]
+    assert sum(applied) == 2 * 20 * 256  # every routed update applied once, by its owner

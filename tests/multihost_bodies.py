@@ -1,0 +1,274 @@
+"""Bodies that tests/test_sharded.py runs in several jax.distributed processes
+(tests/multihost.py starts them: ``python -m multihost_bodies BODY PROCESS
+PROCESSES PORT DIRECTORY KWARGS``). Each returns something JSON-able.
+
+Trajectories describe themselves: step t of the i-th trajectory of shard k
+holds [1000 k + i, t], so every sampled window can be checked against the key
+and start it reports, in the process that sampled it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+import jax
+import numpy as np
+
+def shard_contents(process: int) -> list[tuple[int, int, float]]:
+    """(id, length, priority) of what shard `process` holds: shards differ in
+    size, lengths and priority mass."""
+    return [(1000 * process + i, 1 + (5 * i + 3 * process) % 12,
+             float((process + 1) * (1 + i % 3)) if i % 4 else 0.0)
+            for i in range(3 + 4 * process)]
+
+
+def fill(table, process: int) -> dict[str, list]:
+    inserted = {}
+    for ident, length, priority in shard_contents(process):
+        x = np.stack([np.full(length, ident), np.arange(length)], 1).astype(np.int32)
+        inserted[str(table.insert({"x": x}, priority=priority))] = [ident, length, priority]
+    return inserted
+
+
+def check_rows(batch, window: int, table) -> tuple[list[str], list[list]]:
+    """Checks every row against what it says it is; returns (errors, rows as
+    [key, shard, probability, table_size, id])."""
+    errors, rows = [], []
+    x = np.asarray(batch["x"])
+    mask, timestep = np.asarray(batch.mask), np.asarray(batch.timestep)
+    for b, key in enumerate(np.asarray(batch.keys)):
+        key = int(key)
+        real = x[b][mask[b]]
+        if len(real) == 0 or len(real) > window:
+            errors.append(f"row {b}: {len(real)} real steps")
+            continue
+        ident = int(real[0, 0])
+        if not (real[:, 0] == ident).all() or not (real[:, 1] == timestep[b][mask[b]]).all():
+            errors.append(f"row {b}: torn or misplaced window {real.tolist()}")
+        if real[0, 1] != int(batch.start[b]):
+            errors.append(f"row {b}: starts at {real[0, 1]}, reports {int(batch.start[b])}")
+        if int(batch.shard[b]) != key >> table.shard_shift or ident // 1000 != key >> table.shard_shift:
+            errors.append(f"row {b}: key {key}, shard {int(batch.shard[b])}, id {ident}")
+        rows.append([key, int(batch.shard[b]), float(batch.probability[b]),
+                     int(batch.table_size[b]), ident])
+    return errors, rows
+
+
+def strategy_of(name: str, gx):
+    return {"uniform": gx.Uniform(), "timestep": gx.Timestep(),
+            "prioritized": gx.Prioritized(0.7)}[name]
+
+
+def global_distribution(process, processes, directory, strategy, calls, batch, window):
+    import gearjax as gx
+    table = gx.ShardedTable({"x": gx.Column((2,), "int32")}, capacity=64, max_length=12)
+    inserted = fill(table, process)
+    errors, rows = [], []
+    for c in range(calls):
+        b = table.sample(jax.random.key(c), batch, window, strategy_of(strategy, gx))
+        e, r = check_rows(b, window, table)
+        errors += e
+        rows += r
+    served = table.local.stats()["samples"]
+    # Same key in every process: the rows must still differ between processes.
+    first = np.asarray(table.sample(jax.random.key(0), batch, window,
+                                    strategy_of(strategy, gx)).keys).tolist()
+    stats = table.stats()
+    return {"inserted": inserted, "errors": errors, "rows": rows, "first": first,
+            "size": stats["size"], "served": served}
+
+
+def in_shard_map(process, processes, directory, steps):
+    """Mode 2: a jitted lax.scan inside shard_map samples globally and sets
+    the priority of every row drawn to 0, so no key is drawn twice."""
+    import gearjax as gx
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    table = gx.ShardedTable({"x": gx.Column((2,), "int32")}, capacity=64, max_length=12)
+    for i in range(6):  # 8 trajectories of priority 1 per shard: 6 from the host ...
+        x = np.stack([np.full(3, 1000 * process + i), np.arange(3)], 1).astype(np.int32)
+        table.insert({"x": x}, priority=1.0)
+    rows = np.stack([np.stack([np.full(3, 1000 * process + i), np.arange(3)], 1)
+                     for i in (6, 7)]).astype(np.int32)  # ... and 2 from a jitted insert_batch
+    batch_keys = jax.jit(lambda x: table.insert_batch({"x": x}, np.array([3, 3])))(rows)
+    mesh = Mesh(np.array(jax.devices()), ("hosts",))
+
+    def drain(key):
+        def step(carry, k):
+            b = table.sample(k, 1, 3, gx.Prioritized(1.0), axis_name="hosts")
+            updated = table.update_priorities(b.keys, jax.numpy.zeros(1), axis_name="hosts")
+            return carry, (b.keys, b["x"][:, -1, 0], updated)
+        return jax.lax.scan(step, 0, jax.random.split(key[0], steps))[1]
+
+    program = jax.jit(jax.shard_map(drain, mesh=mesh, in_specs=P("hosts"),
+                                    out_specs=(P("hosts"), P("hosts"), P("hosts"))))
+    key = jax.make_array_from_process_local_data(
+        NamedSharding(mesh, P("hosts")), jax.random.key_data(jax.random.key(process))[None])
+    keys, idents, updated = program(key)
+    keys = np.asarray(keys.addressable_data(0)).reshape(-1).tolist()
+    idents = np.asarray(idents.addressable_data(0)).reshape(-1).tolist()
+    updated = np.asarray(updated.addressable_data(0)).reshape(-1).tolist()
+    # Misuse is refused clearly.
+    refusals = []
+    try:
+        jax.jit(lambda k: table.sample(k, 2, 3))(jax.random.key(0))
+    except ValueError as e:
+        refusals.append(str(e))
+    try:
+        jax.jit(jax.shard_map(lambda k: table.sample(k[0], 1, 3, axis_name="nope").keys,
+                              mesh=mesh, in_specs=P("hosts"), out_specs=P("hosts")))(key)
+    except ValueError as e:
+        refusals.append(str(e))
+    zeroed = table.local.contents()["priority"].tolist()
+    table.update_priorities(np.zeros(0, np.int64), np.zeros(0))  # eager, collective: a no-op
+    for _ in range(3):  # the second scan drains what is left, then fails
+        try:
+            jax.block_until_ready(program(key))
+        except jax.errors.JaxRuntimeError:
+            break
+    gx.clear_errors()
+    try:  # every priority is 0 now: a clear error in every process, no hang
+        jax.block_until_ready(program(key))
+        drained = None
+    except jax.errors.JaxRuntimeError as e:
+        drained = str(e)
+    return {"keys": keys, "idents": idents, "updated": updated, "refusals": refusals,
+            "drained": drained, "zeroed": zeroed,
+            "insert_batch_keys": np.asarray(batch_keys).tolist(),
+            "priorities": table.local.contents()["priority"].tolist()}
+
+
+def routed_updates(process, processes, directory):
+    """Process 0 updates keys of every shard; only owners apply them; an
+    evicted key is skipped and counted."""
+    import gearjax as gx
+    table = gx.ShardedTable({"x": gx.Column((2,), "int32")}, capacity=4, max_length=12)
+    keys = [table.insert({"x": np.zeros((2, 2), np.int32)}, priority=1.0) for _ in range(4)]
+    from jax.experimental import multihost_utils
+    gathered = np.asarray(multihost_utils.process_allgather(
+        np.array(keys, np.int64).view(np.uint32))).reshape(processes, -1).view(np.int64)
+    evicted = int(gathered[processes - 1][0])
+    if process == processes - 1:
+        table.insert({"x": np.zeros((2, 2), np.int32)}, priority=1.0)  # evicts its first key
+    multihost_utils.sync_global_devices("evicted")
+    if process == 0:
+        targets = gathered.reshape(-1)
+        priorities = np.arange(1, len(targets) + 1, dtype=np.float64) * 10
+        updated = table.update_priorities(targets, priorities)
+    else:
+        updated = table.update_priorities(np.zeros(0, np.int64), np.zeros(0))
+    contents = table.local.contents()
+    time.sleep(0.3)
+    return {"updated": updated, "evicted": evicted, "keys": gathered.tolist(),
+            "local_keys": contents["key"].tolist(), "priorities": contents["priority"].tolist(),
+            "skipped": table.local.stats()["skipped_updates"], "stats": table.stats()["size"]}
+
+
+def eviction_race(process, processes, directory, seconds):
+    """The last process inserts and evicts without pause from a thread while
+    every process samples globally: no window may be torn."""
+    import gearjax as gx
+    from jax.experimental import multihost_utils
+    table = gx.ShardedTable({"x": gx.Column((2,), "int32")}, capacity=6, max_length=12)
+    fill_ids = iter(range(1000 * process, 1000 * process + 1000))
+
+    def put():
+        ident = next(fill_ids)
+        length = 1 + ident % 12
+        x = np.stack([np.full(length, ident), np.arange(length)], 1).astype(np.int32)
+        table.insert({"x": x})
+
+    for _ in range(6):
+        put()
+    stop = threading.Event()
+    inserted = [0]
+
+    def writer():
+        while not stop.is_set():
+            put()
+            inserted[0] += 1
+
+    thread = threading.Thread(target=writer) if process == processes - 1 else None
+    if thread:
+        thread.start()
+    errors, calls = [], 0
+    deadline = time.monotonic() + seconds
+    while True:
+        go = np.asarray(multihost_utils.process_allgather(np.array([time.monotonic() < deadline])))
+        if not go.all():
+            break
+        b = table.sample(jax.random.key(calls), 64, 5)
+        errors += check_rows(b, 5, table)[0]
+        calls += 1
+    stop.set()
+    if thread:
+        thread.join()
+    return {"errors": errors[:5], "calls": calls, "inserted": inserted[0]}
+
+
+def save_and_load(process, processes, directory):
+    import gearjax as gx
+    table = gx.ShardedTable({"x": gx.Column((2,), "int32")}, capacity=16, max_length=12,
+                            name="saved")
+    fill(table, process)
+    before = jax.block_until_ready(table.sample(jax.random.key(3), 16, 4, gx.Prioritized(0.7)))
+    path = os.path.join(directory, "checkpoint")
+    table.save(path)
+    loaded = gx.ShardedTable.load(path)
+    after = jax.block_until_ready(loaded.sample(jax.random.key(3), 16, 4, gx.Prioritized(0.7)))
+    key = loaded.insert({"x": np.zeros((1, 2), np.int32)})
+    return {"same": bool((np.asarray(before.keys) == np.asarray(after.keys)).all()),
+            "before": np.asarray(before.keys).tolist(), "after": np.asarray(after.keys).tolist(),
+            "contents_equal": table.local.contents()["key"].tolist() ==
+            loaded.local.contents()["key"][:-1].tolist(),
+            "new_key_shard": loaded.shard_of(key), "files": sorted(os.listdir(path))}
+
+
+def killed_peer(process, processes, directory, victim):
+    """The victim kills itself with SIGKILL mid-run; the others keep sampling
+    and must end (an error, or JAX's coordination service aborting them
+    once the victim's heartbeats stop) instead of hanging."""
+    import gearjax as gx
+    table = gx.ShardedTable({"x": gx.Column((2,), "int32")}, capacity=16, max_length=12)
+    fill(table, process)
+    for c in range(1000):
+        if process == victim and c == 3:
+            os.kill(os.getpid(), signal.SIGKILL)
+        try:
+            table.sample(jax.random.key(c), 8, 4)
+        except Exception as e:  # noqa: BLE001 - what the survivor sees
+            print(f"survivor {process} got {type(e).__name__}: {str(e)[:200]}", flush=True)
+            return {"error": type(e).__name__, "call": c}
+    return {"error": None}
+
+
+def mismatched_spec(process, processes, directory):
+    """The last process asks for another capacity: every process refuses."""
+    import gearjax as gx
+    capacity = 8 if process < processes - 1 else 9
+    try:
+        gx.ShardedTable({"x": gx.Column((2,), "int32")}, capacity=capacity, max_length=4)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def main() -> None:
+    body, process, processes, port, directory, kwargs = sys.argv[1:7]
+    process, processes = int(process), int(processes)
+    kwargs = json.loads(kwargs)
+    heartbeat = kwargs.pop("heartbeat_timeout_seconds", 100)
+    jax.distributed.initialize(f"127.0.0.1:{port}", processes, process,
+                               heartbeat_timeout_seconds=heartbeat)
+    result = globals()[body](process, processes, directory, **kwargs)
+    print("MULTIHOST-RESULT " + json.dumps(result), flush=True)
+    jax.distributed.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,228 @@
+"""ShardedTable across 2-3 local jax.distributed processes (CPU, gloo), each
+run under a hard timeout by tests/multihost.py: the global distribution of
+every strategy over shards of different sizes and priority masses, the
+content of every sampled window, global keys, probabilities and sizes, the
+shard_map mode inside a jitted scan, routed priority updates, eviction races
+with remote samplers, save/load, a killed process, and misuse refused with a
+clear error. The bodies are in tests/multihost_bodies.py."""
+
+from __future__ import annotations
+
+import collections
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+from scipy import stats
+
+import gearjax as gx
+import multihost
+from multihost_bodies import shard_contents
+
+P_MIN = 1e-4
+SHIFT_2 = 62  # 63 - shard bits; two or three processes: one and two shard bits
+SHIFT_3 = 61
+
+
+def expected_probability(strategy: str, length: int, priority: float) -> float:
+    return {"uniform": 1.0, "timestep": float(length),
+            "prioritized": priority ** 0.7 if priority > 0 else 0.0}[strategy]
+
+
+@pytest.mark.parametrize("strategy", ["uniform", "timestep", "prioritized"])
+def test_rows_follow_the_global_distribution(tmp_path, strategy):
+    processes, calls, batch = 3, 12, 512
+    results = multihost.run("global_distribution", processes, tmp_path, strategy=strategy,
+                            calls=calls, batch=batch, window=4)
+    inserted = {int(k): v for r in results for k, v in r["inserted"].items()}
+    assert len(inserted) == sum(len(shard_contents(p)) for p in range(processes))
+    weights = {k: expected_probability(strategy, length, priority)
+               for k, (_, length, priority) in inserted.items()}
+    total = sum(weights.values())
+    counts = collections.Counter()
+    for r in results:
+        assert r["errors"] == [], r["errors"][:5]
+        assert r["size"] == len(inserted)
+        for key, shard, probability, table_size, ident in r["rows"]:
+            assert inserted[key][0] == ident  # the key names the trajectory the data came from
+            assert shard == key >> SHIFT_3
+            assert table_size == len(inserted)
+            assert probability == pytest.approx(weights[key] / total, rel=1e-6)
+            counts[key] += 1
+    keys = sorted(inserted)
+    observed = np.array([counts[k] for k in keys])
+    expected = np.array([weights[k] for k in keys]) / total
+    draws = processes * calls * batch
+    assert observed.sum() == draws
+    assert observed[expected == 0].sum() == 0, "drew a trajectory of probability 0"
+    support = expected > 0
+    assert stats.chisquare(observed[support], draws * expected[support]).pvalue > P_MIN
+    # The same key in every process still gives each process its own rows.
+    assert len({tuple(r["first"]) for r in results}) == processes
+    # Each shard counts exactly the rows it served.
+    served = collections.Counter(key >> SHIFT_3 for key in counts.elements())
+    for p, r in enumerate(results):
+        assert r["served"] == served[p]
+
+
+def test_shard_map_mode_samples_and_updates_inside_a_jitted_scan(tmp_path):
+    steps = 6
+    results = multihost.run("in_shard_map", 2, tmp_path, steps=steps)
+    for r in results:
+        assert len(r["keys"]) == steps
+        assert len(set(r["keys"])) == steps, "a zeroed key was drawn again by its process"
+        for key, ident in zip(r["keys"], r["idents"]):
+            assert ident // 1000 == key >> SHIFT_2  # data from the shard the key names
+        assert r["updated"] == [2] * steps  # both processes' updates applied each step
+        assert "cannot run inside a per-process jax.jit" in r["refusals"][0]
+        assert "not an axis of the enclosing shard_map" in r["refusals"][1]
+        assert "no shard holds anything" in r["drained"]
+        assert r["priorities"] == [0.0] * 8
+    for p, r in enumerate(results):  # insert_batch in jit returns global keys of its shard
+        assert [k >> SHIFT_2 for k in r["insert_batch_keys"]] == [p, p]
+    drawn = {k for r in results for k in r["keys"]}
+    zeroed = sum(p == 0.0 for r in results for p in r["zeroed"])
+    assert zeroed == len(drawn)  # exactly the keys drawn were set to 0, by their owners
+
+
+def test_priority_updates_are_routed_to_their_owners(tmp_path):
+    results = multihost.run("routed_updates", 3, tmp_path)
+    keys = np.array(results[0]["keys"])  # every shard's four keys, by shard
+    evicted = results[0]["evicted"]
+    for p, r in enumerate(results):
+        own = dict(zip(r["local_keys"], r["priorities"]))
+        for i, key in enumerate(keys.reshape(-1)):
+            local = int(key) & ((1 << SHIFT_3) - 1)
+            if int(key) >> SHIFT_3 != p or int(key) == evicted:
+                continue
+            assert own[local] == (i + 1) * 10, (p, key)
+        # The evicted key's update was skipped and counted by its owner alone.
+        assert r["skipped"] == (1 if p == 2 else 0)
+        assert r["updated"] == keys.size - 1
+    assert int(evicted) >> SHIFT_3 == 2
+
+
+def test_remote_samplers_never_see_a_torn_window_while_a_shard_evicts(tmp_path):
+    results = multihost.run("eviction_race", 2, tmp_path, seconds=4)
+    assert results[1]["inserted"] > 10
+    for r in results:
+        assert r["calls"] > 0
+        assert r["errors"] == []
+
+
+def test_a_sharded_table_saves_and_loads_every_shard(tmp_path):
+    results = multihost.run("save_and_load", 2, tmp_path)
+    for p, r in enumerate(results):
+        assert r["same"]  # the same key gives the same batch after loading
+        assert r["contents_equal"]
+        assert r["new_key_shard"] == p
+        assert r["files"] == ["manifest.json", "shard-00000.gx", "shard-00001.gx"]
+
+
+@pytest.mark.parametrize("victim", [1, 0], ids=["a peer", "the coordinator"])
+def test_a_killed_process_ends_its_peers_instead_of_hanging(tmp_path, victim):
+    # JAX's coordination service aborts the survivors once the victim's
+    # heartbeats stop (here after 5 s), or at once when the coordinator
+    # (process 0) dies; a survivor inside a collective may raise first. Either
+    # way every process ends within the timeout.
+    multihost.run("killed_peer", 2, tmp_path, timeout=90, expect_failure=frozenset({0, 1}),
+                  victim=victim, heartbeat_timeout_seconds=5)
+
+
+def test_processes_that_disagree_on_the_spec_are_refused(tmp_path):
+    for message in multihost.run("mismatched_spec", 2, tmp_path):
+        assert message is not None and "must pass the same arguments" in message
+
+
+# ------------------------------------------------------- one process, no setup
+def one_shard() -> gx.ShardedTable:
+    table = gx.ShardedTable({"x": gx.Column((2,), "int32")}, capacity=8, max_length=4)
+    for i in range(3):
+        table.insert({"x": np.full((i + 1, 2), i, np.int32)}, priority=i)
+    return table
+
+
+def test_one_process_needs_no_distributed_setup():
+    table = one_shard()
+    batch = table.sample(jax.random.key(0), 16, 2, gx.Prioritized(1.0))
+    contents = table.local.contents()
+    # Shard 0's global keys are its own; priority 0 (the first) is never drawn.
+    assert set(np.asarray(batch.keys).tolist()) == set(contents["key"][1:].tolist())
+    assert np.asarray(batch.probability).tolist() == [
+        pytest.approx(contents["priority"][k >> table.local.slot_bits] / 3)
+        for k in np.asarray(batch.keys)]
+    assert np.asarray(batch.shard).tolist() == [0] * 16
+    assert len(table) == 3
+    stats = table.stats()
+    assert stats["num_shards"] == 1 and len(stats["shards"]) == 1
+    assert 0 <= stats["age_seconds"][0] < 60 and stats["shards"][0]["size"] == 3
+    assert table.update_priorities(batch.keys, np.ones(16)) == 16
+    table.close()
+    assert table.closed
+
+
+def test_bad_arguments_are_refused_and_change_nothing():
+    table = one_shard()
+    before = table.local.contents()
+    with pytest.raises(ValueError, match="exchange"):
+        gx.ShardedTable({"x": gx.Column((), "int32")}, 4, 4, exchange="rdma")
+    with pytest.raises(ValueError, match="not available"):
+        gx.ShardedTable({"x": gx.Column((), "int32")}, 4, 4, exchange="nixl")
+    with pytest.raises(ValueError, match="TopK and Recent"):
+        table.sample(jax.random.key(0), 4, 2, gx.TopK(2))
+    with pytest.raises(ValueError, match="batch_size"):
+        table.sample(jax.random.key(0), 0, 2)
+    with pytest.raises(TypeError):
+        table.sample(jax.random.key(0), 4, 2, "uniform")
+    with pytest.raises(ValueError, match="priorit"):
+        table.update_priorities(np.array([0]), np.array([np.nan]))
+    with pytest.raises(TypeError, match="keys"):
+        table.update_priorities(np.array([0.5]), np.array([1.0]))
+    with pytest.raises(ValueError, match="belongs to shard 1"):
+        table.get(1 << 62)
+    with pytest.raises(ValueError):
+        table.shard_of(-1)
+    after = table.local.contents()
+    for k in before:
+        np.testing.assert_array_equal(before[k], after[k])
+    assert table.local.stats()["samples"] == 0
+    table.close()
+
+
+def test_load_refuses_a_hostile_manifest(tmp_path):
+    table = one_shard()
+    table.save(tmp_path / "t")
+    table.close()
+    (tmp_path / "t" / "manifest.json").write_text('{"format": "gearjax-sharded-table/1", '
+                                                  '"num_shards": 2, "shards": []}')
+    with pytest.raises(gx.CheckpointError):
+        gx.ShardedTable.load(tmp_path / "t")
+    (tmp_path / "t" / "manifest.json").write_bytes(b"\xff" * 100)
+    with pytest.raises(gx.CheckpointError):
+        gx.ShardedTable.load(tmp_path / "t")
+    with pytest.raises(FileNotFoundError):
+        gx.ShardedTable.load(tmp_path / "missing")
+
+
+def test_a_mesh_axis_of_another_size_than_the_shards_is_refused(tmp_path):
+    code = """
+import jax, numpy as np, gearjax as gx
+from jax.sharding import Mesh, PartitionSpec as P
+table = gx.ShardedTable({"x": gx.Column((), "int32")}, 4, 4)
+table.insert({"x": np.zeros(2, np.int32)})
+mesh = Mesh(np.array(jax.devices()), ("d",))
+try:
+    jax.jit(jax.shard_map(lambda k: table.sample(k[0], 1, 1, axis_name="d").keys, mesh=mesh,
+                          in_specs=P("d"), out_specs=P("d")))(jax.random.split(jax.random.key(0), 2))
+except ValueError as e:
+    print("refused:", e)
+"""
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
+               JAX_PLATFORMS="cpu")
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)  # not the source tree: the installed gearjax
+    out = run.stdout + run.stderr
+    assert "refused: the mesh axis 'd' has 2 devices, but the table has 1 shards" in out, out
