@@ -293,15 +293,18 @@ def shard_totals_call(*, handle: int, strategy: int, alpha: float, shard: int) -
                                alpha=np.float64(alpha), shard=np.int64(shard))[0]
 
 
-def shard_plan_call(seed: jax.Array, summaries: jax.Array, *, batch: int,
+def shard_plan_call(seeds: jax.Array, summaries: jax.Array, *, batch: int,
                     shards: int) -> tuple[jax.Array, jax.Array]:
-    """The shard of each of ``batch`` rows (int32 [batch]) and the rows per
-    shard (int32 [shards]), drawn from ``seed`` (uint32[2]) in proportion to
-    the gathered summaries' weights (uint32 [shards * SUMMARY_WORDS])."""
-    call = jax.ffi.ffi_call(SHARD_PLAN_TARGET, (jax.ShapeDtypeStruct((batch,), np.int32),
-                                                jax.ShapeDtypeStruct((shards,), np.int32)),
+    """For each requester j (seeds uint32 [R, 2]): the shard of each of its
+    ``batch`` rows (int32 [R, batch]) and its rows per shard (int32 [R,
+    shards]), drawn in proportion to the gathered summaries' weights (uint32
+    [shards * SUMMARY_WORDS])."""
+    requesters = seeds.shape[0]
+    call = jax.ffi.ffi_call(SHARD_PLAN_TARGET,
+                            (jax.ShapeDtypeStruct((requesters, batch), np.int32),
+                             jax.ShapeDtypeStruct((requesters, shards), np.int32)),
                             vmap_method="sequential")
-    return call(seed, summaries)
+    return call(seeds, summaries)
 
 
 shard_serve_p = _primitive("gearjax_shard_serve")

@@ -75,3 +75,18 @@ def test_sharded_demo_runs_two_processes_on_one_global_table():
     applied = [int(line.split("this shard applied ")[1].split()[0])
                for line in lines if "this shard applied" in line]
     assert sum(applied) == 2 * 20 * 256  # every routed update applied once, by its owner
+
+
+def test_bench_exchange_runs_and_models(tmp_path):
+    out = tmp_path / "exchange.json"
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_exchange.py"), "--processes",
+                    "1", "2", "--cases", "A", "--steps", "2", "--repeats", "1", "--out", str(out)],
+                   check=True, capture_output=True, timeout=300, cwd=tmp_path)
+    result = json.loads(out.read_text())
+    assert set(result["runs"]) == {"1", "2"} and len(result["runs"]["2"]) == 2
+    rates = result["runs"]["2"][0]["A"]["gb_per_s_per_process"]
+    assert set(rates) == {"global", "local", "all_to_all", "all_to_all_ideal"}
+    assert all(rate > 0 for rate in rates.values())
+    assert result["summary"]["A"]["2"]["scaling_efficiency"] > 0
+    # Two tiny timings may be too noisy to fit; then the model says so.
+    assert result["model"].get("beta_bytes_per_second", 1) > 0 or "error" in result["model"]

@@ -232,16 +232,28 @@ const ShardSummary* BindSummaries(const ffi::Buffer<ffi::U32>& summaries, int64_
   return reinterpret_cast<const ShardSummary*>(summaries.typed_data());
 }
 
-// Step 2: the shard of each of this process's rows (no table is touched).
-ffi::Error ShardPlanImpl(ffi::Buffer<ffi::U32> seed, ffi::Buffer<ffi::U32> summaries,
+// Step 2: the shard of each row of each requester (no table is touched):
+// requester j's rows from seeds[j], so every process computes every
+// process's plan from one gather and knows what is asked of its shard.
+ffi::Error ShardPlanImpl(ffi::Buffer<ffi::U32> seeds, ffi::Buffer<ffi::U32> summaries,
                          ffi::Result<ffi::Buffer<ffi::S32>> shard_of_row,
                          ffi::Result<ffi::Buffer<ffi::S32>> counts) {
   try {
-    if (seed.element_count() != 2) return Fail("the seed must be two uint32 words");
-    const int64_t shards = static_cast<int64_t>(counts->element_count());
+    const int64_t requesters = static_cast<int64_t>(seeds.element_count()) / 2;
+    if (requesters < 1 || static_cast<int64_t>(seeds.element_count()) != 2 * requesters) {
+      return Fail("expected two seed words per requester");
+    }
+    const int64_t shards = static_cast<int64_t>(counts->element_count()) / requesters;
+    if (shards * requesters != static_cast<int64_t>(counts->element_count()) ||
+        shard_of_row->element_count() % requesters != 0) {
+      return Fail("the plan's results do not match the requesters");
+    }
     const ShardSummary* s = BindSummaries(summaries, shards);
-    PlanShards(s, shards, seed.typed_data(), static_cast<int64_t>(shard_of_row->element_count()),
-               shard_of_row->typed_data(), counts->typed_data());
+    const int64_t batch = static_cast<int64_t>(shard_of_row->element_count()) / requesters;
+    for (int64_t j = 0; j < requesters; ++j) {
+      PlanShards(s, shards, seeds.typed_data() + 2 * j, batch,
+                 shard_of_row->typed_data() + j * batch, counts->typed_data() + j * shards);
+    }
     return ffi::Error::Success();
   } catch (...) {
     return FromException(std::current_exception());
@@ -249,7 +261,8 @@ ffi::Error ShardPlanImpl(ffi::Buffer<ffi::U32> seed, ffi::Buffer<ffi::U32> summa
 }
 
 // Step 3, the owner's part: for each requester j, counts[j] rows drawn with
-// seeds[j] into block j of `block` rows; the rest of each block is padding.
+// seeds[j] into the first rows of block j of `block` rows. The rest of each
+// block is left unwritten: the requester never reads it.
 ffi::Error ShardServeImpl(ffi::ThreadPool pool, ffi::Token, ffi::Buffer<ffi::U32> seeds,
                           ffi::Buffer<ffi::S32> counts, ffi::Buffer<ffi::U32> summaries,
                           ffi::RemainingRets rets, int64_t table_handle, int64_t block,
@@ -283,8 +296,22 @@ ffi::Error ShardServeImpl(ffi::ThreadPool pool, ffi::Token, ffi::Buffer<ffi::U32
                              draws.data())};
     int64_t row_bytes = 0;
     for (int c = 0; c < table->num_columns(); ++c) row_bytes += call.width * table->step_bytes(c);
-    GatherParallel(pool, rows, rows * row_bytes, [&](int64_t begin, int64_t end_row) {
-      GatherRows(*table, draws.data(), begin, end_row, call.width, pad_left != 0, call.out);
+    // The rows asked for, block by block, as one list of row ranges.
+    int64_t asked = 0;
+    for (int64_t j = 0; j < shards; ++j) asked += counts.typed_data()[j];
+    std::vector<int64_t> row_of(static_cast<size_t>(asked));
+    for (int64_t j = 0, r = 0; j < shards; ++j) {
+      for (int64_t b = 0; b < counts.typed_data()[j]; ++b) row_of[r++] = j * block + b;
+    }
+    GatherParallel(pool, asked, asked * row_bytes, [&](int64_t begin, int64_t end_row) {
+      // Consecutive entries of row_of are consecutive rows within a block.
+      for (int64_t i = begin; i < end_row;) {
+        int64_t run = i + 1;
+        while (run < end_row && row_of[run] == row_of[run - 1] + 1) ++run;
+        GatherRows(*table, draws.data(), row_of[i], row_of[i] + (run - i), call.width,
+                   pad_left != 0, call.out);
+        i = run;
+      }
     });
     return ffi::Error::Success();
   } catch (...) {

@@ -5,16 +5,17 @@ process (gloo between CPU processes, NCCL between GPUs).
 A global sample of B rows per process (see xla_ffi/core/sharding.h for the
 arithmetic):
 
-1. each shard's summary (``shard_totals``) is all-gathered;
-2. each process draws the shard of each of its rows (``shard_plan``) and the
-   rows asked of each shard are all-gathered;
+1. each shard's summary (``shard_totals``) and each process's plan seed are
+   all-gathered, in one gather;
+2. each process draws the shard of each row of every process
+   (``shard_plan``), so it knows what every process asks of its shard;
 3. each owner draws the rows every process asked of it into one block per
    process (``shard_serve``), the blocks go to their processes in one
    all-to-all, and each process puts its rows back in order.
 
 Blocks are B rows each, whatever was asked, because XLA's shapes are static:
 the all-to-all moves P x B rows per process (P processes), of which B are
-real. The owner fills the rest with padding, which costs no table reads.
+real. The owner writes only the rows asked of it.
 """
 
 from __future__ import annotations
@@ -91,10 +92,15 @@ def sample(rng_key: jax.Array, *, spec: ShardSpec, batch_size: int, window: int 
                              for j in range(shards)])
     summary = _ffi.shard_totals_call(handle=spec.handle, strategy=strategy.code,
                                      alpha=strategy.alpha, shard=spec.shard)
-    summaries = jax.lax.all_gather(summary, axis_name).reshape(-1)
-    shard_of_row, counts = _ffi.shard_plan_call(plan_seed, summaries, batch=batch_size,
-                                                shards=shards)
-    asked = jax.lax.all_gather(counts, axis_name)[:, spec.shard]  # rows each process wants here
+    # One gather brings every shard's summary and every process's plan seed:
+    # each process then draws every process's plan, so each owner knows what
+    # is asked of it without a second exchange.
+    gathered = jax.lax.all_gather(jnp.concatenate([summary, plan_seed]), axis_name)
+    summaries = gathered[:, :_ffi.SUMMARY_WORDS].reshape(-1)
+    shard_of_rows, counts = _ffi.shard_plan_call(gathered[:, _ffi.SUMMARY_WORDS:], summaries,
+                                                 batch=batch_size, shards=shards)
+    shard_of_row = shard_of_rows[spec.shard]  # this process's rows
+    asked = counts[:, spec.shard]  # rows each process asks of this shard
     width = window or spec.max_length
     served = _ffi.shard_serve_call(
         serve_seeds, asked, summaries, handle=spec.handle, block=block, strategy=strategy.code,

@@ -10,7 +10,7 @@
 namespace gearjax {
 
 struct Draw {
-  int64_t slot;  // -1: an empty row (sharding.h), gathered as padding
+  int64_t slot;
   int64_t key;
   int64_t length;
   int64_t start;

@@ -64,7 +64,6 @@ inline void CopyBytes(uint8_t* dst, const uint8_t* src, int64_t n) {
 }
 
 void PrefetchWindow(const Table& table, const Draw& d, int64_t width) {
-  if (d.slot < 0) return;
   const int64_t valid = std::min(width, d.length - d.start);
   for (int c = 0; c < table.num_columns(); ++c) {
     const uint8_t* src = table.StepPointer(c, d.slot, d.start);
@@ -72,22 +71,6 @@ void PrefetchWindow(const Table& table, const Draw& d, int64_t width) {
     for (int64_t offset = 0; offset < bytes; offset += kCacheLine) {
       PrefetchForRead(src + offset);
     }
-  }
-}
-
-// Row b for a draw of no slot: its fields as given, no real step, every step
-// padding.
-void EmptyRow(const Table& table, const Draw& d, int64_t b, int64_t width,
-              const SampleOutputs& out) {
-  out.keys[b] = d.key;
-  out.start[b] = 0;
-  out.probability[b] = d.probability;
-  out.table_size[b] = d.table_size;
-  out.valid[b] = 0;
-  for (int c = 0; c < table.num_columns(); ++c) {
-    const ColumnSpec& column = table.spec().columns[c];
-    FillPad(out.columns[c] + b * width * column.step_bytes, width, column,
-            table.pad_is_one_byte(c));
   }
 }
 
@@ -105,10 +88,6 @@ void GatherRows(const Table& table, const Draw* draws, int64_t row_begin, int64_
   for (int64_t b = row_begin; b < row_end; ++b) {
     if (b + ahead < row_end) PrefetchWindow(table, draws[b + ahead], width);
     const Draw& d = draws[b];
-    if (d.slot < 0) {  // an empty row (see Draw): padding only
-      EmptyRow(table, d, b, width, out);
-      continue;
-    }
     const WindowPlan plan = PlanWindow(d.length, d.start, width, pad_left);
     out.keys[b] = d.key;
     out.start[b] = static_cast<int32_t>(d.start);

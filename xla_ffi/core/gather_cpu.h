@@ -18,9 +18,7 @@ struct SampleOutputs {
   std::vector<uint8_t*> columns; // [B, W, step_bytes[c]] each
 };
 
-// Writes rows [row_begin, row_end) of the outputs for the given draws. A draw
-// with slot -1 (a row a sharded sample left empty) becomes a row of padding
-// with no real step, carrying the draw's key, probability and size.
+// Writes rows [row_begin, row_end) of the outputs for the given draws.
 // `width` is the window size W; `pad_left` the padding side.
 void GatherRows(const Table& table, const Draw* draws, int64_t row_begin, int64_t row_end,
                 int64_t width, bool pad_left, const SampleOutputs& out);

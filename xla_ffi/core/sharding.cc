@@ -92,7 +92,6 @@ std::vector<uint64_t> ServeDraws(Table& table, const SampleRequest& request, int
         rows[b].table_size = static_cast<int64_t>(size);
         rows[b].probability = static_cast<float>(shard_probability * rows[b].probability);
       }
-      for (int64_t b = counts[j]; b < block; ++b) rows[b] = Draw{-1, -1, 0, 0, 0, 0.0f};
     }
   } catch (...) {
     for (uint64_t ticket : tickets) table.EndSample(ticket);

@@ -5,8 +5,10 @@
 //  1. Every shard summarises itself (Summarize): its number, its size, its
 //     steps and the total weight of the strategy (Table::Totals). The
 //     summaries are gathered, so every process holds the same P of them.
-//  2. Every process draws the shard of each of its rows with probability
-//     weight_k / sum of weights (PlanShards), in float64 from its own seed.
+//  2. Every process draws the shard of each row of every process with
+//     probability weight_k / sum of weights (PlanShards), in float64 from
+//     that process's seed (gathered with the summaries), so each owner knows
+//     what every process asks of it without another exchange.
 //  3. The owner of each shard draws, for each process j, the rows j asked of
 //     it, inside its shard, by the strategy (ServeDraws): a row drawn so has
 //     probability (weight_k / W) * (w_i / weight_k) = w_i / W, the
@@ -57,7 +59,7 @@ inline int64_t GlobalKey(int64_t shard, int shard_shift, int64_t local_key) {
 
 // The owner's part: for each requester j (of `shards`), draws counts[j] rows
 // from `table` with seeds[j] into draws[j * block, j * block + counts[j]); the
-// rest of each block is empty (slot -1, probability 0: gathered as padding).
+// rest of each block is left as it was (the requester never reads it).
 // Rows get global keys, the global size and global probabilities (see above),
 // computed from the gathered summaries. Each requester's rows are one Select
 // (one wait on the rate limiter, one ticket); the tickets are returned, to
