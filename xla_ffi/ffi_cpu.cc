@@ -343,7 +343,21 @@ ffi::Error ShardKeysImpl(ffi::Buffer<ffi::S64> keys, ffi::Result<ffi::Buffer<ffi
   return ffi::Error::Success();
 }
 
+// int64 values from their two uint32 words (little-endian): how host data
+// with 64-bit keys (a one-sided sample's) becomes a JAX int64 array where JAX
+// without x64 would narrow it to int32 on the way in.
+ffi::Error Int64FromWordsImpl(ffi::Buffer<ffi::U32> words, ffi::Result<ffi::Buffer<ffi::S64>> out) {
+  if (words.element_count() != 2 * out->element_count()) return Fail("expected two words a value");
+  std::memcpy(out->typed_data(), words.typed_data(), out->size_bytes());
+  return ffi::Error::Success();
+}
+
 }  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Int64FromWordsCpu, Int64FromWordsImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::U32>>()
+                                  .Ret<ffi::Buffer<ffi::S64>>());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardKeysCpu, ShardKeysImpl,
                               ffi::Ffi::Bind()

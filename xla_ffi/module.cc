@@ -176,6 +176,34 @@ class NativeTable {
                          free_slots);
   }
 
+  // Addresses and layout for one-sided readers in other processes (the nixl
+  // exchange registers these spans with its transport, read-only).
+  nb::dict RemoteLayout(int strategy, double alpha) {
+    if (strategy < 0 || strategy > static_cast<int>(Strategy::kPrioritized)) {
+      throw InvalidArgument("one-sided readers draw by Uniform, Timestep or Prioritized");
+    }
+    SampleRequest request;
+    request.strategy = static_cast<Strategy>(strategy);
+    request.alpha = alpha;
+    request.batch = 1;
+    const gearjax::RemoteLayout r = table_->Remote(request);
+    nb::dict d;
+    d["arena"] = reinterpret_cast<uintptr_t>(r.arena);
+    d["arena_bytes"] = r.arena_bytes;
+    d["slots"] = reinterpret_cast<uintptr_t>(r.slots);
+    d["slots_bytes"] = static_cast<size_t>(table_->spec().capacity) * sizeof(SlotInfo);
+    d["tree"] = reinterpret_cast<uintptr_t>(r.tree.nodes);
+    d["tree_bytes"] = r.tree_nodes * sizeof(double);
+    std::vector<int64_t> offsets(r.tree.offsets, r.tree.offsets + r.tree.levels);
+    d["tree_offsets"] = offsets;
+    std::vector<int64_t> columns;
+    for (int c = 0; c < table_->num_columns(); ++c) {
+      columns.push_back(static_cast<int64_t>(table_->column_offset(c)));
+    }
+    d["column_offsets"] = columns;
+    return d;
+  }
+
   nb::dict Stats() const {
     const gearjax::Stats s = table_->GetStats();
     nb::dict d;
@@ -264,6 +292,7 @@ NB_MODULE(_gearjax, m) {
       .def("free_slots", &NativeTable::FreeSlots)
       .def("restore_state", &NativeTable::RestoreState, "next_sequence"_a, "inserts"_a,
            "samples"_a, "evictions"_a, "priority_updates"_a, "free_slots"_a)
+      .def("remote_layout", &NativeTable::RemoteLayout, "strategy"_a, "alpha"_a)
       .def("stats", &NativeTable::Stats);
 
   m.def("limits", &gearjax::Limits, "The numeric contract every argument is checked against.");
@@ -295,6 +324,7 @@ NB_MODULE(_gearjax, m) {
     targets["gearjax_shard_plan"] = gearjax::Capsule(gearjax::ShardPlanCpu);
     targets["gearjax_shard_serve"] = gearjax::Capsule(gearjax::ShardServeCpu);
     targets["gearjax_shard_keys"] = gearjax::Capsule(gearjax::ShardKeysCpu);
+    targets["gearjax_int64_from_words"] = gearjax::Capsule(gearjax::Int64FromWordsCpu);
     return targets;
   });
 

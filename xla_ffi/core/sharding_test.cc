@@ -145,5 +145,22 @@ TEST(Sharding, FewerKeyBitsBoundTheInserts) {
   EXPECT_THROW(Table(Spec(4, 64)), InvalidArgument);  // keys are non-negative int64
 }
 
+TEST(Sharding, RemoteLayoutShowsTheStrategysTreeAndTheMemory) {
+  Table table(Spec(8));
+  Put(table, 3, 4.0);
+  Put(table, 5, 1.0);
+  const RemoteLayout uniform = table.Remote({Strategy::kUniform, 0, 0, 1, 0});
+  EXPECT_EQ(uniform.arena, table.arena_data());
+  EXPECT_EQ(SumTreeTotal(uniform.tree), 2.0);  // one per live slot
+  EXPECT_GE(uniform.tree_nodes, static_cast<size_t>(uniform.tree.offsets[uniform.tree.levels - 1] + 1));
+  EXPECT_EQ(uniform.slots[table.key_layout().Slot(0)].length, 3);
+  const RemoteLayout steps = table.Remote({Strategy::kTimestep, 0, 0, 1, 0});
+  EXPECT_EQ(SumTreeTotal(steps.tree), 8.0);
+  const RemoteLayout prioritized = table.Remote({Strategy::kPrioritized, 1.0, 0, 1, 0});
+  EXPECT_EQ(SumTreeTotal(prioritized.tree), 5.0);
+  EXPECT_EQ(table.GetStats().alphas.size(), 1u);  // created like a sample would
+  EXPECT_THROW(table.Remote({Strategy::kRecent, 0, 2, 1, 0}), InvalidArgument);
+}
+
 }  // namespace
 }  // namespace gearjax

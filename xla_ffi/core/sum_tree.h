@@ -102,6 +102,8 @@ class SumTree {
 
   double Get(int64_t leaf) const { return nodes_[leaf]; }
   double Total() const { return nodes_[offsets_[levels_ - 1]]; }
+  // Every node, padding included (the span one-sided readers register).
+  size_t node_count() const { return nodes_.size(); }
   int64_t leaves() const { return leaves_; }
 
   // Sets one leaf and recomputes its ancestors.

@@ -520,6 +520,30 @@ StrategyTotals Table::Totals(const SampleRequest& r) {
   return totals;
 }
 
+RemoteLayout Table::Remote(const SampleRequest& r) {
+  CheckRequest(r);
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckOpenLocked();
+  if (arena_->host_data() == nullptr) {
+    throw InvalidArgument("a table in GPU memory cannot be read by other processes' hosts");
+  }
+  const SumTree* tree = nullptr;
+  switch (r.strategy) {
+    case Strategy::kUniform:
+      tree = &uniform_->ones();
+      break;
+    case Strategy::kTimestep:
+      tree = &TimestepLocked().tree();
+      break;
+    case Strategy::kPrioritized:
+      tree = &PrioritizedLocked(r.alpha).tree();
+      break;
+    default:
+      throw InvalidArgument("TopK and Recent are not read one-sidedly");
+  }
+  return {arena_->host_data(), arena_->bytes(), &(*slots_)[0], tree->view(), tree->node_count()};
+}
+
 void Table::EndSample(uint64_t ticket) {
   std::lock_guard<std::mutex> lock(mu_);
   const auto it = std::lower_bound(in_flight_.begin(), in_flight_.end(), ticket);

@@ -87,6 +87,18 @@ struct StrategyTotals {
   double weight = 0.0;
 };
 
+// Where a one-sided reader of another process finds a shard's memory
+// (gearjax/sharded/nixl.py): the arena, the slot records, and the sum tree
+// of one strategy (Uniform: one per live slot; Timestep: lengths;
+// Prioritized: priority ** alpha). Valid until the table is closed.
+struct RemoteLayout {
+  const uint8_t* arena = nullptr;
+  size_t arena_bytes = 0;
+  const SlotInfo* slots = nullptr;
+  SumTreeView tree{};
+  size_t tree_nodes = 0;
+};
+
 struct ItemInfo {
   int64_t key;
   int64_t slot;
@@ -181,6 +193,11 @@ class Table {
   // has none yet (it takes one of the kMaxPriorityTrees places, as a sample
   // would). Does not wait on the rate limiter and counts nothing.
   StrategyTotals Totals(const SampleRequest& request);
+
+  // The memory a one-sided reader needs to draw by `request`'s strategy
+  // (Uniform, Timestep or Prioritized) and read windows, creating the
+  // strategy's tree like Totals. Host arenas only.
+  RemoteLayout Remote(const SampleRequest& request);
 
   // Sets priorities of the keys still live; others are skipped (and counted
   // in Stats::skipped_updates unless negative: -1 stands for "not this

@@ -62,6 +62,8 @@ class UniformSelector final : public Selector {
   // Row b of n (b = 0..n-1) draws with u[b], its attempt-0 uniform from `seed`.
   void SelectMany(const uint32_t seed[2], const double* u, int64_t n, Selection* out) const;
   UniformView view() const { return {live_.data(), capacity_, ones_.view()}; }
+  // The weight-1-per-live-slot tree (what one-sided readers descend).
+  const SumTree& ones() const { return ones_; }
   // At the GPU's addresses (live == nullptr when not GPU-mapped).
   UniformView device_view() const { return {live_.device_data(), capacity_, ones_.device_view()}; }
 
