@@ -343,3 +343,13 @@ def shard_keys_call(keys: jax.Array, *, shard: int, shard_shift: int,
                             vmap_method="expand_dims")
     return call(keys, shard=np.int64(shard), shard_shift=np.int64(shard_shift),
                 to_local=np.int64(to_local))
+
+
+def int64_array(values: np.ndarray) -> jax.Array:
+    """A JAX int64 array of host int64 values, also where JAX without x64 would
+    narrow them to int32 (through their uint32 words and a copying custom call
+    on the CPU)."""
+    values = np.ascontiguousarray(values, np.int64)
+    call = jax.ffi.ffi_call("gearjax_int64_from_words",
+                            jax.ShapeDtypeStruct(values.shape, np.int64))
+    return call(values.view(np.uint32).reshape(*values.shape, 2))

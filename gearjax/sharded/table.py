@@ -21,7 +21,7 @@ import numpy as np
 
 from gearjax import _checks, _ffi, checkpoint, rate_limiters
 from gearjax.columns import Column
-from gearjax.sharded import coordination, exchange
+from gearjax.sharded import coordination, exchange, nixl
 from gearjax.sharded.exchange import ShardedBatch, ShardSpec
 from gearjax.strategies import Prioritized, Recent, Strategy, Timestep, TopK, Uniform
 from gearjax.table import PADS, Table
@@ -68,12 +68,21 @@ class ShardedTable:
     def __init__(self, columns: Mapping[str, Column], capacity: int, max_length: int, *,
                  exchange: str = "xla", remover: str = "fifo",
                  rate_limiter: rate_limiters.RateLimiter | None = None,
-                 placement: str = "auto", name: str = ""):
+                 placement: str = "auto", name: str = "", exchange_timeout: float = 10.0,
+                 on_dead_shard: str = "raise"):
         if not isinstance(exchange, str) or exchange not in EXCHANGES:
             raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
-        if exchange != "xla":
-            raise ValueError(f"exchange={exchange!r} is not available in this release; use "
-                             f"exchange='xla' (JAX collectives)")
+        if exchange == "verbs":
+            raise ValueError("exchange='verbs' is not available in this release; use 'xla' "
+                             "(JAX collectives) or 'nixl' (one-sided reads)")
+        if exchange == "nixl":
+            nixl.nixl_api()  # a clear error now if NIXL is missing
+            if rate_limiter is not None:
+                raise ValueError("exchange='nixl' reads shards one-sidedly, which no owner's "
+                                 "rate limiter sees: use rate_limiter=None, or exchange='xla'")
+        exchange_timeout = _checks.real("exchange_timeout", exchange_timeout, 1e-3, 1e6)
+        if on_dead_shard not in ("raise", "skip"):
+            raise ValueError(f"on_dead_shard must be 'raise' or 'skip', got {on_dead_shard!r}")
         self._processes = jax.process_count()
         self._shard = jax.process_index()
         self._shard_shift = 63 - shard_bits(self._processes)
@@ -86,16 +95,27 @@ class ShardedTable:
         self._name = name
         self._exchange = exchange
         self._path = coordination.next_table_path()
+        self._exchange_timeout, self._on_dead_shard = exchange_timeout, on_dead_shard
+        self._spec = ShardSpec(self._local.handle, self._shard, self._processes,
+                               self._shard_shift, self._local.max_length,
+                               tuple((n, c.shape, c.dtype) for n, c in self._local.columns.items()))
+        self._start()
+
+    def _start(self) -> None:
+        """The collective part of construction (and of load): agreement, the
+        job token, the transport, the first stats."""
+        self._transport = None
         try:
             coordination.agree(self._path, "spec", self._agreed_spec(), self._shard,
                                self._processes)
             self._token = coordination.job_token(self._path, self._shard)
+            if self._exchange == "nixl":
+                self._transport = nixl.Transport(
+                    self._local, self._shard, self._processes, self._shard_shift, self._path,
+                    self._token, self._exchange_timeout, self._on_dead_shard)
         except BaseException:
             self._local.close()
             raise
-        self._spec = ShardSpec(self._local.handle, self._shard, self._processes,
-                               self._shard_shift, self._local.max_length,
-                               tuple((n, c.shape, c.dtype) for n, c in self._local.columns.items()))
         self._published_at = 0.0
         self._saves = 0
         self._publish(force=True)
@@ -177,6 +197,10 @@ class ShardedTable:
         out: dict[str, Any] = {k: sum(s[k] for s in shards if s is not None) for k in (
             "size", "num_steps", "inserts", "samples", "evictions", "priority_updates",
             "skipped_updates")}
+        if self._transport is not None:
+            out.update(lost_shards=sorted(self._transport._dead),
+                       refused_updates=self._transport.refused_updates,
+                       sent_updates=self._transport.sent_updates)
         out.update(shards=shards, age_seconds=ages,
                    stale_seconds=max((a for a in ages if a is not None), default=0.0),
                    shard=self._shard, num_shards=self._processes, exchange=self._exchange,
@@ -203,6 +227,8 @@ class ShardedTable:
         withdraws what it published. Other processes' samples that reach it
         afterwards fail naming it."""
         if not self.closed:
+            if self._transport is not None:
+                self._transport.close()  # peers' reads stop before the memory goes
             self._local.close()
             coordination.forget(self._path, self._shard)
 
@@ -301,6 +327,8 @@ class ShardedTable:
                                  ((batch_size, width), 5), ((self._processes * batch_size,), 24)])
         if self._local.rate_limiter is not None:
             self._local.rate_limiter.check_batch(batch_size)
+        if self._transport is not None:
+            return self._sample_one_sided(rng_key, batch_size, window, strategy, pad, axis_name)
         _check_platform()
         if axis_name is not None:
             exchange.check_axis(axis_name, self._spec)
@@ -317,6 +345,29 @@ class ShardedTable:
                                       window=window, strategy=strategy, pad=pad)
         self._publish()
         return batch
+
+    def _sample_one_sided(self, rng_key, batch_size, window, strategy, pad,
+                          axis_name) -> ShardedBatch:
+        if axis_name is not None or isinstance(rng_key, jax.core.Tracer):
+            raise ValueError("exchange='nixl' samples eagerly (one-sided reads from the host); "
+                             "inside jax.jit or shard_map use exchange='xla'")
+        from gearjax.table import _seed_words, _window_steps
+
+        words = np.asarray(_seed_words(rng_key), np.uint32)
+        rng = np.random.default_rng([int(words[0]), int(words[1]), self._shard])
+        rows = self._transport.sample(rng, batch_size, window, strategy.code, strategy.alpha,
+                                      pad == "left")
+        width = window or self._local.max_length
+        start, valid = jax.numpy.asarray(rows["start"]), jax.numpy.asarray(rows["valid"])
+        mask, timestep = _window_steps(start, valid, width, pad == "left")
+        self._publish()
+        return ShardedBatch(
+            columns={n: jax.numpy.asarray(c) for n, c in zip(self._local.columns,
+                                                              rows["columns"])},
+            mask=mask, timestep=timestep, keys=_ffi.int64_array(rows["keys"]), start=start,
+            probability=jax.numpy.asarray(rows["probability"]),
+            table_size=_ffi.int64_array(rows["table_size"]),
+            shard=jax.numpy.asarray(rows["shard"]))
 
     # ------------------------------------------------------------ priorities
     def update_priorities(self, keys: Any, priorities: Any, *,
@@ -363,9 +414,25 @@ class ShardedTable:
                                               np.issubdtype(priorities.dtype, np.floating)):
             raise TypeError(f"priorities must be real numbers, got {priorities.dtype}")
         checked = _checks.priorities(priorities)
+        if self._transport is not None:
+            return self._update_one_sided(keys.astype(np.int64), checked)
         updated = exchange.eager_update_priorities(keys.astype(np.int64), checked, self)
         self._publish()
         return updated
+
+    def _update_one_sided(self, keys: np.ndarray, priorities: np.ndarray) -> int:
+        """nixl: entries of this shard applied here, the others sent to their
+        owners as notifications (applied there by their progress threads)."""
+        owners = np.where(keys >= 0, keys >> self._shard_shift, -1)
+        mine = owners == self._shard
+        applied = self._local.update_priorities(keys[mine] & ((1 << self._shard_shift) - 1),
+                                                priorities[mine])
+        for owner in np.unique(owners[~mine]):
+            if 0 <= owner < self._processes:
+                chosen = owners == owner
+                self._transport.send_updates(int(owner), keys[chosen], priorities[chosen])
+        self._publish()
+        return int(applied)
 
     # ------------------------------------------------------------ persistence
     def save(self, directory: str | os.PathLike) -> None:
@@ -422,15 +489,12 @@ class ShardedTable:
         self._local = local
         self._name = manifest["name"]
         self._exchange = manifest["exchange"]
+        self._exchange_timeout, self._on_dead_shard = 10.0, "raise"
         self._path = coordination.next_table_path()
-        coordination.agree(self._path, "spec", self._agreed_spec(), self._shard, self._processes)
-        self._token = coordination.job_token(self._path, self._shard)
         self._spec = ShardSpec(local.handle, self._shard, self._processes, self._shard_shift,
                                local.max_length,
                                tuple((n, c.shape, c.dtype) for n, c in local.columns.items()))
-        self._published_at = 0.0
-        self._saves = 0
-        self._publish(force=True)
+        self._start()
 
 
 def _shard_file(shard: int) -> str:
