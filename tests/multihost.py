@@ -55,9 +55,14 @@ def run(body: str, processes: int, tmp_path: Path, timeout: float = 120.0,
             stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(tmp_path),
             start_new_session=True))
     deadline = time.monotonic() + timeout
+    # Wait for the processes expected to succeed; those expected to fail (a
+    # killed or frozen one) get a short grace once the others are done.
+    expected = [p for i, p in enumerate(procs) if i not in expect_failure] or procs
     try:
-        for p in procs:
+        for p in expected:
             p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        for p in procs:
+            p.wait(timeout=max(0.1, min(deadline, time.monotonic() + 5) - time.monotonic()))
     except subprocess.TimeoutExpired:
         pass
     finally:

@@ -64,10 +64,15 @@ def strategy_of(name: str, gx):
             "prioritized": gx.Prioritized(0.7)}[name]
 
 
-def global_distribution(process, processes, directory, strategy, calls, batch, window):
+def global_distribution(process, processes, directory, strategy, calls, batch, window,
+                        exchange="xla"):
     import gearjax as gx
-    table = gx.ShardedTable({"x": gx.Column((2,), "int32")}, capacity=64, max_length=12)
+    table = gx.ShardedTable({"x": gx.Column((2,), "int32")}, capacity=64, max_length=12,
+                            exchange=exchange)
+    from jax.experimental import multihost_utils
     inserted = fill(table, process)
+    if exchange == "nixl":
+        multihost_utils.sync_global_devices("filled")
     errors, rows = [], []
     for c in range(calls):
         b = table.sample(jax.random.key(c), batch, window, strategy_of(strategy, gx))
@@ -78,7 +83,12 @@ def global_distribution(process, processes, directory, strategy, calls, batch, w
     # Same key in every process: the rows must still differ between processes.
     first = np.asarray(table.sample(jax.random.key(0), batch, window,
                                     strategy_of(strategy, gx)).keys).tolist()
+    table.stats()  # publishes this shard's figures now
+    multihost_utils.sync_global_devices("published")
     stats = table.stats()
+    # Owners keep serving (nixl) and publishing until every process is done.
+    multihost_utils.sync_global_devices("sampled")
+    table.close()
     return {"inserted": inserted, "errors": errors, "rows": rows, "first": first,
             "size": stats["size"], "served": served}
 
@@ -169,12 +179,13 @@ def routed_updates(process, processes, directory):
             "skipped": table.local.stats()["skipped_updates"], "stats": table.stats()["size"]}
 
 
-def eviction_race(process, processes, directory, seconds):
+def eviction_race(process, processes, directory, seconds, exchange="xla"):
     """The last process inserts and evicts without pause from a thread while
     every process samples globally: no window may be torn."""
     import gearjax as gx
     from jax.experimental import multihost_utils
-    table = gx.ShardedTable({"x": gx.Column((2,), "int32")}, capacity=6, max_length=12)
+    table = gx.ShardedTable({"x": gx.Column((2,), "int32")}, capacity=6, max_length=12,
+                            exchange=exchange)
     fill_ids = iter(range(1000 * process, 1000 * process + 1000))
 
     def put():
@@ -208,6 +219,8 @@ def eviction_race(process, processes, directory, seconds):
     stop.set()
     if thread:
         thread.join()
+    multihost_utils.sync_global_devices("done")
+    table.close()
     return {"errors": errors[:5], "calls": calls, "inserted": inserted[0]}
 
 
@@ -256,6 +269,69 @@ def mismatched_spec(process, processes, directory):
     except ValueError as e:
         return str(e)
     return None
+
+
+def nixl_updates(process, processes, directory):
+    """One-sided exchange: process 0 sets priorities of every shard's keys;
+    owners apply them from notifications; a notification under another job
+    token is refused."""
+    import gearjax as gx
+    from jax.experimental import multihost_utils
+    table = gx.ShardedTable({"x": gx.Column((2,), "int32")}, capacity=8, max_length=4,
+                            exchange="nixl")
+    keys = [table.insert({"x": np.zeros((2, 2), np.int32)}) for _ in range(3)]
+    gathered = np.asarray(multihost_utils.process_allgather(
+        np.array(keys, np.int64).view(np.uint32))).reshape(processes, -1).view(np.int64)
+    applied = None
+    if process == 0:
+        targets = gathered.reshape(-1)
+        applied = table.update_priorities(targets, np.arange(1, targets.size + 1) * 10.0)
+        # A hostile peer: the right agent, the wrong token.
+        transport = table._transport
+        name = transport._peer(1)
+        transport._agent.send_notif(name, b"GXUP" + b"0" * 32 + np.int64(0).tobytes() +
+                                    np.float64(5).tobytes())
+    time.sleep(1.0)  # the owners' progress threads apply what arrived
+    multihost_utils.sync_global_devices("applied")
+    contents = table.local.contents()
+    stats = table.stats()
+    multihost_utils.sync_global_devices("read")
+    table.close()
+    return {"applied": applied, "keys": gathered.tolist(), "local_keys": contents["key"].tolist(),
+            "priorities": contents["priority"].tolist(), "refused": stats["refused_updates"],
+            "sent": stats["sent_updates"]}
+
+
+def nixl_dead_owner(process, processes, directory, signal_name, on_dead_shard):
+    """Process 1 is killed (or frozen) after filling its shard; process 0
+    keeps sampling one-sidedly and must get an error naming shard 1 within the
+    exchange's timeout, or go on without it (on_dead_shard="skip")."""
+    import gearjax as gx
+    from jax.experimental import multihost_utils
+    table = gx.ShardedTable({"x": gx.Column((2,), "int32")}, capacity=16, max_length=12,
+                            exchange="nixl", exchange_timeout=2.0, on_dead_shard=on_dead_shard)
+    fill(table, process)
+    multihost_utils.sync_global_devices("filled")
+    table.sample(jax.random.key(0), 8, 4)  # every peer's metadata is loaded now
+    multihost_utils.sync_global_devices("warm")
+    if process == 1:
+        os.kill(os.getpid(), getattr(signal, signal_name))
+        time.sleep(60)
+        return None
+    time.sleep(0.5)
+    outcomes = []
+    for c in range(4):
+        start = time.monotonic()
+        try:
+            b = table.sample(jax.random.key(c), 8, 4)
+            outcomes.append(["ok", sorted(set(np.asarray(b.shard).tolist())),
+                             time.monotonic() - start])
+        except Exception as e:  # noqa: BLE001
+            outcomes.append([type(e).__name__, str(e)[:200], time.monotonic() - start])
+    stats = table.stats()
+    print("MULTIHOST-RESULT " + json.dumps({"outcomes": outcomes,
+                                            "lost": stats.get("lost_shards")}), flush=True)
+    os._exit(0)  # the job's other process is gone: skip the distributed shutdown
 
 
 def main() -> None:

@@ -23,6 +23,19 @@ import multihost
 from multihost_bodies import shard_contents
 
 P_MIN = 1e-4
+
+
+def _nixl_missing() -> str | None:
+    try:
+        from gearjax.sharded import nixl
+        nixl.nixl_api()
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+needs_nixl = pytest.mark.skipif(_nixl_missing() is not None,
+                                reason=f"the nixl exchange needs NIXL: {_nixl_missing()}")
 SHIFT_2 = 62  # 63 - shard bits; two or three processes: one and two shard bits
 SHIFT_3 = 61
 
@@ -32,11 +45,12 @@ def expected_probability(strategy: str, length: int, priority: float) -> float:
             "prioritized": priority ** 0.7 if priority > 0 else 0.0}[strategy]
 
 
+@pytest.mark.parametrize("exchange", ["xla", pytest.param("nixl", marks=needs_nixl)])
 @pytest.mark.parametrize("strategy", ["uniform", "timestep", "prioritized"])
-def test_rows_follow_the_global_distribution(tmp_path, strategy):
+def test_rows_follow_the_global_distribution(tmp_path, strategy, exchange):
     processes, calls, batch = 3, 12, 512
     results = multihost.run("global_distribution", processes, tmp_path, strategy=strategy,
-                            calls=calls, batch=batch, window=4)
+                            calls=calls, batch=batch, window=4, exchange=exchange)
     inserted = {int(k): v for r in results for k, v in r["inserted"].items()}
     assert len(inserted) == sum(len(shard_contents(p)) for p in range(processes))
     weights = {k: expected_probability(strategy, length, priority)
@@ -62,10 +76,11 @@ def test_rows_follow_the_global_distribution(tmp_path, strategy):
     assert stats.chisquare(observed[support], draws * expected[support]).pvalue > P_MIN
     # The same key in every process still gives each process its own rows.
     assert len({tuple(r["first"]) for r in results}) == processes
-    # Each shard counts exactly the rows it served.
+    # Each shard counts exactly the rows it served (one-sided reads are not
+    # seen by their owner).
     served = collections.Counter(key >> SHIFT_3 for key in counts.elements())
     for p, r in enumerate(results):
-        assert r["served"] == served[p]
+        assert r["served"] == (served[p] if exchange == "xla" else 0)
 
 
 def test_shard_map_mode_samples_and_updates_inside_a_jitted_scan(tmp_path):
@@ -105,8 +120,9 @@ def test_priority_updates_are_routed_to_their_owners(tmp_path):
     assert int(evicted) >> SHIFT_3 == 2
 
 
-def test_remote_samplers_never_see_a_torn_window_while_a_shard_evicts(tmp_path):
-    results = multihost.run("eviction_race", 2, tmp_path, seconds=4)
+@pytest.mark.parametrize("exchange", ["xla", pytest.param("nixl", marks=needs_nixl)])
+def test_remote_samplers_never_see_a_torn_window_while_a_shard_evicts(tmp_path, exchange):
+    results = multihost.run("eviction_race", 2, tmp_path, seconds=4, exchange=exchange)
     assert results[1]["inserted"] > 10
     for r in results:
         assert r["calls"] > 0
@@ -170,7 +186,16 @@ def test_bad_arguments_are_refused_and_change_nothing():
     with pytest.raises(ValueError, match="exchange"):
         gx.ShardedTable({"x": gx.Column((), "int32")}, 4, 4, exchange="rdma")
     with pytest.raises(ValueError, match="not available"):
-        gx.ShardedTable({"x": gx.Column((), "int32")}, 4, 4, exchange="nixl")
+        gx.ShardedTable({"x": gx.Column((), "int32")}, 4, 4, exchange="verbs")
+    if _nixl_missing() is None:
+        with pytest.raises(ValueError, match="rate limiter"):
+            gx.ShardedTable({"x": gx.Column((), "int32")}, 4, 4, exchange="nixl",
+                            rate_limiter=gx.MinSize(1))
+    else:
+        with pytest.raises(ValueError, match="needs NVIDIA NIXL"):
+            gx.ShardedTable({"x": gx.Column((), "int32")}, 4, 4, exchange="nixl")
+    with pytest.raises(ValueError, match="on_dead_shard"):
+        gx.ShardedTable({"x": gx.Column((), "int32")}, 4, 4, on_dead_shard="ignore")
     with pytest.raises(ValueError, match="TopK and Recent"):
         table.sample(jax.random.key(0), 4, 2, gx.TopK(2))
     with pytest.raises(ValueError, match="batch_size"):
@@ -226,3 +251,45 @@ except ValueError as e:
                          timeout=120, cwd=tmp_path)  # not the source tree: the installed gearjax
     out = run.stdout + run.stderr
     assert "refused: the mesh axis 'd' has 2 devices, but the table has 1 shards" in out, out
+
+
+@needs_nixl
+def test_nixl_priority_updates_reach_their_owners_and_hostile_ones_are_refused(tmp_path):
+    results = multihost.run("nixl_updates", 2, tmp_path)
+    keys = np.array(results[0]["keys"]).reshape(-1)
+    assert results[0]["applied"] == 3  # its own three; the others were sent
+    assert results[0]["sent"] == 3
+    for p, r in enumerate(results):
+        own = dict(zip(r["local_keys"], r["priorities"]))
+        for i, key in enumerate(keys):
+            if int(key) >> SHIFT_2 == p:
+                assert own[int(key) & ((1 << SHIFT_2) - 1)] == (i + 1) * 10.0
+    assert results[1]["refused"] == 1  # the wrong token: nothing applied
+
+
+@needs_nixl
+@pytest.mark.parametrize("on_dead_shard", ["raise", "skip"])
+def test_nixl_a_killed_owner_fails_the_sample_in_time_or_is_skipped(tmp_path, on_dead_shard):
+    result = multihost.run("nixl_dead_owner", 2, tmp_path, timeout=120,
+                           expect_failure=frozenset({1}), signal_name="SIGKILL",
+                           on_dead_shard=on_dead_shard)[0]
+    for outcome, detail, seconds in result["outcomes"]:
+        assert seconds < 2.0 + 1.0  # the exchange's timeout, never a hang
+        if on_dead_shard == "raise":
+            assert outcome == "ShardUnavailable" and "shard 1" in detail
+        else:
+            assert outcome == "ok" and detail == [0]  # renormalised over the live shard
+    if on_dead_shard == "skip":
+        assert result["lost"] == [1]
+
+
+@needs_nixl
+def test_nixl_a_frozen_owner_never_hangs_a_sample(tmp_path):
+    result = multihost.run("nixl_dead_owner", 2, tmp_path, timeout=120,
+                           expect_failure=frozenset({1}), signal_name="SIGSTOP",
+                           on_dead_shard="raise")[0]
+    for outcome, detail, seconds in result["outcomes"]:
+        # Shared-memory reads of a frozen owner still succeed; over TCP they
+        # would time out: either way within the exchange's deadline.
+        assert seconds < 2.0 + 1.0
+        assert outcome in ("ok", "ShardUnavailable")
