@@ -19,6 +19,12 @@ systems taking turns:
 * ``all_to_all_ideal``: gloo's all-to-all of ``batch`` rows in all, what an
   exchange that sent only the real rows would move.
 
+Then one eager call at a time (dispatch included, the way the one-sided
+exchange is used): the ``xla`` exchange, the ``nixl`` exchange, the local
+shard, and ``nixl_read``, NIXL reading ``batch`` windows of the same size from
+the next process's shard with no table logic (the transport's own rate). The
+nixl rows need NIXL installed (``pip install --no-deps nixl-cu12 nixl``).
+
 Reported: GB/s of sampled windows delivered per process and in total, and the
 scaling efficiency total(P) / (P x total(1)) of the global sample. Every
 process of a run shares this machine's cores, so on a 2-core machine P = 2
@@ -122,9 +128,65 @@ def body(process: int, processes: int, port: int, args: argparse.Namespace) -> d
             "gb_per_s_per_process": {n: payload / t / 1e9 for n, t in medians.items()},
             "all_seconds_per_step": times,
         }
+        results[name]["eager"] = eager_calls(table, name, batch, window, args, process,
+                                             processes, payload)
         table.close()
     jax.distributed.shutdown()
     return results
+
+
+def eager_calls(table, name, batch, window, args, process, processes, payload) -> dict:
+    """One eager call at a time (dispatch included), every process at once:
+    the xla exchange, the nixl exchange (one-sided reads; when NIXL is
+    installed), the local shard alone, and NIXL reading the same number of
+    windows of the same size from the next process's shard (no table
+    logic). Returns median seconds per call and GB/s per process."""
+    import jax
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    import gearjax as gx
+    from gearjax.sharded import nixl
+
+    calls = {"xla": lambda k: table.sample(k, batch, window),
+             "local": lambda k: table.local.sample(k, batch, window)}
+    one_sided = None
+    try:
+        nixl.nixl_api()
+        column = table.columns["x"]
+        one_sided = gx.ShardedTable({"x": column}, capacity=table.local.capacity,
+                                    max_length=table.local.max_length, exchange="nixl")
+        rng = np.random.default_rng(process)
+        for _ in range(table.local.capacity):
+            one_sided.insert({"x": rng.integers(0, 100, (table.local.max_length, *column.shape))
+                              .astype(column.dtype)})
+        multihost_utils.sync_global_devices(f"{name}-nixl-filled")
+        calls["nixl"] = lambda k: one_sided.sample(k, batch, window)
+        transport = one_sided._transport
+        peer = (process + 1) % processes
+        layout = transport._peer_layout(peer, 0, 0.0)
+        row = window * column.step_bytes
+        addresses = (layout["arena"] + np.arange(batch) * table.local.max_length *
+                     column.step_bytes).astype(np.uint64)
+        sizes = np.full(batch, row, np.int64)
+        calls["nixl_read"] = lambda k: transport.fetch({peer: (addresses, sizes)}, "bench")
+    except ValueError:
+        pass  # no NIXL here: the nixl rows are left out
+    for call in calls.values():
+        jax.block_until_ready(call(jax.random.key(0)))
+    times: dict[str, list[float]] = {n: [] for n in calls}
+    for r in range(args.repeats):
+        for n, call in calls.items():
+            multihost_utils.sync_global_devices(f"{name}-eager-{n}")
+            start = time.perf_counter()
+            jax.block_until_ready(call(jax.random.key(r + 1)))
+            times[n].append(time.perf_counter() - start)
+    multihost_utils.sync_global_devices(f"{name}-eager-done")
+    if one_sided is not None:
+        one_sided.close()
+    medians = {n: float(np.median(t)) for n, t in times.items()}
+    return {"median_seconds_per_call": medians,
+            "gb_per_s_per_process": {n: payload / t / 1e9 for n, t in medians.items()}}
 
 
 def run_processes(processes: int, args: argparse.Namespace) -> list[dict]:
@@ -230,7 +292,12 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.cases:
             rates = [r[name]["gb_per_s_per_process"] for r in per_process]
             line = " | ".join(f"{n} {sum(r[n] for r in rates):.3f}" for n in rates[0])
-            print(f"P={processes} case {name}: total GB/s over processes: {line}", flush=True)
+            print(f"P={processes} case {name}: in scan, total GB/s over processes: {line}",
+                  flush=True)
+            rates = [r[name]["eager"]["gb_per_s_per_process"] for r in per_process]
+            line = " | ".join(f"{n} {sum(r[n] for r in rates):.3f}" for n in rates[0])
+            print(f"P={processes} case {name}: eager calls, total GB/s over processes: {line}",
+                  flush=True)
     summary = {}
     for name in args.cases:
         one = runs.get("1")

@@ -43,7 +43,6 @@ import atexit
 import base64
 import ctypes
 import json
-import struct
 import threading
 import time
 import weakref
@@ -126,7 +125,7 @@ class Transport:
         self._version = 0  # of this agent's metadata: one more per registration
         self._peer_layouts: dict[tuple[int, str], dict] = {}
         self._dead: set[int] = set()
-        self._staging: dict[int, np.ndarray] = {}  # registered read buffers by size
+        self._buffers: dict[str, np.ndarray] = {}  # registered read buffers by use
         self.refused_updates = 0
         self.sent_updates = 0
         self._layout(0, 0.0)  # Uniform: every shard publishes it from the start
@@ -225,7 +224,7 @@ class Transport:
                 except Exception:  # noqa: BLE001 - closing anyway
                     pass
             self._registered.clear()
-            self._staging.clear()
+            self._buffers.clear()
             self._agent = None
 
     # ------------------------------------------------------------ the reader
@@ -282,47 +281,51 @@ class Transport:
         self._peer_layouts[(shard, key)] = layout
         return layout
 
-    def _buffer(self, size: int) -> np.ndarray:
-        """A registered local buffer of at least `size` bytes for reads."""
-        for have, buffer in self._staging.items():
-            if have >= size:
-                return buffer
-        buffer = np.zeros(max(size, 1 << 16), np.uint8)
-        with self._lock:
-            self._registered.append(self._agent.register_memory(
-                [(buffer.ctypes.data, buffer.nbytes, 0, "")], "DRAM"))
-        self._staging[buffer.nbytes] = buffer
+    def _staging(self, name: str, size: int) -> np.ndarray:
+        """A registered local buffer of at least `size` bytes, one per use
+        (`name`), kept and grown as needed: reads land in it."""
+        buffer = self._buffers.get(name)
+        if buffer is None or buffer.nbytes < size:
+            buffer = np.zeros(max(size, 1 << 16, 0 if buffer is None else 2 * buffer.nbytes),
+                              np.uint8)
+            with self._lock:
+                self._registered.append(self._agent.register_memory(
+                    [(buffer.ctypes.data, buffer.nbytes, 0, "")], "DRAM"))
+            self._buffers[name] = buffer
         return buffer
 
-    def read(self, requests: dict[int, list[tuple[int, int]]]) -> dict[int, list[bytes]]:
-        """Reads, for each shard, its list of (address, bytes) spans; returns
-        the bytes of each span. Transfers to different shards run at once.
+    def fetch(self, requests: dict[int, tuple[np.ndarray, np.ndarray]],
+              name: str = "fetch") -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """Reads, for each shard, its spans (addresses, sizes) into one staging
+        buffer; returns for each shard that buffer and each span's offset."""
+        total = sum(int(sizes.sum()) for _, sizes in requests.values())
+        buffer = self._staging(name, total)
+        destinations, offset = {}, 0
+        for shard, (addresses, sizes) in requests.items():
+            ends = offset + np.cumsum(sizes, dtype=np.int64)
+            destinations[shard] = ends - sizes
+            offset = int(ends[-1]) if len(ends) else offset
+        self.read_into({k: (a, s, buffer.ctypes.data + destinations[k])
+                        for k, (a, s) in requests.items()})
+        return {k: (buffer, destinations[k]) for k in requests}
+
+    def read_into(self, requests: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
+        """Reads, for each shard, spans (addresses, sizes) into local addresses
+        (in registered buffers). Transfers to different shards run at once.
         Raises ShardUnavailable naming the first shard that failed or ran past
         the deadline."""
-        out: dict[int, list[bytes]] = {}
         pending = []
-        total = sum(n for spans in requests.values() if spans for _, n in spans)
-        buffer = self._buffer(total)
-        offset = 0
-        placed: dict[int, list[tuple[int, int]]] = {}
-        for shard, spans in requests.items():
-            if not spans:
-                out[shard] = []
+        for shard, (addresses, sizes, destinations) in requests.items():
+            if len(sizes) == 0:
                 continue
-            placed[shard] = []
-            if shard == self._shard:  # this process's own memory
-                chunks = []
-                for address, n in spans:
-                    chunk = (ctypes.c_char * n).from_address(address)
-                    chunks.append(bytes(chunk))
-                out[shard] = chunks
+            if shard == self._shard:  # this process's own memory: copied here
+                for src, n, dst in zip(addresses.tolist(), sizes.tolist(),
+                                       destinations.tolist()):
+                    ctypes.memmove(dst, src, n)
                 continue
-            remote = np.array([(a, n, 0) for a, n in spans], np.uint64)
-            local = np.empty_like(remote)
-            for i, (_, n) in enumerate(spans):
-                local[i] = (buffer.ctypes.data + offset, n, 0)
-                placed[shard].append((offset, n))
-                offset += n
+            zeros = np.zeros(len(sizes), np.uint64)
+            remote = np.stack([addresses.astype(np.uint64), sizes.astype(np.uint64), zeros], 1)
+            local = np.stack([destinations.astype(np.uint64), sizes.astype(np.uint64), zeros], 1)
             name = self._peer(shard)
             try:
                 with self._lock:
@@ -347,15 +350,13 @@ class Transport:
                     if state == "ERR":
                         raise ShardUnavailable(shard, "the transfer failed")
                     if state == "DONE":
-                        out[shard] = [buffer[o:o + n].tobytes() for o, n in placed[shard]]
                         with self._lock:
                             self._agent.release_xfer_handle(handle)
                     else:
                         still.append((shard, handle, state))
                 pending = still
                 if pending and time.monotonic() > deadline:
-                    shard = pending[0][0]
-                    raise ShardUnavailable(shard, f"no answer within {self._timeout} s")
+                    raise ShardUnavailable(pending[0][0], f"no answer within {self._timeout} s")
                 if pending:
                     time.sleep(0.00005)
         finally:
@@ -365,7 +366,6 @@ class Transport:
                         self._agent.release_xfer_handle(handle)
                 except Exception:  # noqa: BLE001
                     pass
-        return out
 
     def send_updates(self, shard: int, keys: np.ndarray, priorities: np.ndarray) -> None:
         name = self._peer(shard)
@@ -397,116 +397,145 @@ class Transport:
     def _sample(self, rng, batch, window, code, alpha, pad_left, shards):
         layouts = {k: self._peer_layout(k, code, alpha) for k in shards}
         uniform = {k: self._peer_layout(k, 0, 0.0) for k in shards}
-        roots = self.read({k: [(layouts[k]["tree"] + 8 * layouts[k]["tree_offsets"][-1], 8),
-                               (uniform[k]["tree"] + 8 * uniform[k]["tree_offsets"][-1], 8)]
-                           for k in shards})
-        totals = np.array([struct.unpack("<d", roots[k][0])[0] for k in shards])
-        sizes = np.array([struct.unpack("<d", roots[k][1])[0] for k in shards])
+        roots = self.fetch({k: (np.array([_root(layouts[k]), _root(uniform[k])], np.uint64),
+                                np.array([8, 8], np.int64)) for k in shards})
+        totals = np.array([_doubles(*roots[k])[0] for k in shards])
+        sizes = np.array([_doubles(*roots[k])[1] for k in shards])
         total, table_size = float(totals.sum()), int(round(sizes.sum()))
         if not total > 0:
             raise ValueError("cannot sample: no shard holds anything this strategy can draw "
                              "(every shard is empty, or every priority is 0)")
         columns = list(self._local.columns.values())
-        width = window or self._local.max_length
+        max_length = self._local.max_length
+        width = window or max_length
+        # The windows land straight in registered output buffers, one per
+        # column, already padded: no assembly copy.
+        outputs = []
+        for c, column in enumerate(columns):
+            buffer = self._staging(f"column-{c}", batch * width * column.step_bytes)
+            array = buffer[:batch * width * column.step_bytes].view(column.dtype).reshape(
+                (batch, width) + column.shape)
+            array[...] = column.pad
+            outputs.append(array)
         out = {"keys": np.zeros(batch, np.int64), "start": np.zeros(batch, np.int32),
                "probability": np.zeros(batch, np.float32),
                "table_size": np.full(batch, table_size, np.int64),
-               "valid": np.zeros(batch, np.int32), "shard": np.zeros(batch, np.int32),
-               "columns": [np.empty((batch, width) + c.shape, c.dtype) for c in columns]}
+               "valid": np.zeros(batch, np.int32), "shard": np.zeros(batch, np.int32)}
+        step_bytes = np.array([c.step_bytes for c in columns], np.int64)
         todo = np.arange(batch)
         for _ in range(MAX_ROUNDS):
             if len(todo) == 0:
+                out["columns"] = [a.copy() for a in outputs]
                 return out
-            cumulative = np.cumsum(totals)
             targets = rng.random(len(todo)) * total
-            which = np.minimum(np.searchsorted(cumulative, targets, side="right"), len(shards) - 1)
-            failed = []
+            which = np.minimum(np.searchsorted(np.cumsum(totals), targets, side="right"),
+                               len(shards) - 1)
             rows_of = {k: todo[which == i] for i, k in enumerate(shards)}
-            u = {k: rng.random(len(rows_of[k])) for k in shards}
+            u = {k: rng.random(len(rows_of[k])) * totals[i] for i, k in enumerate(shards)}
             starts_u = {k: rng.random(len(rows_of[k])) for k in shards}
-            leaves = self._descend(layouts, {k: u[k] * totals[i] for i, k in enumerate(shards)},
-                                   rows_of)
+            leaves, weights = self._descend(layouts, u, rows_of)
             records = self._records(layouts, leaves)
-            spans, plan = {}, {}
-            for i, k in enumerate(shards):
-                spans[k], plan[k] = [], []
-                for row, (slot, weight), record, su in zip(rows_of[k], leaves[k], records[k],
-                                                            starts_u[k]):
-                    key, length, state = record
-                    if slot < 0 or weight <= 0 or state != _LIVE or \
-                            not 1 <= length <= self._local.max_length:
-                        failed.append(row)
-                        continue
-                    start = 0 if window is None else int(su * length)
-                    valid = min(width, length - start)
-                    plan[k].append((row, slot, key, length, start, valid, weight))
-                    for c, column in enumerate(columns):
-                        address = (layouts[k]["arena"] + layouts[k]["column_offsets"][c] +
-                                   (slot * layouts[k]["max_length"] + start) * column.step_bytes)
-                        spans[k].append((address, valid * column.step_bytes))
-            data = self.read(spans)
-            again = self._records(layouts, {k: [(p[1], 1.0) for p in plan[k]] for k in shards})
+            failed, plan, spans = [], {}, {}
             for k in shards:
-                for j, (row, slot, key, length, start, valid, weight) in enumerate(plan[k]):
-                    if again[k][j][0] != key or again[k][j][2] != _LIVE:
-                        failed.append(row)  # rewritten during the read: draw it again
-                        continue
-                    offset = width - valid if pad_left else 0
-                    for c, column in enumerate(columns):
-                        dest = out["columns"][c][row]
-                        dest[:] = column.pad
-                        chunk = np.frombuffer(data[k][j * len(columns) + c], column.dtype)
-                        dest[offset:offset + valid] = chunk.reshape((valid,) + column.shape)
-                    out["keys"][row] = (k << self._shard_shift) | key
-                    out["start"][row] = start
-                    out["valid"][row] = valid
-                    out["probability"][row] = weight / total
-                    out["shard"][row] = k
-            todo = np.array(sorted(failed), np.int64)
+                key, length, state = records[k]
+                good = (leaves[k] >= 0) & (weights[k] > 0) & (state == _LIVE) & \
+                    (length >= 1) & (length <= max_length)
+                failed.append(rows_of[k][~good])
+                rows, slots, key, length = rows_of[k][good], leaves[k][good], key[good], \
+                    length[good]
+                start = np.zeros(len(rows), np.int64) if window is None else \
+                    (starts_u[k][good] * length).astype(np.int64)
+                valid = np.minimum(width, length - start)
+                plan[k] = (rows, slots, key, start, valid, weights[k][good])
+                # One span per row and column: the valid steps, from the slot's
+                # run in the column's region to the row's place in the output.
+                layout = layouts[k]
+                offsets = np.array(layout["column_offsets"], np.int64)
+                source = layout["arena"] + offsets[None, :] + \
+                    ((slots * layout["max_length"] + start)[:, None] * step_bytes[None, :])
+                pad = (width - valid) if pad_left else np.zeros_like(valid)
+                dest = np.stack([outputs[c].ctypes.data + (rows * width + pad) * step_bytes[c]
+                                 for c in range(len(columns))], 1)
+                size = valid[:, None] * step_bytes[None, :]
+                spans[k] = (source.reshape(-1).astype(np.uint64), size.reshape(-1),
+                            dest.reshape(-1).astype(np.uint64))
+            self.read_into(spans)
+            again = self._records(layouts, {k: plan[k][1] for k in shards})
+            for k in shards:
+                rows, slots, key, start, valid, weight = plan[k]
+                unchanged = (again[k][0] == key) & (again[k][2] == _LIVE)
+                # Rewritten during the read: padding again, and drawn again.
+                for c, column in enumerate(columns):
+                    outputs[c][rows[~unchanged]] = column.pad
+                failed.append(rows[~unchanged])
+                rows, key, start, valid, weight = (x[unchanged] for x in
+                                                   (rows, key, start, valid, weight))
+                out["keys"][rows] = (np.int64(k) << np.int64(self._shard_shift)) | key
+                out["start"][rows] = start
+                out["valid"][rows] = valid
+                out["probability"][rows] = weight / total
+                out["shard"][rows] = k
+            todo = np.sort(np.concatenate(failed))
         raise RuntimeError(f"{len(todo)} rows could not be read consistently in {MAX_ROUNDS} "
                            f"rounds: their shards are rewriting slots faster than they can be "
                            f"read")
 
     def _descend(self, layouts, targets, rows_of):
-        """Each row's leaf (slot) and its weight, one tree level per transfer."""
+        """Each row's leaf (slot; -1 if the path found no weight) and its
+        weight, one tree level per transfer (all shards at once)."""
         nodes = {k: np.zeros(len(rows_of[k]), np.int64) for k in rows_of}
         target = {k: targets[k].copy() for k in rows_of}
         weight = {k: np.zeros(len(rows_of[k])) for k in rows_of}
         dead = {k: np.zeros(len(rows_of[k]), bool) for k in rows_of}
         levels = {k: len(layouts[k]["tree_offsets"]) for k in rows_of}
+        line_bytes = 8 * _FANOUT
         for depth in range(max(levels.values()) - 1):
-            spans = {}
+            requests = {}
             for k in rows_of:
                 level = levels[k] - 2 - depth
                 if level < 0 or len(rows_of[k]) == 0:
-                    spans[k] = []
                     continue
                 base = layouts[k]["tree"] + 8 * layouts[k]["tree_offsets"][level]
-                spans[k] = [(base + 8 * _FANOUT * int(n), 8 * _FANOUT) for n in nodes[k]]
-            lines = self.read(spans)
-            for k in rows_of:
-                if not spans[k]:
-                    continue
-                line = np.frombuffer(b"".join(lines[k]), np.float64).reshape(-1, _FANOUT)
+                requests[k] = ((base + line_bytes * nodes[k]).astype(np.uint64),
+                               np.full(len(nodes[k]), line_bytes, np.int64))
+            lines = self.fetch(requests, "tree")
+            for k, (buffer, offsets) in lines.items():
+                line = buffer[offsets[0]:offsets[0] + line_bytes * len(offsets)].view(
+                    np.float64).reshape(-1, _FANOUT)
                 child, target[k], ok = _choose_children(line, target[k])
                 dead[k] |= ~ok
                 weight[k] = line[np.arange(len(child)), child]
                 nodes[k] = nodes[k] * _FANOUT + child
-        return {k: [(-1 if dead[k][i] else int(nodes[k][i]), float(weight[k][i]))
-                    for i in range(len(rows_of[k]))] for k in rows_of}
+        return ({k: np.where(dead[k], -1, nodes[k]) for k in rows_of}, weight)
 
-    def _records(self, layouts, leaves):
-        """(key, length, state) of the slots, read now."""
-        spans = {k: [(layouts[k]["slots"] + _SLOT_BYTES * max(slot, 0), _SLOT_BYTES)
-                     for slot, _ in leaves[k]] for k in leaves}
-        data = self.read(spans)
+    def _records(self, layouts, slots):
+        """(keys, lengths, states) of the slots' records, read now."""
+        requests = {k: ((layouts[k]["slots"] + _SLOT_BYTES * np.maximum(slots[k], 0))
+                        .astype(np.uint64), np.full(len(slots[k]), _SLOT_BYTES, np.int64))
+                    for k in slots}
+        data = self.fetch(requests, "records")
         out = {}
-        for k in leaves:
-            out[k] = []
-            for raw in data[k]:
-                key, length, _priority, _pins, state = struct.unpack("<qqdiB3x", raw)
-                out[k].append((key, length, state))
+        for k, (buffer, offsets) in data.items():
+            n = len(offsets)
+            raw = buffer[offsets[0]:offsets[0] + _SLOT_BYTES * n] if n else buffer[:0]
+            records = raw.view(_RECORD) if n else np.zeros(0, _RECORD)
+            out[k] = (records["key"].copy(), records["length"].copy(), records["state"].copy())
         return out
+
+
+# A slot record as xla_ffi/core/slots.h lays it out (SlotInfo, 32 bytes).
+_RECORD = np.dtype([("key", "<i8"), ("length", "<i8"), ("priority", "<f8"), ("pins", "<i4"),
+                    ("state", "u1"), ("pad", "V3")])
+assert _RECORD.itemsize == _SLOT_BYTES
+
+
+def _root(layout: dict) -> int:
+    """The address of a tree's root (its total)."""
+    return layout["tree"] + 8 * layout["tree_offsets"][-1]
+
+
+def _doubles(buffer: np.ndarray, offsets: np.ndarray) -> list[float]:
+    return [float(buffer[o:o + 8].view(np.float64)[0]) for o in offsets]
 
 
 def _choose_children(line: np.ndarray, target: np.ndarray):
