@@ -38,6 +38,7 @@ This module knows the native table (``gearjax._gearjax.NativeTable``), not
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -117,12 +118,38 @@ def _process_alive(pid: int) -> bool:
     return True
 
 
+@contextlib.contextmanager
+def _atomic_replace(path: str):
+    """Yields a new binary file beside `path`; when the block succeeds the
+    file is flushed to disk and replaces `path` (then the directory is
+    synced), otherwise it is removed. Its name marks it as this process's
+    temporary, which _remove_orphans leaves alone while it is being written."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f"{_temporary_prefix(path)}{os.getpid()}.", suffix=".tmp",
+                               dir=directory)
+    with _writing_lock:
+        _writing.add(tmp)
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            yield raw
+            raw.flush()
+            os.fsync(raw.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    finally:
+        with _writing_lock:
+            _writing.discard(tmp)
+    _fsync_directory(directory)
+
+
 def save(native: NativeTable, header: dict[str, Any], path: str | os.PathLike) -> None:
     """Writes a checkpoint of `native` atomically. `header` holds the table's
     configuration as JSON values: name, columns (a list of {"name", "shape",
     "dtype", "pad"}), capacity, max_length, placement, remover, rate_limiter."""
     path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
     _remove_orphans(path)
     keys, slots, lengths, priorities = native.pin_items()
     try:
@@ -130,56 +157,29 @@ def save(native: NativeTable, header: dict[str, Any], path: str | os.PathLike) -
         free_slots = np.asarray(native.free_slots(), dtype=np.int64)
         meta = {"format": FORMAT, "version": VERSION, **header,
                 "counters": {k: stats[k] for k in COUNTERS}, "num_items": int(len(keys))}
-        fd, tmp = tempfile.mkstemp(prefix=f"{_temporary_prefix(path)}{os.getpid()}.",
-                                   suffix=".tmp", dir=directory)
-        with _writing_lock:
-            _writing.add(tmp)
-        try:
-            with os.fdopen(fd, "wb") as raw:
-                with zipfile.ZipFile(raw, "w", compression=zipfile.ZIP_STORED,
-                                     allowZip64=True) as zf:
-                    zf.writestr("meta.json", json.dumps(meta, indent=1))
-                    arrays = dict(zip(ITEM_ARRAYS, (keys, slots, lengths, priorities, free_slots)))
-                    for name, array in arrays.items():
-                        with zf.open(f"{name}.npy", "w") as f:
-                            np.save(f, array)
-                    for c in range(len(header["columns"])):
-                        with zf.open(f"columns/{c}.bin", "w", force_zip64=True) as f:
-                            for slot, length in zip(slots, lengths):
-                                f.write(native.read_slot(c, int(slot), int(length)))
-                raw.flush()
-                os.fsync(raw.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-        finally:
-            with _writing_lock:
-                _writing.discard(tmp)
+        with _atomic_replace(path) as raw:
+            with zipfile.ZipFile(raw, "w", compression=zipfile.ZIP_STORED,
+                                 allowZip64=True) as zf:
+                zf.writestr("meta.json", json.dumps(meta, indent=1))
+                arrays = dict(zip(ITEM_ARRAYS, (keys, slots, lengths, priorities, free_slots)))
+                for name, array in arrays.items():
+                    with zf.open(f"{name}.npy", "w") as f:
+                        np.save(f, array)
+                for c in range(len(header["columns"])):
+                    with zf.open(f"columns/{c}.bin", "w", force_zip64=True) as f:
+                        for slot, length in zip(slots, lengths):
+                            f.write(native.read_slot(c, int(slot), int(length)))
     finally:
         native.unpin_slots(slots)
-    _fsync_directory(directory)
 
 
 def write_atomically(path: str | os.PathLike, data: bytes) -> None:
     """Writes a small file (a sharded table's manifest) atomically: all of
     `data` or the file as it was."""
     path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f"{_temporary_prefix(path)}{os.getpid()}.", suffix=".tmp",
-                               dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    _fsync_directory(directory)
+    _remove_orphans(path)
+    with _atomic_replace(path) as raw:
+        raw.write(data)
 
 
 def _fsync_directory(directory: str) -> None:

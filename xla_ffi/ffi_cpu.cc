@@ -209,14 +209,7 @@ ffi::Error ShardTotalsImpl(ffi::Token, ffi::Result<ffi::Token>,
   try {
     std::shared_ptr<Table> table = LookUpTable(table_handle);
     if (summary->element_count() != kSummaryWords) return Fail("the summary has the wrong size");
-    if (strategy < 0 || strategy > static_cast<int64_t>(Strategy::kPrioritized)) {
-      return Fail("sharded samples draw by Uniform, Timestep or Prioritized");
-    }
-    SampleRequest request;
-    request.strategy = static_cast<Strategy>(strategy);
-    request.alpha = alpha;
-    request.batch = 1;
-    const ShardSummary s = Summarize(shard, table->Totals(request));
+    const ShardSummary s = Summarize(shard, table->Totals(ShardRequest(strategy, alpha)));
     std::memcpy(summary->typed_data(), &s, sizeof(s));
     return ffi::Error::Success();
   } catch (...) {

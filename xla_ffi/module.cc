@@ -18,6 +18,7 @@
 #include "core/limits.h"
 #include "core/random.h"
 #include "core/registry.h"
+#include "core/sharding.h"
 #include "core/table.h"
 #include "ffi_cpu.h"
 #include "new_array.h"
@@ -179,14 +180,7 @@ class NativeTable {
   // Addresses and layout for one-sided readers in other processes (the nixl
   // exchange registers these spans with its transport, read-only).
   nb::dict RemoteLayout(int strategy, double alpha) {
-    if (strategy < 0 || strategy > static_cast<int>(Strategy::kPrioritized)) {
-      throw InvalidArgument("one-sided readers draw by Uniform, Timestep or Prioritized");
-    }
-    SampleRequest request;
-    request.strategy = static_cast<Strategy>(strategy);
-    request.alpha = alpha;
-    request.batch = 1;
-    const gearjax::RemoteLayout r = table_->Remote(request);
+    const gearjax::RemoteLayout r = table_->Remote(ShardRequest(strategy, alpha));
     nb::dict d;
     d["arena"] = reinterpret_cast<uintptr_t>(r.arena);
     d["arena_bytes"] = r.arena_bytes;

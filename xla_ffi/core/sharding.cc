@@ -13,6 +13,17 @@ ShardSummary Summarize(int64_t shard, const StrategyTotals& totals) {
           static_cast<double>(totals.num_steps), totals.weight};
 }
 
+SampleRequest ShardRequest(int64_t strategy, double alpha) {
+  if (strategy < 0 || strategy > static_cast<int64_t>(Strategy::kPrioritized)) {
+    throw InvalidArgument("sharded tables draw by Uniform, Timestep or Prioritized");
+  }
+  SampleRequest request;
+  request.strategy = static_cast<Strategy>(strategy);
+  request.alpha = alpha;
+  request.batch = 1;
+  return request;
+}
+
 void CheckSummaries(const ShardSummary* summaries, int64_t shards) {
   if (shards < 1) throw InvalidArgument("a sharded sample needs at least one shard");
   for (int64_t k = 0; k < shards; ++k) {

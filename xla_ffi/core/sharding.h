@@ -39,6 +39,11 @@ inline constexpr int64_t kSummaryWords = 8;
 
 ShardSummary Summarize(int64_t shard, const StrategyTotals& totals);
 
+// The request of a sharded draw by strategy code (Uniform, Timestep or
+// Prioritized, the strategies whose shards are weighed by totals); throws
+// InvalidArgument for any other code.
+SampleRequest ShardRequest(int64_t strategy, double alpha);
+
 // Throws InvalidArgument unless summaries[k] is shard k's for every k (a
 // collective that did not reach every process, say a global program fed one
 // process's data, shows up here) and every field is finite and >= 0.
