@@ -173,8 +173,14 @@ def routed_updates(process, processes, directory):
     else:
         updated = table.update_priorities(np.zeros(0, np.int64), np.zeros(0))
     contents = table.local.contents()
+    try:
+        table.get(int(gathered[(process + 1) % processes][1]))
+        remote_get = ""
+    except ValueError as e:
+        remote_get = str(e)
     time.sleep(0.3)
     return {"updated": updated, "evicted": evicted, "keys": gathered.tolist(),
+            "remote_get": remote_get,
             "local_keys": contents["key"].tolist(), "priorities": contents["priority"].tolist(),
             "skipped": table.local.stats()["skipped_updates"], "stats": table.stats()["size"]}
 
@@ -279,7 +285,8 @@ def nixl_updates(process, processes, directory):
     from jax.experimental import multihost_utils
     table = gx.ShardedTable({"x": gx.Column((2,), "int32")}, capacity=8, max_length=4,
                             exchange="nixl")
-    keys = [table.insert({"x": np.zeros((2, 2), np.int32)}) for _ in range(3)]
+    keys = [table.insert({"x": np.full((2 + i, 2), 100 * process + i, np.int32)})
+            for i in range(3)]
     gathered = np.asarray(multihost_utils.process_allgather(
         np.array(keys, np.int64).view(np.uint32))).reshape(processes, -1).view(np.int64)
     applied = None
@@ -293,12 +300,20 @@ def nixl_updates(process, processes, directory):
                                     np.float64(5).tobytes())
     time.sleep(1.0)  # the owners' progress threads apply what arrived
     multihost_utils.sync_global_devices("applied")
+    other = (process + 1) % processes  # read another shard's trajectory one-sidedly
+    got = table.get(int(gathered[other][1]))["x"].tolist()
+    try:
+        table.get(int(gathered[other][1]) + (1 << 20))  # a key never issued
+        missing = None
+    except KeyError as e:
+        missing = str(e)
     contents = table.local.contents()
     stats = table.stats()
     multihost_utils.sync_global_devices("read")
     table.close()
     return {"applied": applied, "keys": gathered.tolist(), "local_keys": contents["key"].tolist(),
             "priorities": contents["priority"].tolist(), "refused": stats["refused_updates"],
+            "got": got, "missing": missing,
             "sent": stats["sent_updates"]}
 
 

@@ -117,6 +117,8 @@ def test_priority_updates_are_routed_to_their_owners(tmp_path):
         # The evicted key's update was skipped and counted by its owner alone.
         assert r["skipped"] == (1 if p == 2 else 0)
         assert r["updated"] == keys.size - 1
+        # The xla exchange reads only its own shard: get of another's names the owner.
+        assert f"belongs to shard {(p + 1) % 3}" in r["remote_get"]
     assert int(evicted) >> SHIFT_3 == 2
 
 
@@ -206,8 +208,8 @@ def test_bad_arguments_are_refused_and_change_nothing():
         table.update_priorities(np.array([0]), np.array([np.nan]))
     with pytest.raises(TypeError, match="keys"):
         table.update_priorities(np.array([0.5]), np.array([1.0]))
-    with pytest.raises(ValueError, match="belongs to shard 1"):
-        table.get(1 << 62)
+    with pytest.raises(KeyError, match="no shard 1"):
+        table.get(1 << 62)  # a shard this one-process job does not have
     with pytest.raises(ValueError):
         table.shard_of(-1)
     after = table.local.contents()
@@ -265,6 +267,10 @@ def test_nixl_priority_updates_reach_their_owners_and_hostile_ones_are_refused(t
             if int(key) >> SHIFT_2 == p:
                 assert own[int(key) & ((1 << SHIFT_2) - 1)] == (i + 1) * 10.0
     assert results[1]["refused"] == 1  # the wrong token: nothing applied
+    for p, r in enumerate(results):  # get reads another shard's trajectory one-sidedly
+        other = (p + 1) % 2
+        assert r["got"] == [[100 * other + 1] * 2] * 3
+        assert "no trajectory" in r["missing"]
 
 
 @needs_nixl

@@ -380,6 +380,38 @@ class Transport:
                 raise ShardUnavailable(shard, f"{type(e).__name__}: {e}") from None
             self.sent_updates += len(k)
 
+    def get(self, shard: int, key: int) -> dict[str, np.ndarray] | None:
+        """The trajectory with (the shard's own) key `key` of another shard,
+        read one-sidedly, or None if that shard does not hold it now."""
+        layout = self._peer_layout(shard, 0, 0.0)
+        capacity = layout["slots_bytes"] // _SLOT_BYTES
+        slot = key & ((1 << _slot_bits(capacity)) - 1)
+        if slot >= capacity:
+            return None
+        slots = {shard: np.array([slot], np.int64)}
+        before = self._records({shard: layout}, slots)[shard]
+        length = int(before[1][0])
+        if before[0][0] != key or before[2][0] != _LIVE or not 1 <= length <= layout["max_length"]:
+            return None
+        columns = list(self._local.columns.items())
+        step_bytes = np.array([c.step_bytes for _, c in columns], np.int64)
+        buffer = self._staging("get", int(length * step_bytes.sum()))
+        destinations = buffer.ctypes.data + np.concatenate([[0], np.cumsum(length * step_bytes)[:-1]])
+        sources = layout["arena"] + np.array(layout["column_offsets"], np.int64) + \
+            slot * layout["max_length"] * step_bytes
+        self.read_into({shard: (sources.astype(np.uint64), length * step_bytes,
+                                destinations.astype(np.uint64))})
+        after = self._records({shard: layout}, slots)[shard]
+        if after[0][0] != key or after[2][0] != _LIVE:
+            return None  # rewritten during the read: that trajectory is gone
+        out, offset = {}, 0
+        for name, column in columns:
+            size = length * column.step_bytes
+            out[name] = buffer[offset:offset + size].view(column.dtype).reshape(
+                (length,) + column.shape).copy()
+            offset += size
+        return out
+
     # ------------------------------------------------------------ sampling
     def sample(self, rng: np.random.Generator, batch: int, window: int | None, code: int,
                alpha: float, pad_left: bool) -> dict[str, np.ndarray]:
@@ -527,6 +559,12 @@ class Transport:
 _RECORD = np.dtype([("key", "<i8"), ("length", "<i8"), ("priority", "<f8"), ("pins", "<i4"),
                     ("state", "u1"), ("pad", "V3")])
 assert _RECORD.itemsize == _SLOT_BYTES
+
+
+def _slot_bits(capacity: int) -> int:
+    """KeyLayout's slot bits (xla_ffi/core/slots.h): the fewest that hold
+    every slot number."""
+    return 0 if capacity <= 1 else (capacity - 1).bit_length()
 
 
 def _root(layout: dict) -> int:

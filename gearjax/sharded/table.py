@@ -52,7 +52,16 @@ class ShardedTable:
         shard alone.
       exchange: how rows move between processes. ``"xla"`` (the default):
         JAX collectives in the sampling program (gloo between CPU processes,
-        NCCL between GPUs); it needs nothing beyond jax.
+        NCCL between GPUs); it needs nothing beyond jax. ``"nixl"``: one-sided
+        reads of the other shards through NVIDIA NIXL, eagerly, with no call
+        into their owners (see :mod:`gearjax.sharded.nixl`); such a table
+        takes no rate limiter.
+      exchange_timeout: ``nixl``: seconds any one transfer may take before the
+        sample fails naming the shard (or skips it, below).
+      on_dead_shard: ``nixl``: ``"raise"`` (a dead or unreachable shard fails
+        the sample with :class:`gearjax.sharded.nixl.ShardUnavailable`) or
+        ``"skip"`` (go on over the live shards, probabilities renormalised,
+        the loss in ``stats()["lost_shards"]``).
 
     Keys are global: ``key = shard << (63 - shard_bits) | shard_key``, where
     ``shard`` is the owning process's index, ``shard_bits`` the fewest bits
@@ -72,6 +81,8 @@ class ShardedTable:
                  on_dead_shard: str = "raise"):
         if not isinstance(exchange, str) or exchange not in EXCHANGES:
             raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a string, got {name!r}")
         if exchange == "verbs":
             raise ValueError("exchange='verbs' is not available in this release; use 'xla' "
                              "(JAX collectives) or 'nixl' (one-sided reads)")
@@ -266,16 +277,28 @@ class ShardedTable:
                                     to_local=False)
 
     def get(self, key: int) -> dict[str, np.ndarray]:
-        """A copy of the stored trajectory ``key`` of this process's shard (see
-        :meth:`gearjax.Table.get`). The ``xla`` exchange moves data only
-        inside collective programs, so a key of another shard raises
-        ValueError naming its owner."""
+        """A copy of the stored trajectory with global key ``key`` (column ->
+        ``[T, *shape]``); KeyError if no shard holds it. This process's shard
+        is read as :meth:`gearjax.Table.get` reads it. Another shard is read
+        one-sidedly with ``exchange="nixl"`` (record, data, record again: a
+        trajectory rewritten meanwhile is gone, so KeyError); the ``xla``
+        exchange moves data only inside collective programs, so there a key of
+        another shard raises ValueError naming its owner."""
         owner = self.shard_of(key)
-        if owner != self._shard:
+        local_key = int(key) & ((1 << self._shard_shift) - 1)
+        if owner == self._shard:
+            return self._local.get(local_key)
+        if owner >= self._processes:
+            raise KeyError(f"no trajectory with key {key} is stored (no shard {owner})")
+        if self._transport is None:
             raise ValueError(f"key {key} belongs to shard {owner}; with exchange='xla' a process "
                              f"reads only its own shard ({self._shard}): call get in process "
                              f"{owner}")
-        return self._local.get(int(key) & ((1 << self._shard_shift) - 1))
+        self._local._check_open()
+        found = self._transport.get(owner, local_key)
+        if found is None:
+            raise KeyError(f"no trajectory with key {key} is stored")
+        return found
 
     # ---------------------------------------------------------------- sample
     def sample(self, rng_key: jax.Array, batch_size: int, window: int | None = None,
@@ -457,12 +480,17 @@ class ShardedTable:
         coordination.barrier(self._path, f"saved-{self._saves}", self._processes)
 
     @classmethod
-    def load(cls, directory: str | os.PathLike, placement: str | None = None) -> "ShardedTable":
+    def load(cls, directory: str | os.PathLike, placement: str | None = None, *,
+             exchange_timeout: float = 10.0, on_dead_shard: str = "raise") -> "ShardedTable":
         """Restores a table saved with :meth:`save` into a job with as many
         processes: process k loads shard k, exactly (see
-        :meth:`gearjax.Table.load`). Every process calls it. Raises
-        :class:`gearjax.CheckpointError` if the manifest is missing or
-        malformed or names another number of shards."""
+        :meth:`gearjax.Table.load`), with the exchange it was saved with.
+        Every process calls it. Raises :class:`gearjax.CheckpointError` if
+        the manifest is missing or malformed or names another number of
+        shards."""
+        exchange_timeout = _checks.real("exchange_timeout", exchange_timeout, 1e-3, 1e6)
+        if on_dead_shard not in ("raise", "skip"):
+            raise ValueError(f"on_dead_shard must be 'raise' or 'skip', got {on_dead_shard!r}")
         directory = os.fspath(directory)
         manifest = _read_manifest(directory)
         processes = jax.process_count()
@@ -475,6 +503,7 @@ class ShardedTable:
                            _key_bits=63 - shard_bits(processes))
         try:
             table = cls.__new__(cls)
+            table._exchange_timeout, table._on_dead_shard = exchange_timeout, on_dead_shard
             table._adopt(local, manifest)
         except BaseException:
             local.close()
@@ -489,7 +518,6 @@ class ShardedTable:
         self._local = local
         self._name = manifest["name"]
         self._exchange = manifest["exchange"]
-        self._exchange_timeout, self._on_dead_shard = 10.0, "raise"
         self._path = coordination.next_table_path()
         self._spec = ShardSpec(local.handle, self._shard, self._processes, self._shard_shift,
                                local.max_length,
