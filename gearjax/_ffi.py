@@ -350,6 +350,11 @@ def int64_array(values: np.ndarray) -> jax.Array:
     narrow them to int32 (through their uint32 words and a copying custom call
     on the CPU)."""
     values = np.ascontiguousarray(values, np.int64)
+    return int64_from_words(values.view(np.uint32).reshape(*values.shape, 2))
+
+
+def int64_from_words(words: jax.Array) -> jax.Array:
+    """int64 [...] from uint32 [..., 2] (little-endian words), in or out of jit."""
     call = jax.ffi.ffi_call("gearjax_int64_from_words",
-                            jax.ShapeDtypeStruct(values.shape, np.int64))
-    return call(values.view(np.uint32).reshape(*values.shape, 2))
+                            jax.ShapeDtypeStruct(words.shape[:-1], np.int64))
+    return call(words)

@@ -317,6 +317,39 @@ def nixl_updates(process, processes, directory):
             "sent": stats["sent_updates"]}
 
 
+def nixl_in_jit(process, processes, directory):
+    """The data-loader pattern: a per-process jitted step (and lax.scan)
+    samples the global table one-sidedly through the nixl exchange."""
+    import gearjax as gx
+    from jax.experimental import multihost_utils
+    table = gx.ShardedTable({"x": gx.Column((2,), "int32")}, capacity=16, max_length=12,
+                            exchange="nixl")
+    fill(table, process)
+    multihost_utils.sync_global_devices("filled")
+    step = jax.jit(lambda k: table.sample(k, 16, 4, gx.Timestep()))
+    errors = []
+    shards = set()
+    for c in range(3):
+        b = step(jax.random.key(c))
+        errors += check_rows(b, 4, table)[0]
+        shards |= set(np.asarray(b.shard).tolist())
+
+    def scan(key):
+        def body(carry, k):
+            b = table.sample(k, 8, 4)
+            return carry + b.mask.sum(), b.keys
+        return jax.lax.scan(body, 0, jax.random.split(key, 4))
+
+    total, keys = jax.jit(scan)(jax.random.key(9))
+    eager = table.sample(jax.random.key(1), 16, 4, gx.Timestep())
+    jitted = step(jax.random.key(1))
+    multihost_utils.sync_global_devices("sampled")
+    table.close()
+    return {"errors": errors, "shards": sorted(shards), "scan_keys": np.asarray(keys).shape,
+            "scan_steps": int(total), "key_dtype": str(jitted.keys.dtype),
+            "same_as_eager": bool((np.asarray(eager.keys) == np.asarray(jitted.keys)).all())}
+
+
 def nixl_dead_owner(process, processes, directory, signal_name, on_dead_shard):
     """Process 1 is killed (or frozen) after filling its shard; process 0
     keeps sampling one-sidedly and must get an error naming shard 1 within the

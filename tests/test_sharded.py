@@ -299,3 +299,13 @@ def test_nixl_a_frozen_owner_never_hangs_a_sample(tmp_path):
         # would time out: either way within the exchange's deadline.
         assert seconds < 2.0 + 1.0
         assert outcome in ("ok", "ShardUnavailable")
+
+
+@needs_nixl
+def test_nixl_samples_inside_a_per_process_jit_and_scan(tmp_path):
+    for r in multihost.run("nixl_in_jit", 2, tmp_path):
+        assert r["errors"] == []
+        assert r["shards"] == [0, 1]  # rows from both shards, read one-sidedly
+        assert r["scan_keys"] == [4, 8] and r["scan_steps"] > 0
+        assert r["key_dtype"] == "int64"
+        assert r["same_as_eager"]  # the same key gives the same rows in and out of jit

@@ -18,6 +18,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.experimental import io_callback
 
 from gearjax import _checks, _ffi, checkpoint, rate_limiters
 from gearjax.columns import Column
@@ -371,26 +372,47 @@ class ShardedTable:
 
     def _sample_one_sided(self, rng_key, batch_size, window, strategy, pad,
                           axis_name) -> ShardedBatch:
-        if axis_name is not None or isinstance(rng_key, jax.core.Tracer):
-            raise ValueError("exchange='nixl' samples eagerly (one-sided reads from the host); "
-                             "inside jax.jit or shard_map use exchange='xla'")
+        """nixl: the reads run on the host, eagerly or, inside a per-process
+        jax.jit (the data-loader pattern), from an ordered io_callback."""
+        if axis_name is not None:
+            raise ValueError("exchange='nixl' samples per process (eagerly or inside a "
+                             "per-process jax.jit); inside shard_map use exchange='xla'")
         from gearjax.table import _seed_words, _window_steps
 
-        words = np.asarray(_seed_words(rng_key), np.uint32)
-        rng = np.random.default_rng([int(words[0]), int(words[1]), self._shard])
-        rows = self._transport.sample(rng, batch_size, window, strategy.code, strategy.alpha,
-                                      pad == "left")
         width = window or self._local.max_length
-        start, valid = jax.numpy.asarray(rows["start"]), jax.numpy.asarray(rows["valid"])
-        mask, timestep = _window_steps(start, valid, width, pad == "left")
-        self._publish()
+        columns = list(self._local.columns.values())
+        shapes = {"keys": ((batch_size, 2), np.uint32), "start": ((batch_size,), np.int32),
+                  "probability": ((batch_size,), np.float32),
+                  "table_size": ((batch_size, 2), np.uint32),
+                  "valid": ((batch_size,), np.int32), "shard": ((batch_size,), np.int32),
+                  **{f"column-{c}": ((batch_size, width) + column.shape, column.dtype)
+                     for c, column in enumerate(columns)}}
+
+        def read(words: np.ndarray) -> dict[str, np.ndarray]:
+            words = np.asarray(words, np.uint32)
+            rng = np.random.default_rng([int(words[0]), int(words[1]), self._shard])
+            rows = self._transport.sample(rng, batch_size, window, strategy.code,
+                                          strategy.alpha, pad == "left")
+            out = {k: rows[k] for k in ("start", "probability", "valid", "shard")}
+            for k in ("keys", "table_size"):  # 64-bit: as word pairs (see _ffi.int64_array)
+                out[k] = np.ascontiguousarray(rows[k], np.int64).view(np.uint32).reshape(-1, 2)
+            out.update({f"column-{c}": a for c, a in enumerate(rows["columns"])})
+            return out
+
+        words = _seed_words(rng_key)
+        if isinstance(rng_key, jax.core.Tracer):
+            rows = io_callback(
+                read, {k: jax.ShapeDtypeStruct(shape, dtype) for k, (shape, dtype) in
+                       shapes.items()}, words, ordered=True)
+        else:
+            rows = {k: jax.numpy.asarray(v) for k, v in read(np.asarray(words)).items()}
+            self._publish()
+        mask, timestep = _window_steps(rows["start"], rows["valid"], width, pad == "left")
         return ShardedBatch(
-            columns={n: jax.numpy.asarray(c) for n, c in zip(self._local.columns,
-                                                              rows["columns"])},
-            mask=mask, timestep=timestep, keys=_ffi.int64_array(rows["keys"]), start=start,
-            probability=jax.numpy.asarray(rows["probability"]),
-            table_size=_ffi.int64_array(rows["table_size"]),
-            shard=jax.numpy.asarray(rows["shard"]))
+            columns={n: rows[f"column-{c}"] for c, n in enumerate(self._local.columns)},
+            mask=mask, timestep=timestep, keys=_ffi.int64_from_words(rows["keys"]),
+            start=rows["start"], probability=rows["probability"],
+            table_size=_ffi.int64_from_words(rows["table_size"]), shard=rows["shard"])
 
     # ------------------------------------------------------------ priorities
     def update_priorities(self, keys: Any, priorities: Any, *,
