@@ -155,15 +155,16 @@ class Transport:
             layout["step_bytes"] = [c.step_bytes for c in self._local.columns.values()]
             layout["agent_version"] = self._version
             self._layouts[key] = layout
-            metadata = self._agent.get_agent_metadata()
-        # Peers load the agent's metadata again when a layout needs a newer one
-        # (NIXL's metadata lists the registered regions).
-        store = coordination.client()
-        store.key_value_set(f"{self._path}/nixl/{self._shard}/agent", json.dumps({
-            "token": self._token, "name": self._name, "version": layout["agent_version"],
-            "metadata": base64.b64encode(metadata).decode()}), allow_overwrite=True)
-        store.key_value_set(f"{self._path}/nixl/{self._shard}/layout/{key}", json.dumps(layout),
-                            allow_overwrite=True)
+            # Peers load the agent's metadata again when a layout needs a newer
+            # one (NIXL's metadata lists the registered regions). Published
+            # under the lock, so versions never go back.
+            store = coordination.client()
+            store.key_value_set(f"{self._path}/nixl/{self._shard}/agent", json.dumps({
+                "token": self._token, "name": self._name, "version": self._version,
+                "metadata": base64.b64encode(self._agent.get_agent_metadata()).decode()}),
+                allow_overwrite=True)
+            store.key_value_set(f"{self._path}/nixl/{self._shard}/layout/{key}",
+                                json.dumps(layout), allow_overwrite=True)
         return layout
 
     def _progress(self) -> None:
@@ -416,6 +417,8 @@ class Transport:
     def sample(self, rng: np.random.Generator, batch: int, window: int | None, code: int,
                alpha: float, pad_left: bool) -> dict[str, np.ndarray]:
         """One-sided global sample of `batch` rows (see the module docstring)."""
+        if self._agent is None:
+            raise RuntimeError("this sharded table is closed")
         shards = [k for k in range(self._shards) if k not in self._dead]
         while True:
             try:
