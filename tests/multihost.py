@@ -37,13 +37,15 @@ class ProcessesFailed(AssertionError):
 
 
 def run(body: str, processes: int, tmp_path: Path, timeout: float = 120.0,
-        expect_failure: frozenset[int] = frozenset(), **kwargs: Any) -> list[Any]:
+        expect_failure: frozenset[int] = frozenset(), env: dict[str, str] | None = None,
+        **kwargs: Any) -> list[Any]:
     """Runs ``multihost_bodies.<body>`` in ``processes`` processes; returns
     each one's result (None for those in ``expect_failure``, which may end any
     way but must end within the timeout)."""
     port = free_port()
     env = dict(os.environ, PYTHONPATH=str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1")
+               JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1",
+               **(env or {}))
     procs = []
     logs = []
     for i in range(processes):

@@ -350,7 +350,7 @@ def nixl_in_jit(process, processes, directory):
             "same_as_eager": bool((np.asarray(eager.keys) == np.asarray(jitted.keys)).all())}
 
 
-def nixl_dead_owner(process, processes, directory, signal_name, on_dead_shard):
+def nixl_dead_owner(process, processes, directory, signal_name, on_dead_shard, wait=0.5):
     """Process 1 is killed (or frozen) after filling its shard; process 0
     keeps sampling one-sidedly and must get an error naming shard 1 within the
     exchange's timeout, or go on without it (on_dead_shard="skip")."""
@@ -366,7 +366,7 @@ def nixl_dead_owner(process, processes, directory, signal_name, on_dead_shard):
         os.kill(os.getpid(), getattr(signal, signal_name))
         time.sleep(60)
         return None
-    time.sleep(0.5)
+    time.sleep(wait)  # past the heartbeat timeout, JAX aborts survivors unless recoverable
     outcomes = []
     for c in range(4):
         start = time.monotonic()

@@ -309,3 +309,16 @@ def test_nixl_samples_inside_a_per_process_jit_and_scan(tmp_path):
         assert r["scan_keys"] == [4, 8] and r["scan_steps"] > 0
         assert r["key_dtype"] == "int64"
         assert r["same_as_eager"]  # the same key gives the same rows in and out of jit
+
+
+@needs_nixl
+def test_nixl_survivors_sample_on_past_the_heartbeat_timeout_with_recoverability(tmp_path):
+    # Without JAX_ENABLE_RECOVERABILITY, JAX's coordination service aborts the
+    # survivor once the dead process misses its heartbeats (3 s here); with it,
+    # the survivor lives on and samples the live shards.
+    result = multihost.run("nixl_dead_owner", 2, tmp_path, timeout=90,
+                           expect_failure=frozenset({1}),
+                           env={"JAX_ENABLE_RECOVERABILITY": "true"}, signal_name="SIGKILL",
+                           on_dead_shard="skip", wait=8.0, heartbeat_timeout_seconds=3)[0]
+    assert [o[:2] for o in result["outcomes"]] == [["ok", [0]]] * 4
+    assert result["lost"] == [1]
