@@ -25,7 +25,7 @@ from gearjax.columns import Column
 from gearjax.sharded import coordination, exchange, nixl
 from gearjax.sharded.exchange import ShardedBatch, ShardSpec
 from gearjax.strategies import Prioritized, Recent, Strategy, Timestep, TopK, Uniform
-from gearjax.table import PADS, Table
+from gearjax.table import PADS, Table, _check_rng_key, _seed_words, _window_steps
 
 EXCHANGES = ("xla", "nixl", "verbs")
 # Strategies whose global draw needs only the shards' totals.
@@ -342,7 +342,7 @@ class ShardedTable:
         if not isinstance(strategy, _TOTAL_STRATEGIES):
             raise TypeError(f"strategy must be gearjax.Uniform(), Timestep() or "
                             f"Prioritized(alpha), got {strategy!r}")
-        _check_key(rng_key)
+        _check_rng_key(rng_key)
         width = window or self._local.max_length
         _checks.result_bytes(f"a sharded sample of {self._processes} x {batch_size} x {width} "
                              f"steps", [
@@ -377,8 +377,6 @@ class ShardedTable:
         if axis_name is not None:
             raise ValueError("exchange='nixl' samples per process (eagerly or inside a "
                              "per-process jax.jit); inside shard_map use exchange='xla'")
-        from gearjax.table import _seed_words, _window_steps
-
         width = window or self._local.max_length
         columns = list(self._local.columns.values())
         shapes = {"keys": ((batch_size, 2), np.uint32), "start": ((batch_size,), np.int32),
@@ -580,8 +578,3 @@ def _check_platform() -> None:
                          f"sampling program on CPU devices (jax.config.update('jax_platforms', "
                          f"'cpu'), or a mesh of CPU devices)")
 
-
-def _check_key(key: Any) -> None:
-    from gearjax.table import _check_rng_key
-
-    _check_rng_key(key)
