@@ -31,6 +31,7 @@ from jax.sharding import PartitionSpec as P
 
 from gearjax import _ffi
 from gearjax.batch import Batch
+from gearjax.sharded import keys as keys_of
 from gearjax.strategies import Strategy
 from gearjax.table import _seed_words, _window_steps
 
@@ -164,9 +165,8 @@ def _local_block(x: jax.Array) -> jax.Array:
 def _eager_sample_program(spec: ShardSpec, batch_size: int, window: int | None,
                           strategy: Strategy, pad: str):
     def body(seed):
-        batch = sample(seed[0], spec=spec, batch_size=batch_size, window=window,
-                       strategy=strategy, pad=pad, axis_name=AXIS)
-        return batch
+        return sample(seed[0], spec=spec, batch_size=batch_size, window=window,
+                      strategy=strategy, pad=pad, axis_name=AXIS)
 
     return jax.jit(jax.shard_map(body, mesh=process_mesh(), in_specs=P(AXIS), out_specs=P(AXIS)))
 
@@ -186,9 +186,9 @@ def eager_update_priorities(keys: np.ndarray, priorities: np.ndarray, table) -> 
     same call, in the same order, with any number of entries. The entries of
     every process are gathered on the host (as uint32 words: JAX without x64
     would narrow int64 keys and float64 priorities), and each owner applies
-    those of its shard to ``table`` (its local :class:`gearjax.Table`,
-    ``spec`` its ShardSpec), in process order. Returns the number of entries
-    applied over all processes."""
+    those of its shard to its local :class:`gearjax.Table` (``table`` is the
+    ShardedTable), in process order. Returns the number of entries applied
+    over all processes."""
     from jax.experimental import multihost_utils
 
     spec: ShardSpec = table.spec
@@ -204,7 +204,7 @@ def eager_update_priorities(keys: np.ndarray, priorities: np.ndarray, table) -> 
         all_keys.append(rows[:, :2].copy().view(np.int64).reshape(-1))
         all_priorities.append(rows[:, 2:].copy().view(np.float64).reshape(-1))
     all_keys = np.concatenate(all_keys)
-    mine = (all_keys >= 0) & ((all_keys >> spec.shard_shift) == spec.shard)
-    local = np.where(mine, all_keys & ((1 << spec.shard_shift) - 1), -1)
-    updated = table.local.update_priorities(local[mine], np.concatenate(all_priorities)[mine])
+    mine = keys_of.owners(all_keys, spec.shard_shift) == spec.shard
+    updated = table.local.update_priorities(
+        keys_of.local_keys(all_keys[mine], spec.shard_shift), np.concatenate(all_priorities)[mine])
     return int(np.asarray(multihost_utils.process_allgather(np.array([updated], np.int32))).sum())

@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 
 from gearjax.sharded import coordination
+from gearjax.sharded import keys as keys_of
 
 PROGRESS_SECONDS = 0.0005
 # Rounds of redrawing rows whose slot changed (or was left) during the read.
@@ -200,10 +201,10 @@ class Transport:
         n = len(body) // 16
         keys = np.frombuffer(body, np.int64, n)
         priorities = np.frombuffer(body, np.float64, n, offset=8 * n)
-        mine = (keys >= 0) & ((keys >> self._shard_shift) == self._shard)
-        local = keys[mine] & ((1 << self._shard_shift) - 1)
+        mine = keys_of.owners(keys, self._shard_shift) == self._shard
         try:
-            self._local.update_priorities(local, priorities[mine])
+            self._local.update_priorities(keys_of.local_keys(keys[mine], self._shard_shift),
+                                          priorities[mine])
         except (TypeError, ValueError, RuntimeError):
             self.refused_updates += int(mine.sum())
         self.refused_updates += int((~mine).sum())
@@ -397,11 +398,11 @@ class Transport:
         columns = list(self._local.columns.items())
         step_bytes = np.array([c.step_bytes for _, c in columns], np.int64)
         buffer = self._staging("get", int(length * step_bytes.sum()))
-        destinations = buffer.ctypes.data + np.concatenate([[0], np.cumsum(length * step_bytes)[:-1]])
+        sizes = length * step_bytes
+        destinations = buffer.ctypes.data + np.cumsum(sizes) - sizes
         sources = layout["arena"] + np.array(layout["column_offsets"], np.int64) + \
             slot * layout["max_length"] * step_bytes
-        self.read_into({shard: (sources.astype(np.uint64), length * step_bytes,
-                                destinations.astype(np.uint64))})
+        self.read_into({shard: (sources.astype(np.uint64), sizes, destinations.astype(np.uint64))})
         after = self._records({shard: layout}, slots)[shard]
         if after[0][0] != key or after[2][0] != _LIVE:
             return None  # rewritten during the read: that trajectory is gone
@@ -505,7 +506,7 @@ class Transport:
                 failed.append(rows[~unchanged])
                 rows, key, start, valid, weight = (x[unchanged] for x in
                                                    (rows, key, start, valid, weight))
-                out["keys"][rows] = (np.int64(k) << np.int64(self._shard_shift)) | key
+                out["keys"][rows] = keys_of.global_keys(k, key, self._shard_shift)
                 out["start"][rows] = start
                 out["valid"][rows] = valid
                 out["probability"][rows] = weight / total

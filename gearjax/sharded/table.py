@@ -22,7 +22,7 @@ from jax.experimental import io_callback
 
 from gearjax import _checks, _ffi, checkpoint, rate_limiters
 from gearjax.columns import Column
-from gearjax.sharded import coordination, exchange, nixl
+from gearjax.sharded import coordination, exchange, keys as keys_of, nixl
 from gearjax.sharded.exchange import ShardedBatch, ShardSpec
 from gearjax.strategies import Prioritized, Recent, Strategy, Timestep, TopK, Uniform
 from gearjax.table import PADS, Table, _check_rng_key, _seed_words, _window_steps
@@ -35,12 +35,6 @@ MANIFEST_FORMAT = "gearjax-sharded-table/1"
 # How often, at most, a process republishes its shard's stats on its own
 # inserts, samples and updates (len() and stats() always publish first).
 STATS_INTERVAL_SECONDS = 0.25
-
-
-def shard_bits(processes: int) -> int:
-    """Bits of a global key that name its shard: enough for every process (at
-    least one)."""
-    return max(1, (processes - 1).bit_length())
 
 
 class ShardedTable:
@@ -64,10 +58,10 @@ class ShardedTable:
         ``"skip"`` (go on over the live shards, probabilities renormalised,
         the loss in ``stats()["lost_shards"]``).
 
-    Keys are global: ``key = shard << (63 - shard_bits) | shard_key``, where
-    ``shard`` is the owning process's index, ``shard_bits`` the fewest bits
-    that hold every process index (at least one), and ``shard_key`` the
-    shard's own key (``sequence << slot_bits | slot``, see
+    Keys are global (:mod:`gearjax.sharded.keys`): ``key = shard << (63 -
+    shard_bits) | shard_key``, where ``shard`` is the owning process's index,
+    ``shard_bits`` the fewest bits that hold every process index (at least
+    one), and ``shard_key`` the shard's own key (``sequence << slot_bits | slot``, see
     :attr:`gearjax.Table.slot_bits`). Keys are unique over the job, increase
     with insertion order within a shard, and are never reused.
 
@@ -95,27 +89,29 @@ class ShardedTable:
         exchange_timeout = _checks.real("exchange_timeout", exchange_timeout, 1e-3, 1e6)
         if on_dead_shard not in ("raise", "skip"):
             raise ValueError(f"on_dead_shard must be 'raise' or 'skip', got {on_dead_shard!r}")
-        self._processes = jax.process_count()
-        self._shard = jax.process_index()
-        self._shard_shift = 63 - shard_bits(self._processes)
+        shard = jax.process_index()
         # The local shard checks every argument (and raises before anything
         # is published if one is bad).
-        self._local = Table(columns, capacity, max_length, placement=placement, remover=remover,
-                            rate_limiter=rate_limiter,
-                            name=f"{name} shard {self._shard}" if name else
-                            f"shard {self._shard}", _key_bits=self._shard_shift)
-        self._name = name
-        self._exchange = exchange
-        self._path = coordination.next_table_path()
-        self._exchange_timeout, self._on_dead_shard = exchange_timeout, on_dead_shard
-        self._spec = ShardSpec(self._local.handle, self._shard, self._processes,
-                               self._shard_shift, self._local.max_length,
-                               tuple((n, c.shape, c.dtype) for n, c in self._local.columns.items()))
-        self._start()
+        local = Table(columns, capacity, max_length, placement=placement, remover=remover,
+                      rate_limiter=rate_limiter,
+                      name=f"{name} shard {shard}" if name else f"shard {shard}",
+                      _key_bits=keys_of.shard_shift(jax.process_count()))
+        self._become(local, name, exchange, exchange_timeout, on_dead_shard)
 
-    def _start(self) -> None:
-        """The collective part of construction (and of load): agreement, the
-        job token, the transport, the first stats."""
+    def _become(self, local: Table, name: str, exchange: str, exchange_timeout: float,
+                on_dead_shard: str) -> None:
+        """Becomes the sharded table whose shard in this process is `local`
+        (made, or loaded): the collective part of construction and of load
+        (agreement, the job token, the transport, the first stats). Closes
+        `local` if it fails."""
+        self._processes, self._shard = jax.process_count(), jax.process_index()
+        self._shard_shift = keys_of.shard_shift(self._processes)
+        self._local, self._name, self._exchange = local, name, exchange
+        self._exchange_timeout, self._on_dead_shard = exchange_timeout, on_dead_shard
+        self._path = coordination.next_table_path()
+        self._spec = ShardSpec(local.handle, self._shard, self._processes, self._shard_shift,
+                               local.max_length,
+                               tuple((n, c.shape, c.dtype) for n, c in local.columns.items()))
         self._transport = None
         try:
             coordination.agree(self._path, "spec", self._agreed_spec(), self._shard,
@@ -251,15 +247,12 @@ class ShardedTable:
         self.close()
 
     # ---------------------------------------------------------------- insert
-    def _global(self, local_keys: np.ndarray) -> np.ndarray:
-        return (np.int64(self._shard) << np.int64(self._shard_shift)) | local_keys
-
     def insert(self, trajectory: Mapping[str, Any], priority: float = 1.0) -> int:
         """Inserts into this process's shard (see :meth:`gearjax.Table.insert`);
         returns the global key."""
         key = self._local.insert(trajectory, priority)
         self._publish()
-        return int(self._global(np.int64(key)))
+        return int(keys_of.global_keys(self._shard, key, self._shard_shift))
 
     def insert_many(self, trajectories: Sequence[Mapping[str, Any]],
                     priorities: Sequence[float] | np.ndarray | None = None) -> np.ndarray:
@@ -267,7 +260,7 @@ class ShardedTable:
         :meth:`gearjax.Table.insert_many`); returns the global keys."""
         keys = self._local.insert_many(trajectories, priorities)
         self._publish()
-        return self._global(keys)
+        return keys_of.global_keys(self._shard, keys, self._shard_shift)
 
     def insert_batch(self, columns: Mapping[str, Any], lengths: Any,
                      priorities: Any = None) -> jax.Array:
@@ -286,7 +279,7 @@ class ShardedTable:
         exchange moves data only inside collective programs, so there a key of
         another shard raises ValueError naming its owner."""
         owner = self.shard_of(key)
-        local_key = int(key) & ((1 << self._shard_shift) - 1)
+        local_key = int(keys_of.local_keys(key, self._shard_shift))
         if owner == self._shard:
             return self._local.get(local_key)
         if owner >= self._processes:
@@ -466,10 +459,10 @@ class ShardedTable:
     def _update_one_sided(self, keys: np.ndarray, priorities: np.ndarray) -> int:
         """nixl: entries of this shard applied here, the others sent to their
         owners as notifications (applied there by their progress threads)."""
-        owners = np.where(keys >= 0, keys >> self._shard_shift, -1)
+        owners = keys_of.owners(keys, self._shard_shift)
         mine = owners == self._shard
-        applied = self._local.update_priorities(keys[mine] & ((1 << self._shard_shift) - 1),
-                                                priorities[mine])
+        applied = self._local.update_priorities(
+            keys_of.local_keys(keys[mine], self._shard_shift), priorities[mine])
         for owner in np.unique(owners[~mine]):
             if 0 <= owner < self._processes:
                 chosen = owners == owner
@@ -520,29 +513,11 @@ class ShardedTable:
                 f"{processes} processes (one shard each)")
         shard = jax.process_index()
         local = Table.load(os.path.join(directory, manifest["shards"][shard]), placement,
-                           _key_bits=63 - shard_bits(processes))
-        try:
-            table = cls.__new__(cls)
-            table._exchange_timeout, table._on_dead_shard = exchange_timeout, on_dead_shard
-            table._adopt(local, manifest)
-        except BaseException:
-            local.close()
-            raise
+                           _key_bits=keys_of.shard_shift(processes))
+        table = cls.__new__(cls)
+        table._become(local, manifest["name"], manifest["exchange"], exchange_timeout,
+                      on_dead_shard)
         return table
-
-    def _adopt(self, local: Table, manifest: dict) -> None:
-        """Becomes the sharded table whose shard ``local`` is (after load)."""
-        self._processes = jax.process_count()
-        self._shard = jax.process_index()
-        self._shard_shift = 63 - shard_bits(self._processes)
-        self._local = local
-        self._name = manifest["name"]
-        self._exchange = manifest["exchange"]
-        self._path = coordination.next_table_path()
-        self._spec = ShardSpec(local.handle, self._shard, self._processes, self._shard_shift,
-                               local.max_length,
-                               tuple((n, c.shape, c.dtype) for n, c in local.columns.items()))
-        self._start()
 
 
 def _shard_file(shard: int) -> str:
