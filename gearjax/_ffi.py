@@ -274,6 +274,8 @@ SHARD_TOTALS_TARGET = "gearjax_shard_totals"
 SHARD_PLAN_TARGET = "gearjax_shard_plan"
 SHARD_SERVE_TARGET = "gearjax_shard_serve"
 SHARD_KEYS_TARGET = "gearjax_shard_keys"
+SHARD_TOPS_TARGET = "gearjax_shard_tops"
+SHARD_RANK_TARGET = "gearjax_shard_rank"
 SUMMARY_WORDS = 8  # a shard's summary: four float64 as uint32 words
 
 shard_totals_p = _primitive("gearjax_shard_totals")
@@ -291,6 +293,41 @@ def shard_totals_call(*, handle: int, strategy: int, alpha: float, shard: int) -
     """This shard's summary for the strategy: uint32[SUMMARY_WORDS]."""
     return shard_totals_p.bind(table_handle=np.int64(handle), strategy=np.int64(strategy),
                                alpha=np.float64(alpha), shard=np.int64(shard))[0]
+
+
+ENTRY_WORDS = 4  # an entry of a shard's best list (TopK, Recent): float64 and int64 as words
+
+shard_tops_p = _primitive("gearjax_shard_tops")
+mlir.register_lowering(shard_tops_p, _ordered_lowering(SHARD_TOPS_TARGET, ("per_shard",)))
+_not_differentiable(shard_tops_p)
+_sequential_batching(shard_tops_p)
+
+
+@shard_tops_p.def_effectful_abstract_eval
+def _shard_tops_abstract_eval(*, per_shard, **_):
+    return [jax.core.ShapedArray((SUMMARY_WORDS,), np.uint32),
+            jax.core.ShapedArray((int(per_shard) * ENTRY_WORDS,), np.uint32)], {TABLE_EFFECT}
+
+
+def shard_tops_call(*, handle: int, strategy: int, count: int, shard: int,
+                    per_shard: int) -> tuple[jax.Array, jax.Array]:
+    """For TopK(count) or Recent(count): this shard's summary (uint32
+    [SUMMARY_WORDS]) and its best list of ``per_shard`` = min(count, capacity)
+    entries (uint32 [per_shard * ENTRY_WORDS]), read in one snapshot."""
+    summary, entries = shard_tops_p.bind(table_handle=np.int64(handle),
+                                         strategy=np.int64(strategy), count=np.int64(count),
+                                         shard=np.int64(shard), per_shard=per_shard)
+    return summary, entries
+
+
+def shard_rank_call(summaries: jax.Array, entries: jax.Array, *, strategy: int,
+                    count: int) -> jax.Array:
+    """The gathered summaries with each shard's weight replaced by its share of
+    the global best ``count`` (uint32 [shards * SUMMARY_WORDS]), from the
+    gathered best lists (uint32 [shards * per_shard * ENTRY_WORDS])."""
+    call = jax.ffi.ffi_call(SHARD_RANK_TARGET, jax.ShapeDtypeStruct(summaries.shape, np.uint32),
+                            vmap_method="sequential")
+    return call(summaries, entries, strategy=np.int64(strategy), count=np.int64(count))
 
 
 def shard_plan_call(seeds: jax.Array, summaries: jax.Array, *, batch: int,

@@ -7,7 +7,9 @@ carries a CRC-32 that reading verifies) holding:
 * ``meta.json``: format version, table name, columns, capacity, max_length,
   placement, remover, rate limiter, counters (next sequence number, inserts,
   samples, evictions, priority updates), number of items;
-* ``keys.npy``, ``slots.npy``, ``lengths.npy``, ``priorities.npy``: one entry
+* ``keys.npy``, ``slots.npy``, ``lengths.npy``, ``priorities.npy``,
+  ``stamps.npy`` (insertion stamps: ns since the Unix epoch, strictly
+  increasing; the clock sharded tables order TopK and Recent by): one entry
   per stored trajectory, in key (= insertion) order; ``free_slots.npy``: the
   free slots in the order the table keeps them. Slots are restored as they
   were, so a loaded table gives the same batch for the same rng key as the
@@ -30,7 +32,8 @@ either succeeds or raises ``CheckpointError`` (or ``FileNotFoundError``).
 
 Version 1 checkpoints (gearjax 0.1, whose keys were plain sequence numbers)
 load too: each key k of slot s becomes ``k << slot_bits | s``, the key layout
-of this version, which keeps their order.
+of this version, which keeps their order. Versions 1 and 2 have no stamps:
+their items are stamped anew, in key order, when loaded.
 
 This module knows the native table (``gearjax._gearjax.NativeTable``), not
 ``gearjax.table``: ``Table.save`` and ``Table.load`` call into it.
@@ -57,9 +60,10 @@ from gearjax._gearjax import NativeTable
 from gearjax.columns import Column
 
 FORMAT = "gearjax-table"
-VERSION = 2
-READABLE_VERSIONS = (1, 2)
-ITEM_ARRAYS = ("keys", "slots", "lengths", "priorities", "free_slots")
+VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
+ITEM_ARRAYS = ("keys", "slots", "lengths", "priorities", "stamps", "free_slots")
+MAX_STAMP = 1 << 62  # xla_ffi/core/table.h kMaxStamp
 COUNTERS = ("next_sequence", "inserts", "samples", "evictions", "priority_updates")
 REMOVERS = ("fifo", "lifo", "min_priority")
 PLACEMENTS = ("host", "device", "auto")
@@ -151,7 +155,7 @@ def save(native: NativeTable, header: dict[str, Any], path: str | os.PathLike) -
     "dtype", "pad"}), capacity, max_length, placement, remover, rate_limiter."""
     path = os.fspath(path)
     _remove_orphans(path)
-    keys, slots, lengths, priorities = native.pin_items()
+    keys, slots, lengths, priorities, stamps = native.pin_items()
     try:
         stats = native.stats()
         free_slots = np.asarray(native.free_slots(), dtype=np.int64)
@@ -161,7 +165,8 @@ def save(native: NativeTable, header: dict[str, Any], path: str | os.PathLike) -
             with zipfile.ZipFile(raw, "w", compression=zipfile.ZIP_STORED,
                                  allowZip64=True) as zf:
                 zf.writestr("meta.json", json.dumps(meta, indent=1))
-                arrays = dict(zip(ITEM_ARRAYS, (keys, slots, lengths, priorities, free_slots)))
+                arrays = dict(zip(ITEM_ARRAYS, (keys, slots, lengths, priorities, stamps,
+                                                free_slots)))
                 for name, array in arrays.items():
                     with zf.open(f"{name}.npy", "w") as f:
                         np.save(f, array)
@@ -224,6 +229,7 @@ class Checkpoint:
     slots: np.ndarray
     lengths: np.ndarray
     priorities: np.ndarray
+    stamps: np.ndarray | None  # None for versions 1 and 2: stamped anew
     free_slots: np.ndarray
     _zip: zipfile.ZipFile
 
@@ -241,11 +247,13 @@ class Checkpoint:
         checkpoint's items and counters."""
         streams = [self._zip.open(f"columns/{i}.bin") for i in range(len(self.columns))]
         try:
-            for key, slot, length, priority in zip(self.keys, self.slots, self.lengths,
-                                                   self.priorities):
+            stamps = self.stamps if self.stamps is not None else np.full(len(self.keys), -1)
+            for key, slot, length, priority, stamp in zip(self.keys, self.slots, self.lengths,
+                                                          self.priorities, stamps):
                 arrays = [np.frombuffer(_read_exactly(s, int(length) * c.step_bytes), np.uint8)
                           for s, c in zip(streams, self.columns.values())]
-                native.insert(arrays, int(length), float(priority), int(key), int(slot))
+                native.insert(arrays, int(length), float(priority), int(key), int(slot),
+                              int(stamp))
         finally:
             for s in streams:
                 s.close()
@@ -383,7 +391,8 @@ def _read(zf: zipfile.ZipFile) -> Checkpoint:
     columns = {c["name"]: Column.from_json(c) for c in meta["columns"]}
     if len(columns) != len(meta["columns"]) or not all(isinstance(n, str) and n for n in columns):
         raise CheckpointError("column names must be distinct non-empty strings")
-    expected = {"meta.json", *(f"{n}.npy" for n in ITEM_ARRAYS),
+    item_arrays = ITEM_ARRAYS if version >= 3 else tuple(n for n in ITEM_ARRAYS if n != "stamps")
+    expected = {"meta.json", *(f"{n}.npy" for n in item_arrays),
                 *(f"columns/{i}.bin" for i in range(len(columns)))}
     missing = sorted(expected - set(zf.namelist()))
     unexpected = sorted(set(zf.namelist()) - expected)
@@ -409,6 +418,10 @@ def _read(zf: zipfile.ZipFile) -> Checkpoint:
     slots = _load_npy(zf, "slots", i64, num_items)
     lengths = _load_npy(zf, "lengths", i64, num_items)
     priorities = _load_npy(zf, "priorities", np.dtype("<f8"), num_items)
+    stamps = _load_npy(zf, "stamps", i64, num_items) if version >= 3 else None
+    if stamps is not None and num_items and (stamps.min() < 0 or stamps.max() >= MAX_STAMP
+                                             or np.any(np.diff(stamps) <= 0)):
+        raise CheckpointError("insertion stamps are not increasing in [0, 2**62)")
     free_slots = _load_npy(zf, "free_slots", i64, capacity - num_items)
 
     every_slot = np.concatenate([slots, free_slots])
@@ -440,5 +453,5 @@ def _read(zf: zipfile.ZipFile) -> Checkpoint:
             raise CheckpointError(f"column {column_name!r} holds {size} bytes, expected "
                                   f"{total_steps * column.step_bytes}")
     return Checkpoint(name, columns, capacity, max_length, meta["placement"], meta["remover"],
-                      limiter, counters, keys, slots, lengths, priorities, free_slots, zf)
+                      limiter, counters, keys, slots, lengths, priorities, stamps, free_slots, zf)
 

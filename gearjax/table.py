@@ -197,7 +197,7 @@ class Table:
         (so it sees what they did)."""
         self._check_open()
         _ffi.wait_for_dispatched_calls()
-        keys, slots, lengths, priorities = self._native.pin_items()
+        keys, slots, lengths, priorities, _ = self._native.pin_items()
         self._native.unpin_slots(slots)
         return {"key": keys, "length": lengths, "priority": priorities}
 
@@ -212,7 +212,7 @@ class Table:
         _ffi.wait_for_dispatched_calls()
         if not 0 <= int(key) <= _checks.INT64_MAX:
             raise KeyError(f"no trajectory with key {key} is stored")
-        _, slots, lengths, _ = self._native.pin_items(np.array([key], dtype=np.int64))
+        _, slots, lengths, _, _ = self._native.pin_items(np.array([key], dtype=np.int64))
         if len(slots) == 0:
             raise KeyError(f"no trajectory with key {key} is stored")
         try:

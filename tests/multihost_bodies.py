@@ -61,7 +61,15 @@ def check_rows(batch, window: int, table) -> tuple[list[str], list[list]]:
 
 def strategy_of(name: str, gx):
     return {"uniform": gx.Uniform(), "timestep": gx.Timestep(),
-            "prioritized": gx.Prioritized(0.7)}[name]
+            "prioritized": gx.Prioritized(0.7), "topk": gx.TopK(5), "recent": gx.Recent(6)}[name]
+
+
+def insertion_stamps(table, process: int) -> dict[str, int]:
+    """Global key -> insertion stamp of this shard's items (the clock TopK and
+    Recent rank shards by; not public)."""
+    keys, slots, _, _, stamps = table.local._native.pin_items()
+    table.local._native.unpin_slots(slots)
+    return {str((process << table.shard_shift) | int(k)): int(s) for k, s in zip(keys, stamps)}
 
 
 def global_distribution(process, processes, directory, strategy, calls, batch, window,
@@ -71,6 +79,7 @@ def global_distribution(process, processes, directory, strategy, calls, batch, w
                             exchange=exchange)
     from jax.experimental import multihost_utils
     inserted = fill(table, process)
+    stamps = insertion_stamps(table, process)
     if exchange == "nixl":
         multihost_utils.sync_global_devices("filled")
     errors, rows = [], []
@@ -90,7 +99,7 @@ def global_distribution(process, processes, directory, strategy, calls, batch, w
     multihost_utils.sync_global_devices("sampled")
     table.close()
     return {"inserted": inserted, "errors": errors, "rows": rows, "first": first,
-            "size": stats["size"], "served": served}
+            "size": stats["size"], "served": served, "stamps": stamps}
 
 
 def in_shard_map(process, processes, directory, steps):

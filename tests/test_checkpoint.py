@@ -29,7 +29,7 @@ STATE_FIELDS = ("size", "capacity", "max_length", "num_steps", "next_sequence", 
                 "evictions", "priority_updates", "bytes_used", "bytes_per_step", "columns",
                 "remover", "placement", "pinned_slots")
 MEMBERS = ("meta.json", "keys.npy", "slots.npy", "lengths.npy", "priorities.npy",
-           "free_slots.npy", "columns/0.bin", "columns/1.bin")
+           "stamps.npy", "free_slots.npy", "columns/0.bin", "columns/1.bin")
 
 
 def build(capacity=8, inserts=13, remover="min_priority", rate_limiter=None, placement="auto",
@@ -68,6 +68,17 @@ def members(path) -> dict[str, bytes]:
 def saved_members(table: gx.Table, path) -> dict[str, bytes]:
     table.save(path)
     return members(path)
+
+
+def assert_same_saves(table: gx.Table, loaded: gx.Table, tmp_path, inserted_since: int) -> None:
+    """The two tables save the same checkpoint, but for the insertion stamps of
+    the last `inserted_since` items (inserted into each after the load: each
+    table read its own clock)."""
+    a, b = saved_members(table, tmp_path / "a.gx"), saved_members(loaded, tmp_path / "b.gx")
+    stamps_a, stamps_b = (np.load(io.BytesIO(m.pop("stamps.npy"))) for m in (a, b))
+    assert a == b
+    kept = len(stamps_a) - inserted_since
+    np.testing.assert_array_equal(stamps_a[:kept], stamps_b[:kept])
 
 
 def fresh_trajectory(seed=99, length=7, columns=CK_COLUMNS):
@@ -109,7 +120,7 @@ def test_round_trip_gives_identical_batches_for_every_strategy_and_the_same_next
         b = loaded.sample(jax.random.key(3), 32, 4, strategy)
         assert leaves(a) == leaves(b), strategy
         check_batch(b, stored, CK_COLUMNS, 4, "left")
-    assert saved_members(table, tmp_path / "a.gx") == saved_members(loaded, tmp_path / "b.gx")
+    assert_same_saves(table, loaded, tmp_path, inserted_since=1)
 
 
 def test_round_trip_of_a_partly_filled_table_keeps_the_free_slot_order(tmp_path):
@@ -127,7 +138,7 @@ def test_round_trip_of_a_partly_filled_table_keeps_the_free_slot_order(tmp_path)
         a = table.sample(jax.random.key(4), 64, 3, strategy)
         b = loaded.sample(jax.random.key(4), 64, 3, strategy)
         assert leaves(a) == leaves(b), strategy
-    assert saved_members(table, tmp_path / "a.gx") == saved_members(loaded, tmp_path / "b.gx")
+    assert_same_saves(table, loaded, tmp_path, inserted_since=3)
 
 
 @pytest.mark.parametrize("remover", ["fifo", "lifo", "min_priority"])
@@ -141,7 +152,7 @@ def test_round_trip_then_the_same_inserts_evict_the_same_trajectories(tmp_path, 
         assert table.insert(new, priority=0.3 * i) == loaded.insert(new, priority=0.3 * i)
         assert state(loaded) == state(table)
     # same keys, slots, lengths, priorities, free slots, counters and bytes
-    assert saved_members(table, tmp_path / "a.gx") == saved_members(loaded, tmp_path / "b.gx")
+    assert_same_saves(table, loaded, tmp_path, inserted_since=4)
 
 
 def test_round_trip_of_an_empty_table(tmp_path, emulated_gpu_memory):
@@ -154,7 +165,7 @@ def test_round_trip_of_an_empty_table(tmp_path, emulated_gpu_memory):
     assert (loaded.capacity, loaded.max_length) == (4, MAX_LENGTH)
     new = fresh_trajectory(length=3)
     assert table.insert(new) == loaded.insert(new) == 0
-    assert saved_members(table, tmp_path / "a.gx") == saved_members(loaded, tmp_path / "b.gx")
+    assert_same_saves(table, loaded, tmp_path, inserted_since=1)
 
 
 @pytest.mark.parametrize("limiter", [
@@ -427,7 +438,7 @@ def _meta(change):
 
 TAMPERING = {
     "wrong-format": _meta(lambda m: m.update(format="something-else")),
-    "future-version": _meta(lambda m: m.update(version=3)),
+    "future-version": _meta(lambda m: m.update(version=4)),
     "meta-not-json": lambda items: items.update({"meta.json": b"{not json"}),
     "meta-a-list": lambda items: items.update({"meta.json": b"[1, 2]"}),
     "meta-null": lambda items: items.update({"meta.json": b"null"}),
@@ -445,6 +456,10 @@ TAMPERING = {
     "slot-twice": lambda items: items.update({"slots.npy": _npy(np.array([0, 1, 1, 2]))}),
     "length-too-long": lambda items: items.update(
         {"lengths.npy": _npy(np.array([1, 2, 3, MAX_LENGTH + 1]))}),
+    "stamps-not-increasing": lambda items: items.update(
+        {"stamps.npy": _npy(np.array([5, 9, 9, 12]))}),
+    "stamp-beyond-bound": lambda items: items.update(
+        {"stamps.npy": _npy(np.array([5, 9, 10, 2**62]))}),
     "negative-priority": lambda items: items.update(
         {"priorities.npy": _npy(np.array([1.0, -1.0, 1.0, 1.0]))}),
     "pickled-keys": lambda items: items.update(
@@ -551,10 +566,47 @@ def test_a_fifo_is_refused_without_blocking(tmp_path):
         gx.Table.load(fifo)
 
 
+def _v2(original: dict[str, bytes]) -> dict[str, bytes]:
+    """The same checkpoint in format version 2 (gearjax 0.2): no insertion stamps."""
+    items = dict(original)
+    items.pop("stamps.npy")
+    meta = json.loads(items["meta.json"])
+    meta["version"] = 2
+    items["meta.json"] = json.dumps(meta).encode()
+    return items
+
+
+def _stamps(table: gx.Table) -> np.ndarray:
+    """The insertion stamps of the table's items, in key order (not public: the
+    clock sharded tables rank TopK and Recent by)."""
+    _, slots, _, _, stamps = table._native.pin_items()
+    table._native.unpin_slots(slots)
+    return stamps
+
+
+def test_insertion_stamps_survive_save_and_load(tmp_path, checkpoint):
+    _, original, _ = checkpoint
+    _rezip(tmp_path / "v3.gx", original)
+    stored = np.load(io.BytesIO(original["stamps.npy"]))
+    assert np.all(np.diff(stored) > 0) and stored.min() > 1.6e18  # ns since the epoch
+    np.testing.assert_array_equal(_stamps(gx.Table.load(tmp_path / "v3.gx")), stored)
+
+
+def test_a_version_2_checkpoint_loads_stamped_anew_in_key_order(tmp_path, checkpoint):
+    _, original, _ = checkpoint
+    _rezip(tmp_path / "v2.gx", _v2(original))
+    _rezip(tmp_path / "v3.gx", original)
+    v2, v3 = gx.Table.load(tmp_path / "v2.gx"), gx.Table.load(tmp_path / "v3.gx")
+    np.testing.assert_equal(v2.contents(), v3.contents())
+    stamps = _stamps(v2)
+    assert np.all(np.diff(stamps) > 0)
+    assert stamps.min() > np.load(io.BytesIO(original["stamps.npy"])).max()  # anew: later
+
+
 def _v1(original: dict[str, bytes]) -> dict[str, bytes]:
     """The same checkpoint in format version 1 (gearjax 0.1): keys were sequence
     numbers, the counter was next_key."""
-    items = dict(original)
+    items = _v2(original)
     meta = json.loads(items["meta.json"])
     bits = (meta["capacity"] - 1).bit_length()
     keys = np.load(io.BytesIO(items["keys.npy"]))
@@ -568,9 +620,9 @@ def _v1(original: dict[str, bytes]) -> dict[str, bytes]:
 
 def test_a_version_1_checkpoint_loads_with_its_keys_in_the_new_layout(tmp_path, checkpoint):
     _, original, _ = checkpoint
-    _rezip(tmp_path / "v2.gx", original)
+    _rezip(tmp_path / "v3.gx", original)
     _rezip(tmp_path / "v1.gx", _v1(original))
-    v1, v2 = gx.Table.load(tmp_path / "v1.gx"), gx.Table.load(tmp_path / "v2.gx")
+    v1, v2 = gx.Table.load(tmp_path / "v1.gx"), gx.Table.load(tmp_path / "v3.gx")
     np.testing.assert_equal(v1.contents(), v2.contents())
     assert v1.stats()["next_sequence"] == v2.stats()["next_sequence"]
     for key in v2.contents()["key"]:

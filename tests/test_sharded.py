@@ -40,21 +40,32 @@ SHIFT_2 = 62  # 63 - shard bits; two or three processes: one and two shard bits
 SHIFT_3 = 61
 
 
-def expected_probability(strategy: str, length: int, priority: float) -> float:
-    return {"uniform": 1.0, "timestep": float(length),
-            "prioritized": priority ** 0.7 if priority > 0 else 0.0}[strategy]
+def expected_weights(strategy: str, inserted: dict, stamps: dict) -> dict[int, float]:
+    """Each key's weight in one table holding every shard: by the strategy's
+    formula, or for TopK(5) and Recent(6) 1 for the global best (ranked by
+    priority, then insertion stamp, then shard; Recent by stamp, then
+    shard) and 0 for the rest."""
+    if strategy in ("topk", "recent"):
+        count = {"topk": 5, "recent": 6}[strategy]
+        rank = {"topk": lambda k: (inserted[k][2], stamps[k], k >> SHIFT_3),
+                "recent": lambda k: (stamps[k], k >> SHIFT_3)}[strategy]
+        best = set(sorted(inserted, key=rank, reverse=True)[:count])
+        return {k: float(k in best) for k in inserted}
+    return {k: {"uniform": 1.0, "timestep": float(length),
+                "prioritized": priority ** 0.7 if priority > 0 else 0.0}[strategy]
+            for k, (_, length, priority) in inserted.items()}
 
 
 @pytest.mark.parametrize("exchange", ["xla", pytest.param("nixl", marks=needs_nixl)])
-@pytest.mark.parametrize("strategy", ["uniform", "timestep", "prioritized"])
+@pytest.mark.parametrize("strategy", ["uniform", "timestep", "prioritized", "topk", "recent"])
 def test_rows_follow_the_global_distribution(tmp_path, strategy, exchange):
     processes, calls, batch = 3, 12, 512
     results = multihost.run("global_distribution", processes, tmp_path, strategy=strategy,
                             calls=calls, batch=batch, window=4, exchange=exchange)
     inserted = {int(k): v for r in results for k, v in r["inserted"].items()}
     assert len(inserted) == sum(len(shard_contents(p)) for p in range(processes))
-    weights = {k: expected_probability(strategy, length, priority)
-               for k, (_, length, priority) in inserted.items()}
+    stamps = {int(k): v for r in results for k, v in r["stamps"].items()}
+    weights = expected_weights(strategy, inserted, stamps)
     total = sum(weights.values())
     counts = collections.Counter()
     for r in results:
@@ -182,6 +193,18 @@ def test_one_process_needs_no_distributed_setup():
     assert table.closed
 
 
+def test_one_process_topk_and_recent_are_those_of_the_table():
+    table = one_shard()
+    keys = table.local.contents()["key"]  # priorities 0, 1, 2 in key order
+    for strategy, best in ((gx.TopK(2), keys[1:]), (gx.Recent(1), keys[2:]),
+                           (gx.TopK(99), keys)):
+        batch = table.sample(jax.random.key(1), 64, 2, strategy)
+        assert set(np.asarray(batch.keys).tolist()) == set(best.tolist()), strategy
+        np.testing.assert_allclose(np.asarray(batch.probability), 1 / len(best))
+        assert np.asarray(batch.table_size).tolist() == [3] * 64
+    table.close()
+
+
 def test_bad_arguments_are_refused_and_change_nothing():
     table = one_shard()
     before = table.local.contents()
@@ -198,8 +221,6 @@ def test_bad_arguments_are_refused_and_change_nothing():
             gx.ShardedTable({"x": gx.Column((), "int32")}, 4, 4, exchange="nixl")
     with pytest.raises(ValueError, match="on_dead_shard"):
         gx.ShardedTable({"x": gx.Column((), "int32")}, 4, 4, on_dead_shard="ignore")
-    with pytest.raises(ValueError, match="TopK and Recent"):
-        table.sample(jax.random.key(0), 4, 2, gx.TopK(2))
     with pytest.raises(ValueError, match="batch_size"):
         table.sample(jax.random.key(0), 0, 2)
     with pytest.raises(TypeError):

@@ -9,7 +9,7 @@ import jax
 import numpy as np
 
 from gearjax import _ffi
-from gearjax.sharded.nixl import _choose_children
+from gearjax.sharded.one_sided import _choose_children
 
 
 def reference_child(line: np.ndarray, target: float) -> tuple[int, float]:

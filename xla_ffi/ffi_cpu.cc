@@ -217,12 +217,39 @@ ffi::Error ShardTotalsImpl(ffi::Token, ffi::Result<ffi::Token>,
   }
 }
 
+// Step 1 for TopK and Recent: this shard's summary (its weight: the length
+// of its list) and its best list of `per_shard` entries (TopEntry as four
+// uint32 words each; past the list, stamp -1), in one snapshot.
+ffi::Error ShardTopsImpl(ffi::Token, ffi::Result<ffi::Token>,
+                         ffi::Result<ffi::Buffer<ffi::U32>> summary,
+                         ffi::Result<ffi::Buffer<ffi::U32>> entries, int64_t table_handle,
+                         int64_t strategy, int64_t count, int64_t shard) {
+  try {
+    std::shared_ptr<Table> table = LookUpTable(table_handle);
+    if (summary->element_count() != kSummaryWords) return Fail("the summary has the wrong size");
+    const SampleRequest request = ShardRequest(strategy, 0.0, count);
+    if (!RanksShards(request.strategy)) return Fail("only TopK and Recent rank shards");
+    const int64_t per_shard = static_cast<int64_t>(entries->element_count()) / kEntryWords;
+    if (per_shard * kEntryWords != static_cast<int64_t>(entries->element_count()) ||
+        per_shard != std::min(count, table->spec().capacity)) {
+      return Fail("the best list must hold min(count, capacity) entries");
+    }
+    auto* list = reinterpret_cast<TopEntry*>(entries->typed_data());
+    std::fill(list, list + per_shard, TopEntry{0.0, -1});
+    const ShardSummary s = Summarize(shard, table->Tops(request, list));
+    std::memcpy(summary->typed_data(), &s, sizeof(s));
+    return ffi::Error::Success();
+  } catch (...) {
+    return FromException(std::current_exception());
+  }
+}
+
 // The gathered summaries, checked: one per shard, `shards` of them.
-const ShardSummary* BindSummaries(const ffi::Buffer<ffi::U32>& summaries, int64_t shards) {
+ShardSummary* BindSummaries(ffi::Buffer<ffi::U32>& summaries, int64_t shards) {
   if (shards < 1 || static_cast<int64_t>(summaries.element_count()) != shards * kSummaryWords) {
     throw InvalidArgument("the gathered summaries have the wrong size");
   }
-  return reinterpret_cast<const ShardSummary*>(summaries.typed_data());
+  return reinterpret_cast<ShardSummary*>(summaries.typed_data());
 }
 
 // Step 2: the shard of each row of each requester (no table is touched):
@@ -247,6 +274,31 @@ ffi::Error ShardPlanImpl(ffi::Buffer<ffi::U32> seeds, ffi::Buffer<ffi::U32> summ
       PlanShards(s, shards, seeds.typed_data() + 2 * j, batch,
                  shard_of_row->typed_data() + j * batch, counts->typed_data() + j * shards);
     }
+    return ffi::Error::Success();
+  } catch (...) {
+    return FromException(std::current_exception());
+  }
+}
+
+// Step 1b for TopK and Recent (no table is touched): the gathered summaries
+// with each shard's weight replaced by its share of the global best `count`
+// (RankShards), from the gathered best lists.
+ffi::Error ShardRankImpl(ffi::Buffer<ffi::U32> summaries, ffi::Buffer<ffi::U32> entries,
+                         ffi::Result<ffi::Buffer<ffi::U32>> ranked, int64_t strategy,
+                         int64_t count) {
+  try {
+    const int64_t shards = static_cast<int64_t>(summaries.element_count()) / kSummaryWords;
+    if (ranked->element_count() != summaries.element_count()) return Fail("sizes differ");
+    const int64_t per_shard =
+        shards < 1 ? 0 : static_cast<int64_t>(entries.element_count()) / (shards * kEntryWords);
+    if (per_shard < 1 ||
+        per_shard * shards * kEntryWords != static_cast<int64_t>(entries.element_count())) {
+      return Fail("expected one best list per shard");
+    }
+    const SampleRequest request = ShardRequest(strategy, 0.0, count);
+    std::memcpy(ranked->typed_data(), summaries.typed_data(), summaries.size_bytes());
+    RankShards(request.strategy, count, reinterpret_cast<const TopEntry*>(entries.typed_data()),
+               per_shard, BindSummaries(*ranked, shards), shards);
     return ffi::Error::Success();
   } catch (...) {
     return FromException(std::current_exception());
@@ -369,6 +421,25 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardTotalsCpu, ShardTotalsImpl,
                                   .Attr<int64_t>("strategy")
                                   .Attr<double>("alpha")
                                   .Attr<int64_t>("shard"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardTopsCpu, ShardTopsImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Token>()
+                                  .Ret<ffi::Token>()
+                                  .Ret<ffi::Buffer<ffi::U32>>()
+                                  .Ret<ffi::Buffer<ffi::U32>>()
+                                  .Attr<int64_t>("table_handle")
+                                  .Attr<int64_t>("strategy")
+                                  .Attr<int64_t>("count")
+                                  .Attr<int64_t>("shard"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardRankCpu, ShardRankImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::U32>>()
+                                  .Arg<ffi::Buffer<ffi::U32>>()
+                                  .Ret<ffi::Buffer<ffi::U32>>()
+                                  .Attr<int64_t>("strategy")
+                                  .Attr<int64_t>("count"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardPlanCpu, ShardPlanImpl,
                               ffi::Ffi::Bind()

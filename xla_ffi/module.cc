@@ -93,7 +93,7 @@ class NativeTable {
   }
 
   int64_t Insert(const std::vector<HostArray>& sources, int64_t length, double priority,
-                 int64_t restore_key, int64_t restore_slot) {
+                 int64_t restore_key, int64_t restore_slot, int64_t restore_stamp) {
     if (sources.size() != static_cast<size_t>(table_->num_columns())) {
       throw InvalidArgument("expected " + std::to_string(table_->num_columns()) + " columns");
     }
@@ -112,7 +112,7 @@ class NativeTable {
       pointers.push_back(sources[c].data());
     }
     nb::gil_scoped_release release;  // the copy, and any wait on the limiter
-    return table_->Insert(pointers, length, priority, restore_key, restore_slot);
+    return table_->Insert(pointers, length, priority, restore_key, restore_slot, restore_stamp);
   }
 
   int64_t UpdatePriorities(Int64Array keys, DoubleArray priorities) {
@@ -125,7 +125,7 @@ class NativeTable {
   }
 
   // Pins items (all live ones, or those of `keys`) and returns their
-  // (keys, slots, lengths, priorities) as NumPy arrays.
+  // (keys, slots, lengths, priorities, insertion stamps) as NumPy arrays.
   nb::tuple PinItems(nb::object keys) {
     std::vector<ItemInfo> items;
     if (keys.is_none()) {
@@ -135,15 +135,16 @@ class NativeTable {
       items = table_->PinItems(wanted.data(), static_cast<int64_t>(wanted.shape(0)));
     }
     const size_t n = items.size();
-    NewArray<int64_t> key({n}), slot({n}), length({n});
+    NewArray<int64_t> key({n}), slot({n}), length({n}), stamp({n});
     NewArray<double> priority({n});
     for (size_t i = 0; i < n; ++i) {
       key.data[i] = items[i].key;
       slot.data[i] = items[i].slot;
       length.data[i] = items[i].length;
       priority.data[i] = items[i].priority;
+      stamp.data[i] = items[i].stamp;
     }
-    return nb::make_tuple(key.array, slot.array, length.array, priority.array);
+    return nb::make_tuple(key.array, slot.array, length.array, priority.array, stamp.array);
   }
 
   void UnpinSlots(Int64Array slots) {
@@ -186,6 +187,8 @@ class NativeTable {
     d["arena_bytes"] = r.arena_bytes;
     d["slots"] = reinterpret_cast<uintptr_t>(r.slots);
     d["slots_bytes"] = static_cast<size_t>(table_->spec().capacity) * sizeof(SlotInfo);
+    d["stamps"] = reinterpret_cast<uintptr_t>(r.stamps);
+    d["stamps_bytes"] = static_cast<size_t>(table_->spec().capacity) * sizeof(int64_t);
     d["tree"] = reinterpret_cast<uintptr_t>(r.tree.nodes);
     d["tree_bytes"] = r.tree_nodes * sizeof(double);
     std::vector<int64_t> offsets(r.tree.offsets, r.tree.offsets + r.tree.levels);
@@ -278,7 +281,7 @@ NB_MODULE(_gearjax, m) {
       .def_prop_ro("closed", &NativeTable::closed)
       .def("close", &NativeTable::Close, "wait_seconds"_a)
       .def("insert", &NativeTable::Insert, "sources"_a, "length"_a, "priority"_a,
-           "restore_key"_a = -1, "restore_slot"_a = -1)
+           "restore_key"_a = -1, "restore_slot"_a = -1, "restore_stamp"_a = -1)
       .def("update_priorities", &NativeTable::UpdatePriorities, "keys"_a, "priorities"_a)
       .def("pin_items", &NativeTable::PinItems, "keys"_a = nb::none())
       .def("unpin_slots", &NativeTable::UnpinSlots, "slots"_a)
@@ -316,6 +319,8 @@ NB_MODULE(_gearjax, m) {
     targets["gearjax_insert_batch"] = gearjax::Capsule(gearjax::InsertBatchCpu);
     targets["gearjax_shard_totals"] = gearjax::Capsule(gearjax::ShardTotalsCpu);
     targets["gearjax_shard_plan"] = gearjax::Capsule(gearjax::ShardPlanCpu);
+    targets["gearjax_shard_tops"] = gearjax::Capsule(gearjax::ShardTopsCpu);
+    targets["gearjax_shard_rank"] = gearjax::Capsule(gearjax::ShardRankCpu);
     targets["gearjax_shard_serve"] = gearjax::Capsule(gearjax::ShardServeCpu);
     targets["gearjax_shard_keys"] = gearjax::Capsule(gearjax::ShardKeysCpu);
     targets["gearjax_int64_from_words"] = gearjax::Capsule(gearjax::Int64FromWordsCpu);

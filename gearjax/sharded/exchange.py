@@ -6,7 +6,10 @@ A global sample of B rows per process (see xla_ffi/core/sharding.h for the
 arithmetic):
 
 1. each shard's summary (``shard_totals``) and each process's plan seed are
-   all-gathered, in one gather;
+   all-gathered, in one gather; for TopK(k) and Recent(n) each shard's best
+   list (``shard_tops``: its min(k, capacity) best entries) goes in the same
+   gather, and every process ranks the lists (``shard_rank``) into each
+   shard's share of the global best;
 2. each process draws the shard of each row of every process
    (``shard_plan``), so it knows what every process asks of its shard;
 3. each owner draws the rows every process asked of it into one block per
@@ -32,7 +35,7 @@ from jax.sharding import PartitionSpec as P
 from gearjax import _ffi
 from gearjax.batch import Batch
 from gearjax.sharded import keys as keys_of
-from gearjax.strategies import Strategy
+from gearjax.strategies import Recent, Strategy, TopK
 from gearjax.table import _seed_words, _window_steps
 
 # The mesh axis of the programs that eager calls run.
@@ -61,6 +64,7 @@ class ShardSpec:
     shard: int         # this process's shard number (its process index)
     shards: int        # the number of shards (processes)
     shard_shift: int   # global key = shard << shard_shift | the shard's own key
+    capacity: int      # of each shard
     max_length: int
     columns: tuple[tuple[str, tuple[int, ...], np.dtype], ...]
 
@@ -91,14 +95,26 @@ def sample(rng_key: jax.Array, *, spec: ShardSpec, batch_size: int, window: int 
     serve_key = jax.random.fold_in(jax.random.fold_in(rng_key, 1), spec.shard)
     serve_seeds = jnp.stack([_seed_words(jax.random.fold_in(serve_key, j))
                              for j in range(shards)])
-    summary = _ffi.shard_totals_call(handle=spec.handle, strategy=strategy.code,
-                                     alpha=strategy.alpha, shard=spec.shard)
-    # One gather brings every shard's summary and every process's plan seed:
-    # each process then draws every process's plan, so each owner knows what
-    # is asked of it without a second exchange.
-    gathered = jax.lax.all_gather(jnp.concatenate([summary, plan_seed]), axis_name)
-    summaries = gathered[:, :_ffi.SUMMARY_WORDS].reshape(-1)
-    shard_of_rows, counts = _ffi.shard_plan_call(gathered[:, _ffi.SUMMARY_WORDS:], summaries,
+    ranked = isinstance(strategy, (TopK, Recent))
+    if ranked:
+        per_shard = min(strategy.count, spec.capacity)
+        summary, entries = _ffi.shard_tops_call(handle=spec.handle, strategy=strategy.code,
+                                                count=strategy.count, shard=spec.shard,
+                                                per_shard=per_shard)
+    else:
+        summary = _ffi.shard_totals_call(handle=spec.handle, strategy=strategy.code,
+                                         alpha=strategy.alpha, shard=spec.shard)
+        entries = jnp.zeros((0,), jnp.uint32)
+    # One gather brings every shard's summary (and best list) and every
+    # process's plan seed: each process then draws every process's plan, so
+    # each owner knows what is asked of it without a second exchange.
+    words = _ffi.SUMMARY_WORDS
+    gathered = jax.lax.all_gather(jnp.concatenate([summary, plan_seed, entries]), axis_name)
+    summaries = gathered[:, :words].reshape(-1)
+    if ranked:
+        summaries = _ffi.shard_rank_call(summaries, gathered[:, words + 2:].reshape(-1),
+                                         strategy=strategy.code, count=strategy.count)
+    shard_of_rows, counts = _ffi.shard_plan_call(gathered[:, words:words + 2], summaries,
                                                  batch=batch_size, shards=shards)
     shard_of_row = shard_of_rows[spec.shard]  # this process's rows
     asked = counts[:, spec.shard]  # rows each process asks of this shard

@@ -3,22 +3,11 @@ one-sided reads through NVIDIA NIXL (UCX inside: RDMA where a NIC is, shared
 memory or TCP between local processes), with no call into the owners.
 
 Each process registers its shard's memory with a NIXL agent once, read-only
-for peers: the arena, the slot records, and the sum tree of each strategy
-sampled so far. It publishes the agent's metadata and those addresses through
-JAX's key-value store under the job token; peers load them only if the token
-matches. A sample then reads, for each row:
-
-1. every shard's total (its tree's root) and size, fresh at each sample; the
-   shard of the row is drawn with probability S_k / S;
-2. the owner's sum tree, one level at a time (all rows of a level in one
-   transfer per shard), down to a leaf: the slot, drawn in proportion to its
-   weight, exactly as the owner's own sampler would;
-3. the slot's record, the window, and the record again. A record holds the
-   key and state of the slot; keys are never reused, so if the key or the
-   state changed between the two reads the owner rewrote the slot meanwhile
-   (a seqlock whose version is the key) and the row is drawn again: a window
-   is never torn. A row whose tree path ended on a slot that is no longer
-   live is drawn again too.
+for peers: the arena, the slot records, the insertion stamps, and the sum
+tree of each strategy sampled so far. It publishes the agent's metadata and
+those addresses through JAX's key-value store under the job token; peers load
+them only if the token matches. What a sample reads, and how it never sees a
+torn window, is gearjax/sharded/one_sided.py (shared with ``verbs``).
 
 Rows of this process's own shard are read from its memory the same way (no
 transport). Priority updates for other shards travel as NIXL notifications to
@@ -51,27 +40,13 @@ from typing import Any
 import numpy as np
 
 from gearjax.sharded import coordination
-from gearjax.sharded import keys as keys_of
+from gearjax.sharded.one_sided import (MAX_UPDATE_ENTRIES, OneSidedReader, ShardUnavailable,
+                                       apply_updates, strategy_key, update_message)
+
+__all__ = ["ShardUnavailable", "Transport", "nixl_api"]
 
 PROGRESS_SECONDS = 0.0005
-# Rounds of redrawing rows whose slot changed (or was left) during the read.
-MAX_ROUNDS = 32
-_FANOUT = 8
-_SLOT_BYTES = 32
-_LIVE = 2
-_UPDATE = b"GXUP"
 _TREE = b"GXTR"
-# At most this many entries in one priority-update notification.
-MAX_UPDATE_ENTRIES = 1 << 20
-
-
-class ShardUnavailable(RuntimeError):
-    """A shard's owner did not answer a one-sided read in time (dead, frozen
-    or unreachable)."""
-
-    def __init__(self, shard: int, why: str):
-        super().__init__(f"shard {shard} is unavailable: {why}")
-        self.shard = shard
 
 
 def nixl_api():
@@ -99,11 +74,7 @@ def _close_all() -> None:
         transport.close()
 
 
-def _strategy_key(code: int, alpha: float) -> str:
-    return f"{code}/{alpha!r}"
-
-
-class Transport:
+class Transport(OneSidedReader):
     """One process's side of the nixl exchange for one ShardedTable: the owner
     of its shard (registration, progress, applying updates) and the reader of
     every shard."""
@@ -139,7 +110,7 @@ class Transport:
     # ------------------------------------------------------------ the owner
     def _layout(self, code: int, alpha: float) -> dict:
         """This shard's layout for a strategy, registered and published once."""
-        key = _strategy_key(code, alpha)
+        key = strategy_key(code, alpha)
         with self._lock:
             if key in self._layouts:
                 return self._layouts[key]
@@ -147,7 +118,8 @@ class Transport:
             regions = [("tree", layout["tree"], layout["tree_bytes"])]
             if not self._layouts:
                 regions += [("arena", layout["arena"], layout["arena_bytes"]),
-                            ("slots", layout["slots"], layout["slots_bytes"])]
+                            ("slots", layout["slots"], layout["slots_bytes"]),
+                            ("stamps", layout["stamps"], layout["stamps_bytes"])]
             for _, address, size in regions:
                 self._registered.append(self._agent.register_memory(
                     [(address, size, 0, "")], "DRAM"))
@@ -195,19 +167,8 @@ class Transport:
             if code in (1, 2) and 0.0 <= alpha <= 8.0:
                 self._layout(code, alpha)
             return
-        if kind != _UPDATE or len(body) % 16 != 0 or len(body) // 16 > MAX_UPDATE_ENTRIES:
-            self.refused_updates += 1
-            return
-        n = len(body) // 16
-        keys = np.frombuffer(body, np.int64, n)
-        priorities = np.frombuffer(body, np.float64, n, offset=8 * n)
-        mine = keys_of.owners(keys, self._shard_shift) == self._shard
-        try:
-            self._local.update_priorities(keys_of.local_keys(keys[mine], self._shard_shift),
-                                          priorities[mine])
-        except (TypeError, ValueError, RuntimeError):
-            self.refused_updates += int(mine.sum())
-        self.refused_updates += int((~mine).sum())
+        self.refused_updates += apply_updates(self._local, self._shard, self._shard_shift,
+                                              kind, body)
 
     def close(self) -> None:
         """Stops serving peers: the progress thread ends, the memory is
@@ -230,6 +191,10 @@ class Transport:
             self._agent = None
 
     # ------------------------------------------------------------ the reader
+    def _check_open(self) -> None:
+        if self._agent is None:
+            raise RuntimeError("this sharded table is closed")
+
     def _peer(self, shard: int, version: int = 1) -> str:
         """The agent name of a shard's owner, with its metadata of at least
         `version` loaded (checked against the job token first)."""
@@ -259,7 +224,7 @@ class Transport:
         return self._peers[shard]
 
     def _peer_layout(self, shard: int, code: int, alpha: float) -> dict:
-        key = _strategy_key(code, alpha)
+        key = strategy_key(code, alpha)
         if (shard, key) in self._peer_layouts:
             return self._peer_layouts[(shard, key)]
         if shard == self._shard:
@@ -295,21 +260,6 @@ class Transport:
                     [(buffer.ctypes.data, buffer.nbytes, 0, "")], "DRAM"))
             self._buffers[name] = buffer
         return buffer
-
-    def fetch(self, requests: dict[int, tuple[np.ndarray, np.ndarray]],
-              name: str = "fetch") -> dict[int, tuple[np.ndarray, np.ndarray]]:
-        """Reads, for each shard, its spans (addresses, sizes) into one staging
-        buffer; returns for each shard that buffer and each span's offset."""
-        total = sum(int(sizes.sum()) for _, sizes in requests.values())
-        buffer = self._staging(name, total)
-        destinations, offset = {}, 0
-        for shard, (addresses, sizes) in requests.items():
-            ends = offset + np.cumsum(sizes, dtype=np.int64)
-            destinations[shard] = ends - sizes
-            offset = int(ends[-1]) if len(ends) else offset
-        self.read_into({k: (a, s, buffer.ctypes.data + destinations[k])
-                        for k, (a, s) in requests.items()})
-        return {k: (buffer, destinations[k]) for k in requests}
 
     def read_into(self, requests: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
         """Reads, for each shard, spans (addresses, sizes) into local addresses
@@ -372,229 +322,11 @@ class Transport:
     def send_updates(self, shard: int, keys: np.ndarray, priorities: np.ndarray) -> None:
         name = self._peer(shard)
         for start in range(0, len(keys), MAX_UPDATE_ENTRIES):
-            k = np.ascontiguousarray(keys[start:start + MAX_UPDATE_ENTRIES], np.int64)
-            p = np.ascontiguousarray(priorities[start:start + MAX_UPDATE_ENTRIES], np.float64)
+            k = keys[start:start + MAX_UPDATE_ENTRIES]
+            p = priorities[start:start + MAX_UPDATE_ENTRIES]
             try:
                 with self._lock:
-                    self._agent.send_notif(name, _UPDATE + self._token.encode() + k.tobytes() +
-                                           p.tobytes())
+                    self._agent.send_notif(name, update_message(self._token, k, p))
             except Exception as e:  # noqa: BLE001
                 raise ShardUnavailable(shard, f"{type(e).__name__}: {e}") from None
             self.sent_updates += len(k)
-
-    def get(self, shard: int, key: int) -> dict[str, np.ndarray] | None:
-        """The trajectory with (the shard's own) key `key` of another shard,
-        read one-sidedly, or None if that shard does not hold it now."""
-        layout = self._peer_layout(shard, 0, 0.0)
-        capacity = layout["slots_bytes"] // _SLOT_BYTES
-        slot = key & ((1 << _slot_bits(capacity)) - 1)
-        if slot >= capacity:
-            return None
-        slots = {shard: np.array([slot], np.int64)}
-        before = self._records({shard: layout}, slots)[shard]
-        length = int(before[1][0])
-        if before[0][0] != key or before[2][0] != _LIVE or not 1 <= length <= layout["max_length"]:
-            return None
-        columns = list(self._local.columns.items())
-        step_bytes = np.array([c.step_bytes for _, c in columns], np.int64)
-        buffer = self._staging("get", int(length * step_bytes.sum()))
-        sizes = length * step_bytes
-        destinations = buffer.ctypes.data + np.cumsum(sizes) - sizes
-        sources = layout["arena"] + np.array(layout["column_offsets"], np.int64) + \
-            slot * layout["max_length"] * step_bytes
-        self.read_into({shard: (sources.astype(np.uint64), sizes, destinations.astype(np.uint64))})
-        after = self._records({shard: layout}, slots)[shard]
-        if after[0][0] != key or after[2][0] != _LIVE:
-            return None  # rewritten during the read: that trajectory is gone
-        out, offset = {}, 0
-        for name, column in columns:
-            size = length * column.step_bytes
-            out[name] = buffer[offset:offset + size].view(column.dtype).reshape(
-                (length,) + column.shape).copy()
-            offset += size
-        return out
-
-    # ------------------------------------------------------------ sampling
-    def sample(self, rng: np.random.Generator, batch: int, window: int | None, code: int,
-               alpha: float, pad_left: bool) -> dict[str, np.ndarray]:
-        """One-sided global sample of `batch` rows (see the module docstring)."""
-        if self._agent is None:
-            raise RuntimeError("this sharded table is closed")
-        shards = [k for k in range(self._shards) if k not in self._dead]
-        while True:
-            try:
-                return self._sample(rng, batch, window, code, alpha, pad_left, shards)
-            except ShardUnavailable as e:
-                if self._on_dead_shard != "skip" or e.shard not in shards or len(shards) == 1:
-                    raise
-                self._dead.add(e.shard)
-                shards = [k for k in shards if k != e.shard]
-
-    def _sample(self, rng, batch, window, code, alpha, pad_left, shards):
-        layouts = {k: self._peer_layout(k, code, alpha) for k in shards}
-        uniform = {k: self._peer_layout(k, 0, 0.0) for k in shards}
-        roots = self.fetch({k: (np.array([_root(layouts[k]), _root(uniform[k])], np.uint64),
-                                np.array([8, 8], np.int64)) for k in shards})
-        totals = np.array([_doubles(*roots[k])[0] for k in shards])
-        sizes = np.array([_doubles(*roots[k])[1] for k in shards])
-        total, table_size = float(totals.sum()), int(round(sizes.sum()))
-        if not total > 0:
-            raise ValueError("cannot sample: no shard holds anything this strategy can draw "
-                             "(every shard is empty, or every priority is 0)")
-        columns = list(self._local.columns.values())
-        max_length = self._local.max_length
-        width = window or max_length
-        # The windows land straight in registered output buffers, one per
-        # column, already padded: no assembly copy.
-        outputs = []
-        for c, column in enumerate(columns):
-            buffer = self._staging(f"column-{c}", batch * width * column.step_bytes)
-            array = buffer[:batch * width * column.step_bytes].view(column.dtype).reshape(
-                (batch, width) + column.shape)
-            array[...] = column.pad
-            outputs.append(array)
-        out = {"keys": np.zeros(batch, np.int64), "start": np.zeros(batch, np.int32),
-               "probability": np.zeros(batch, np.float32),
-               "table_size": np.full(batch, table_size, np.int64),
-               "valid": np.zeros(batch, np.int32), "shard": np.zeros(batch, np.int32)}
-        step_bytes = np.array([c.step_bytes for c in columns], np.int64)
-        todo = np.arange(batch)
-        for _ in range(MAX_ROUNDS):
-            if len(todo) == 0:
-                out["columns"] = [a.copy() for a in outputs]
-                return out
-            targets = rng.random(len(todo)) * total
-            which = np.minimum(np.searchsorted(np.cumsum(totals), targets, side="right"),
-                               len(shards) - 1)
-            rows_of = {k: todo[which == i] for i, k in enumerate(shards)}
-            u = {k: rng.random(len(rows_of[k])) * totals[i] for i, k in enumerate(shards)}
-            starts_u = {k: rng.random(len(rows_of[k])) for k in shards}
-            leaves, weights = self._descend(layouts, u, rows_of)
-            records = self._records(layouts, leaves)
-            failed, plan, spans = [], {}, {}
-            for k in shards:
-                key, length, state = records[k]
-                good = (leaves[k] >= 0) & (weights[k] > 0) & (state == _LIVE) & \
-                    (length >= 1) & (length <= max_length)
-                failed.append(rows_of[k][~good])
-                rows, slots, key, length = rows_of[k][good], leaves[k][good], key[good], \
-                    length[good]
-                start = np.zeros(len(rows), np.int64) if window is None else \
-                    (starts_u[k][good] * length).astype(np.int64)
-                valid = np.minimum(width, length - start)
-                plan[k] = (rows, slots, key, start, valid, weights[k][good])
-                # One span per row and column: the valid steps, from the slot's
-                # run in the column's region to the row's place in the output.
-                layout = layouts[k]
-                offsets = np.array(layout["column_offsets"], np.int64)
-                source = layout["arena"] + offsets[None, :] + \
-                    ((slots * layout["max_length"] + start)[:, None] * step_bytes[None, :])
-                pad = (width - valid) if pad_left else np.zeros_like(valid)
-                dest = np.stack([outputs[c].ctypes.data + (rows * width + pad) * step_bytes[c]
-                                 for c in range(len(columns))], 1)
-                size = valid[:, None] * step_bytes[None, :]
-                spans[k] = (source.reshape(-1).astype(np.uint64), size.reshape(-1),
-                            dest.reshape(-1).astype(np.uint64))
-            self.read_into(spans)
-            again = self._records(layouts, {k: plan[k][1] for k in shards})
-            for k in shards:
-                rows, slots, key, start, valid, weight = plan[k]
-                unchanged = (again[k][0] == key) & (again[k][2] == _LIVE)
-                # Rewritten during the read: padding again, and drawn again.
-                for c, column in enumerate(columns):
-                    outputs[c][rows[~unchanged]] = column.pad
-                failed.append(rows[~unchanged])
-                rows, key, start, valid, weight = (x[unchanged] for x in
-                                                   (rows, key, start, valid, weight))
-                out["keys"][rows] = keys_of.global_keys(k, key, self._shard_shift)
-                out["start"][rows] = start
-                out["valid"][rows] = valid
-                out["probability"][rows] = weight / total
-                out["shard"][rows] = k
-            todo = np.sort(np.concatenate(failed))
-        raise RuntimeError(f"{len(todo)} rows could not be read consistently in {MAX_ROUNDS} "
-                           f"rounds: their shards are rewriting slots faster than they can be "
-                           f"read")
-
-    def _descend(self, layouts, targets, rows_of):
-        """Each row's leaf (slot; -1 if the path found no weight) and its
-        weight, one tree level per transfer (all shards at once)."""
-        nodes = {k: np.zeros(len(rows_of[k]), np.int64) for k in rows_of}
-        target = {k: targets[k].copy() for k in rows_of}
-        weight = {k: np.zeros(len(rows_of[k])) for k in rows_of}
-        dead = {k: np.zeros(len(rows_of[k]), bool) for k in rows_of}
-        levels = {k: len(layouts[k]["tree_offsets"]) for k in rows_of}
-        line_bytes = 8 * _FANOUT
-        for depth in range(max(levels.values()) - 1):
-            requests = {}
-            for k in rows_of:
-                level = levels[k] - 2 - depth
-                if level < 0 or len(rows_of[k]) == 0:
-                    continue
-                base = layouts[k]["tree"] + 8 * layouts[k]["tree_offsets"][level]
-                requests[k] = ((base + line_bytes * nodes[k]).astype(np.uint64),
-                               np.full(len(nodes[k]), line_bytes, np.int64))
-            lines = self.fetch(requests, "tree")
-            for k, (buffer, offsets) in lines.items():
-                line = buffer[offsets[0]:offsets[0] + line_bytes * len(offsets)].view(
-                    np.float64).reshape(-1, _FANOUT)
-                child, target[k], ok = _choose_children(line, target[k])
-                dead[k] |= ~ok
-                weight[k] = line[np.arange(len(child)), child]
-                nodes[k] = nodes[k] * _FANOUT + child
-        return ({k: np.where(dead[k], -1, nodes[k]) for k in rows_of}, weight)
-
-    def _records(self, layouts, slots):
-        """(keys, lengths, states) of the slots' records, read now."""
-        requests = {k: ((layouts[k]["slots"] + _SLOT_BYTES * np.maximum(slots[k], 0))
-                        .astype(np.uint64), np.full(len(slots[k]), _SLOT_BYTES, np.int64))
-                    for k in slots}
-        data = self.fetch(requests, "records")
-        out = {}
-        for k, (buffer, offsets) in data.items():
-            n = len(offsets)
-            raw = buffer[offsets[0]:offsets[0] + _SLOT_BYTES * n] if n else buffer[:0]
-            records = raw.view(_RECORD) if n else np.zeros(0, _RECORD)
-            out[k] = (records["key"].copy(), records["length"].copy(), records["state"].copy())
-        return out
-
-
-# A slot record as xla_ffi/core/slots.h lays it out (SlotInfo, 32 bytes).
-_RECORD = np.dtype([("key", "<i8"), ("length", "<i8"), ("priority", "<f8"), ("pins", "<i4"),
-                    ("state", "u1"), ("pad", "V3")])
-assert _RECORD.itemsize == _SLOT_BYTES
-
-
-def _slot_bits(capacity: int) -> int:
-    """KeyLayout's slot bits (xla_ffi/core/slots.h): the fewest that hold
-    every slot number."""
-    return 0 if capacity <= 1 else (capacity - 1).bit_length()
-
-
-def _root(layout: dict) -> int:
-    """The address of a tree's root (its total)."""
-    return layout["tree"] + 8 * layout["tree_offsets"][-1]
-
-
-def _doubles(buffer: np.ndarray, offsets: np.ndarray) -> list[float]:
-    return [float(buffer[o:o + 8].view(np.float64)[0]) for o in offsets]
-
-
-def _choose_children(line: np.ndarray, target: np.ndarray):
-    """SumTreeChild (xla_ffi/core/sum_tree.h) for many lines at once: the child
-    whose interval holds each target, never a zero-weight one; returns
-    (child, target within it, whether a positive child existed)."""
-    prefix = np.cumsum(line, axis=1)
-    count = (prefix <= target[:, None]).sum(axis=1)
-    positive = line > 0
-    last_positive = np.where(positive.any(axis=1),
-                             _FANOUT - 1 - np.argmax(positive[:, ::-1], axis=1), -1)
-    over = count >= _FANOUT
-    child = np.where(over, last_positive, count)
-    ok = child >= 0
-    child = np.clip(child, 0, _FANOUT - 1)
-    before = np.where(child > 0, prefix[np.arange(len(child)), np.maximum(child - 1, 0)], 0.0)
-    # A zero-weight child is never chosen: the prefix counting skips it unless
-    # rounding left the target past the end, handled above.
-    ok &= line[np.arange(len(child)), child] > 0
-    return child, target - before, ok

@@ -29,7 +29,7 @@ from gearjax.table import PADS, Table, _check_rng_key, _seed_words, _window_step
 
 EXCHANGES = ("xla", "nixl", "verbs")
 # Strategies whose global draw needs only the shards' totals.
-_TOTAL_STRATEGIES = (Uniform, Timestep, Prioritized)
+_STRATEGIES = (Uniform, Timestep, Prioritized, TopK, Recent)
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "gearjax-sharded-table/1"
 # How often, at most, a process republishes its shard's stats on its own
@@ -110,7 +110,7 @@ class ShardedTable:
         self._exchange_timeout, self._on_dead_shard = exchange_timeout, on_dead_shard
         self._path = coordination.next_table_path()
         self._spec = ShardSpec(local.handle, self._shard, self._processes, self._shard_shift,
-                               local.max_length,
+                               local.capacity, local.max_length,
                                tuple((n, c.shape, c.dtype) for n, c in local.columns.items()))
         self._transport = None
         try:
@@ -303,8 +303,10 @@ class ShardedTable:
         probability it would have in one table holding every shard, rows are
         independent, and ``probability``, ``table_size`` and ``keys`` are
         global (``batch.shard`` says which shard owned each row). Windows as
-        in :meth:`gearjax.Table.sample`. Strategies: Uniform, Timestep and
-        Prioritized.
+        in :meth:`gearjax.Table.sample`. Every strategy is global: TopK(k)
+        and Recent(n) draw uniformly over the k (n) best items of all shards,
+        ordered by priority and then insertion stamp (Recent: by stamp), the
+        shard number breaking ties (see the README's clock).
 
         Two modes:
 
@@ -328,13 +330,9 @@ class ShardedTable:
             window = _checks.integer("window", window, 1, self._local.max_length)
         if not isinstance(pad, str) or pad not in PADS:
             raise ValueError(f"pad must be 'left' or 'right', got {pad!r}")
-        if isinstance(strategy, (TopK, Recent)):
-            raise ValueError(f"{strategy!r}: a ShardedTable samples by Uniform, Timestep or "
-                             f"Prioritized in this release (TopK and Recent need a global "
-                             f"order of the shards' items)")
-        if not isinstance(strategy, _TOTAL_STRATEGIES):
-            raise TypeError(f"strategy must be gearjax.Uniform(), Timestep() or "
-                            f"Prioritized(alpha), got {strategy!r}")
+        if not isinstance(strategy, _STRATEGIES):
+            raise TypeError(f"strategy must be gearjax.Uniform(), Timestep(), "
+                            f"Prioritized(alpha), TopK(k) or Recent(n), got {strategy!r}")
         _check_rng_key(rng_key)
         width = window or self._local.max_length
         _checks.result_bytes(f"a sharded sample of {self._processes} x {batch_size} x {width} "
@@ -383,7 +381,7 @@ class ShardedTable:
             words = np.asarray(words, np.uint32)
             rng = np.random.default_rng([int(words[0]), int(words[1]), self._shard])
             rows = self._transport.sample(rng, batch_size, window, strategy.code,
-                                          strategy.alpha, pad == "left")
+                                          strategy.alpha, pad == "left", strategy.count)
             out = {k: rows[k] for k in ("start", "probability", "valid", "shard")}
             for k in ("keys", "table_size"):  # 64-bit: as word pairs (see _ffi.int64_array)
                 out[k] = np.ascontiguousarray(rows[k], np.int64).view(np.uint32).reshape(-1, 2)

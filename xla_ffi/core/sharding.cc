@@ -1,7 +1,9 @@
 // Global sampling over shards (see sharding.h).
 #include "sharding.h"
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <string>
 
 #include "random.h"
@@ -13,15 +15,61 @@ ShardSummary Summarize(int64_t shard, const StrategyTotals& totals) {
           static_cast<double>(totals.num_steps), totals.weight};
 }
 
-SampleRequest ShardRequest(int64_t strategy, double alpha) {
-  if (strategy < 0 || strategy > static_cast<int64_t>(Strategy::kPrioritized)) {
-    throw InvalidArgument("sharded tables draw by Uniform, Timestep or Prioritized");
+SampleRequest ShardRequest(int64_t strategy, double alpha, int64_t count) {
+  if (strategy < 0 || strategy > static_cast<int64_t>(Strategy::kRecent)) {
+    throw InvalidArgument("unknown sampling strategy " + std::to_string(strategy));
   }
+  if (count < 1) throw InvalidArgument("TopK and Recent need a count >= 1");
   SampleRequest request;
   request.strategy = static_cast<Strategy>(strategy);
   request.alpha = alpha;
+  request.count = count;
   request.batch = 1;
   return request;
+}
+
+void RankShards(Strategy strategy, int64_t count, const TopEntry* entries, int64_t per_shard,
+                ShardSummary* summaries, int64_t shards) {
+  CheckSummaries(summaries, shards);
+  if (!RanksShards(strategy)) throw InvalidArgument("only TopK and Recent rank shards");
+  if (count < 1 || per_shard < 1) throw InvalidArgument("TopK and Recent need a count >= 1");
+  const bool by_priority = strategy == Strategy::kTopK;
+  // (priority, stamp, shard), compared as the global order: higher is better.
+  struct Ranked {
+    double priority;
+    int64_t stamp, shard;
+    bool operator>(const Ranked& o) const {
+      if (priority != o.priority) return priority > o.priority;
+      if (stamp != o.stamp) return stamp > o.stamp;
+      return shard > o.shard;
+    }
+  };
+  std::vector<Ranked> all;
+  for (int64_t m = 0; m < shards; ++m) {
+    const TopEntry* list = entries + m * per_shard;
+    int64_t n = 0;
+    while (n < per_shard && list[n].stamp != -1) ++n;
+    for (int64_t i = 0; i < per_shard; ++i) {
+      const TopEntry& e = list[i];
+      const bool padding = i >= n;
+      const bool bad =
+          padding ? e.stamp != -1
+                  : (e.stamp < 0 || e.stamp >= kMaxStamp || (by_priority && !ValidPriority(e.priority)) ||
+                     (i > 0 && !(Ranked{by_priority ? list[i - 1].priority : 0.0, list[i - 1].stamp, m} >
+                                 Ranked{by_priority ? e.priority : 0.0, e.stamp, m})));
+      if (bad) {
+        throw InvalidArgument("shard " + std::to_string(m) + " sent a malformed best list (entry " +
+                              std::to_string(i) + ")");
+      }
+      if (!padding) all.push_back({by_priority ? e.priority : 0.0, e.stamp, m});
+    }
+    summaries[m].weight = 0;
+  }
+  const size_t best = static_cast<size_t>(std::min<int64_t>(count, static_cast<int64_t>(all.size())));
+  std::nth_element(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(best) -
+                                    (best > 0 ? 1 : 0),
+                   all.end(), std::greater<Ranked>());
+  for (size_t i = 0; i < best; ++i) summaries[all[i].shard].weight += 1;
 }
 
 void CheckSummaries(const ShardSummary* summaries, int64_t shards) {
@@ -96,6 +144,9 @@ std::vector<uint64_t> ServeDraws(Table& table, const SampleRequest& request, int
       if (counts[j] > 0) {
         SampleRequest r = request;
         r.batch = counts[j];
+        // Ranked strategies draw among this shard's own best g_me (a shard
+        // is asked for rows only when g_me >= 1).
+        if (RanksShards(r.strategy)) r.count = static_cast<int64_t>(summaries[me].weight);
         tickets.push_back(table.Select(r, seeds + 2 * j, rows));
       }
       for (int64_t b = 0; b < counts[j]; ++b) {

@@ -16,8 +16,19 @@
 //     rows stay independent. Rows come back tagged with global keys and the
 //     global size.
 //
+// TopK(k) and Recent(n) are global too: uniform over the k (n) items that
+// rank highest over every shard. Step 1 then also gathers each shard's own
+// best list (Table::Tops: its min(k, size) best (priority, stamp) pairs, or
+// stamps for Recent), and RankShards counts how many of the global best g_m
+// each shard m holds: those are exactly shard m's own best g_m, so drawing
+// shard m with probability g_m / K (K = sum of g_m) and then uniformly among
+// its own best g_m gives every one of the K items probability 1 / K. Items
+// of different shards are ordered by insertion stamp, then shard number (the
+// higher is newer); stamps are the hosts' clocks (Table), so across hosts
+// "newer" is as exact as their clocks are synchronised.
+//
 // Summaries travel as eight uint32 words (four float64) so that JAX programs
-// without x64 carry them unchanged.
+// without x64 carry them unchanged; best lists as four words an entry.
 #pragma once
 
 #include <cstdint>
@@ -36,13 +47,25 @@ struct ShardSummary {
 };
 static_assert(sizeof(ShardSummary) == 32);
 inline constexpr int64_t kSummaryWords = 8;
+inline constexpr int64_t kEntryWords = 4;
 
 ShardSummary Summarize(int64_t shard, const StrategyTotals& totals);
 
-// The request of a sharded draw by strategy code (Uniform, Timestep or
-// Prioritized, the strategies whose shards are weighed by totals); throws
-// InvalidArgument for any other code.
-SampleRequest ShardRequest(int64_t strategy, double alpha);
+// The request of a sharded draw by strategy code, alpha (Prioritized) and
+// count (TopK, Recent; >= 1); throws InvalidArgument for an unknown code.
+SampleRequest ShardRequest(int64_t strategy, double alpha, int64_t count = 1);
+
+// Whether a strategy weighs shards by their ranked best lists (TopK, Recent)
+// rather than by totals.
+inline bool RanksShards(Strategy s) { return s == Strategy::kTopK || s == Strategy::kRecent; }
+
+// For TopK(count) or Recent(count): replaces each summary's weight by g_m,
+// the number of shard m's entries among the `count` best of all shards.
+// entries[m * per_shard ...] is shard m's best list (Table::Tops), best
+// first, padded with stamp -1. Throws InvalidArgument on a malformed list
+// (out of order, a bad priority or stamp, an entry after the padding).
+void RankShards(Strategy strategy, int64_t count, const TopEntry* entries, int64_t per_shard,
+                ShardSummary* summaries, int64_t shards);
 
 // Throws InvalidArgument unless summaries[k] is shard k's for every k (a
 // collective that did not reach every process, say a global program fed one
@@ -66,7 +89,8 @@ inline int64_t GlobalKey(int64_t shard, int shard_shift, int64_t local_key) {
 // from `table` with seeds[j] into draws[j * block, j * block + counts[j]); the
 // rest of each block is left as it was (the requester never reads it).
 // Rows get global keys, the global size and global probabilities (see above),
-// computed from the gathered summaries. Each requester's rows are one Select
+// computed from the gathered summaries. For TopK and Recent the summaries are
+// ranked (RankShards) and this shard draws among its own best g_me. Each requester's rows are one Select
 // (one wait on the rate limiter, one ticket); the tickets are returned, to
 // hand back with EndSample once the windows are copied. On a throw, tickets
 // already taken are returned first.

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <vector>
 
@@ -159,7 +160,108 @@ TEST(Sharding, RemoteLayoutShowsTheStrategysTreeAndTheMemory) {
   const RemoteLayout prioritized = table.Remote({Strategy::kPrioritized, 1.0, 0, 1, 0});
   EXPECT_EQ(SumTreeTotal(prioritized.tree), 5.0);
   EXPECT_EQ(table.GetStats().alphas.size(), 1u);  // created like a sample would
-  EXPECT_THROW(table.Remote({Strategy::kRecent, 0, 2, 1, 0}), InvalidArgument);
+  const RemoteLayout recent = table.Remote({Strategy::kRecent, 0, 2, 1, 0});
+  EXPECT_EQ(recent.tree_nodes, 0u);  // readers rank the records and stamps
+  EXPECT_GT(recent.stamps[table.key_layout().Slot(0)], 0);
+}
+
+TEST(Sharding, StampsIncreaseInKeyOrderAndFollowTheClock) {
+  Table table(Spec(8));
+  const auto before = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::system_clock::now().time_since_epoch()).count();
+  for (int i = 0; i < 5; ++i) Put(table, 1, 1.0);
+  const std::vector<ItemInfo> items = table.PinItems();
+  for (size_t i = 0; i < items.size(); ++i) {
+    EXPECT_GE(items[i].stamp, before);
+    if (i > 0) {
+      EXPECT_GT(items[i].stamp, items[i - 1].stamp);
+    }
+  }
+  std::vector<int64_t> slots;
+  for (const ItemInfo& it : items) slots.push_back(it.slot);
+  table.UnpinSlots(slots);
+}
+
+TEST(Sharding, RestoredStampsMustIncreaseAndStayBelowTheBound) {
+  Table table(Spec(4));
+  int32_t x = 1;
+  const KeyLayout& layout = table.key_layout();
+  table.Insert({&x}, 1, 1.0, layout.Key(0, 0), 0, 100);
+  EXPECT_THROW(table.Insert({&x}, 1, 1.0, layout.Key(1, 1), 1, 100), InvalidArgument);
+  EXPECT_THROW(table.Insert({&x}, 1, 1.0, layout.Key(1, 1), 1, kMaxStamp), InvalidArgument);
+  table.Insert({&x}, 1, 1.0, layout.Key(1, 1), 1, 101);
+  EXPECT_EQ(table.PinItems()[1].stamp, 101);
+}
+
+TEST(Sharding, TopsListTheBestFirst) {
+  Table table(Spec(8));
+  Put(table, 1, 2.0);
+  Put(table, 1, 5.0);
+  Put(table, 1, 2.0);  // ties with the first: newer, so ranked above it
+  std::vector<TopEntry> out(8, TopEntry{-1, -9});
+  const StrategyTotals t = table.Tops({Strategy::kTopK, 0, 2, 1, 0}, out.data());
+  EXPECT_EQ(t.size, 3);
+  EXPECT_EQ(t.weight, 2.0);
+  const std::vector<ItemInfo> items = table.PinItems();
+  EXPECT_EQ(out[0].priority, 5.0);
+  EXPECT_EQ(out[0].stamp, items[1].stamp);
+  EXPECT_EQ(out[1].stamp, items[2].stamp);
+  EXPECT_EQ(out[2].stamp, -9);  // not written
+  table.Tops({Strategy::kRecent, 0, 5, 1, 0}, out.data());
+  EXPECT_EQ(out[0].stamp, items[2].stamp);
+  EXPECT_EQ(out[2].stamp, items[0].stamp);
+  EXPECT_THROW(table.Tops({Strategy::kUniform, 0, 0, 1, 0}, out.data()), InvalidArgument);
+}
+
+TEST(Sharding, RankingCountsEachShardsShareOfTheGlobalBest) {
+  // Shard 0: priorities 9, 1; shard 1: 5, 5 (stamps 20 > 10), 0.
+  std::vector<TopEntry> entries = {{9, 1}, {1, 2}, {0, -1}, {5, 20}, {5, 10}, {0, 30}};
+  std::vector<ShardSummary> s = Summaries({0, 0});
+  RankShards(Strategy::kTopK, 3, entries.data(), 3, s.data(), 2);
+  EXPECT_EQ(s[0].weight, 1.0);  // 9
+  EXPECT_EQ(s[1].weight, 2.0);  // 5, 5
+  RankShards(Strategy::kTopK, 100, entries.data(), 3, s.data(), 2);
+  EXPECT_EQ(s[0].weight + s[1].weight, 5.0);  // all of them
+  // Recent: by stamp (shard 1's list is not in stamp order: refused).
+  EXPECT_THROW(RankShards(Strategy::kRecent, 2, entries.data(), 3, s.data(), 2), InvalidArgument);
+  std::vector<TopEntry> recent = {{0, 7}, {0, 3}, {0, 6}, {0, 5}};
+  RankShards(Strategy::kRecent, 2, recent.data(), 2, s.data(), 2);
+  EXPECT_EQ(s[0].weight, 1.0);
+  EXPECT_EQ(s[1].weight, 1.0);
+  // Equal stamps on two shards: the higher shard counts as newer.
+  std::vector<TopEntry> tie = {{0, 7}, {0, -1}, {0, 7}, {0, -1}};
+  RankShards(Strategy::kRecent, 1, tie.data(), 2, s.data(), 2);
+  EXPECT_EQ(s[1].weight, 1.0);
+  // Malformed lists: an entry after padding, a bad priority, a bad stamp.
+  for (std::vector<TopEntry> bad :
+       {std::vector<TopEntry>{{0, -1}, {0, 5}, {0, -1}, {0, -1}},
+        std::vector<TopEntry>{{std::nan(""), 5}, {0, -1}, {0, -1}, {0, -1}},
+        std::vector<TopEntry>{{1, -5}, {0, -1}, {0, -1}, {0, -1}}}) {
+    EXPECT_THROW(RankShards(Strategy::kTopK, 2, bad.data(), 2, s.data(), 2), InvalidArgument);
+  }
+  EXPECT_THROW(RankShards(Strategy::kUniform, 2, tie.data(), 2, s.data(), 2), InvalidArgument);
+}
+
+TEST(Sharding, ARankedOwnerDrawsAmongItsOwnShareOfTheBest) {
+  const int shift = 62;
+  Table table(Spec(8, shift));
+  Put(table, 1, 1.0);
+  const int64_t b = Put(table, 1, 8.0);
+  Put(table, 1, 2.0);
+  // Shard 1 (this table) holds 1 of the global top 4 (weights g = 3, 1).
+  std::vector<ShardSummary> s = {{0, 5, 5, 3}, {1, 3, 3, 1}};
+  const uint32_t seeds[4] = {5, 6, 7, 8};
+  const int32_t counts[2] = {4, 0};
+  std::vector<Draw> draws(8);
+  const std::vector<uint64_t> tickets = ServeDraws(
+      table, {Strategy::kTopK, 0, 99, 1, 0}, 1, shift, s.data(), 2, seeds, counts, 4, draws.data());
+  for (int i = 0; i < 4; ++i) {
+    const Draw& d = draws[i];
+    EXPECT_EQ(d.key & ((int64_t{1} << shift) - 1), b);  // its best only
+    EXPECT_FLOAT_EQ(d.probability, 1.0f / 4);             // 1 / K
+    EXPECT_EQ(d.table_size, 8);
+  }
+  for (uint64_t t : tickets) table.EndSample(t);
 }
 
 }  // namespace

@@ -56,6 +56,7 @@ Table::Table(TableSpec spec)
                   static_cast<size_t>(step_bytes(c)));
   }
   slots_ = std::make_unique<Slots>(spec_.capacity, spec_.gpu_mapped, spec_.key_bits);
+  stamps_.assign(static_cast<size_t>(spec_.capacity), -1);
   order_ = std::make_unique<InsertionOrder>(spec_.capacity);
   uniform_ = std::make_unique<UniformSelector>(spec_.capacity, spec_.gpu_mapped);
   AttachLocked(order_.get());
@@ -206,7 +207,10 @@ void Table::EvictLocked(int64_t slot) {
   (*slots_)[slot].state = SlotState::kWriting;  // key and length stay until republished
 }
 
-void Table::PublishLocked(int64_t slot, int64_t key, int64_t length, double priority) {
+void Table::PublishLocked(int64_t slot, int64_t key, int64_t length, double priority,
+                          int64_t stamp) {
+  stamps_[slot] = stamp;
+  last_stamp_ = stamp;
   SlotInfo& info = (*slots_)[slot];
   info.key = key;
   info.length = length;
@@ -220,7 +224,7 @@ void Table::PublishLocked(int64_t slot, int64_t key, int64_t length, double prio
 }
 
 int64_t Table::Insert(const std::vector<const void*>& sources, int64_t length, double priority,
-                      int64_t restore_key, int64_t restore_slot) {
+                      int64_t restore_key, int64_t restore_slot, int64_t restore_stamp) {
   if (sources.size() != spec_.columns.size()) {
     throw InvalidArgument("expected " + std::to_string(spec_.columns.size()) + " columns, got " +
                           std::to_string(sources.size()));
@@ -233,11 +237,11 @@ int64_t Table::Insert(const std::vector<const void*>& sources, int64_t length, d
                         static_cast<size_t>(length * step_bytes(c)));
         }
       },
-      restore_key, restore_slot);
+      restore_key, restore_slot, restore_stamp);
 }
 
 int64_t Table::InsertWith(int64_t length, double priority, const Fill& fill,
-                          int64_t restore_key, int64_t restore_slot) {
+                          int64_t restore_key, int64_t restore_slot, int64_t restore_stamp) {
   if (length < 1 || length > spec_.max_length) {
     throw InvalidArgument("trajectory length " + std::to_string(length) + " is outside [1, " +
                           std::to_string(spec_.max_length) + "]");
@@ -257,6 +261,10 @@ int64_t Table::InsertWith(int64_t length, double priority, const Fill& fill,
       throw InvalidArgument("restored key " + std::to_string(restore_key) +
                             " does not name slot " + std::to_string(restore_slot) +
                             " or is not above the keys so far");
+    }
+    if (restore_stamp >= 0 && (restore_stamp <= last_stamp_ || restore_stamp >= kMaxStamp)) {
+      throw InvalidArgument("restored insertion stamp " + std::to_string(restore_stamp) +
+                            " is not above the stamps so far, or not below 2^62");
     }
   } else if (counters_.next_sequence > key_layout_.max_sequence()) {
     throw InvalidArgument("this table has issued every key it can (" +
@@ -327,7 +335,15 @@ int64_t Table::InsertWith(int64_t length, double priority, const Fill& fill,
   const int64_t key = restoring ? restore_key : key_layout_.Key(sequence, slot);
   counters_.next_sequence = sequence + 1;
   ++counters_.inserts;
-  PublishLocked(slot, key, length, priority);
+  // Wall-clock time orders shards on different hosts; within the table the
+  // stamp must still increase, whatever the clock does (steps back, ties).
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  const int64_t stamp = restoring && restore_stamp >= 0
+                            ? restore_stamp
+                            : std::min(std::max(now, last_stamp_ + 1), kMaxStamp - 1);
+  PublishLocked(slot, key, length, priority, stamp);
   changed_.notify_all();
   return key;
 }
@@ -539,9 +555,30 @@ RemoteLayout Table::Remote(const SampleRequest& r) {
       tree = &PrioritizedLocked(r.alpha).tree();
       break;
     default:
-      throw InvalidArgument("TopK and Recent are not read one-sidedly");
+      break;  // TopK and Recent: readers rank the records and stamps
   }
-  return {arena_->host_data(), arena_->bytes(), &(*slots_)[0], tree->view(), tree->node_count()};
+  RemoteLayout layout{arena_->host_data(), arena_->bytes(), &(*slots_)[0]};
+  if (tree != nullptr) {
+    layout.tree = tree->view();
+    layout.tree_nodes = tree->node_count();
+  }
+  layout.stamps = stamps_.data();
+  return layout;
+}
+
+StrategyTotals Table::Tops(const SampleRequest& r, TopEntry* out) {
+  CheckRequest(r);
+  if (r.strategy != Strategy::kTopK && r.strategy != Strategy::kRecent) {
+    throw InvalidArgument("only TopK and Recent rank their items");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckOpenLocked();
+  const std::vector<int64_t> slots =
+      r.strategy == Strategy::kTopK ? TopKLocked().Highest(r.count) : RecentLocked().Newest(r.count);
+  for (size_t i = 0; i < slots.size(); ++i) {
+    out[i] = {(*slots_)[slots[i]].priority, stamps_[slots[i]]};
+  }
+  return {live_, num_steps_, static_cast<double>(slots.size())};
 }
 
 void Table::EndSample(uint64_t ticket) {
@@ -600,7 +637,7 @@ std::vector<ItemInfo> Table::PinItems(const int64_t* keys, int64_t count) {
   std::vector<ItemInfo> items;
   auto pin = [&](int64_t slot) {
     const SlotInfo& info = (*slots_)[slot];
-    items.push_back({info.key, slot, info.length, info.priority});
+    items.push_back({info.key, slot, info.length, info.priority, stamps_[slot]});
     slots_->Pin(slot);
   };
   if (keys == nullptr) {

@@ -18,7 +18,11 @@
 //  * Readers that copy trajectories out at leisure (contents, get, save) pin
 //    the slots they read instead; a writer also waits for its slot's pins.
 //  * Keys are assigned when a trajectory is published (see slots.h): unique,
-//    increasing with publication order, never reused. A slot keeps its key and
+//    increasing with publication order, never reused.
+//  * Each published slot also gets an insertion stamp (ns since the Unix
+//    epoch by the host's clock, strictly increasing within the table, so in
+//    key order): the clock that orders the shards of a sharded table against
+//    each other for TopK and Recent (sharding.h). Checkpoints keep it. A slot keeps its key and
 //    length until it is republished, so a GPU sample that drew it just before
 //    its eviction reports the key of the data it read.
 //  * After Close, every call fails with Closed; the memory is released once no
@@ -95,15 +99,29 @@ struct RemoteLayout {
   const uint8_t* arena = nullptr;
   size_t arena_bytes = 0;
   const SlotInfo* slots = nullptr;
-  SumTreeView tree{};
+  SumTreeView tree{};  // empty for TopK and Recent
   size_t tree_nodes = 0;
+  const int64_t* stamps = nullptr;  // capacity entries, one per slot
 };
+
+// One item of a shard's best list for TopK (its priority, then its stamp,
+// ordering it) or Recent (its stamp): what the shards of a sharded table
+// gather to rank their items globally (sharding.h). stamp -1: no item.
+struct TopEntry {
+  double priority;
+  int64_t stamp;
+};
+static_assert(sizeof(TopEntry) == 16);
+// Stamps stay below this (checkpoints are checked against it), so the next
+// one never overflows.
+inline constexpr int64_t kMaxStamp = int64_t{1} << 62;
 
 struct ItemInfo {
   int64_t key;
   int64_t slot;
   int64_t length;
   double priority;
+  int64_t stamp;  // insertion stamp (see the invariants above Table)
 };
 
 struct Counters {
@@ -158,9 +176,12 @@ class Table {
   // step_bytes(c) contiguous bytes) into a slot and publishes it. Evicts by the
   // remover when full; waits on the rate limiter. Checkpoint restores pass
   // `restore_key` >= 0 (above every key so far, naming `restore_slot`, which
-  // must be free) and bypass the limiter. Call without the GIL: it may wait.
+  // must be free) and bypass the limiter; `restore_stamp` >= 0 restores the
+  // insertion stamp too (above every stamp so far, below kMaxStamp), -1 takes
+  // a new one. Call without the GIL: it may wait.
   int64_t Insert(const std::vector<const void*>& sources, int64_t length, double priority,
-                 int64_t restore_key = -1, int64_t restore_slot = -1);
+                 int64_t restore_key = -1, int64_t restore_slot = -1,
+                 int64_t restore_stamp = -1);
 
   // Insert's slot lifecycle with the copy left to the caller: `fill(slot)`
   // runs without the mutex, once the slot is reserved and no sampler can read
@@ -169,7 +190,8 @@ class Table {
   // it evicted stays evicted) and the exception propagates.
   using Fill = std::function<void(int64_t slot)>;
   int64_t InsertWith(int64_t length, double priority, const Fill& fill,
-                     int64_t restore_key = -1, int64_t restore_slot = -1);
+                     int64_t restore_key = -1, int64_t restore_slot = -1,
+                     int64_t restore_stamp = -1);
 
   // Copies the first `steps` steps of column c of `slot` to dst. The caller
   // holds a pin on the slot (PinItems), so it cannot change meanwhile.
@@ -194,9 +216,16 @@ class Table {
   // would). Does not wait on the rate limiter and counts nothing.
   StrategyTotals Totals(const SampleRequest& request);
 
-  // The memory a one-sided reader needs to draw by `request`'s strategy
-  // (Uniform, Timestep or Prioritized) and read windows, creating the
-  // strategy's tree like Totals. Host arenas only.
+  // A TopK(count) or Recent(count) request's best list (see TopEntry): the
+  // min(count, size) items it draws from, best first, into out[0..); returns
+  // the size, steps, and the number of entries written as the weight, in one
+  // consistent snapshot. Counts nothing and does not wait on the limiter.
+  StrategyTotals Tops(const SampleRequest& request, TopEntry* out);
+
+  // The memory a one-sided reader needs to draw by `request`'s strategy and
+  // read windows, creating the strategy's tree like Totals (TopK and Recent
+  // have none: their readers rank the slot records and stamps). Host arenas
+  // only.
   RemoteLayout Remote(const SampleRequest& request);
 
   // Sets priorities of the keys still live; others are skipped (and counted
@@ -254,7 +283,8 @@ class Table {
   template <typename S>
   std::unique_ptr<S> FilledLocked(std::unique_ptr<S> selector) const;
   void EvictLocked(int64_t slot);
-  void PublishLocked(int64_t slot, int64_t key, int64_t length, double priority);
+  void PublishLocked(int64_t slot, int64_t key, int64_t length, double priority,
+                     int64_t stamp);
   void ReleaseMemoryLocked();
 
   TableSpec spec_;
@@ -271,6 +301,8 @@ class Table {
   // Memory, released at close (see ReleaseMemoryLocked).
   std::unique_ptr<Arena> arena_;
   std::unique_ptr<Slots> slots_;
+  std::vector<int64_t> stamps_;  // per slot: the insertion stamp of its item
+  int64_t last_stamp_ = -1;
   // Selectors: insertion order and Uniform always, the remover's heap when the
   // remover is min-priority, the others when a sample first asks for them.
   std::unique_ptr<InsertionOrder> order_;

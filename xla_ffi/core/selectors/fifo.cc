@@ -45,4 +45,14 @@ Selection RecentSelector::Select(double u, int64_t n) const {
   return {by_key_.find_by_order(size - 1 - rank)->second, 1.0 / static_cast<double>(m)};
 }
 
+std::vector<int64_t> RecentSelector::Newest(int64_t n) const {
+  std::vector<int64_t> slots;
+  slots.reserve(static_cast<size_t>(std::min(std::max<int64_t>(n, 0), size())));
+  for (auto it = by_key_.rbegin(); it != by_key_.rend() &&
+                                   static_cast<int64_t>(slots.size()) < n; ++it) {
+    slots.push_back(it->second);
+  }
+  return slots;
+}
+
 }  // namespace gearjax

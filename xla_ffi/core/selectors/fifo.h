@@ -38,6 +38,8 @@ class RecentSelector final : public Selector {
   int64_t size() const { return static_cast<int64_t>(by_key_.size()); }
   // Uniform over the min(n, size) newest items (n >= 1; the table is not empty).
   Selection Select(double u, int64_t n) const;
+  // The slots of the min(n, size) newest, the newest first.
+  std::vector<int64_t> Newest(int64_t n) const;
 
  private:
   OrderStatistics<int64_t> by_key_;  // key -> slot

@@ -90,4 +90,14 @@ Selection TopKSelector::Select(double u, int64_t k) const {
   return {by_priority_.find_by_order(size - 1 - rank)->second, 1.0 / static_cast<double>(m)};
 }
 
+std::vector<int64_t> TopKSelector::Highest(int64_t k) const {
+  std::vector<int64_t> slots;
+  slots.reserve(static_cast<size_t>(std::min(std::max<int64_t>(k, 0), size())));
+  for (auto it = by_priority_.rbegin(); it != by_priority_.rend() &&
+                                        static_cast<int64_t>(slots.size()) < k; ++it) {
+    slots.push_back(it->second);
+  }
+  return slots;
+}
+
 }  // namespace gearjax

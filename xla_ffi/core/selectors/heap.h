@@ -54,6 +54,9 @@ class TopKSelector final : public Selector {
   int64_t size() const { return static_cast<int64_t>(by_priority_.size()); }
   // Uniform over the min(k, size) highest (k >= 1; the table is not empty).
   Selection Select(double u, int64_t k) const;
+  // The slots of the min(k, size) highest, the highest first (what Select
+  // draws from, in rank order).
+  std::vector<int64_t> Highest(int64_t k) const;
 
  private:
   OrderStatistics<std::pair<double, int64_t>> by_priority_;  // (priority, key) -> slot

@@ -1,0 +1,401 @@
+"""One-sided global sampling over a sharded table's shards, whatever moves
+the bytes: the reader's half of the ``nixl`` and ``verbs`` exchanges
+(gearjax/sharded/nixl.py, gearjax/sharded/verbs.py). A transport subclasses
+:class:`OneSidedReader` and provides three things: ``read_into`` (read spans
+of a shard's registered memory into local registered buffers, with a
+deadline), ``_staging`` (such a buffer) and ``_peer_layout`` (where a shard's
+arena, slot records, stamps and trees are). Everything else is here, once:
+
+1. every shard's total (its tree's root) and size, fresh at each sample; the
+   shard of each row is drawn with probability S_k / S;
+2. the owner's sum tree, one level at a time (all rows of a level in one
+   transfer per shard), down to a leaf: the slot, drawn in proportion to its
+   weight, exactly as the owner's own sampler would. TopK and Recent have no
+   tree: every shard's slot records and insertion stamps are read whole and
+   ranked here (xla_ffi/core/sharding.h);
+3. the slot's record, the window, and the record again. A record holds the
+   key and state of the slot; keys are never reused, so if the key or the
+   state changed between the two reads the owner rewrote the slot meanwhile
+   (a seqlock whose version is the key) and the row is drawn again: a window
+   is never torn. A row whose tree path ended on a slot that is no longer
+   live is drawn again too.
+
+A shard whose reads fail or time out raises :class:`ShardUnavailable`, or,
+with ``on_dead_shard="skip"``, is left out of this and later samples
+(probabilities renormalised over the live ones).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gearjax.sharded import keys as keys_of
+
+# Rounds of redrawing rows whose slot changed (or was left) during the read.
+MAX_ROUNDS = 32
+_FANOUT = 8
+_SLOT_BYTES = 32
+_LIVE = 2
+_TOPK, _RECENT = 3, 4  # strategy codes (gearjax.strategies)
+_RANKED = (_TOPK, _RECENT)
+# Priority updates for another shard travel as one message to its owner (a
+# NIXL notification, a verbs SEND): _UPDATE, the job token, then n int64 keys
+# and n float64 priorities; at most this many entries a message.
+_UPDATE = b"GXUP"
+MAX_UPDATE_ENTRIES = 1 << 20
+
+
+def strategy_key(code: int, alpha: float) -> str:
+    """How a strategy's remote layout is named where it is published."""
+    return f"{code}/{alpha!r}"
+
+
+def update_message(token: str, keys: np.ndarray, priorities: np.ndarray) -> bytes:
+    k = np.ascontiguousarray(keys, np.int64)
+    p = np.ascontiguousarray(priorities, np.float64)
+    return _UPDATE + token.encode() + k.tobytes() + p.tobytes()
+
+
+def apply_updates(local, shard: int, shard_shift: int, kind: bytes, body: bytes) -> int:
+    """The owner's side of an update message whose token was checked: applies
+    the entries of this shard's keys to ``local`` (a gx.Table), after its
+    own checks; returns how many entries were refused (a malformed message
+    counts as one)."""
+    if kind != _UPDATE or len(body) % 16 != 0 or len(body) // 16 > MAX_UPDATE_ENTRIES:
+        return 1
+    n = len(body) // 16
+    keys = np.frombuffer(body, np.int64, n)
+    priorities = np.frombuffer(body, np.float64, n, offset=8 * n)
+    mine = keys_of.owners(keys, shard_shift) == shard
+    refused = int((~mine).sum())
+    try:
+        local.update_priorities(keys_of.local_keys(keys[mine], shard_shift), priorities[mine])
+    except (TypeError, ValueError, RuntimeError):
+        refused += int(mine.sum())
+    return refused
+
+
+class ShardUnavailable(RuntimeError):
+    """A shard's owner did not answer a one-sided read in time (dead, frozen
+    or unreachable)."""
+
+    def __init__(self, shard: int, why: str):
+        super().__init__(f"shard {shard} is unavailable: {why}")
+        self.shard = shard
+
+
+
+class OneSidedReader:
+    """Samples and reads every shard one-sidedly; subclasses move the bytes.
+
+    Subclasses set ``_local`` (this process's shard, a gx.Table), ``_shard``,
+    ``_shards``, ``_shard_shift``, ``_on_dead_shard`` and ``_dead`` (a set of
+    shards left out), and implement the three methods below."""
+
+    _local: Any
+    _shard: int
+    _shards: int
+    _shard_shift: int
+    _on_dead_shard: str
+    _dead: set
+
+    def read_into(self, requests: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
+        """Reads, for each shard, spans (addresses, sizes) into local addresses
+        (in registered buffers); raises ShardUnavailable naming a shard that
+        failed or ran past the deadline."""
+        raise NotImplementedError
+
+    def _staging(self, name: str, size: int) -> np.ndarray:
+        """A registered local buffer of at least `size` bytes, one per use."""
+        raise NotImplementedError
+
+    def _peer_layout(self, shard: int, code: int, alpha: float) -> dict:
+        """Shard `shard`'s remote layout for a strategy (Table::Remote, as
+        NativeTable.remote_layout returns it, plus max_length)."""
+        raise NotImplementedError
+
+    def _check_open(self) -> None:
+        """Raises if the transport is closed."""
+        raise NotImplementedError
+
+    def fetch(self, requests: dict[int, tuple[np.ndarray, np.ndarray]],
+              name: str = "fetch") -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """Reads, for each shard, its spans (addresses, sizes) into one staging
+        buffer; returns for each shard that buffer and each span's offset."""
+        total = sum(int(sizes.sum()) for _, sizes in requests.values())
+        buffer = self._staging(name, total)
+        destinations, offset = {}, 0
+        for shard, (addresses, sizes) in requests.items():
+            ends = offset + np.cumsum(sizes, dtype=np.int64)
+            destinations[shard] = ends - sizes
+            offset = int(ends[-1]) if len(ends) else offset
+        self.read_into({k: (a, s, buffer.ctypes.data + destinations[k])
+                        for k, (a, s) in requests.items()})
+        return {k: (buffer, destinations[k]) for k in requests}
+
+    def get(self, shard: int, key: int) -> dict[str, np.ndarray] | None:
+        """The trajectory with (the shard's own) key `key` of another shard,
+        read one-sidedly, or None if that shard does not hold it now."""
+        layout = self._peer_layout(shard, 0, 0.0)
+        capacity = layout["slots_bytes"] // _SLOT_BYTES
+        slot = key & ((1 << _slot_bits(capacity)) - 1)
+        if slot >= capacity:
+            return None
+        slots = {shard: np.array([slot], np.int64)}
+        before = self._records({shard: layout}, slots)[shard]
+        length = int(before[1][0])
+        if before[0][0] != key or before[2][0] != _LIVE or not 1 <= length <= layout["max_length"]:
+            return None
+        columns = list(self._local.columns.items())
+        step_bytes = np.array([c.step_bytes for _, c in columns], np.int64)
+        buffer = self._staging("get", int(length * step_bytes.sum()))
+        sizes = length * step_bytes
+        destinations = buffer.ctypes.data + np.cumsum(sizes) - sizes
+        sources = layout["arena"] + np.array(layout["column_offsets"], np.int64) + \
+            slot * layout["max_length"] * step_bytes
+        self.read_into({shard: (sources.astype(np.uint64), sizes, destinations.astype(np.uint64))})
+        after = self._records({shard: layout}, slots)[shard]
+        if after[0][0] != key or after[2][0] != _LIVE:
+            return None  # rewritten during the read: that trajectory is gone
+        out, offset = {}, 0
+        for name, column in columns:
+            size = length * column.step_bytes
+            out[name] = buffer[offset:offset + size].view(column.dtype).reshape(
+                (length,) + column.shape).copy()
+            offset += size
+        return out
+
+    # ------------------------------------------------------------ sampling
+    def sample(self, rng: np.random.Generator, batch: int, window: int | None, code: int,
+               alpha: float, pad_left: bool, count: int = 0) -> dict[str, np.ndarray]:
+        """One-sided global sample of `batch` rows (see the module docstring)."""
+        self._check_open()
+        shards = [k for k in range(self._shards) if k not in self._dead]
+        while True:
+            try:
+                return self._sample(rng, batch, window, code, alpha, pad_left, shards, count)
+            except ShardUnavailable as e:
+                if self._on_dead_shard != "skip" or e.shard not in shards or len(shards) == 1:
+                    raise
+                self._dead.add(e.shard)
+                shards = [k for k in shards if k != e.shard]
+
+    def _sample(self, rng, batch, window, code, alpha, pad_left, shards, count):
+        ranked = code in _RANKED
+        uniform = {k: self._peer_layout(k, 0, 0.0) for k in shards}
+        if ranked:  # no tree: the best items of all shards, ranked here
+            layouts = uniform
+            best = self._rank(layouts, shards, code, count)
+            total, table_size = float(len(best["slot"])), best["size"]
+        else:
+            layouts = {k: self._peer_layout(k, code, alpha) for k in shards}
+            roots = self.fetch({k: (np.array([_root(layouts[k]), _root(uniform[k])], np.uint64),
+                                    np.array([8, 8], np.int64)) for k in shards})
+            totals = np.array([_doubles(*roots[k])[0] for k in shards])
+            sizes = np.array([_doubles(*roots[k])[1] for k in shards])
+            total, table_size = float(totals.sum()), int(round(sizes.sum()))
+        if not total > 0:
+            raise ValueError("cannot sample: no shard holds anything this strategy can draw "
+                             "(every shard is empty, or every priority is 0)")
+        columns = list(self._local.columns.values())
+        max_length = self._local.max_length
+        width = window or max_length
+        # The windows land straight in registered output buffers, one per
+        # column, already padded: no assembly copy.
+        outputs = []
+        for c, column in enumerate(columns):
+            buffer = self._staging(f"column-{c}", batch * width * column.step_bytes)
+            array = buffer[:batch * width * column.step_bytes].view(column.dtype).reshape(
+                (batch, width) + column.shape)
+            array[...] = column.pad
+            outputs.append(array)
+        out = {"keys": np.zeros(batch, np.int64), "start": np.zeros(batch, np.int32),
+               "probability": np.zeros(batch, np.float32),
+               "table_size": np.full(batch, table_size, np.int64),
+               "valid": np.zeros(batch, np.int32), "shard": np.zeros(batch, np.int32)}
+        step_bytes = np.array([c.step_bytes for c in columns], np.int64)
+        todo = np.arange(batch)
+        for _ in range(MAX_ROUNDS):
+            if len(todo) == 0:
+                out["columns"] = [a.copy() for a in outputs]
+                return out
+            expected = None
+            if ranked:
+                if len(todo) < batch:  # a redraw: slots changed, so rank again
+                    best = self._rank(layouts, shards, code, count)
+                    if not len(best["slot"]):
+                        raise ValueError("cannot sample: every shard is empty")
+                    total = float(len(best["slot"]))
+                pick = rng.integers(0, len(best["slot"]), len(todo))
+                mine = {k: best["shard"][pick] == k for k in shards}
+                rows_of = {k: todo[mine[k]] for k in shards}
+                leaves = {k: best["slot"][pick][mine[k]] for k in shards}
+                expected = {k: best["key"][pick][mine[k]] for k in shards}
+                weights = {k: np.ones(len(rows_of[k])) for k in shards}
+            else:
+                targets = rng.random(len(todo)) * total
+                which = np.minimum(np.searchsorted(np.cumsum(totals), targets, side="right"),
+                                   len(shards) - 1)
+                rows_of = {k: todo[which == i] for i, k in enumerate(shards)}
+                u = {k: rng.random(len(rows_of[k])) * totals[i] for i, k in enumerate(shards)}
+                leaves, weights = self._descend(layouts, u, rows_of)
+            starts_u = {k: rng.random(len(rows_of[k])) for k in shards}
+            records = self._records(layouts, leaves)
+            failed, plan, spans = [], {}, {}
+            for k in shards:
+                key, length, state = records[k]
+                good = (leaves[k] >= 0) & (weights[k] > 0) & (state == _LIVE) & \
+                    (length >= 1) & (length <= max_length)
+                if expected is not None:  # the ranked item still holds its slot
+                    good &= key == expected[k]
+                failed.append(rows_of[k][~good])
+                rows, slots, key, length = rows_of[k][good], leaves[k][good], key[good], \
+                    length[good]
+                start = np.zeros(len(rows), np.int64) if window is None else \
+                    (starts_u[k][good] * length).astype(np.int64)
+                valid = np.minimum(width, length - start)
+                plan[k] = (rows, slots, key, start, valid, weights[k][good])
+                # One span per row and column: the valid steps, from the slot's
+                # run in the column's region to the row's place in the output.
+                layout = layouts[k]
+                offsets = np.array(layout["column_offsets"], np.int64)
+                source = layout["arena"] + offsets[None, :] + \
+                    ((slots * layout["max_length"] + start)[:, None] * step_bytes[None, :])
+                pad = (width - valid) if pad_left else np.zeros_like(valid)
+                dest = np.stack([outputs[c].ctypes.data + (rows * width + pad) * step_bytes[c]
+                                 for c in range(len(columns))], 1)
+                size = valid[:, None] * step_bytes[None, :]
+                spans[k] = (source.reshape(-1).astype(np.uint64), size.reshape(-1),
+                            dest.reshape(-1).astype(np.uint64))
+            self.read_into(spans)
+            again = self._records(layouts, {k: plan[k][1] for k in shards})
+            for k in shards:
+                rows, slots, key, start, valid, weight = plan[k]
+                unchanged = (again[k][0] == key) & (again[k][2] == _LIVE)
+                # Rewritten during the read: padding again, and drawn again.
+                for c, column in enumerate(columns):
+                    outputs[c][rows[~unchanged]] = column.pad
+                failed.append(rows[~unchanged])
+                rows, key, start, valid, weight = (x[unchanged] for x in
+                                                   (rows, key, start, valid, weight))
+                out["keys"][rows] = keys_of.global_keys(k, key, self._shard_shift)
+                out["start"][rows] = start
+                out["valid"][rows] = valid
+                out["probability"][rows] = weight / total
+                out["shard"][rows] = k
+            todo = np.sort(np.concatenate(failed))
+        raise RuntimeError(f"{len(todo)} rows could not be read consistently in {MAX_ROUNDS} "
+                           f"rounds: their shards are rewriting slots faster than they can be "
+                           f"read")
+
+    def _rank(self, layouts, shards, code, count) -> dict[str, Any]:
+        """TopK(count) or Recent(count) over the shards (sharding.h): every
+        shard's slot records and insertion stamps, read whole (one transfer
+        per shard), ranked here by (priority,) stamp, shard; returns the
+        shard, slot and key of each of the min(count, live) best, and the
+        number of live items."""
+        capacity = {k: layouts[k]["slots_bytes"] // _SLOT_BYTES for k in shards}
+        data = self.fetch({k: (np.array([layouts[k]["slots"], layouts[k]["stamps"]], np.uint64),
+                               np.array([_SLOT_BYTES * capacity[k], 8 * capacity[k]], np.int64))
+                           for k in shards}, "ranking")
+        parts = []
+        for k in shards:
+            buffer, (records_at, stamps_at) = data[k]
+            n = capacity[k]
+            records = buffer[records_at:records_at + _SLOT_BYTES * n].view(_RECORD)
+            stamps = buffer[stamps_at:stamps_at + 8 * n].view(np.int64)
+            live = np.flatnonzero(records["state"] == _LIVE)
+            parts.append((np.full(len(live), k), live, records["key"][live].copy(),
+                          records["priority"][live].copy(), stamps[live].copy()))
+        shard, slot, key, priority, stamp = (np.concatenate(x) for x in zip(*parts))
+        # np.lexsort sorts by its last key first; ascending, so the best last.
+        order = np.lexsort((shard, stamp, priority) if code == _TOPK else (shard, stamp))
+        best = order[::-1][:count]
+        return {"shard": shard[best], "slot": slot[best], "key": key[best],
+                "size": int(len(slot))}
+
+    def _descend(self, layouts, targets, rows_of):
+        """Each row's leaf (slot; -1 if the path found no weight) and its
+        weight, one tree level per transfer (all shards at once)."""
+        nodes = {k: np.zeros(len(rows_of[k]), np.int64) for k in rows_of}
+        target = {k: targets[k].copy() for k in rows_of}
+        weight = {k: np.zeros(len(rows_of[k])) for k in rows_of}
+        dead = {k: np.zeros(len(rows_of[k]), bool) for k in rows_of}
+        levels = {k: len(layouts[k]["tree_offsets"]) for k in rows_of}
+        line_bytes = 8 * _FANOUT
+        for depth in range(max(levels.values()) - 1):
+            requests = {}
+            for k in rows_of:
+                level = levels[k] - 2 - depth
+                if level < 0 or len(rows_of[k]) == 0:
+                    continue
+                base = layouts[k]["tree"] + 8 * layouts[k]["tree_offsets"][level]
+                requests[k] = ((base + line_bytes * nodes[k]).astype(np.uint64),
+                               np.full(len(nodes[k]), line_bytes, np.int64))
+            lines = self.fetch(requests, "tree")
+            for k, (buffer, offsets) in lines.items():
+                line = buffer[offsets[0]:offsets[0] + line_bytes * len(offsets)].view(
+                    np.float64).reshape(-1, _FANOUT)
+                child, target[k], ok = _choose_children(line, target[k])
+                dead[k] |= ~ok
+                weight[k] = line[np.arange(len(child)), child]
+                nodes[k] = nodes[k] * _FANOUT + child
+        return ({k: np.where(dead[k], -1, nodes[k]) for k in rows_of}, weight)
+
+    def _records(self, layouts, slots):
+        """(keys, lengths, states) of the slots' records, read now."""
+        requests = {k: ((layouts[k]["slots"] + _SLOT_BYTES * np.maximum(slots[k], 0))
+                        .astype(np.uint64), np.full(len(slots[k]), _SLOT_BYTES, np.int64))
+                    for k in slots}
+        data = self.fetch(requests, "records")
+        out = {}
+        for k, (buffer, offsets) in data.items():
+            n = len(offsets)
+            raw = buffer[offsets[0]:offsets[0] + _SLOT_BYTES * n] if n else buffer[:0]
+            records = raw.view(_RECORD) if n else np.zeros(0, _RECORD)
+            out[k] = (records["key"].copy(), records["length"].copy(), records["state"].copy())
+        return out
+
+
+# A slot record as xla_ffi/core/slots.h lays it out (SlotInfo, 32 bytes).
+# A slot record as xla_ffi/core/slots.h lays it out (SlotInfo, 32 bytes).
+_RECORD = np.dtype([("key", "<i8"), ("length", "<i8"), ("priority", "<f8"), ("pins", "<i4"),
+                    ("state", "u1"), ("pad", "V3")])
+assert _RECORD.itemsize == _SLOT_BYTES
+
+
+def _slot_bits(capacity: int) -> int:
+    """KeyLayout's slot bits (xla_ffi/core/slots.h): the fewest that hold
+    every slot number."""
+    return 0 if capacity <= 1 else (capacity - 1).bit_length()
+
+
+def _root(layout: dict) -> int:
+    """The address of a tree's root (its total)."""
+    return layout["tree"] + 8 * layout["tree_offsets"][-1]
+
+
+def _doubles(buffer: np.ndarray, offsets: np.ndarray) -> list[float]:
+    return [float(buffer[o:o + 8].view(np.float64)[0]) for o in offsets]
+
+
+def _choose_children(line: np.ndarray, target: np.ndarray):
+    """SumTreeChild (xla_ffi/core/sum_tree.h) for many lines at once: the child
+    whose interval holds each target, never a zero-weight one; returns
+    (child, target within it, whether a positive child existed)."""
+    prefix = np.cumsum(line, axis=1)
+    count = (prefix <= target[:, None]).sum(axis=1)
+    positive = line > 0
+    last_positive = np.where(positive.any(axis=1),
+                             _FANOUT - 1 - np.argmax(positive[:, ::-1], axis=1), -1)
+    over = count >= _FANOUT
+    child = np.where(over, last_positive, count)
+    ok = child >= 0
+    child = np.clip(child, 0, _FANOUT - 1)
+    before = np.where(child > 0, prefix[np.arange(len(child)), np.maximum(child - 1, 0)], 0.0)
+    # A zero-weight child is never chosen: the prefix counting skips it unless
+    # rounding left the target past the end, handled above.
+    ok &= line[np.arange(len(child)), child] > 0
+    return child, target - before, ok
