@@ -21,7 +21,7 @@ PACKAGE = ROOT / "gearjax"
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 # Packages only gearjax.dt (the rl extra) may use; the core must import and run without.
-EXTRA_ONLY = ("flax", "optax", "gymnasium", "h5py", "matplotlib", "orbax")
+EXTRA_ONLY = ("flax", "optax", "gymnasium", "h5py", "matplotlib", "orbax", "ray")
 
 
 def module_names() -> dict[str, Path]:
@@ -131,6 +131,13 @@ def test_the_core_and_its_demo_run_without_the_extras(tmp_path):
         sys.meta_path.insert(0, Refuse())
         import gearjax
         import gearjax.demo
+        import gearjax.actors  # imports Ray only when a feeder starts
+        try:
+            gearjax.actors.RayFeeder(None, list, list, actors=1)
+        except ImportError as e:
+            assert "gearjax[actors]" in str(e), e
+        else:
+            raise AssertionError("RayFeeder started without Ray")
         assert gearjax.demo.main(["--trajectories", "20", "--capacity", "30",
                                   "--max-length", "40", "--steps", "20", "--batch-size", "8",
                                   "--window", "5", "--steps-per-call", "10"]) == 0

@@ -1,6 +1,7 @@
-"""What behaviour-policy datasets are made of: the :data:`Policy` type, the
-uniform-random and noisy policies every mixture uses, :class:`Mixture` (a
-dataset recipe) and :func:`rollout` (one episode of a policy).
+"""What behaviour-policy datasets are made of: the uniform-random and noisy
+policies every mixture uses and :class:`Mixture` (a dataset recipe). A
+policy is a :data:`gearjax.actors.Policy`; one episode of it is
+:func:`gearjax.actors.rollout` (Ray actors run the same loop).
 
 Both :mod:`gearjax.dt.generate` and :mod:`gearjax.dt.locomotion` build
 mixtures from these, so they live here and neither has to import the other
@@ -14,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-Policy = Callable[[np.ndarray, np.random.Generator], np.ndarray]
+from gearjax.actors import Policy
 
 
 def uniform_random(low: np.ndarray, high: np.ndarray) -> Policy:
@@ -38,19 +39,3 @@ class Mixture:
     env_id: str
     parts: tuple[tuple[str, Callable[[np.ndarray, np.ndarray], Policy], int], ...]
     good: str  # the label of the good policy (normalised scores' 100)
-
-
-def rollout(env, policy: Policy, rng: np.random.Generator, seed: int) -> dict[str, np.ndarray]:
-    """One episode of ``policy`` in a gymnasium environment, to its end
-    (terminated or truncated)."""
-    obs, _ = env.reset(seed=seed)
-    observations, actions, rewards = [], [], []
-    while True:
-        action = policy(np.asarray(obs, np.float32), rng)
-        observations.append(np.asarray(obs, np.float32))
-        actions.append(np.asarray(action, np.float32))
-        obs, reward, terminated, truncated, _ = env.step(action)
-        rewards.append(float(reward))
-        if terminated or truncated:
-            return {"observations": np.stack(observations), "actions": np.stack(actions),
-                    "rewards": np.asarray(rewards, np.float32), "terminal": bool(terminated)}

@@ -34,7 +34,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gearjax.dt.behaviour import Mixture, noisy, rollout, uniform_random
+from gearjax.actors import rollout
+from gearjax.dt.behaviour import Mixture, noisy, uniform_random
 from gearjax.dt.data import Episodes, save
 from gearjax.dt.locomotion import HALFCHEETAH
 

@@ -31,7 +31,8 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from gearjax.dt.behaviour import Mixture, Policy, noisy, rollout, uniform_random
+from gearjax.actors import rollout
+from gearjax.dt.behaviour import Mixture, Policy, noisy, uniform_random
 
 ENV_ID = "HalfCheetah-v5"
 

@@ -1,0 +1,168 @@
+"""gearjax.actors: Ray actors stepping CartPole feed a table: whole episodes,
+policy updates reaching the actors, back-pressure from the table's rate
+limiter, a killed actor replaced, errors handed to the caller, bad arguments
+refused."""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+import gearjax as gx
+
+ray = pytest.importorskip("ray", reason="gearjax.actors needs Ray (the actors extra)")
+gym = pytest.importorskip("gymnasium", reason="the actors' environment is gymnasium's CartPole")
+from gearjax import actors  # noqa: E402
+
+# The policies below are defined here: the actors get them by value.
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+COLUMNS = {"observation": gx.Column((4,), "float32"), "action": gx.Column((), "float32"),
+           "reward": gx.Column((), "float32")}
+make_env = functools.partial(gym.make, "CartPole-v1")
+
+
+def constant(state, obs, rng):
+    return int(state)
+
+
+def alternating(state, obs, rng):
+    return int(rng.integers(2))
+
+
+def slow(state, obs, rng):
+    time.sleep(0.002)  # so that the actors are mid-episode when one is killed
+    return int(rng.integers(2))
+
+
+def broken(state, obs, rng):
+    raise ValueError("the policy broke")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_session(tmp_path_factory):
+    # Ray's workers start in the driver's working directory and put it on
+    # their path: from the repository root they would import the source tree
+    # (no compiled extension) instead of the installed gearjax.
+    before = os.getcwd()
+    os.chdir(tmp_path_factory.mktemp("ray"))
+    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+    os.chdir(before)
+
+
+def table(capacity=64, rate_limiter=None) -> gx.Table:
+    return gx.Table(COLUMNS, capacity=capacity, max_length=500, placement="host",
+                    rate_limiter=rate_limiter)
+
+
+def until(condition, seconds=60.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_actors_insert_whole_episodes():
+    t = table()
+    feeder = actors.RayFeeder(t, make_env, alternating, actors=2, max_episodes=12)
+    assert feeder.wait(120)
+    stats = feeder.stats()
+    feeder.close()
+    assert len(t) == 12 and stats["episodes"] == 12
+    assert stats["env_steps"] == t.num_steps and stats["env_steps_per_second"] > 0
+    for key in t.contents()["key"]:
+        episode = t.get(int(key))
+        assert np.all(episode["reward"] == 1.0)  # CartPole: 1 per step survived
+        assert set(np.unique(episode["action"])) <= {0.0, 1.0}
+        # The pole falls or the episode is cut at 500: never a partial episode.
+        final = episode["observation"][-1]
+        assert len(episode["reward"]) == 500 or abs(final[2]) > 0.15 or abs(final[0]) > 2.0
+
+
+def test_a_new_policy_state_reaches_episodes_started_after_it():
+    t = table(capacity=256)
+    with actors.RayFeeder(t, make_env, constant, actors=2, policy_state=0) as feeder:
+        until(lambda: len(t) >= 4)
+        feeder.set_policy_state(1)
+        before = len(t)
+        until(lambda: len(t) >= before + 6)
+    actions = [set(np.unique(t.get(int(k))["action"])) for k in t.contents()["key"]]
+    assert actions[0] == {0.0}
+    # At most one episode per actor was in flight when the state changed.
+    assert all(a == {1.0} for a in actions[before + 2:])
+
+
+def test_the_rate_limiter_holds_the_actors_back():
+    limiter = gx.SampleToInsertRatio(samples_per_insert=4.0, min_size_to_sample=3,
+                                     error_buffer=8.0, timeout=1.0)
+    t = table(rate_limiter=limiter)
+    feeder = actors.RayFeeder(t, make_env, alternating, actors=2)
+    until(lambda: len(t) >= 3)
+    time.sleep(1.0)
+    held = len(t)
+    # Three inserts for min_size, two more within the error buffer (diff =
+    # 4 * inserts - samples <= 20), then inserts wait, through the limiter's
+    # timeouts, until sampling brings the ratio down.
+    assert held == 5
+    for i in range(3):
+        t.sample(jax.random.key(i), 4, 2)
+    until(lambda: len(t) > held)
+    feeder.close()
+
+
+def test_a_killed_actor_is_replaced():
+    t = table(capacity=512)
+    with actors.RayFeeder(t, make_env, slow, actors=2, max_episodes=40) as feeder:
+        victim = feeder.actor_pids()[0]
+        until(lambda: len(t) >= 2)
+        os.kill(victim, signal.SIGKILL)
+        assert feeder.wait(120)
+        stats = feeder.stats()
+    assert stats["actor_restarts"] >= 1
+    assert len(t) == 40  # the lost episode was stepped again by the new actor
+
+
+def test_an_error_in_the_actors_stops_the_feeder_and_reaches_the_caller():
+    t = table()
+    feeder = actors.RayFeeder(t, make_env, broken, actors=1)
+    with pytest.raises(ValueError, match="the policy broke"):
+        feeder.wait(120)
+    assert not feeder.stats()["running"] and len(t) == 0
+    with pytest.raises(ValueError, match="the policy broke"):
+        feeder.close()
+
+
+def unbuildable():
+    os._exit(3)  # the actor's process dies while it builds its environment
+
+
+def test_an_actor_that_cannot_start_stops_the_feeder_instead_of_restarting_for_ever():
+    t = table()
+    feeder = actors.RayFeeder(t, unbuildable, alternating, actors=1)
+    with pytest.raises(RuntimeError, match="died 4 times in a row"):
+        feeder.wait(120)
+    assert feeder.stats()["actor_restarts"] == actors.MAX_RESTARTS_IN_A_ROW
+    with pytest.raises(RuntimeError):
+        feeder.close()
+
+
+def test_bad_arguments_are_refused_before_any_actor_starts():
+    t = table()
+    for kwargs, error in (({"actors": 0}, ValueError), ({"actors": True}, ValueError),
+                          ({"actors": 1, "max_episodes": 0}, ValueError),
+                          ({"actors": 1, "actor_cpus": -1}, ValueError),
+                          ({"actors": 1, "priority": "high"}, ValueError)):
+        with pytest.raises(error):
+            actors.RayFeeder(t, make_env, alternating, **kwargs)
+    with pytest.raises(TypeError):
+        actors.RayFeeder(t, "CartPole-v1", alternating, actors=1)
+    assert len(t) == 0
