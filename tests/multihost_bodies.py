@@ -359,14 +359,15 @@ def nixl_in_jit(process, processes, directory):
             "same_as_eager": bool((np.asarray(eager.keys) == np.asarray(jitted.keys)).all())}
 
 
-def nixl_dead_owner(process, processes, directory, signal_name, on_dead_shard, wait=0.5):
+def nixl_dead_owner(process, processes, directory, signal_name, on_dead_shard, wait=0.5,
+                    exchange="nixl"):
     """Process 1 is killed (or frozen) after filling its shard; process 0
     keeps sampling one-sidedly and must get an error naming shard 1 within the
     exchange's timeout, or go on without it (on_dead_shard="skip")."""
     import gearjax as gx
     from jax.experimental import multihost_utils
     table = gx.ShardedTable({"x": gx.Column((2,), "int32")}, capacity=16, max_length=12,
-                            exchange="nixl", exchange_timeout=2.0, on_dead_shard=on_dead_shard)
+                            exchange=exchange, exchange_timeout=2.0, on_dead_shard=on_dead_shard)
     fill(table, process)
     multihost_utils.sync_global_devices("filled")
     table.sample(jax.random.key(0), 8, 4)  # every peer's metadata is loaded now

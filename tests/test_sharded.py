@@ -36,6 +36,23 @@ def _nixl_missing() -> str | None:
 
 needs_nixl = pytest.mark.skipif(_nixl_missing() is not None,
                                 reason=f"the nixl exchange needs NIXL: {_nixl_missing()}")
+
+
+def _verbs_missing() -> str | None:
+    try:
+        from gearjax.sharded import verbs
+        verbs.verbs_api()
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+# No machine this project runs on has an RDMA device: these skip, saying why
+# (pyverbs missing, or the device list failing).
+needs_verbs = pytest.mark.skipif(_verbs_missing() is not None,
+                                 reason=f"the verbs exchange needs an RDMA device: "
+                                        f"{_verbs_missing()}")
+ONE_SIDED = [pytest.param("nixl", marks=needs_nixl), pytest.param("verbs", marks=needs_verbs)]
 SHIFT_2 = 62  # 63 - shard bits; two or three processes: one and two shard bits
 SHIFT_3 = 61
 
@@ -56,7 +73,7 @@ def expected_weights(strategy: str, inserted: dict, stamps: dict) -> dict[int, f
             for k, (_, length, priority) in inserted.items()}
 
 
-@pytest.mark.parametrize("exchange", ["xla", pytest.param("nixl", marks=needs_nixl)])
+@pytest.mark.parametrize("exchange", ["xla", *ONE_SIDED])
 @pytest.mark.parametrize("strategy", ["uniform", "timestep", "prioritized", "topk", "recent"])
 def test_rows_follow_the_global_distribution(tmp_path, strategy, exchange):
     processes, calls, batch = 3, 12, 512
@@ -133,7 +150,7 @@ def test_priority_updates_are_routed_to_their_owners(tmp_path):
     assert int(evicted) >> SHIFT_3 == 2
 
 
-@pytest.mark.parametrize("exchange", ["xla", pytest.param("nixl", marks=needs_nixl)])
+@pytest.mark.parametrize("exchange", ["xla", *ONE_SIDED])
 def test_remote_samplers_never_see_a_torn_window_while_a_shard_evicts(tmp_path, exchange):
     results = multihost.run("eviction_race", 2, tmp_path, seconds=4, exchange=exchange)
     assert results[1]["inserted"] > 10
@@ -210,8 +227,9 @@ def test_bad_arguments_are_refused_and_change_nothing():
     before = table.local.contents()
     with pytest.raises(ValueError, match="exchange"):
         gx.ShardedTable({"x": gx.Column((), "int32")}, 4, 4, exchange="rdma")
-    with pytest.raises(ValueError, match="not available"):
-        gx.ShardedTable({"x": gx.Column((), "int32")}, 4, 4, exchange="verbs")
+    if _verbs_missing() is not None:  # the exact reason: pyverbs or the device list
+        with pytest.raises(ValueError, match="exchange='verbs' (needs pyverbs|found no RDMA)"):
+            gx.ShardedTable({"x": gx.Column((), "int32")}, 4, 4, exchange="verbs")
     if _nixl_missing() is None:
         with pytest.raises(ValueError, match="rate limiter"):
             gx.ShardedTable({"x": gx.Column((), "int32")}, 4, 4, exchange="nixl",
@@ -294,12 +312,13 @@ def test_nixl_priority_updates_reach_their_owners_and_hostile_ones_are_refused(t
         assert "no trajectory" in r["missing"]
 
 
-@needs_nixl
+@pytest.mark.parametrize("exchange", ONE_SIDED)
 @pytest.mark.parametrize("on_dead_shard", ["raise", "skip"])
-def test_nixl_a_killed_owner_fails_the_sample_in_time_or_is_skipped(tmp_path, on_dead_shard):
+def test_a_killed_owner_fails_a_one_sided_sample_in_time_or_is_skipped(tmp_path, on_dead_shard,
+                                                                       exchange):
     result = multihost.run("nixl_dead_owner", 2, tmp_path, timeout=120,
                            expect_failure=frozenset({1}), signal_name="SIGKILL",
-                           on_dead_shard=on_dead_shard)[0]
+                           on_dead_shard=on_dead_shard, exchange=exchange)[0]
     for outcome, detail, seconds in result["outcomes"]:
         assert seconds < 2.0 + 1.0  # the exchange's timeout, never a hang
         if on_dead_shard == "raise":

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -22,12 +23,15 @@ from jax.experimental import io_callback
 
 from gearjax import _checks, _ffi, checkpoint, rate_limiters
 from gearjax.columns import Column
-from gearjax.sharded import coordination, exchange, keys as keys_of, nixl
+from gearjax.sharded import coordination, exchange, keys as keys_of, nixl, verbs
 from gearjax.sharded.exchange import ShardedBatch, ShardSpec
 from gearjax.strategies import Prioritized, Recent, Strategy, Timestep, TopK, Uniform
 from gearjax.table import PADS, Table, _check_rng_key, _seed_words, _window_steps
 
 EXCHANGES = ("xla", "nixl", "verbs")
+# The one-sided transports: the check that they can run here, and the class.
+ONE_SIDED = {"nixl": types.SimpleNamespace(api=nixl.nixl_api, Transport=nixl.Transport),
+             "verbs": types.SimpleNamespace(api=verbs.verbs_api, Transport=verbs.Transport)}
 # Strategies whose global draw needs only the shards' totals.
 _STRATEGIES = (Uniform, Timestep, Prioritized, TopK, Recent)
 MANIFEST = "manifest.json"
@@ -49,12 +53,14 @@ class ShardedTable:
         JAX collectives in the sampling program (gloo between CPU processes,
         NCCL between GPUs); it needs nothing beyond jax. ``"nixl"``: one-sided
         reads of the other shards through NVIDIA NIXL, eagerly, with no call
-        into their owners (see :mod:`gearjax.sharded.nixl`); such a table
-        takes no rate limiter.
-      exchange_timeout: ``nixl``: seconds any one transfer may take before the
-        sample fails naming the shard (or skips it, below).
-      on_dead_shard: ``nixl``: ``"raise"`` (a dead or unreachable shard fails
-        the sample with :class:`gearjax.sharded.nixl.ShardUnavailable`) or
+        into their owners (see :mod:`gearjax.sharded.nixl`). ``"verbs"``: the
+        same reads as RDMA READs through pyverbs (:mod:`gearjax.sharded.verbs`;
+        unverified on hardware). A one-sided table takes no rate limiter.
+      exchange_timeout: ``nixl``, ``verbs``: seconds any one transfer may take
+        before the sample fails naming the shard (or skips it, below).
+      on_dead_shard: ``nixl``, ``verbs``: ``"raise"`` (a dead or unreachable
+        shard fails the sample with
+        :class:`gearjax.sharded.one_sided.ShardUnavailable`) or
         ``"skip"`` (go on over the live shards, probabilities renormalised,
         the loss in ``stats()["lost_shards"]``).
 
@@ -78,14 +84,12 @@ class ShardedTable:
             raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
         if not isinstance(name, str):
             raise TypeError(f"name must be a string, got {name!r}")
-        if exchange == "verbs":
-            raise ValueError("exchange='verbs' is not available in this release; use 'xla' "
-                             "(JAX collectives) or 'nixl' (one-sided reads)")
-        if exchange == "nixl":
-            nixl.nixl_api()  # a clear error now if NIXL is missing
+        if exchange in ONE_SIDED:
+            ONE_SIDED[exchange].api()  # a clear error now if the transport is missing
             if rate_limiter is not None:
-                raise ValueError("exchange='nixl' reads shards one-sidedly, which no owner's "
-                                 "rate limiter sees: use rate_limiter=None, or exchange='xla'")
+                raise ValueError(f"exchange={exchange!r} reads shards one-sidedly, which no "
+                                 f"owner's rate limiter sees: use rate_limiter=None, or "
+                                 f"exchange='xla'")
         exchange_timeout = _checks.real("exchange_timeout", exchange_timeout, 1e-3, 1e6)
         if on_dead_shard not in ("raise", "skip"):
             raise ValueError(f"on_dead_shard must be 'raise' or 'skip', got {on_dead_shard!r}")
@@ -117,8 +121,8 @@ class ShardedTable:
             coordination.agree(self._path, "spec", self._agreed_spec(), self._shard,
                                self._processes)
             self._token = coordination.job_token(self._path, self._shard)
-            if self._exchange == "nixl":
-                self._transport = nixl.Transport(
+            if self._exchange in ONE_SIDED:
+                self._transport = ONE_SIDED[self._exchange].Transport(
                     self._local, self._shard, self._processes, self._shard_shift, self._path,
                     self._token, self._exchange_timeout, self._on_dead_shard)
         except BaseException:
@@ -274,7 +278,7 @@ class ShardedTable:
         """A copy of the stored trajectory with global key ``key`` (column ->
         ``[T, *shape]``); KeyError if no shard holds it. This process's shard
         is read as :meth:`gearjax.Table.get` reads it. Another shard is read
-        one-sidedly with ``exchange="nixl"`` (record, data, record again: a
+        one-sidedly with ``exchange="nixl"`` or ``"verbs"`` (record, data, record again: a
         trajectory rewritten meanwhile is gone, so KeyError); the ``xla``
         exchange moves data only inside collective programs, so there a key of
         another shard raises ValueError naming its owner."""
@@ -363,11 +367,13 @@ class ShardedTable:
 
     def _sample_one_sided(self, rng_key, batch_size, window, strategy, pad,
                           axis_name) -> ShardedBatch:
-        """nixl: the reads run on the host, eagerly or, inside a per-process
-        jax.jit (the data-loader pattern), from an ordered io_callback."""
+        """nixl, verbs: the reads run on the host, eagerly or, inside a
+        per-process jax.jit (the data-loader pattern), from an ordered
+        io_callback."""
         if axis_name is not None:
-            raise ValueError("exchange='nixl' samples per process (eagerly or inside a "
-                             "per-process jax.jit); inside shard_map use exchange='xla'")
+            raise ValueError(f"exchange={self._exchange!r} samples per process (eagerly or "
+                             f"inside a per-process jax.jit); inside shard_map use "
+                             f"exchange='xla'")
         width = window or self._local.max_length
         columns = list(self._local.columns.values())
         shapes = {"keys": ((batch_size, 2), np.uint32), "start": ((batch_size,), np.int32),
@@ -455,8 +461,8 @@ class ShardedTable:
         return updated
 
     def _update_one_sided(self, keys: np.ndarray, priorities: np.ndarray) -> int:
-        """nixl: entries of this shard applied here, the others sent to their
-        owners as notifications (applied there by their progress threads)."""
+        """nixl, verbs: entries of this shard applied here, the others sent to
+        their owners as messages (applied there by their progress threads)."""
         owners = keys_of.owners(keys, self._shard_shift)
         mine = owners == self._shard
         applied = self._local.update_priorities(
