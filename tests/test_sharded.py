@@ -222,6 +222,34 @@ def test_one_process_topk_and_recent_are_those_of_the_table():
     table.close()
 
 
+@needs_nixl
+def test_prefetched_batches_are_at_most_one_step_old():
+    table = gx.ShardedTable({"x": gx.Column((2,), "int32")}, capacity=8, max_length=4,
+                            exchange="nixl")
+    for i in range(3):
+        table.insert({"x": np.full((i + 1, 2), i, np.int32)}, priority=1.0)
+    strategy = gx.Prioritized(1.0)
+    first = table.sample(jax.random.key(0), 64, 2, strategy, prefetch=True)  # read now
+    table._prefetcher._ahead[1].result()  # the next batch is read: before the insert
+    late = table.insert({"x": np.full((2, 2), 9, np.int32)}, priority=1e9)
+    before = table.sample(jax.random.key(1), 64, 2, strategy, prefetch=True)
+    after = table.sample(jax.random.key(2), 64, 2, strategy, prefetch=True)
+    assert late not in np.asarray(first.keys) and late not in np.asarray(before.keys)
+    assert np.mean(np.asarray(after.keys) == late) > 0.9  # drawn after the previous call
+    np.testing.assert_array_equal(np.asarray(after["x"])[np.asarray(after.keys) == late][:, :, 0]
+                                  [np.asarray(after.mask)[np.asarray(after.keys) == late]], 9)
+    # Another request is read now, with its own key (and a miss).
+    other = table.sample(jax.random.key(3), 32, 2, strategy, prefetch=True)
+    assert other.keys.shape == (32,) and np.mean(np.asarray(other.keys) == late) > 0.9
+    # Inside a per-process jit, through the same callback.
+    keys = jax.jit(lambda k: table.sample(k, 32, 2, strategy, prefetch=True).keys)(
+        jax.random.key(4))
+    assert np.mean(np.asarray(keys) == late) > 0.9
+    stats = table.stats()
+    assert (stats["prefetch_hits"], stats["prefetch_misses"]) == (3, 2)
+    table.close()  # waits for the read in flight
+
+
 def test_bad_arguments_are_refused_and_change_nothing():
     table = one_shard()
     before = table.local.contents()
@@ -241,6 +269,10 @@ def test_bad_arguments_are_refused_and_change_nothing():
         gx.ShardedTable({"x": gx.Column((), "int32")}, 4, 4, on_dead_shard="ignore")
     with pytest.raises(ValueError, match="batch_size"):
         table.sample(jax.random.key(0), 0, 2)
+    with pytest.raises(ValueError, match="one-sided exchange"):
+        table.sample(jax.random.key(0), 4, 2, prefetch=True)  # xla: every process takes part
+    with pytest.raises(TypeError, match="prefetch"):
+        table.sample(jax.random.key(0), 4, 2, prefetch=1)
     with pytest.raises(TypeError):
         table.sample(jax.random.key(0), 4, 2, "uniform")
     with pytest.raises(ValueError, match="priorit"):

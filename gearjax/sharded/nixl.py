@@ -82,6 +82,7 @@ class Transport(OneSidedReader):
     def __init__(self, local, shard: int, shards: int, shard_shift: int, path: str, token: str,
                  timeout: float, on_dead_shard: str):
         nixl_agent, nixl_agent_config = nixl_api()
+        super().__init__()
         self._local = local  # the shard's gx.Table (not the ShardedTable: no cycle)
         self._shard, self._shards, self._shard_shift = shard, shards, shard_shift
         self._path, self._token, self._timeout = path, token, timeout

@@ -27,6 +27,7 @@ with ``on_dead_shard="skip"``, is left out of this and later samples
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -94,6 +95,11 @@ class OneSidedReader:
     ``_shards``, ``_shard_shift``, ``_on_dead_shard`` and ``_dead`` (a set of
     shards left out), and implement the three methods below."""
 
+    def __init__(self):
+        # One read at a time (a prefetching thread and the caller share the
+        # staging buffers).
+        self._reading = threading.Lock()
+
     _local: Any
     _shard: int
     _shards: int
@@ -138,6 +144,10 @@ class OneSidedReader:
     def get(self, shard: int, key: int) -> dict[str, np.ndarray] | None:
         """The trajectory with (the shard's own) key `key` of another shard,
         read one-sidedly, or None if that shard does not hold it now."""
+        with self._reading:
+            return self._get(shard, key)
+
+    def _get(self, shard: int, key: int) -> dict[str, np.ndarray] | None:
         layout = self._peer_layout(shard, 0, 0.0)
         capacity = layout["slots_bytes"] // _SLOT_BYTES
         slot = key & ((1 << _slot_bits(capacity)) - 1)
@@ -171,6 +181,12 @@ class OneSidedReader:
     def sample(self, rng: np.random.Generator, batch: int, window: int | None, code: int,
                alpha: float, pad_left: bool, count: int = 0) -> dict[str, np.ndarray]:
         """One-sided global sample of `batch` rows (see the module docstring)."""
+        with self._reading:
+            return self._sample_live(rng, batch, window, code, alpha, pad_left, count)
+
+    def _sample_live(self, rng, batch, window, code, alpha, pad_left, count):
+        """Samples over the shards not lost yet, leaving out (with
+        on_dead_shard="skip") those that fail."""
         self._check_open()
         shards = [k for k in range(self._shards) if k not in self._dead]
         while True:

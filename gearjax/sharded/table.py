@@ -25,6 +25,7 @@ from gearjax import _checks, _ffi, checkpoint, rate_limiters
 from gearjax.columns import Column
 from gearjax.sharded import coordination, exchange, keys as keys_of, nixl, verbs
 from gearjax.sharded.exchange import ShardedBatch, ShardSpec
+from gearjax.sharded.prefetch import Prefetcher
 from gearjax.strategies import Prioritized, Recent, Strategy, Timestep, TopK, Uniform
 from gearjax.table import PADS, Table, _check_rng_key, _seed_words, _window_steps
 
@@ -125,6 +126,7 @@ class ShardedTable:
                 self._transport = ONE_SIDED[self._exchange].Transport(
                     self._local, self._shard, self._processes, self._shard_shift, self._path,
                     self._token, self._exchange_timeout, self._on_dead_shard)
+                self._prefetcher = Prefetcher(f"gearjax-prefetch-{self._shard}")
         except BaseException:
             self._local.close()
             raise
@@ -212,7 +214,9 @@ class ShardedTable:
         if self._transport is not None:
             out.update(lost_shards=sorted(self._transport._dead),
                        refused_updates=self._transport.refused_updates,
-                       sent_updates=self._transport.sent_updates)
+                       sent_updates=self._transport.sent_updates,
+                       prefetch_hits=self._prefetcher.hits,
+                       prefetch_misses=self._prefetcher.misses)
         out.update(shards=shards, age_seconds=ages,
                    stale_seconds=max((a for a in ages if a is not None), default=0.0),
                    shard=self._shard, num_shards=self._processes, exchange=self._exchange,
@@ -240,6 +244,7 @@ class ShardedTable:
         afterwards fail naming it."""
         if not self.closed:
             if self._transport is not None:
+                self._prefetcher.close()  # a read in flight ends first
                 self._transport.close()  # peers' reads stop before the memory goes
             self._local.close()
             coordination.forget(self._path, self._shard)
@@ -301,7 +306,7 @@ class ShardedTable:
     # ---------------------------------------------------------------- sample
     def sample(self, rng_key: jax.Array, batch_size: int, window: int | None = None,
                strategy: Strategy = Uniform(), pad: str = "left", *,
-               axis_name: str | None = None) -> ShardedBatch:
+               axis_name: str | None = None, prefetch: bool = False) -> ShardedBatch:
         """Samples ``batch_size`` rows for this process from the global
         distribution: each row's trajectory is drawn with exactly the
         probability it would have in one table holding every shard, rows are
@@ -324,8 +329,20 @@ class ShardedTable:
           program keeps the effect contract of :class:`gearjax.Table`.
 
         Processes that pass the same key still get different rows.
+
+        ``prefetch=True`` (``nixl`` and ``verbs``, opt-in): the call returns
+        the batch its previous call (asking for the same batch size, window,
+        strategy and pad) started reading in the background, and starts
+        reading the next one, so reads overlap the training step. Such a
+        batch was drawn after the previous call returned: at most one step
+        old (see :mod:`gearjax.sharded.prefetch`).
         """
         self._local._check_open()
+        if not isinstance(prefetch, bool):
+            raise TypeError(f"prefetch must be True or False, got {prefetch!r}")
+        if prefetch and self._transport is None:
+            raise ValueError("prefetch=True needs a one-sided exchange ('nixl' or 'verbs'): "
+                             "with 'xla' every process takes part in every sample")
         batch_size = _checks.integer("batch_size", batch_size, 1, _checks.MAX_BATCH)
         if batch_size > _checks.MAX_BATCH // self._processes:
             raise ValueError(f"batch_size {batch_size} x {self._processes} shards exceeds "
@@ -347,7 +364,8 @@ class ShardedTable:
         if self._local.rate_limiter is not None:
             self._local.rate_limiter.check_batch(batch_size)
         if self._transport is not None:
-            return self._sample_one_sided(rng_key, batch_size, window, strategy, pad, axis_name)
+            return self._sample_one_sided(rng_key, batch_size, window, strategy, pad, axis_name,
+                                          prefetch)
         _check_platform()
         if axis_name is not None:
             exchange.check_axis(axis_name, self._spec)
@@ -365,8 +383,8 @@ class ShardedTable:
         self._publish()
         return batch
 
-    def _sample_one_sided(self, rng_key, batch_size, window, strategy, pad,
-                          axis_name) -> ShardedBatch:
+    def _sample_one_sided(self, rng_key, batch_size, window, strategy, pad, axis_name,
+                          prefetch) -> ShardedBatch:
         """nixl, verbs: the reads run on the host, eagerly or, inside a
         per-process jax.jit (the data-loader pattern), from an ordered
         io_callback."""
@@ -383,11 +401,15 @@ class ShardedTable:
                   **{f"column-{c}": ((batch_size, width) + column.shape, column.dtype)
                      for c, column in enumerate(columns)}}
 
+        def draw(words: np.ndarray) -> dict[str, Any]:
+            rng = np.random.default_rng([int(words[0]), int(words[1]), self._shard])
+            return self._transport.sample(rng, batch_size, window, strategy.code,
+                                          strategy.alpha, pad == "left", strategy.count)
+
         def read(words: np.ndarray) -> dict[str, np.ndarray]:
             words = np.asarray(words, np.uint32)
-            rng = np.random.default_rng([int(words[0]), int(words[1]), self._shard])
-            rows = self._transport.sample(rng, batch_size, window, strategy.code,
-                                          strategy.alpha, pad == "left", strategy.count)
+            rows = self._prefetcher.take((batch_size, window, strategy, pad), words, draw) \
+                if prefetch else draw(words)
             out = {k: rows[k] for k in ("start", "probability", "valid", "shard")}
             for k in ("keys", "table_size"):  # 64-bit: as word pairs (see _ffi.int64_array)
                 out[k] = np.ascontiguousarray(rows[k], np.int64).view(np.uint32).reshape(-1, 2)

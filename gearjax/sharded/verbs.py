@@ -159,6 +159,7 @@ class Transport(OneSidedReader):
     def __init__(self, local, shard: int, shards: int, shard_shift: int, path: str, token: str,
                  timeout: float, on_dead_shard: str):
         v = self._v = verbs_api()
+        super().__init__()
         self._local = local
         self._shard, self._shards, self._shard_shift = shard, shards, shard_shift
         self._path, self._token, self._timeout = path, token, timeout
