@@ -352,11 +352,32 @@ def nixl_in_jit(process, processes, directory):
     total, keys = jax.jit(scan)(jax.random.key(9))
     eager = table.sample(jax.random.key(1), 16, 4, gx.Timestep())
     jitted = step(jax.random.key(1))
+
+    # Mode 2: inside shard_map over one device per process, each process's
+    # block of a global batch is read one-sidedly by that process.
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    mesh = Mesh(np.array(jax.devices()), ("hosts",))
+
+    def blocks(key):
+        def body(carry, k):
+            return carry, table.sample(k, 8, 4, gx.Timestep(), axis_name="hosts")
+        return jax.lax.scan(body, 0, jax.random.split(key[0], 3))[1]
+
+    program = jax.jit(jax.shard_map(blocks, mesh=mesh, in_specs=P("hosts"),
+                                    out_specs=P(None, "hosts")))
+    key = jax.make_array_from_process_local_data(
+        NamedSharding(mesh, P("hosts")), jax.random.key_data(jax.random.key(process))[None])
+    mapped = jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), program(key))
+    for i in range(3):  # each scan step: this process's block of 8 rows
+        b = jax.tree.map(lambda x: x[i], mapped)
+        errors += check_rows(b, 4, table)[0]
+        shards |= set(np.asarray(b.shard).tolist())
     multihost_utils.sync_global_devices("sampled")
     table.close()
     return {"errors": errors, "shards": sorted(shards), "scan_keys": np.asarray(keys).shape,
             "scan_steps": int(total), "key_dtype": str(jitted.keys.dtype),
-            "same_as_eager": bool((np.asarray(eager.keys) == np.asarray(jitted.keys)).all())}
+            "same_as_eager": bool((np.asarray(eager.keys) == np.asarray(jitted.keys)).all()),
+            "mapped_rows": int(mapped.keys.size)}
 
 
 def nixl_dead_owner(process, processes, directory, signal_name, on_dead_shard, wait=0.5,

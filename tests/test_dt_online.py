@@ -73,3 +73,36 @@ def test_an_actor_failure_is_raised_and_stops_the_run():
                                               actors=2))
     assert info.value.__cause__ is not None
     assert table.stats()["inserts"] == before
+
+
+def test_ray_actor_processes_roll_out_and_insert_as_threads_do(tmp_path, monkeypatch):
+    ray = pytest.importorskip("ray", reason="backend='ray' needs Ray (the actors extra)")
+    # Ray's workers start in this working directory and put it on their path:
+    # from the repository root they would import the source tree, not gearjax.
+    monkeypatch.chdir(tmp_path)
+    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    try:
+        table, learner = setup()
+        inserted_before = table.stats()["inserts"]
+        result = finetune(learner, table, OnlineConfig(ENV, target_return=-100.0, calls=2,
+                                                       actors=2, max_episode_steps=12,
+                                                       backend="ray"))
+    finally:
+        ray.shutdown()
+    assert learner.step == 10 and len(result.episodes) == 4
+    assert table.stats()["inserts"] - inserted_before == 4
+    assert list(table.contents()["key"]) == sorted(r["key"] for r in result.episodes)
+    for record in result.episodes:
+        assert record["length"] == 12
+        trajectory = table.get(record["key"])
+        np.testing.assert_allclose(trajectory["rtg"], D.return_to_go(trajectory["reward"]),
+                                   rtol=1e-5)
+        assert trajectory["rtg"][0] == pytest.approx(record["return"], rel=1e-5)
+    for actor in range(2):  # pacing: the k-th episode acts with >= 5k learner steps
+        steps = sorted(r["policy_step"] for r in result.episodes if r["actor"] == actor)
+        assert steps == [0, 5]
+
+
+def test_an_unknown_backend_is_refused():
+    with pytest.raises(ValueError, match="backend"):
+        OnlineConfig(ENV, target_return=0.0, backend="processes")

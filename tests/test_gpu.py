@@ -143,3 +143,42 @@ def test_gpu_sampling_while_threads_insert_never_tears(placement):
         thread.join()
         table.close()
     assert not errors
+
+
+@pytest.mark.parametrize("placement", ["host", "device"])
+@pytest.mark.parametrize("strategy", [gx.Uniform(), gx.Prioritized(1.0), gx.TopK(3)])
+def test_a_sharded_table_samples_and_updates_through_the_cuda_shard_handlers(placement,
+                                                                               strategy):
+    """One process, its GPU: the xla exchange's program (totals or best lists,
+    rank, plan, serve with the GPU gather, key translation) on CUDA."""
+    from jax.sharding import PartitionSpec as P
+    from gearjax.sharded.exchange import process_mesh
+    table = gx.ShardedTable({"x": gx.Column((2,), "int32")}, capacity=8, max_length=4,
+                            placement=placement)
+    keys = [table.insert({"x": np.full((i + 1, 2), i, np.int32)}, priority=float(i))
+            for i in range(4)]
+    batch = table.sample(jax.random.key(0), 64, 2, strategy)
+    assert batch.keys.devices() == {jax.devices("gpu")[0]}
+    weights = {"Uniform": [1, 1, 1, 1], "Prioritized": [0, 1, 2, 3], "TopK": [0, 1, 1, 1]}[
+        type(strategy).__name__]
+    total = sum(weights)
+    x, mask = np.asarray(batch["x"]), np.asarray(batch.mask)
+    for b, key in enumerate(np.asarray(batch.keys).tolist()):
+        i = keys.index(key)
+        assert weights[i] > 0
+        assert float(batch.probability[b]) == pytest.approx(weights[i] / total, rel=1e-6)
+        assert (x[b][mask[b]] == i).all()
+    assert np.asarray(batch.table_size).tolist() == [4] * 64
+
+    @jax.jit
+    def step(rng):
+        def body(rng):
+            b = table.sample(rng[0], 16, 2, strategy, axis_name="gearjax_shards")
+            return table.update_priorities(b.keys, jnp.full(16, 5.0),
+                                           axis_name="gearjax_shards")[None]
+        return jax.shard_map(body, mesh=process_mesh(), in_specs=P("gearjax_shards"),
+                             out_specs=P("gearjax_shards"))(rng[None])  # raw key words [1, 2]
+
+    assert int(step(jax.random.key_data(jax.random.key(1)))[0]) == 16
+    assert 5.0 in table.local.contents()["priority"].tolist()
+    table.close()

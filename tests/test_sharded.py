@@ -250,6 +250,16 @@ def test_prefetched_batches_are_at_most_one_step_old():
     table.close()  # waits for the read in flight
 
 
+def test_a_backend_without_shard_handlers_is_refused_clearly(monkeypatch):
+    table = one_shard()
+    monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
+    with pytest.raises(ValueError, match="CPU or CUDA programs; JAX's default backend here is "
+                                         "'tpu'"):
+        table.sample(jax.random.key(0), 4, 2)
+    monkeypatch.undo()
+    table.close()
+
+
 def test_bad_arguments_are_refused_and_change_nothing():
     table = one_shard()
     before = table.local.contents()
@@ -374,8 +384,9 @@ def test_nixl_a_frozen_owner_never_hangs_a_sample(tmp_path):
 
 
 @needs_nixl
-def test_nixl_samples_inside_a_per_process_jit_and_scan(tmp_path):
+def test_nixl_samples_inside_a_per_process_jit_and_scan_and_inside_shard_map(tmp_path):
     for r in multihost.run("nixl_in_jit", 2, tmp_path):
+        assert r["mapped_rows"] == 3 * 8  # mode 2: this process's block, each of 3 steps
         assert r["errors"] == []
         assert r["shards"] == [0, 1]  # rows from both shards, read one-sidedly
         assert r["scan_keys"] == [4, 8] and r["scan_steps"] > 0

@@ -92,27 +92,34 @@ def test_regions_name_the_key_of_every_span_inside_them_and_refuse_the_rest():
     regions.add(0x1000, 0x10, 5)
     assert regions.key(0x1000, 0x10) == 5
     assert regions.key(0x2080, 0x80) == 7
-    for address, size in ((0x1008, 0x10), (0x1fff, 2), (0x0fff, 1), (0x2100, 1)):
+    regions.add(0x1000, 0x20, 6)  # the same start again (a buffer at a reused address)
+    assert regions.key(0x1000, 0x10) == 6 and regions.key(0x1008, 0x10) == 6
+    for address, size in ((0x1018, 0x10), (0x1fff, 2), (0x0fff, 1), (0x2100, 1)):
         with pytest.raises(ValueError, match="no registered region"):
             regions.key(address, size)
 
 
 def _endpoint(**change):
     info = {"token": "t", "gid": "fe80:0000:0000:0000:0000:0000:0000:0001", "lid": 3,
-            "qps": {"0": 17}, "psns": {"0": 99}}
+            "mtu": 3, "rd_responder": 16, "qps": {"0": 17}, "psns": {"0": 99}}
     info.update(change)
     return json.dumps(info)
 
 
 def test_a_peer_endpoint_is_checked_before_it_is_used():
     assert verbs.endpoint_of(_endpoint(), "t", 1, 0) == {
-        "qp_num": 17, "psn": 99, "gid": "fe80:0000:0000:0000:0000:0000:0000:0001", "lid": 3}
+        "qp_num": 17, "psn": 99, "gid": "fe80:0000:0000:0000:0000:0000:0000:0001", "lid": 3,
+        "mtu": 3, "rd_responder": 16}
     with pytest.raises(ValueError, match="another job token"):
         verbs.endpoint_of(_endpoint(token="u"), "t", 1, 0)
     with pytest.raises(ValueError, match="malformed"):
         verbs.endpoint_of(_endpoint(qps={"2": 17}), "t", 1, 0)  # no queue pair for us
     with pytest.raises(ValueError, match="out of range"):
         verbs.endpoint_of(_endpoint(qps={"0": 1 << 24}), "t", 1, 0)
+    with pytest.raises(ValueError, match="out of range"):
+        verbs.endpoint_of(_endpoint(mtu=9), "t", 1, 0)
+    with pytest.raises(ValueError, match="malformed"):
+        verbs.endpoint_of(_endpoint(rd_responder="many"), "t", 1, 0)
     with pytest.raises(ValueError, match="another job token"):
         verbs.endpoint_of("[1, 2]", "t", 1, 0)
 

@@ -143,6 +143,87 @@ auto BindUpdatePriorities(Binding binding) {
       .template Attr<int64_t>("table_handle");
 }
 
+// The sharded table's calls (sharding.h), after each handler's context: the
+// same operands, results and attributes for the CPU and CUDA handlers.
+template <typename Binding>
+auto BindShardTotals(Binding binding) {
+  return std::move(binding)
+      .template Arg<xla::ffi::Token>()
+      .template Ret<xla::ffi::Token>()
+      .template Ret<xla::ffi::Buffer<xla::ffi::U32>>()
+      .template Attr<int64_t>("table_handle")
+      .template Attr<int64_t>("strategy")
+      .template Attr<double>("alpha")
+      .template Attr<int64_t>("shard");
+}
+
+template <typename Binding>
+auto BindShardTops(Binding binding) {
+  return std::move(binding)
+      .template Arg<xla::ffi::Token>()
+      .template Ret<xla::ffi::Token>()
+      .template Ret<xla::ffi::Buffer<xla::ffi::U32>>()
+      .template Ret<xla::ffi::Buffer<xla::ffi::U32>>()
+      .template Attr<int64_t>("table_handle")
+      .template Attr<int64_t>("strategy")
+      .template Attr<int64_t>("count")
+      .template Attr<int64_t>("shard");
+}
+
+template <typename Binding>
+auto BindShardRank(Binding binding) {
+  return std::move(binding)
+      .template Arg<xla::ffi::Buffer<xla::ffi::U32>>()
+      .template Arg<xla::ffi::Buffer<xla::ffi::U32>>()
+      .template Ret<xla::ffi::Buffer<xla::ffi::U32>>()
+      .template Attr<int64_t>("strategy")
+      .template Attr<int64_t>("count");
+}
+
+template <typename Binding>
+auto BindShardPlan(Binding binding) {
+  return std::move(binding)
+      .template Arg<xla::ffi::Buffer<xla::ffi::U32>>()
+      .template Arg<xla::ffi::Buffer<xla::ffi::U32>>()
+      .template Ret<xla::ffi::Buffer<xla::ffi::S32>>()
+      .template Ret<xla::ffi::Buffer<xla::ffi::S32>>();
+}
+
+template <typename Binding>
+auto BindShardServe(Binding binding) {
+  return std::move(binding)
+      .template Arg<xla::ffi::Token>()
+      .template Arg<xla::ffi::Buffer<xla::ffi::U32>>()
+      .template Arg<xla::ffi::Buffer<xla::ffi::S32>>()
+      .template Arg<xla::ffi::Buffer<xla::ffi::U32>>()
+      .RemainingRets()
+      .template Attr<int64_t>("table_handle")
+      .template Attr<int64_t>("block")
+      .template Attr<int64_t>("strategy")
+      .template Attr<double>("alpha")
+      .template Attr<int64_t>("window")
+      .template Attr<int64_t>("pad_left")
+      .template Attr<int64_t>("shard")
+      .template Attr<int64_t>("shard_shift");
+}
+
+template <typename Binding>
+auto BindShardKeys(Binding binding) {
+  return std::move(binding)
+      .template Arg<xla::ffi::Buffer<xla::ffi::S64>>()
+      .template Ret<xla::ffi::Buffer<xla::ffi::S64>>()
+      .template Attr<int64_t>("shard")
+      .template Attr<int64_t>("shard_shift")
+      .template Attr<int64_t>("to_local");
+}
+
+template <typename Binding>
+auto BindInt64FromWords(Binding binding) {
+  return std::move(binding)
+      .template Arg<xla::ffi::Buffer<xla::ffi::U32>>()
+      .template Ret<xla::ffi::Buffer<xla::ffi::S64>>();
+}
+
 // Checks every result's size against the table and returns where to write.
 // `first` is the index of the keys result (1 after a token, else 0). Host
 // results get huge pages advised (fresh XLA buffers otherwise fault every 4

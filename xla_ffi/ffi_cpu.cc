@@ -227,13 +227,10 @@ ffi::Error ShardTopsImpl(ffi::Token, ffi::Result<ffi::Token>,
   try {
     std::shared_ptr<Table> table = LookUpTable(table_handle);
     if (summary->element_count() != kSummaryWords) return Fail("the summary has the wrong size");
-    const SampleRequest request = ShardRequest(strategy, 0.0, count);
-    if (!RanksShards(request.strategy)) return Fail("only TopK and Recent rank shards");
+    const SampleRequest request =
+        TopsRequest(strategy, count, static_cast<int64_t>(entries->element_count()),
+                    table->spec().capacity);
     const int64_t per_shard = static_cast<int64_t>(entries->element_count()) / kEntryWords;
-    if (per_shard * kEntryWords != static_cast<int64_t>(entries->element_count()) ||
-        per_shard != std::min(count, table->spec().capacity)) {
-      return Fail("the best list must hold min(count, capacity) entries");
-    }
     auto* list = reinterpret_cast<TopEntry*>(entries->typed_data());
     std::fill(list, list + per_shard, TopEntry{0.0, -1});
     const ShardSummary s = Summarize(shard, table->Tops(request, list));
@@ -287,18 +284,13 @@ ffi::Error ShardRankImpl(ffi::Buffer<ffi::U32> summaries, ffi::Buffer<ffi::U32> 
                          ffi::Result<ffi::Buffer<ffi::U32>> ranked, int64_t strategy,
                          int64_t count) {
   try {
-    const int64_t shards = static_cast<int64_t>(summaries.element_count()) / kSummaryWords;
     if (ranked->element_count() != summaries.element_count()) return Fail("sizes differ");
-    const int64_t per_shard =
-        shards < 1 ? 0 : static_cast<int64_t>(entries.element_count()) / (shards * kEntryWords);
-    if (per_shard < 1 ||
-        per_shard * shards * kEntryWords != static_cast<int64_t>(entries.element_count())) {
-      return Fail("expected one best list per shard");
-    }
+    const RankShape shape = RankShapeOf(static_cast<int64_t>(summaries.element_count()),
+                                        static_cast<int64_t>(entries.element_count()));
     const SampleRequest request = ShardRequest(strategy, 0.0, count);
     std::memcpy(ranked->typed_data(), summaries.typed_data(), summaries.size_bytes());
     RankShards(request.strategy, count, reinterpret_cast<const TopEntry*>(entries.typed_data()),
-               per_shard, BindSummaries(*ranked, shards), shards);
+               shape.per_shard, BindSummaries(*ranked, shape.shards), shape.shards);
     return ffi::Error::Success();
   } catch (...) {
     return FromException(std::current_exception());
@@ -374,17 +366,8 @@ ffi::Error ShardKeysImpl(ffi::Buffer<ffi::S64> keys, ffi::Result<ffi::Buffer<ffi
     return Fail("shard or shard_shift out of range");
   }
   if (out->element_count() != keys.element_count()) return Fail("keys differ in size");
-  const int64_t* in = keys.typed_data();
-  int64_t* result = out->typed_data();
-  const int64_t low = (int64_t{1} << shard_shift) - 1;
-  for (size_t i = 0; i < keys.element_count(); ++i) {
-    if (to_local != 0) {
-      result[i] = in[i] >= 0 && (in[i] >> shard_shift) == shard ? (in[i] & low) : -1;
-    } else {
-      result[i] = in[i] >= 0 && in[i] <= low ? GlobalKey(shard, static_cast<int>(shard_shift), in[i])
-                                              : -1;
-    }
-  }
+  TranslateKeys(keys.typed_data(), out->typed_data(), static_cast<int64_t>(keys.element_count()),
+                shard, static_cast<int>(shard_shift), to_local != 0);
   return ffi::Error::Success();
 }
 
@@ -400,70 +383,20 @@ ffi::Error Int64FromWordsImpl(ffi::Buffer<ffi::U32> words, ffi::Result<ffi::Buff
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(Int64FromWordsCpu, Int64FromWordsImpl,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::Buffer<ffi::U32>>()
-                                  .Ret<ffi::Buffer<ffi::S64>>());
+                              BindInt64FromWords(ffi::Ffi::Bind()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardKeysCpu, ShardKeysImpl,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::Buffer<ffi::S64>>()
-                                  .Ret<ffi::Buffer<ffi::S64>>()
-                                  .Attr<int64_t>("shard")
-                                  .Attr<int64_t>("shard_shift")
-                                  .Attr<int64_t>("to_local"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardKeysCpu, ShardKeysImpl, BindShardKeys(ffi::Ffi::Bind()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardTotalsCpu, ShardTotalsImpl,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::Token>()
-                                  .Ret<ffi::Token>()
-                                  .Ret<ffi::Buffer<ffi::U32>>()
-                                  .Attr<int64_t>("table_handle")
-                                  .Attr<int64_t>("strategy")
-                                  .Attr<double>("alpha")
-                                  .Attr<int64_t>("shard"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardTotalsCpu, ShardTotalsImpl, BindShardTotals(ffi::Ffi::Bind()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardTopsCpu, ShardTopsImpl,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::Token>()
-                                  .Ret<ffi::Token>()
-                                  .Ret<ffi::Buffer<ffi::U32>>()
-                                  .Ret<ffi::Buffer<ffi::U32>>()
-                                  .Attr<int64_t>("table_handle")
-                                  .Attr<int64_t>("strategy")
-                                  .Attr<int64_t>("count")
-                                  .Attr<int64_t>("shard"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardTopsCpu, ShardTopsImpl, BindShardTops(ffi::Ffi::Bind()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardRankCpu, ShardRankImpl,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::Buffer<ffi::U32>>()
-                                  .Arg<ffi::Buffer<ffi::U32>>()
-                                  .Ret<ffi::Buffer<ffi::U32>>()
-                                  .Attr<int64_t>("strategy")
-                                  .Attr<int64_t>("count"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardRankCpu, ShardRankImpl, BindShardRank(ffi::Ffi::Bind()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardPlanCpu, ShardPlanImpl,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::Buffer<ffi::U32>>()
-                                  .Arg<ffi::Buffer<ffi::U32>>()
-                                  .Ret<ffi::Buffer<ffi::S32>>()
-                                  .Ret<ffi::Buffer<ffi::S32>>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardPlanCpu, ShardPlanImpl, BindShardPlan(ffi::Ffi::Bind()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardServeCpu, ShardServeImpl,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::Token>()
-                                  .Arg<ffi::Buffer<ffi::U32>>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Arg<ffi::Buffer<ffi::U32>>()
-                                  .RemainingRets()
-                                  .Attr<int64_t>("table_handle")
-                                  .Attr<int64_t>("block")
-                                  .Attr<int64_t>("strategy")
-                                  .Attr<double>("alpha")
-                                  .Attr<int64_t>("window")
-                                  .Attr<int64_t>("pad_left")
-                                  .Attr<int64_t>("shard")
-                                  .Attr<int64_t>("shard_shift"));
+                              BindShardServe(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SampleCpu, SampleOrderedImpl,
                               BindSampleAttrs(ffi::Ffi::Bind()

@@ -338,6 +338,13 @@ NB_MODULE(_gearjax, m) {
     targets["gearjax_sample_pure"] = gearjax::Capsule(gearjax::SamplePureCuda);
     targets["gearjax_update_priorities"] = gearjax::Capsule(gearjax::UpdatePrioritiesCuda);
     targets["gearjax_insert_batch"] = gearjax::Capsule(gearjax::InsertBatchCuda);
+    targets["gearjax_shard_totals"] = gearjax::Capsule(gearjax::ShardTotalsCuda);
+    targets["gearjax_shard_tops"] = gearjax::Capsule(gearjax::ShardTopsCuda);
+    targets["gearjax_shard_rank"] = gearjax::Capsule(gearjax::ShardRankCuda);
+    targets["gearjax_shard_plan"] = gearjax::Capsule(gearjax::ShardPlanCuda);
+    targets["gearjax_shard_serve"] = gearjax::Capsule(gearjax::ShardServeCuda);
+    targets["gearjax_shard_keys"] = gearjax::Capsule(gearjax::ShardKeysCuda);
+    targets["gearjax_int64_from_words"] = gearjax::Capsule(gearjax::Int64FromWordsCuda);
     return targets;
   });
 #else

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import atexit
 import base64
-import ctypes
 import json
 import threading
 import time
@@ -40,13 +39,12 @@ from typing import Any
 import numpy as np
 
 from gearjax.sharded import coordination
-from gearjax.sharded.one_sided import (MAX_UPDATE_ENTRIES, OneSidedReader, ShardUnavailable,
-                                       apply_updates, strategy_key, update_message)
+from gearjax.sharded.one_sided import (MAX_UPDATE_ENTRIES, OneSidedReader, copy_local,
+                                       ShardUnavailable, strategy_key, update_message)
 
 __all__ = ["ShardUnavailable", "Transport", "nixl_api"]
 
 PROGRESS_SECONDS = 0.0005
-_TREE = b"GXTR"
 
 
 def nixl_api():
@@ -79,6 +77,8 @@ class Transport(OneSidedReader):
     of its shard (registration, progress, applying updates) and the reader of
     every shard."""
 
+    NAME = "nixl"
+
     def __init__(self, local, shard: int, shards: int, shard_shift: int, path: str, token: str,
                  timeout: float, on_dead_shard: str):
         nixl_agent, nixl_agent_config = nixl_api()
@@ -96,7 +96,6 @@ class Transport(OneSidedReader):
         self._peers: dict[int, str] = {}      # shard -> agent name
         self._peer_versions: dict[int, int] = {}  # shard -> metadata version loaded
         self._version = 0  # of this agent's metadata: one more per registration
-        self._peer_layouts: dict[tuple[int, str], dict] = {}
         self._dead: set[int] = set()
         self._buffers: dict[str, np.ndarray] = {}  # registered read buffers by use
         self.refused_updates = 0
@@ -137,7 +136,7 @@ class Transport(OneSidedReader):
                 "token": self._token, "name": self._name, "version": self._version,
                 "metadata": base64.b64encode(self._agent.get_agent_metadata()).decode()}),
                 allow_overwrite=True)
-            store.key_value_set(f"{self._path}/nixl/{self._shard}/layout/{key}",
+            store.key_value_set(f"{self._path}/{self.NAME}/{self._shard}/layout/{key}",
                                 json.dumps(layout), allow_overwrite=True)
         return layout
 
@@ -154,22 +153,6 @@ class Transport(OneSidedReader):
             except Exception:  # noqa: BLE001 - a bad message must not stop progress
                 self.refused_updates += 1
             time.sleep(PROGRESS_SECONDS)
-
-    def _serve(self, message: bytes) -> None:
-        """One notification from a peer, checked before anything is applied."""
-        token = self._token.encode()
-        if len(message) < 4 + len(token) or message[4:4 + len(token)] != token:
-            self.refused_updates += 1
-            return
-        kind, body = message[:4], message[4 + len(token):]
-        if kind == _TREE:
-            request = json.loads(body)
-            code, alpha = int(request["code"]), float(request["alpha"])
-            if code in (1, 2) and 0.0 <= alpha <= 8.0:
-                self._layout(code, alpha)
-            return
-        self.refused_updates += apply_updates(self._local, self._shard, self._shard_shift,
-                                              kind, body)
 
     def close(self) -> None:
         """Stops serving peers: the progress thread ends, the memory is
@@ -224,30 +207,13 @@ class Transport(OneSidedReader):
         self._peer_versions[shard] = info.get("version", 0)
         return self._peers[shard]
 
-    def _peer_layout(self, shard: int, code: int, alpha: float) -> dict:
-        key = strategy_key(code, alpha)
-        if (shard, key) in self._peer_layouts:
-            return self._peer_layouts[(shard, key)]
-        if shard == self._shard:
-            layout = self._layout(code, alpha)
-        else:
-            store = coordination.client()
-            name = self._peer(shard)
-            path = f"{self._path}/nixl/{shard}/layout/{key}"
-            try:
-                value = store.key_value_try_get(path)
-            except Exception:  # noqa: BLE001 - not published yet: ask the owner for it
-                with self._lock:
-                    self._agent.send_notif(name, _TREE + self._token.encode() + json.dumps(
-                        {"code": code, "alpha": alpha}).encode())
-                try:
-                    value = store.blocking_key_value_get(path, int(self._timeout * 1000))
-                except Exception as e:  # noqa: BLE001
-                    raise ShardUnavailable(shard, f"no answer to a tree request ({e})") from None
-            layout = json.loads(value.decode() if isinstance(value, bytes) else value)
-            self._peer(shard, layout["agent_version"])
-        self._peer_layouts[(shard, key)] = layout
-        return layout
+    def _ask(self, shard: int, message: bytes) -> None:
+        name = self._peer(shard)
+        with self._lock:
+            self._agent.send_notif(name, message)
+
+    def _loaded_layout(self, shard: int, layout: dict) -> None:
+        self._peer(shard, layout["agent_version"])  # metadata listing the layout's regions
 
     def _staging(self, name: str, size: int) -> np.ndarray:
         """A registered local buffer of at least `size` bytes, one per use
@@ -272,9 +238,7 @@ class Transport(OneSidedReader):
             if len(sizes) == 0:
                 continue
             if shard == self._shard:  # this process's own memory: copied here
-                for src, n, dst in zip(addresses.tolist(), sizes.tolist(),
-                                       destinations.tolist()):
-                    ctypes.memmove(dst, src, n)
+                copy_local(addresses, sizes, destinations)
                 continue
             zeros = np.zeros(len(sizes), np.uint64)
             remote = np.stack([addresses.astype(np.uint64), sizes.astype(np.uint64), zeros], 1)

@@ -1,10 +1,12 @@
 """One-sided global sampling over a sharded table's shards, whatever moves
-the bytes: the reader's half of the ``nixl`` and ``verbs`` exchanges
-(gearjax/sharded/nixl.py, gearjax/sharded/verbs.py). A transport subclasses
-:class:`OneSidedReader` and provides three things: ``read_into`` (read spans
-of a shard's registered memory into local registered buffers, with a
-deadline), ``_staging`` (such a buffer) and ``_peer_layout`` (where a shard's
-arena, slot records, stamps and trees are). Everything else is here, once:
+the bytes: the parts of the ``nixl`` and ``verbs`` exchanges
+(gearjax/sharded/nixl.py, gearjax/sharded/verbs.py) that do not depend on
+the transport. A transport subclasses :class:`OneSidedReader` and provides
+``read_into`` (read spans of a shard's registered memory into local
+registered buffers, with a deadline), ``_staging`` (such a buffer),
+``_layout`` (register and publish this shard's memory for a strategy),
+``_ask`` (send an owner a message) and ``_loaded_layout``. Everything else is
+here, once: finding peers' layouts, serving peers' messages, and sampling:
 
 1. every shard's total (its tree's root) and size, fresh at each sample; the
    shard of each row is drawn with probability S_k / S;
@@ -27,11 +29,14 @@ with ``on_dead_shard="skip"``, is left out of this and later samples
 
 from __future__ import annotations
 
+import ctypes
+import json
 import threading
 from typing import Any
 
 import numpy as np
 
+from gearjax.sharded import coordination
 from gearjax.sharded import keys as keys_of
 
 # Rounds of redrawing rows whose slot changed (or was left) during the read.
@@ -46,6 +51,15 @@ _RANKED = (_TOPK, _RECENT)
 # and n float64 priorities; at most this many entries a message.
 _UPDATE = b"GXUP"
 MAX_UPDATE_ENTRIES = 1 << 20
+# A reader's request that the owner register and publish a strategy's tree:
+# TREE_REQUEST, the job token, then {"code", "alpha"} as JSON.
+TREE_REQUEST = b"GXTR"
+
+
+def copy_local(addresses: np.ndarray, sizes: np.ndarray, destinations: np.ndarray) -> None:
+    """A read of this process's own shard: spans copied here, no transport."""
+    for src, n, dst in zip(addresses.tolist(), sizes.tolist(), destinations.tolist()):
+        ctypes.memmove(dst, src, n)
 
 
 def strategy_key(code: int, alpha: float) -> str:
@@ -95,12 +109,19 @@ class OneSidedReader:
     ``_shards``, ``_shard_shift``, ``_on_dead_shard`` and ``_dead`` (a set of
     shards left out), and implement the three methods below."""
 
+    NAME = ""  # the transport's name in published keys
+
     def __init__(self):
         # One read at a time (a prefetching thread and the caller share the
         # staging buffers).
         self._reading = threading.Lock()
+        self._peer_layouts: dict[tuple[int, str], dict] = {}
 
     _local: Any
+    _path: str
+    _timeout: float
+    _token: str
+    refused_updates: int
     _shard: int
     _shards: int
     _shard_shift: int
@@ -117,14 +138,71 @@ class OneSidedReader:
         """A registered local buffer of at least `size` bytes, one per use."""
         raise NotImplementedError
 
+    def _ask(self, shard: int, message: bytes) -> None:
+        """Sends a message (a tree request) to the shard's owner."""
+        raise NotImplementedError
+
+    def _loaded_layout(self, shard: int, layout: dict) -> None:
+        """Whatever a transport must do with a peer's layout before reading
+        by it (check it, load keys or metadata)."""
+        raise NotImplementedError
+
     def _peer_layout(self, shard: int, code: int, alpha: float) -> dict:
         """Shard `shard`'s remote layout for a strategy (Table::Remote, as
-        NativeTable.remote_layout returns it, plus max_length)."""
-        raise NotImplementedError
+        NativeTable.remote_layout returns it, plus max_length), as its owner
+        published it under ``<table>/<transport>/<shard>/layout/<strategy>``;
+        if it has not yet, the owner is asked to (a tree request) and the
+        layout awaited."""
+        key = strategy_key(code, alpha)
+        if (shard, key) in self._peer_layouts:
+            return self._peer_layouts[(shard, key)]
+        if shard == self._shard:
+            layout = self._layout(code, alpha)
+        else:
+            store = coordination.client()
+            path = f"{self._path}/{self.NAME}/{shard}/layout/{key}"
+            try:
+                value = store.key_value_try_get(path)
+            except Exception:  # noqa: BLE001 - not published yet: ask the owner for it
+                self._ask(shard, TREE_REQUEST + self._token.encode() + json.dumps(
+                    {"code": code, "alpha": alpha}).encode())
+                try:
+                    value = store.blocking_key_value_get(path, int(self._timeout * 1000))
+                except Exception as e:  # noqa: BLE001
+                    raise ShardUnavailable(shard, f"no answer to a tree request ({e})") from None
+            layout = json.loads(value.decode() if isinstance(value, bytes) else value)
+            self._loaded_layout(shard, layout)
+        self._peer_layouts[(shard, key)] = layout
+        return layout
 
     def _check_open(self) -> None:
         """Raises if the transport is closed."""
         raise NotImplementedError
+
+    def _layout(self, code: int, alpha: float) -> dict:
+        """This shard's layout for a strategy, registered and published once
+        (the owner's side of _peer_layout)."""
+        raise NotImplementedError
+
+    def _serve(self, message: bytes) -> None:
+        """The owner's handling of one message from a peer (a NIXL
+        notification, a verbs SEND), checked before anything is applied: the
+        job token, then a tree request (Timestep or Prioritized with alpha in
+        [0, 8]) or an update message (apply_updates). Refusals are counted in
+        ``refused_updates``."""
+        token = self._token.encode()
+        if len(message) < 4 + len(token) or message[4:4 + len(token)] != token:
+            self.refused_updates += 1
+            return
+        kind, body = message[:4], message[4 + len(token):]
+        if kind == TREE_REQUEST:
+            request = json.loads(body)
+            code, alpha = int(request["code"]), float(request["alpha"])
+            if code in (1, 2) and 0.0 <= alpha <= 8.0:
+                self._layout(code, alpha)
+            return
+        self.refused_updates += apply_updates(self._local, self._shard, self._shard_shift,
+                                              kind, body)
 
     def fetch(self, requests: dict[int, tuple[np.ndarray, np.ndarray]],
               name: str = "fetch") -> dict[int, tuple[np.ndarray, np.ndarray]]:

@@ -21,7 +21,7 @@ import jax
 import numpy as np
 from jax.experimental import io_callback
 
-from gearjax import _checks, _ffi, checkpoint, rate_limiters
+from gearjax import _checks, _ffi, _gearjax, checkpoint, rate_limiters
 from gearjax.columns import Column
 from gearjax.sharded import coordination, exchange, keys as keys_of, nixl, verbs
 from gearjax.sharded.exchange import ShardedBatch, ShardSpec
@@ -386,12 +386,10 @@ class ShardedTable:
     def _sample_one_sided(self, rng_key, batch_size, window, strategy, pad, axis_name,
                           prefetch) -> ShardedBatch:
         """nixl, verbs: the reads run on the host, eagerly or, inside a
-        per-process jax.jit (the data-loader pattern), from an ordered
-        io_callback."""
-        if axis_name is not None:
-            raise ValueError(f"exchange={self._exchange!r} samples per process (eagerly or "
-                             f"inside a per-process jax.jit); inside shard_map use "
-                             f"exchange='xla'")
+        per-process jax.jit (the data-loader pattern) or inside shard_map
+        (each process reads its own block), from an ordered io_callback."""
+        if axis_name is not None:  # mode 2: this process reads its block itself
+            exchange.check_axis(axis_name, self._spec)
         width = window or self._local.max_length
         columns = list(self._local.columns.values())
         shapes = {"keys": ((batch_size, 2), np.uint32), "start": ((batch_size,), np.int32),
@@ -572,10 +570,13 @@ def _read_manifest(directory: str) -> dict:
 
 
 def _check_platform() -> None:
-    """The shard calls have CPU handlers only in this release."""
-    if jax.default_backend() != "cpu":
-        raise ValueError(f"ShardedTable samples in CPU programs only in this release (JAX's "
-                         f"default backend here is {jax.default_backend()!r}); run the "
-                         f"sampling program on CPU devices (jax.config.update('jax_platforms', "
-                         f"'cpu'), or a mesh of CPU devices)")
+    """The shard calls have CPU handlers, and CUDA handlers where the extension
+    was built with them (xla_ffi/cuda/ffi_cuda_shard.cu)."""
+    backend = jax.default_backend()
+    if backend == "cpu" or (backend == "gpu" and _gearjax.cuda_built):
+        return
+    raise ValueError(f"ShardedTable samples in CPU or CUDA programs; JAX's default backend "
+                     f"here is {backend!r} (and this build has CUDA handlers: "
+                     f"{_gearjax.cuda_built}). Run the sampling program on CPU devices "
+                     f"(jax.config.update('jax_platforms', 'cpu'))")
 

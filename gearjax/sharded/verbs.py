@@ -42,7 +42,6 @@ device; the tests of this module skip with the reason the device list gives.
 from __future__ import annotations
 
 import bisect
-import ctypes
 import json
 import os
 import random
@@ -54,7 +53,7 @@ from typing import Any
 import numpy as np
 
 from gearjax.sharded import coordination
-from gearjax.sharded.one_sided import (OneSidedReader, ShardUnavailable, apply_updates,
+from gearjax.sharded.one_sided import (OneSidedReader, ShardUnavailable, copy_local,
                                        strategy_key, update_message)
 
 __all__ = ["ShardUnavailable", "Transport", "verbs_api"]
@@ -64,10 +63,11 @@ SEND_DEPTH = 512          # work requests a queue pair may have outstanding
 CHAIN = 32                # reads posted in one post_send
 RECVS_PER_PEER = 16       # receive buffers an owner keeps posted for each peer
 MESSAGE_BYTES = 1 << 16   # the largest update or tree-request message
-_TREE = b"GXTR"
 # RC transport settings (the values of ibv_rc_pingpong): a dead peer fails a
 # read after retry_cnt retries of ~4.096 us * 2**timeout each.
-_TIMEOUT, _RETRY_CNT, _RNR_RETRY, _MIN_RNR_TIMER = 14, 7, 7, 12
+# A SEND to an owner with no receive posted is retried _RNR_RETRY times (7
+# would mean for ever), then fails.
+_TIMEOUT, _RETRY_CNT, _RNR_RETRY, _MIN_RNR_TIMER = 14, 7, 6, 12
 
 
 def verbs_api() -> types.SimpleNamespace:
@@ -113,7 +113,8 @@ class Regions:
         self._ranges: list[tuple[int, int, int]] = []  # (start, end, key), by start
 
     def add(self, start: int, size: int, key: int) -> None:
-        i = bisect.bisect_left(self._starts, start)
+        """A range; of ranges with the same start, the newest is found."""
+        i = bisect.bisect_right(self._starts, start)
         self._starts.insert(i, start)
         self._ranges.insert(i, (start, start + size, key))
 
@@ -136,11 +137,14 @@ def endpoint_of(raw: bytes | str, token: str, shard: int, me: int) -> dict:
     try:
         qp_num, psn = int(info["qps"][str(me)]), int(info["psns"][str(me)])
         gid, lid = str(info["gid"]), int(info["lid"])
+        mtu, rd_responder = int(info["mtu"]), int(info["rd_responder"])
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"shard {shard} published a malformed RDMA endpoint ({e})") from None
-    if not (0 < qp_num < 1 << 24 and 0 <= psn < 1 << 24 and 0 <= lid < 1 << 16):
+    if not (0 < qp_num < 1 << 24 and 0 <= psn < 1 << 24 and 0 <= lid < 1 << 16 and
+            1 <= mtu <= 5 and 1 <= rd_responder <= 255):
         raise ValueError(f"shard {shard} published an RDMA endpoint out of range")
-    return {"qp_num": qp_num, "psn": psn, "gid": gid, "lid": lid}
+    return {"qp_num": qp_num, "psn": psn, "gid": gid, "lid": lid, "mtu": mtu,
+            "rd_responder": rd_responder}
 
 
 def message_chunks(token: str, keys: np.ndarray, priorities: np.ndarray):
@@ -156,6 +160,8 @@ class Transport(OneSidedReader):
     owner of its shard (registration, receive buffers, applying updates) and
     the reader of every shard."""
 
+    NAME = "verbs"
+
     def __init__(self, local, shard: int, shards: int, shard_shift: int, path: str, token: str,
                  timeout: float, on_dead_shard: str):
         v = self._v = verbs_api()
@@ -167,10 +173,11 @@ class Transport(OneSidedReader):
         self._dead: set[int] = set()    # shards sampling leaves out (one_sided.py)
         self._broken: set[int] = set()  # shards whose queue pair failed: reads refused
         self.refused_updates = self.sent_updates = 0
-        self._lock = threading.Lock()  # the send queue, the send CQ, the buffers
+        # The send queue and CQ, the staging buffers and their regions; taken
+        # by readers, senders, the progress thread (reposting) and staging.
+        self._lock = threading.RLock()
         name = os.environ.get("GEARJAX_VERBS_DEVICE") or v.devices[0].name.decode()
         self._port = int(os.environ.get("GEARJAX_VERBS_PORT", "1"))
-        self._gid_index = int(os.environ.get("GEARJAX_VERBS_GID", "0"))
         self._ctx = v.Context(name=name)
         try:
             self._pd = v.PD(self._ctx)
@@ -178,22 +185,24 @@ class Transport(OneSidedReader):
             self._recv_cq = v.CQ(self._ctx, RECVS_PER_PEER * max(shards - 1, 1), None, None, 0)
             device = self._ctx.query_device()
             # Reads this side may have in flight (initiator), and serves at
-            # once for a peer (responder), within what the device allows.
+            # once for a peer (responder), within what the device allows; a
+            # pair uses the smaller of each side's figures.
             self._rd_initiator = max(1, min(16, device.max_qp_init_rd_atom))
             self._rd_responder = max(1, min(16, device.max_qp_rd_atom))
             self._port_attr = self._ctx.query_port(self._port)
+            self._gid_index = _gid_index(self._ctx, self._port, self._port_attr, v.e)
             self._gid = self._ctx.query_gid(self._port, self._gid_index).gid
             self._mrs: list[Any] = []
+            self._retired: list[np.ndarray] = []  # grown-out buffers: still registered
             self._base_regions: list[list[int]] = []
             self._local_regions = Regions()
             self._remote_regions: dict[int, Regions] = {}
             self._buffers: dict[str, np.ndarray] = {}
             self._layouts: dict[str, dict] = {}
-            self._peer_layouts: dict[tuple[int, str], dict] = {}
             self._qps: dict[int, Any] = {}
             self._psns: dict[int, int] = {}
-            self._recv: dict[int, np.ndarray] = {}
-            self._next_wr = 0
+            self._recv: dict[int, tuple[np.ndarray, int]] = {}  # peer -> (buffers, lkey)
+            self._epoch = self._sequence = 0
             self._layout(0, 0.0)  # Uniform: arena, records, stamps; published from the start
             self._connect_all()
         except BaseException:
@@ -236,13 +245,15 @@ class Transport(OneSidedReader):
             layout["token"] = self._token
             self._layouts[key] = layout
             coordination.client().key_value_set(
-                f"{self._path}/verbs/{self._shard}/layout/{key}", json.dumps(layout),
+                f"{self._path}/{self.NAME}/{self._shard}/layout/{key}", json.dumps(layout),
                 allow_overwrite=True)
         return layout
 
     def _connect_all(self) -> None:
-        """One RC queue pair per peer, published, then connected to the peer's
-        pair for this process once every peer has published."""
+        """One RC queue pair per peer, its receive buffers posted (allowed in
+        INIT), published; then connected to the peer's pair for this process
+        once every peer has published, and a barrier, so that no process
+        reads a pair that is not yet ready to answer."""
         v, e = self._v, self._v.e
         peers = [k for k in range(self._shards) if k != self._shard]
         cap = v.QPCap(max_send_wr=SEND_DEPTH, max_recv_wr=RECVS_PER_PEER, max_send_sge=1,
@@ -253,9 +264,15 @@ class Transport(OneSidedReader):
             attr.qp_access_flags = e.IBV_ACCESS_REMOTE_READ  # peers may read, never write
             self._qps[k] = v.QP(self._pd, init, attr)        # created in INIT
             self._psns[k] = random.getrandbits(24)
+            buffers = self._staging(f"recv-{k}", RECVS_PER_PEER * MESSAGE_BYTES)
+            self._recv[k] = (buffers, self._local_regions.key(buffers.ctypes.data,
+                                                              RECVS_PER_PEER * MESSAGE_BYTES))
+            for i in range(RECVS_PER_PEER):
+                self._post_recv(k, i)
         coordination.client().key_value_set(
             f"{self._path}/verbs/{self._shard}/endpoint", json.dumps({
                 "token": self._token, "gid": self._gid, "lid": self._port_attr.lid,
+                "mtu": self._port_attr.active_mtu, "rd_responder": self._rd_responder,
                 "qps": {str(k): self._qps[k].qp_num for k in peers},
                 "psns": {str(k): self._psns[k] for k in peers}}), allow_overwrite=True)
         for k in peers:
@@ -267,72 +284,71 @@ class Transport(OneSidedReader):
             peer = endpoint_of(raw, self._token, k, self._shard)
             attr = v.QPAttr(port_num=self._port)
             attr.qp_access_flags = e.IBV_ACCESS_REMOTE_READ
-            attr.path_mtu = self._port_attr.active_mtu
+            attr.path_mtu = min(self._port_attr.active_mtu, peer["mtu"])
             attr.dest_qp_num = peer["qp_num"]
             attr.sq_psn = self._psns[k]
             attr.rq_psn = peer["psn"]  # what the peer sends from
-            attr.max_rd_atomic = self._rd_initiator
+            attr.max_rd_atomic = min(self._rd_initiator, peer["rd_responder"])
             attr.max_dest_rd_atomic = self._rd_responder
             attr.timeout, attr.retry_cnt = _TIMEOUT, _RETRY_CNT
             attr.rnr_retry, attr.min_rnr_timer = _RNR_RETRY, _MIN_RNR_TIMER
-            route = v.GlobalRoute(dgid=v.GID(peer["gid"]), sgid_index=self._gid_index)
+            route = v.GlobalRoute(dgid=v.GID(peer["gid"]), sgid_index=self._gid_index,
+                                  hop_limit=64)
             attr.ah_attr = v.AHAttr(port_num=self._port, is_global=1, gr=route,
                                     dlid=peer["lid"])
             self._qps[k].to_rts(attr)
-            self._recv[k] = self._staging(f"recv-{k}", RECVS_PER_PEER * MESSAGE_BYTES)
-            for i in range(RECVS_PER_PEER):
-                self._post_recv(k, i)
+        coordination.barrier(self._path, "verbs-connected", self._shards)
 
     def _post_recv(self, peer: int, index: int) -> None:
-        buffer = self._recv[peer]
-        address = buffer.ctypes.data + index * MESSAGE_BYTES
-        sge = self._v.SGE(address, MESSAGE_BYTES, self._local_regions.key(address, MESSAGE_BYTES))
-        self._qps[peer].post_recv(self._v.RecvWR(wr_id=peer << 32 | index, num_sge=1, sg=[sge]))
+        buffers, lkey = self._recv[peer]
+        sge = self._v.SGE(buffers.ctypes.data + index * MESSAGE_BYTES, MESSAGE_BYTES, lkey)
+        wr = self._v.RecvWR(wr_id=peer << 32 | index, num_sge=1, sg=[sge])
+        sge.close()  # copied into the request (pyverbs 44 never frees these itself)
+        try:
+            self._qps[peer].post_recv(wr)
+        finally:
+            wr.close()
 
     def _progress(self) -> None:
-        """Serves messages from peers: priority updates and tree requests."""
+        """Serves messages from peers: priority updates and tree requests.
+        Every receive buffer is posted again, whatever its message did."""
         while not self._stop.is_set():
             try:
                 polled, completions = self._recv_cq.poll(RECVS_PER_PEER)
-                for wc in completions[:polled]:
-                    peer, index = wc.wr_id >> 32, wc.wr_id & 0xFFFFFFFF
-                    if wc.status == self._v.e.IBV_WC_SUCCESS:
-                        start = index * MESSAGE_BYTES
-                        self._serve(bytes(self._recv[peer][start:start + wc.byte_len]))
+            except Exception:  # noqa: BLE001 - closing
+                return
+            for wc in completions[:polled]:
+                peer, index = wc.wr_id >> 32, wc.wr_id & 0xFFFFFFFF
+                if wc.status != self._v.e.IBV_WC_SUCCESS:
+                    self._broken.add(peer)  # its connection failed: buffers flushed
+                    continue
+                try:
+                    start = index * MESSAGE_BYTES
+                    self._serve(bytes(self._recv[peer][0][start:start + wc.byte_len]))
+                except Exception:  # noqa: BLE001 - a bad message must not stop progress
+                    self.refused_updates += 1
+                finally:
+                    try:
                         self._post_recv(peer, index)
-                    else:  # the peer's connection failed: its buffers are flushed
+                    except Exception:  # noqa: BLE001 - the pair failed: nothing to receive
                         self._broken.add(peer)
-            except Exception:  # noqa: BLE001 - a bad message must not stop progress
-                self.refused_updates += 1
             time.sleep(PROGRESS_SECONDS)
-
-    def _serve(self, message: bytes) -> None:
-        token = self._token.encode()
-        if len(message) < 4 + len(token) or message[4:4 + len(token)] != token:
-            self.refused_updates += 1
-            return
-        kind, body = message[:4], message[4 + len(token):]
-        if kind == _TREE:
-            request = json.loads(body)
-            code, alpha = int(request["code"]), float(request["alpha"])
-            if code in (1, 2) and 0.0 <= alpha <= 8.0:
-                self._layout(code, alpha)
-            return
-        self.refused_updates += apply_updates(self._local, self._shard, self._shard_shift,
-                                              kind, body)
 
     def close(self) -> None:
         """Stops serving peers and releases every RDMA resource (peers' later
-        reads fail, naming this shard). Idempotent."""
+        reads fail, naming this shard). Idempotent. If the progress thread
+        does not stop in time the resources are left as they are (polling a
+        closed queue would crash the process)."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=10)
         with self._lock:
-            if self._ctx is None:
+            if self._ctx is None or self._thread.is_alive():
                 return
             self._ctx.close()  # closes the queue pairs, regions, queues and domain with it
             self._ctx = None
             self._buffers.clear()
+            self._retired.clear()
 
     # ------------------------------------------------------------ the reader
     def _check_open(self) -> None:
@@ -340,49 +356,36 @@ class Transport(OneSidedReader):
             raise RuntimeError("this sharded table is closed")
 
     def _staging(self, name: str, size: int) -> np.ndarray:
-        buffer = self._buffers.get(name)
-        if buffer is None or buffer.nbytes < size:
-            buffer = np.zeros(max(size, 1 << 16, 0 if buffer is None else 2 * buffer.nbytes),
-                              np.uint8)
-            mr = self._register(buffer.ctypes.data, buffer.nbytes,
-                                self._v.e.IBV_ACCESS_LOCAL_WRITE)
-            self._local_regions.add(buffer.ctypes.data, buffer.nbytes, mr.lkey)
-            self._buffers[name] = buffer  # the old one stays registered: reads may target it
-        return buffer
+        with self._lock:
+            buffer = self._buffers.get(name)
+            if buffer is None or buffer.nbytes < size:
+                if buffer is not None:  # stays registered (and alive): its key may be in use
+                    self._retired.append(buffer)
+                buffer = np.zeros(max(size, 1 << 16, 0 if buffer is None else 2 * buffer.nbytes),
+                                  np.uint8)
+                mr = self._register(buffer.ctypes.data, buffer.nbytes,
+                                    self._v.e.IBV_ACCESS_LOCAL_WRITE)
+                self._local_regions.add(buffer.ctypes.data, buffer.nbytes, mr.lkey)
+                self._buffers[name] = buffer
+            return buffer
 
-    def _peer_layout(self, shard: int, code: int, alpha: float) -> dict:
-        key = strategy_key(code, alpha)
-        if (shard, key) in self._peer_layouts:
-            return self._peer_layouts[(shard, key)]
-        if shard == self._shard:
-            layout = self._layout(code, alpha)
-        else:
-            store = coordination.client()
-            path = f"{self._path}/verbs/{shard}/layout/{key}"
-            try:
-                value = store.key_value_try_get(path)
-            except Exception:  # noqa: BLE001 - not published yet: ask the owner for it
-                self._send(shard, _TREE + self._token.encode() + json.dumps(
-                    {"code": code, "alpha": alpha}).encode())
-                try:
-                    value = store.blocking_key_value_get(path, int(self._timeout * 1000))
-                except Exception as e:  # noqa: BLE001
-                    raise ShardUnavailable(shard, f"no answer to a tree request ({e})") from None
-            layout = json.loads(value.decode() if isinstance(value, bytes) else value)
-            if layout.get("token") != self._token:
-                raise ValueError(f"shard {shard} published a layout under another job token: "
-                                 f"refused")
+    def _ask(self, shard: int, message: bytes) -> None:
+        self._send(shard, message)
+
+    def _loaded_layout(self, shard: int, layout: dict) -> None:
+        """Checks the layout's token and learns its regions' rkeys."""
+        if layout.get("token") != self._token:
+            raise ValueError(f"shard {shard} published a layout under another job token: "
+                             f"refused")
+        with self._lock:
             regions = self._remote_regions.setdefault(shard, Regions())
             for start, size, rkey in layout["regions"]:
                 regions.add(int(start), int(size), int(rkey))
-        self._peer_layouts[(shard, key)] = layout
-        return layout
 
-    def _fail(self, shard: int, why: str) -> ShardUnavailable:
-        """Moves the shard's queue pair to the error state (its outstanding
-        reads are flushed, never completed into our buffers later) and marks
-        it broken (later reads of it raise at once); returns the error to
-        raise."""
+    def _fail(self, shard: int) -> None:
+        """Moves the shard's queue pair to the error state, so its outstanding
+        requests complete (flushed) instead of landing later, and marks it
+        broken: later reads of it raise at once."""
         qp = self._qps.get(shard)
         if qp is not None and shard not in self._broken:
             try:
@@ -392,93 +395,102 @@ class Transport(OneSidedReader):
             except Exception:  # noqa: BLE001 - failing anyway
                 pass
         self._broken.add(shard)
-        return ShardUnavailable(shard, why)
 
     def _wr_id(self, shard: int) -> int:
-        self._next_wr = (self._next_wr + 1) & 0xFFFFFFFF
-        return shard << 32 | self._next_wr
+        """shard << 40 | this call's epoch (8 bits) << 32 | a sequence number."""
+        self._sequence = (self._sequence + 1) & 0xFFFFFFFF
+        return shard << 40 | self._epoch << 32 | self._sequence
 
     def read_into(self, requests: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
+        """Reads every span; returns only once every request this call posted
+        has completed (read, or flushed by a failed pair), so none lands in a
+        buffer after it. Raises ShardUnavailable naming a shard that failed."""
         with self._lock:
             self._check_open()
-            outstanding = {}  # shard -> reads posted and not yet completed
-            remote = {}
+            self._epoch = (self._epoch + 1) & 0xFF
+            spans, outstanding = {}, {}
             for shard, (addresses, sizes, destinations) in requests.items():
                 if len(sizes) == 0:
                     continue
                 if shard == self._shard:  # this process's own memory: copied here
-                    for src, n, dst in zip(addresses.tolist(), sizes.tolist(),
-                                           destinations.tolist()):
-                        ctypes.memmove(dst, src, n)
+                    copy_local(addresses, sizes, destinations)
                     continue
                 if shard in self._broken:
                     raise ShardUnavailable(shard, "its connection failed earlier")
-                remote[shard] = list(zip(addresses.tolist(), sizes.tolist(),
-                                         destinations.tolist()))
+                spans[shard] = list(zip(addresses.tolist(), sizes.tolist(),
+                                        destinations.tolist()))
                 outstanding[shard] = 0
-            deadline = time.monotonic() + self._timeout
-            try:
-                self._read(remote, outstanding, deadline)
-            except BaseException:
-                # Reads of other shards still in flight could land in these
-                # buffers after we return: wait for them, or flush them.
-                self._drain(outstanding, deadline + self._timeout)
-                raise
+            failed: dict[int, str] = {}
+            self._read(spans, outstanding, failed)
+            if failed:
+                shard = min(failed)
+                raise ShardUnavailable(shard, failed[shard])
 
-    def _read(self, remote: dict, outstanding: dict, deadline: float) -> None:
-        """Posts every span as a chained, signaled RDMA READ and counts their
-        completions; stale completions (of a queue pair failed earlier) are
-        skipped."""
-        v, e = self._v, self._v.e
-        while any(remote.values()) or any(outstanding.values()):
-            for shard, spans in remote.items():
+    def _read(self, spans: dict, outstanding: dict, failed: dict) -> None:
+        """Posts the spans as chained, signaled RDMA READs and counts this
+        epoch's completions until none is outstanding. A failed completion or
+        a missed deadline fails that shard's pair (its other requests are
+        flushed, and counted too); if even the flushes do not come within a
+        second deadline the pair is left broken and the call gives up."""
+        deadline = time.monotonic() + self._timeout
+        flush_deadline = None
+        e = self._v.e
+        while True:
+            for shard, todo in spans.items():
+                if shard in failed:
+                    todo.clear()
+                    continue
                 room = SEND_DEPTH - outstanding[shard]
-                while spans and room > 0:
-                    chain = spans[:min(CHAIN, room)]
-                    del spans[:len(chain)]
-                    head = None
-                    for src, n, dst in reversed(chain):
-                        sge = v.SGE(dst, n, self._local_regions.key(dst, n))
-                        wr = v.SendWR(wr_id=self._wr_id(shard), opcode=e.IBV_WR_RDMA_READ,
-                                      num_sge=1, sg=[sge], send_flags=e.IBV_SEND_SIGNALED,
-                                      next_wr=head)
-                        wr.set_wr_rdma(self._remote_regions[shard].key(src, n), src)
-                        head = wr
-                    try:
-                        self._qps[shard].post_send(head)
-                    except v.PyverbsRDMAError as error:
-                        raise self._fail(shard, f"post_send failed: {error}") from None
+                while todo and room > 0:
+                    chain = todo[:min(CHAIN, room)]
+                    del todo[:len(chain)]
+                    self._post_reads(shard, chain)
                     outstanding[shard] += len(chain)
                     room -= len(chain)
-            polled, completions = self._send_cq.poll(64)
-            for wc in completions[:polled]:
-                shard = wc.wr_id >> 32
-                if shard not in outstanding or shard in self._broken:
-                    continue  # a flushed read of a queue pair failed earlier
-                outstanding[shard] -= 1
-                if wc.status != e.IBV_WC_SUCCESS:
-                    raise self._fail(shard, f"an RDMA READ failed (completion status "
-                                            f"{wc.status})")
-            if polled == 0 and time.monotonic() > deadline:
-                late = next(k for k in outstanding if outstanding[k] or remote[k])
-                raise self._fail(late, f"no answer within {self._timeout} s")
-
-    def _drain(self, outstanding: dict, deadline: float) -> None:
-        """Waits for the reads still in flight on healthy queue pairs; flushes
-        (fails) those that do not complete by the deadline."""
-        while any(n > 0 for k, n in outstanding.items() if k not in self._broken):
-            polled, completions = self._send_cq.poll(64)
-            for wc in completions[:polled]:
-                shard = wc.wr_id >> 32
-                if shard in outstanding and shard not in self._broken:
-                    outstanding[shard] -= 1
-                    if wc.status != self._v.e.IBV_WC_SUCCESS:
-                        self._fail(shard, "failed while draining")
-            if polled == 0 and time.monotonic() > deadline:
-                for shard, n in outstanding.items():
-                    if n > 0:
-                        self._fail(shard, "did not complete")
+            if not any(spans.values()) and not any(outstanding.values()):
                 return
+            polled, completions = self._send_cq.poll(64)
+            for wc in completions[:polled]:
+                shard, epoch = wc.wr_id >> 40, (wc.wr_id >> 32) & 0xFF
+                if epoch != self._epoch or shard not in outstanding:
+                    continue  # a request of a call that gave up on a broken pair
+                outstanding[shard] -= 1
+                if wc.status != e.IBV_WC_SUCCESS and shard not in failed:
+                    failed[shard] = f"an RDMA READ failed (completion status {wc.status})"
+                    self._fail(shard)
+            now = time.monotonic()
+            if now > deadline and flush_deadline is None:
+                for shard in spans:
+                    if (outstanding[shard] or spans[shard]) and shard not in failed:
+                        failed[shard] = f"no answer within {self._timeout} s"
+                        self._fail(shard)
+                flush_deadline = now + self._timeout
+            if flush_deadline is not None and now > flush_deadline:
+                return  # flushes never came: those pairs stay broken, never used again
+
+    def _post_reads(self, shard: int, chain: list[tuple[int, int, int]]) -> None:
+        """One post_send of a chain of READs. pyverbs links a request to the
+        next by a raw pointer, so every request stays alive until the post;
+        then their memory is freed (pyverbs 44 never frees it itself)."""
+        v, e = self._v, self._v.e
+        requests, head = [], None
+        try:
+            for src, n, dst in reversed(chain):
+                sge = v.SGE(dst, n, self._local_regions.key(dst, n))
+                wr = v.SendWR(wr_id=self._wr_id(shard), opcode=e.IBV_WR_RDMA_READ, num_sge=1,
+                              sg=[sge], send_flags=e.IBV_SEND_SIGNALED, next_wr=head)
+                sge.close()  # copied into the request
+                wr.set_wr_rdma(self._remote_regions[shard].key(src, n), src)
+                requests.append(wr)
+                head = wr
+            self._qps[shard].post_send(head)
+        except v.PyverbsRDMAError as error:
+            # Nothing of a refused post was queued; the caller counts none.
+            self._fail(shard)
+            raise ShardUnavailable(shard, f"post_send failed: {error}") from None
+        finally:
+            for wr in requests:
+                wr.close()
 
     def _send(self, shard: int, message: bytes) -> None:
         """One SEND to the shard's owner, waited for (under the deadline)."""
@@ -489,6 +501,7 @@ class Transport(OneSidedReader):
             self._check_open()
             if shard in self._broken:
                 raise ShardUnavailable(shard, "its connection failed earlier")
+            self._epoch = (self._epoch + 1) & 0xFF
             buffer = self._staging("send", MESSAGE_BYTES)
             buffer[:len(message)] = np.frombuffer(message, np.uint8)
             address = buffer.ctypes.data
@@ -496,25 +509,56 @@ class Transport(OneSidedReader):
             wr_id = self._wr_id(shard)
             wr = v.SendWR(wr_id=wr_id, opcode=e.IBV_WR_SEND, num_sge=1, sg=[sge],
                           send_flags=e.IBV_SEND_SIGNALED)
+            sge.close()
             try:
                 self._qps[shard].post_send(wr)
             except v.PyverbsRDMAError as error:
-                raise self._fail(shard, f"post_send failed: {error}") from None
+                self._fail(shard)
+                raise ShardUnavailable(shard, f"post_send failed: {error}") from None
+            finally:
+                wr.close()
             deadline = time.monotonic() + self._timeout
             while True:
                 polled, completions = self._send_cq.poll(1)
-                if polled:
-                    wc = completions[0]
-                    if wc.wr_id != wr_id:
-                        continue  # a flushed read of a queue pair failed earlier
-                    if wc.status != e.IBV_WC_SUCCESS:
-                        raise self._fail(shard, f"a SEND failed (completion status "
-                                                f"{wc.status})")
+                if polled and completions[0].wr_id == wr_id:
+                    if completions[0].status != e.IBV_WC_SUCCESS:
+                        self._fail(shard)
+                        raise ShardUnavailable(shard, f"a SEND failed (completion status "
+                                                      f"{completions[0].status})")
                     return
-                elif time.monotonic() > deadline:
-                    raise self._fail(shard, f"no answer within {self._timeout} s")
+                if not polled and time.monotonic() > deadline:
+                    # The send buffer may still be read: fail the pair (flush)
+                    # and wait for the flush before it can be reused.
+                    self._fail(shard)
+                    self._await(wr_id, time.monotonic() + self._timeout)
+                    raise ShardUnavailable(shard, f"no answer within {self._timeout} s")
+
+    def _await(self, wr_id: int, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            polled, completions = self._send_cq.poll(1)
+            if polled and completions[0].wr_id == wr_id:
+                return
 
     def send_updates(self, shard: int, keys: np.ndarray, priorities: np.ndarray) -> None:
         for message in message_chunks(self._token, keys, priorities):
             self._send(shard, message)
         self.sent_updates += len(keys)
+
+
+def _gid_index(ctx, port: int, port_attr, e) -> int:
+    """GEARJAX_VERBS_GID if set; else on Ethernet (RoCE) the first RoCE v2
+    GID that is not zero (routable; index 0 is usually RoCE v1 link-local),
+    and on InfiniBand index 0."""
+    if "GEARJAX_VERBS_GID" in os.environ:
+        return int(os.environ["GEARJAX_VERBS_GID"])
+    if port_attr.link_layer != e.IBV_LINK_LAYER_ETHERNET:
+        return 0
+    for index in range(port_attr.gid_tbl_len):
+        try:
+            gid = ctx.query_gid(port, index).gid
+            if gid.replace("0", "").replace(":", "") and \
+                    ctx.query_gid_type(port, index) == e.IBV_GID_TYPE_SYSFS_ROCE_V2:
+                return index
+        except Exception:  # noqa: BLE001 - an empty slot of the table
+            continue
+    return 0

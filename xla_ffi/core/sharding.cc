@@ -119,6 +119,41 @@ void PlanShards(const ShardSummary* summaries, int64_t shards, const uint32_t se
   }
 }
 
+SampleRequest TopsRequest(int64_t strategy, int64_t count, int64_t entry_words,
+                          int64_t capacity) {
+  const SampleRequest request = ShardRequest(strategy, 0.0, count);
+  if (!RanksShards(request.strategy)) throw InvalidArgument("only TopK and Recent rank shards");
+  if (entry_words != std::min(count, capacity) * kEntryWords) {
+    throw InvalidArgument("the best list must hold min(count, capacity) entries");
+  }
+  return request;
+}
+
+RankShape RankShapeOf(int64_t summary_words, int64_t entry_words) {
+  const int64_t shards = summary_words / kSummaryWords;
+  if (shards < 1 || shards * kSummaryWords != summary_words) {
+    throw InvalidArgument("the gathered summaries have the wrong size");
+  }
+  const int64_t per_shard = entry_words / (shards * kEntryWords);
+  if (per_shard < 1 || per_shard * shards * kEntryWords != entry_words) {
+    throw InvalidArgument("expected one best list per shard");
+  }
+  return {shards, per_shard};
+}
+
+void TranslateKeys(const int64_t* keys, int64_t* out, int64_t count, int64_t shard,
+                   int shard_shift, bool to_local) {
+  const int64_t low = (int64_t{1} << shard_shift) - 1;
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t k = keys[i];
+    if (to_local) {
+      out[i] = k >= 0 && (k >> shard_shift) == shard ? (k & low) : -1;
+    } else {
+      out[i] = k >= 0 && k <= low ? GlobalKey(shard, shard_shift, k) : -1;
+    }
+  }
+}
+
 std::vector<uint64_t> ServeDraws(Table& table, const SampleRequest& request, int64_t me,
                                  int shard_shift, const ShardSummary* summaries, int64_t shards,
                                  const uint32_t* seeds, const int32_t* counts, int64_t block,

@@ -85,6 +85,26 @@ inline int64_t GlobalKey(int64_t shard, int shard_shift, int64_t local_key) {
   return (shard << shard_shift) | local_key;
 }
 
+// The request of a shard's TopK(count) or Recent(count) best list of
+// `entry_words` words (kEntryWords an entry); throws InvalidArgument unless
+// the strategy ranks shards and the list holds min(count, capacity) entries.
+SampleRequest TopsRequest(int64_t strategy, int64_t count, int64_t entry_words,
+                          int64_t capacity);
+
+// How many shards and entries a shard the gathered summaries and best lists
+// hold (given their word counts); throws InvalidArgument unless they agree.
+struct RankShape {
+  int64_t shards, per_shard;
+};
+RankShape RankShapeOf(int64_t summary_words, int64_t entry_words);
+
+// Keys between a shard's own layout and the global one: with to_local, global
+// keys of `shard` become its own keys and every other key -1 (priority updates
+// skip those); otherwise own keys (at most shard_shift bits) become global and
+// anything else -1. `out` may be `keys`.
+void TranslateKeys(const int64_t* keys, int64_t* out, int64_t count, int64_t shard,
+                   int shard_shift, bool to_local);
+
 // The owner's part: for each requester j (of `shards`), draws counts[j] rows
 // from `table` with seeds[j] into draws[j * block, j * block + counts[j]); the
 // rest of each block is left as it was (the requester never reads it).

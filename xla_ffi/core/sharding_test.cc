@@ -264,5 +264,40 @@ TEST(Sharding, ARankedOwnerDrawsAmongItsOwnShareOfTheBest) {
   for (uint64_t t : tickets) table.EndSample(t);
 }
 
+TEST(Sharding, BestListsAndRankingInputsAreCheckedForSize) {
+  EXPECT_EQ(TopsRequest(3, 5, 5 * kEntryWords, 64).count, 5);
+  EXPECT_EQ(TopsRequest(4, 99, 8 * kEntryWords, 8).strategy, Strategy::kRecent);
+  EXPECT_THROW(TopsRequest(3, 5, 4 * kEntryWords, 64), InvalidArgument);  // too short
+  EXPECT_THROW(TopsRequest(0, 5, 5 * kEntryWords, 64), InvalidArgument);  // Uniform
+  EXPECT_THROW(TopsRequest(3, 0, 0, 64), InvalidArgument);
+  const RankShape shape = RankShapeOf(3 * kSummaryWords, 3 * 4 * kEntryWords);
+  EXPECT_EQ(shape.shards, 3);
+  EXPECT_EQ(shape.per_shard, 4);
+  EXPECT_THROW(RankShapeOf(3 * kSummaryWords + 1, 12 * kEntryWords), InvalidArgument);
+  EXPECT_THROW(RankShapeOf(3 * kSummaryWords, 12 * kEntryWords + 4), InvalidArgument);
+  EXPECT_THROW(RankShapeOf(3 * kSummaryWords, 0), InvalidArgument);
+}
+
+TEST(Sharding, KeysTranslateBetweenAShardAndTheGlobalLayout) {
+  const int shift = 61;  // two shard bits
+  const int64_t low = (int64_t{1} << shift) - 1;
+  const int64_t keys[] = {5, low, low + 1, -3};
+  int64_t global[4];
+  TranslateKeys(keys, global, 4, 2, shift, /*to_local=*/false);
+  EXPECT_EQ(global[0], (int64_t{2} << shift) | 5);
+  EXPECT_EQ(global[1], (int64_t{2} << shift) | low);
+  EXPECT_EQ(global[2], -1);  // too wide for a shard key
+  EXPECT_EQ(global[3], -1);
+  int64_t back[4];
+  TranslateKeys(global, back, 4, 2, shift, /*to_local=*/true);
+  EXPECT_EQ(back[0], 5);
+  EXPECT_EQ(back[1], low);
+  const int64_t other[] = {(int64_t{1} << shift) | 5};  // shard 1's: not ours
+  TranslateKeys(other, back, 1, 2, shift, /*to_local=*/true);
+  EXPECT_EQ(back[0], -1);
+  TranslateKeys(global, global, 2, 2, shift, /*to_local=*/true);  // in place
+  EXPECT_EQ(global[0], 5);
+}
+
 }  // namespace
 }  // namespace gearjax

@@ -38,6 +38,7 @@
 #include "core/memory.h"
 #include "cuda/gather.cuh"
 #include "cuda/select.cuh"
+#include "cuda/tickets.h"
 #include "ffi_common.h"
 
 namespace ffi = xla::ffi;
@@ -115,49 +116,6 @@ constexpr char kUnreachable[] =
     "this table's memory is not reachable from the GPU (pinning it failed when the table was "
     "created, or no GPU was visible then)";
 
-// A sample's ticket (and, for host selection, its draws), returned once the
-// stream has passed the sample's kernels.
-struct PendingTicket {
-  std::shared_ptr<Table> table;
-  uint64_t ticket = 0;
-  std::vector<Draw> draws;
-};
-
-void CUDART_CB EndTicketAfterKernels(void* data) {
-  std::unique_ptr<PendingTicket> pending(static_cast<PendingTicket*>(data));
-  pending->table->EndSample(pending->ticket);
-}
-
-// Holds a sample's ticket until the stream takes it: any way out before then
-// (an error or an exception) waits for what was enqueued and returns the
-// ticket itself.
-class TicketGuard {
- public:
-  TicketGuard(std::unique_ptr<PendingTicket> pending, cudaStream_t stream)
-      : pending_(std::move(pending)), stream_(stream) {}
-  TicketGuard(const TicketGuard&) = delete;
-  TicketGuard& operator=(const TicketGuard&) = delete;
-  ~TicketGuard() {
-    if (pending_ == nullptr) return;
-    cudaStreamSynchronize(stream_);
-    pending_->table->EndSample(pending_->ticket);
-  }
-
-  PendingTicket& pending() { return *pending_; }
-
-  // Enqueues the ticket's return after the kernels enqueued so far; once that
-  // succeeds, the stream's host function owns the ticket.
-  cudaError_t HandToStream() {
-    const cudaError_t error = cudaLaunchHostFunc(stream_, EndTicketAfterKernels, pending_.get());
-    if (error == cudaSuccess) pending_.release();
-    return error;
-  }
-
- private:
-  std::unique_ptr<PendingTicket> pending_;
-  cudaStream_t stream_;
-};
-
 // Selection and gather both on the GPU (sum-tree strategies).
 ffi::Error SampleOnDevice(cudaStream_t stream, ffi::ScratchAllocator& scratch,
                           const uint32_t* seed, const std::shared_ptr<Table>& table,
@@ -166,7 +124,7 @@ ffi::Error SampleOnDevice(cudaStream_t stream, ffi::ScratchAllocator& scratch,
   GpuSelection selection;
   auto pending = std::make_unique<PendingTicket>();
   pending->table = table;
-  pending->ticket = table->BeginGpuSample(request, &selection);
+  pending->tickets.push_back(table->BeginGpuSample(request, &selection));
   TicketGuard ticket(std::move(pending), stream);
 
   const std::optional<void*> draws = scratch.Allocate(request.batch * sizeof(Draw), 16);
@@ -222,7 +180,7 @@ ffi::Error Sample(cudaStream_t stream, ffi::ScratchAllocator& scratch,
     auto pending = std::make_unique<PendingTicket>();
     pending->table = table;
     pending->draws.resize(batch);
-    pending->ticket = table->Select(request, host_seed, pending->draws.data());
+    pending->tickets.push_back(table->Select(request, host_seed, pending->draws.data()));
     TicketGuard ticket(std::move(pending), stream);
     const std::vector<Draw>& draws = ticket.pending().draws;
 
