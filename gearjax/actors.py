@@ -24,14 +24,16 @@ to every learner by the exchange).
 * **Faults.** An actor whose process dies is replaced (and counted in
   ``stats()["actor_restarts"]``); its episode in flight is lost. One that
   dies ``MAX_RESTARTS_IN_A_ROW + 1`` times without finishing an episode
-  stops the feeder with a ``RuntimeError``. An exception
-  raised by ``make_env``, ``policy`` or ``to_trajectory``, or a refused
-  insert, stops the feeder, and :meth:`RayFeeder.close` (or
-  :meth:`RayFeeder.check`) re-raises it.
+  stops the feeder with a ``RuntimeError``. An exception raised by
+  ``policy`` or ``to_trajectory``, or a refused insert, stops the feeder, and
+  :meth:`RayFeeder.wait`, :meth:`RayFeeder.check` and :meth:`RayFeeder.close`
+  re-raise it; one raised by ``make_env`` stops it with a ``RuntimeError``
+  that quotes it (the actor could not start).
 """
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -164,7 +166,10 @@ class RayFeeder:
 
     def _feed(self) -> None:
         ray = self._ray
-        pending = {self._submit(i): i for i in range(len(self._workers))}
+        # Never more episodes in flight than are still wanted.
+        first = len(self._workers) if self._max_episodes is None else \
+            min(len(self._workers), self._max_episodes)
+        pending = {self._submit(i): i for i in range(first)}
         failures = [0] * len(self._workers)
         try:
             while pending and not self._stop.is_set():
@@ -174,6 +179,11 @@ class RayFeeder:
                     try:
                         episode = ray.get(ref)
                     except ray.exceptions.RayActorError as e:
+                        if getattr(e, "actor_init_failed", False):
+                            # make_env (or the policy's unpickling) raised:
+                            # another actor would raise it again.
+                            why = re.sub(r"\x1b\[[0-9;]*m", "", str(getattr(e, "error_msg", e)))
+                            raise RuntimeError(f"actor {index} could not start: {why}") from None
                         # The actor's process died: replace it; its episode is
                         # lost. One that never finishes an episode (it cannot
                         # start, say) is not replaced for ever.

@@ -50,6 +50,7 @@ import re
 import stat
 import tempfile
 import threading
+import time
 import zipfile
 from typing import Any
 
@@ -64,6 +65,7 @@ VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)
 ITEM_ARRAYS = ("keys", "slots", "lengths", "priorities", "stamps", "free_slots")
 MAX_STAMP = 1 << 62  # xla_ffi/core/table.h kMaxStamp
+STAMP_SKEW_NS = 86_400 * 10**9
 COUNTERS = ("next_sequence", "inserts", "samples", "evictions", "priority_updates")
 REMOVERS = ("fifo", "lifo", "min_priority")
 PLACEMENTS = ("host", "device", "auto")
@@ -422,6 +424,11 @@ def _read(zf: zipfile.ZipFile) -> Checkpoint:
     if stamps is not None and num_items and (stamps.min() < 0 or stamps.max() >= MAX_STAMP
                                              or np.any(np.diff(stamps) <= 0)):
         raise CheckpointError("insertion stamps are not increasing in [0, 2**62)")
+    # A stamp far in the future would keep its shard "newest" for TopK and
+    # Recent long after: a day of clock skew is tolerated, no more.
+    if stamps is not None and num_items and \
+            stamps.max() > time.time_ns() + STAMP_SKEW_NS:
+        raise CheckpointError("insertion stamps lie more than a day in the future")
     free_slots = _load_npy(zf, "free_slots", i64, capacity - num_items)
 
     every_slot = np.concatenate([slots, free_slots])

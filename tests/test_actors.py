@@ -106,8 +106,8 @@ def test_the_rate_limiter_holds_the_actors_back():
                                      error_buffer=8.0, timeout=1.0)
     t = table(rate_limiter=limiter)
     feeder = actors.RayFeeder(t, make_env, alternating, actors=2)
-    until(lambda: len(t) >= 3)
-    time.sleep(1.0)
+    until(lambda: len(t) >= 5)
+    time.sleep(1.0)  # more would go in now, were they not held back
     held = len(t)
     # Three inserts for min_size, two more within the error buffer (diff =
     # 4 * inserts - samples <= 20), then inserts wait, through the limiter's
@@ -116,7 +116,10 @@ def test_the_rate_limiter_holds_the_actors_back():
     for i in range(3):
         t.sample(jax.random.key(i), 4, 2)
     until(lambda: len(t) > held)
-    feeder.close()
+    time.sleep(1.0)  # held back again: the feeding thread waits in an insert
+    began = time.monotonic()
+    feeder.close()  # waits for that insert: at most the limiter's timeout
+    assert time.monotonic() - began < limiter.timeout + 2.0
 
 
 def test_a_killed_actor_is_replaced():
@@ -145,6 +148,14 @@ def unbuildable():
     os._exit(3)  # the actor's process dies while it builds its environment
 
 
+def missing_environment():
+    raise ValueError("no such environment")
+
+
+def bad_columns(episode):
+    raise KeyError("the trajectory has no column 'obs'")
+
+
 def test_an_actor_that_cannot_start_stops_the_feeder_instead_of_restarting_for_ever():
     t = table()
     feeder = actors.RayFeeder(t, unbuildable, alternating, actors=1)
@@ -153,6 +164,39 @@ def test_an_actor_that_cannot_start_stops_the_feeder_instead_of_restarting_for_e
     assert feeder.stats()["actor_restarts"] == actors.MAX_RESTARTS_IN_A_ROW
     with pytest.raises(RuntimeError):
         feeder.close()
+
+
+def test_a_raising_make_env_or_to_trajectory_stops_the_feeder_with_its_error():
+    t = table()
+    feeder = actors.RayFeeder(t, missing_environment, alternating, actors=2)
+    with pytest.raises(RuntimeError, match="(?s)could not start.*ValueError: no such environment"):
+        feeder.wait(120)
+    assert feeder.stats()["actor_restarts"] == 0  # not retried: it would raise again
+    with pytest.raises(RuntimeError):
+        feeder.close()
+    feeder = actors.RayFeeder(t, make_env, alternating, actors=1, to_trajectory=bad_columns)
+    with pytest.raises(KeyError, match="no column 'obs'"):
+        feeder.wait(120)
+    with pytest.raises(KeyError):
+        feeder.close()
+    assert len(t) == 0
+
+
+def test_max_episodes_below_the_actor_count_inserts_exactly_that_many():
+    t = table()
+    with actors.RayFeeder(t, make_env, alternating, actors=4, max_episodes=2) as feeder:
+        assert feeder.wait(120)
+    assert len(t) == 2 and feeder.stats()["episodes"] == 2
+
+
+def test_a_sharded_table_is_fed_into_this_process_shard():
+    t = gx.ShardedTable(COLUMNS, capacity=16, max_length=500)
+    with actors.RayFeeder(t, make_env, alternating, actors=2, max_episodes=5) as feeder:
+        assert feeder.wait(120)
+    assert len(t.local) == 5 and len(t) == 5
+    keys = t.local.contents()["key"]
+    assert all(t.shard_of(int(k)) == 0 for k in keys)
+    t.close()
 
 
 def test_bad_arguments_are_refused_before_any_actor_starts():

@@ -460,6 +460,8 @@ TAMPERING = {
         {"stamps.npy": _npy(np.array([5, 9, 9, 12]))}),
     "stamp-beyond-bound": lambda items: items.update(
         {"stamps.npy": _npy(np.array([5, 9, 10, 2**62]))}),
+    "stamp-in-the-future": lambda items: items.update(
+        {"stamps.npy": _npy(np.array([5, 9, 10, 2**62 - 1]))}),
     "negative-priority": lambda items: items.update(
         {"priorities.npy": _npy(np.array([1.0, -1.0, 1.0, 1.0]))}),
     "pickled-keys": lambda items: items.update(

@@ -96,7 +96,7 @@ def test_bench_actors_measures_the_learner_and_its_actors(tmp_path):
     pytest.importorskip("ray", reason="bench_actors needs Ray (the actors extra)")
     out = tmp_path / "actors.json"
     subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_actors.py"), "--actors", "1",
-                    "2", "--seconds", "0.5", "--out", str(out)],
+                    "2", "--seconds", "2", "--out", str(out)],
                    check=True, capture_output=True, timeout=300, cwd=tmp_path)
     result = json.loads(out.read_text())
     assert result["learner_alone_rows_per_second"] > 0
@@ -106,7 +106,7 @@ def test_bench_actors_measures_the_learner_and_its_actors(tmp_path):
         # The rate limiter lets the learner sample samples_per_insert rows per
         # inserted episode, give or take its error buffer (the two rates are
         # measured over windows a little apart, hence the slack).
-        slack = 4 * result["error_buffer"] / 0.5
+        slack = 4 * result["error_buffer"] / 2
         assert point["learner_rows_per_second"] <= 1.2 * point["episodes_per_second"] * \
             result["config"]["samples_per_insert"] + slack
     assert (tmp_path / "actors.png").stat().st_size > 0

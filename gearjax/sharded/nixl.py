@@ -162,7 +162,7 @@ class Transport(OneSidedReader):
         if self._thread.is_alive():
             self._thread.join(timeout=10)
         _open.discard(self)
-        with self._lock:
+        with self._no_reads(), self._lock:
             if self._agent is None:
                 return
             for descs in self._registered:

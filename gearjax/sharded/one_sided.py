@@ -29,6 +29,7 @@ with ``on_dead_shard="skip"``, is left out of this and later samples
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import threading
@@ -60,6 +61,29 @@ def copy_local(addresses: np.ndarray, sizes: np.ndarray, destinations: np.ndarra
     """A read of this process's own shard: spans copied here, no transport."""
     for src, n, dst in zip(addresses.tolist(), sizes.tolist(), destinations.tolist()):
         ctypes.memmove(dst, src, n)
+
+
+def _check_layout(layout: Any, shard: int, capacity: int, max_length: int) -> None:
+    """A peer's published layout, checked against what every process agreed
+    on (capacity, max_length) before any read is sized by it."""
+    def integer(name: str) -> int:
+        value = layout.get(name) if isinstance(layout, dict) else None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ShardUnavailable(shard, f"published a malformed layout ({name})")
+        return value
+
+    ok = (integer("slots_bytes") == _SLOT_BYTES * capacity and
+          integer("stamps_bytes") == 8 * capacity and
+          integer("max_length") == max_length and
+          all(integer(name) >= 0 for name in ("arena", "arena_bytes", "slots", "stamps", "tree",
+                                              "tree_bytes")) and
+          isinstance(layout.get("tree_offsets"), list) and
+          all(isinstance(o, int) and not isinstance(o, bool) and o >= 0
+              for o in layout["tree_offsets"]) and
+          isinstance(layout.get("column_offsets"), list))
+    if not ok:
+        raise ShardUnavailable(shard, "published a layout that does not match the agreed "
+                                      "capacity and max_length")
 
 
 def strategy_key(code: int, alpha: float) -> str:
@@ -138,6 +162,17 @@ class OneSidedReader:
         """A registered local buffer of at least `size` bytes, one per use."""
         raise NotImplementedError
 
+    @contextlib.contextmanager
+    def _no_reads(self):
+        """Holds off reads for a close: waits for one in progress (at most the
+        exchange's timeout; then it closes anyway)."""
+        acquired = self._reading.acquire(timeout=self._timeout)
+        try:
+            yield
+        finally:
+            if acquired:
+                self._reading.release()
+
     def _ask(self, shard: int, message: bytes) -> None:
         """Sends a message (a tree request) to the shard's owner."""
         raise NotImplementedError
@@ -171,6 +206,7 @@ class OneSidedReader:
                 except Exception as e:  # noqa: BLE001
                     raise ShardUnavailable(shard, f"no answer to a tree request ({e})") from None
             layout = json.loads(value.decode() if isinstance(value, bytes) else value)
+            _check_layout(layout, shard, self._local.capacity, self._local.max_length)
             self._loaded_layout(shard, layout)
         self._peer_layouts[(shard, key)] = layout
         return layout
@@ -223,6 +259,7 @@ class OneSidedReader:
         """The trajectory with (the shard's own) key `key` of another shard,
         read one-sidedly, or None if that shard does not hold it now."""
         with self._reading:
+            self._check_open()
             return self._get(shard, key)
 
     def _get(self, shard: int, key: int) -> dict[str, np.ndarray] | None:
@@ -311,17 +348,18 @@ class OneSidedReader:
                "valid": np.zeros(batch, np.int32), "shard": np.zeros(batch, np.int32)}
         step_bytes = np.array([c.step_bytes for c in columns], np.int64)
         todo = np.arange(batch)
-        for _ in range(MAX_ROUNDS):
+        for round_ in range(MAX_ROUNDS):
             if len(todo) == 0:
                 out["columns"] = [a.copy() for a in outputs]
                 return out
             expected = None
             if ranked:
-                if len(todo) < batch:  # a redraw: slots changed, so rank again
+                if round_ > 0:  # a redraw: slots changed, so rank again
                     best = self._rank(layouts, shards, code, count)
                     if not len(best["slot"]):
                         raise ValueError("cannot sample: every shard is empty")
                     total = float(len(best["slot"]))
+                    out["table_size"][:] = best["size"]
                 pick = rng.integers(0, len(best["slot"]), len(todo))
                 mine = {k: best["shard"][pick] == k for k in shards}
                 rows_of = {k: todo[mine[k]] for k in shards}

@@ -5,9 +5,9 @@ involved).
 
 A call returns the batch its previous call started reading, if that call
 asked for the same thing (batch size, window, strategy, pad), and starts
-reading the next one. So a prefetched batch was drawn after the previous call
-returned: at most one step old. It misses inserts and priority updates made
-after it was drawn (during the step in between), and nothing older. Its
+reading the next one as soon as it has its own. So a prefetched batch is read
+while the step in between trains: at most one step old. It may miss inserts
+and priority updates made during that step, and nothing older. Its
 random words derive from the previous call's key, so a sequence of calls is
 as reproducible as the shards' contents are. A call that asks for something
 else (or the first call) reads its batch now, with its own key.
@@ -36,6 +36,7 @@ class Prefetcher:
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=name)
         self._lock = threading.Lock()
         self._ahead: tuple[Hashable, concurrent.futures.Future] | None = None
+        self._closed = False
         self.hits = self.misses = 0
 
     def take(self, request: Hashable, words: np.ndarray,
@@ -54,12 +55,13 @@ class Prefetcher:
             self.misses += 1
             rows = draw(words)
         with self._lock:
-            if not self._pool._shutdown:
+            if not self._closed:
                 self._ahead = (request, self._pool.submit(draw, next_words(words)))
         return rows
 
     def close(self) -> None:
         """Waits for a read in flight, then stops. Idempotent."""
         with self._lock:
+            self._closed = True  # no read is submitted after this
             self._ahead = None
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._pool.shutdown(wait=True)

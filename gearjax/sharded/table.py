@@ -212,7 +212,7 @@ class ShardedTable:
             "size", "num_steps", "inserts", "samples", "evictions", "priority_updates",
             "skipped_updates")}
         if self._transport is not None:
-            out.update(lost_shards=sorted(self._transport._dead),
+            out.update(lost_shards=sorted(self._transport._dead.copy()),  # copied atomically
                        refused_updates=self._transport.refused_updates,
                        sent_updates=self._transport.sent_updates,
                        prefetch_hits=self._prefetcher.hits,

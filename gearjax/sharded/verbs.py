@@ -342,7 +342,7 @@ class Transport(OneSidedReader):
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=10)
-        with self._lock:
+        with self._no_reads(), self._lock:
             if self._ctx is None or self._thread.is_alive():
                 return
             self._ctx.close()  # closes the queue pairs, regions, queues and domain with it

@@ -191,6 +191,20 @@ TEST(Sharding, RestoredStampsMustIncreaseAndStayBelowTheBound) {
   EXPECT_THROW(table.Insert({&x}, 1, 1.0, layout.Key(1, 1), 1, kMaxStamp), InvalidArgument);
   table.Insert({&x}, 1, 1.0, layout.Key(1, 1), 1, 101);
   EXPECT_EQ(table.PinItems()[1].stamp, 101);
+  // A clock behind the last stamp (here: a restored one an hour ahead): new
+  // stamps still increase, one past the last.
+  Table ahead(Spec(4));
+  const int64_t hour = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           std::chrono::system_clock::now().time_since_epoch() +
+                           std::chrono::hours(1)).count();
+  ahead.Insert({&x}, 1, 1.0, ahead.key_layout().Key(0, 0), 0, hour);
+  Put(ahead, 1, 1.0);
+  EXPECT_EQ(ahead.PinItems()[1].stamp, hour + 1);
+  // A restored stamp at the very top leaves no stamp for a new insert: it
+  // fails clearly instead of repeating a stamp.
+  Table full(Spec(4));
+  full.Insert({&x}, 1, 1.0, full.key_layout().Key(0, 0), 0, kMaxStamp - 1);
+  EXPECT_THROW(Put(full, 1, 1.0), InvalidArgument);
 }
 
 TEST(Sharding, TopsListTheBestFirst) {

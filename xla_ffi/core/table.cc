@@ -269,6 +269,9 @@ int64_t Table::InsertWith(int64_t length, double priority, const Fill& fill,
   } else if (counters_.next_sequence > key_layout_.max_sequence()) {
     throw InvalidArgument("this table has issued every key it can (" +
                           std::to_string(key_layout_.max_sequence()) + " + 1 inserts)");
+  } else if (last_stamp_ >= kMaxStamp - 1) {
+    throw InvalidArgument("this table has issued every insertion stamp it can (a restored "
+                          "stamp reached 2^62 - 1)");
   }
   // Checkpoint restores bypass the limiter: they recreate state, not traffic.
   if (!restoring && !limiter_.CanInsert(LimiterStateLocked())) {
@@ -340,9 +343,8 @@ int64_t Table::InsertWith(int64_t length, double priority, const Fill& fill,
   const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
                           std::chrono::system_clock::now().time_since_epoch())
                           .count();
-  const int64_t stamp = restoring && restore_stamp >= 0
-                            ? restore_stamp
-                            : std::min(std::max(now, last_stamp_ + 1), kMaxStamp - 1);
+  const int64_t stamp = restoring && restore_stamp >= 0 ? restore_stamp
+                                                         : std::max(now, last_stamp_ + 1);
   PublishLocked(slot, key, length, priority, stamp);
   changed_.notify_all();
   return key;
