@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any
 
@@ -103,3 +104,25 @@ def _json_scalar(value: Any) -> Any:
 
 def _pad_from_json(value: Any) -> Any:
     return float(value) if isinstance(value, str) else value
+
+
+@functools.cache
+def _integer_bounds(dtype: np.dtype) -> tuple[int, int]:
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max)
+
+
+def cast_to_column(name: str, value: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Converts to the column dtype: integers into any integer column when every
+    value fits, otherwise same-kind conversions only (float64 -> float32 yes,
+    float -> int no)."""
+    if value.dtype != dtype:
+        int_to_int = value.dtype.kind in "iu" and dtype.kind in "iu"
+        if int_to_int:
+            lo, hi = _integer_bounds(dtype)
+            if value.size and (int(value.min()) < lo or int(value.max()) > hi):
+                raise ValueError(f"column {name!r}: values outside the range of {dtype}")
+        elif not np.can_cast(value.dtype, dtype, casting="same_kind"):
+            raise TypeError(f"column {name!r} holds {dtype}; {value.dtype} data would be "
+                            f"converted unsafely")
+    return np.ascontiguousarray(value, dtype=dtype)

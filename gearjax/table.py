@@ -14,7 +14,7 @@ import functools
 import os
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -23,8 +23,11 @@ import numpy as np
 from gearjax import _checks, _ffi, _gearjax, checkpoint, rate_limiters
 from gearjax._gearjax import NativeTable
 from gearjax.batch import Batch
-from gearjax.columns import Column, is_numeric
+from gearjax.columns import Column, cast_to_column, is_numeric
 from gearjax.strategies import Prioritized, Strategy, Uniform
+
+if TYPE_CHECKING:
+    from gearjax.writer import Writer
 
 REMOVERS = {"fifo": 0, "lifo": 1, "min_priority": 2}
 PLACEMENTS = ("host", "device", "auto")
@@ -269,6 +272,13 @@ class Table:
         arrays, length = self._validate_trajectory(trajectory)
         return self._native.insert(arrays, length, _checks.priority(priority))
 
+    def writer(self, max_length_overflow: str = "error", overlap: int = 0) -> "Writer":
+        """A streaming writer: append one step at a time, end episodes (see
+        :class:`gearjax.writer.Writer`). Cheap; make one per actor thread."""
+        from gearjax.writer import Writer
+        self._check_open()
+        return Writer(self, max_length_overflow, overlap)
+
     def insert_many(self, trajectories: Sequence[Mapping[str, Any]],
                     priorities: Sequence[float] | np.ndarray | None = None) -> np.ndarray:
         """Inserts several trajectories; returns their keys as int64. Every
@@ -336,7 +346,7 @@ class Table:
                                 f"insert/insert_many")
         # Host data converts as insert() converts it (refusing values that do not
         # fit the column); JAX arrays as astype does.
-        arrays = [jnp.asarray(_cast(n, np.asarray(columns[n]), c.dtype))
+        arrays = [jnp.asarray(cast_to_column(n, np.asarray(columns[n]), c.dtype))
                   if not isinstance(columns[n], (jax.Array, jax.core.Tracer))
                   else columns[n] for n, c in self._columns.items()]
         rows, steps = arrays[0].shape[:2] if arrays[0].ndim >= 2 else (None, None)
@@ -419,7 +429,7 @@ class Table:
                 raise ValueError(f"column {n!r} must have shape [T, "
                                  f"{', '.join(map(str, column.shape))}], got {value.shape}"
                                  .replace("[T, ]", "[T]"))
-            arrays.append(_cast(n, value, column.dtype))
+            arrays.append(cast_to_column(n, value, column.dtype))
             lengths[n] = value.shape[0]
         if len(set(lengths.values())) != 1:
             raise ValueError(f"columns differ in length: {lengths}")
@@ -666,25 +676,3 @@ def _widest_float() -> np.dtype:
 def _is_real(dtype: Any) -> bool:
     """Integer or floating (bfloat16 included); not bool, not complex."""
     return jnp.issubdtype(dtype, np.integer) or jnp.issubdtype(dtype, np.floating)
-
-
-@functools.cache
-def _integer_bounds(dtype: np.dtype) -> tuple[int, int]:
-    info = np.iinfo(dtype)
-    return int(info.min), int(info.max)
-
-
-def _cast(name: str, value: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """Converts to the column dtype: integers into any integer column when every
-    value fits, otherwise same-kind conversions only (float64 -> float32 yes,
-    float -> int no)."""
-    if value.dtype != dtype:
-        int_to_int = value.dtype.kind in "iu" and dtype.kind in "iu"
-        if int_to_int:
-            lo, hi = _integer_bounds(dtype)
-            if value.size and (int(value.min()) < lo or int(value.max()) > hi):
-                raise ValueError(f"column {name!r}: values outside the range of {dtype}")
-        elif not np.can_cast(value.dtype, dtype, casting="same_kind"):
-            raise TypeError(f"column {name!r} holds {dtype}; {value.dtype} data would be "
-                            f"converted unsafely")
-    return np.ascontiguousarray(value, dtype=dtype)

@@ -1,0 +1,202 @@
+"""The streaming writer (``table.writer()``): actors append one step at a time
+and end episodes; each episode goes into the table as one trajectory (or, with
+``max_length_overflow="split"``, as consecutive pieces of at most
+``max_length`` steps).
+
+A writer keeps the current episode in its own buffers, one per column, sized
+``max_length`` steps and made on the first append (so a writer is cheap to
+create). It holds no pin and no lock of the table between appends, and
+nothing of an episode is visible to samplers before it is inserted: at
+``end_episode``, or, with "split", when a piece is full. The insert is the
+table's ``insert`` (the copy into the table releases the GIL; it may evict by
+the remover and wait on the rate limiter). A writer closed, or dropped, with a
+partial episode inserts nothing of it.
+
+Each step is checked as ``Table.insert`` checks a trajectory (the table's
+columns, no others; each column's shape and a safe conversion to its dtype)
+before anything is written, so a bad step raises and leaves the episode so far
+intact. Writers are not shared between threads: make one per actor thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from gearjax import _checks
+from gearjax.columns import cast_to_column, is_numeric
+
+OVERFLOWS = ("error", "split")
+# The priority of the pieces of a split episode inserted before it ends (the
+# last piece gets end_episode's); set them later with update_priorities on
+# episode_keys.
+PIECE_PRIORITY = 1.0
+
+
+class Writer:
+    """Appends steps to episodes of ``table`` (see the module docstring).
+
+    Args:
+      table: the :class:`gearjax.Table` to insert into (``table.writer()``
+        makes the writer).
+      max_length_overflow: what an episode longer than ``max_length`` does:
+        ``"error"`` (default: the step that would overflow raises) or
+        ``"split"`` (a piece of ``max_length`` steps is inserted as soon as it
+        is full, and the episode goes on in a new piece).
+      overlap: with ``"split"``, how many of a piece's last steps the next
+        piece repeats at its start (0 <= overlap < max_length).
+    """
+
+    def __init__(self, table: Any, max_length_overflow: str = "error", overlap: int = 0):
+        if not isinstance(max_length_overflow, str) or max_length_overflow not in OVERFLOWS:
+            raise ValueError(f"max_length_overflow must be 'error' or 'split', got "
+                             f"{max_length_overflow!r}")
+        overlap = _checks.integer("overlap", overlap, 0, table.max_length - 1)
+        if overlap and max_length_overflow != "split":
+            raise ValueError("overlap repeats steps between the pieces of a split episode: "
+                             "it needs max_length_overflow='split'")
+        self._table = table
+        self._split = max_length_overflow == "split"
+        self._overlap = overlap
+        self._buffers: dict[str, np.ndarray] | None = None
+        self._steps = 0        # steps in the current piece (the overlap included)
+        self._fresh = 0        # of those, steps not in an inserted piece yet
+        self._keys: list[int] = []           # pieces of the current episode
+        self._episode_keys: tuple[int, ...] = ()
+        self._closed = False
+
+    # ------------------------------------------------------------------ state
+    @property
+    def episode_keys(self) -> tuple[int, ...]:
+        """The keys of the last ended episode's pieces, in order (one key
+        unless it was split)."""
+        return self._episode_keys
+
+    @property
+    def steps(self) -> int:
+        """Steps appended to the current episode and not yet inserted."""
+        return self._fresh
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # ------------------------------------------------------------------ steps
+    def append(self, step: Mapping[str, Any]) -> None:
+        """Appends one step (column name -> array of the column's shape; numpy,
+        jax, or anything ``numpy.asarray`` takes). With ``"split"``, inserts
+        the current piece once it holds ``max_length`` steps."""
+        self._check_open()
+        values = self._validate(step)
+        if self._steps == self._table.max_length:
+            if not self._split:
+                raise ValueError(f"the episode would exceed max_length={self._table.max_length} "
+                                 f"steps; end it, or make the writer with "
+                                 f"max_length_overflow='split'")
+            if self._fresh:  # a full piece whose insert failed: again, before going on
+                self._insert_piece(PIECE_PRIORITY)
+            self._start_next_piece()
+        buffers = self._ensure_buffers()
+        for name, value in values.items():
+            buffers[name][self._steps] = value
+        self._steps += 1
+        self._fresh += 1
+        if self._split and self._steps == self._table.max_length:
+            # If this insert fails (closed table, limiter timeout), the step
+            # stays appended and the piece is inserted by the next append or
+            # end_episode.
+            self._insert_piece(PIECE_PRIORITY)
+
+    def end_episode(self, priority: float = 1.0) -> int:
+        """Ends the episode: inserts what is not inserted yet as its last
+        trajectory (or piece) with ``priority`` and returns that key. An
+        episode whose last piece was inserted when it filled returns that
+        piece's key. Raises ValueError for an episode without steps."""
+        self._check_open()
+        priority = _checks.priority(priority)
+        if self._fresh:
+            self._insert_piece(priority)
+        if not self._keys:
+            raise ValueError("the episode has no steps: append at least one before ending it")
+        self._episode_keys = tuple(self._keys)
+        self._keys, self._steps, self._fresh = [], 0, 0
+        return self._episode_keys[-1]
+
+    def flush(self) -> None:
+        """Inserts the complete pieces not yet inserted: none are pending here,
+        since a full piece goes in when it fills; never a partial episode.
+        Present so that code written for buffering writers runs unchanged."""
+        self._check_open()
+
+    def close(self) -> None:
+        """Drops a partial episode (nothing of it is inserted) and the buffers.
+        Idempotent."""
+        self._closed = True
+        self._buffers = None
+        self._keys, self._steps, self._fresh = [], 0, 0
+
+    def __enter__(self) -> "Writer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{self._fresh} steps pending"
+        return f"Writer({state}, overflow={'split' if self._split else 'error'})"
+
+    # ------------------------------------------------------------------ inside
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this writer is closed")
+
+    def _validate(self, step: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """The step's values, checked and converted, before anything is
+        written (so a bad step leaves the episode as it was)."""
+        if not isinstance(step, Mapping):
+            raise TypeError(f"a step must be a mapping of column name -> array, got "
+                            f"{type(step).__name__}")
+        columns = self._table.columns
+        missing = [n for n in columns if n not in step]
+        extra = [n for n in step if n not in columns]
+        if missing:
+            raise ValueError(f"missing column(s) {missing}")
+        if extra:
+            raise ValueError(f"unknown column(s) {extra}; the table has {list(columns)}")
+        values = {}
+        for name, column in columns.items():
+            value = np.asarray(step[name])
+            if not is_numeric(value.dtype):
+                raise TypeError(f"column {name!r} must hold numeric data, got dtype "
+                                f"{value.dtype}")
+            if value.shape != column.shape:
+                raise ValueError(f"column {name!r}: a step has shape {column.shape}, got "
+                                 f"{value.shape}")
+            # (ascontiguousarray makes 0-d values 1-d: back to the step shape)
+            values[name] = cast_to_column(name, value, column.dtype).reshape(column.shape)
+        return values
+
+    def _ensure_buffers(self) -> dict[str, np.ndarray]:
+        if self._buffers is None:
+            self._buffers = {name: np.empty((self._table.max_length,) + column.shape,
+                                            column.dtype)
+                             for name, column in self._table.columns.items()}
+        return self._buffers
+
+    def _insert_piece(self, priority: float) -> None:
+        """Inserts the current piece (its steps so far) as one trajectory."""
+        buffers = self._ensure_buffers()
+        key = self._table.insert({name: b[:self._steps] for name, b in buffers.items()},
+                                 priority=priority)
+        self._keys.append(key)
+        self._fresh = 0
+
+    def _start_next_piece(self) -> None:
+        """After a full piece: the next one begins with its last `overlap`
+        steps."""
+        if self._overlap:
+            for buffer in self._buffers.values():
+                buffer[:self._overlap] = buffer[self._steps - self._overlap:self._steps].copy()
+        self._steps = self._overlap

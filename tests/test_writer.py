@@ -1,0 +1,177 @@
+"""The streaming writer (table.writer(), gearjax/writer.py): episodes go in
+whole at end_episode, or as pieces with max_length_overflow="split" (with
+overlap); bad steps raise and keep the episode; abandoned writers insert
+nothing; nothing is visible to samplers before it is inserted, also while
+samplers run in other threads."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import gearjax as gx
+
+COLUMNS = {"obs": gx.Column((3,), "float32"), "step": gx.Column((), "int32")}
+
+
+def table(capacity=16, max_length=5, **kwargs) -> gx.Table:
+    return gx.Table(COLUMNS, capacity=capacity, max_length=max_length, placement="host",
+                    **kwargs)
+
+
+def step(i: int, episode: int = 0) -> dict:
+    return {"obs": np.full(3, episode, np.float32), "step": np.int32(i)}
+
+
+def test_an_episode_goes_in_whole_at_end_episode():
+    t = table()
+    w = t.writer()
+    for i in range(4):
+        w.append(step(i, episode=7))
+    assert len(t) == 0 and w.steps == 4  # nothing visible before the end
+    key = w.end_episode(priority=2.5)
+    assert w.episode_keys == (key,) and w.steps == 0
+    stored = t.get(key)
+    np.testing.assert_array_equal(stored["step"], np.arange(4))
+    np.testing.assert_array_equal(stored["obs"], np.full((4, 3), 7.0))
+    assert t.contents()["priority"].tolist() == [2.5]
+    # jax arrays and Python scalars are steps too; the next episode starts empty.
+    w.append({"obs": jnp.ones(3), "step": 3})
+    assert t.get(w.end_episode())["step"].tolist() == [3]
+
+
+def test_an_episode_longer_than_max_length_raises_by_default_and_keeps_what_it_had():
+    t = table(max_length=3)
+    w = t.writer()
+    for i in range(3):
+        w.append(step(i))
+    with pytest.raises(ValueError, match="max_length=3"):
+        w.append(step(3))
+    assert t.get(w.end_episode())["step"].tolist() == [0, 1, 2]
+
+
+@pytest.mark.parametrize("overlap", [0, 2])
+def test_split_episodes_insert_each_full_piece_at_once_with_overlap(overlap):
+    t = table(max_length=4)
+    w = t.writer(max_length_overflow="split", overlap=overlap)
+    for i in range(4):
+        w.append(step(i))
+    assert len(t) == 1  # the first piece went in when it filled
+    for i in range(4, 9):
+        w.append(step(i))
+    last = w.end_episode(priority=3.0)
+    pieces = [t.get(k)["step"].tolist() for k in w.episode_keys]
+    if overlap == 0:
+        assert pieces == [[0, 1, 2, 3], [4, 5, 6, 7], [8]]
+    else:  # each piece repeats the last two steps of the one before
+        assert pieces == [[0, 1, 2, 3], [2, 3, 4, 5], [4, 5, 6, 7], [6, 7, 8]]
+    assert last == w.episode_keys[-1]
+    priorities = dict(zip(t.contents()["key"].tolist(), t.contents()["priority"].tolist()))
+    assert [priorities[k] for k in w.episode_keys] == [1.0] * (len(pieces) - 1) + [3.0]
+
+
+def test_an_episode_ending_on_a_full_piece_adds_no_empty_one():
+    t = table(max_length=3)
+    w = t.writer(max_length_overflow="split", overlap=1)
+    for i in range(3):
+        w.append(step(i))
+    key = w.end_episode()
+    assert w.episode_keys == (key,) and len(t) == 1
+
+
+def test_bad_steps_raise_and_leave_the_episode_intact():
+    t = table()
+    w = t.writer()
+    w.append(step(0))
+    for bad, error in (({"obs": np.zeros(3)}, ValueError),                       # missing
+                       ({**step(1), "extra": 1}, ValueError),                    # unknown
+                       ({"obs": np.zeros(4), "step": 1}, ValueError),            # shape
+                       ({"obs": np.zeros(3), "step": 2**40}, ValueError),        # range
+                       ({"obs": np.zeros(3), "step": 1.5}, TypeError),           # unsafe cast
+                       ({"obs": np.array(["a"] * 3), "step": 1}, TypeError),     # not numeric
+                       ([1, 2], TypeError)):
+        with pytest.raises(error):
+            w.append(bad)
+    w.append(step(1))
+    assert t.get(w.end_episode())["step"].tolist() == [0, 1]
+    for bad_priority in (-1.0, float("nan")):
+        w.append(step(0))
+        with pytest.raises(ValueError):
+            w.end_episode(priority=bad_priority)
+        assert w.steps == 1  # still pending: end it again with a good one
+        w.end_episode()
+
+
+def test_bad_writer_arguments_are_refused():
+    t = table(max_length=4)
+    with pytest.raises(ValueError, match="max_length_overflow"):
+        t.writer(max_length_overflow="truncate")
+    with pytest.raises(ValueError, match="overlap"):
+        t.writer(max_length_overflow="split", overlap=4)
+    with pytest.raises(ValueError, match="split"):
+        t.writer(overlap=1)
+    with pytest.raises(ValueError, match="no steps"):
+        t.writer().end_episode()
+
+
+def test_closed_or_dropped_writers_insert_nothing():
+    t = table()
+    with t.writer() as w:
+        w.append(step(0))
+    assert w.closed and len(t) == 0
+    with pytest.raises(RuntimeError, match="closed"):
+        w.append(step(1))
+    dropped = t.writer()
+    dropped.append(step(0))
+    del dropped
+    gc.collect()
+    assert len(t) == 0
+    w = t.writer()
+    w.append(step(0))
+    t.close()
+    with pytest.raises(RuntimeError):
+        w.end_episode()
+
+
+def test_samplers_in_other_threads_never_see_a_partial_episode():
+    length, episodes = 5, 60
+    t = table(capacity=8, max_length=length)
+    first = t.writer()
+    for i in range(length):
+        first.append(step(i, episode=0))
+    first.end_episode()
+    errors: list[str] = []
+    done = threading.Event()
+
+    def write():
+        w = t.writer()
+        for e in range(1, episodes):
+            for i in range(length):
+                w.append(step(i, episode=e))
+            w.end_episode()
+        done.set()
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    sample = jax.jit(lambda k: t.sample(k, 32))
+    n = 0
+    while not done.is_set() or n < 5:
+        b = sample(jax.random.key(n))
+        n += 1
+        valid = np.asarray(b.mask).sum(axis=1)
+        obs, steps = np.asarray(b["obs"]), np.asarray(b["step"])
+        for row in range(32):
+            if valid[row] != length:
+                errors.append(f"a row of {valid[row]} steps")
+            real = np.asarray(b.mask)[row]
+            if not (steps[row][real] == np.arange(length)).all() or \
+                    len(set(obs[row][real][:, 0].tolist())) != 1:
+                errors.append(f"a mixed or torn row {steps[row][real]}")
+    thread.join()
+    assert errors == [] and n >= 5
+    assert t.stats()["inserts"] == episodes
