@@ -40,3 +40,9 @@ class Batch:
 
     def __contains__(self, name: str) -> bool:
         return name in self.columns
+
+    def _repr_html_(self) -> str:
+        """What Jupyter shows: shapes, padding, where the rows came from
+        (gearjax/display.py)."""
+        from gearjax import display
+        return display.batch_html(self)

@@ -233,6 +233,12 @@ class Table:
         return (f"gearjax.Table({name}{state}, capacity={self._capacity}, "
                 f"max_length={self._max_length}, columns={{{cols}}})")
 
+    def _repr_html_(self) -> str:
+        """What Jupyter shows: size, occupancy, placement, columns, histograms
+        of priorities and lengths (gearjax/display.py)."""
+        from gearjax import display
+        return display.table_html(self)
+
     # ------------------------------------------------------------- lifecycle
     def close(self) -> None:
         """Closes the table and frees its memory. Blocked inserts and samples
