@@ -269,3 +269,24 @@ def test_train_on_given_batches(setup):
     assert table.stats()["samples"] == samples          # trained on the given rows only
     with pytest.raises(ValueError, match="batch_size=8"):
         learner.train_on(jax.tree.map(lambda x: x[:, :4], stacked))
+
+
+def test_the_replay_table_is_saved_in_the_same_orbax_step_and_restored_exactly(setup, tmp_path):
+    from gearjax.dt.orbax_table import TableRestore, latest_table
+    import orbax.checkpoint as ocp
+    table, normalizer = setup
+    config = DTConfig(obs_dim=OBS, act_dim=ACT, context=K, hidden=16, layers=1, dropout=0.0)
+    learner = Learner(config, normalizer, table, TrainConfig(batch_size=8, steps_per_call=10))
+    learner.train(10)
+    path = learner.save(tmp_path / "ckpt", table)
+    restored = latest_table(tmp_path / "ckpt")
+    for name in ("key", "length", "priority"):
+        np.testing.assert_array_equal(restored.contents()[name], table.contents()[name])
+    key = jax.random.key(3)
+    a, b = table.sample(key, 16, K), restored.sample(key, 16, K)
+    assert all(jax.tree.leaves(jax.tree.map(
+        lambda x, y: bool((np.asarray(x) == np.asarray(y)).all()), a, b)))
+    with ocp.CheckpointManager(tmp_path / "ckpt") as manager:  # the same step holds both
+        step = manager.restore(10, args=ocp.args.Composite(table=TableRestore("host")))
+    assert path.endswith("10") and len(step["table"]) == len(table)
+    assert latest_table(tmp_path / "none") is None

@@ -107,3 +107,15 @@ def test_online_fine_tuning_after_offline_training(tmp_path):
     assert [p["step"] for p in results["curve"]] == [10, 20, 40]
     assert results["curve"][-1]["online"]
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["10", "20", "40"]
+    # The last step holds the replay as Online DT left it (its episodes in),
+    # and a resumed run samples that table, not the dataset again.
+    from gearjax.dt.orbax_table import latest_table
+    saved = latest_table(tmp_path / "checkpoints")
+    keys = saved.contents()["key"].tolist()
+    assert all(e["key"] in keys for e in online["episodes"])
+    resumed = R.run(R.RunConfig(out=str(tmp_path), stochastic=True, resume=True,
+                                **{**QUICK, "steps": 50}), progress=False)
+    assert [p["step"] for p in resumed["curve"]][-1] == 50
+    assert [p["step"] for p in resumed["curve"]][:3] == [10, 20, 40]
+    again = latest_table(tmp_path / "checkpoints")
+    assert again.contents()["key"].tolist() == keys  # the same replay, saved with step 50

@@ -13,8 +13,9 @@ From Python, :func:`run` does the same and returns the results dict.
 
 Outputs under ``--out`` (default ``runs/<policy>``): ``results.json`` (config,
 dataset summary, learning curve, final returns per target),
-``learning_curve.png`` and ``checkpoints/<step>`` (orbax; ``--resume``
-continues from the latest). ``--online-calls N`` (with ``--stochastic`` for
+``learning_curve.png`` and ``checkpoints/<step>`` (one orbax step holding the
+model, optimizer state and the replay table; ``--resume`` continues from the
+latest, replay included). ``--online-calls N`` (with ``--stochastic`` for
 Online DT's exploring head) fine-tunes online after offline training, actors
 inserting into the same table (:mod:`gearjax.dt.online`).
 """
@@ -37,6 +38,7 @@ from gearjax.dt import generate
 from gearjax.dt.evaluate import evaluate
 from gearjax.dt.model import SIZES, DTConfig
 from gearjax.dt.online import OnlineConfig, finetune
+from gearjax.dt.orbax_table import latest_table
 from gearjax.dt.train import Learner, Normalizer, TrainConfig
 
 
@@ -145,19 +147,21 @@ def run(config: RunConfig = RunConfig(), progress: bool = True) -> dict:
         dropout=config.dropout, max_timestep=max(1000, data.max_length),
         action_scale=_action_scale(env_id), stochastic=config.stochastic,
         condition_on_return=config.policy == "dt")
-    table = dt_data.make_table(data)
+    out = config.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    checkpoints = out / "checkpoints"
+    if not config.resume:
+        shutil.rmtree(checkpoints, ignore_errors=True)  # a fresh run replaces an old one
+    # Resuming restores the replay too (Online DT changed it), from the same
+    # checkpoint step as the model.
+    table = (config.resume and latest_table(checkpoints)) or dt_data.make_table(data)
     learner = Learner(model_config, normalizer, table, TrainConfig(
         batch_size=config.batch_size, learning_rate=config.learning_rate,
         warmup_steps=config.warmup_steps, steps_per_call=config.steps_per_call,
         seed=config.seed))
 
-    out = config.out_dir
-    out.mkdir(parents=True, exist_ok=True)
-    checkpoints = out / "checkpoints"
     curve: list[dict] = []
-    if not config.resume:
-        shutil.rmtree(checkpoints, ignore_errors=True)  # a fresh run replaces an old one
-    elif learner.restore(checkpoints):
+    if config.resume and learner.restore(checkpoints):
         previous = out / "results.json"
         if previous.exists():
             curve = [p for p in json.loads(previous.read_text())["curve"]
@@ -183,7 +187,7 @@ def run(config: RunConfig = RunConfig(), progress: bool = True) -> dict:
             train_seconds += time.perf_counter() - tick
             point = curve_point(metrics)
             curve.append(point)
-            learner.save(checkpoints)
+            learner.save(checkpoints, table)
             bar.update(learner.step, point)
 
     online = None
@@ -197,7 +201,7 @@ def run(config: RunConfig = RunConfig(), progress: bool = True) -> dict:
         train_seconds += time.perf_counter() - tick
         online = {"target": target, "episodes": result.episodes, "seconds": result.seconds}
         curve.append({**curve_point(result.metrics), "online": True})
-        learner.save(checkpoints)
+        learner.save(checkpoints, table)
 
     final = {label: {"target": target, **evaluate_at(target)} for label, target in targets.items()}
     results = {

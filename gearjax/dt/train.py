@@ -18,8 +18,10 @@ Losses: mean squared action error over real steps (deterministic head), or
 Online DT's negative log-likelihood with a learned entropy temperature
 (stochastic head, target entropy -act_dim).
 
-Checkpoints are orbax's: :meth:`Learner.save` writes the model, optimizer
-state and step count; :meth:`Learner.restore` resumes exactly.
+Checkpoints are orbax's (a ``CheckpointManager`` step per save):
+:meth:`Learner.save` writes the model, optimizer state and step count, and
+the replay table with them if given (gearjax/dt/orbax_table.py);
+:meth:`Learner.restore` resumes exactly.
 """
 
 from __future__ import annotations
@@ -227,28 +229,42 @@ class Learner:
         return {k: np.asarray(v) for k, v in metrics.items()}
 
     # ------------------------------------------------------------------ checkpoints
-    def save(self, directory: str | os.PathLike) -> str:
-        """Writes an orbax checkpoint of the model, optimizer and step count
-        under ``directory/<step>``; returns its path."""
+    def save(self, directory: str | os.PathLike, table: gx.Table | None = None) -> str:
+        """Writes an Orbax checkpoint step ``directory/<step>`` holding the
+        model, optimizer state and step count (item ``state``) and, if given,
+        the replay table (item ``table``, see :mod:`gearjax.dt.orbax_table`),
+        replacing a step of that number; returns its path."""
         import orbax.checkpoint as ocp
-        path = os.path.join(os.path.abspath(directory), str(self.step))
-        with ocp.StandardCheckpointer() as checkpointer:
-            checkpointer.save(path, {"state": nnx.to_pure_dict(self._state),
-                                     "step": np.array(self.step, np.int64)}, force=True)
-        return path
+
+        from gearjax.dt.orbax_table import TableSave
+        directory = os.path.abspath(directory)
+        items = {"state": ocp.args.StandardSave({"state": nnx.to_pure_dict(self._state),
+                                                  "step": np.array(self.step, np.int64)})}
+        if table is not None:
+            items["table"] = TableSave(table)
+        with ocp.CheckpointManager(directory) as manager:
+            if self.step in manager.all_steps():
+                manager.delete(self.step)
+            manager.save(self.step, args=ocp.args.Composite(**items), force=True)
+            manager.wait_until_finished()
+        return os.path.join(directory, str(self.step))
 
     def restore(self, directory: str | os.PathLike) -> bool:
-        """Resumes from the latest checkpoint under ``directory``; returns
-        whether one was found."""
+        """Resumes from the latest checkpoint step under ``directory`` (its
+        ``state``; a saved table is restored by
+        :func:`gearjax.dt.orbax_table.latest_table`); returns whether one was
+        found."""
         import orbax.checkpoint as ocp
         directory = os.path.abspath(directory)
-        steps = sorted(int(d) for d in os.listdir(directory) if d.isdigit()) \
-            if os.path.isdir(directory) else []
-        if not steps:
+        if not os.path.isdir(directory):
             return False
         target = {"state": nnx.to_pure_dict(self._state), "step": np.array(0, np.int64)}
-        with ocp.StandardCheckpointer() as checkpointer:
-            restored = checkpointer.restore(os.path.join(directory, str(steps[-1])), target)
+        with ocp.CheckpointManager(directory) as manager:
+            step = manager.latest_step()
+            if step is None:
+                return False
+            restored = manager.restore(step, args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(target)))["state"]
         nnx.replace_by_pure_dict(self._state, restored["state"])
         self._state = jax.device_put(self._state, NamedSharding(self.mesh, P()))  # replicated
         self.step = int(restored["step"])
