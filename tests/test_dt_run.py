@@ -119,3 +119,13 @@ def test_online_fine_tuning_after_offline_training(tmp_path):
     assert [p["step"] for p in resumed["curve"]][:3] == [10, 20, 40]
     again = latest_table(tmp_path / "checkpoints")
     assert again.contents()["key"].tolist() == keys  # the same replay, saved with step 50
+
+
+def test_a_tune_trial_config_becomes_a_run_config_and_unknown_fields_are_refused():
+    from gearjax.dt.tune import run_config
+    config = run_config({"learning_rate": 3e-4, "base": {"steps": 40, "eval_every": 20,
+                                                        "steps_per_call": 10,
+                                                        "learning_rate": 1.0}}, out="/tmp/x")
+    assert config.learning_rate == 3e-4 and config.steps == 40 and config.out == "/tmp/x"
+    with pytest.raises(ValueError, match="unknown RunConfig fields \\['lr'\\]"):
+        run_config({"lr": 1e-3}, out="/tmp/x")

@@ -110,3 +110,20 @@ def test_bench_actors_measures_the_learner_and_its_actors(tmp_path):
         assert point["learner_rows_per_second"] <= 1.2 * point["episodes_per_second"] * \
             result["config"]["samples_per_insert"] + slack
     assert (tmp_path / "actors.png").stat().st_size > 0
+
+
+def test_tune_dt_sweeps_with_asha_and_reports_every_trial(tmp_path):
+    pytest.importorskip("ray.tune", reason="tune_dt needs Ray Tune (the tune extra)")
+    out = tmp_path / "tune.json"
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "tune_dt.py"), "--samples", "2",
+                    "--steps", "40", "--eval-every", "20", "--episodes", "1",
+                    "--eval-max-steps", "20", "--out", str(out)],
+                   check=True, capture_output=True, timeout=600, cwd=tmp_path)
+    result = json.loads(out.read_text())
+    assert len(result["trials"]) == 2
+    for trial in result["trials"]:
+        assert 1 <= trial["evaluations"] <= 2  # ASHA may stop a trial after its first
+        assert trial["last"]["step"] == 20 * trial["evaluations"]
+        assert trial["config"]["size"] in ("tiny", "reference")
+        assert 3e-4 <= trial["config"]["learning_rate"] <= 3e-3
+    assert result["best"]["eval_score"] == max(t["last"]["eval_score"] for t in result["trials"])

@@ -28,6 +28,7 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -130,9 +131,12 @@ def _score(episode_return: float, metadata: dict) -> float | None:
     return float(generate.normalized_score(episode_return, metadata))
 
 
-def run(config: RunConfig = RunConfig(), progress: bool = True) -> dict:
+def run(config: RunConfig = RunConfig(), progress: bool = True,
+        on_evaluation: Callable[[dict], None] | None = None) -> dict:
     """Trains and evaluates as :class:`RunConfig` says; writes and returns the
-    results (see the module docstring)."""
+    results (see the module docstring). ``on_evaluation`` is called with each
+    point of the learning curve as it is made (step, loss, evaluation at the
+    best target): how a Ray Tune trainable reports (gearjax.dt.tune)."""
     start = time.perf_counter()
     data = load_data(config)
     env_id = config.env_id or data.metadata.get("env_id")
@@ -187,6 +191,8 @@ def run(config: RunConfig = RunConfig(), progress: bool = True) -> dict:
             train_seconds += time.perf_counter() - tick
             point = curve_point(metrics)
             curve.append(point)
+            if on_evaluation is not None:
+                on_evaluation(point)
             learner.save(checkpoints, table)
             bar.update(learner.step, point)
 
