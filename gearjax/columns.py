@@ -126,3 +126,27 @@ def cast_to_column(name: str, value: np.ndarray, dtype: np.dtype) -> np.ndarray:
             raise TypeError(f"column {name!r} holds {dtype}; {value.dtype} data would be "
                             f"converted unsafely")
     return np.ascontiguousarray(value, dtype=dtype)
+
+
+# DLPack device types (dlpack.h): memory the host can read in place.
+_HOST_DEVICES = {1, 3}  # kDLCPU, kDLCUDAHost (pinned)
+
+
+def host_array(value: Any) -> np.ndarray:
+    """``value`` as a NumPy array on the host: NumPy arrays as they are; any
+    DLPack-capable array (jax, torch, cupy, ...) whose memory the host can
+    read through ``numpy.from_dlpack``, without a copy; one in GPU memory
+    through JAX's DLPack import and a device-to-host copy (unavoidable);
+    anything else through ``numpy.asarray``."""
+    if isinstance(value, np.ndarray):
+        return value
+    device = getattr(value, "__dlpack_device__", None)
+    if device is not None and hasattr(value, "__dlpack__"):
+        if device()[0] in _HOST_DEVICES:
+            try:
+                return np.from_dlpack(value)
+            except (BufferError, TypeError, ValueError, RuntimeError):
+                return np.asarray(value)  # a dtype NumPy cannot import (bfloat16, say)
+        import jax  # GPU memory: to a jax array, then to the host
+        return np.asarray(jax.dlpack.from_dlpack(value))
+    return np.asarray(value)

@@ -23,7 +23,7 @@ import numpy as np
 from gearjax import _checks, _ffi, _gearjax, checkpoint, rate_limiters
 from gearjax._gearjax import NativeTable
 from gearjax.batch import Batch
-from gearjax.columns import Column, cast_to_column, is_numeric
+from gearjax.columns import Column, cast_to_column, host_array, is_numeric
 from gearjax.strategies import Prioritized, Strategy, Uniform
 
 if TYPE_CHECKING:
@@ -428,7 +428,7 @@ class Table:
             raise ValueError(f"unknown column(s) {extra}; the table has {list(self._columns)}")
         arrays, lengths = [], {}
         for n, column in self._columns.items():
-            value = np.asarray(trajectory[n])
+            value = host_array(trajectory[n])
             if not is_numeric(value.dtype):
                 raise TypeError(f"column {n!r} must hold numeric data, got dtype {value.dtype}")
             if value.ndim != 1 + len(column.shape) or value.shape[1:] != column.shape:

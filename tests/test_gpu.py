@@ -182,3 +182,16 @@ def test_a_sharded_table_samples_and_updates_through_the_cuda_shard_handlers(pla
     assert int(step(jax.random.key_data(jax.random.key(1)))[0]) == 16
     assert 5.0 in table.local.contents()["priority"].tolist()
     table.close()
+
+
+def test_cupy_arrays_in_gpu_memory_insert_and_append():
+    """DLPack from GPU memory: through JAX's import, then one copy to the host."""
+    cupy = pytest.importorskip("cupy", reason="needs cupy (the gpu extra) on a GPU machine")
+    table = gx.Table({"x": gx.Column((2,), "float32")}, capacity=4, max_length=3,
+                     placement="host")
+    key = table.insert({"x": cupy.arange(6, dtype=cupy.float32).reshape(3, 2)})
+    np.testing.assert_array_equal(table.get(key)["x"], np.arange(6).reshape(3, 2))
+    writer = table.writer()
+    writer.append({"x": cupy.ones(2, dtype=cupy.float32)})
+    assert table.get(writer.end_episode())["x"].tolist() == [[1.0, 1.0]]
+    table.close()
