@@ -34,6 +34,7 @@ EXPECTED = {
     "01_quick_tour.ipynb": 2,
     "02_decision_transformer.ipynb": 4,
     "03_performance.ipynb": 5,
+    "04_writer.ipynb": 1,
 }
 CELL_TIMEOUT_S = 300
 MAX_COMMITTED_BYTES = 1_000_000
