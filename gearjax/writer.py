@@ -86,8 +86,9 @@ class Writer:
     # ------------------------------------------------------------------ steps
     def append(self, step: Mapping[str, Any]) -> None:
         """Appends one step (column name -> array of the column's shape; numpy,
-        jax, or anything ``numpy.asarray`` takes). With ``"split"``, inserts
-        the current piece once it holds ``max_length`` steps."""
+        jax, any DLPack array, or anything ``numpy.asarray`` takes). With
+        ``"split"``, inserts the current piece once it holds ``max_length``
+        steps."""
         self._check_open()
         values = self._validate(step)
         if self._steps == self._table.max_length:
@@ -125,10 +126,12 @@ class Writer:
         return self._episode_keys[-1]
 
     def flush(self) -> None:
-        """Inserts the complete pieces not yet inserted: none are pending here,
-        since a full piece goes in when it fills; never a partial episode.
-        Present so that code written for buffering writers runs unchanged."""
+        """Inserts the complete pieces not yet inserted, never a partial
+        episode. A full piece goes in when it fills, so one is pending only if
+        that insert failed (a rate-limiter timeout, say); flush tries it again."""
         self._check_open()
+        if self._split and self._fresh and self._steps == self._table.max_length:
+            self._insert_piece(PIECE_PRIORITY)
 
     def close(self) -> None:
         """Drops a partial episode (nothing of it is inserted) and the buffers.

@@ -75,6 +75,26 @@ def test_split_episodes_insert_each_full_piece_at_once_with_overlap(overlap):
     assert [priorities[k] for k in w.episode_keys] == [1.0] * (len(pieces) - 1) + [3.0]
 
 
+def test_a_full_piece_whose_insert_timed_out_goes_in_at_flush_and_nothing_is_lost():
+    # Two inserts are admitted, then one more per sampled row.
+    limiter = gx.SampleToInsertRatio(samples_per_insert=1.0, min_size_to_sample=1,
+                                     error_buffer=1.0, timeout=0.1)
+    t = table(max_length=2, rate_limiter=limiter)
+    w = t.writer(max_length_overflow="split")
+    for i in range(5):
+        w.append(step(i))  # pieces [0, 1] and [2, 3] go in as they fill
+    with pytest.raises(TimeoutError):
+        w.append(step(5))  # [4, 5] is full, but the limiter holds it back
+    assert w.steps == 2 and len(t) == 2
+    t.sample(jax.random.key(0), 1)
+    w.flush()  # the pending piece goes in now
+    assert len(t) == 3 and w.steps == 0
+    w.append(step(6))
+    t.sample(jax.random.key(1), 1)
+    w.end_episode()
+    assert [t.get(k)["step"].tolist() for k in w.episode_keys] == [[0, 1], [2, 3], [4, 5], [6]]
+
+
 def test_an_episode_ending_on_a_full_piece_adds_no_empty_one():
     t = table(max_length=3)
     w = t.writer(max_length_overflow="split", overlap=1)
