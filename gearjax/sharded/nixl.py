@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from gearjax.sharded import coordination
-from gearjax.sharded.one_sided import (MAX_UPDATE_ENTRIES, OneSidedReader, copy_local,
+from gearjax.sharded.one_sided import (MAX_UPDATE_ENTRIES, OneSidedReader,
                                        ShardUnavailable, strategy_key, update_message)
 
 __all__ = ["ShardUnavailable", "Transport", "nixl_api"]
@@ -228,18 +228,11 @@ class Transport(OneSidedReader):
             self._buffers[name] = buffer
         return buffer
 
-    def read_into(self, requests: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
-        """Reads, for each shard, spans (addresses, sizes) into local addresses
-        (in registered buffers). Transfers to different shards run at once.
-        Raises ShardUnavailable naming the first shard that failed or ran past
-        the deadline."""
+    def _read_remote(self, requests: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
+        """Transfers to different shards run at once. Raises ShardUnavailable
+        naming the first shard that failed or ran past the deadline."""
         pending = []
         for shard, (addresses, sizes, destinations) in requests.items():
-            if len(sizes) == 0:
-                continue
-            if shard == self._shard:  # this process's own memory: copied here
-                copy_local(addresses, sizes, destinations)
-                continue
             zeros = np.zeros(len(sizes), np.uint64)
             remote = np.stack([addresses.astype(np.uint64), sizes.astype(np.uint64), zeros], 1)
             local = np.stack([destinations.astype(np.uint64), sizes.astype(np.uint64), zeros], 1)

@@ -2,7 +2,7 @@
 the bytes: the parts of the ``nixl`` and ``verbs`` exchanges
 (gearjax/sharded/nixl.py, gearjax/sharded/verbs.py) that do not depend on
 the transport. A transport subclasses :class:`OneSidedReader` and provides
-``read_into`` (read spans of a shard's registered memory into local
+``_read_remote`` (read spans of another shard's registered memory into local
 registered buffers, with a deadline), ``_staging`` (such a buffer),
 ``_layout`` (register and publish this shard's memory for a strategy),
 ``_ask`` (send an owner a message) and ``_loaded_layout``. Everything else is
@@ -155,7 +155,21 @@ class OneSidedReader:
     def read_into(self, requests: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
         """Reads, for each shard, spans (addresses, sizes) into local addresses
         (in registered buffers); raises ShardUnavailable naming a shard that
-        failed or ran past the deadline."""
+        failed or ran past the deadline. This process's own shard is copied
+        here; the others go to the transport (_read_remote)."""
+        remote = {}
+        for shard, spans in requests.items():
+            if len(spans[1]) == 0:
+                continue
+            if shard == self._shard:
+                copy_local(*spans)
+            else:
+                remote[shard] = spans
+        if remote:
+            self._read_remote(remote)
+
+    def _read_remote(self, requests: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
+        """read_into for other processes' shards (none empty)."""
         raise NotImplementedError
 
     def _staging(self, name: str, size: int) -> np.ndarray:

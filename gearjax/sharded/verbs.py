@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 
 from gearjax.sharded import coordination
-from gearjax.sharded.one_sided import (OneSidedReader, ShardUnavailable, copy_local,
+from gearjax.sharded.one_sided import (OneSidedReader, ShardUnavailable,
                                        strategy_key, update_message)
 
 __all__ = ["ShardUnavailable", "Transport", "verbs_api"]
@@ -401,7 +401,7 @@ class Transport(OneSidedReader):
         self._sequence = (self._sequence + 1) & 0xFFFFFFFF
         return shard << 40 | self._epoch << 32 | self._sequence
 
-    def read_into(self, requests: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
+    def _read_remote(self, requests: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
         """Reads every span; returns only once every request this call posted
         has completed (read, or flushed by a failed pair), so none lands in a
         buffer after it. Raises ShardUnavailable naming a shard that failed."""
@@ -410,11 +410,6 @@ class Transport(OneSidedReader):
             self._epoch = (self._epoch + 1) & 0xFF
             spans, outstanding = {}, {}
             for shard, (addresses, sizes, destinations) in requests.items():
-                if len(sizes) == 0:
-                    continue
-                if shard == self._shard:  # this process's own memory: copied here
-                    copy_local(addresses, sizes, destinations)
-                    continue
                 if shard in self._broken:
                     raise ShardUnavailable(shard, "its connection failed earlier")
                 spans[shard] = list(zip(addresses.tolist(), sizes.tolist(),
