@@ -205,7 +205,7 @@ def _sample_abstract_eval(seed, *, batch_size, width, columns, **_):
 
 def sample_call(seed: jax.Array, *, handle: int, batch: int, strategy: int, alpha: float,
                 count: int, window: int, width: int, pad_left: bool, columns: Columns,
-                ordered: bool = True) -> list[jax.Array]:
+                cut: int = 0, replace: bool = True, ordered: bool = True) -> list[jax.Array]:
     """Samples ``batch`` rows determined by ``seed`` (uint32[2]); returns (keys,
     start, probability, table_size, valid, *columns), where ``valid`` counts
     each row's real steps (the caller derives mask and timesteps from it, in
@@ -215,7 +215,8 @@ def sample_call(seed: jax.Array, *, handle: int, batch: int, strategy: int, alph
     attributes = dict(table_handle=np.int64(handle), batch_size=np.int64(batch),
                       strategy=np.int64(strategy), alpha=np.float64(alpha),
                       count=np.int64(count), window=np.int64(window),
-                      pad_left=np.int64(pad_left))
+                      pad_left=np.int64(pad_left), cut=np.int64(cut),
+                      replace=np.int64(replace))
     if not ordered:
         call = jax.ffi.ffi_call(SAMPLE_PURE_TARGET, _sample_result_types(batch, width, columns),
                                 has_side_effect=False, vmap_method="sequential")

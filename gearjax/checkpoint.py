@@ -5,11 +5,12 @@ A checkpoint is one uncompressed zip file (the standard library's: every member
 carries a CRC-32 that reading verifies) holding:
 
 * ``meta.json``: format version, table name, columns, capacity, max_length,
-  placement, remover, rate limiter, counters (next sequence number, inserts,
-  samples, evictions, priority updates), number of items;
+  placement, remover, rate limiter, max_times_sampled, counters (next sequence
+  number, inserts, samples, evictions, priority updates), number of items;
 * ``keys.npy``, ``slots.npy``, ``lengths.npy``, ``priorities.npy``,
   ``stamps.npy`` (insertion stamps: ns since the Unix epoch, strictly
-  increasing; the clock sharded tables order TopK and Recent by): one entry
+  increasing; the clock sharded tables order TopK and Recent by),
+  ``times_sampled.npy`` (draws counted against max_times_sampled): one entry
   per stored trajectory, in key (= insertion) order; ``free_slots.npy``: the
   free slots in the order the table keeps them. Slots are restored as they
   were, so a loaded table gives the same batch for the same rng key as the
@@ -33,7 +34,8 @@ either succeeds or raises ``CheckpointError`` (or ``FileNotFoundError``).
 Version 1 checkpoints (gearjax 0.1, whose keys were plain sequence numbers)
 load too: each key k of slot s becomes ``k << slot_bits | s``, the key layout
 of this version, which keeps their order. Versions 1 and 2 have no stamps:
-their items are stamped anew, in key order, when loaded.
+their items are stamped anew, in key order, when loaded. Versions 1 to 3
+have no max_times_sampled: they load with 0 (unlimited).
 
 This module knows the native table (``gearjax._gearjax.NativeTable``), not
 ``gearjax.table``: ``Table.save`` and ``Table.load`` call into it.
@@ -61,9 +63,15 @@ from gearjax._gearjax import NativeTable
 from gearjax.columns import Column
 
 FORMAT = "gearjax-table"
-VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
-ITEM_ARRAYS = ("keys", "slots", "lengths", "priorities", "stamps", "free_slots")
+VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
+ITEM_ARRAYS = ("keys", "slots", "lengths", "priorities", "stamps", "times_sampled",
+               "free_slots")
+# The item arrays each version has.
+_VERSION_ARRAYS = {1: ("keys", "slots", "lengths", "priorities", "free_slots"),
+                   2: ("keys", "slots", "lengths", "priorities", "free_slots"),
+                   3: ("keys", "slots", "lengths", "priorities", "stamps", "free_slots"),
+                   4: ITEM_ARRAYS}
 MAX_STAMP = 1 << 62  # xla_ffi/core/table.h kMaxStamp
 STAMP_SKEW_NS = 86_400 * 10**9
 COUNTERS = ("next_sequence", "inserts", "samples", "evictions", "priority_updates")
@@ -154,10 +162,11 @@ def _atomic_replace(path: str):
 def save(native: NativeTable, header: dict[str, Any], path: str | os.PathLike) -> None:
     """Writes a checkpoint of `native` atomically. `header` holds the table's
     configuration as JSON values: name, columns (a list of {"name", "shape",
-    "dtype", "pad"}), capacity, max_length, placement, remover, rate_limiter."""
+    "dtype", "pad"}), capacity, max_length, placement, remover, rate_limiter,
+    max_times_sampled."""
     path = os.fspath(path)
     _remove_orphans(path)
-    keys, slots, lengths, priorities, stamps = native.pin_items()
+    keys, slots, lengths, priorities, stamps, times_sampled = native.pin_items()
     try:
         stats = native.stats()
         free_slots = np.asarray(native.free_slots(), dtype=np.int64)
@@ -168,7 +177,7 @@ def save(native: NativeTable, header: dict[str, Any], path: str | os.PathLike) -
                                  allowZip64=True) as zf:
                 zf.writestr("meta.json", json.dumps(meta, indent=1))
                 arrays = dict(zip(ITEM_ARRAYS, (keys, slots, lengths, priorities, stamps,
-                                                free_slots)))
+                                                times_sampled, free_slots)))
                 for name, array in arrays.items():
                     with zf.open(f"{name}.npy", "w") as f:
                         np.save(f, array)
@@ -226,12 +235,14 @@ class Checkpoint:
     placement: str
     remover: str
     rate_limiter: rate_limiters.RateLimiter | None
+    max_times_sampled: int
     counters: dict[str, int | float]
     keys: np.ndarray       # in the key layout of a table of `capacity` slots
     slots: np.ndarray
     lengths: np.ndarray
     priorities: np.ndarray
     stamps: np.ndarray | None  # None for versions 1 and 2: stamped anew
+    times_sampled: np.ndarray
     free_slots: np.ndarray
     _zip: zipfile.ZipFile
 
@@ -256,6 +267,9 @@ class Checkpoint:
                           for s, c in zip(streams, self.columns.values())]
                 native.insert(arrays, int(length), float(priority), int(key), int(slot),
                               int(stamp))
+            for key, times in zip(self.keys, self.times_sampled):
+                if times:
+                    native.restore_times_sampled(int(key), int(times))
         finally:
             for s in streams:
                 s.close()
@@ -393,8 +407,7 @@ def _read(zf: zipfile.ZipFile) -> Checkpoint:
     columns = {c["name"]: Column.from_json(c) for c in meta["columns"]}
     if len(columns) != len(meta["columns"]) or not all(isinstance(n, str) and n for n in columns):
         raise CheckpointError("column names must be distinct non-empty strings")
-    item_arrays = ITEM_ARRAYS if version >= 3 else tuple(n for n in ITEM_ARRAYS if n != "stamps")
-    expected = {"meta.json", *(f"{n}.npy" for n in item_arrays),
+    expected = {"meta.json", *(f"{n}.npy" for n in _VERSION_ARRAYS[version]),
                 *(f"columns/{i}.bin" for i in range(len(columns)))}
     missing = sorted(expected - set(zf.namelist()))
     unexpected = sorted(set(zf.namelist()) - expected)
@@ -414,6 +427,8 @@ def _read(zf: zipfile.ZipFile) -> Checkpoint:
     except (TypeError, ValueError, KeyError) as e:
         raise CheckpointError(f"invalid rate limiter: {e}") from None
     counters = _counters(meta, version)
+    max_times_sampled = _count(meta, "max_times_sampled", 0, _checks.MAX_BATCH) \
+        if version >= 4 else 0
 
     i64 = np.dtype("<i8")
     keys = _load_npy(zf, "keys", i64, num_items)
@@ -429,6 +444,11 @@ def _read(zf: zipfile.ZipFile) -> Checkpoint:
     if stamps is not None and num_items and \
             stamps.max() > time.time_ns() + STAMP_SKEW_NS:
         raise CheckpointError("insertion stamps lie more than a day in the future")
+    times_sampled = _load_npy(zf, "times_sampled", i64, num_items) if version >= 4 \
+        else np.zeros(num_items, np.int64)
+    if num_items and (times_sampled.min() < 0 or times_sampled.max() >= max(max_times_sampled, 1)):
+        raise CheckpointError(f"times_sampled must lie in [0, max_times_sampled="
+                              f"{max_times_sampled}) (all 0 without max_times_sampled)")
     free_slots = _load_npy(zf, "free_slots", i64, capacity - num_items)
 
     every_slot = np.concatenate([slots, free_slots])
@@ -460,5 +480,6 @@ def _read(zf: zipfile.ZipFile) -> Checkpoint:
             raise CheckpointError(f"column {column_name!r} holds {size} bytes, expected "
                                   f"{total_steps * column.step_bytes}")
     return Checkpoint(name, columns, capacity, max_length, meta["placement"], meta["remover"],
-                      limiter, counters, keys, slots, lengths, priorities, stamps, free_slots, zf)
+                      limiter, max_times_sampled, counters, keys, slots, lengths, priorities,
+                      stamps, times_sampled, free_slots, zf)
 

@@ -24,7 +24,7 @@ from gearjax import _checks, _ffi, _gearjax, checkpoint, rate_limiters
 from gearjax._gearjax import NativeTable
 from gearjax.batch import Batch
 from gearjax.columns import Column, cast_to_column, host_array, is_numeric
-from gearjax.strategies import Prioritized, Strategy, Uniform
+from gearjax.strategies import Prioritized, Recent, Strategy, TopK, Uniform
 
 if TYPE_CHECKING:
     from gearjax.writer import Writer
@@ -35,6 +35,9 @@ PLACEMENTS = ("host", "device", "auto")
 # GPU memory free when it is created; the rest stays for XLA and the model.
 AUTO_DEVICE_FRACTION = 0.5
 PADS = ("left", "right")
+# Where a window lies in its trajectory (xla_ffi/core/window.h); the codes are
+# the native core's.
+CUTS = {"start": 0, "end": 1, "full": 2}
 # How long close() waits for samples, readers and writers inside the table
 # before it leaves the memory to the last of them.
 CLOSE_WAIT_SECONDS = 30.0
@@ -75,6 +78,16 @@ class Table:
         :class:`gearjax.MinSize` or :class:`gearjax.SampleToInsertRatio`.
       name: a name for error messages and ``repr`` (compiled programs that
         touch a closed table fail naming it).
+      max_times_sampled: a trajectory leaves the table after its n-th draw
+        (Reverb's ``max_times_sampled``; 1 makes the table consume-once, a
+        queue-like table for on-policy data); 0 (default) never. Every row
+        counts, also within one batch, and a batch never holds a trajectory
+        more often than its remaining draws. Removals count as evictions and
+        free the slot for the next insert (which waits for the sample still
+        reading it). A batch the remaining draws cannot serve waits within the
+        rate limiter's timeout for inserts, then raises (at once with no
+        timeout). Samples of such a table are selected on the host (also for
+        GPU programs, which still gather on the GPU): see ``sample``.
       _key_bits: keys stay below ``2**_key_bits`` (for the shards of a
         :class:`gearjax.ShardedTable`, whose keys carry the shard above them).
 
@@ -86,7 +99,7 @@ class Table:
     def __init__(self, columns: Mapping[str, Column], capacity: int, max_length: int, *,
                  placement: str = "auto", remover: str = "fifo",
                  rate_limiter: rate_limiters.RateLimiter | None = None, name: str = "",
-                 _key_bits: int = 63):
+                 max_times_sampled: int = 0, _key_bits: int = 63):
         if not isinstance(columns, Mapping) or not columns:
             raise TypeError("columns must be a non-empty mapping of name -> gearjax.Column")
         for column_name, column in columns.items():
@@ -102,6 +115,8 @@ class Table:
             raise ValueError(f"remover must be one of {tuple(REMOVERS)}, got {remover!r}")
         if not isinstance(name, str):
             raise TypeError(f"name must be a string, got {name!r}")
+        max_times_sampled = _checks.integer("max_times_sampled", max_times_sampled, 0,
+                                            _checks.MAX_BATCH)
         limiter_args = rate_limiters.native_args(rate_limiter)
         if limiter_args[0] > capacity:
             raise ValueError(f"the rate limiter's min size ({limiter_args[0]}) exceeds "
@@ -112,13 +127,14 @@ class Table:
         self._placement = placement
         self._remover = remover
         self._rate_limiter = rate_limiter
+        self._max_times_sampled = max_times_sampled
         arena_bytes = capacity * max_length * sum(c.step_bytes for c in self._columns.values())
         _check_fits_in_memory(arena_bytes + capacity * _BYTES_PER_SLOT)
         on_device = _resolve_placement(placement, arena_bytes)
         self._native = NativeTable(
             name, [(n, c.step_bytes, c.pad_step()) for n, c in self._columns.items()],
             capacity, max_length, REMOVERS[remover], *limiter_args, gpu_mapped=True,
-            on_device=on_device, key_bits=_key_bits)
+            on_device=on_device, key_bits=_key_bits, max_times_sampled=max_times_sampled)
         # What compiled samples need to know: no reference back to this object,
         # so a table nobody holds is freed at once (not by the cycle collector).
         self._spec = _SampleSpec(self._native.handle, max_length, capacity, tuple(
@@ -149,6 +165,11 @@ class Table:
     @property
     def rate_limiter(self) -> rate_limiters.RateLimiter | None:
         return self._rate_limiter
+
+    @property
+    def max_times_sampled(self) -> int:
+        """Draws after which a trajectory leaves the table; 0: never."""
+        return self._max_times_sampled
 
     @property
     def name(self) -> str:
@@ -187,6 +208,7 @@ class Table:
         s["bytes_per_step"] = sum(c.step_bytes for c in self._columns.values())
         s["columns"] = {n: c.to_json() for n, c in self._columns.items()}
         s["remover"] = self._remover
+        s["max_times_sampled"] = self._max_times_sampled
         s["placement"] = self._placement
         s["memory"] = self._native.memory
         s["name"] = self._native.name
@@ -195,14 +217,17 @@ class Table:
 
     def contents(self) -> dict[str, np.ndarray]:
         """A consistent snapshot of what is stored, in key (insertion) order:
-        ``{"key": int64[N], "length": int64[N], "priority": float64[N]}``.
+        ``{"key": int64[N], "length": int64[N], "priority": float64[N],
+        "times_sampled": int64[N]}`` (draws counted against
+        ``max_times_sampled``; all 0 when the table has none).
         Waits first for the table calls of programs this thread has dispatched
         (so it sees what they did)."""
         self._check_open()
         _ffi.wait_for_dispatched_calls()
-        keys, slots, lengths, priorities, _ = self._native.pin_items()
+        keys, slots, lengths, priorities, _, times_sampled = self._native.pin_items()
         self._native.unpin_slots(slots)
-        return {"key": keys, "length": lengths, "priority": priorities}
+        return {"key": keys, "length": lengths, "priority": priorities,
+                "times_sampled": times_sampled}
 
     def get(self, key: int) -> dict[str, np.ndarray]:
         """A copy of the stored trajectory ``key`` (column -> ``[T, *shape]``).
@@ -215,7 +240,7 @@ class Table:
         _ffi.wait_for_dispatched_calls()
         if not 0 <= int(key) <= _checks.INT64_MAX:
             raise KeyError(f"no trajectory with key {key} is stored")
-        _, slots, lengths, _, _ = self._native.pin_items(np.array([key], dtype=np.int64))
+        _, slots, lengths, _, _, _ = self._native.pin_items(np.array([key], dtype=np.int64))
         if len(slots) == 0:
             raise KeyError(f"no trajectory with key {key} is stored")
         try:
@@ -449,16 +474,52 @@ class Table:
 
     # ---------------------------------------------------------------- sample
     def sample(self, rng_key: jax.Array, batch_size: int, window: int | None = None,
-               strategy: Strategy = Uniform(), pad: str = "left", *,
-               ordered: bool = True) -> Batch:
+               strategy: Strategy = Uniform(), pad: str | None = None, *,
+               cut: str = "start", replace: bool = True, ordered: bool = True) -> Batch:
         """Samples ``batch_size`` windows of ``window`` steps.
 
-        A trajectory is chosen by ``strategy``, the start is uniform in
-        ``[0, length - 1]``, the window is cut at the trajectory's end and padded
-        to ``window`` steps on the ``pad`` side with each column's pad value.
+        A trajectory is chosen by ``strategy``, then a window in it by ``cut``:
+
+        * ``"start"`` (default; decision-transformer training windows): the
+          start is uniform in ``[0, length - 1]``, the window is cut at the
+          trajectory's end and padded to ``window`` steps on the ``pad`` side
+          (``"left"``, the default, or ``"right"``) with each column's pad
+          value.
+        * ``"end"`` (what a decision transformer sees at evaluation): the last
+          step is uniform in ``[0, length - 1]``; the window ends there, is cut
+          at the trajectory's start and padded at the start.
+        * ``"full"``: only windows inside the trajectory, start uniform in
+          ``[0, length - window]``, never padded. Trajectories shorter than
+          ``window`` are never drawn: Uniform is uniform over the eligible
+          ones, Timestep in proportion to their number of full windows
+          (``length - window + 1``), Prioritized by priority among them, and
+          TopK and Recent choose the best ``k`` among them.
+
+        ``pad`` applies to ``cut="start"`` only: an explicit ``pad`` that
+        contradicts ``"end"`` (``"right"``) or ``"full"`` raises.
         ``window=None`` gives whole trajectories from step 0, padded to
-        ``max_length``. The same ``rng_key`` and the same table state give the
-        same batch.
+        ``max_length`` (with ``cut="start"`` only). The same ``rng_key`` and
+        the same table state give the same batch.
+
+        ``replace=False`` draws distinct trajectories within the batch (rows
+        drawn one after another, each among the eligible trajectories not yet
+        drawn, by the strategy's weights). A batch larger than the eligible
+        set raises (eagerly, and at run time inside jit, through XLA).
+
+        ``batch.probability`` is each row's true probability under the chosen
+        mode: with replacement (and no ``max_times_sampled``), the
+        probability of drawing that trajectory, the same for every row; with
+        ``replace=False`` or a table's ``max_times_sampled``, where rows are
+        not independent, the probability of that row given the rows before it
+        in the batch (its weight over the weight left when it was drawn).
+
+        Cost: ``cut="start"``/``"end"`` with replacement draw from the
+        table's incremental selectors (O(log size) per row; on the GPU for
+        Uniform, Timestep and Prioritized). ``cut="full"``, ``replace=False``
+        and tables with ``max_times_sampled`` list the eligible trajectories
+        on the host at each sample (O(size), then O(log size) per row); GPU
+        programs then select on the host and gather on the GPU. The README's
+        benchmarks give the measured cost.
 
         Works inside ``jax.jit``, ``lax.scan`` and other loops (one XLA FFI
         custom call; no host callback) and eagerly. Each sample written in a
@@ -473,19 +534,38 @@ class Table:
         dispatch path (programs with table effects take JAX's slower Python
         path; the README has the measured difference).
 
-        Raises (when traced, or at run time through XLA): on an empty table, and
-        when the rate limiter holds sampling back past its timeout.
+        ``ordered=False`` is refused for tables with ``max_times_sampled``: a
+        sample that removes trajectories must run exactly once.
+
+        Raises (when traced, or at run time through XLA): on an empty table,
+        when the rate limiter holds sampling back past its timeout, and when
+        the eligible trajectories cannot serve the batch (``cut="full"``,
+        ``replace=False``, ``max_times_sampled``).
         """
         self._check_open()
         batch_size = _checks.integer("batch_size", batch_size, 1, _checks.MAX_BATCH)
         if window is not None:
             window = _checks.integer("window", window, 1, self._max_length)
-        if not isinstance(pad, str) or pad not in PADS:
+        if not isinstance(cut, str) or cut not in CUTS:
+            raise ValueError(f"cut must be one of {tuple(CUTS)}, got {cut!r}")
+        if pad is not None and (not isinstance(pad, str) or pad not in PADS):
             raise ValueError(f"pad must be 'left' or 'right', got {pad!r}")
+        if cut != "start" and window is None:
+            raise ValueError(f"cut={cut!r} needs a window (window=None samples whole "
+                             f"trajectories from step 0)")
+        if cut == "end" and pad == "right":
+            raise ValueError("cut='end' pads at the start: pad='right' contradicts it")
+        if cut == "full" and pad is not None:
+            raise ValueError("cut='full' windows are never padded: leave pad unset")
+        pad = "left" if pad is None or cut != "start" else pad
+        replace = _checks.flag("replace", replace)
         if not isinstance(strategy, Strategy) or type(strategy) is Strategy:
             raise TypeError(f"strategy must be gearjax.Uniform(), Timestep(), Prioritized(alpha), "
                             f"TopK(k) or Recent(n), got {strategy!r}")
         ordered = _checks.flag("ordered", ordered)
+        if not ordered and self._max_times_sampled:
+            raise ValueError("ordered=False cannot sample a table with max_times_sampled: a "
+                             "sample that removes trajectories must run exactly once")
         _check_rng_key(rng_key)
         width = window or self._max_length
         _checks.result_bytes(f"a sample of {batch_size} x {width} steps", [
@@ -499,8 +579,12 @@ class Table:
                 raise ValueError(f"this table keeps sum trees for at most "
                                  f"{_checks.MAX_PRIORITY_TREES} Prioritized alphas ({alphas}); "
                                  f"Prioritized({strategy.alpha}) would be one more")
+        if not replace and isinstance(strategy, (TopK, Recent)) and batch_size > strategy.count:
+            raise ValueError(f"cannot sample {batch_size} distinct trajectories (replace=False) "
+                             f"from the {strategy!r} best")
         return _sample(rng_key, spec=self._spec, batch_size=batch_size, window=window,
-                       strategy=strategy, pad=pad, ordered=ordered)
+                       strategy=strategy, pad=pad, cut=CUTS[cut], replace=replace,
+                       ordered=ordered)
 
     # ------------------------------------------------------------ priorities
     def update_priorities(self, keys: Any, priorities: Any) -> Any:
@@ -550,6 +634,7 @@ class Table:
             "placement": self._placement,
             "remover": self._remover,
             "rate_limiter": rate_limiters.to_json(self._rate_limiter),
+            "max_times_sampled": self._max_times_sampled,
         }
         checkpoint.save(self._native, header, path)
 
@@ -572,7 +657,7 @@ class Table:
                 table = cls(saved.columns, saved.capacity, saved.max_length,
                             placement=placement or saved.placement, remover=saved.remover,
                             rate_limiter=saved.rate_limiter, name=saved.name,
-                            _key_bits=_key_bits)
+                            max_times_sampled=saved.max_times_sampled, _key_bits=_key_bits)
             except (TypeError, ValueError) as e:
                 raise checkpoint.CheckpointError(f"{os.fspath(path)}: the table it describes "
                                                  f"cannot be made here: {e}") from None
@@ -597,9 +682,9 @@ class _SampleSpec:
 
 
 @functools.partial(jax.jit, static_argnames=("spec", "batch_size", "window", "strategy", "pad",
-                                             "ordered"))
+                                             "cut", "replace", "ordered"))
 def _sample(rng_key, *, spec: _SampleSpec, batch_size: int, window: int | None,
-            strategy: Strategy, pad: str, ordered: bool) -> Batch:
+            strategy: Strategy, pad: str, cut: int, replace: bool, ordered: bool) -> Batch:
     # The key's own 64 bits seed Philox4x32-10, which the native core expands
     # per row: no random numbers are computed in XLA (the key is a threefry
     # output already; other key kinds are hashed to two words first).
@@ -608,7 +693,7 @@ def _sample(rng_key, *, spec: _SampleSpec, batch_size: int, window: int | None,
     keys, start, probability, table_size, valid, *columns = _ffi.sample_call(
         seed, handle=spec.handle, batch=batch_size, strategy=strategy.code,
         alpha=strategy.alpha, count=min(strategy.count, spec.capacity),
-        window=window or 0, width=width, pad_left=pad == "left",
+        window=window or 0, width=width, pad_left=pad == "left", cut=cut, replace=replace,
         columns=tuple((shape, dtype) for _, shape, dtype in spec.columns), ordered=ordered)
     mask, timestep = _window_steps(start, valid, width, pad == "left")
     return Batch(columns={n: c for (n, _, _), c in zip(spec.columns, columns)}, mask=mask,

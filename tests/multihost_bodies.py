@@ -67,7 +67,7 @@ def strategy_of(name: str, gx):
 def insertion_stamps(table, process: int) -> dict[str, int]:
     """Global key -> insertion stamp of this shard's items (the clock TopK and
     Recent rank shards by; not public)."""
-    keys, slots, _, _, stamps = table.local._native.pin_items()
+    keys, slots, _, _, stamps, _ = table.local._native.pin_items()
     table.local._native.unpin_slots(slots)
     return {str((process << table.shard_shift) | int(k)): int(s) for k, s in zip(keys, stamps)}
 

@@ -46,7 +46,8 @@ def check_batch(batch: gx.Batch, stored: dict[int, dict[str, np.ndarray]],
 
 
 def assert_emulated_gpu_sample_equals(table: gx.Table, key, batch: gx.Batch, strategy,
-                                      window: int | None, pad: str, threads: int) -> None:
+                                      window: int | None, pad: str, threads: int,
+                                      cut: str = "start", replace: bool = True) -> None:
     """Samples `table` with the GPU kernels' code run on the CPU
     (emulate_gpu_sample) for the same key, and asserts it equals `batch` (what
     the CPU handler drew for that key) field by field."""
@@ -59,7 +60,8 @@ def assert_emulated_gpu_sample_equals(table: gx.Table, key, batch: gx.Batch, str
     seed = np.asarray(seed_words(key))
     *fixed, columns = _gearjax.testing.emulate_gpu_sample(
         table.handle, (int(seed[0]), int(seed[1])), len(batch.keys), strategy.code,
-        strategy.alpha, min(strategy.count, table.capacity), window or 0, pad == "left", threads)
+        strategy.alpha, min(strategy.count, table.capacity), window or 0, pad == "left", threads,
+        cut=gx.table.CUTS[cut], replace=replace)
     for name, got in zip(("keys", "start", "probability", "table_size"), fixed):
         np.testing.assert_array_equal(got, getattr(batch, name), err_msg=name)
     np.testing.assert_array_equal(fixed[4], np.asarray(batch.mask).sum(axis=1), err_msg="valid")

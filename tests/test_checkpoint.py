@@ -29,7 +29,8 @@ STATE_FIELDS = ("size", "capacity", "max_length", "num_steps", "next_sequence", 
                 "evictions", "priority_updates", "bytes_used", "bytes_per_step", "columns",
                 "remover", "placement", "pinned_slots")
 MEMBERS = ("meta.json", "keys.npy", "slots.npy", "lengths.npy", "priorities.npy",
-           "stamps.npy", "free_slots.npy", "columns/0.bin", "columns/1.bin")
+           "stamps.npy", "times_sampled.npy", "free_slots.npy", "columns/0.bin",
+           "columns/1.bin")
 
 
 def build(capacity=8, inserts=13, remover="min_priority", rate_limiter=None, placement="auto",
@@ -438,7 +439,11 @@ def _meta(change):
 
 TAMPERING = {
     "wrong-format": _meta(lambda m: m.update(format="something-else")),
-    "future-version": _meta(lambda m: m.update(version=4)),
+    "future-version": _meta(lambda m: m.update(version=5)),
+    "max-times-sampled-negative": _meta(lambda m: m.update(max_times_sampled=-1)),
+    "max-times-sampled-missing": _meta(lambda m: m.pop("max_times_sampled")),
+    "times-sampled-without-limit": lambda items: items.update(
+        {"times_sampled.npy": _npy(np.array([0, 1, 0, 0]))}),
     "meta-not-json": lambda items: items.update({"meta.json": b"{not json"}),
     "meta-a-list": lambda items: items.update({"meta.json": b"[1, 2]"}),
     "meta-null": lambda items: items.update({"meta.json": b"null"}),
@@ -568,9 +573,31 @@ def test_a_fifo_is_refused_without_blocking(tmp_path):
         gx.Table.load(fifo)
 
 
-def _v2(original: dict[str, bytes]) -> dict[str, bytes]:
-    """The same checkpoint in format version 2 (gearjax 0.2): no insertion stamps."""
+def _v3(original: dict[str, bytes]) -> dict[str, bytes]:
+    """The same checkpoint in format version 3: no max_times_sampled, no
+    times_sampled."""
     items = dict(original)
+    items.pop("times_sampled.npy")
+    meta = json.loads(items["meta.json"])
+    meta.pop("max_times_sampled")
+    meta["version"] = 3
+    items["meta.json"] = json.dumps(meta).encode()
+    return items
+
+
+def test_a_version_3_checkpoint_loads_without_draw_limits(tmp_path, checkpoint):
+    _, original, _ = checkpoint
+    _rezip(tmp_path / "v3.gx", _v3(original))
+    _rezip(tmp_path / "v4.gx", original)
+    v3, v4 = gx.Table.load(tmp_path / "v3.gx"), gx.Table.load(tmp_path / "v4.gx")
+    np.testing.assert_equal(v3.contents(), v4.contents())
+    assert v3.max_times_sampled == 0
+
+
+def _v2(original: dict[str, bytes]) -> dict[str, bytes]:
+    """The same checkpoint in format version 2 (gearjax 0.2): no insertion stamps
+    (and no max_times_sampled, which came with version 4)."""
+    items = _v3(original)
     items.pop("stamps.npy")
     meta = json.loads(items["meta.json"])
     meta["version"] = 2
@@ -581,7 +608,7 @@ def _v2(original: dict[str, bytes]) -> dict[str, bytes]:
 def _stamps(table: gx.Table) -> np.ndarray:
     """The insertion stamps of the table's items, in key order (not public: the
     clock sharded tables rank TopK and Recent by)."""
-    _, slots, _, _, stamps = table._native.pin_items()
+    _, slots, _, _, stamps, _ = table._native.pin_items()
     table._native.unpin_slots(slots)
     return stamps
 

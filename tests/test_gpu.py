@@ -95,6 +95,39 @@ def test_gpu_sample_equals_cpu_sample(gpu_table, strategy, window, pad):
     check_batch(gpu, stored, COLUMNS, window or table.max_length, pad)
 
 
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda s: type(s).__name__)
+@pytest.mark.parametrize("cut, replace", [("end", True), ("full", True), ("start", False)])
+def test_gpu_sample_modes_equal_cpu_sample_modes(gpu_table, strategy, cut, replace):
+    """cut="end" selects on the GPU; "full" and replace=False select on the
+    host and gather on the GPU. Either way: what the CPU handler draws."""
+    table, _ = gpu_table
+    key = jax.random.key(4)
+    sample = jax.jit(lambda k: table.sample(k, 4, 3, strategy, cut=cut, replace=replace))
+    with on("gpu"):
+        gpu = sample(key)
+    with on("cpu"):
+        cpu = sample(jax.device_put(key, jax.devices("cpu")[0]))
+    for g, c in zip(jax.tree.leaves(gpu), jax.tree.leaves(cpu)):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(c))
+
+
+@pytest.mark.parametrize("placement", ["host", "device"])
+def test_gpu_consume_once_inside_scan(placement):
+    table = gx.Table({"x": gx.Column((), "int32")}, capacity=16, max_length=4,
+                     placement=placement, max_times_sampled=1)
+    keys = {table.insert({"x": np.full(2, i, np.int32)}) for i in range(12)}
+
+    @jax.jit
+    def drain(key):
+        return jax.lax.scan(lambda c, k: (c, table.sample(k, 3, 2).keys), 0,
+                            jax.random.split(key, 4))[1]
+
+    with on("gpu"):
+        drawn = np.asarray(drain(jax.random.key(0))).ravel().tolist()
+    assert sorted(drawn) == sorted(keys) and len(table) == 0
+    table.close()
+
+
 def test_gpu_scan_with_priority_updates(gpu_table):
     table, _ = gpu_table
 

@@ -43,6 +43,20 @@ def test_emulated_gpu_gather_equals_the_cpu_handler(table, strategy, window, pad
     assert_emulated_gpu_sample_equals(table, key, batch, strategy, window, pad, threads)
 
 
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda s: type(s).__name__)
+@pytest.mark.parametrize("cut, replace", [("end", True), ("full", True), ("start", False),
+                                          ("full", False)])
+def test_emulated_gpu_gather_of_every_cut_and_replace_mode(table, strategy, cut, replace,
+                                                           native_testing):
+    """What the CUDA handler runs for these modes: the host selection (cut
+    "full" and replace=False select on the host, cut "end" also on the GPU:
+    see test_gpu_selection_logic.py) and the GPU gather's block code."""
+    key = jax.random.key(8)
+    batch_size = 3 if isinstance(strategy, (gx.TopK, gx.Recent)) or not replace else 24
+    batch = table.sample(key, batch_size, 6, strategy, cut=cut, replace=replace)
+    assert_emulated_gpu_sample_equals(table, key, batch, strategy, 6, "left", 7, cut, replace)
+
+
 def test_rows_longer_than_one_block_are_split(table, native_testing):
     # 30 steps x 6912 bytes = 207 KB per row: four 64 KiB blocks per window.
     keys, *_, columns = native_testing.emulate_gpu_sample(table.handle, (1, 2), 2, 0, 0.0, 0, 0,

@@ -42,16 +42,19 @@ def mapped_table(emulated_mapping):
 
 @pytest.mark.parametrize("strategy", [gx.Uniform(), gx.Timestep(), gx.Prioritized(0.5),
                                       gx.Prioritized(1.0)], ids=repr)
-@pytest.mark.parametrize("window", [None, 1, 7])
-def test_gpu_selection_equals_cpu_selection(mapped_table, native_testing, strategy, window):
+@pytest.mark.parametrize("window, cut", [(None, "start"), (1, "start"), (7, "start"),
+                                         (1, "end"), (7, "end")])
+def test_gpu_selection_equals_cpu_selection(mapped_table, native_testing, strategy, window, cut):
     key = jax.random.key(11)
-    batch = mapped_table.sample(key, 256, window, strategy)
+    batch = mapped_table.sample(key, 256, window, strategy, cut=cut)
     seed = np.asarray(seed_words(key))
-    keys, start, probability, table_size, slots, lengths = native_testing.emulate_gpu_select(
-        mapped_table.handle, (int(seed[0]), int(seed[1])), 256, strategy.code, strategy.alpha,
-        0, window or 0)
+    keys, start, probability, table_size, slots, lengths, valid = \
+        native_testing.emulate_gpu_select(mapped_table.handle, (int(seed[0]), int(seed[1])), 256,
+                                          strategy.code, strategy.alpha, 0, window or 0,
+                                          cut=gx.table.CUTS[cut])
     np.testing.assert_array_equal(keys, batch.keys)
     np.testing.assert_array_equal(start, batch.start)
+    np.testing.assert_array_equal(valid, np.asarray(batch.mask).sum(1))
     np.testing.assert_array_equal(probability, batch.probability)
     np.testing.assert_array_equal(table_size, batch.table_size)
     contents = mapped_table.contents()
@@ -61,6 +64,16 @@ def test_gpu_selection_equals_cpu_selection(mapped_table, native_testing, strate
 def test_topk_and_recent_are_not_selected_on_the_gpu(mapped_table, native_testing):
     with pytest.raises(ValueError, match="not selected on the GPU"):
         native_testing.begin_gpu_sample(mapped_table.handle, 4, gx.TopK(2).code, count=2)
+    assert mapped_table.stats()["samples_in_flight"] == 0
+
+
+@pytest.mark.parametrize("cut, replace", [(2, True), (0, False)])
+def test_full_windows_and_no_replacement_are_not_selected_on_the_gpu(mapped_table,
+                                                                     native_testing, cut,
+                                                                     replace):
+    with pytest.raises(ValueError, match="not selected on the GPU"):
+        native_testing.begin_gpu_sample(mapped_table.handle, 4, gx.Uniform().code, cut=cut,
+                                        replace=replace)
     assert mapped_table.stats()["samples_in_flight"] == 0
 
 

@@ -191,6 +191,16 @@ def one_shard() -> gx.ShardedTable:
     return table
 
 
+def test_sharded_samples_take_no_cut_or_replace():
+    """The README: a ShardedTable samples with cut="start" and replacement
+    only; asking for another mode is refused, not ignored."""
+    table = one_shard()
+    with pytest.raises(TypeError, match="cut"):
+        table.sample(jax.random.key(0), 2, 2, cut="full")
+    with pytest.raises(TypeError, match="replace"):
+        table.sample(jax.random.key(0), 2, 2, replace=False)
+
+
 def test_one_process_needs_no_distributed_setup():
     table = one_shard()
     batch = table.sample(jax.random.key(0), 16, 2, gx.Prioritized(1.0))

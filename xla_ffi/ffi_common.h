@@ -110,7 +110,9 @@ auto BindSampleAttrs(Binding binding) {
       .template Attr<double>("alpha")
       .template Attr<int64_t>("count")
       .template Attr<int64_t>("window")
-      .template Attr<int64_t>("pad_left");
+      .template Attr<int64_t>("pad_left")
+      .template Attr<int64_t>("cut")
+      .template Attr<int64_t>("replace");
 }
 
 // insert_batch's operands, results and attributes after each handler's
@@ -270,7 +272,7 @@ struct SampleCall {
 inline SampleCall BindSampleCall(const Table& table, size_t seed_words,
                                  xla::ffi::RemainingRets& rets, size_t first, int64_t batch_size,
                                  int64_t strategy, double alpha, int64_t count, int64_t window,
-                                 bool host_results) {
+                                 bool host_results, int64_t cut = 0, int64_t replace = 1) {
   if (seed_words != 2) throw InvalidArgument("the seed must be two uint32 words");
   if (batch_size < 1 || batch_size > kMaxBatch) {
     throw InvalidArgument("batch_size must be in [1, 2**31 - 1]");
@@ -279,8 +281,12 @@ inline SampleCall BindSampleCall(const Table& table, size_t seed_words,
     throw InvalidArgument("unknown sampling strategy " + std::to_string(strategy));
   }
   if (window < 0 || window > table.spec().max_length) throw InvalidArgument("window out of range");
+  if (cut < 0 || cut >= kNumCuts) throw InvalidArgument("unknown window cut " + std::to_string(cut));
+  if (replace != 0 && replace != 1) throw InvalidArgument("replace must be 0 or 1");
   const int64_t width = window == 0 ? table.spec().max_length : window;
-  return {{static_cast<Strategy>(strategy), alpha, count, batch_size, window}, width,
+  return {{static_cast<Strategy>(strategy), alpha, count, batch_size, window, static_cast<Cut>(cut),
+           replace != 0},
+          width,
           BindSampleOutputs(table, rets, first, batch_size, width, host_results)};
 }
 

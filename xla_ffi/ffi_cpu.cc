@@ -83,7 +83,7 @@ void GatherParallel(ffi::ThreadPool& pool, int64_t rows, int64_t bytes, RunRows&
 ffi::Error Sample(ffi::ThreadPool& pool, const ffi::Buffer<ffi::U32>& seed,
                   ffi::RemainingRets& rets, size_t first, int64_t table_handle,
                   int64_t batch_size, int64_t strategy, double alpha, int64_t count,
-                  int64_t window, int64_t pad_left) {
+                  int64_t window, int64_t pad_left, int64_t cut, int64_t replace) {
   try {
     std::shared_ptr<Table> table = LookUpTable(table_handle);
     if (table->on_device()) {
@@ -91,7 +91,8 @@ ffi::Error Sample(ffi::ThreadPool& pool, const ffi::Buffer<ffi::U32>& seed,
                   "program on the GPU");
     }
     const SampleCall call = BindSampleCall(*table, seed.element_count(), rets, first, batch_size,
-                                           strategy, alpha, count, window, /*host_results=*/true);
+                                           strategy, alpha, count, window, /*host_results=*/true,
+                                           cut, replace);
     const SampleRequest& request = call.request;
     const int64_t batch = request.batch, width = call.width;
     const SampleOutputs& out = call.out;
@@ -121,17 +122,17 @@ ffi::Error Sample(ffi::ThreadPool& pool, const ffi::Buffer<ffi::U32>& seed,
 ffi::Error SampleOrderedImpl(ffi::ThreadPool pool, ffi::Token, ffi::Buffer<ffi::U32> seed,
                              ffi::RemainingRets rets, int64_t table_handle, int64_t batch_size,
                              int64_t strategy, double alpha, int64_t count, int64_t window,
-                             int64_t pad_left) {
+                             int64_t pad_left, int64_t cut, int64_t replace) {
   return Sample(pool, seed, rets, /*first=*/1, table_handle, batch_size, strategy, alpha, count,
-                window, pad_left);
+                window, pad_left, cut, replace);
 }
 
 ffi::Error SamplePureImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::U32> seed,
                           ffi::RemainingRets rets, int64_t table_handle, int64_t batch_size,
                           int64_t strategy, double alpha, int64_t count, int64_t window,
-                          int64_t pad_left) {
+                          int64_t pad_left, int64_t cut, int64_t replace) {
   return Sample(pool, seed, rets, /*first=*/0, table_handle, batch_size, strategy, alpha, count,
-                window, pad_left);
+                window, pad_left, cut, replace);
 }
 
 // The buffer's elements as keys / priorities (host memory: this is the CPU).

@@ -48,7 +48,7 @@ class NativeTable {
               const std::vector<std::tuple<std::string, int64_t, nb::bytes>>& columns,
               int64_t capacity, int64_t max_length, int remover, int64_t min_size,
               double samples_per_insert, double min_diff, double max_diff, double timeout,
-              bool gpu_mapped, bool on_device, int key_bits) {
+              bool gpu_mapped, bool on_device, int key_bits, int64_t max_times_sampled) {
     TableSpec spec;
     spec.name = name;
     for (const auto& [column, step_bytes, pad] : columns) {
@@ -62,6 +62,7 @@ class NativeTable {
     spec.gpu_mapped = gpu_mapped;
     spec.on_device = on_device;
     spec.key_bits = key_bits;
+    spec.max_times_sampled = max_times_sampled;
     table_ = std::make_shared<Table>(std::move(spec));
     handle_ = RegisterTable(table_);
   }
@@ -125,7 +126,8 @@ class NativeTable {
   }
 
   // Pins items (all live ones, or those of `keys`) and returns their
-  // (keys, slots, lengths, priorities, insertion stamps) as NumPy arrays.
+  // (keys, slots, lengths, priorities, insertion stamps, times sampled) as
+  // NumPy arrays.
   nb::tuple PinItems(nb::object keys) {
     std::vector<ItemInfo> items;
     if (keys.is_none()) {
@@ -135,7 +137,7 @@ class NativeTable {
       items = table_->PinItems(wanted.data(), static_cast<int64_t>(wanted.shape(0)));
     }
     const size_t n = items.size();
-    NewArray<int64_t> key({n}), slot({n}), length({n}), stamp({n});
+    NewArray<int64_t> key({n}), slot({n}), length({n}), stamp({n}), times({n});
     NewArray<double> priority({n});
     for (size_t i = 0; i < n; ++i) {
       key.data[i] = items[i].key;
@@ -143,8 +145,10 @@ class NativeTable {
       length.data[i] = items[i].length;
       priority.data[i] = items[i].priority;
       stamp.data[i] = items[i].stamp;
+      times.data[i] = items[i].times_sampled;
     }
-    return nb::make_tuple(key.array, slot.array, length.array, priority.array, stamp.array);
+    return nb::make_tuple(key.array, slot.array, length.array, priority.array, stamp.array,
+                          times.array);
   }
 
   void UnpinSlots(Int64Array slots) {
@@ -199,6 +203,10 @@ class NativeTable {
     }
     d["column_offsets"] = columns;
     return d;
+  }
+
+  void RestoreTimesSampled(int64_t key, int64_t times_sampled) {
+    table_->RestoreTimesSampled(key, times_sampled);
   }
 
   nb::dict Stats() const {
@@ -269,10 +277,11 @@ NB_MODULE(_gearjax, m) {
   nb::class_<NativeTable>(m, "NativeTable")
       .def(nb::init<const std::string&,
                     const std::vector<std::tuple<std::string, int64_t, nb::bytes>>&, int64_t,
-                    int64_t, int, int64_t, double, double, double, double, bool, bool, int>(),
+                    int64_t, int, int64_t, double, double, double, double, bool, bool, int,
+                    int64_t>(),
            "name"_a, "columns"_a, "capacity"_a, "max_length"_a, "remover"_a, "min_size"_a,
            "samples_per_insert"_a, "min_diff"_a, "max_diff"_a, "timeout"_a, "gpu_mapped"_a,
-           "on_device"_a, "key_bits"_a = 63)
+           "on_device"_a, "key_bits"_a = 63, "max_times_sampled"_a = 0)
       .def_prop_ro("handle", &NativeTable::handle)
       .def_prop_ro("name", &NativeTable::name)
       .def_prop_ro("slot_bits", &NativeTable::slot_bits)
@@ -290,6 +299,8 @@ NB_MODULE(_gearjax, m) {
       .def("restore_state", &NativeTable::RestoreState, "next_sequence"_a, "inserts"_a,
            "samples"_a, "evictions"_a, "priority_updates"_a, "free_slots"_a)
       .def("remote_layout", &NativeTable::RemoteLayout, "strategy"_a, "alpha"_a)
+      .def("restore_times_sampled", &NativeTable::RestoreTimesSampled, "key"_a,
+           "times_sampled"_a)
       .def("stats", &NativeTable::Stats);
 
   m.def("limits", &gearjax::Limits, "The numeric contract every argument is checked against.");

@@ -1,8 +1,9 @@
 // One sampled row: the slot it reads (kept from writers by the sample's ticket
-// while read; see Table::Select), the trajectory's key
-// and length, where the window starts, how many trajectories the table held
-// when it was drawn, and the draw's probability (with table_size, what
-// importance weights need). Shared by selection and the CPU and GPU gathers.
+// while read; see Table::Select), the trajectory's key and length, its window
+// (where it starts and how many real steps it holds: window.h), how many
+// trajectories the table held when it was drawn, and the draw's probability
+// (with table_size, what importance weights need). Shared by selection and the
+// CPU and GPU gathers.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +15,7 @@ struct Draw {
   int64_t key;
   int64_t length;
   int64_t start;
+  int64_t valid;
   int64_t table_size;
   float probability;
 };

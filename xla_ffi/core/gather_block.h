@@ -80,13 +80,13 @@ GEARJAX_HD void BlockPad(uint8_t* row, int64_t lo, int64_t hi, const uint8_t* pa
 GEARJAX_HD void GatherBlock(const GatherParams& p, int64_t b, int c, int64_t z, int64_t thread,
                             int64_t threads) {
   const Draw d = p.draws[b];
-  const WindowPlan plan = PlanWindow(d.length, d.start, p.width, p.pad_left);
+  const int64_t offset = WindowOffset(d.valid, p.width, p.pad_left);
   if (c == 0 && z == 0 && thread == 0) {
     p.keys[b] = d.key;
     p.start[b] = static_cast<int32_t>(d.start);
     p.probability[b] = d.probability;
     p.table_size[b] = d.table_size;
-    p.valid[b] = static_cast<int32_t>(plan.valid);
+    p.valid[b] = static_cast<int32_t>(d.valid);
   }
   const GatherColumn& col = p.columns[c];
   const int64_t row_bytes = p.width * col.step_bytes;
@@ -94,8 +94,8 @@ GEARJAX_HD void GatherBlock(const GatherParams& p, int64_t b, int c, int64_t z, 
   if (lo >= row_bytes) return;
   const int64_t hi = lo + kBytesPerGatherBlock < row_bytes ? lo + kBytesPerGatherBlock : row_bytes;
   uint8_t* row = col.out + b * row_bytes;
-  const int64_t real_lo = plan.dst_offset * col.step_bytes;
-  const int64_t real_hi = real_lo + plan.valid * col.step_bytes;
+  const int64_t real_lo = offset * col.step_bytes;
+  const int64_t real_hi = real_lo + d.valid * col.step_bytes;
   const uint8_t* src = col.base + (d.slot * p.max_length + d.start) * col.step_bytes;
   // [lo, hi) = padding before the real steps, the real steps, padding after.
   const int64_t copy_lo = lo > real_lo ? lo : real_lo;

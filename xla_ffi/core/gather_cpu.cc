@@ -63,8 +63,8 @@ inline void CopyBytes(uint8_t* dst, const uint8_t* src, int64_t n) {
   }
 }
 
-void PrefetchWindow(const Table& table, const Draw& d, int64_t width) {
-  const int64_t valid = std::min(width, d.length - d.start);
+void PrefetchWindow(const Table& table, const Draw& d) {
+  const int64_t valid = d.valid;
   for (int c = 0; c < table.num_columns(); ++c) {
     const uint8_t* src = table.StepPointer(c, d.slot, d.start);
     const int64_t bytes = std::min(valid * table.step_bytes(c), kPrefetchBytes);
@@ -83,28 +83,27 @@ void GatherRows(const Table& table, const Draw* draws, int64_t row_begin, int64_
   for (int c = 0; c < num_columns; ++c) row_bytes += width * table.step_bytes(c);
   const int64_t ahead = row_bytes <= kSmallRowBytes ? kPrefetchRowsSmall : kPrefetchRows;
   for (int64_t b = row_begin; b < std::min(row_end, row_begin + ahead); ++b) {
-    PrefetchWindow(table, draws[b], width);
+    PrefetchWindow(table, draws[b]);
   }
   for (int64_t b = row_begin; b < row_end; ++b) {
-    if (b + ahead < row_end) PrefetchWindow(table, draws[b + ahead], width);
+    if (b + ahead < row_end) PrefetchWindow(table, draws[b + ahead]);
     const Draw& d = draws[b];
-    const WindowPlan plan = PlanWindow(d.length, d.start, width, pad_left);
+    const int64_t offset = WindowOffset(d.valid, width, pad_left);
     out.keys[b] = d.key;
     out.start[b] = static_cast<int32_t>(d.start);
     out.probability[b] = d.probability;
     out.table_size[b] = d.table_size;
-    out.valid[b] = static_cast<int32_t>(plan.valid);
+    out.valid[b] = static_cast<int32_t>(d.valid);
     for (int c = 0; c < num_columns; ++c) {
       const ColumnSpec& column = table.spec().columns[c];
       const int64_t step_bytes = column.step_bytes;
       uint8_t* row = out.columns[c] + b * width * step_bytes;
-      CopyBytes(row + plan.dst_offset * step_bytes, table.StepPointer(c, d.slot, d.start),
-                plan.valid * step_bytes);
+      CopyBytes(row + offset * step_bytes, table.StepPointer(c, d.slot, d.start),
+                d.valid * step_bytes);
       if (pad_left) {
-        FillPad(row, plan.dst_offset, column, table.pad_is_one_byte(c));
+        FillPad(row, offset, column, table.pad_is_one_byte(c));
       } else {
-        FillPad(row + plan.valid * step_bytes, width - plan.valid, column,
-                table.pad_is_one_byte(c));
+        FillPad(row + d.valid * step_bytes, width - d.valid, column, table.pad_is_one_byte(c));
       }
     }
   }

@@ -9,6 +9,7 @@
 #include "selectors/uniform.h"
 #include "slots.h"
 #include "sum_tree.h"
+#include "window.h"
 
 namespace gearjax {
 
@@ -18,6 +19,7 @@ struct GpuSelection {
   SumTreeView tree;         // Timestep and Prioritized
   const SlotInfo* info;     // per slot: key, length
   int64_t table_size;       // trajectories stored when the sample began
+  Cut cut;                  // kStart or kEnd (kFull is selected on the host)
 };
 
 }  // namespace gearjax

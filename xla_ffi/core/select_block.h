@@ -14,6 +14,7 @@
 #include "gpu_selection.h"
 #include "random.h"
 #include "sum_tree.h"
+#include "window.h"
 
 namespace gearjax {
 
@@ -37,9 +38,9 @@ GEARJAX_HD Draw SelectRow(const GpuSelection& s, const uint32_t seed[2], int64_t
   d.key = info.key;
   d.length = info.length;
   d.table_size = s.table_size;
-  d.start = window == 0 ? 0
-                        : static_cast<int64_t>(BelowFromBits(words.w[2], words.w[3],
-                                                             static_cast<uint64_t>(d.length)));
+  const WindowCut cut = CutWindow(s.cut, d.length, window, words.w[2], words.w[3]);
+  d.start = cut.start;
+  d.valid = cut.valid;
   if (d.slot < 0) d.slot = 0;
   return d;
 }

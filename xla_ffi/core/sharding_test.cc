@@ -102,7 +102,7 @@ TEST(Sharding, TheOwnerDrawsWhatEachRequesterAskedWithGlobalKeysAndProbabilities
   const uint32_t seeds[4] = {1, 2, 3, 4};
   const int32_t counts[2] = {3, 0};
   const int64_t block = 4;
-  std::vector<Draw> draws(2 * block, Draw{-7, -7, 0, 0, 0, 0.0f});
+  std::vector<Draw> draws(2 * block, Draw{-7, -7, 0, 0, 0, 0, 0.0f});
   const std::vector<uint64_t> tickets =
       ServeDraws(table, {Strategy::kUniform, 0, 0, 1, 2}, 1, shift, s.data(), 2, seeds, counts,
                  block, draws.data());

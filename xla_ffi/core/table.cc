@@ -50,6 +50,10 @@ Table::Table(TableSpec spec)
       limiter_(spec_.limiter, spec_.capacity),
       created_at_(Clock::now()) {
   CheckRemover(static_cast<int64_t>(spec_.remover));
+  if (spec_.max_times_sampled < 0 || spec_.max_times_sampled > kMaxBatch) {
+    throw InvalidArgument("max_times_sampled must be in [0, 2**31 - 1] (0: unlimited), got " +
+                          std::to_string(spec_.max_times_sampled));
+  }
   arena_ = std::make_unique<Arena>(layout_.arena_bytes(), spec_.gpu_mapped, spec_.on_device);
   for (int c = 0; c < num_columns(); ++c) {
     arena_->Write(layout_.pad_offset(c), spec_.columns[c].pad_step.data(),
@@ -57,6 +61,8 @@ Table::Table(TableSpec spec)
   }
   slots_ = std::make_unique<Slots>(spec_.capacity, spec_.gpu_mapped, spec_.key_bits);
   stamps_.assign(static_cast<size_t>(spec_.capacity), -1);
+  times_sampled_.assign(static_cast<size_t>(spec_.capacity), 0);
+  freed_at_.assign(static_cast<size_t>(spec_.capacity), 0);
   order_ = std::make_unique<InsertionOrder>(spec_.capacity);
   uniform_ = std::make_unique<UniformSelector>(spec_.capacity, spec_.gpu_mapped);
   AttachLocked(order_.get());
@@ -197,20 +203,34 @@ int64_t Table::AcquireSlotLocked(std::unique_lock<std::mutex>& lock, bool* evict
   }
 }
 
-void Table::EvictLocked(int64_t slot) {
+void Table::RemoveFromSelectorsLocked(int64_t slot) {
   const Item item = ItemLocked(slot);
   for (Selector* selector : selectors_) selector->Delete(item);
   --live_;
   if (item.priority > 0) --positive_;
   num_steps_ -= item.length;
   ++counters_.evictions;
+}
+
+void Table::EvictLocked(int64_t slot) {
+  RemoveFromSelectorsLocked(slot);
   (*slots_)[slot].state = SlotState::kWriting;  // key and length stay until republished
+}
+
+void Table::CountDrawLocked(int64_t slot, uint64_t ticket) {
+  if (spec_.max_times_sampled == 0) return;
+  if (++times_sampled_[slot] < spec_.max_times_sampled) return;
+  RemoveFromSelectorsLocked(slot);
+  (*slots_)[slot].state = SlotState::kFree;  // key and length stay until republished
+  slots_->ReleaseFree(slot);
+  freed_at_[slot] = ticket;
 }
 
 void Table::PublishLocked(int64_t slot, int64_t key, int64_t length, double priority,
                           int64_t stamp) {
   stamps_[slot] = stamp;
   last_stamp_ = stamp;
+  times_sampled_[slot] = 0;
   SlotInfo& info = (*slots_)[slot];
   info.key = key;
   info.length = length;
@@ -309,10 +329,13 @@ int64_t Table::InsertWith(int64_t length, double priority, const Fill& fill,
     changed_.notify_all();
   };
   // Samples that drew this slot before it was evicted may still read it: they
-  // hold tickets up to now; readers hold pins. Close wakes us.
-  const uint64_t evicted_at = tickets_;
+  // hold tickets up to now; readers hold pins. A slot freed by
+  // max_times_sampled waits for the sample that freed it and those before
+  // (freed_at_ is 0, waiting for nothing, for a slot never freed that way).
+  // Close wakes us.
+  const uint64_t quiet_after = evicted ? tickets_ : freed_at_[slot];
   changed_.wait(lock, [&] {
-    return closed_ || ((*slots_)[slot].pins == 0 && (!evicted || QuietSince(evicted_at)));
+    return closed_ || ((*slots_)[slot].pins == 0 && QuietSince(quiet_after));
   });
   if (closed_) {
     abandon();
@@ -357,6 +380,9 @@ void Table::CheckRequest(const SampleRequest& r) const {
   if (r.window < 0 || r.window > spec_.max_length) {
     throw InvalidArgument("window must be in [1, max_length=" + std::to_string(spec_.max_length) +
                           "] (or whole trajectories)");
+  }
+  if (static_cast<int32_t>(r.cut) < 0 || static_cast<int32_t>(r.cut) >= kNumCuts) {
+    throw InvalidArgument("unknown window cut " + std::to_string(static_cast<int32_t>(r.cut)));
   }
   switch (r.strategy) {
     case Strategy::kUniform:
@@ -448,7 +474,30 @@ uint64_t Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* dra
   }
   std::unique_lock<std::mutex> lock(mu_);
   WaitToSampleLocked(lock, r);
-  SelectLocked(r, seed, u.data(), selections.data());
+  const bool constrained = Constrained(r);
+  if (constrained) {
+    int64_t servable = CandidatesLocked(r);
+    if (servable < n) {
+      const double timeout = spec_.limiter.timeout_seconds;
+      if (timeout == 0) throw InvalidArgument(ShortfallLocked(r, servable));
+      const auto deadline = Clock::now() + std::chrono::duration<double>(timeout);
+      if (!changed_.wait_until(lock, deadline, [&] {
+            if (closed_) return true;
+            if (!limiter_.CanSample(LimiterStateLocked(), n)) return false;
+            servable = CandidatesLocked(r);
+            return servable >= n;
+          })) {
+        char waited[32];
+        std::snprintf(waited, sizeof(waited), "%g", timeout);
+        throw Timeout(ShortfallLocked(r, servable) + " (waited " + waited + " s)");
+      }
+      CheckOpenLocked();
+    }
+    constrained_.Draw(candidates_, u.data(), n, selections.data());
+  } else {
+    SelectLocked(r, seed, u.data(), selections.data());
+  }
+  const uint64_t ticket = tickets_ + 1;  // TakeTicketLocked's, below
   // Slot records prefetched ahead of the one read: far enough for a miss to
   // memory (and its TLB miss) to finish, as each record takes little work.
   constexpr int64_t kAhead = 32;
@@ -468,21 +517,109 @@ uint64_t Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* dra
     d.slot = slot;
     d.key = info.key;
     d.length = info.length;
-    d.start = r.window == 0 ? 0
-                            : static_cast<int64_t>(BelowFromBits(words[b].w[2], words[b].w[3],
-                                                                 static_cast<uint64_t>(d.length)));
+    const WindowCut cut = CutWindow(r.cut, d.length, r.window, words[b].w[2], words[b].w[3]);
+    d.start = cut.start;
+    d.valid = cut.valid;
     d.table_size = live_;
     d.probability = static_cast<float>(selections[b].probability);
   }
+  // After every row has its table size: the draws that use up an item's
+  // max_times_sampled remove it now (its data stays readable until the
+  // sample ends: see freed_at_).
+  if (constrained) {
+    for (int64_t b = 0; b < n; ++b) CountDrawLocked(selections[b].slot, ticket);
+  }
   counters_.samples += static_cast<double>(n);
-  changed_.notify_all();  // inserters may be waiting on the limiter
+  changed_.notify_all();  // inserters and other samplers may be waiting
   return TakeTicketLocked();
+}
+
+int64_t Table::CandidatesLocked(const SampleRequest& r) {
+  candidates_.clear();
+  const int64_t limit = spec_.max_times_sampled;
+  auto budget = [&](int64_t slot) {
+    const int64_t left = limit > 0 ? limit - times_sampled_[slot] : r.batch;
+    return r.replace ? left : std::min<int64_t>(left, 1);
+  };
+  auto eligible = [&](const SlotInfo& info) {
+    return r.cut != Cut::kFull || info.length >= r.window;
+  };
+  switch (r.strategy) {
+    case Strategy::kUniform:
+    case Strategy::kTimestep:
+    case Strategy::kPrioritized:
+      for (int64_t s = order_->Oldest(); s >= 0; s = order_->Next(s)) {
+        const SlotInfo& info = (*slots_)[s];
+        if (!eligible(info)) continue;
+        double weight = 1.0;
+        if (r.strategy == Strategy::kTimestep) {
+          weight = static_cast<double>(r.cut == Cut::kFull && r.window > 0
+                                           ? info.length - r.window + 1
+                                           : info.length);
+        } else if (r.strategy == Strategy::kPrioritized) {
+          weight = PriorityWeight(info.priority, r.alpha);
+        }
+        if (weight > 0) candidates_.push_back({s, weight, budget(s)});
+      }
+      break;
+    case Strategy::kRecent:
+      for (int64_t s = order_->Newest(); s >= 0 && static_cast<int64_t>(candidates_.size()) <
+                                                        r.count;
+           s = order_->Previous(s)) {
+        if (eligible((*slots_)[s])) candidates_.push_back({s, 1.0, budget(s)});
+      }
+      break;
+    case Strategy::kTopK: {
+      for (int64_t s = order_->Oldest(); s >= 0; s = order_->Next(s)) {
+        if (eligible((*slots_)[s])) candidates_.push_back({s, 1.0, budget(s)});
+      }
+      // The best `count` by priority, newer (larger key) first among ties.
+      const auto better = [&](const Candidate& a, const Candidate& b) {
+        const SlotInfo& x = (*slots_)[a.slot];
+        const SlotInfo& y = (*slots_)[b.slot];
+        return x.priority != y.priority ? x.priority > y.priority : x.key > y.key;
+      };
+      const size_t k = static_cast<size_t>(
+          std::min<int64_t>(r.count, static_cast<int64_t>(candidates_.size())));
+      std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<ptrdiff_t>(k),
+                        candidates_.end(), better);
+      candidates_.resize(k);
+      break;
+    }
+  }
+  // TopK and Recent rank every eligible item but draw only from the best
+  // `count`: an item left out has weight 0 (it is simply not listed).
+  return TotalBudget(candidates_, r.batch);
+}
+
+std::string Table::ShortfallLocked(const SampleRequest& r, int64_t servable) const {
+  std::string what = "cannot sample " + std::to_string(r.batch) + " rows";
+  std::string why;
+  if (r.cut == Cut::kFull) {
+    why += "trajectories of at least window=" + std::to_string(r.window) + " steps (cut='full')";
+  } else {
+    why += "trajectories";
+  }
+  if (r.strategy == Strategy::kTopK || r.strategy == Strategy::kRecent) {
+    why += std::string(" among the ") + (r.strategy == Strategy::kTopK ? "TopK" : "Recent") +
+           " " + std::to_string(r.count);
+  }
+  if (r.strategy == Strategy::kPrioritized && r.alpha > 0) why += " with priority > 0";
+  std::string limits;
+  if (!r.replace) limits += "replace=False draws each at most once";
+  if (spec_.max_times_sampled > 0) {
+    limits += std::string(limits.empty() ? "" : "; ") + "max_times_sampled=" +
+              std::to_string(spec_.max_times_sampled) + " limits each trajectory's draws";
+  }
+  return what + ": the table holds " + std::to_string(live_) + " trajectories, and the " + why +
+         " among them can serve only " + std::to_string(servable) + " draws" +
+         (limits.empty() ? "" : " (" + limits + ")");
 }
 
 uint64_t Table::BeginGpuSample(const SampleRequest& r, GpuSelection* selection) {
   CheckRequest(r);
-  if (r.strategy == Strategy::kTopK || r.strategy == Strategy::kRecent) {
-    throw InvalidArgument("TopK and Recent are not selected on the GPU");
+  if (SelectsOnHost(r)) {
+    throw InvalidArgument("TopK, Recent and constrained samples are not selected on the GPU");
   }
   std::unique_lock<std::mutex> lock(mu_);
   CheckOpenLocked();
@@ -493,6 +630,7 @@ uint64_t Table::BeginGpuSample(const SampleRequest& r, GpuSelection* selection) 
   GpuSelection s{};
   s.info = slots_->device_info();
   s.table_size = live_;
+  s.cut = r.cut;
   switch (r.strategy) {
     case Strategy::kUniform:
       s.uniform = true;
@@ -639,7 +777,8 @@ std::vector<ItemInfo> Table::PinItems(const int64_t* keys, int64_t count) {
   std::vector<ItemInfo> items;
   auto pin = [&](int64_t slot) {
     const SlotInfo& info = (*slots_)[slot];
-    items.push_back({info.key, slot, info.length, info.priority, stamps_[slot]});
+    items.push_back(
+        {info.key, slot, info.length, info.priority, stamps_[slot], times_sampled_[slot]});
     slots_->Pin(slot);
   };
   if (keys == nullptr) {
@@ -658,6 +797,19 @@ void Table::UnpinSlots(const std::vector<int64_t>& slots) {
   std::lock_guard<std::mutex> lock(mu_);
   for (int64_t slot : slots) slots_->Unpin(slot);
   changed_.notify_all();
+}
+
+void Table::RestoreTimesSampled(int64_t key, int64_t times_sampled) {
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckOpenLocked();
+  const int64_t slot = slots_->Find(key);
+  if (slot < 0) throw InvalidArgument("restored key " + std::to_string(key) + " is not stored");
+  const int64_t limit = spec_.max_times_sampled;
+  if (times_sampled < 0 || (limit == 0 ? times_sampled != 0 : times_sampled >= limit)) {
+    throw InvalidArgument("restored times_sampled " + std::to_string(times_sampled) +
+                          " is outside [0, max_times_sampled=" + std::to_string(limit) + ")");
+  }
+  times_sampled_[slot] = times_sampled;
 }
 
 std::vector<int64_t> Table::FreeSlots() const {

@@ -25,6 +25,12 @@
 //    each other for TopK and Recent (sharding.h). Checkpoints keep it. A slot keeps its key and
 //    length until it is republished, so a GPU sample that drew it just before
 //    its eviction reports the key of the data it read.
+//  * With max_times_sampled = n > 0, every draw counts against its
+//    trajectory (times_sampled_), and the draw that reaches n removes it at
+//    once: out of every selector, its slot back on the free list, counted as
+//    an eviction (as Reverb deletes an item after its n-th sample). The slot
+//    remembers the ticket of the sample that removed it (freed_at_), and a
+//    writer that takes it waits for that sample like for an evicting one.
 //  * After Close, every call fails with Closed; the memory is released once no
 //    sample, reader or writer is inside the table any more.
 #pragma once
@@ -43,6 +49,7 @@
 #include "gpu_selection.h"
 #include "rate_limiter.h"
 #include "removers.h"
+#include "selectors/constrained.h"
 #include "selectors/fifo.h"
 #include "selectors/heap.h"
 #include "selectors/prioritized.h"
@@ -50,6 +57,7 @@
 #include "slots.h"
 #include "storage.h"
 #include "sum_tree.h"
+#include "window.h"
 
 namespace gearjax {
 
@@ -71,6 +79,8 @@ struct TableSpec {
   bool gpu_mapped = false;  // ask for GPU-mapped pinned memory (see memory.h)
   bool on_device = false;   // keep the arena in GPU memory (needs DeviceMemory hooks)
   int key_bits = 63;        // keys stay below 2^key_bits (see slots.h)
+  // A trajectory leaves after this many draws (consume-once at 1); 0: never.
+  int64_t max_times_sampled = 0;
 };
 
 struct SampleRequest {
@@ -79,6 +89,8 @@ struct SampleRequest {
   int64_t count = 0;   // k for TopK, n for Recent (>= 1)
   int64_t batch = 0;
   int64_t window = 0;  // steps per window; 0 means whole trajectories from step 0
+  Cut cut = Cut::kStart;  // where windows lie in their trajectories (window.h)
+  bool replace = true;    // false: a trajectory at most once per batch
 };
 
 // What a strategy draws in proportion to, summed over the live items: their
@@ -122,6 +134,7 @@ struct ItemInfo {
   int64_t length;
   double priority;
   int64_t stamp;  // insertion stamp (see the invariants above Table)
+  int64_t times_sampled;  // draws counted so far (max_times_sampled > 0 only)
 };
 
 struct Counters {
@@ -200,13 +213,38 @@ class Table {
   // Draws request.batch rows; waits on the rate limiter. `seed` (two words)
   // determines every draw (see random.h). Returns the sample's ticket, to hand
   // back with EndSample once the windows are copied.
+  //
+  // Constrained requests (Constrained below) draw exactly among the eligible
+  // items (selectors/constrained.h): an item is eligible when it has at least
+  // `window` steps under Cut::kFull and has draws left under
+  // max_times_sampled. Uniform gives every eligible item weight 1, Timestep
+  // its length (its number of full windows, length - window + 1, under
+  // kFull), Prioritized priority ** alpha (priority 0 never drawn when alpha
+  // > 0); TopK and Recent give weight 1 to the best `count` eligible items
+  // and 0 to the rest. Such a request waits, like for the rate limiter and
+  // within the same timeout, until the eligible items can serve the batch
+  // (at least one item; `batch` of them without replacement; budgets adding
+  // up to `batch` under max_times_sampled), then fails with Timeout, or at
+  // once with InvalidArgument when the limiter's timeout is 0.
   uint64_t Select(const SampleRequest& request, const uint32_t seed[2], Draw* draws);
+
+  // Whether `request` is constrained (needs the exact host draw): cut kFull,
+  // no replacement, or a table with max_times_sampled.
+  bool Constrained(const SampleRequest& request) const {
+    return request.cut == Cut::kFull || !request.replace || spec_.max_times_sampled > 0;
+  }
+  // Whether the GPU handler must select `request` on the host: TopK, Recent
+  // and constrained requests.
+  bool SelectsOnHost(const SampleRequest& request) const {
+    return request.strategy == Strategy::kTopK || request.strategy == Strategy::kRecent ||
+           Constrained(request);
+  }
 
   // GPU sampling for Uniform, Timestep and Prioritized: waits on the rate
   // limiter like Select, counts the samples, and returns the device view of
   // the strategy's selector and a ticket to hand back with EndSample once the
   // stream has passed the kernels. Throws if the table is not GPU-mapped or
-  // the strategy is selected on the host.
+  // the request is selected on the host (SelectsOnHost).
   uint64_t BeginGpuSample(const SampleRequest& request, GpuSelection* selection);
   void EndSample(uint64_t ticket);
 
@@ -241,6 +279,11 @@ class Table {
   std::vector<ItemInfo> PinItems(const int64_t* keys = nullptr, int64_t count = 0);
   void UnpinSlots(const std::vector<int64_t>& slots);
 
+  // Checkpoint restores: sets how often the live item `key` was drawn so
+  // far, in [0, max_times_sampled) (0 when the table has no
+  // max_times_sampled).
+  void RestoreTimesSampled(int64_t key, int64_t times_sampled);
+
   // Free slots as kept (inserts take them from the back).
   std::vector<int64_t> FreeSlots() const;
   // Ends a checkpoint restore: counters, and the free-slot order, which must
@@ -272,6 +315,13 @@ class Table {
   void AttachLocked(Selector* selector);
   void SelectLocked(const SampleRequest& request, const uint32_t seed[2], const double* u,
                     Selection* out);
+  // Constrained requests: lists the eligible items in candidates_ and
+  // returns how many rows they can serve (up to request.batch).
+  int64_t CandidatesLocked(const SampleRequest& request);
+  std::string ShortfallLocked(const SampleRequest& request, int64_t servable) const;
+  // Counts a draw of `slot` against max_times_sampled; removes the item when
+  // it reaches it (`ticket`: the drawing sample's).
+  void CountDrawLocked(int64_t slot, uint64_t ticket);
   // No sample that took its ticket at or before `ticket` is still running.
   bool QuietSince(uint64_t ticket) const {
     return in_flight_.empty() || in_flight_.front() > ticket;
@@ -283,6 +333,7 @@ class Table {
   template <typename S>
   std::unique_ptr<S> FilledLocked(std::unique_ptr<S> selector) const;
   void EvictLocked(int64_t slot);
+  void RemoveFromSelectorsLocked(int64_t slot);
   void PublishLocked(int64_t slot, int64_t key, int64_t length, double priority,
                      int64_t stamp);
   void ReleaseMemoryLocked();
@@ -302,6 +353,8 @@ class Table {
   std::unique_ptr<Arena> arena_;
   std::unique_ptr<Slots> slots_;
   std::vector<int64_t> stamps_;  // per slot: the insertion stamp of its item
+  std::vector<int64_t> times_sampled_;  // per slot: draws of its item (max_times_sampled)
+  std::vector<uint64_t> freed_at_;  // per slot: the ticket of the sample that removed it
   int64_t last_stamp_ = -1;
   // Selectors: insertion order and Uniform always, the remover's heap when the
   // remover is min-priority, the others when a sample first asks for them.
@@ -323,6 +376,8 @@ class Table {
   int64_t skipped_updates_ = 0;
   std::vector<Item> update_before_;    // UpdatePriorities' scratch
   std::vector<double> update_after_;
+  std::vector<Candidate> candidates_;  // constrained samples' scratch
+  ConstrainedDraw constrained_;
 };
 
 // Whether `priority` is 0 or a normal float64 in [kMinPriority, kMaxPriority]

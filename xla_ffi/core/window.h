@@ -1,25 +1,64 @@
-// Window arithmetic: where a sampled window's real steps land in the output row
-// and where the padding goes. Decision-transformer semantics: the window starts
-// at `start`, is cut at the trajectory's end, and is padded to `width` steps on
-// the chosen side. Shared by the CPU and CUDA gathers.
+// Window arithmetic: where a sampled window starts in its trajectory, how many
+// real steps it holds, and where they land in the output row. Shared by the
+// host selection, the GPU selection kernel and the CPU and CUDA gathers, so a
+// cut mode means the same everywhere.
+//
+// Cut modes (SampleRequest::cut), for a trajectory of `length` steps and a
+// window of `window` steps:
+//  * kStart (decision-transformer training windows): the start is uniform in
+//    [0, length - 1]; the window is cut at the trajectory's end.
+//  * kEnd (what a decision transformer sees at evaluation): the last step is
+//    uniform in [0, length - 1]; the window is cut at the trajectory's start,
+//    so its real steps end at the drawn step and the padding goes first.
+//  * kFull: only windows inside the trajectory, start uniform in
+//    [0, length - window]; never padded. The table draws only trajectories of
+//    at least `window` steps under kFull (see table.h).
+// window == 0 means the whole trajectory from step 0, whatever the cut.
 #pragma once
 
 #include <cstdint>
 
 #include "common.h"
+#include "random.h"
 
 namespace gearjax {
 
-struct WindowPlan {
-  int64_t valid;       // real steps copied: min(width, length - start)
-  int64_t dst_offset;  // first output position holding a real step
+enum class Cut : int32_t { kStart = 0, kEnd = 1, kFull = 2 };
+inline constexpr int32_t kNumCuts = 3;
+
+struct WindowCut {
+  int64_t start;  // first real step in the trajectory
+  int64_t valid;  // real steps: copied from `start` on; the rest of the row is padding
 };
 
-GEARJAX_HD WindowPlan PlanWindow(int64_t length, int64_t start, int64_t width,
-                                 bool pad_left) {
-  const int64_t remaining = length - start;
-  const int64_t valid = remaining < width ? remaining : width;
-  return WindowPlan{valid, pad_left ? width - valid : 0};
+// The window of a trajectory of `length` >= 1 steps (and >= window under
+// kFull) from two random words (uniform over the choices by BelowFromBits).
+// A record of length 0 (a GPU row whose draw raced an update reads one; see
+// select_block.h) gets an empty window.
+GEARJAX_HD WindowCut CutWindow(Cut cut, int64_t length, int64_t window, uint32_t w0,
+                               uint32_t w1) {
+  if (length <= 0) return WindowCut{0, 0};
+  if (window == 0) return WindowCut{0, length};
+  if (cut == Cut::kFull) {
+    const int64_t starts = length - window + 1;
+    const int64_t start = static_cast<int64_t>(
+        BelowFromBits(w0, w1, static_cast<uint64_t>(starts > 0 ? starts : 1)));
+    return WindowCut{start, window};
+  }
+  const int64_t drawn =
+      static_cast<int64_t>(BelowFromBits(w0, w1, static_cast<uint64_t>(length)));
+  if (cut == Cut::kEnd) {
+    const int64_t start = drawn - window + 1 > 0 ? drawn - window + 1 : 0;
+    return WindowCut{start, drawn - start + 1};
+  }
+  const int64_t remaining = length - drawn;
+  return WindowCut{drawn, remaining < window ? remaining : window};
+}
+
+// The first output position holding a real step of a row of `width` steps
+// with `valid` real ones, padded on the left or the right.
+GEARJAX_HD int64_t WindowOffset(int64_t valid, int64_t width, bool pad_left) {
+  return pad_left ? width - valid : 0;
 }
 
 }  // namespace gearjax

@@ -147,7 +147,8 @@ ffi::Error SampleOnDevice(cudaStream_t stream, ffi::ScratchAllocator& scratch,
 ffi::Error Sample(cudaStream_t stream, ffi::ScratchAllocator& scratch,
                   const ffi::Buffer<ffi::U32>& seed, ffi::RemainingRets& rets, size_t first,
                   int64_t table_handle, int64_t batch_size, int64_t strategy, double alpha,
-                  int64_t count, int64_t window, int64_t pad_left) {
+                  int64_t count, int64_t window, int64_t pad_left, int64_t cut,
+                  int64_t replace) {
   try {
     std::shared_ptr<Table> table = LookUpTable(table_handle);
     if (table->device_arena() == nullptr) {
@@ -155,7 +156,7 @@ ffi::Error Sample(cudaStream_t stream, ffi::ScratchAllocator& scratch,
     }
     const SampleCall call = BindSampleCall(*table, seed.element_count(), rets, first, batch_size,
                                            strategy, alpha, count, window,
-                                           /*host_results=*/false);
+                                           /*host_results=*/false, cut, replace);
     const SampleRequest& request = call.request;
     const int64_t batch = request.batch, width = call.width;
     const SampleOutputs& out = call.out;
@@ -164,13 +165,13 @@ ffi::Error Sample(cudaStream_t stream, ffi::ScratchAllocator& scratch,
       return Fail("the GPU gather handles at most " + std::to_string(kMaxGpuColumns) +
                   " columns; this table has " + std::to_string(table->num_columns()));
     }
-    if (request.strategy == Strategy::kUniform || request.strategy == Strategy::kTimestep ||
-        request.strategy == Strategy::kPrioritized) {
+    if (!table->SelectsOnHost(request)) {
       return SampleOnDevice(stream, scratch, seed.typed_data(), table, request, width,
                             pad_left != 0, out);
     }
 
-    // TopK and Recent: select on the host.
+    // TopK, Recent and constrained samples (cut="full", replace=False,
+    // max_times_sampled): select on the host, gather on the GPU.
     uint32_t host_seed[2];
     cudaError_t error = cudaMemcpyAsync(host_seed, seed.typed_data(), sizeof(host_seed),
                                         cudaMemcpyDeviceToHost, stream);
@@ -207,17 +208,19 @@ ffi::Error Sample(cudaStream_t stream, ffi::ScratchAllocator& scratch,
 ffi::Error SampleOrderedCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::Token,
                                  ffi::Buffer<ffi::U32> seed, ffi::RemainingRets rets,
                                  int64_t table_handle, int64_t batch_size, int64_t strategy,
-                                 double alpha, int64_t count, int64_t window, int64_t pad_left) {
+                                 double alpha, int64_t count, int64_t window, int64_t pad_left,
+                                 int64_t cut, int64_t replace) {
   return Sample(stream, scratch, seed, rets, /*first=*/1, table_handle, batch_size, strategy,
-                alpha, count, window, pad_left);
+                alpha, count, window, pad_left, cut, replace);
 }
 
 ffi::Error SamplePureCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch,
                               ffi::Buffer<ffi::U32> seed, ffi::RemainingRets rets,
                               int64_t table_handle, int64_t batch_size, int64_t strategy,
-                              double alpha, int64_t count, int64_t window, int64_t pad_left) {
+                              double alpha, int64_t count, int64_t window, int64_t pad_left,
+                              int64_t cut, int64_t replace) {
   return Sample(stream, scratch, seed, rets, /*first=*/0, table_handle, batch_size, strategy,
-                alpha, count, window, pad_left);
+                alpha, count, window, pad_left, cut, replace);
 }
 
 // Enqueues a copy of the buffer's bytes into `out` (sized first: it must not

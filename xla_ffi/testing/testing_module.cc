@@ -70,8 +70,11 @@ const MappedAllocator kHostAsMapped{
 
 std::shared_ptr<Table> Find(int64_t handle) { return LookUpTable(handle); }
 
-SampleRequest Request(int64_t batch, int strategy, double alpha, int64_t count, int64_t window) {
-  return {static_cast<Strategy>(strategy), alpha, count, batch, window};
+SampleRequest Request(int64_t batch, int strategy, double alpha, int64_t count, int64_t window,
+                      int cut = 0, bool replace = true) {
+  if (cut < 0 || cut >= kNumCuts) throw InvalidArgument("unknown cut");
+  return {static_cast<Strategy>(strategy), alpha, count, batch, window, static_cast<Cut>(cut),
+          replace};
 }
 
 // Samples like the CPU handler but gathers with the GPU kernel's block code
@@ -79,7 +82,7 @@ SampleRequest Request(int64_t batch, int strategy, double alpha, int64_t count, 
 // valid, [column bytes as uint8 [batch, width * step_bytes]]).
 nb::tuple EmulateGpuSample(int64_t handle, std::tuple<uint32_t, uint32_t> seed, int64_t batch,
                            int strategy, double alpha, int64_t count, int64_t window,
-                           bool pad_left, int64_t threads) {
+                           bool pad_left, int64_t threads, int cut, bool replace) {
   if (batch < 1 || threads < 1) throw InvalidArgument("batch and threads must be >= 1");
   std::shared_ptr<Table> table = Find(handle);
   const int64_t width = window == 0 ? table->spec().max_length : window;
@@ -102,7 +105,8 @@ nb::tuple EmulateGpuSample(int64_t handle, std::tuple<uint32_t, uint32_t> seed, 
   const uint8_t* arena = table->on_device() ? ToHost(table->device_arena()) : table->arena_data();
   GatherParams params = PlanGather(*table, draws.data(), batch, width, pad_left, out, arena);
   const uint64_t ticket =
-      table->Select(Request(batch, strategy, alpha, count, window), words, draws.data());
+      table->Select(Request(batch, strategy, alpha, count, window, cut, replace), words,
+                    draws.data());
   EmulateGather(params, threads);
   table->EndSample(ticket);
   return nb::make_tuple(keys.array, start.array, probability.array, table_size.array,
@@ -111,18 +115,19 @@ nb::tuple EmulateGpuSample(int64_t handle, std::tuple<uint32_t, uint32_t> seed, 
 
 // Runs the GPU selection's row code on the CPU, reading the selection state
 // through its "device" addresses (with the emulated mapping, the host ones):
-// (keys, start, probability, table_size, slots, lengths) for the same seed.
+// (keys, start, probability, table_size, slots, lengths, valid) for the same
+// seed.
 nb::tuple EmulateGpuSelect(int64_t handle, std::tuple<uint32_t, uint32_t> seed, int64_t batch,
-                           int strategy, double alpha, int64_t count, int64_t window) {
+                           int strategy, double alpha, int64_t count, int64_t window, int cut) {
   if (batch < 1) throw InvalidArgument("batch must be >= 1");
   std::shared_ptr<Table> table = Find(handle);
   const size_t b = static_cast<size_t>(batch);
   NewArray<int64_t> keys({b}), table_size({b}), slots({b}), lengths({b});
-  NewArray<int32_t> start({b});
+  NewArray<int32_t> start({b}), valid({b});
   NewArray<float> probability({b});
   GpuSelection selection;
   const uint64_t ticket =
-      table->BeginGpuSample(Request(batch, strategy, alpha, count, window), &selection);
+      table->BeginGpuSample(Request(batch, strategy, alpha, count, window, cut), &selection);
   const uint32_t words[2] = {std::get<0>(seed), std::get<1>(seed)};
   for (int64_t i = 0; i < batch; ++i) {
     const Draw d = SelectRow(selection, words, window, i);
@@ -132,10 +137,11 @@ nb::tuple EmulateGpuSelect(int64_t handle, std::tuple<uint32_t, uint32_t> seed, 
     table_size.data[i] = d.table_size;
     slots.data[i] = d.slot;
     lengths.data[i] = d.length;
+    valid.data[i] = static_cast<int32_t>(d.valid);
   }
   table->EndSample(ticket);
   return nb::make_tuple(keys.array, start.array, probability.array, table_size.array,
-                        slots.array, lengths.array);
+                        slots.array, lengths.array, valid.array);
 }
 
 }  // namespace
@@ -155,21 +161,25 @@ void DefineModule(nb::module_ m) {
       "`free_bytes` free; with `copies_fail`, every copy into it throws.");
   m.def(
       "begin_gpu_sample",
-      [](int64_t handle, int64_t batch, int strategy, double alpha, int64_t count, int64_t window) {
+      [](int64_t handle, int64_t batch, int strategy, double alpha, int64_t count, int64_t window,
+         int cut, bool replace) {
         std::shared_ptr<Table> table = Find(handle);
+        const SampleRequest request = Request(batch, strategy, alpha, count, window, cut, replace);
         GpuSelection selection;
         nb::gil_scoped_release release;
-        return table->BeginGpuSample(Request(batch, strategy, alpha, count, window), &selection);
+        return table->BeginGpuSample(request, &selection);
       },
-      "handle"_a, "batch"_a, "strategy"_a, "alpha"_a = 0.0, "count"_a = 0, "window"_a = 1);
+      "handle"_a, "batch"_a, "strategy"_a, "alpha"_a = 0.0, "count"_a = 0, "window"_a = 1,
+      "cut"_a = 0, "replace"_a = true);
   m.def(
       "end_gpu_sample",
       [](int64_t handle, uint64_t ticket) { Find(handle)->EndSample(ticket); }, "handle"_a,
       "ticket"_a);
   m.def("emulate_gpu_select", &EmulateGpuSelect, "handle"_a, "seed"_a, "batch"_a, "strategy"_a,
-        "alpha"_a, "count"_a, "window"_a);
+        "alpha"_a, "count"_a, "window"_a, "cut"_a = 0);
   m.def("emulate_gpu_sample", &EmulateGpuSample, "handle"_a, "seed"_a, "batch"_a, "strategy"_a,
-        "alpha"_a, "count"_a, "window"_a, "pad_left"_a, "threads"_a);
+        "alpha"_a, "count"_a, "window"_a, "pad_left"_a, "threads"_a, "cut"_a = 0,
+        "replace"_a = true);
 }
 
 }  // namespace gearjax::testing

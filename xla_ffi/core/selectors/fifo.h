@@ -23,6 +23,8 @@ class InsertionOrder final : public Selector {
   int64_t Newest() const { return tail_; }
   // The slot after `slot` in insertion order, or -1.
   int64_t Next(int64_t slot) const { return next_[slot]; }
+  // The slot before `slot` in insertion order, or -1.
+  int64_t Previous(int64_t slot) const { return prev_[slot]; }
 
  private:
   std::vector<int32_t> prev_, next_;
