@@ -45,11 +45,12 @@ STATS_INTERVAL_SECONDS = 0.25
 class ShardedTable:
     """A trajectory table split over the processes of a JAX job.
 
+    ``columns``, ``capacity``, ``max_length``, ``remover``, ``rate_limiter``,
+    ``placement``, ``name``: as for :class:`gearjax.Table`, per shard: every
+    process holds a shard of ``capacity`` slots, and the rate limiter and
+    remover act on each shard alone.
+
     Args:
-      columns, capacity, max_length, remover, rate_limiter, placement, name:
-        as for :class:`gearjax.Table`, per shard: every process holds a shard
-        of ``capacity`` slots, and the rate limiter and remover act on each
-        shard alone.
       exchange: how rows move between processes. ``"xla"`` (the default):
         JAX collectives in the sampling program (gloo between CPU processes,
         NCCL between GPUs); it needs nothing beyond jax. ``"nixl"``: one-sided

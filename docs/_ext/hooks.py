@@ -1,0 +1,220 @@
+"""MkDocs hooks for the gearjax docs (mkdocs.yml: ``hooks:``).
+
+The notebooks and the committed results live outside ``docs/``; this brings
+them into the site at build time, so nothing is copied by hand and nothing can
+go stale:
+
+* every ``notebooks/*.ipynb`` becomes the page ``notebooks/<name>.ipynb``
+  (mkdocs-jupyter renders it, from its committed outputs; never executed);
+* every file in ``benchmarks/results/`` is published as
+  ``results/files/<name>``, and the generated page ``results/files.md`` lists
+  them all: which script made each, the machine the file records, and the
+  file itself (text and small JSON shown inline, plots shown, every file
+  linked).
+
+A results file that ``SOURCES`` below does not cover is a build warning, which
+``mkdocs build --strict`` (tests/test_docs.py) turns into a failure: a new
+result cannot be forgotten.
+
+And ``<!-- readme-code: SECTION -->`` on a line of a page becomes the first code
+block of that README section (the set-up commands, the Quick start), so the
+site shows the code the README's own test runs.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+from mkdocs.plugins import event_priority
+from mkdocs.structure.files import File, Files
+
+log = logging.getLogger("mkdocs.hooks.gearjax")
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOKS = ROOT / "notebooks"
+RESULTS = ROOT / "benchmarks" / "results"
+RESULTS_URI = "results/files"          # where the results files go in the site
+LISTING_URI = "results/files.md"       # the generated page listing them
+INLINE_JSON_BYTES = 32 * 1024          # larger JSON files are linked, not shown
+
+# Which script made each committed results file (first match wins).
+SOURCES: list[tuple[str, str]] = [
+    ("bench_sample_cpu_run*.json",
+     "`python scripts/bench_sample.py --repeats 50 --scan-repeats 21`, one full run"),
+    ("bench_sample_cpu_run*.txt",
+     "the printed report of `scripts/bench_sample.py`, the same run as the JSON file "
+     "of the same name"),
+    ("bench_exchange_cpu_run*.json",
+     "`scripts/bench_exchange.py` (1 and 2 local processes), one full run"),
+    ("bench_exchange_cpu_run*.txt",
+     "the printed report of `scripts/bench_exchange.py`, the same run as the JSON file "
+     "of the same name"),
+    ("bench_actors_cpu.json", "`scripts/bench_actors.py`"),
+    ("bench_actors_cpu.txt", "the printed report of `scripts/bench_actors.py` (same run)"),
+    ("bench_actors_cpu.png", "`scripts/bench_actors.py` (same run)"),
+    ("bench_core_cpu.txt", "`scripts/bench_core.cc` (the native core alone)"),
+    ("bench_dt_step_cpu.json", "`python scripts/bench_dt_step.py`"),
+    ("dt_vs_bc_mountaincar_cpu.*", "`python scripts/dt_results.py`"),
+    ("dt_halfcheetah_cpu.*", "`python scripts/dt_results.py`"),
+    ("dt_vs_bc_pendulum_cpu.json", "`python scripts/dt_results.py`"),
+    ("online_dt_mountaincar_cpu.json", "`python scripts/dt_results.py`"),
+    ("tune_dt_cpu.json", "`python scripts/tune_dt.py` (its defaults)"),
+    ("tune_dt_cpu.txt", "the printed report of `scripts/tune_dt.py` (same run)"),
+]
+
+
+def result_files() -> list[Path]:
+    return sorted(p for p in RESULTS.iterdir() if p.is_file() and not p.name.startswith("."))
+
+
+def notebook_files() -> list[Path]:
+    return sorted(NOTEBOOKS.glob("*.ipynb"))
+
+
+def _source(name: str) -> str | None:
+    for pattern, source in SOURCES:
+        if fnmatch.fnmatch(name, pattern):
+            return source
+    return None
+
+
+def _find_machine(value: Any) -> dict | None:
+    """The first ``machine`` record anywhere in a results JSON document."""
+    if isinstance(value, dict):
+        if isinstance(value.get("machine"), dict):
+            return value["machine"]
+        children = value.values()
+    elif isinstance(value, list):
+        children = value
+    else:
+        return None
+    for child in children:
+        found = _find_machine(child)
+        if found is not None:
+            return found
+    return None
+
+
+def _machine_line(path: Path) -> str:
+    json_path = path.with_suffix(".json")
+    if not json_path.is_file():
+        if path.suffix == ".txt" and path.read_text().startswith("#"):
+            return "the machine is named in the file's header (its first line)"
+        return "the file does not record the machine"
+    try:
+        machine = _find_machine(json.loads(json_path.read_text()))
+    except ValueError:
+        return "the file does not record the machine"
+    if machine is None:
+        return ("the file does not record the machine (it was made on this project's "
+                "2-core CPU machine, no GPU, as the README says)")
+    parts = []
+    for key in ("cpu_model", "cpus", "nproc", "platform", "python", "jax", "jax_backend"):
+        if machine.get(key) not in (None, ""):
+            parts.append(f"{key} {machine[key]}")
+    versions = machine.get("versions")
+    if isinstance(versions, dict):
+        parts.append(", ".join(f"{k} {v}" for k, v in versions.items()))
+    devices = machine.get("devices") or machine.get("jax_devices")
+    if devices:
+        parts.append("devices " + ", ".join(map(str, devices)))
+    where = "recorded in this file" if json_path == path else f"recorded in `{json_path.name}`"
+    return f"machine {where}: " + "; ".join(parts)
+
+
+def _listing() -> str:
+    lines = [
+        "# All result files",
+        "",
+        "Every file committed under `benchmarks/results/`, as committed: which script",
+        "made it, the machine it records, and the file itself (text and small JSON files",
+        "are shown here, plots drawn, every file linked for download). This page is",
+        "generated when the site is built, so it always lists exactly the committed files.",
+        "[Benchmarks](benchmarks.md) and [Decision-transformer results](dt.md) explain",
+        "what the numbers mean.",
+        "",
+    ]
+    for path in result_files():
+        link = f"files/{path.name}"
+        lines += [f"## `{path.name}`", "",
+                  f"Source: {_source(path.name)}; {_machine_line(path)}.", "",
+                  f"[Download `{path.name}`]({link}) ({path.stat().st_size:,} bytes)", ""]
+        if path.suffix == ".png":
+            lines += [f"![{path.name}]({link})", ""]
+        elif path.suffix == ".txt":
+            lines += ["````text", path.read_text().rstrip("\n"), "````", ""]
+        elif path.suffix == ".json" and path.stat().st_size <= INLINE_JSON_BYTES:
+            body = path.read_text().rstrip("\n").splitlines()
+            lines += ['??? abstract "Contents"', "", "    ````json",
+                      *(f"    {line}" for line in body), "    ````", ""]
+        elif path.suffix == ".json":
+            lines += ["(Too large to show here; the `.txt` file of the same run, where there is",
+                      "one, is its printed summary.)", ""]
+    return "\n".join(lines) + "\n"
+
+
+@event_priority(100)  # before mkdocs-jupyter turns .ipynb files into pages
+def on_files(files: Files, config) -> Files:
+    for path in notebook_files():
+        # An ordinary file whose source folder is the repository root (mkdocs-jupyter
+        # wraps it, and reads it through abs_src_path).
+        files.append(File(f"notebooks/{path.name}", src_dir=str(ROOT), dest_dir=config.site_dir,
+                          use_directory_urls=config.use_directory_urls))
+    unknown = []
+    for path in result_files():
+        if _source(path.name) is None:
+            unknown.append(path.name)
+        files.append(File.generated(config, f"{RESULTS_URI}/{path.name}",
+                                    abs_src_path=str(path)))
+    for name in unknown:
+        log.warning("benchmarks/results/%s: no entry in SOURCES (docs/_ext/hooks.py) says "
+                    "which script made it; add one, and describe it in docs/results/", name)
+    files.append(File.generated(config, LISTING_URI, content=_listing()))
+    return files
+
+
+# ---------------------------------------------------------------- README code
+README = ROOT / "README.md"
+_README_CODE = re.compile(r"^<!-- readme-code: (.+?) -->$", re.M)
+
+
+def readme_code(section: str) -> str | None:
+    """The first fenced code block of the README section headed ``section``
+    (its heading text, without the #s), fences included; None if the section
+    is missing or has no code block before the next heading of its level."""
+    level, block, fence = None, [], False
+    for line in README.read_text().splitlines():
+        heading = None if fence else re.match(r"(#+) (.*?)\s*$", line)
+        if level is None:
+            if heading and heading.group(2) == section:
+                level = len(heading.group(1))
+            continue
+        if heading and len(heading.group(1)) <= level:
+            return None                      # the section ended without code
+        if line.startswith("```"):
+            fence = not fence
+            block.append(line)
+            if not fence:
+                return "\n".join(block)
+        elif fence:
+            block.append(line)
+    return None
+
+
+def on_page_markdown(markdown: str, page, config, files) -> str:
+    """``<!-- readme-code: SECTION -->`` on a line of its own becomes that README
+    section's first code block, so the docs show the code the README's tests run
+    (tests/test_readme.py executes the Quick start)."""
+    def replace(match: re.Match) -> str:
+        code = readme_code(match.group(1))
+        if code is None:
+            log.warning("%s: README.md has no section %r with a code block",
+                        page.file.src_uri, match.group(1))
+            return match.group(0)
+        return code
+    return _README_CODE.sub(replace, markdown)
