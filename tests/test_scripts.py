@@ -44,6 +44,18 @@ def test_bench_sample_runs(tmp_path):
                ("gearjax sample+update", "gearjax sample", "gearjax update"))
 
 
+def test_bench_sample_modes_times_every_mode(tmp_path):
+    out = tmp_path / "modes.json"
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_sample_modes.py"), "--sizes",
+                    "200", "--batch", "16", "--repeats", "2", "--out", str(out)], check=True,
+                   capture_output=True, cwd=tmp_path)
+    rows = json.loads(out.read_text())["rows"]
+    assert {(r["strategy"], r["mode"]) for r in rows} == {
+        (s, m) for s in ("Uniform", "Prioritized(0.6)")
+        for m in ("start", "end", "full", "no-replace", "max-times")}
+    assert all(r["median_s"] > 0 for r in rows)
+
+
 def test_bench_gpu_smoke_runs_without_a_gpu(tmp_path):
     out = tmp_path / "bench_gpu.json"
     subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_gpu.py"), "--smoke",

@@ -544,24 +544,33 @@ int64_t Table::CandidatesLocked(const SampleRequest& r) {
   auto eligible = [&](const SlotInfo& info) {
     return r.cut != Cut::kFull || info.length >= r.window;
   };
+  // Candidates in slot order: a sequential scan of the slot records, and, like
+  // every draw, dependent on which slots hold what rather than on history.
+  const int64_t capacity = spec_.capacity;
   switch (r.strategy) {
     case Strategy::kUniform:
     case Strategy::kTimestep:
-    case Strategy::kPrioritized:
-      for (int64_t s = order_->Oldest(); s >= 0; s = order_->Next(s)) {
+      for (int64_t s = 0; s < capacity; ++s) {
         const SlotInfo& info = (*slots_)[s];
-        if (!eligible(info)) continue;
-        double weight = 1.0;
-        if (r.strategy == Strategy::kTimestep) {
-          weight = static_cast<double>(r.cut == Cut::kFull && r.window > 0
-                                           ? info.length - r.window + 1
-                                           : info.length);
-        } else if (r.strategy == Strategy::kPrioritized) {
-          weight = PriorityWeight(info.priority, r.alpha);
-        }
+        if (info.state != SlotState::kLive || !eligible(info)) continue;
+        const int64_t weight = r.strategy == Strategy::kUniform ? 1
+                               : r.cut == Cut::kFull && r.window > 0
+                                   ? info.length - r.window + 1
+                                   : info.length;
+        candidates_.push_back({s, static_cast<double>(weight), budget(s)});
+      }
+      break;
+    case Strategy::kPrioritized: {
+      // The weights priority ** alpha as the strategy's sum tree holds them.
+      const SumTree& tree = PrioritizedLocked(r.alpha).tree();
+      for (int64_t s = 0; s < capacity; ++s) {
+        const SlotInfo& info = (*slots_)[s];
+        if (info.state != SlotState::kLive || !eligible(info)) continue;
+        const double weight = tree.Get(s);
         if (weight > 0) candidates_.push_back({s, weight, budget(s)});
       }
       break;
+    }
     case Strategy::kRecent:
       for (int64_t s = order_->Newest(); s >= 0 && static_cast<int64_t>(candidates_.size()) <
                                                         r.count;
@@ -570,8 +579,11 @@ int64_t Table::CandidatesLocked(const SampleRequest& r) {
       }
       break;
     case Strategy::kTopK: {
-      for (int64_t s = order_->Oldest(); s >= 0; s = order_->Next(s)) {
-        if (eligible((*slots_)[s])) candidates_.push_back({s, 1.0, budget(s)});
+      for (int64_t s = 0; s < capacity; ++s) {
+        const SlotInfo& info = (*slots_)[s];
+        if (info.state == SlotState::kLive && eligible(info)) {
+          candidates_.push_back({s, 1.0, budget(s)});
+        }
       }
       // The best `count` by priority, newer (larger key) first among ties.
       const auto better = [&](const Candidate& a, const Candidate& b) {
