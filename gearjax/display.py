@@ -71,6 +71,8 @@ def table_html(table: Any) -> str:
         ("memory", html.escape(str(stats["memory"]))),
         ("remover", html.escape(table.remover)),
         ("rate limiter", html.escape(repr(table.rate_limiter))),
+        ("max_times_sampled", f"{table.max_times_sampled:,}" if table.max_times_sampled
+         else "unlimited"),
         ("inserts / samples / evictions",
          f"{int(stats['inserts']):,} / {int(stats['samples']):,} / "
          f"{int(stats['evictions']):,}"),

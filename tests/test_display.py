@@ -29,10 +29,17 @@ def test_a_table_shows_its_figures_columns_and_histograms():
     assert "21 (max_length 6)" in shown  # 1 + 2 + ... + 6 steps
     assert "obs&lt;script&gt;" in shown and "<script>" not in shown
     assert "demo &amp; co" in shown
+    assert re.search(r"max_times_sampled</th>\s*<td[^>]*>unlimited<", shown)
     assert len(re.findall("class='bar'", shown)) == 2 * display.BINS  # priority and length
     assert "priority: 0 .. 5, 6 items" in shown and "length: 1 .. 6, 6 items" in shown
     t.close()
     assert "(closed)" in t._repr_html_()
+
+
+def test_a_consume_once_table_shows_its_draw_limit():
+    with gx.Table({"x": gx.Column((), "int32")}, capacity=2, max_length=2,
+                  max_times_sampled=3) as t:
+        assert re.search(r"max_times_sampled</th>\s*<td[^>]*>3<", t._repr_html_())
 
 
 def test_an_empty_table_says_there_is_nothing_to_show():
