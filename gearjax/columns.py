@@ -7,6 +7,7 @@ import functools
 import math
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -140,6 +141,11 @@ def host_array(value: Any) -> np.ndarray:
     anything else through ``numpy.asarray``."""
     if isinstance(value, np.ndarray):
         return value
+    if isinstance(value, jax.Array) and _on_cpu(value):
+        # The same zero-copy view of the buffer as a DLPack import, a quarter
+        # of the cost (measured: 2.5 against 12 us a call), which the writer
+        # pays per column per step.
+        return np.asarray(value)
     device = getattr(value, "__dlpack_device__", None)
     if device is not None and hasattr(value, "__dlpack__"):
         if device()[0] in _HOST_DEVICES:
@@ -147,6 +153,14 @@ def host_array(value: Any) -> np.ndarray:
                 return np.from_dlpack(value)
             except (BufferError, TypeError, ValueError, RuntimeError):
                 return np.asarray(value)  # a dtype NumPy cannot import (bfloat16, say)
-        import jax  # GPU memory: to a jax array, then to the host
+        # GPU memory: to a jax array, then to the host
         return np.asarray(jax.dlpack.from_dlpack(value))
     return np.asarray(value)
+
+
+def _on_cpu(array: jax.Array) -> bool:
+    """Whether a jax array lives in host memory (one CPU device)."""
+    try:
+        return array.is_fully_addressable and all(d.platform == "cpu" for d in array.devices())
+    except Exception:  # noqa: BLE001 - a tracer or a deleted array: let DLPack decide
+        return False

@@ -61,6 +61,10 @@ SOURCES: list[tuple[str, str]] = [
      "`python scripts/bench_sample_modes.py --out benchmarks/results/bench_sample_modes_cpu.json`"),
     ("bench_sample_modes_cpu.txt",
      "the printed report of `scripts/bench_sample_modes.py` (same run)"),
+    ("bench_writer_cpu.json",
+     "`python scripts/bench_writer.py --reverb-python /work/reverb-venv/bin/python "
+     "--repeats 11` (Reverb in its own virtual environment)"),
+    ("bench_writer_cpu.txt", "the printed report of `scripts/bench_writer.py` (same run)"),
     ("bench_core_cpu.txt", "`scripts/bench_core.cc` (the native core alone)"),
     ("bench_dt_step_cpu.json", "`python scripts/bench_dt_step.py`"),
     ("dt_vs_bc_mountaincar_cpu.*", "`python scripts/dt_results.py`"),
