@@ -63,7 +63,7 @@ class MappedArray {
   void Free() {
     if (data_ == nullptr) return;
     if (mapped_by_ != nullptr) {
-      mapped_by_->release(data_);
+      ReleaseMapped(mapped_by_, data_);
     } else {
       ::operator delete(data_, kAlignment);
     }

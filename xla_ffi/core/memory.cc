@@ -2,11 +2,41 @@
 #include "memory.h"
 
 #include <atomic>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 namespace gearjax {
 namespace {
 std::atomic<const MappedAllocator*> mapped_allocator{nullptr};
 std::atomic<const DeviceMemory*> device_memory{nullptr};
+
+thread_local int callback_depth = 0;
+
+// One queued release: the hooks and the pointer (exactly one hook set).
+struct Deferred {
+  const MappedAllocator* mapped;
+  const DeviceMemory* device;
+  void* pointer;
+};
+
+struct DeferredQueue {
+  std::mutex mu;
+  std::vector<Deferred> items;
+  std::atomic<size_t> size{0};
+};
+
+DeferredQueue& Queue() {
+  static DeferredQueue* queue = new DeferredQueue();  // never destroyed: callbacks may outlive statics
+  return *queue;
+}
+
+void Defer(Deferred item) {
+  DeferredQueue& q = Queue();
+  std::lock_guard<std::mutex> lock(q.mu);
+  q.items.push_back(item);
+  q.size.store(q.items.size());
+}
 }  // namespace
 
 void SetMappedAllocator(const MappedAllocator* allocator) { mapped_allocator.store(allocator); }
@@ -14,5 +44,38 @@ const MappedAllocator* GetMappedAllocator() { return mapped_allocator.load(); }
 
 void SetDeviceMemory(const DeviceMemory* memory) { device_memory.store(memory); }
 const DeviceMemory* GetDeviceMemory() { return device_memory.load(); }
+
+void ReleaseMapped(const MappedAllocator* allocator, void* host) {
+  if (host == nullptr) return;
+  if (callback_depth > 0) return Defer({allocator, nullptr, host});
+  allocator->release(host);
+}
+
+void ReleaseDevice(const DeviceMemory* memory, void* device) {
+  if (device == nullptr) return;
+  if (callback_depth > 0) return Defer({nullptr, memory, device});
+  memory->release(device);
+}
+
+StreamCallbackScope::StreamCallbackScope() { ++callback_depth; }
+StreamCallbackScope::~StreamCallbackScope() { --callback_depth; }
+
+size_t DrainDeferredReleases() {
+  DeferredQueue& q = Queue();
+  if (callback_depth > 0 || q.size.load() == 0) return 0;
+  std::vector<Deferred> items;
+  {
+    std::lock_guard<std::mutex> lock(q.mu);
+    items.swap(q.items);
+    q.size.store(0);
+  }
+  for (const Deferred& d : items) {
+    if (d.mapped != nullptr) d.mapped->release(d.pointer);
+    if (d.device != nullptr) d.device->release(d.pointer);
+  }
+  return items.size();
+}
+
+size_t DeferredReleases() { return Queue().size.load(); }
 
 }  // namespace gearjax

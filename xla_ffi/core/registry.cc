@@ -4,6 +4,8 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "memory.h"
+
 namespace gearjax {
 namespace {
 
@@ -24,6 +26,7 @@ Registry& GetRegistry() {
 }  // namespace
 
 int64_t RegisterTable(std::shared_ptr<Table> table) {
+  DrainDeferredReleases();  // memory whose release a stream callback deferred (memory.h)
   Registry& r = GetRegistry();
   std::lock_guard<std::mutex> lock(r.mu);
   const int64_t handle = r.next_handle++;
@@ -39,6 +42,7 @@ std::shared_ptr<Table> FindTable(int64_t handle) {
 }
 
 std::shared_ptr<Table> LookUpTable(int64_t handle) {
+  DrainDeferredReleases();  // memory whose release a stream callback deferred (memory.h)
   Registry& r = GetRegistry();
   std::lock_guard<std::mutex> lock(r.mu);
   auto it = r.tables.find(handle);

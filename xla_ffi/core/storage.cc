@@ -32,6 +32,7 @@ Arena::Arena(size_t bytes, bool gpu_mapped, bool on_device) : bytes_(bytes) {
     device_ = static_cast<uint8_t*>(memory->allocate(n));
     if (device_ == nullptr) throw std::bad_alloc();
     device_memory_ = memory;
+    device_ordinal_ = memory->current_device != nullptr ? memory->current_device() : 0;
     return;
   }
   if (gpu_mapped && GetMappedAllocator() != nullptr) {
@@ -58,9 +59,9 @@ Arena::Arena(size_t bytes, bool gpu_mapped, bool on_device) : bytes_(bytes) {
 
 void Arena::Release() {
   if (device_memory_ != nullptr) {
-    device_memory_->release(device_);
+    ReleaseDevice(device_memory_, device_);
   } else if (mapped_by_ != nullptr) {
-    mapped_by_->release(host_);
+    ReleaseMapped(mapped_by_, host_);
   } else {
     std::free(host_);
   }

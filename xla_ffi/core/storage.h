@@ -41,6 +41,8 @@ class Arena {
   // The arena in the GPU's address space; nullptr unless mapped or on device.
   const uint8_t* device_data() const { return device_; }
   bool on_device() const { return device_memory_ != nullptr; }
+  // The GPU a device arena lives on; -1 for host arenas.
+  int device_ordinal() const { return device_ordinal_; }
   size_t bytes() const { return bytes_; }
   // Host <-> arena copies that work for every kind of arena.
   void Write(size_t offset, const void* src, size_t n);
@@ -53,6 +55,7 @@ class Arena {
   uint8_t* device_ = nullptr;
   const MappedAllocator* mapped_by_ = nullptr;
   const DeviceMemory* device_memory_ = nullptr;
+  int device_ordinal_ = -1;
   size_t bytes_ = 0;
 };
 

@@ -50,6 +50,9 @@ Table::Table(TableSpec spec)
       limiter_(spec_.limiter, spec_.capacity),
       created_at_(Clock::now()) {
   CheckRemover(static_cast<int64_t>(spec_.remover));
+  if (!(spec_.slot_wait_seconds >= 0 && spec_.slot_wait_seconds <= kMaxTimeoutSeconds)) {
+    throw InvalidArgument("slot_wait_seconds must be in [0, 1e9]");
+  }
   if (spec_.max_times_sampled < 0 || spec_.max_times_sampled > kMaxBatch) {
     throw InvalidArgument("max_times_sampled must be in [0, 2**31 - 1] (0: unlimited), got " +
                           std::to_string(spec_.max_times_sampled));
@@ -74,6 +77,15 @@ Table::Table(TableSpec spec)
 }
 
 Table::~Table() = default;
+
+void Table::CheckDevice(int device) const {
+  const int home = arena_->device_ordinal();
+  if (!arena_->on_device() || device == home) return;
+  throw InvalidArgument("this table lives in the memory of GPU " + std::to_string(home) +
+                        " (placement 'device'), and this program runs on GPU " +
+                        std::to_string(device) + "; give each GPU its own table, or use "
+                        "placement 'host', which every GPU reads");
+}
 
 std::string Table::Describe(int64_t handle) const {
   const std::string id = "(handle " + std::to_string(handle) + ")";
@@ -333,13 +345,27 @@ int64_t Table::InsertWith(int64_t length, double priority, const Fill& fill,
   // max_times_sampled waits for the sample that freed it and those before
   // (freed_at_ is 0, waiting for nothing, for a slot never freed that way).
   // Close wakes us.
+  // The wait is bounded (TableSpec::slot_wait_seconds): a sample whose
+  // stream never finishes must not hang inserts forever. A writer that gives
+  // up leaves the slot free but still owed to those samples (freed_at_), so
+  // the next writer waits for them too.
   const uint64_t quiet_after = evicted ? tickets_ : freed_at_[slot];
-  changed_.wait(lock, [&] {
-    return closed_ || ((*slots_)[slot].pins == 0 && QuietSince(quiet_after));
-  });
+  const bool quiet = changed_.wait_until(
+      lock, Clock::now() + std::chrono::duration<double>(spec_.slot_wait_seconds), [&] {
+        return closed_ || ((*slots_)[slot].pins == 0 && QuietSince(quiet_after));
+      });
   if (closed_) {
     abandon();
     throw Closed("the table was closed during the insert");
+  }
+  if (!quiet) {
+    freed_at_[slot] = quiet_after;
+    const bool pinned = (*slots_)[slot].pins > 0;
+    abandon();
+    throw Timeout("insert timed out after " + Number(spec_.slot_wait_seconds) + " s: slot " +
+                  std::to_string(slot) + " is still " +
+                  (pinned ? "pinned by a reader" : "read by a sample that has not ended") +
+                  " (a GPU stream that does not progress?)");
   }
   lock.unlock();
 

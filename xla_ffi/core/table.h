@@ -81,6 +81,10 @@ struct TableSpec {
   int key_bits = 63;        // keys stay below 2^key_bits (see slots.h)
   // A trajectory leaves after this many draws (consume-once at 1); 0: never.
   int64_t max_times_sampled = 0;
+  // How long an insert waits for the samples and readers still reading the
+  // slot it took before it fails with Timeout (they finish in microseconds
+  // unless a GPU stream stalls).
+  double slot_wait_seconds = 60.0;
 };
 
 struct SampleRequest {
@@ -178,6 +182,10 @@ class Table {
   // The arena in host memory; nullptr when it lives on the GPU.
   uint8_t* arena_data() const { return arena_->host_data(); }
   bool on_device() const { return arena_->on_device(); }
+  // A program on GPU `device` may use this table: host arenas (mapped and
+  // portable) serve every GPU; a device arena only the GPU it was allocated
+  // on. Throws InvalidArgument naming both otherwise.
+  void CheckDevice(int device) const;
   // Where GPU kernels see the arena; nullptr when it is neither GPU-mapped
   // nor on the GPU.
   const uint8_t* device_arena() const { return arena_->device_data(); }

@@ -275,5 +275,37 @@ TEST(Table, RestoreChecksKeysSlotsAndCounters) {
   EXPECT_THROW(Put(full, 1, 1, 0), InvalidArgument);
 }
 
+TEST(Table, AnInsertGivesUpOnASlotASampleNeverReturnsAndTheNextWaitsToo) {
+  TableSpec spec = Spec(1);
+  spec.slot_wait_seconds = 0.05;
+  Table table(spec);
+  Put(table, 2, 1, 7);
+  std::vector<Draw> draws(1);
+  const uint32_t seed[2] = {1, 2};
+  const uint64_t ticket = table.Select({Strategy::kUniform, 0, 0, 1, 0}, seed, draws.data());
+  // The sample never ends (a stalled stream): the evicting insert times out,
+  // inserts nothing and leaves the slot owed to the sample.
+  EXPECT_THROW(Put(table, 2, 1, 8), Timeout);
+  EXPECT_EQ(table.GetStats().size, 0);
+  EXPECT_EQ(table.GetStats().writers, 0);
+  EXPECT_THROW(Put(table, 2, 1, 9), Timeout);  // from the free list: still waits
+  table.EndSample(ticket);
+  Put(table, 2, 1, 10);
+  EXPECT_EQ(table.GetStats().size, 1);
+}
+
+TEST(Table, AnInsertWaitingForASlotWakesOnClose) {
+  Table table(Spec(1));
+  Put(table, 2, 1, 7);
+  std::vector<Draw> draws(1);
+  const uint32_t seed[2] = {1, 2};
+  const uint64_t ticket = table.Select({Strategy::kUniform, 0, 0, 1, 0}, seed, draws.data());
+  std::thread writer([&] { EXPECT_THROW(Put(table, 2, 1, 8), Closed); });
+  std::this_thread::sleep_for(50ms);
+  EXPECT_FALSE(table.Close(0.0));  // the sample is still inside
+  writer.join();                   // woken by the close, long before 60 s
+  table.EndSample(ticket);
+}
+
 }  // namespace
 }  // namespace gearjax

@@ -82,9 +82,15 @@ void ReleaseDevice(void* device) { cudaFree(device); }
 // Host writes and reads of device tables (inserts, get, save): synchronous
 // copies. cudaMemcpy runs on the legacy default stream, which XLA's
 // non-blocking streams do not wait for; the slot protocol (pins, tickets)
-// keeps the two apart.
+// keeps the two apart: a slot is written only once no enqueued kernel may
+// read it, and published only after CopyIn returns. So CopyIn must not return
+// before the bytes have landed: from pageable memory cudaMemcpy may return
+// once they are staged, with the DMA still in flight, so the legacy stream is
+// synchronised after it (a slot published earlier could be gathered half
+// written).
 void CopyIn(void* device_dst, const void* host_src, size_t bytes) {
-  const cudaError_t error = cudaMemcpy(device_dst, host_src, bytes, cudaMemcpyHostToDevice);
+  cudaError_t error = cudaMemcpy(device_dst, host_src, bytes, cudaMemcpyHostToDevice);
+  if (error == cudaSuccess) error = cudaStreamSynchronize(cudaStreamLegacy);
   if (error != cudaSuccess) {
     throw std::runtime_error(std::string("copying into GPU memory: ") + cudaGetErrorString(error));
   }
@@ -106,7 +112,17 @@ size_t FreeDeviceBytes() {
   return free;
 }
 
-const DeviceMemory kDeviceMemory{AllocateDevice, ReleaseDevice, CopyIn, CopyOut, FreeDeviceBytes};
+int CurrentDevice() {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return device;
+}
+
+const DeviceMemory kDeviceMemory{AllocateDevice, ReleaseDevice, CopyIn,
+                                 CopyOut,        FreeDeviceBytes, CurrentDevice};
 
 std::string CudaError(const char* what, cudaError_t error) {
   return std::string(what) + ": " + cudaGetErrorString(error);
@@ -150,7 +166,7 @@ ffi::Error Sample(cudaStream_t stream, ffi::ScratchAllocator& scratch,
                   int64_t count, int64_t window, int64_t pad_left, int64_t cut,
                   int64_t replace) {
   try {
-    std::shared_ptr<Table> table = LookUpTable(table_handle);
+    std::shared_ptr<Table> table = LookUpTableForThisGpu(table_handle);
     if (table->device_arena() == nullptr) {
       return Fail(kUnreachable);
     }
@@ -236,7 +252,7 @@ ffi::Error UpdatePrioritiesCudaImpl(cudaStream_t stream, ffi::Token, ffi::AnyBuf
                                     ffi::Result<ffi::Buffer<ffi::S32>> updated,
                                     int64_t table_handle) {
   try {
-    std::shared_ptr<Table> table = LookUpTable(table_handle);
+    std::shared_ptr<Table> table = LookUpTableForThisGpu(table_handle);
     if (keys.element_count() != priorities.element_count()) {
       return Fail("keys and priorities differ in size");
     }
@@ -273,7 +289,7 @@ ffi::Error InsertBatchCudaImpl(cudaStream_t stream, ffi::Token, ffi::AnyBuffer l
                                ffi::Result<ffi::Token>, ffi::Result<ffi::Buffer<ffi::S64>> keys,
                                int64_t table_handle, int64_t rows, int64_t steps) {
   try {
-    std::shared_ptr<Table> table = LookUpTable(table_handle);
+    std::shared_ptr<Table> table = LookUpTableForThisGpu(table_handle);
     uint8_t* arena = const_cast<uint8_t*>(table->device_arena());
     if (arena == nullptr) {
       return Fail(kUnreachable);
@@ -321,6 +337,12 @@ ffi::Error InsertBatchCudaImpl(cudaStream_t stream, ffi::Token, ffi::AnyBuffer l
 }
 
 }  // namespace
+
+std::shared_ptr<Table> LookUpTableForThisGpu(int64_t handle) {
+  std::shared_ptr<Table> table = LookUpTable(handle);
+  table->CheckDevice(CurrentDevice());
+  return table;
+}
 
 bool InitCudaMemory() {
   int devices = 0;

@@ -3,9 +3,18 @@
 // "CUDA".
 #pragma once
 
+#include <cstdint>
+#include <memory>
+
+#include "core/table.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace gearjax {
+
+// LookUpTable for a CUDA handler: also refuses a table in another GPU's
+// memory than the calling thread's current GPU (the one XLA runs the program
+// on; Table::CheckDevice).
+std::shared_ptr<Table> LookUpTableForThisGpu(int64_t handle);
 
 // Registers GPU-mapped pinned memory and GPU memory for table arenas if a
 // CUDA device is usable; returns whether one is.

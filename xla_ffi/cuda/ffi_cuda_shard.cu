@@ -68,7 +68,7 @@ ffi::Error ShardTotalsCudaImpl(cudaStream_t stream, ffi::Token, ffi::Result<ffi:
                                ffi::Result<ffi::Buffer<ffi::U32>> summary, int64_t table_handle,
                                int64_t strategy, double alpha, int64_t shard) {
   try {
-    std::shared_ptr<Table> table = LookUpTable(table_handle);
+    std::shared_ptr<Table> table = LookUpTableForThisGpu(table_handle);
     if (summary->element_count() != kSummaryWords) return Fail("the summary has the wrong size");
     const ShardSummary s = Summarize(shard, table->Totals(ShardRequest(strategy, alpha)));
     ToDevice(summary->typed_data(), &s, sizeof(s), stream);
@@ -83,7 +83,7 @@ ffi::Error ShardTopsCudaImpl(cudaStream_t stream, ffi::Token, ffi::Result<ffi::T
                              ffi::Result<ffi::Buffer<ffi::U32>> entries, int64_t table_handle,
                              int64_t strategy, int64_t count, int64_t shard) {
   try {
-    std::shared_ptr<Table> table = LookUpTable(table_handle);
+    std::shared_ptr<Table> table = LookUpTableForThisGpu(table_handle);
     if (summary->element_count() != kSummaryWords) return Fail("the summary has the wrong size");
     const SampleRequest request =
         TopsRequest(strategy, count, static_cast<int64_t>(entries->element_count()),
@@ -164,7 +164,7 @@ ffi::Error ShardServeCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch
                               double alpha, int64_t window, int64_t pad_left, int64_t shard,
                               int64_t shard_shift) {
   try {
-    std::shared_ptr<Table> table = LookUpTable(table_handle);
+    std::shared_ptr<Table> table = LookUpTableForThisGpu(table_handle);
     const uint8_t* arena = table->device_arena();
     if (arena == nullptr) {
       return Fail("this shard's memory is not reachable from the GPU (pinning it failed when "

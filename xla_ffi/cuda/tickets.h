@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/draw.h"
+#include "core/memory.h"
 #include "core/table.h"
 
 namespace gearjax {
@@ -23,7 +24,10 @@ struct PendingTicket {
   std::vector<Draw> draws;
 };
 
+// Runs as a stream callback, where CUDA calls are not allowed: if this drops
+// the table's last reference, its memory's release is deferred (memory.h).
 inline void CUDART_CB EndTicketsAfterKernels(void* data) {
+  StreamCallbackScope no_cuda_calls_here;
   std::unique_ptr<PendingTicket> pending(static_cast<PendingTicket*>(data));
   for (uint64_t ticket : pending->tickets) pending->table->EndSample(ticket);
 }
