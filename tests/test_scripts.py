@@ -56,6 +56,19 @@ def test_bench_sample_modes_times_every_mode(tmp_path):
     assert all(r["median_s"] > 0 for r in rows)
 
 
+def test_gpu_check_refuses_bad_stages_and_machines_without_a_gpu(tmp_path):
+    """scripts/gpu_check.sh (the one command for a lent GPU): checked here as
+    far as a machine without a GPU allows: its arguments, and that it stops,
+    saying why, where there is no GPU (on a GPU machine it would run)."""
+    script = str(ROOT / "scripts" / "gpu_check.sh")
+    bad = subprocess.run(["bash", script, "--stage", "deploy", str(tmp_path)],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown stage 'deploy'" in bad.stderr
+    if shutil.which("nvidia-smi") is None:
+        none = subprocess.run(["bash", script, str(tmp_path)], capture_output=True, text=True)
+        assert none.returncode == 3 and "no NVIDIA GPU here" in none.stderr
+
+
 def test_bench_gpu_smoke_runs_without_a_gpu(tmp_path):
     out = tmp_path / "bench_gpu.json"
     subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_gpu.py"), "--smoke",
