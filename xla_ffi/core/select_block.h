@@ -1,7 +1,7 @@
 // GPU-side selection for Uniform, Timestep and Prioritized, written once for
 // nvcc and the host compiler: row b expands the device-resident seed with
 // Philox, draws a slot (uniform.h's rejection draw for Uniform, a sum-tree
-// descent otherwise) and reads the slot's key and length. It computes
+// descent otherwise), validates it, and reads the slot's key and length. It computes
 // exactly what Table::Select computes on the host for the same seed and the
 // same table state, so the CPU emulator (xla_ffi/testing) checks it against
 // the CPU handler bit for bit.
@@ -18,30 +18,66 @@
 
 namespace gearjax {
 
+// Redraws of a row whose draw fails validation (see SelectRow), and where
+// their words come from: rows counted from 2^40 up, so they never meet a
+// first draw's words (batches stay below 2^31 rows).
+inline constexpr uint32_t kGpuRedraws = 8;
+inline constexpr int64_t kRedrawRowBase = int64_t{1} << 40;
+
+// Whether a drawn slot may be returned: a live slot (its record says so) and,
+// for the tree strategies, a positive weight in the tree as the kernel reads
+// it now.
+GEARJAX_HD bool DrawIsValid(const GpuSelection& s, int64_t slot) {
+  if (slot < 0) return false;
+  if (s.info[slot].state != SlotState::kLive) return false;
+  return s.uniform || SumTreeWeight(s.tree, slot) > 0.0;
+}
+
+// Row b. The kernel reads the selection state in mapped host memory while the
+// host may change it (inserts, evictions, priority updates): a descent can
+// end on a leaf just set to zero, or on a slot that has just left. So every
+// draw is validated (DrawIsValid) and a failed one is drawn again with fresh
+// words, up to kGpuRedraws times: a zero-priority, free or half-written slot
+// is never returned. A row whose every draw fails (the table emptied while
+// the kernel ran) comes back empty: key -1, no real steps, probability
+// 1 / table_size (so an importance weight stays finite; the mask is all
+// False). With a state that does not change, the first draw is valid and the
+// row is exactly what Table::Select draws on the host.
 GEARJAX_HD Draw SelectRow(const GpuSelection& s, const uint32_t seed[2], int64_t window,
                           int64_t b) {
   const Words4 words = RowWords(seed, b);
-  const double u = UniformFromBits(words.w[0], words.w[1]);
   Draw d;
-  if (s.uniform) {
-    d.slot = UniformDraw(s.live, seed, b, u);
-    d.probability = static_cast<float>(1.0 / static_cast<double>(s.table_size));
-  } else {
-    d.slot = SumTreeDraw(s.tree, u);
-    d.probability = d.slot < 0 ? 0.0f
-                               : static_cast<float>(SumTreeWeight(s.tree, d.slot) /
-                                                    SumTreeTotal(s.tree));
+  d.table_size = s.table_size;
+  d.slot = -1;
+  for (uint32_t redraw = 0; redraw <= kGpuRedraws; ++redraw) {
+    const int64_t row = redraw == 0 ? b : kRedrawRowBase * redraw + b;
+    const Words4 w = redraw == 0 ? words : RowWords(seed, row);
+    const double u = UniformFromBits(w.w[0], w.w[1]);
+    const int64_t slot = s.uniform ? UniformDraw(s.live, seed, row, u) : SumTreeDraw(s.tree, u);
+    if (!DrawIsValid(s, slot)) continue;
+    d.slot = slot;
+    d.probability = s.uniform ? static_cast<float>(1.0 / static_cast<double>(s.table_size))
+                              : static_cast<float>(SumTreeWeight(s.tree, slot) /
+                                                   SumTreeTotal(s.tree));
+    break;
   }
-  // A tree read while the host changes it may yield no leaf (see SumTreeDraw);
-  // the row then reads slot 0's record and reports probability 0.
-  const SlotInfo& info = s.info[d.slot < 0 ? 0 : d.slot];
+  if (d.slot < 0) {
+    d.slot = 0;  // read by nobody: the window below is empty
+    d.key = -1;
+    d.length = 0;
+    d.start = 0;
+    d.valid = 0;
+    d.probability = s.table_size > 0 ? static_cast<float>(1.0 / static_cast<double>(
+                                           s.table_size))
+                                     : 1.0f;
+    return d;
+  }
+  const SlotInfo& info = s.info[d.slot];
   d.key = info.key;
   d.length = info.length;
-  d.table_size = s.table_size;
   const WindowCut cut = CutWindow(s.cut, d.length, window, words.w[2], words.w[3]);
   d.start = cut.start;
   d.valid = cut.valid;
-  if (d.slot < 0) d.slot = 0;
   return d;
 }
 
