@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "common.h"
 #include "draw.h"
@@ -67,11 +68,34 @@ GEARJAX_HD void BlockCopy(uint8_t* dst, const uint8_t* src, int64_t n, int64_t t
   for (int64_t i = head + words * width + thread; i < n; i += threads) dst[i] = src[i];
 }
 
-// Bytes [lo, hi) of a row that hold padding starting at row byte `origin`
-// (a multiple of step_bytes), filled from the pad step.
+// Bytes [lo, hi) of a row (whose byte 0 starts a step) that hold padding,
+// filled from the pad step: byte i gets pad[i % step_bytes]. 4-byte words
+// when the step, the row and the range allow it, single bytes otherwise; in
+// either case each thread computes its first position in the pad step once
+// and then advances it by its stride, with no division in the loop.
 GEARJAX_HD void BlockPad(uint8_t* row, int64_t lo, int64_t hi, const uint8_t* pad,
                          int64_t step_bytes, int64_t thread, int64_t threads) {
-  for (int64_t i = lo + thread; i < hi; i += threads) row[i] = pad[i % step_bytes];
+  if (lo >= hi) return;
+  const bool words = (step_bytes & 3) == 0 && (reinterpret_cast<uintptr_t>(row) & 3) == 0 &&
+                     (lo & 3) == 0 && (hi & 3) == 0;
+  const int64_t unit = words ? 4 : 1;
+  const int64_t period = step_bytes / unit;  // units per pad step
+  const int64_t end = hi / unit;
+  int64_t i = lo / unit + thread;
+  if (i >= end) return;
+  int64_t k = i % period;                 // where unit i falls in the pad step
+  const int64_t advance = threads % period;
+  for (; i < end; i += threads) {
+    if (words) {
+      uint32_t value;
+      memcpy(&value, pad + 4 * k, 4);     // the pad step may be unaligned
+      reinterpret_cast<uint32_t*>(row)[i] = value;
+    } else {
+      row[i] = pad[k];
+    }
+    k += advance;
+    if (k >= period) k -= period;
+  }
 }
 
 // The work of block (row b, column c, part z): row bytes [z * kBytesPerGatherBlock,
