@@ -86,6 +86,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from _machine import cpu_model
+
 try:
     import gearjax as gx
 
@@ -772,14 +774,6 @@ def prioritized_goals(sections: dict) -> dict:
 # ---------------------------------------------------------------------------
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
 
 
 def cpu_caches() -> dict:

@@ -32,6 +32,8 @@ import time
 
 import numpy as np
 
+from _machine import cpu_model
+
 MODES = {
     "start": dict(cut="start"),
     "end": dict(cut="end"),
@@ -101,7 +103,7 @@ def main(argv: list[str] | None = None) -> dict:
     result = {
         "script": "scripts/bench_sample_modes.py",
         "args": vars(args),
-        "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(),
+        "machine": {"cpu": cpu_model(), "cores": os.cpu_count(),
                     "python": platform.python_version(), "jax": jax.__version__,
                     "gearjax": gx.__version__, "platform": jax.default_backend(),
                     "load_average_at_start": os.getloadavg()},
@@ -118,15 +120,6 @@ def main(argv: list[str] | None = None) -> dict:
     return result
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 if __name__ == "__main__":

@@ -65,6 +65,8 @@ from pathlib import Path
 
 import numpy as np
 
+from _machine import cpu_model
+
 # name -> (per-step shape, dtype); the Reverb worker uses the same table.
 COLUMNS = {"obs": ((17,), "float32"), "action": ((6,), "float32"), "reward": ((), "float32")}
 STEP_BYTES = sum(math.prod(shape) * np.dtype(dtype).itemsize
@@ -329,14 +331,6 @@ def version_of(package: str) -> str | None:
         return None
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def machine_info() -> dict:

@@ -52,9 +52,15 @@ def test_gearjax_cases_run_and_reverb_is_skipped_with_a_reason(tmp_path):
 
 
 def load_script():
+    """The script as a module; its sibling modules (scripts/_machine.py) are
+    found as when it runs as a script."""
     spec = importlib.util.spec_from_file_location("bench_writer", SCRIPT)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
     return module
 
 
