@@ -301,9 +301,15 @@ struct ColumnCopy {
 // insert_batch after its lengths and priorities are read: checks the keys
 // result, the column buffers ([rows, steps, *step] each) and every length and
 // priority before the first insert, so bad input inserts nothing; then inserts
-// row by row, `copy` writing the row's columns into its reserved slot (see
-// Table::InsertWith). Only a rate-limiter timeout, a close or a failed copy can
-// stop it part-way; the error then says how many went in.
+// through Table::InsertManyWith, `copy` writing every column of a whole chunk
+// of rows into their reserved slots in one call (the CUDA handler enqueues
+// them all and synchronises once). Only a rate-limiter timeout, a close or a
+// failed copy can stop it part-way; the error then says how many went in.
+inline std::string Progress(int64_t inserted, int64_t rows) {
+  return " (insert_batch stopped after inserting " + std::to_string(inserted) + " of " +
+         std::to_string(rows) + " trajectories)";
+}
+
 inline void InsertBatchRows(Table& table, int64_t rows, int64_t steps,
                             xla::ffi::RemainingArgs& columns, size_t key_count,
                             const std::vector<int64_t>& lengths,
@@ -345,28 +351,29 @@ inline void InsertBatchRows(Table& table, int64_t rows, int64_t steps,
       }
     }
   }
-  std::vector<ColumnCopy> copies(num_columns);
-  for (int64_t i = 0; i < rows; ++i) {
-    const std::string progress = " (insert_batch stopped after inserting " + std::to_string(i) +
-                                 " of " + std::to_string(rows) + " trajectories)";
-    auto fill = [&](int64_t slot) {
+  std::vector<ColumnCopy> copies;
+  auto fill = [&](int64_t first, const int64_t* slots, int64_t count) {
+    copies.clear();
+    for (int64_t j = 0; j < count; ++j) {
+      const int64_t i = first + j;
       for (int c = 0; c < num_columns; ++c) {
         const int64_t step_bytes = table.step_bytes(c);
-        copies[c] = {table.StepOffset(c, slot, 0), bases[c] + i * steps * step_bytes,
-                     static_cast<size_t>(lengths[i] * step_bytes)};
+        copies.push_back({table.StepOffset(c, slots[j], 0), bases[c] + i * steps * step_bytes,
+                          static_cast<size_t>(lengths[i] * step_bytes)});
       }
-      copy(copies);
-    };
-    try {
-      keys[i] = table.InsertWith(lengths[i], priorities[i], fill);
-    } catch (const Timeout& e) {
-      throw Timeout(e.what() + progress);
-    } catch (const Closed& e) {
-      throw Closed(e.what() + progress);
-    } catch (const std::exception& e) {
-      if (i == 0) throw;
-      throw std::runtime_error(e.what() + progress);
     }
+    copy(copies);
+  };
+  int64_t inserted = 0;
+  try {
+    table.InsertManyWith(rows, lengths.data(), priorities.data(), fill, keys, &inserted);
+  } catch (const Timeout& e) {
+    throw Timeout(std::string(e.what()) + Progress(inserted, rows));
+  } catch (const Closed& e) {
+    throw Closed(std::string(e.what()) + Progress(inserted, rows));
+  } catch (const std::exception& e) {
+    if (inserted == 0) throw;
+    throw std::runtime_error(e.what() + Progress(inserted, rows));
   }
 }
 

@@ -298,10 +298,88 @@ int64_t Table::InsertWith(int64_t length, double priority, const Fill& fill,
       throw InvalidArgument("restored insertion stamp " + std::to_string(restore_stamp) +
                             " is not above the stamps so far, or not below 2^62");
     }
-  } else if (counters_.next_sequence > key_layout_.max_sequence()) {
+  }
+  const int64_t slot = ReserveLocked(lock, restoring ? restore_slot : -1);
+  lock.unlock();
+  try {
+    fill(slot);
+  } catch (...) {
+    lock.lock();
+    AbandonLocked(slot, restoring);
+    throw;
+  }
+  lock.lock();
+  if (closed_) {
+    AbandonLocked(slot, restoring);
+    throw Closed("the table was closed during the insert");
+  }
+  return PublishReservedLocked(slot, length, priority, restore_key, restore_stamp);
+}
+
+int64_t Table::InsertManyWith(int64_t n, const int64_t* lengths, const double* priorities,
+                              const FillMany& fill, int64_t* keys, int64_t* inserted) {
+  *inserted = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (lengths[i] < 1 || lengths[i] > spec_.max_length) {
+      throw InvalidArgument("trajectory " + std::to_string(i) + " has length " +
+                            std::to_string(lengths[i]) + ", outside [1, " +
+                            std::to_string(spec_.max_length) + "]");
+    }
+    CheckPriority(priorities[i], "the priority of trajectory " + std::to_string(i));
+  }
+  // Rows go in chunks of at most half the slots: a chunk reserves its slots
+  // before filling any, and must never wait for a slot it holds itself.
+  const int64_t chunk = std::max<int64_t>(1, spec_.capacity / 2);
+  std::vector<int64_t> slots;
+  for (int64_t first = 0; first < n; first += chunk) {
+    const int64_t rows = std::min(chunk, n - first);
+    slots.clear();
+    std::exception_ptr failed;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      for (int64_t i = 0; i < rows; ++i) {
+        try {
+          CheckOpenLocked();
+          slots.push_back(ReserveLocked(lock, -1));
+        } catch (...) {
+          failed = std::current_exception();
+          break;
+        }
+      }
+    }
+    // What was reserved is filled and published even when a later row could
+    // not be reserved: the rows before the failure go in, in order.
+    if (!slots.empty()) {
+      try {
+        fill(first, slots.data(), static_cast<int64_t>(slots.size()));
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (int64_t slot : slots) AbandonLocked(slot, false);
+        throw;
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      if (closed_) {
+        for (int64_t slot : slots) AbandonLocked(slot, false);
+        throw Closed("the table was closed during the insert");
+      }
+      for (size_t j = 0; j < slots.size(); ++j) {
+        const int64_t row = first + static_cast<int64_t>(j);
+        keys[row] = PublishReservedLocked(slots[j], lengths[row], priorities[row] + 0.0, -1, -1);
+        ++*inserted;
+      }
+    }
+    if (failed) std::rethrow_exception(failed);
+  }
+  return *inserted;
+}
+
+int64_t Table::ReserveLocked(std::unique_lock<std::mutex>& lock, int64_t restore_slot) {
+  const bool restoring = restore_slot >= 0;
+  if (!restoring && counters_.next_sequence + writers_ > key_layout_.max_sequence()) {
     throw InvalidArgument("this table has issued every key it can (" +
                           std::to_string(key_layout_.max_sequence()) + " + 1 inserts)");
-  } else if (last_stamp_ >= kMaxStamp - 1) {
+  }
+  if (!restoring && last_stamp_ >= kMaxStamp - 1) {
     throw InvalidArgument("this table has issued every insertion stamp it can (a restored "
                           "stamp reached 2^62 - 1)");
   }
@@ -331,15 +409,6 @@ int64_t Table::InsertWith(int64_t length, double priority, const Fill& fill,
     }
   }
   (*slots_)[slot].state = SlotState::kWriting;
-
-  // Back to the free list (a restored slot never left it); the caller holds
-  // the lock.
-  auto abandon = [&] {
-    --writers_;
-    (*slots_)[slot].state = SlotState::kFree;
-    if (!restoring) slots_->ReleaseFree(slot);
-    changed_.notify_all();
-  };
   // Samples that drew this slot before it was evicted may still read it: they
   // hold tickets up to now; readers hold pins. A slot freed by
   // max_times_sampled waits for the sample that freed it and those before
@@ -355,33 +424,31 @@ int64_t Table::InsertWith(int64_t length, double priority, const Fill& fill,
         return closed_ || ((*slots_)[slot].pins == 0 && QuietSince(quiet_after));
       });
   if (closed_) {
-    abandon();
+    AbandonLocked(slot, restoring);
     throw Closed("the table was closed during the insert");
   }
   if (!quiet) {
     freed_at_[slot] = quiet_after;
     const bool pinned = (*slots_)[slot].pins > 0;
-    abandon();
+    AbandonLocked(slot, restoring);
     throw Timeout("insert timed out after " + Number(spec_.slot_wait_seconds) + " s: slot " +
                   std::to_string(slot) + " is still " +
                   (pinned ? "pinned by a reader" : "read by a sample that has not ended") +
                   " (a GPU stream that does not progress?)");
   }
-  lock.unlock();
+  return slot;
+}
 
-  try {
-    fill(slot);
-  } catch (...) {
-    lock.lock();
-    abandon();
-    throw;
-  }
+void Table::AbandonLocked(int64_t slot, bool restoring) {
+  --writers_;
+  (*slots_)[slot].state = SlotState::kFree;
+  if (!restoring) slots_->ReleaseFree(slot);  // a restored slot never left the free list
+  changed_.notify_all();
+}
 
-  lock.lock();
-  if (closed_) {
-    abandon();
-    throw Closed("the table was closed during the insert");
-  }
+int64_t Table::PublishReservedLocked(int64_t slot, int64_t length, double priority,
+                                     int64_t restore_key, int64_t restore_stamp) {
+  const bool restoring = restore_key >= 0;
   --writers_;
   const int64_t sequence = restoring ? key_layout_.Sequence(restore_key) : counters_.next_sequence;
   const int64_t key = restoring ? restore_key : key_layout_.Key(sequence, slot);

@@ -214,6 +214,18 @@ class Table {
                      int64_t restore_key = -1, int64_t restore_slot = -1,
                      int64_t restore_stamp = -1);
 
+  // InsertWith for n trajectories (lengths and priorities all checked first:
+  // bad input inserts nothing) with one fill per chunk of rows: the rows of a
+  // chunk (at most half the slots) reserve their slots one after another, as
+  // InsertWith does, then `fill(first_row, slots, count)` writes all of them
+  // at once (a GPU copy can then enqueue every row and synchronise once), then
+  // they are published in order into keys[]. `*inserted` counts the rows
+  // published; on an error the rows reserved before it are still filled and
+  // published, then the error propagates. Call without the GIL.
+  using FillMany = std::function<void(int64_t first_row, const int64_t* slots, int64_t count)>;
+  int64_t InsertManyWith(int64_t n, const int64_t* lengths, const double* priorities,
+                         const FillMany& fill, int64_t* keys, int64_t* inserted);
+
   // Copies the first `steps` steps of column c of `slot` to dst. The caller
   // holds a pin on the slot (PinItems), so it cannot change meanwhile.
   void ReadSteps(int c, int64_t slot, int64_t steps, void* dst) const;
@@ -337,6 +349,14 @@ class Table {
   uint64_t TakeTicketLocked();
   bool InsideLocked() const;  // a sample, reader or writer is inside the table
   int64_t AcquireSlotLocked(std::unique_lock<std::mutex>& lock, bool* evicted);
+  // An insert's slot: waits on the limiter (not for restores,
+  // restore_slot >= 0), takes a slot (evicting by the remover), and waits for
+  // the samples and readers still reading it. The slot is then kWriting and
+  // counted in writers_; AbandonLocked or PublishReservedLocked ends that.
+  int64_t ReserveLocked(std::unique_lock<std::mutex>& lock, int64_t restore_slot);
+  void AbandonLocked(int64_t slot, bool restoring);
+  int64_t PublishReservedLocked(int64_t slot, int64_t length, double priority,
+                                int64_t restore_key, int64_t restore_stamp);
   Item ItemLocked(int64_t slot) const;
   template <typename S>
   std::unique_ptr<S> FilledLocked(std::unique_ptr<S> selector) const;

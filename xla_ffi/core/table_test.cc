@@ -307,5 +307,98 @@ TEST(Table, AnInsertWaitingForASlotWakesOnClose) {
   table.EndSample(ticket);
 }
 
+// InsertManyWith over `rows` trajectories whose steps all hold 100 + row;
+// returns the keys, and how often the fill ran and for how many rows at most.
+struct ManyResult {
+  std::vector<int64_t> keys;
+  int64_t inserted = 0, fills = 0, widest = 0;
+};
+
+ManyResult PutMany(Table& table, const std::vector<int64_t>& lengths, int64_t fail_at_fill = -1) {
+  const int64_t n = static_cast<int64_t>(lengths.size());
+  std::vector<double> priorities(static_cast<size_t>(n), 1.0);
+  ManyResult r;
+  r.keys.assign(static_cast<size_t>(n), -1);
+  auto fill = [&](int64_t first, const int64_t* slots, int64_t count) {
+    if (r.fills++ == fail_at_fill) throw std::runtime_error("copy failed");
+    r.widest = std::max(r.widest, count);
+    for (int64_t j = 0; j < count; ++j) {
+      std::vector<int32_t> data(static_cast<size_t>(lengths[first + j]),
+                                static_cast<int32_t>(100 + first + j));
+      std::memcpy(table.arena_data() + table.StepOffset(0, slots[j], 0), data.data(),
+                  data.size() * sizeof(int32_t));
+    }
+  };
+  try {
+    table.InsertManyWith(n, lengths.data(), priorities.data(), fill, r.keys.data(), &r.inserted);
+  } catch (...) {
+    r.keys.resize(static_cast<size_t>(r.inserted));
+    throw;
+  }
+  return r;
+}
+
+TEST(Table, InsertManyFillsChunksOfHalfTheSlotsAndPublishesInOrder) {
+  Table table(Spec(6));
+  const ManyResult r = PutMany(table, {1, 2, 3, 4, 5, 6, 7, 8});  // 8 into 6 slots
+  EXPECT_EQ(r.inserted, 8);
+  EXPECT_EQ(r.fills, 3);  // chunks of 3, 3, 2
+  EXPECT_EQ(r.widest, 3);
+  for (size_t i = 1; i < r.keys.size(); ++i) EXPECT_LT(r.keys[i - 1], r.keys[i]);
+  const std::vector<ItemInfo> items = table.PinItems();
+  ASSERT_EQ(items.size(), 6u);  // FIFO evicted the first two
+  for (size_t i = 0; i < items.size(); ++i) {
+    EXPECT_EQ(items[i].key, r.keys[i + 2]);
+    EXPECT_EQ(items[i].length, static_cast<int64_t>(i + 3));
+    std::vector<int32_t> steps(static_cast<size_t>(items[i].length));
+    table.ReadSteps(0, items[i].slot, items[i].length, steps.data());
+    for (int32_t v : steps) EXPECT_EQ(v, static_cast<int32_t>(100 + i + 2));
+  }
+  std::vector<int64_t> slots;
+  for (const ItemInfo& item : items) slots.push_back(item.slot);
+  table.UnpinSlots(slots);
+  EXPECT_EQ(table.GetStats().writers, 0);
+}
+
+TEST(Table, InsertManyChecksEveryRowFirst) {
+  Table table(Spec(6));
+  EXPECT_THROW(PutMany(table, {1, 2, 9}), InvalidArgument);  // max_length 8
+  EXPECT_EQ(table.GetStats().size, 0);
+  EXPECT_EQ(table.GetStats().counters.inserts, 0);
+}
+
+TEST(Table, InsertManyKeepsTheChunksBeforeAFailedCopyAndReturnsTheRest) {
+  Table table(Spec(4));
+  int64_t inserted = -1;
+  try {
+    PutMany(table, {1, 1, 1, 1, 1}, /*fail_at_fill=*/1);  // chunks of 2: the second fails
+    ADD_FAILURE() << "the failed copy did not propagate";
+  } catch (const std::runtime_error&) {
+    inserted = table.GetStats().counters.inserts;
+  }
+  EXPECT_EQ(inserted, 2);
+  EXPECT_EQ(table.GetStats().size, 2);
+  EXPECT_EQ(table.GetStats().writers, 0);
+  EXPECT_EQ(table.FreeSlots().size(), 2u);  // the failed chunk's slots are free again
+}
+
+TEST(Table, InsertManyPublishesWhatItReservedBeforeARateLimiterTimeout) {
+  TableSpec spec = Spec(8);
+  spec.limiter = {1, 1.0, -1.0, 3.0, 0.05};  // 3 inserts ahead of samples at most
+  Table table(spec);
+  std::vector<int64_t> lengths(6, 2);
+  std::vector<double> priorities(6, 1.0);
+  std::vector<int64_t> keys(6, -1);
+  int64_t inserted = 0;
+  auto fill = [&](int64_t, const int64_t*, int64_t) {};
+  EXPECT_THROW(table.InsertManyWith(6, lengths.data(), priorities.data(), fill, keys.data(),
+                                    &inserted),
+               Timeout);
+  EXPECT_EQ(inserted, 3);
+  EXPECT_EQ(table.GetStats().size, 3);
+  EXPECT_GE(keys[2], 0);
+  EXPECT_EQ(table.GetStats().writers, 0);
+}
+
 }  // namespace
 }  // namespace gearjax

@@ -15,11 +15,13 @@
 //   a host function returns the ticket after the gather.
 //
 // insert_batch copies device arrays into the table on XLA's stream: the
-// lengths and priorities come to the host first (one synchronisation), each
-// trajectory's slot is reserved on the host (waiting for the samplers that may
-// still read it, as every insert does), its columns are copied by
+// lengths and priorities come to the host first (one synchronisation), the
+// trajectories' slots are reserved on the host (waiting for the samplers that
+// may still read them, as every insert does), a chunk of rows at a time (up
+// to half the slots; Table::InsertManyWith), all their columns are copied by
 // cudaMemcpyAsync straight into the arena (device-to-device, or into mapped
-// host memory), and the stream is synchronised before the slot is published.
+// host memory), and the stream is synchronised once per chunk before its
+// slots are published.
 //
 // No handler is command-buffer compatible: each keeps host-side state (tickets,
 // pins, the limiter, publication) that must run on every execution, and a
@@ -315,13 +317,14 @@ ffi::Error InsertBatchCudaImpl(cudaStream_t stream, ffi::Token, ffi::AnyBuffer l
     InsertBatchRows(
         *table, rows, steps, columns, keys->element_count(), length_values, priority_values,
         [&](const std::vector<ColumnCopy>& copies) {
+          // Every column of every row of the chunk, then one synchronisation:
+          // published only when the bytes are there (and, on error, returned
+          // to the free list only when nothing is still copying into them).
           cudaError_t error = cudaSuccess;
           for (size_t c = 0; c < copies.size() && error == cudaSuccess; ++c) {
             error = cudaMemcpyAsync(arena + copies[c].dst_offset, copies[c].src, copies[c].bytes,
                                     cudaMemcpyDefault, stream);
           }
-          // Published only when the bytes are there (and, on error, returned
-          // to the free list only when nothing is still copying into it).
           const cudaError_t synced = cudaStreamSynchronize(stream);
           if (error == cudaSuccess) error = synced;
           if (error != cudaSuccess) throw std::runtime_error(CudaError("copying a trajectory", error));
