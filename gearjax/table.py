@@ -515,11 +515,15 @@ class Table:
 
         Cost: ``cut="start"``/``"end"`` with replacement draw from the
         table's incremental selectors (O(log size) per row; on the GPU for
-        Uniform, Timestep and Prioritized). ``cut="full"``, ``replace=False``
-        and tables with ``max_times_sampled`` list the eligible trajectories
-        on the host at each sample (O(size), then O(log size) per row); GPU
-        programs then select on the host and gather on the GPU. The README's
-        benchmarks give the measured cost.
+        Uniform, Timestep and Prioritized). ``cut="full"`` with replacement by
+        Uniform or Timestep draws from the same selectors and keeps the rows
+        whose window fits, normalised by an index of lengths (it lists
+        instead where fewer than 1 draw in 16 would fit). Other ``"full"``
+        strategies, ``replace=False`` and tables with ``max_times_sampled``
+        list the eligible trajectories on the host at each sample (O(size),
+        then O(log size) per row). GPU programs select all of these on the
+        host and gather on the GPU. The README's benchmarks give the measured
+        cost.
 
         Works inside ``jax.jit``, ``lax.scan`` and other loops (one XLA FFI
         custom call; no host callback) and eagerly. Each sample written in a

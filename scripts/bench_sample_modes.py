@@ -2,15 +2,17 @@
 
 For tables of ``--sizes`` trajectories (lengths uniform in [1, 100], one
 float32[17] column), each case samples ``--batch`` windows of ``--window``
-steps by Uniform and by Prioritized(0.6), inside ``jax.jit``, and reports the
+steps by Uniform, Timestep and Prioritized(0.6), inside ``jax.jit``, and reports the
 median time per sample call over ``--repeats`` calls (cases take turns call by
 call, so a noisy machine slows them alike):
 
   start            ``cut="start"`` with replacement: the default, drawn from
                    the table's incremental selectors (O(log size) per row);
   end              ``cut="end"``: the same selectors, another window rule;
-  full             ``cut="full"``: the eligible trajectories (length >= window)
-                   listed at each sample (O(size)), then drawn;
+  full             ``cut="full"``: Uniform and Timestep draw from their
+                   selectors and keep the rows whose window fits (normalised
+                   by a per-length index); Prioritized lists the eligible
+                   trajectories (length >= window) at each sample (O(size));
   no-replace       ``replace=False``: the same listing, rows drawn one after
                    another without replacement;
   max-times        a table with ``max_times_sampled`` (set so high nothing is
@@ -57,7 +59,8 @@ def main(argv: list[str] | None = None) -> dict:
     import gearjax as gx
 
     column = {"obs": gx.Column((17,), "float32")}
-    strategies = {"Uniform": gx.Uniform(), "Prioritized(0.6)": gx.Prioritized(0.6)}
+    strategies = {"Uniform": gx.Uniform(), "Timestep": gx.Timestep(),
+                  "Prioritized(0.6)": gx.Prioritized(0.6)}
     rng = np.random.default_rng(0)
     rows = []
     for size in (int(s) for s in args.sizes.split(",")):

@@ -51,7 +51,7 @@ def test_bench_sample_modes_times_every_mode(tmp_path):
                    capture_output=True, cwd=tmp_path)
     rows = json.loads(out.read_text())["rows"]
     assert {(r["strategy"], r["mode"]) for r in rows} == {
-        (s, m) for s in ("Uniform", "Prioritized(0.6)")
+        (s, m) for s in ("Uniform", "Timestep", "Prioritized(0.6)")
         for m in ("start", "end", "full", "no-replace", "max-times")}
     assert all(r["median_s"] > 0 for r in rows)
 

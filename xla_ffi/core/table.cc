@@ -121,6 +121,7 @@ void Table::ReleaseMemoryLocked() {
   selectors_.clear();
   priority_selectors_.clear();
   topk_.reset();
+  lengths_.reset();
   recent_.reset();
   prioritized_.clear();
   timestep_.reset();
@@ -187,6 +188,14 @@ RecentSelector& Table::RecentLocked() {
     AttachLocked(recent_.get());
   }
   return *recent_;
+}
+
+LengthIndex& Table::LengthIndexLocked() {
+  if (!lengths_) {
+    lengths_ = FilledLocked(std::make_unique<LengthIndex>(spec_.max_length));
+    AttachLocked(lengths_.get());
+  }
+  return *lengths_;
 }
 
 TopKSelector& Table::TopKLocked() {
@@ -568,7 +577,11 @@ uint64_t Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* dra
   std::unique_lock<std::mutex> lock(mu_);
   WaitToSampleLocked(lock, r);
   const bool constrained = Constrained(r);
-  if (constrained) {
+  const bool fast_full = r.cut == Cut::kFull && r.window > 0 && r.replace &&
+                         spec_.max_times_sampled == 0 &&
+                         (r.strategy == Strategy::kUniform || r.strategy == Strategy::kTimestep) &&
+                         SelectFullLocked(r, seed, u.data(), selections.data());
+  if (constrained && !fast_full) {
     int64_t servable = CandidatesLocked(r);
     if (servable < n) {
       const double timeout = spec_.limiter.timeout_seconds;
@@ -587,7 +600,7 @@ uint64_t Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* dra
       CheckOpenLocked();
     }
     constrained_.Draw(candidates_, u.data(), n, selections.data());
-  } else {
+  } else if (!fast_full) {
     SelectLocked(r, seed, u.data(), selections.data());
   }
   const uint64_t ticket = tickets_ + 1;  // TakeTicketLocked's, below
@@ -625,6 +638,57 @@ uint64_t Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* dra
   counters_.samples += static_cast<double>(n);
   changed_.notify_all();  // inserters and other samplers may be waiting
   return TakeTicketLocked();
+}
+
+bool Table::SelectFullLocked(const SampleRequest& r, const uint32_t seed[2], const double* u,
+                             Selection* out) {
+  // Rejection pays while at least 1 draw in 16 fits; below, listing is cheaper.
+  constexpr double kMinAcceptance = 1.0 / 16;
+  // Tries per row before giving the sample to the listing path: at the
+  // lowest acceptance a row misses them all with probability (15/16)^256,
+  // below 1e-7.
+  constexpr uint32_t kTries = 256;
+  // Row words for a row's later tries, and its Timestep acceptance word
+  // (random.h): counters no other draw of the row uses.
+  constexpr int64_t kRetryRowBase = int64_t{1} << 40;
+  constexpr uint32_t kAcceptAttempt = kUniformAttempts + 1;
+  const int64_t w = r.window, n = r.batch;
+  const bool timestep = r.strategy == Strategy::kTimestep;
+  LengthIndex& index = LengthIndexLocked();
+  const int64_t eligible = index.CountAtLeast(w);
+  if (eligible == 0) return false;
+  const double total = static_cast<double>(timestep ? index.FullWindows(w) : eligible);
+  const double acceptance = total / static_cast<double>(timestep ? num_steps_ : live_);
+  if (acceptance < kMinAcceptance) return false;
+  const UniformView view = uniform_->view();
+  const SumTree* tree = timestep ? &TimestepLocked().tree() : nullptr;
+  for (int64_t b = 0; b < n; ++b) {
+    bool found = false;
+    for (uint32_t t = 0; t < kTries && !found; ++t) {
+      const int64_t row = t == 0 ? b : kRetryRowBase * t + b;
+      double draw_u = u[b];
+      if (t > 0) {
+        const Words4 words = RowWords(seed, row);
+        draw_u = UniformFromBits(words.w[0], words.w[1]);
+      }
+      const int64_t slot = timestep ? tree->Draw(draw_u) : UniformDraw(view, seed, row, draw_u);
+      if (slot < 0) return false;  // an empty selector: cannot happen with eligible items
+      const int64_t length = (*slots_)[slot].length;
+      if (length < w) continue;
+      if (timestep) {
+        // Drawn in proportion to L; kept with probability (L - w + 1) / L.
+        const Words4 accept = AttemptWords(seed, row, kAcceptAttempt);
+        if (UniformFromBits(accept.w[0], accept.w[1]) * static_cast<double>(length) >=
+            static_cast<double>(length - w + 1)) {
+          continue;
+        }
+      }
+      out[b] = {slot, (timestep ? static_cast<double>(length - w + 1) : 1.0) / total};
+      found = true;
+    }
+    if (!found) return false;
+  }
+  return true;
 }
 
 int64_t Table::CandidatesLocked(const SampleRequest& r) {

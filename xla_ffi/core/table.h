@@ -52,6 +52,7 @@
 #include "selectors/constrained.h"
 #include "selectors/fifo.h"
 #include "selectors/heap.h"
+#include "selectors/length_index.h"
 #include "selectors/prioritized.h"
 #include "selectors/uniform.h"
 #include "slots.h"
@@ -235,7 +236,9 @@ class Table {
   // back with EndSample once the windows are copied.
   //
   // Constrained requests (Constrained below) draw exactly among the eligible
-  // items (selectors/constrained.h): an item is eligible when it has at least
+  // items: cut kFull with replacement by Uniform or Timestep by rejection from
+  // the strategy's selector (SelectFullLocked), the others by listing them
+  // (selectors/constrained.h). An item is eligible when it has at least
   // `window` steps under Cut::kFull and has draws left under
   // max_times_sampled. Uniform gives every eligible item weight 1, Timestep
   // its length (its number of full windows, length - window + 1, under
@@ -332,6 +335,15 @@ class Table {
   PrioritizedSelector& PrioritizedLocked(double alpha);
   RecentSelector& RecentLocked();
   TopKSelector& TopKLocked();
+  LengthIndex& LengthIndexLocked();
+  // cut="full" with replacement by Uniform or Timestep, without listing the
+  // table: rows drawn from the strategy's selector and kept when their window
+  // fits (Timestep: with probability (L - w + 1) / L), normalised by the
+  // LengthIndex. Returns false, having drawn nothing that counts, where that
+  // is not worth it or not possible (no eligible item, few eligible, or a row
+  // that keeps missing); the listing path then serves the sample.
+  bool SelectFullLocked(const SampleRequest& request, const uint32_t seed[2], const double* u,
+                        Selection* out);
   void AttachLocked(Selector* selector);
   void SelectLocked(const SampleRequest& request, const uint32_t seed[2], const double* u,
                     Selection* out);
@@ -393,6 +405,7 @@ class Table {
   std::vector<std::unique_ptr<PrioritizedSelector>> prioritized_;
   std::unique_ptr<RecentSelector> recent_;
   std::unique_ptr<TopKSelector> topk_;
+  std::unique_ptr<LengthIndex> lengths_;
   std::vector<Selector*> selectors_;           // every one of the above that exists
   std::vector<Selector*> priority_selectors_;  // those whose UsesPriority()
 

@@ -236,5 +236,38 @@ TEST(TableModes, RejectsBadCutsAndLimits) {
   EXPECT_THROW(Table(Spec(2, -1)), InvalidArgument);
 }
 
+TEST(TableModes, FullWindowsByRejectionAndByListingAgree) {
+  // Few eligible items (1 in 21) send cut="full" to the listing path; many
+  // (1 in 2) to rejection from the selectors. Both give exact probabilities.
+  for (int shorts : {20, 1}) {
+    Table table(Spec(32));
+    for (int i = 0; i < shorts; ++i) Put(table, 1);
+    const int64_t long_key = Put(table, 10);
+    for (Strategy s : {Strategy::kUniform, Strategy::kTimestep}) {
+      for (const Draw& d : Sample(table, Request(s, 200, 10, Cut::kFull), 3)) {
+        ASSERT_EQ(d.key, long_key) << shorts;
+        EXPECT_FLOAT_EQ(d.probability, 1.0f);
+        EXPECT_EQ(d.start, 0);
+        EXPECT_EQ(d.valid, 10);
+      }
+    }
+  }
+}
+
+TEST(TableModes, FullWindowsByRejectionFollowTheFullWindowCounts) {
+  Table table(Spec(8));
+  const int64_t a = Put(table, 4), b = Put(table, 7);  // window 4: 1 and 4 full windows
+  Put(table, 2);
+  const std::vector<Draw> draws =
+      Sample(table, Request(Strategy::kTimestep, 5000, 4, Cut::kFull), 11);
+  int64_t from_b = 0;
+  for (const Draw& d : draws) {
+    ASSERT_TRUE(d.key == a || d.key == b);
+    EXPECT_FLOAT_EQ(d.probability, d.key == a ? 0.2f : 0.8f);
+    from_b += d.key == b;
+  }
+  EXPECT_NEAR(static_cast<double>(from_b) / 5000.0, 0.8, 0.03);  // 5 sigma: 0.028
+}
+
 }  // namespace
 }  // namespace gearjax
