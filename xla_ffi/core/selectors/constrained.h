@@ -2,7 +2,8 @@
 // selectors cannot answer alone. Three constraints need it:
 //  * cut="full" windows (window.h): only trajectories of at least `window`
 //    steps may be drawn, and Timestep weighs each by its number of full
-//    windows, length - window + 1;
+//    windows, length - window + 1 (with replacement, Uniform and Timestep
+//    usually draw these by rejection instead: Table::SelectFullLocked);
 //  * draws without replacement (replace=False): a trajectory at most once per
 //    batch;
 //  * a draw budget per trajectory (the table's max_times_sampled): a
