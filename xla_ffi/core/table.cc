@@ -102,6 +102,7 @@ bool Table::closed() const {
 }
 
 bool Table::InsideLocked() const {
+  DrainReturnedLocked();
   return slots_->pinned() > 0 || writers_ > 0 || !in_flight_.empty();
 }
 
@@ -112,7 +113,7 @@ bool Table::Close(double wait_seconds) {
   if (released_) return true;
   const auto deadline = Clock::now() + std::chrono::duration<double>(
                                            std::clamp(wait_seconds, 0.0, kMaxTimeoutSeconds));
-  if (!changed_.wait_until(lock, deadline, [&] { return !InsideLocked(); })) return false;
+  if (!WaitForTickets(lock, deadline, [&] { return !InsideLocked(); })) return false;
   ReleaseMemoryLocked();
   return true;
 }
@@ -428,10 +429,10 @@ int64_t Table::ReserveLocked(std::unique_lock<std::mutex>& lock, int64_t restore
   // up leaves the slot free but still owed to those samples (freed_at_), so
   // the next writer waits for them too.
   const uint64_t quiet_after = evicted ? tickets_ : freed_at_[slot];
-  const bool quiet = changed_.wait_until(
-      lock, Clock::now() + std::chrono::duration<double>(spec_.slot_wait_seconds), [&] {
-        return closed_ || ((*slots_)[slot].pins == 0 && QuietSince(quiet_after));
-      });
+  const auto deadline = Clock::now() + std::chrono::duration<double>(spec_.slot_wait_seconds);
+  const bool quiet = WaitForTickets(lock, deadline, [&] {
+    return closed_ || ((*slots_)[slot].pins == 0 && QuietSince(quiet_after));
+  });
   if (closed_) {
     AbandonLocked(slot, restoring);
     throw Closed("the table was closed during the insert");
@@ -555,6 +556,7 @@ void Table::SelectLocked(const SampleRequest& r, const uint32_t seed[2], const d
 }
 
 uint64_t Table::TakeTicketLocked() {
+  DrainReturnedLocked();  // every sample drains, so in_flight_ stays as short as it is
   in_flight_.push_back(++tickets_);  // the largest yet: the vector stays sorted
   return tickets_;
 }
@@ -891,13 +893,28 @@ StrategyTotals Table::Tops(const SampleRequest& r, TopEntry* out) {
 }
 
 void Table::EndSample(uint64_t ticket) {
-  std::lock_guard<std::mutex> lock(mu_);
-  const auto it = std::lower_bound(in_flight_.begin(), in_flight_.end(), ticket);
-  if (it == in_flight_.end() || *it != ticket) return;  // not in flight (a bug upstream)
-  // Writers wait only while the oldest sample is older than their eviction.
-  const bool oldest = it == in_flight_.begin();
-  in_flight_.erase(it);
-  if (oldest) changed_.notify_all();
+  {
+    std::lock_guard<std::mutex> lock(returned_mu_);
+    returned_.push_back(ticket);
+    has_returned_.store(true, std::memory_order_release);
+  }
+  // Without mu_ (see returned_): a waiter that misses this wakes within its
+  // slice (WaitForTickets).
+  changed_.notify_all();
+}
+
+void Table::DrainReturnedLocked() const {
+  if (!has_returned_.load(std::memory_order_acquire)) return;
+  std::vector<uint64_t> returned;
+  {
+    std::lock_guard<std::mutex> lock(returned_mu_);
+    returned.swap(returned_);
+    has_returned_.store(false, std::memory_order_relaxed);
+  }
+  for (uint64_t ticket : returned) {
+    const auto it = std::lower_bound(in_flight_.begin(), in_flight_.end(), ticket);
+    if (it != in_flight_.end() && *it == ticket) in_flight_.erase(it);  // else a bug upstream
+  }
 }
 
 void Table::ReadSteps(int c, int64_t slot, int64_t steps, void* dst) const {
@@ -1026,6 +1043,7 @@ Stats Table::GetStats() const {
   s.num_steps = num_steps_;
   s.writers = writers_;
   s.pinned_slots = released_ ? 0 : slots_->pinned();
+  DrainReturnedLocked();
   s.samples_in_flight = static_cast<int64_t>(in_flight_.size());
   s.counters = counters_;
   s.bytes_reserved = released_ ? 0 : static_cast<int64_t>(arena_->bytes());

@@ -35,6 +35,8 @@
 //    sample, reader or writer is inside the table any more.
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -356,7 +358,28 @@ class Table {
   void CountDrawLocked(int64_t slot, uint64_t ticket);
   // No sample that took its ticket at or before `ticket` is still running.
   bool QuietSince(uint64_t ticket) const {
+    DrainReturnedLocked();
     return in_flight_.empty() || in_flight_.front() > ticket;
+  }
+  // Moves the tickets EndSample handed back (returned_) out of in_flight_.
+  void DrainReturnedLocked() const;
+  // changed_.wait_until in slices of at most 1 ms: EndSample
+  // notifies without the table's mutex, so a waiter for tickets may miss one
+  // notification and would otherwise sleep to its deadline.
+  template <typename TimePoint, typename Predicate>
+  bool WaitForTickets(std::unique_lock<std::mutex>& lock, TimePoint deadline, Predicate done) {
+    constexpr auto kSlice = std::chrono::milliseconds(1);
+    while (!done()) {
+      const auto now = Clock::now();
+      if (now >= deadline) return false;
+      const auto slice_end = now + kSlice;
+      if (deadline < slice_end) {
+        changed_.wait_until(lock, deadline);
+      } else {
+        changed_.wait_until(lock, slice_end);
+      }
+    }
+    return true;
   }
   uint64_t TakeTicketLocked();
   bool InsideLocked() const;  // a sample, reader or writer is inside the table
@@ -412,7 +435,14 @@ class Table {
   int64_t live_ = 0, writers_ = 0, num_steps_ = 0;
   int64_t positive_ = 0;  // live items with priority > 0
   uint64_t tickets_ = 0;               // last ticket handed out
-  std::vector<uint64_t> in_flight_;    // tickets not yet returned, ascending
+  mutable std::vector<uint64_t> in_flight_;  // tickets not yet returned, ascending
+  // Tickets handed back by EndSample and not yet removed from in_flight_:
+  // EndSample takes only this small mutex (it runs in GPU stream callbacks,
+  // which must not wait behind the table's), and whoever next holds mu_
+  // drains them.
+  mutable std::mutex returned_mu_;
+  mutable std::vector<uint64_t> returned_;
+  mutable std::atomic<bool> has_returned_{false};
   Counters counters_;
   int64_t skipped_updates_ = 0;
   std::vector<Item> update_before_;    // UpdatePriorities' scratch

@@ -400,5 +400,34 @@ TEST(Table, InsertManyPublishesWhatItReservedBeforeARateLimiterTimeout) {
   EXPECT_EQ(table.GetStats().writers, 0);
 }
 
+TEST(Table, TicketsReturnedFromManyThreadsReleaseEveryWaitingWriter) {
+  // EndSample hands tickets back without the table's mutex (as GPU stream
+  // callbacks do); writers waiting for them must all get through, and the
+  // table must end with nothing in flight.
+  Table table(Spec(4));
+  for (int i = 0; i < 4; ++i) Put(table, 2, 1, i);
+  std::vector<uint64_t> tickets;
+  for (int i = 0; i < 64; ++i) {
+    std::vector<Draw> draws(4);
+    const uint32_t seed[2] = {static_cast<uint32_t>(i), 5};
+    tickets.push_back(table.Select({Strategy::kUniform, 0, 0, 4, 0}, seed, draws.data()));
+  }
+  std::vector<std::thread> writers;
+  for (int i = 0; i < 4; ++i) writers.emplace_back([&, i] { Put(table, 2, 1, 100 + i); });
+  std::vector<std::thread> returners;
+  for (int t = 0; t < 4; ++t) {
+    returners.emplace_back([&, t] {
+      for (size_t i = static_cast<size_t>(t); i < tickets.size(); i += 4) {
+        table.EndSample(tickets[i]);
+      }
+    });
+  }
+  for (auto& r : returners) r.join();
+  for (auto& w : writers) w.join();
+  EXPECT_EQ(table.GetStats().samples_in_flight, 0);
+  EXPECT_EQ(table.GetStats().counters.inserts, 8);
+  EXPECT_TRUE(table.Close(1.0));
+}
+
 }  // namespace
 }  // namespace gearjax
