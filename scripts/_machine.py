@@ -3,6 +3,7 @@ scripts/bench_*.py, which import it as a sibling module)."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import platform
 from pathlib import Path
 
@@ -16,3 +17,11 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor()
+
+
+def version_of(package: str) -> str | None:
+    """The installed version of a distribution, or None where it is not installed."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None

@@ -69,7 +69,6 @@ import argparse
 import dataclasses
 import datetime
 import gc
-import importlib.metadata
 import json
 import math
 import os
@@ -86,7 +85,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from _machine import cpu_model
+from _machine import cpu_model, version_of
 
 try:
     import gearjax as gx
@@ -774,8 +773,6 @@ def prioritized_goals(sections: dict) -> dict:
 # ---------------------------------------------------------------------------
 
 
-
-
 def cpu_caches() -> dict:
     """Cache sizes of CPU 0 from sysfs, e.g. {"L1d": "32K", "L2": "1024K", "L3": "32768K"}."""
     caches = {}
@@ -789,13 +786,6 @@ def cpu_caches() -> dict:
         suffix = {"Data": "d", "Instruction": "i"}.get(kind, "")
         caches[f"L{level}{suffix}"] = size
     return caches
-
-
-def version_of(package: str) -> str | None:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def machine_info() -> dict:

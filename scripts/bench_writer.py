@@ -49,7 +49,6 @@ episode exactly.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
 import math
 import os
@@ -65,7 +64,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _machine import cpu_model
+from _machine import cpu_model, version_of
 
 # name -> (per-step shape, dtype); the Reverb worker uses the same table.
 COLUMNS = {"obs": ((17,), "float32"), "action": ((6,), "float32"), "reward": ((), "float32")}
@@ -322,15 +321,6 @@ def gearjax_cases(data: dict[str, np.ndarray], split_length: int, overlap: int) 
 # ---------------------------------------------------------------------------
 # Reporting
 # ---------------------------------------------------------------------------
-
-
-def version_of(package: str) -> str | None:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 
 
 def machine_info() -> dict:
