@@ -123,7 +123,5 @@ def main(argv: list[str] | None = None) -> dict:
     return result
 
 
-
-
 if __name__ == "__main__":
     main()

@@ -48,6 +48,15 @@ GEARJAX_HD Words4 AttemptWords(const uint32_t seed[2], int64_t row, uint32_t att
       seed[1]);
 }
 
+// The row whose words a row's redraw number `redraw` (>= 1) uses when a whole
+// draw must be repeated (GPU rows that met the table mid-change, cut="full"
+// rows whose window does not fit): rows counted from 2^40 up, which no first
+// draw reaches (batches stay below 2^31 rows), so redraws never share words
+// with any row's own.
+GEARJAX_HD int64_t RedrawRow(int64_t row, uint32_t redraw) {
+  return redraw == 0 ? row : (int64_t{1} << 40) * redraw + row;
+}
+
 // The four random words of sampled row `row`: two for the trajectory draw
 // (53-bit uniform) and two for the window start (64-bit integer draw).
 GEARJAX_HD Words4 RowWords(const uint32_t seed[2], int64_t row) {

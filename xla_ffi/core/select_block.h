@@ -18,11 +18,9 @@
 
 namespace gearjax {
 
-// Redraws of a row whose draw fails validation (see SelectRow), and where
-// their words come from: rows counted from 2^40 up, so they never meet a
-// first draw's words (batches stay below 2^31 rows).
+// Redraws of a row whose draw fails validation (see SelectRow); their words
+// come from RedrawRow (random.h).
 inline constexpr uint32_t kGpuRedraws = 8;
-inline constexpr int64_t kRedrawRowBase = int64_t{1} << 40;
 
 // Whether a drawn slot may be returned: a live slot (its record says so) and,
 // for the tree strategies, a positive weight in the tree as the kernel reads
@@ -50,7 +48,7 @@ GEARJAX_HD Draw SelectRow(const GpuSelection& s, const uint32_t seed[2], int64_t
   d.table_size = s.table_size;
   d.slot = -1;
   for (uint32_t redraw = 0; redraw <= kGpuRedraws; ++redraw) {
-    const int64_t row = redraw == 0 ? b : kRedrawRowBase * redraw + b;
+    const int64_t row = RedrawRow(b, redraw);
     const Words4 w = redraw == 0 ? words : RowWords(seed, row);
     const double u = UniformFromBits(w.w[0], w.w[1]);
     const int64_t slot = s.uniform ? UniformDraw(s.live, seed, row, u) : SumTreeDraw(s.tree, u);

@@ -650,9 +650,8 @@ bool Table::SelectFullLocked(const SampleRequest& r, const uint32_t seed[2], con
   // lowest acceptance a row misses them all with probability (15/16)^256,
   // below 1e-7.
   constexpr uint32_t kTries = 256;
-  // Row words for a row's later tries, and its Timestep acceptance word
-  // (random.h): counters no other draw of the row uses.
-  constexpr int64_t kRetryRowBase = int64_t{1} << 40;
+  // A try's Timestep acceptance word: an attempt counter no other draw of
+  // the row uses (random.h); later tries take RedrawRow's words.
   constexpr uint32_t kAcceptAttempt = kUniformAttempts + 1;
   const int64_t w = r.window, n = r.batch;
   const bool timestep = r.strategy == Strategy::kTimestep;
@@ -667,7 +666,7 @@ bool Table::SelectFullLocked(const SampleRequest& r, const uint32_t seed[2], con
   for (int64_t b = 0; b < n; ++b) {
     bool found = false;
     for (uint32_t t = 0; t < kTries && !found; ++t) {
-      const int64_t row = t == 0 ? b : kRetryRowBase * t + b;
+      const int64_t row = RedrawRow(b, t);
       double draw_u = u[b];
       if (t > 0) {
         const Words4 words = RowWords(seed, row);
