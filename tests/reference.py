@@ -9,11 +9,14 @@ import gearjax as gx
 
 
 def expected_window(trajectory: dict[str, np.ndarray], columns: dict[str, gx.Column],
-                    start: int, window: int, pad: str) -> dict[str, np.ndarray]:
+                    start: int, window: int, pad: str,
+                    valid: int | None = None) -> dict[str, np.ndarray]:
     """The row the table must return for this trajectory and start: columns,
-    plus 'mask' and 'timestep'."""
+    plus 'mask' and 'timestep'. `valid` real steps from `start` on (default:
+    cut at the trajectory's end, as cut="start" does)."""
     length = len(next(iter(trajectory.values())))
-    valid = min(window, length - start)
+    if valid is None:
+        valid = min(window, length - start)
     offset = window - valid if pad == "left" else 0
     row = {}
     for name, column in columns.items():

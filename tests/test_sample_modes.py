@@ -15,6 +15,7 @@ from scipy import stats
 
 import gearjax as gx
 from conftest import COLUMNS
+from reference import expected_window
 
 P_MIN = 1e-4
 DRAWS = 16_384
@@ -65,16 +66,11 @@ def check_rows(batch, stored, window, cut, pad="left"):
             assert valid == window or start == 0
         else:  # cut at the trajectory's end only
             assert valid == window or start + valid == length
-        offset = window - valid if pad == "left" else 0
-        assert mask[b, offset:offset + valid].all()
-        np.testing.assert_array_equal(timestep[b, offset:offset + valid],
-                                      np.arange(start, start + valid))
-        for name, column in COLUMNS.items():
-            row = np.asarray(batch[name][b])
-            np.testing.assert_array_equal(row[offset:offset + valid],
-                                          trajectory[name][start:start + valid])
-            padding = np.concatenate([row[:offset], row[offset + valid:]])
-            assert (padding == np.asarray(column.pad, column.dtype)).all()
+        row = expected_window(trajectory, COLUMNS, int(start), window, pad, valid=valid)
+        np.testing.assert_array_equal(mask[b], row["mask"])
+        np.testing.assert_array_equal(timestep[b], row["timestep"])
+        for name in COLUMNS:
+            np.testing.assert_array_equal(np.asarray(batch[name][b]), row[name])
 
 
 # ------------------------------------------------------------------ windows
