@@ -44,6 +44,14 @@ std::vector<Draw> Sample(Table& table, Strategy strategy, int64_t batch, double 
   return draws;
 }
 
+// Draws `batch` rows by Uniform and keeps the sample inside the table: its
+// ticket, for EndSample.
+uint64_t HoldSample(Table& table, int64_t batch, uint32_t seed0 = 1) {
+  std::vector<Draw> draws(static_cast<size_t>(batch));
+  const uint32_t seed[2] = {seed0, 2};
+  return table.Select({Strategy::kUniform, 0, 0, batch, 0}, seed, draws.data());
+}
+
 std::set<int64_t> Keys(const std::vector<Draw>& draws) {
   std::set<int64_t> keys;
   for (const Draw& d : draws) keys.insert(d.key);
@@ -215,9 +223,7 @@ TEST(Table, AWriterWaitsForSamplesThatDrewItsVictimButNotForLaterOnes) {
 TEST(Table, CloseWaitsForSamplesInsideThenReleasesTheMemory) {
   Table table(Spec(4));
   Put(table, 2, 1, 0);
-  std::vector<Draw> draws(2);
-  const uint32_t seed[2] = {0, 0};
-  const uint64_t ticket = table.Select({Strategy::kUniform, 0, 0, 2, 0}, seed, draws.data());
+  const uint64_t ticket = HoldSample(table, 2);
   EXPECT_FALSE(table.Close(0.05));  // a sample is inside: nothing released yet
   EXPECT_GT(table.GetStats().bytes_reserved, 0);
   EXPECT_THROW(Put(table, 1, 1, 0), Closed);
@@ -280,9 +286,7 @@ TEST(Table, AnInsertGivesUpOnASlotASampleNeverReturnsAndTheNextWaitsToo) {
   spec.slot_wait_seconds = 0.05;
   Table table(spec);
   Put(table, 2, 1, 7);
-  std::vector<Draw> draws(1);
-  const uint32_t seed[2] = {1, 2};
-  const uint64_t ticket = table.Select({Strategy::kUniform, 0, 0, 1, 0}, seed, draws.data());
+  const uint64_t ticket = HoldSample(table, 1);
   // The sample never ends (a stalled stream): the evicting insert times out,
   // inserts nothing and leaves the slot owed to the sample.
   EXPECT_THROW(Put(table, 2, 1, 8), Timeout);
@@ -297,9 +301,7 @@ TEST(Table, AnInsertGivesUpOnASlotASampleNeverReturnsAndTheNextWaitsToo) {
 TEST(Table, AnInsertWaitingForASlotWakesOnClose) {
   Table table(Spec(1));
   Put(table, 2, 1, 7);
-  std::vector<Draw> draws(1);
-  const uint32_t seed[2] = {1, 2};
-  const uint64_t ticket = table.Select({Strategy::kUniform, 0, 0, 1, 0}, seed, draws.data());
+  const uint64_t ticket = HoldSample(table, 1);
   std::thread writer([&] { EXPECT_THROW(Put(table, 2, 1, 8), Closed); });
   std::this_thread::sleep_for(50ms);
   EXPECT_FALSE(table.Close(0.0));  // the sample is still inside
