@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/decode.h"
 #include "core/gather_cpu.h"
 #include "core/huge_pages.h"
 #include "core/limits.h"
@@ -50,53 +51,44 @@ inline xla::ffi::Error FromException(std::exception_ptr p) {
   }
 }
 
-// Reads n keys (int32, uint32 or int64) into int64; false for other dtypes.
+// The formats of keys (int32, uint32 or int64) and priorities (float32 or
+// float64) as XLA passes them; false for other dtypes.
+inline bool KeyFormatOf(xla::ffi::DataType type, KeyFormat* format) {
+  using xla::ffi::DataType;
+  switch (type) {
+    case DataType::S32: *format = KeyFormat::kInt32; return true;
+    case DataType::U32: *format = KeyFormat::kUInt32; return true;
+    case DataType::S64: *format = KeyFormat::kInt64; return true;
+    default: return false;
+  }
+}
+
+inline bool PriorityFormatOf(xla::ffi::DataType type, PriorityFormat* format) {
+  using xla::ffi::DataType;
+  switch (type) {
+    case DataType::F32: *format = PriorityFormat::kFloat32; return true;
+    case DataType::F64: *format = PriorityFormat::kFloat64; return true;
+    default: return false;
+  }
+}
+
+// Reads n keys into int64 (core/decode.h); false for other dtypes.
 inline bool ReadKeys(xla::ffi::DataType type, const void* data, size_t n,
                      std::vector<int64_t>& out) {
-  using xla::ffi::DataType;
-  auto copy = [&](auto* values) { out.assign(values, values + n); return true; };
-  switch (type) {
-    case DataType::S32: return copy(static_cast<const int32_t*>(data));
-    case DataType::U32: return copy(static_cast<const uint32_t*>(data));
-    case DataType::S64: return copy(static_cast<const int64_t*>(data));
-    default: return false;
-  }
+  KeyFormat format;
+  if (!KeyFormatOf(type, &format)) return false;
+  DecodeKeys(format, data, n, out);
+  return true;
 }
 
-// A float32 as the float64 of the same value, decoded from its bits: XLA's
-// threads treat subnormal inputs as zero, so a plain conversion would turn a
-// small positive priority into 0.
-inline double Float32ToDouble(uint32_t bits) {
-  const uint32_t mantissa = bits & 0x7fffff;
-  if ((bits & 0x7f800000) != 0 || mantissa == 0) {  // normal, zero, inf or NaN: exact as is
-    float value;
-    std::memcpy(&value, &bits, sizeof(value));
-    return static_cast<double>(value);
-  }
-  // Subnormal: mantissa * 2^-149, built from integers and a normal factor.
-  const double magnitude = static_cast<double>(mantissa) * 0x1p-149;
-  return (bits >> 31) ? -magnitude : magnitude;
-}
-
-// Reads n priorities (float32 or float64) into double; false for other
-// dtypes. Values are checked later, by the table (CheckPriority).
+// Reads n priorities into float64 (core/decode.h); false for other dtypes.
+// Values are checked later, by the table (CheckPriority).
 inline bool ReadPriorities(xla::ffi::DataType type, const void* data, size_t n,
                            std::vector<double>& out) {
-  using xla::ffi::DataType;
-  switch (type) {
-    case DataType::F32: {
-      const auto* bits = static_cast<const uint32_t*>(data);
-      out.resize(n);
-      for (size_t i = 0; i < n; ++i) out[i] = Float32ToDouble(bits[i]);
-      return true;
-    }
-    case DataType::F64: {
-      const auto* values = static_cast<const double*>(data);
-      out.assign(values, values + n);
-      return true;
-    }
-    default: return false;
-  }
+  PriorityFormat format;
+  if (!PriorityFormatOf(type, &format)) return false;
+  DecodePriorities(format, data, n, out);
+  return true;
 }
 
 // The sample call's attributes, in the order every sample handler takes them
