@@ -223,7 +223,7 @@ class Table:
         Waits first for the table calls of programs this thread has dispatched
         (so it sees what they did)."""
         self._check_open()
-        _ffi.wait_for_dispatched_calls()
+        self._wait_for_programs()
         keys, slots, lengths, priorities, _, times_sampled = self._native.pin_items()
         self._native.unpin_slots(slots)
         return {"key": keys, "length": lengths, "priority": priorities,
@@ -237,7 +237,7 @@ class Table:
         if isinstance(key, (bool, np.bool_)) or not isinstance(key, (int, np.integer)):
             raise TypeError(f"a key is an integer, got {key!r}")
         self._check_open()
-        _ffi.wait_for_dispatched_calls()
+        self._wait_for_programs()
         if not 0 <= int(key) <= _checks.INT64_MAX:
             raise KeyError(f"no trajectory with key {key} is stored")
         _, slots, lengths, _, _, _ = self._native.pin_items(np.array([key], dtype=np.int64))
@@ -291,6 +291,16 @@ class Table:
         _ffi.clear_failed_token()  # see _ffi.clear_failed_token: a retry after an error works
         if self._native.closed:
             raise RuntimeError(f"{self!r} is closed")
+        # A priority update applied by a GPU stream callback cannot fail its
+        # own program; a bad value there is kept and raised (ValueError) by the
+        # next call on the table, once (README: "Errors in compiled code").
+        self._native.raise_deferred_error()
+
+    def _wait_for_programs(self) -> None:
+        """Waits for the table calls of programs this thread has dispatched,
+        then raises what a GPU priority update among them kept for later."""
+        _ffi.wait_for_dispatched_calls()
+        self._native.raise_deferred_error()
 
     # ---------------------------------------------------------------- insert
     def insert(self, trajectory: Mapping[str, Any], priority: float = 1.0) -> int:
@@ -601,7 +611,10 @@ class Table:
         once and returns the number of entries whose key is still stored.
         Inside traced code it is an XLA FFI custom call returning that number
         as an int32 scalar, in program order with the program's samples and
-        inserts (a sample written after it sees the new priorities).
+        inserts (a sample written after it sees the new priorities). On a GPU
+        it never waits for the stream, so a bad value cannot fail its own
+        program: the update then changes nothing and returns -1, and the next
+        call on the table raises the error (README, "In compiled code").
         """
         self._check_open()
         traced = isinstance(keys, jax.core.Tracer) or isinstance(priorities, jax.core.Tracer)
@@ -629,7 +642,7 @@ class Table:
         first for the table calls of programs this thread has dispatched, like
         ``contents``."""
         self._check_open()
-        _ffi.wait_for_dispatched_calls()
+        self._wait_for_programs()
         header = {
             "name": self.name,
             "columns": [{"name": n, **c.to_json()} for n, c in self._columns.items()],

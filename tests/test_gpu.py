@@ -158,6 +158,26 @@ def test_gpu_scan_with_priority_updates(gpu_table):
     assert sorted(np.asarray(visited).tolist()) == sorted(table.contents()["key"].tolist())
 
 
+def test_gpu_priority_updates_count_and_defer_a_bad_value(gpu_table):
+    """The CUDA update never waits for the stream (core/staged_update.h): the
+    count comes back through a stream-ordered copy, and a bad value, found
+    by the stream callback, changes nothing, counts -1 and fails the next call
+    on the table, once."""
+    table, _ = gpu_table
+    keys = table.contents()["key"]
+    update = jax.jit(lambda k, p: table.update_priorities(k, p))
+    with on("gpu"):
+        chosen = jnp.asarray(np.array([keys[0], 10**9, keys[1], keys[1]]), jnp.int32)
+        assert int(update(chosen, jnp.array([2.0, 3.0, 4.0, 0.5]))) == 3
+        before = table.contents()
+        assert before["priority"][0] == 2.0 and before["priority"][1] == 0.5
+        assert int(update(chosen, jnp.array([5.0, 1.0, jnp.nan, 1.0]))) == -1
+        with pytest.raises(ValueError, match="earlier GPU program failed and changed nothing"):
+            table.contents()
+        np.testing.assert_array_equal(table.contents()["priority"], before["priority"])
+        assert int(update(chosen, jnp.array([1.0, 1.0, 1.0, 1.0]))) == 3
+
+
 @pytest.mark.parametrize("placement", ["host", "device"])
 def test_gpu_sampling_while_threads_insert_never_tears(placement):
     from test_concurrency import COLUMNS as SELF_DESCRIBING, check_rows, trajectory

@@ -125,6 +125,10 @@ class NativeTable {
                                     static_cast<int64_t>(keys.shape(0)));
   }
 
+  // Raises (ValueError) the error a GPU priority update could not raise in
+  // its own program (Table::RaiseDeferredError), once.
+  void RaiseDeferredError() { table_->RaiseDeferredError(); }
+
   // Pins items (all live ones, or those of `keys`) and returns their
   // (keys, slots, lengths, priorities, insertion stamps, times sampled) as
   // NumPy arrays.
@@ -292,6 +296,7 @@ NB_MODULE(_gearjax, m) {
       .def("insert", &NativeTable::Insert, "sources"_a, "length"_a, "priority"_a,
            "restore_key"_a = -1, "restore_slot"_a = -1, "restore_stamp"_a = -1)
       .def("update_priorities", &NativeTable::UpdatePriorities, "keys"_a, "priorities"_a)
+      .def("raise_deferred_error", &NativeTable::RaiseDeferredError)
       .def("pin_items", &NativeTable::PinItems, "keys"_a = nb::none())
       .def("unpin_slots", &NativeTable::UnpinSlots, "slots"_a)
       .def("read_slot", &NativeTable::ReadSlot, "column"_a, "slot"_a, "steps"_a)

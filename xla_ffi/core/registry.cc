@@ -44,9 +44,14 @@ std::shared_ptr<Table> FindTable(int64_t handle) {
 std::shared_ptr<Table> LookUpTable(int64_t handle) {
   DrainDeferredReleases();  // memory whose release a stream callback deferred (memory.h)
   Registry& r = GetRegistry();
-  std::lock_guard<std::mutex> lock(r.mu);
+  std::unique_lock<std::mutex> lock(r.mu);
   auto it = r.tables.find(handle);
-  if (it != r.tables.end()) return it->second;
+  if (it != r.tables.end()) {
+    std::shared_ptr<Table> table = it->second;
+    lock.unlock();
+    table->RaiseDeferredError();  // a failed GPU priority update (staged_update.h), once
+    return table;
+  }
   auto closed = r.closed.find(handle);
   if (closed != r.closed.end()) {
     throw Closed(closed->second + " is closed; this program was compiled against "

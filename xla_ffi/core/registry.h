@@ -15,7 +15,8 @@ int64_t RegisterTable(std::shared_ptr<Table> table);  // returns a new handle (>
 std::shared_ptr<Table> FindTable(int64_t handle);     // nullptr if closed or unknown
 // The table of `handle`, or throws Closed naming it: "table 'name' (handle h)
 // is closed" for a table closed in this process, "no table has handle h"
-// otherwise.
+// otherwise. Raises the table's deferred error first, if it has one
+// (Table::RaiseDeferredError).
 std::shared_ptr<Table> LookUpTable(int64_t handle);
 // Forgets the handle; later look-ups say the table is closed.
 void UnregisterTable(int64_t handle);

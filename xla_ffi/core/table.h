@@ -298,6 +298,15 @@ class Table {
   // named a live key.
   int64_t UpdatePriorities(const int64_t* keys, const double* priorities, int64_t count);
 
+  // Errors that could not fail the call that caused them: a priority update
+  // applied by a GPU stream callback (staged_update.h) changes nothing on bad
+  // input and keeps its message here; the next RaiseDeferredError throws it,
+  // once (the first such error, with how many more came after it). The FFI
+  // handlers' table lookup (registry.h) and the Python Table's methods call
+  // it. Both take only a small mutex of their own.
+  void DeferError(const std::string& message);
+  void RaiseDeferredError();
+
   // Pins live slots and lists them in key order (for checkpoints and reads);
   // UnpinSlots releases them. With keys == nullptr, every live item;
   // otherwise those of `keys` still live, in the order given.
@@ -443,6 +452,11 @@ class Table {
   mutable std::mutex returned_mu_;
   mutable std::vector<uint64_t> returned_;
   mutable std::atomic<bool> has_returned_{false};
+  // DeferError's first message and how many more came after it.
+  std::mutex deferred_mu_;
+  std::string deferred_error_;
+  int64_t deferred_more_ = 0;
+  std::atomic<bool> has_deferred_error_{false};
   Counters counters_;
   int64_t skipped_updates_ = 0;
   std::vector<Item> update_before_;    // UpdatePriorities' scratch

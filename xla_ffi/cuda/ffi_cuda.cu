@@ -14,6 +14,11 @@
 //   drawn (Table::Select, which takes a ticket), the draws are uploaded, and
 //   a host function returns the ticket after the gather.
 //
+// Priority updates never wait for the stream: the keys and priorities are
+// copied into pinned host memory and a host function applies them in stream
+// order (core/staged_update.h); a bad value found there is raised by the next
+// call on the table.
+//
 // insert_batch copies device arrays into the table on XLA's stream: the
 // lengths and priorities come to the host first (one synchronisation), the
 // trajectories' slots are reserved on the host (waiting for the samplers that
@@ -38,6 +43,7 @@
 
 #include "core/gather_plan.h"
 #include "core/memory.h"
+#include "core/staged_update.h"
 #include "cuda/gather.cuh"
 #include "cuda/select.cuh"
 #include "cuda/tickets.h"
@@ -249,36 +255,67 @@ bool CopyToHost(const ffi::AnyBuffer& buffer, std::vector<uint8_t>& out, cudaStr
                          stream) == cudaSuccess;
 }
 
+// The host functions of a staged priority update (core/staged_update.h). They
+// run as stream callbacks: no CUDA calls, and a table or buffer released
+// there is released later (memory.h).
+void CUDART_CB ApplyStagedUpdate(void* data) {
+  StreamCallbackScope no_cuda_calls_here;
+  static_cast<StagedUpdate*>(data)->Apply();
+}
+
+void CUDART_CB RecycleStagedUpdate(void* data) {
+  StreamCallbackScope no_cuda_calls_here;
+  StagedUpdate::Recycle(static_cast<StagedUpdate*>(data));
+}
+
+// Enqueues the update without waiting for the stream (see staged_update.h):
+// copies of keys and priorities into pinned host memory, Apply, the count's
+// copy into `updated`, Recycle. Types and sizes fail here, values later.
 ffi::Error UpdatePrioritiesCudaImpl(cudaStream_t stream, ffi::Token, ffi::AnyBuffer keys,
                                     ffi::AnyBuffer priorities, ffi::Result<ffi::Token>,
                                     ffi::Result<ffi::Buffer<ffi::S32>> updated,
                                     int64_t table_handle) {
   try {
     std::shared_ptr<Table> table = LookUpTableForThisGpu(table_handle);
+    KeyFormat key_format;
+    PriorityFormat priority_format;
+    if (!KeyFormatOf(keys.element_type(), &key_format)) {
+      return Fail("keys must be int32, uint32 or int64");
+    }
+    if (!PriorityFormatOf(priorities.element_type(), &priority_format)) {
+      return Fail("priorities must be float32 or float64");
+    }
     if (keys.element_count() != priorities.element_count()) {
       return Fail("keys and priorities differ in size");
     }
-    std::vector<uint8_t> raw_keys, raw_priorities;
-    if (!CopyToHost(keys, raw_keys, stream) || !CopyToHost(priorities, raw_priorities, stream)) {
-      cudaStreamSynchronize(stream);  // let any enqueued copy finish before the vectors go
-      return Fail("copying keys and priorities to the host failed");
+    const int64_t n = static_cast<int64_t>(keys.element_count());
+    StagedUpdate* update = StagedUpdate::Take(std::move(table), key_format, priority_format, n);
+    if (!update->pinned()) {
+      StagedUpdate::Recycle(update);
+      return Fail("could not allocate pinned host memory for a priority update");
     }
-    if (cudaStreamSynchronize(stream) != cudaSuccess) return Fail("stream synchronisation failed");
-    const size_t n = keys.element_count();
-    std::vector<int64_t> key_values;
-    std::vector<double> priority_values;
-    if (!ReadKeys(keys.element_type(), raw_keys.data(), n, key_values)) {
-      return Fail("keys must be int32, uint32 or int64");
+    cudaError_t error = cudaSuccess;
+    if (n > 0) {
+      error = cudaMemcpyAsync(update->keys(), keys.untyped_data(), keys.size_bytes(),
+                              cudaMemcpyDeviceToHost, stream);
+      if (error == cudaSuccess) {
+        error = cudaMemcpyAsync(update->priorities(), priorities.untyped_data(),
+                                priorities.size_bytes(), cudaMemcpyDeviceToHost, stream);
+      }
     }
-    if (!ReadPriorities(priorities.element_type(), raw_priorities.data(), n, priority_values)) {
-      return Fail("priorities must be float32 or float64");
+    if (error == cudaSuccess) error = cudaLaunchHostFunc(stream, ApplyStagedUpdate, update);
+    if (error == cudaSuccess) {
+      error = cudaMemcpyAsync(updated->typed_data(), update->count(), sizeof(int32_t),
+                              cudaMemcpyHostToDevice, stream);
     }
-    const int32_t count = static_cast<int32_t>(
-        table->UpdatePriorities(key_values.data(), priority_values.data(), static_cast<int64_t>(n)));
-    const cudaError_t error = cudaMemcpyAsync(updated->typed_data(), &count, sizeof(count),
-                                              cudaMemcpyHostToDevice, stream);
-    if (error == cudaSuccess) cudaStreamSynchronize(stream);  // `count` lives on this stack
-    return error == cudaSuccess ? ffi::Error::Success() : Fail(CudaError("copying the count", error));
+    if (error == cudaSuccess) error = cudaLaunchHostFunc(stream, RecycleStagedUpdate, update);
+    if (error != cudaSuccess) {
+      // Whatever was enqueued may still use the buffer: let it finish first.
+      cudaStreamSynchronize(stream);
+      StagedUpdate::Recycle(update);
+      return Fail(CudaError("enqueueing the priority update", error));
+    }
+    return ffi::Error::Success();
   } catch (...) {
     return FromException(std::current_exception());
   }

@@ -11,6 +11,8 @@
 //  * The GPU selection (select_block.h) and gather (gather_block.h) code run
 //    on the CPU for a table given by handle, and the GPU-sample tickets taken
 //    and returned by hand (tests of the slot protocol).
+//  * A GPU priority update staged and applied as the CUDA handler's host
+//    functions do it (staged_update.h).
 #include "testing/testing_module.h"
 
 #include <nanobind/ndarray.h>
@@ -28,6 +30,7 @@
 #include "core/memory.h"
 #include "core/registry.h"
 #include "core/select_block.h"
+#include "core/staged_update.h"
 #include "core/table.h"
 #include "new_array.h"
 
@@ -144,6 +147,50 @@ nb::tuple EmulateGpuSelect(int64_t handle, std::tuple<uint32_t, uint32_t> seed, 
                         slots.array, lengths.array, valid.array);
 }
 
+using AnyArray = nb::ndarray<nb::numpy, nb::c_contig, nb::device::cpu, nb::ndim<1>>;
+
+// What the CUDA priority-update handler does, with its copies as memcpy and
+// its two host functions run here, in order, inside a stream-callback scope
+// (core/staged_update.h): looks the table up (raising its deferred error),
+// checks types and sizes, stages, applies, recycles; returns the count.
+int32_t StagedUpdateLikeTheGpu(int64_t handle, AnyArray keys, AnyArray priorities) {
+  std::shared_ptr<Table> table = Find(handle);
+  KeyFormat key_format;
+  if (keys.dtype() == nb::dtype<int32_t>()) {
+    key_format = KeyFormat::kInt32;
+  } else if (keys.dtype() == nb::dtype<uint32_t>()) {
+    key_format = KeyFormat::kUInt32;
+  } else if (keys.dtype() == nb::dtype<int64_t>()) {
+    key_format = KeyFormat::kInt64;
+  } else {
+    throw InvalidArgument("keys must be int32, uint32 or int64");
+  }
+  PriorityFormat priority_format;
+  if (priorities.dtype() == nb::dtype<float>()) {
+    priority_format = PriorityFormat::kFloat32;
+  } else if (priorities.dtype() == nb::dtype<double>()) {
+    priority_format = PriorityFormat::kFloat64;
+  } else {
+    throw InvalidArgument("priorities must be float32 or float64");
+  }
+  if (keys.shape(0) != priorities.shape(0)) {
+    throw InvalidArgument("keys and priorities differ in size");
+  }
+  const int64_t n = static_cast<int64_t>(keys.shape(0));
+  StagedUpdate* update = StagedUpdate::Take(table, key_format, priority_format, n);
+  std::memcpy(update->keys(), keys.data(), keys.nbytes());
+  std::memcpy(update->priorities(), priorities.data(), priorities.nbytes());
+  int32_t count;
+  {
+    nb::gil_scoped_release release;
+    StreamCallbackScope callback;
+    update->Apply();
+    count = *update->count();
+    StagedUpdate::Recycle(update);
+  }
+  return count;
+}
+
 }  // namespace
 
 void DefineModule(nb::module_ m) {
@@ -175,6 +222,8 @@ void DefineModule(nb::module_ m) {
       "end_gpu_sample",
       [](int64_t handle, uint64_t ticket) { Find(handle)->EndSample(ticket); }, "handle"_a,
       "ticket"_a);
+  m.def("staged_update", &StagedUpdateLikeTheGpu, "handle"_a, "keys"_a, "priorities"_a,
+        "A priority update as the CUDA handler stages and applies it; returns the count.");
   m.def("emulate_gpu_select", &EmulateGpuSelect, "handle"_a, "seed"_a, "batch"_a, "strategy"_a,
         "alpha"_a, "count"_a, "window"_a, "cut"_a = 0);
   m.def("emulate_gpu_sample", &EmulateGpuSample, "handle"_a, "seed"_a, "batch"_a, "strategy"_a,
