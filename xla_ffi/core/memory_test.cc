@@ -12,26 +12,15 @@
 #include <memory>
 #include <vector>
 
+#include "core/fake_pinned.h"
 #include "core/mapped_array.h"
 #include "core/table.h"
 
 namespace gearjax {
 namespace {
 
-std::vector<void*> released;
-
-void* FakeAllocate(size_t bytes, void** device) {
-  void* p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
-  *device = p;
-  return p;
-}
-
-void FakeRelease(void* p) {
-  released.push_back(p);
-  std::free(p);
-}
-
-const MappedAllocator kFake{FakeAllocate, FakeRelease};
+using fake_pinned::released;
+const MappedAllocator& kFake = fake_pinned::kAllocator;
 
 class DeferredRelease : public ::testing::Test {
  protected:

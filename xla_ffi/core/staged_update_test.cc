@@ -17,25 +17,14 @@
 #include <thread>
 #include <vector>
 
+#include "core/fake_pinned.h"
 #include "core/registry.h"
 
 namespace gearjax {
 namespace {
 
-std::vector<void*> released;
-
-void* FakeAllocate(size_t bytes, void** device) {
-  void* p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
-  *device = p;
-  return p;
-}
-
-void FakeRelease(void* p) {
-  released.push_back(p);
-  std::free(p);
-}
-
-const MappedAllocator kFakePinned{FakeAllocate, FakeRelease};
+using fake_pinned::released;
+const MappedAllocator& kFakePinned = fake_pinned::kAllocator;
 
 TableSpec Spec(int64_t capacity) {
   TableSpec spec;
