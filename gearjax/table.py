@@ -293,7 +293,7 @@ class Table:
             raise RuntimeError(f"{self!r} is closed")
         # A priority update applied by a GPU stream callback cannot fail its
         # own program; a bad value there is kept and raised (ValueError) by the
-        # next call on the table, once (README: "Errors in compiled code").
+        # next call on the table, once (README: "In compiled code").
         self._native.raise_deferred_error()
 
     def _wait_for_programs(self) -> None:
