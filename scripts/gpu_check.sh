@@ -23,8 +23,8 @@
 # The machine is expected to reach no registry and to have Python 3.12 with
 # jax (CUDA), flax, optax, orbax, h5py, cupy, nanobind, scikit-build-core,
 # cmake and ninja. What it lacks (flashbax, gymnasium, mujoco, nbclient,
-# ipykernel) comes as wheels in --wheels DIR (fetched elsewhere with
-# `pip download --python-version 3.12 --only-binary=:all: ...`), installed
+# ipykernel) comes as wheels in --wheels DIR (fetched elsewhere by
+# `python scripts/fetch_gpu_wheels.py DIR`), installed
 # with --no-index into a private folder; without them the tests and benchmark
 # sections that need them skip, saying so.
 set -uo pipefail

@@ -69,6 +69,29 @@ def test_gpu_check_refuses_bad_stages_and_machines_without_a_gpu(tmp_path):
         assert none.returncode == 3 and "no NVIDIA GPU here" in none.stderr
 
 
+def test_fetch_gpu_wheels_keeps_only_what_the_gpu_image_lacks():
+    """scripts/fetch_gpu_wheels.py's choice, without the network: wheels of
+    projects the image has are dropped (names compared as PEP 503 normalises
+    them), the rest kept, and two versions of one project refused."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import fetch_gpu_wheels as fetch
+    finally:
+        sys.path.pop(0)
+    wheels = ["flashbax-0.1.3-py3-none-any.whl", "jax-0.11.0-py3-none-any.whl",
+              "typing_extensions-4.16.0-py3-none-any.whl",
+              "jupyter_client-8.10.0-py3-none-any.whl",
+              "Jupyter.Core-5.9.1-py3-none-any.whl"]
+    assert fetch.select(wheels) == ["Jupyter.Core-5.9.1-py3-none-any.whl",
+                                    "flashbax-0.1.3-py3-none-any.whl",
+                                    "jupyter_client-8.10.0-py3-none-any.whl"]
+    with pytest.raises(ValueError, match="two wheels of flashbax"):
+        fetch.select(wheels + ["flashbax-0.1.2-py3-none-any.whl"])
+    with pytest.raises(ValueError, match="not a wheel"):
+        fetch.project_of("flashbax.tar.gz")
+    assert {"flax", "jax", "chex", "cupy-cuda13x"} <= fetch.DEVICE_PACKAGES
+
+
 def test_bench_gpu_smoke_runs_without_a_gpu(tmp_path):
     out = tmp_path / "bench_gpu.json"
     subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_gpu.py"), "--smoke",
