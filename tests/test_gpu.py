@@ -179,6 +179,43 @@ def test_gpu_priority_updates_count_and_defer_a_bad_value(gpu_table):
 
 
 @pytest.mark.parametrize("placement", ["host", "device"])
+def test_a_gpu_sample_after_updates_in_the_same_program_sees_them(placement):
+    """The sample's handler runs before the stream applies the update: from
+    all-zero priorities it waits for the stream (Table::WaitsForStagedUpdates);
+    to all-zero priorities its kernels return empty rows (README)."""
+    table = gx.Table(COLUMNS, capacity=8, max_length=12, placement=placement)
+    try:
+        keys = sorted(fill(table, np.random.default_rng(1), 4))
+        table.update_priorities(np.asarray(keys), np.zeros(len(keys)))
+        one = jnp.asarray(np.asarray(keys[:1]), jnp.int32)
+
+        @jax.jit
+        def wake_then_sample(key):
+            table.update_priorities(one, jnp.ones(1))
+            return table.sample(key, 16, 1, gx.Prioritized(1.0)).keys
+
+        @jax.jit
+        def zero_then_sample(key):
+            table.update_priorities(one, jnp.zeros(1))
+            batch = table.sample(key, 16, 1, gx.Prioritized(1.0))
+            return batch.keys, batch.mask
+
+        with on("gpu"):
+            assert set(np.asarray(wake_then_sample(jax.random.key(0))).tolist()) == {keys[0]}
+            # Empty rows while the zero is still on the stream; the CPU's
+            # error if the stream applied it before the sample began.
+            try:
+                drawn, mask = jax.block_until_ready(zero_then_sample(jax.random.key(1)))
+            except jax.errors.JaxRuntimeError as e:
+                assert "priority 0" in str(e)
+                gx.clear_errors()
+            else:
+                assert np.all(np.asarray(drawn) == -1) and not np.asarray(mask).any()
+    finally:
+        table.close()
+
+
+@pytest.mark.parametrize("placement", ["host", "device"])
 def test_gpu_sampling_while_threads_insert_never_tears(placement):
     from test_concurrency import COLUMNS as SELF_DESCRIBING, check_rows, trajectory
 

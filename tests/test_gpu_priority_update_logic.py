@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 

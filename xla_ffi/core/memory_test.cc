@@ -2,13 +2,17 @@
 // calls are not allowed) are queued, not done, and the next drain outside a
 // callback does them; a table whose last reference dies in a callback releases
 // nothing there; a device arena remembers its GPU and its table refuses
-// programs on another.
+// programs on another; Close frees memory without holding the table's
+// mutex.
 #include "core/memory.h"
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <memory>
 #include <vector>
 
@@ -71,6 +75,44 @@ TEST_F(DeferredRelease, ATableDroppedInACallbackReleasesNothingThere) {
   const size_t queued = DeferredReleases();
   EXPECT_EQ(DrainDeferredReleases(), queued);
   EXPECT_EQ(released.size(), queued);
+}
+
+// Freeing pinned or GPU memory may wait for the GPU, whose stream may wait
+// for the table's mutex (a staged priority update's host function): Close
+// frees the memory after letting the mutex go. The release hook checks that
+// another thread can take the mutex meanwhile.
+std::shared_ptr<Table> closing;
+std::atomic<int> releases_with_the_mutex_free{0}, releases_with_the_mutex_held{0};
+
+void ReleaseCheckingTheMutex(void* p) {
+  // A detached probe: if the mutex were held it would finish only after
+  // Close, and the test fails instead of hanging.
+  auto taken = std::make_shared<std::atomic<bool>>(false);
+  std::thread([table = closing, taken] {
+    table->closed();  // takes the mutex
+    taken->store(true);
+  }).detach();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (!taken->load() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ++(taken->load() ? releases_with_the_mutex_free : releases_with_the_mutex_held);
+  std::free(p);
+}
+
+TEST(CloseReleasesMemory, WithoutHoldingTheTablesMutex) {
+  const MappedAllocator checking{fake_pinned::Allocate, ReleaseCheckingTheMutex};
+  SetMappedAllocator(&checking);
+  TableSpec spec;
+  spec.columns.push_back({"x", 4, std::vector<uint8_t>(4, 0)});
+  spec.capacity = 4;
+  spec.max_length = 2;
+  spec.gpu_mapped = true;
+  closing = std::make_shared<Table>(spec);
+  ASSERT_TRUE(closing->Close(1.0));
+  EXPECT_GE(releases_with_the_mutex_free.load(), 2);  // the arena and the slot records at least
+  EXPECT_EQ(releases_with_the_mutex_held.load(), 0);
+  SetMappedAllocator(nullptr);
 }
 
 int current_gpu = 0;

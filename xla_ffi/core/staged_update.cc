@@ -78,7 +78,9 @@ StagedUpdate* StagedUpdate::Take(std::shared_ptr<Table> table, KeyFormat keys,
     if (memory == nullptr) throw std::bad_alloc();
     update = new StagedUpdate(static_cast<uint8_t*>(memory), capacity, used);
   }
+  table->StagedUpdateEnqueued();
   update->table_ = std::move(table);
+  update->applied_ = false;
   update->key_format_ = keys;
   update->priority_format_ = priorities;
   update->n_ = n;
@@ -90,11 +92,13 @@ StagedUpdate* StagedUpdate::Take(std::shared_ptr<Table> table, KeyFormat keys,
 
 void StagedUpdate::Recycle(StagedUpdate* update) {
   if (update == nullptr) return;
+  if (!update->applied_) update->table_->StagedUpdateApplied();  // never enqueued
   update->table_.reset();  // may be the last reference: its releases defer in callbacks
   {
     Pool& pool = GetPool();
     std::lock_guard<std::mutex> lock(pool.mu);
-    if (pool.free.size() < kMaxPooled) {
+    // Only memory of the kind Take hands out now is worth keeping.
+    if (pool.free.size() < kMaxPooled && update->allocator_ == GetMappedAllocator()) {
       pool.free.push_back(update);
       return;
     }
@@ -135,6 +139,8 @@ void StagedUpdate::Apply() {
     table_->DeferError("unknown error");
   }
   *count() = updated;
+  applied_ = true;
+  table_->StagedUpdateApplied();
 }
 
 }  // namespace gearjax

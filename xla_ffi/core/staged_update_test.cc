@@ -148,6 +148,35 @@ TEST_F(StagedUpdateTest, AClosedTableCountsMinusOneAndKeepsNothing) {
   table->RaiseDeferredError();  // nothing kept
 }
 
+TEST_F(StagedUpdateTest, UpdatesInFlightMakeAnAllZeroPrioritizedSampleWait) {
+  auto table = std::make_shared<Table>(Spec(4));
+  const int32_t a = static_cast<int32_t>(Put(*table, 0));
+  const SampleRequest prioritized{Strategy::kPrioritized, 1.0, 0, 2, 0};
+  const SampleRequest uniform{Strategy::kUniform, 0, 0, 2, 0};
+  EXPECT_FALSE(table->WaitsForStagedUpdates(prioritized));  // nothing in flight
+  StagedUpdate* update = StagedUpdate::Take(table, KeyFormat::kInt32, PriorityFormat::kFloat32, 1);
+  std::memcpy(update->keys(), &a, sizeof(a));
+  const float one = 1.0f;
+  std::memcpy(update->priorities(), &one, sizeof(one));
+  EXPECT_TRUE(table->WaitsForStagedUpdates(prioritized));  // every priority 0 now
+  EXPECT_FALSE(table->WaitsForStagedUpdates(uniform));     // priorities do not matter
+  {
+    StreamCallbackScope callback;
+    update->Apply();
+  }
+  EXPECT_FALSE(table->WaitsForStagedUpdates(prioritized));  // applied
+  StagedUpdate::Recycle(update);
+  EXPECT_FALSE(table->WaitsForStagedUpdates(prioritized));
+  // One taken and recycled without being applied (an enqueue failed) is no
+  // longer in flight either.
+  StagedUpdate* never = StagedUpdate::Take(table, KeyFormat::kInt32, PriorityFormat::kFloat32, 1);
+  std::memcpy(never->keys(), &a, sizeof(a));
+  const float zero = 0.0f;
+  std::memcpy(never->priorities(), &zero, sizeof(zero));
+  StagedUpdate::Recycle(never);
+  EXPECT_FALSE(table->WaitsForStagedUpdates(prioritized));
+}
+
 TEST_F(StagedUpdateTest, RefusesBadSizes) {
   auto table = std::make_shared<Table>(Spec(4));
   EXPECT_THROW(StagedUpdate::Take(table, KeyFormat::kInt64, PriorityFormat::kFloat64, -1),
@@ -166,8 +195,10 @@ TEST_F(StagedUpdateTest, BuffersArePooledAndPinnedOnesKeptApart) {
   EXPECT_EQ(*plain->count(), -1);
   void* plain_memory = plain->keys();
   StagedUpdate::Recycle(plain);
+  const size_t pooled = StagedUpdate::PoolSize();
   StagedUpdate* again = StagedUpdate::Take(table, KeyFormat::kInt32, PriorityFormat::kFloat32, 4);
-  EXPECT_EQ(again->keys(), plain_memory);  // reused
+  EXPECT_EQ(StagedUpdate::PoolSize(), pooled - 1);  // a pooled buffer, reused
+  EXPECT_FALSE(again->pinned());
   StagedUpdate::Recycle(again);
 
   SetMappedAllocator(&kFakePinned);
@@ -180,6 +211,15 @@ TEST_F(StagedUpdateTest, BuffersArePooledAndPinnedOnesKeptApart) {
   EXPECT_GE(big->key_bytes(), 800000u);
   StagedUpdate::Recycle(pinned);
   StagedUpdate::Recycle(big);
+
+  // A plain buffer recycled while pinned memory is handed out is freed, not
+  // kept (Take would never hand it out).
+  SetMappedAllocator(nullptr);
+  StagedUpdate* stray = StagedUpdate::Take(table, KeyFormat::kInt32, PriorityFormat::kFloat32, 1);
+  SetMappedAllocator(&kFakePinned);
+  const size_t before_stray = StagedUpdate::PoolSize();
+  StagedUpdate::Recycle(stray);
+  EXPECT_EQ(StagedUpdate::PoolSize(), before_stray);
 
   // The pool keeps at most kMaxPooled buffers; the rest are freed, and freed
   // only outside stream callbacks.

@@ -107,32 +107,46 @@ bool Table::InsideLocked() const {
 }
 
 bool Table::Close(double wait_seconds) {
-  std::unique_lock<std::mutex> lock(mu_);
-  closed_ = true;
-  changed_.notify_all();
-  if (released_) return true;
-  const auto deadline = Clock::now() + std::chrono::duration<double>(
-                                           std::clamp(wait_seconds, 0.0, kMaxTimeoutSeconds));
-  if (!WaitForTickets(lock, deadline, [&] { return !InsideLocked(); })) return false;
-  ReleaseMemoryLocked();
+  std::vector<std::shared_ptr<void>> memory;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    closed_ = true;
+    changed_.notify_all();
+    if (released_) return true;
+    const auto deadline = Clock::now() + std::chrono::duration<double>(
+                                             std::clamp(wait_seconds, 0.0, kMaxTimeoutSeconds));
+    if (!WaitForTickets(lock, deadline, [&] { return !InsideLocked(); })) return false;
+    memory = TakeMemoryLocked();
+  }
+  // Freed without the mutex: freeing pinned or GPU memory may wait for the
+  // GPU, whose stream may itself be waiting for the mutex in a staged
+  // priority update's host function (staged_update.h).
+  for (std::shared_ptr<void>& block : memory) block.reset();  // in the order taken
   return true;
 }
 
-void Table::ReleaseMemoryLocked() {
+std::vector<std::shared_ptr<void>> Table::TakeMemoryLocked() {
+  std::vector<std::shared_ptr<void>> memory;
+  auto take = [&](auto& owner) {
+    if (owner != nullptr) memory.emplace_back(std::move(owner));
+  };
   selectors_.clear();
   priority_selectors_.clear();
-  topk_.reset();
-  lengths_.reset();
-  recent_.reset();
+  take(topk_);
+  take(lengths_);
+  take(recent_);
+  for (auto& tree : prioritized_) take(tree);
   prioritized_.clear();
-  timestep_.reset();
-  min_heap_.reset();
-  uniform_.reset();
-  order_.reset();
-  slots_.reset();
-  arena_->Release();
+  take(timestep_);
+  take(min_heap_);
+  take(uniform_);
+  take(order_);
+  take(slots_);
+  take(arena_);
+  arena_ = std::make_unique<Arena>(0, /*gpu_mapped=*/false, /*on_device=*/false);  // empty
   live_ = num_steps_ = positive_ = 0;
   released_ = true;
+  return memory;
 }
 
 LimiterState Table::LimiterStateLocked() const {
@@ -954,6 +968,13 @@ int64_t Table::UpdatePriorities(const int64_t* keys, const double* priorities, i
   }
   counters_.priority_updates += updated;
   return updated;
+}
+
+bool Table::WaitsForStagedUpdates(const SampleRequest& r) const {
+  if (staged_updates_.load(std::memory_order_acquire) == 0) return false;
+  if (r.strategy != Strategy::kPrioritized || r.alpha <= 0) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  return positive_ == 0;
 }
 
 void Table::DeferError(const std::string& message) {

@@ -307,6 +307,17 @@ class Table {
   void DeferError(const std::string& message);
   void RaiseDeferredError();
 
+  // Staged GPU priority updates enqueued on a stream and not yet applied
+  // (StagedUpdate counts them). A GPU sample begins on the host before the
+  // stream has applied the updates enqueued before it; its kernels see them,
+  // but BeginGpuSample's own checks do not. The one that depends on
+  // priorities is Prioritized's "every priority is 0": where it would fail
+  // now and updates are in flight, the handler waits for the stream first
+  // (WaitsForStagedUpdates).
+  void StagedUpdateEnqueued() { staged_updates_.fetch_add(1, std::memory_order_relaxed); }
+  void StagedUpdateApplied() { staged_updates_.fetch_sub(1, std::memory_order_release); }
+  bool WaitsForStagedUpdates(const SampleRequest& request) const;
+
   // Pins live slots and lists them in key order (for checkpoints and reads);
   // UnpinSlots releases them. With keys == nullptr, every live item;
   // otherwise those of `keys` still live, in the order given.
@@ -408,7 +419,9 @@ class Table {
   void RemoveFromSelectorsLocked(int64_t slot);
   void PublishLocked(int64_t slot, int64_t key, int64_t length, double priority,
                      int64_t stamp);
-  void ReleaseMemoryLocked();
+  // Moves the table's memory (arena, slots, selectors) out, for Close to free
+  // once it has released the mutex; the arena left behind is empty.
+  std::vector<std::shared_ptr<void>> TakeMemoryLocked();
 
   TableSpec spec_;
   ColumnLayout layout_;
@@ -421,7 +434,7 @@ class Table {
   bool closed_ = false;
   bool released_ = false;
 
-  // Memory, released at close (see ReleaseMemoryLocked).
+  // Memory, released at close (see TakeMemoryLocked).
   std::unique_ptr<Arena> arena_;
   std::unique_ptr<Slots> slots_;
   std::vector<int64_t> stamps_;  // per slot: the insertion stamp of its item
@@ -452,6 +465,7 @@ class Table {
   mutable std::mutex returned_mu_;
   mutable std::vector<uint64_t> returned_;
   mutable std::atomic<bool> has_returned_{false};
+  std::atomic<int64_t> staged_updates_{0};
   // DeferError's first message and how many more came after it.
   std::mutex deferred_mu_;
   std::string deferred_error_;

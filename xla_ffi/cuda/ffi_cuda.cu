@@ -190,6 +190,12 @@ ffi::Error Sample(cudaStream_t stream, ffi::ScratchAllocator& scratch,
                   " columns; this table has " + std::to_string(table->num_columns()));
     }
     if (!table->SelectsOnHost(request)) {
+      // Prioritized finds every priority 0: an update still on the stream
+      // may change that (staged_update.h), so let the stream apply it first.
+      if (table->WaitsForStagedUpdates(request)) {
+        const cudaError_t synced = cudaStreamSynchronize(stream);
+        if (synced != cudaSuccess) return Fail(CudaError("waiting for priority updates", synced));
+      }
       return SampleOnDevice(stream, scratch, seed.typed_data(), table, request, width,
                             pad_left != 0, out);
     }
@@ -310,9 +316,9 @@ ffi::Error UpdatePrioritiesCudaImpl(cudaStream_t stream, ffi::Token, ffi::AnyBuf
     }
     if (error == cudaSuccess) error = cudaLaunchHostFunc(stream, RecycleStagedUpdate, update);
     if (error != cudaSuccess) {
-      // Whatever was enqueued may still use the buffer: let it finish first.
-      cudaStreamSynchronize(stream);
-      StagedUpdate::Recycle(update);
+      // Whatever was enqueued may still use the buffer: let it finish first
+      // (if even that fails, the buffer is left to the stream, never reused).
+      if (cudaStreamSynchronize(stream) == cudaSuccess) StagedUpdate::Recycle(update);
       return Fail(CudaError("enqueueing the priority update", error));
     }
     return ffi::Error::Success();
