@@ -66,7 +66,6 @@ class StagedUpdate {
   int32_t* count() { return reinterpret_cast<int32_t*>(buffer_ + count_offset_); }
   size_t key_bytes() const { return priorities_offset_; }
   size_t priority_bytes() const { return count_offset_ - priorities_offset_; }
-  int64_t size() const { return n_; }
   bool pinned() const { return allocator_ != nullptr; }
 
   // Buffers the pool keeps now, and at most.

@@ -409,11 +409,7 @@ TEST(Table, TicketsReturnedFromManyThreadsReleaseEveryWaitingWriter) {
   Table table(Spec(4));
   for (int i = 0; i < 4; ++i) Put(table, 2, 1, i);
   std::vector<uint64_t> tickets;
-  for (int i = 0; i < 64; ++i) {
-    std::vector<Draw> draws(4);
-    const uint32_t seed[2] = {static_cast<uint32_t>(i), 5};
-    tickets.push_back(table.Select({Strategy::kUniform, 0, 0, 4, 0}, seed, draws.data()));
-  }
+  for (uint32_t i = 0; i < 64; ++i) tickets.push_back(HoldSample(table, 4, i));
   std::vector<std::thread> writers;
   for (int i = 0; i < 4; ++i) writers.emplace_back([&, i] { Put(table, 2, 1, 100 + i); });
   std::vector<std::thread> returners;
