@@ -6,7 +6,8 @@ FFI custom calls. The public names are all here::
     import gearjax as gx
     table = gx.Table({"obs": gx.Column((17,), "float32")}, capacity=10_000, max_length=1000)
     key = table.insert({"obs": obs})
-    batch = table.sample(rng, batch_size=64, window=20, strategy=gx.Timestep())
+    state = table.state()        # threaded through the table's calls in compiled code
+    state, batch = table.sample(state, rng, batch_size=64, window=20, strategy=gx.Timestep())
 """
 
 import importlib.metadata
@@ -17,12 +18,14 @@ from gearjax.checkpoint import CheckpointError
 from gearjax.columns import Column
 from gearjax.rate_limiters import MinSize, SampleToInsertRatio
 from gearjax.sharded import ShardedBatch, ShardedTable
+from gearjax.state import TableState
 from gearjax.strategies import Prioritized, Recent, Strategy, Timestep, TopK, Uniform
 from gearjax.table import Table
 
 __all__ = [
     "Batch", "CheckpointError", "Column", "MinSize", "Prioritized", "Recent",
-    "SampleToInsertRatio", "ShardedBatch", "ShardedTable", "Strategy", "Table", "Timestep", "TopK", "Uniform", "clear_errors",
+    "SampleToInsertRatio", "ShardedBatch", "ShardedTable", "Strategy", "Table", "TableState",
+    "Timestep", "TopK", "Uniform", "clear_errors",
 ]
 # pyproject.toml holds the version; the installed package's metadata carries it here.
 __version__ = importlib.metadata.version("gearjax")

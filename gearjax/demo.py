@@ -129,19 +129,22 @@ def main(argv: list[str] | None = None) -> int:
         return (error * batch.mask).sum() / batch.mask.sum()
 
     def train_step(carry, rng_key):
-        params, opt_state = carry
-        batch = table.sample(rng_key, args.batch_size, window=args.window,
-                             strategy=gx.Timestep(), pad="left")
+        params, opt_state, state = carry
+        # The table state orders the table's calls (gearjax.state): each call
+        # takes one and returns the next.
+        state, batch = table.sample(state, rng_key, args.batch_size, window=args.window,
+                                    strategy=gx.Timestep(), pad="left")
         loss, grads = jax.value_and_grad(loss_fn)(params, batch)
-        return adam_update(params, grads, opt_state, learning_rate), loss
+        return (*adam_update(params, grads, opt_state, learning_rate), state), loss
 
     @jax.jit
-    def train_chunk(params, opt_state, rng_key):
+    def train_chunk(params, opt_state, state, rng_key):
         keys = jax.random.split(rng_key, args.steps_per_call)
-        (params, opt_state), losses = jax.lax.scan(train_step, (params, opt_state), keys)
-        return params, opt_state, losses
+        (params, opt_state, state), losses = jax.lax.scan(
+            train_step, (params, opt_state, state), keys)
+        return params, opt_state, state, losses
 
-    opt_state = adam_init(params)
+    opt_state, state = adam_init(params), table.state()
     rng_key = jax.random.key(args.seed)
     thread = threading.Thread(target=actor, daemon=True)
     thread.start()
@@ -150,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         while done < args.steps:
             rng_key, chunk_key = jax.random.split(rng_key)
-            params, opt_state, losses = train_chunk(params, opt_state, chunk_key)
+            params, opt_state, state, losses = train_chunk(params, opt_state, state, chunk_key)
             done += args.steps_per_call
             progress.update(min(done, args.steps),
                             f"loss {float(losses[-1]):.4f}  table size {len(table)}")

@@ -14,16 +14,18 @@ import functools
 import os
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gearjax import _checks, _ffi, _gearjax, checkpoint, rate_limiters
+from gearjax import _checks, _ffi, _gearjax, _sample, checkpoint, rate_limiters
+from gearjax import state as table_state
 from gearjax._gearjax import NativeTable
 from gearjax.batch import Batch
 from gearjax.columns import Column, cast_to_column, host_array, is_numeric
+from gearjax.state import TableState, is_state
 from gearjax.strategies import Prioritized, Recent, Strategy, TopK, Uniform
 
 if TYPE_CHECKING:
@@ -137,7 +139,7 @@ class Table:
             on_device=on_device, key_bits=_key_bits, max_times_sampled=max_times_sampled)
         # What compiled samples need to know: no reference back to this object,
         # so a table nobody holds is freed at once (not by the cycle collector).
-        self._spec = _SampleSpec(self._native.handle, max_length, capacity, tuple(
+        self._spec = _sample.SampleSpec(self._native.handle, max_length, capacity, tuple(
             (n, c.shape, c.dtype) for n, c in self._columns.items()))
 
     # ------------------------------------------------------------------ info
@@ -179,6 +181,15 @@ class Table:
     def handle(self) -> int:
         """The integer the FFI calls find this table by."""
         return self._native.handle
+
+    def state(self) -> TableState:
+        """A fresh table state (a uint32 scalar ``jax.Array``; see
+        :mod:`gearjax.state`): pass it to the first table call of a program
+        (``state, batch = table.sample(state, key, ...)``) and each call's
+        returned state to the next, also from one dispatched program to the
+        next. Cheap; one per training loop (or per thread) is the usual use."""
+        self._check_open()
+        return table_state.initial()
 
     @property
     def slot_bits(self) -> int:
@@ -351,12 +362,22 @@ class Table:
                           f"{len(checked)} trajectories, keys {keys[:1]}..{keys[-1:]})") from None
         return np.array(keys, dtype=np.int64)
 
+    @overload
+    def insert_batch(self, state: TableState, columns: Mapping[str, Any], lengths: Any,
+                     priorities: Any = None) -> tuple[TableState, jax.Array]: ...
+
+    @overload
     def insert_batch(self, columns: Mapping[str, Any], lengths: Any,
-                     priorities: Any = None) -> jax.Array:
+                     priorities: Any = None) -> jax.Array: ...
+
+    def insert_batch(self, *args: Any, **kwargs: Any) -> Any:
         """Inserts N trajectories given as padded arrays, from inside jit too
         (for rollouts produced on the device): ``columns[name]`` is
         ``[N, T, *shape]`` with ``1 <= T <= max_length``, and the first
-        ``lengths[i]`` steps of row i are real. Returns the keys, int64 ``[N]``.
+        ``lengths[i]`` steps of row i are real. Returns the keys, int64 ``[N]``
+        (``state, keys = table.insert_batch(state, columns, lengths)`` in the
+        taught form, ordered by a table state as
+        :meth:`sample` is).
 
         Shapes, dtypes and columns are checked when traced, and lengths and
         priorities too when they are concrete (NumPy or Python values);
@@ -372,7 +393,16 @@ class Table:
         straight into the table; the lengths and priorities are read on the
         host first, so the call synchronises once.
         """
+        # A mapping of columns after the first argument: that one is a state.
+        stateful = (len(args) > 1 and isinstance(args[1], Mapping)) or \
+            (len(args) == 1 and "columns" in kwargs)
+        state, args = (args[0], args[1:]) if stateful else (None, args)
+        return self._insert_batch(state, *args, **kwargs)
+
+    def _insert_batch(self, state: TableState | None, columns: Mapping[str, Any], lengths: Any,
+                      priorities: Any = None) -> Any:
         self._check_open()
+        order = None if state is None else table_state.consume(state, repr(self))
         if not isinstance(columns, Mapping):
             raise TypeError("columns must be a mapping of column name -> [N, T, *shape] array")
         missing = [n for n in self._columns if n not in columns]
@@ -405,7 +435,9 @@ class Table:
         lengths = self._batch_lengths(lengths, rows, steps)
         priorities = self._batch_priorities(priorities, rows)
         arrays = [a.astype(c.dtype) for a, c in zip(arrays, self._columns.values())]
-        return _ffi.insert_batch_call(arrays, lengths, priorities, handle=self._native.handle)
+        order, keys = _ffi.insert_batch_call(arrays, lengths, priorities,
+                                             handle=self._native.handle, state=order)
+        return keys if state is None else (order, keys)
 
     def _batch_lengths(self, lengths: Any, rows: int, steps: int) -> jax.Array:
         if not isinstance(lengths, jax.core.Tracer):
@@ -483,10 +515,49 @@ class Table:
         return [a.reshape(-1).view(np.uint8) for a in arrays], length
 
     # ---------------------------------------------------------------- sample
+    @overload
+    def sample(self, state: TableState, rng_key: jax.Array, batch_size: int,
+               window: int | None = None, strategy: Strategy = Uniform(),
+               pad: str | None = None, *, cut: str = "start",
+               replace: bool = True) -> tuple[TableState, Batch]: ...
+
+    @overload
     def sample(self, rng_key: jax.Array, batch_size: int, window: int | None = None,
                strategy: Strategy = Uniform(), pad: str | None = None, *,
-               cut: str = "start", replace: bool = True, ordered: bool = True) -> Batch:
+               cut: str = "start", replace: bool = True, ordered: bool = True) -> Batch: ...
+
+    def sample(self, *args: Any, **kwargs: Any) -> Any:
         """Samples ``batch_size`` windows of ``window`` steps.
+
+        Two forms, the same arguments otherwise:
+
+        * ``state, batch = table.sample(state, rng_key, batch_size, ...)``
+          (taught): the call takes a table state (from
+          :meth:`state`) and returns its successor; pass that to the table's
+          next call. Calls ordered this way keep JAX's fast dispatch path.
+        * ``batch = table.sample(rng_key, batch_size, ...)``: ordered by JAX's
+          ordered effects instead, with nothing to thread, at a higher cost
+          per dispatch; ``ordered=False`` (this form only) gives order and
+          exactly-once up. See "Semantics in jit" in the docs.
+
+        The arguments, in order (both forms take them the same way):
+
+        * ``state`` (taught form only): the table state (see above).
+        * ``rng_key``: a JAX PRNG key; the same key and table contents give
+          the same batch.
+        * ``batch_size``: rows, in [1, 2**31 - 1].
+        * ``window``: steps per row, in [1, max_length]; None: whole
+          trajectories from step 0, padded to ``max_length``.
+        * ``strategy``: which trajectories are drawn (``gx.Uniform()``,
+          ``Timestep()``, ``Prioritized(alpha)``, ``TopK(k)``, ``Recent(n)``).
+        * ``pad``: ``"left"`` (default) or ``"right"``, for ``cut="start"``.
+        * ``cut`` (keyword): where the window lies in its trajectory (below).
+        * ``replace`` (keyword): False draws distinct trajectories within the
+          batch.
+        * ``ordered`` (keyword, stateless form only): False drops the ordering.
+
+        It returns a :class:`gearjax.Batch`, after the state's successor in
+        the taught form.
 
         A trajectory is chosen by ``strategy``, then a window in it by ``cut``:
 
@@ -556,7 +627,15 @@ class Table:
         the eligible trajectories cannot serve the batch (``cut="full"``,
         ``replace=False``, ``max_times_sampled``).
         """
+        state, args = _split_state(args)
+        return self._sample(state, *args, **kwargs)
+
+    def _sample(self, state: TableState | None, rng_key: jax.Array, batch_size: int,
+                window: int | None = None, strategy: Strategy = Uniform(),
+                pad: str | None = None, *, cut: str = "start", replace: bool = True,
+                ordered: bool = True) -> Any:
         self._check_open()
+        order = None if state is None else table_state.consume(state, repr(self))
         batch_size = _checks.integer("batch_size", batch_size, 1, _checks.MAX_BATCH)
         if window is not None:
             window = _checks.integer("window", window, 1, self._max_length)
@@ -577,10 +656,13 @@ class Table:
             raise TypeError(f"strategy must be gearjax.Uniform(), Timestep(), Prioritized(alpha), "
                             f"TopK(k) or Recent(n), got {strategy!r}")
         ordered = _checks.flag("ordered", ordered)
+        if not ordered and state is not None:
+            raise ValueError("ordered=False is for the stateless form: a sample given a "
+                             "TableState is ordered by it")
         if not ordered and self._max_times_sampled:
             raise ValueError("ordered=False cannot sample a table with max_times_sampled: a "
                              "sample that removes trajectories must run exactly once")
-        _check_rng_key(rng_key)
+        _sample.check_rng_key(rng_key)
         width = window or self._max_length
         _checks.result_bytes(f"a sample of {batch_size} x {width} steps", [
             *(((batch_size, width, *c.shape), c.dtype.itemsize) for c in self._columns.values()),
@@ -596,28 +678,54 @@ class Table:
         if not replace and isinstance(strategy, (TopK, Recent)) and batch_size > strategy.count:
             raise ValueError(f"cannot sample {batch_size} distinct trajectories (replace=False) "
                              f"from the {strategy!r} best")
-        return _sample(rng_key, spec=self._spec, batch_size=batch_size, window=window,
-                       strategy=strategy, pad=pad, cut=CUTS[cut], replace=replace,
-                       ordered=ordered)
+        order, batch = _sample.sample(rng_key, order, spec=self._spec, batch_size=batch_size,
+                                      window=window, strategy=strategy, pad=pad, cut=CUTS[cut],
+                                      replace=replace, ordered=ordered)
+        return batch if state is None else (order, batch)
 
     # ------------------------------------------------------------ priorities
-    def update_priorities(self, keys: Any, priorities: Any) -> Any:
+    @overload
+    def update_priorities(self, state: TableState, keys: Any,
+                          priorities: Any) -> tuple[TableState, jax.Array]: ...
+
+    @overload
+    def update_priorities(self, keys: Any, priorities: Any) -> Any: ...
+
+    def update_priorities(self, *args: Any, **kwargs: Any) -> Any:
         """Sets the priorities of trajectories by key; keys no longer stored
         (evicted meanwhile) are skipped, and for a repeated key the last value
         wins. Priorities must be 0 or in [2.2250738585072014e-308, 1e30];
         otherwise nothing changes.
 
-        Outside jit, with concrete arrays, it checks its input, applies it at
-        once and returns the number of entries whose key is still stored.
-        Inside traced code it is an XLA FFI custom call returning that number
-        as an int32 scalar, in program order with the program's samples and
-        inserts (a sample written after it sees the new priorities). On a GPU
-        it never waits for the stream, so a bad value cannot fail its own
-        program: the update then changes nothing and returns -1, and the next
-        call on the table raises the error (README, "In compiled code").
+        Three forms:
+
+        * ``state, count = table.update_priorities(state, keys, priorities)``
+          (taught, in compiled code): an XLA FFI custom call ordered by the
+          table state (see :meth:`sample`), in or out of jit;
+          ``count`` (an int32 scalar) is the number of entries whose key was
+          still stored.
+        * ``table.update_priorities(keys, priorities)`` inside traced code:
+          the same call ordered by JAX's ordered effects; returns ``count``.
+        * the same with NumPy (concrete) arrays outside jit: checks its input,
+          applies it at once and returns ``count`` as a Python int.
+
+        Compiled updates run in order with the program's samples and inserts
+        (a sample after it sees the new priorities). On a GPU they never wait
+        for the stream, so a bad value cannot fail their own program: the
+        update then changes nothing and returns -1, and the next call on the
+        table raises the error (docs: "Semantics in jit").
         """
+        # The stateful form has one argument more (keys may be any integers,
+        # so their type cannot tell the forms apart).
+        given = len(args) + sum(name in kwargs for name in ("keys", "priorities"))
+        state, args = (args[0], args[1:]) if given == 3 and args else (None, args)
+        return self._update_priorities(state, *args, **kwargs)
+
+    def _update_priorities(self, state: TableState | None, keys: Any, priorities: Any) -> Any:
         self._check_open()
-        traced = isinstance(keys, jax.core.Tracer) or isinstance(priorities, jax.core.Tracer)
+        order = None if state is None else table_state.consume(state, repr(self))
+        traced = isinstance(keys, jax.core.Tracer) or isinstance(priorities, jax.core.Tracer) \
+            or state is not None
         xp = jnp if traced else np
         keys, priorities = xp.ravel(xp.asarray(keys)), xp.ravel(xp.asarray(priorities))
         if keys.dtype == object or not jnp.issubdtype(keys.dtype, np.integer) or \
@@ -632,7 +740,9 @@ class Table:
                 keys = keys.astype(jnp.int32)  # int8/int16/uint8/uint16 widen exactly
             if priorities.dtype not in (jnp.float32, jnp.float64):
                 priorities = priorities.astype(_widest_float())
-            return _ffi.update_priorities_call(keys, priorities, handle=self._native.handle)
+            order, count = _ffi.update_priorities_call(keys, priorities,
+                                                       handle=self._native.handle, state=order)
+            return count if state is None else (order, count)
         return self._native.update_priorities(np.ascontiguousarray(keys, np.int64),
                                               _checks.priorities(priorities))
 
@@ -688,72 +798,6 @@ class Table:
         return table
 
 
-@dataclasses.dataclass(frozen=True)
-class _SampleSpec:
-    """What a compiled sample needs of its table (hashable: a static jit argument)."""
-
-    handle: int
-    max_length: int
-    capacity: int
-    columns: tuple[tuple[str, tuple[int, ...], np.dtype], ...]
-
-
-@functools.partial(jax.jit, static_argnames=("spec", "batch_size", "window", "strategy", "pad",
-                                             "cut", "replace", "ordered"))
-def _sample(rng_key, *, spec: _SampleSpec, batch_size: int, window: int | None,
-            strategy: Strategy, pad: str, cut: int, replace: bool, ordered: bool) -> Batch:
-    # The key's own 64 bits seed Philox4x32-10, which the native core expands
-    # per row: no random numbers are computed in XLA (the key is a threefry
-    # output already; other key kinds are hashed to two words first).
-    seed = _seed_words(rng_key)
-    width = window or spec.max_length
-    keys, start, probability, table_size, valid, *columns = _ffi.sample_call(
-        seed, handle=spec.handle, batch=batch_size, strategy=strategy.code,
-        alpha=strategy.alpha, count=min(strategy.count, spec.capacity),
-        window=window or 0, width=width, pad_left=pad == "left", cut=cut, replace=replace,
-        columns=tuple((shape, dtype) for _, shape, dtype in spec.columns), ordered=ordered)
-    mask, timestep = _window_steps(start, valid, width, pad == "left")
-    return Batch(columns={n: c for (n, _, _), c in zip(spec.columns, columns)}, mask=mask,
-                 timestep=timestep, keys=keys, start=start, probability=probability,
-                 table_size=table_size)
-
-
-def _window_steps(start: jax.Array, valid: jax.Array, width: int,
-                  pad_left: bool) -> tuple[jax.Array, jax.Array]:
-    """(mask, timestep), both [B, W], of windows whose row b holds valid[b]
-    real steps from trajectory step start[b] on, padded on the given side.
-    Computed here rather than written by the native gather: XLA fuses them
-    into whatever reads them, and drops them when nothing does."""
-    position = jnp.arange(width, dtype=jnp.int32)[None, :]
-    valid = valid[:, None]
-    offset = position - (width - valid if pad_left else 0)  # index among the real steps
-    mask = (offset >= 0) & (offset < valid)
-    return mask, jnp.where(mask, start[:, None] + offset, 0)
-
-
-def _seed_words(key: jax.Array) -> jax.Array:
-    """uint32[2] from a PRNG key: its data when it is two words (threefry keys,
-    typed or legacy), else two words drawn from it."""
-    data = jax.random.key_data(key) if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) \
-        else key
-    if data.shape == (2,) and data.dtype == jnp.uint32:
-        return data
-    return jax.random.bits(key, (2,), jnp.uint32)
-
-
-def _check_rng_key(key: Any) -> None:
-    """A JAX PRNG key: a typed key array of shape () or a legacy uint32[2]."""
-    dtype = getattr(key, "dtype", None)
-    shape = getattr(key, "shape", None)
-    if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key) and shape == ():
-        return
-    if dtype is not None and np.dtype(dtype) == np.uint32 and shape == (2,):
-        return
-    raise TypeError(f"rng_key must be one JAX PRNG key (jax.random.key(...), or a legacy "
-                    f"jax.random.PRNGKey), got {type(key).__name__} with dtype {dtype} and "
-                    f"shape {shape}")
-
-
 def _resolve_placement(placement: str, table_bytes: int) -> bool:
     """Whether a table of ``table_bytes`` asked to be at ``placement`` goes in
     GPU memory."""
@@ -784,3 +828,18 @@ def _widest_float() -> np.dtype:
 def _is_real(dtype: Any) -> bool:
     """Integer or floating (bfloat16 included); not bool, not complex."""
     return jnp.issubdtype(dtype, np.integer) or jnp.issubdtype(dtype, np.floating)
+
+
+def _split_state(args: tuple) -> tuple[TableState | None, tuple]:
+    """(the state, the other arguments) of a call written with or without one,
+    told apart by the first argument's type (gearjax.state.is_state)."""
+    if args and is_state(args[0]):
+        return args[0], args[1:]
+    if len(args) > 1 and getattr(args[0], "shape", None) == () and _is_key(args[1]):
+        table_state.consume(args[0], "")  # a scalar before a key: a state of the wrong dtype
+    return None, args
+
+
+def _is_key(value: Any) -> bool:
+    dtype = getattr(value, "dtype", None)
+    return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)

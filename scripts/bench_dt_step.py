@@ -120,8 +120,8 @@ def bench_size(size: str, data: D.Episodes, calls: int, steps_per_call: int,
     numpy_sampler = NumpySampler(data)
     staged = jax.device_put(stack([numpy_sampler(batch_size, context) for _ in range(64)]))
 
-    def from_device(key):
-        return jax.tree.map(lambda x: x[jax.random.randint(key, (), 0, 64)], staged)
+    def from_device(state, key):
+        return state, jax.tree.map(lambda x: x[jax.random.randint(key, (), 0, 64)], staged)
 
     in_jit = Learner(model_config, normalizer, table, train)
     on_device = Learner(model_config, normalizer, config=train, sampler=from_device)

@@ -58,7 +58,7 @@ def assert_emulated_gpu_sample_equals(table: gx.Table, key, batch: gx.Batch, str
     import jax.numpy as jnp
 
     from gearjax import _gearjax
-    from gearjax.table import _seed_words as seed_words
+    from gearjax._sample import seed_words
 
     seed = np.asarray(seed_words(key))
     *fixed, columns = _gearjax.testing.emulate_gpu_sample(

@@ -163,7 +163,7 @@ def test_training_from_a_fixed_device_batch(setup):
     batch = table.sample(jax.random.key(0), 8, K, gx.Timestep(), pad="left")
     config = DTConfig(obs_dim=OBS, act_dim=ACT, context=K, hidden=16, layers=1)
     learner = Learner(config, normalizer, config=TrainConfig(batch_size=8, steps_per_call=5),
-                      sampler=lambda key: batch)
+                      sampler=lambda state, key: (state, batch))
     assert np.all(np.isfinite(learner.train(10)["loss"]))
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import gearjax as gx
-from gearjax.table import _seed_words as seed_words  # the sample's Philox seed
+from gearjax._sample import seed_words  # the sample's Philox seed
 from reference import random_trajectory
 
 COLUMNS = {"x": gx.Column((3,), "float32"), "r": gx.Column((), "int32")}

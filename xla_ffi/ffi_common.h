@@ -2,13 +2,15 @@
 // handle, reading keys and priorities, binding the sample results to the
 // layout the gathers write, and the row loop of insert_batch.
 //
-// Ordering (the contract with gearjax/_ffi.py): every table effect is an XLA
-// custom call that takes a token as its first operand and returns a token as
-// its first result. JAX threads one token through every gearjax call of a
-// program (an ordered effect), through loops and conditionals, and from one
-// dispatched program to the next, so the calls run exactly once each, in
-// program order. The tokens carry no data; handlers bind and ignore them.
-// The "pure" sample target (has no tokens) exists for sample(ordered=False).
+// Ordering (the contract with gearjax/_ffi.py): sample, update_priorities and
+// insert_batch take an *order operand* first and return its successor first.
+// It is either a token (ordered calls: JAX threads one token through every
+// gearjax call of a program, an ordered effect) or the table state that the
+// program threads through its table calls (gx.TableState; the result aliases
+// the operand). Either way the handlers bind it and never read or write it:
+// it carries no data, only the data dependence that orders the calls. The
+// sharded calls take tokens only. The "pure" sample target (no order operand)
+// exists for sample(ordered=False).
 #pragma once
 
 #include <cmath>
@@ -30,8 +32,8 @@
 
 namespace gearjax {
 
-// Results before the per-column buffers, in order (after the token, when the
-// call has one).
+// Results before the per-column buffers, in order (after the order result,
+// when the call has one).
 enum FixedOutput { kKeys = 0, kStart, kProbability, kTableSize, kValid, kNumFixed };
 
 inline xla::ffi::Error Fail(const std::string& what) {
@@ -91,8 +93,12 @@ inline bool ReadPriorities(xla::ffi::DataType type, const void* data, size_t n,
   return true;
 }
 
+// The order operand and result of sample, update_priorities and insert_batch:
+// a token or the table state (see the file comment), never read or written.
+using Order = xla::ffi::AnyBuffer;
+
 // The sample call's attributes, in the order every sample handler takes them
-// after its context, token, seed and results.
+// after its context, order operand, seed and results.
 template <typename Binding>
 auto BindSampleAttrs(Binding binding) {
   return std::move(binding)
@@ -108,31 +114,31 @@ auto BindSampleAttrs(Binding binding) {
 }
 
 // insert_batch's operands, results and attributes after each handler's
-// context: the token, lengths, priorities, then one buffer per column; the
-// token and the keys.
+// context: the order operand, lengths, priorities, then one buffer per
+// column; the order result and the keys.
 template <typename Binding>
 auto BindInsertBatch(Binding binding) {
   return std::move(binding)
-      .template Arg<xla::ffi::Token>()
+      .template Arg<Order>()
       .template Arg<xla::ffi::AnyBuffer>()
       .template Arg<xla::ffi::AnyBuffer>()
       .RemainingArgs()
-      .template Ret<xla::ffi::Token>()
+      .template Ret<Order>()
       .template Ret<xla::ffi::Buffer<xla::ffi::S64>>()
       .template Attr<int64_t>("table_handle")
       .template Attr<int64_t>("rows")
       .template Attr<int64_t>("steps");
 }
 
-// update_priorities' operands (token, keys, priorities), results (token,
+// update_priorities' operands (order, keys, priorities), results (order,
 // count) and attribute after each handler's context.
 template <typename Binding>
 auto BindUpdatePriorities(Binding binding) {
   return std::move(binding)
-      .template Arg<xla::ffi::Token>()
+      .template Arg<Order>()
       .template Arg<xla::ffi::AnyBuffer>()
       .template Arg<xla::ffi::AnyBuffer>()
-      .template Ret<xla::ffi::Token>()
+      .template Ret<Order>()
       .template Ret<xla::ffi::Buffer<xla::ffi::S32>>()
       .template Attr<int64_t>("table_handle");
 }
@@ -211,6 +217,12 @@ auto BindShardKeys(Binding binding) {
       .template Attr<int64_t>("to_local");
 }
 
+// gearjax_zeros: any number of results, each filled with zero bytes.
+template <typename Binding>
+auto BindZeros(Binding binding) {
+  return std::move(binding).RemainingRets();
+}
+
 template <typename Binding>
 auto BindInt64FromWords(Binding binding) {
   return std::move(binding)
@@ -219,7 +231,7 @@ auto BindInt64FromWords(Binding binding) {
 }
 
 // Checks every result's size against the table and returns where to write.
-// `first` is the index of the keys result (1 after a token, else 0). Host
+// `first` is the index of the keys result (1 after an order result, else 0). Host
 // results get huge pages advised (fresh XLA buffers otherwise fault every 4
 // KiB on first touch); device results must not be touched here.
 inline SampleOutputs BindSampleOutputs(const Table& table, xla::ffi::RemainingRets& rets,

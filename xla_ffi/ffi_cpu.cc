@@ -79,7 +79,7 @@ void GatherParallel(ffi::ThreadPool& pool, int64_t rows, int64_t bytes, RunRows&
 }
 
 // Selects (taking a ticket), gathers and returns the ticket; `first` is the
-// index of the keys result (1 when the call returns a token first).
+// index of the keys result (1 when the call returns an order result first).
 ffi::Error Sample(ffi::ThreadPool& pool, const ffi::Buffer<ffi::U32>& seed,
                   ffi::RemainingRets& rets, size_t first, int64_t table_handle,
                   int64_t batch_size, int64_t strategy, double alpha, int64_t count,
@@ -119,7 +119,7 @@ ffi::Error Sample(ffi::ThreadPool& pool, const ffi::Buffer<ffi::U32>& seed,
   }
 }
 
-ffi::Error SampleOrderedImpl(ffi::ThreadPool pool, ffi::Token, ffi::Buffer<ffi::U32> seed,
+ffi::Error SampleOrderedImpl(ffi::ThreadPool pool, Order, ffi::Buffer<ffi::U32> seed,
                              ffi::RemainingRets rets, int64_t table_handle, int64_t batch_size,
                              int64_t strategy, double alpha, int64_t count, int64_t window,
                              int64_t pad_left, int64_t cut, int64_t replace) {
@@ -146,8 +146,8 @@ bool ReadPriorities(const ffi::AnyBuffer& buffer, std::vector<double>& out) {
                                  buffer.element_count(), out);
 }
 
-ffi::Error UpdatePrioritiesImpl(ffi::Token, ffi::AnyBuffer keys, ffi::AnyBuffer priorities,
-                                ffi::Result<ffi::Token>,
+ffi::Error UpdatePrioritiesImpl(Order, ffi::AnyBuffer keys, ffi::AnyBuffer priorities,
+                                ffi::Result<Order>,
                                 ffi::Result<ffi::Buffer<ffi::S32>> updated, int64_t table_handle) {
   try {
     std::shared_ptr<Table> table = LookUpTable(table_handle);
@@ -171,8 +171,8 @@ ffi::Error UpdatePrioritiesImpl(ffi::Token, ffi::AnyBuffer keys, ffi::AnyBuffer 
 
 // Inserts N trajectories given as padded arrays [N, T, *step] per column (the
 // first lengths[i] steps of row i are real); see InsertBatchRows.
-ffi::Error InsertBatchImpl(ffi::Token, ffi::AnyBuffer lengths, ffi::AnyBuffer priorities,
-                           ffi::RemainingArgs columns, ffi::Result<ffi::Token>,
+ffi::Error InsertBatchImpl(Order, ffi::AnyBuffer lengths, ffi::AnyBuffer priorities,
+                           ffi::RemainingArgs columns, ffi::Result<Order>,
                            ffi::Result<ffi::Buffer<ffi::S64>> keys, int64_t table_handle,
                            int64_t rows, int64_t steps) {
   try {
@@ -381,7 +381,21 @@ ffi::Error Int64FromWordsImpl(ffi::Buffer<ffi::U32> words, ffi::Result<ffi::Buff
   return ffi::Error::Success();
 }
 
+// Zero bytes in every result: what the other devices compute where a table
+// call runs on one device of several (gearjax/_primitives.py,
+// one_logical_call), whatever the results' dtypes.
+ffi::Error ZerosImpl(ffi::RemainingRets rets) {
+  for (size_t i = 0; i < rets.size(); ++i) {
+    auto result = rets.get<ffi::AnyBuffer>(i);
+    if (!result.has_value()) return Fail("zeros: result " + std::to_string(i) + " is not a buffer");
+    std::memset((*result)->untyped_data(), 0, (*result)->size_bytes());
+  }
+  return ffi::Error::Success();
+}
+
 }  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ZerosCpu, ZerosImpl, BindZeros(ffi::Ffi::Bind()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(Int64FromWordsCpu, Int64FromWordsImpl,
                               BindInt64FromWords(ffi::Ffi::Bind()));
@@ -402,7 +416,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardServeCpu, ShardServeImpl,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SampleCpu, SampleOrderedImpl,
                               BindSampleAttrs(ffi::Ffi::Bind()
                                                   .Ctx<ffi::ThreadPool>()
-                                                  .Arg<ffi::Token>()
+                                                  .Arg<Order>()
                                                   .Arg<ffi::Buffer<ffi::U32>>()
                                                   .RemainingRets()));
 

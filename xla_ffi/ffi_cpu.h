@@ -1,6 +1,7 @@
 // XLA FFI handlers for the CPU platform: sample (ordered, and the pure variant
-// of sample(ordered=False)), update_priorities and insert_batch; and the three
-// steps of a sharded table's global sample (core/sharding.h).
+// of sample(ordered=False)), update_priorities and insert_batch; the steps of
+// a sharded table's global sample (core/sharding.h); and two helpers (zeros of
+// any dtype, int64 from words).
 #pragma once
 
 #include "xla/ffi/api/ffi.h"
@@ -18,5 +19,6 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(ShardRankCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(ShardServeCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(ShardKeysCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(Int64FromWordsCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(ZerosCpu);
 
 }  // namespace gearjax

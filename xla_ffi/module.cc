@@ -340,6 +340,7 @@ NB_MODULE(_gearjax, m) {
     targets["gearjax_shard_serve"] = gearjax::Capsule(gearjax::ShardServeCpu);
     targets["gearjax_shard_keys"] = gearjax::Capsule(gearjax::ShardKeysCpu);
     targets["gearjax_int64_from_words"] = gearjax::Capsule(gearjax::Int64FromWordsCpu);
+    targets["gearjax_zeros"] = gearjax::Capsule(gearjax::ZerosCpu);
     return targets;
   });
 
@@ -361,6 +362,7 @@ NB_MODULE(_gearjax, m) {
     targets["gearjax_shard_serve"] = gearjax::Capsule(gearjax::ShardServeCuda);
     targets["gearjax_shard_keys"] = gearjax::Capsule(gearjax::ShardKeysCuda);
     targets["gearjax_int64_from_words"] = gearjax::Capsule(gearjax::Int64FromWordsCuda);
+    targets["gearjax_zeros"] = gearjax::Capsule(gearjax::ZerosCuda);
     return targets;
   });
 #else

@@ -1,11 +1,13 @@
 """Training a decision transformer from a gearjax table, entirely under jax.jit.
 
 One training step samples its own batch inside the compiled program
-(``table.sample(key, B, K, gx.Timestep(), pad="left")``: trajectories in
-proportion to their length, a uniformly random start, windows left-padded),
-normalises states, scales returns-to-go, computes the loss and applies an
-optax update. :meth:`Learner.train` runs ``steps_per_call`` steps per dispatch
-in a ``lax.scan``, so Python is out of the loop.
+(``state, batch = table.sample(state, key, B, K, gx.Timestep(), pad="left")``:
+trajectories in proportion to their length, a uniformly random start, windows
+left-padded), normalises states, scales returns-to-go, computes the loss and
+applies an optax update. :meth:`Learner.train` runs ``steps_per_call`` steps
+per dispatch in a ``lax.scan``, so Python is out of the loop; the table state
+rides in the scan's carry and from one dispatch to the next (the taught,
+fast-dispatch form of the effect contract; docs: "Semantics in jit").
 
 Data parallel: the step runs under ``shard_map`` over a one-axis mesh of the
 learner's devices (all local devices by default). Each device samples its
@@ -79,9 +81,14 @@ class TrainConfig:
             raise ValueError("warmup_steps must be >= 0 and learning_rate > 0")
 
 
-def sample_window(table: gx.Table, key: jax.Array, batch_size: int, context: int) -> gx.Batch:
+# A sampler: (table state, key) -> (the state's successor, one device's batch).
+Sampler = Callable[[jax.Array, jax.Array], tuple[jax.Array, gx.Batch]]
+
+
+def sample_window(table: gx.Table, state: jax.Array, key: jax.Array, batch_size: int,
+                  context: int) -> tuple[jax.Array, gx.Batch]:
     """The training batch: windows of ``context`` steps, left-padded."""
-    return table.sample(key, batch_size, context, gx.Timestep(), pad="left")
+    return table.sample(state, key, batch_size, context, gx.Timestep(), pad="left")
 
 
 def loss_fn(model: DecisionTransformer, batch: gx.Batch, normalizer: Normalizer,
@@ -124,15 +131,16 @@ def make_optimizer(model: DecisionTransformer, config: TrainConfig) -> nnx.Optim
 class Learner:
     """A model, its optimizer and the compiled multi-step training function.
 
-    ``sampler(key) -> gx.Batch`` draws one device's batch inside the traced
-    step; by default it samples ``table`` (see :func:`sample_window`), with
-    ``batch_size / len(devices)`` rows. Tests and benchmarks pass other
-    samplers (a fixed device batch, say) to compare. ``devices`` defaults to
-    all local devices; ``batch_size`` must be a multiple of their number."""
+    ``sampler(state, key) -> (state, gx.Batch)`` draws one device's batch
+    inside the traced step, passing the table state on; by default it samples
+    ``table`` (see :func:`sample_window`), with ``batch_size / len(devices)``
+    rows. Tests and benchmarks pass other samplers (a fixed device batch, say)
+    to compare. ``devices`` defaults to all local devices; ``batch_size`` must
+    be a multiple of their number."""
 
     def __init__(self, model_config: DTConfig, normalizer: Normalizer,
                  table: gx.Table | None = None, config: TrainConfig = TrainConfig(),
-                 sampler: Callable[[jax.Array], gx.Batch] | None = None,
+                 sampler: Sampler | None = None,
                  devices: Sequence[jax.Device] | None = None):
         self.devices = list(devices) if devices is not None else jax.local_devices()
         if not self.devices:
@@ -144,41 +152,49 @@ class Learner:
         if sampler is None:
             if table is None:
                 raise ValueError("give a table or a sampler")
-            sampler = lambda key: sample_window(table, key, per_device,  # noqa: E731
-                                                model_config.context)
+            sampler = lambda state, key: sample_window(  # noqa: E731
+                table, state, key, per_device, model_config.context)
         self.model_config, self.config, self.normalizer = model_config, config, normalizer
         self.mesh = Mesh(np.array(self.devices), ("data",))
         model = DecisionTransformer(model_config, nnx.Rngs(config.seed))
         optimizer = make_optimizer(model, config)
         self._graphdef, state = nnx.split((model, optimizer))
         self._state = jax.device_put(state, NamedSharding(self.mesh, P()))
+        # The table state every sample takes and returns (gearjax.state).
+        # (a fresh one serves samplers that read no table, too: it is a zero)
+        self._table_state = jax.device_put(gx.Table.state(table) if table is not None
+                                           else jnp.zeros((), jnp.uint32),
+                                           NamedSharding(self.mesh, P()))
         self.step = 0
         self._key = jax.random.key(config.seed + 1)
 
-        def device_step(state, key, batch=None):
+        def device_step(carry, key, batch=None):
             # One device's share of a step; key is this device's [1] slice;
             # batch (train_on) is this device's rows, else it samples its own.
+            state, table_state = carry
             model, optimizer = nnx.merge(self._graphdef, state)
             sample_key, loss_key = jax.random.split(key[0])
-            batch = sampler(sample_key) if batch is None else batch
+            if batch is None:
+                table_state, batch = sampler(table_state, sample_key)
             grads, metrics = nnx.grad(loss_fn, has_aux=True)(model, batch, normalizer, loss_key)
             grads, metrics = jax.lax.pmean((grads, metrics), "data")
             optimizer.update(model, grads)
-            return nnx.state((model, optimizer)), metrics
+            return (nnx.state((model, optimizer)), table_state), metrics
 
         # check_vma off: the sample custom call has no varying-axes rule; its
-        # outputs are per device by construction.
+        # outputs are per device by construction (the table state carries no
+        # data: every device's is the same zero).
         sampling_step = jax.shard_map(device_step, mesh=self.mesh, in_specs=(P(), P("data")),
                                       out_specs=(P(), P()), check_vma=False)
         given_step = jax.shard_map(device_step, mesh=self.mesh,
                                    in_specs=(P(), P("data"), P("data")),
                                    out_specs=(P(), P()), check_vma=False)
 
-        def run(state, keys):
-            return jax.lax.scan(sampling_step, state, keys)
+        def run(carry, keys):
+            return jax.lax.scan(sampling_step, carry, keys)
 
-        def run_on(state, keys, batches):
-            return jax.lax.scan(lambda s, x: given_step(s, *x), state, (keys, batches))
+        def run_on(carry, keys, batches):
+            return jax.lax.scan(lambda c, x: given_step(c, *x), carry, (keys, batches))
 
         self._run = jax.jit(run, donate_argnums=0)
         self._run_on = jax.jit(run_on, donate_argnums=0)
@@ -208,7 +224,8 @@ class Learner:
         shape = (self.config.steps_per_call, len(self.devices))
         for _ in range(steps // self.config.steps_per_call):
             keys = jax.random.split(jax.random.fold_in(self._key, self.step), shape)
-            self._state, m = self._run(self._state, keys)
+            (self._state, self._table_state), m = self._run((self._state, self._table_state),
+                                                            keys)
             self.step += self.config.steps_per_call
             metrics.append(m)
         return {k: np.concatenate([np.asarray(m[k]) for m in metrics]) for k in metrics[0]}
@@ -224,7 +241,8 @@ class Learner:
                              f"trains on batch_size={self.config.batch_size}")
         keys = jax.random.split(jax.random.fold_in(self._key, self.step),
                                 (steps, len(self.devices)))
-        self._state, metrics = self._run_on(self._state, keys, batches)
+        (self._state, self._table_state), metrics = self._run_on(
+            (self._state, self._table_state), keys, batches)
         self.step += steps
         return {k: np.asarray(v) for k, v in metrics.items()}
 

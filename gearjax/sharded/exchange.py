@@ -36,7 +36,7 @@ from gearjax import _ffi
 from gearjax.batch import Batch
 from gearjax.sharded import keys as keys_of
 from gearjax.strategies import Recent, Strategy, TopK
-from gearjax.table import _seed_words, _window_steps
+from gearjax._sample import seed_words, window_steps
 
 # The mesh axis of the programs that eager calls run.
 AXIS = "gearjax_shards"
@@ -91,9 +91,9 @@ def sample(rng_key: jax.Array, *, spec: ShardSpec, batch_size: int, window: int 
     shards, block = spec.shards, batch_size
     # The same key in every process still gives each its own rows and each
     # owner its own draws: the shard's number is folded in.
-    plan_seed = _seed_words(jax.random.fold_in(jax.random.fold_in(rng_key, 0), spec.shard))
+    plan_seed = seed_words(jax.random.fold_in(jax.random.fold_in(rng_key, 0), spec.shard))
     serve_key = jax.random.fold_in(jax.random.fold_in(rng_key, 1), spec.shard)
-    serve_seeds = jnp.stack([_seed_words(jax.random.fold_in(serve_key, j))
+    serve_seeds = jnp.stack([seed_words(jax.random.fold_in(serve_key, j))
                              for j in range(shards)])
     ranked = isinstance(strategy, (TopK, Recent))
     if ranked:
@@ -137,7 +137,7 @@ def sample(rng_key: jax.Array, *, spec: ShardSpec, batch_size: int, window: int 
         return received.reshape(shards * block, *x.shape[1:])[index]
 
     keys, start, probability, table_size, valid, *columns = (receive(x) for x in served)
-    mask, timestep = _window_steps(start, valid, width, pad == "left")
+    mask, timestep = window_steps(start, valid, width, pad == "left")
     return ShardedBatch(columns={n: c for (n, _, _), c in zip(spec.columns, columns)},
                         mask=mask, timestep=timestep, keys=keys, start=start,
                         probability=probability, table_size=table_size, shard=shard_of_row)
@@ -154,7 +154,7 @@ def update_priorities(keys: jax.Array, priorities: jax.Array, *, spec: ShardSpec
     all_priorities = jax.lax.all_gather(priorities, axis_name).reshape(-1)
     local = _ffi.shard_keys_call(all_keys, shard=spec.shard, shard_shift=spec.shard_shift,
                                  to_local=True)
-    updated = _ffi.update_priorities_call(local, all_priorities, handle=spec.handle)
+    _, updated = _ffi.update_priorities_call(local, all_priorities, handle=spec.handle)
     return jax.lax.psum(updated, axis_name)
 
 
@@ -192,7 +192,7 @@ def eager_sample(rng_key: jax.Array, *, spec: ShardSpec, batch_size: int, window
     """A global sample called eagerly: runs the collective program that every
     process runs at the same call (in the same order), and returns this
     process's rows as arrays on its own device."""
-    seed = np.asarray(_seed_words(rng_key), dtype=np.uint32)
+    seed = np.asarray(seed_words(rng_key), dtype=np.uint32)
     program = _eager_sample_program(spec, batch_size, window, strategy, pad)
     return jax.tree.map(_local_block, program(_global_rows(seed)))
 

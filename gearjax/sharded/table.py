@@ -27,7 +27,8 @@ from gearjax.sharded import coordination, exchange, keys as keys_of, nixl, verbs
 from gearjax.sharded.exchange import ShardedBatch, ShardSpec
 from gearjax.sharded.prefetch import Prefetcher
 from gearjax.strategies import Prioritized, Recent, Strategy, Timestep, TopK, Uniform
-from gearjax.table import PADS, Table, _check_rng_key, _seed_words, _window_steps
+from gearjax._sample import check_rng_key, seed_words, window_steps
+from gearjax.table import PADS, Table
 
 EXCHANGES = ("xla", "nixl", "verbs")
 # The one-sided transports: the check that they can run here, and the class.
@@ -355,7 +356,7 @@ class ShardedTable:
         if not isinstance(strategy, _STRATEGIES):
             raise TypeError(f"strategy must be gearjax.Uniform(), Timestep(), "
                             f"Prioritized(alpha), TopK(k) or Recent(n), got {strategy!r}")
-        _check_rng_key(rng_key)
+        check_rng_key(rng_key)
         width = window or self._local.max_length
         _checks.result_bytes(f"a sharded sample of {self._processes} x {batch_size} x {width} "
                              f"steps", [
@@ -415,7 +416,7 @@ class ShardedTable:
             out.update({f"column-{c}": a for c, a in enumerate(rows["columns"])})
             return out
 
-        words = _seed_words(rng_key)
+        words = seed_words(rng_key)
         if isinstance(rng_key, jax.core.Tracer):
             rows = io_callback(
                 read, {k: jax.ShapeDtypeStruct(shape, dtype) for k, (shape, dtype) in
@@ -423,7 +424,7 @@ class ShardedTable:
         else:
             rows = {k: jax.numpy.asarray(v) for k, v in read(np.asarray(words)).items()}
             self._publish()
-        mask, timestep = _window_steps(rows["start"], rows["valid"], width, pad == "left")
+        mask, timestep = window_steps(rows["start"], rows["valid"], width, pad == "left")
         return ShardedBatch(
             columns={n: rows[f"column-{c}"] for c, n in enumerate(self._local.columns)},
             mask=mask, timestep=timestep, keys=_ffi.int64_from_words(rows["keys"]),

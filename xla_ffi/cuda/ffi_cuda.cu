@@ -235,7 +235,7 @@ ffi::Error Sample(cudaStream_t stream, ffi::ScratchAllocator& scratch,
   }
 }
 
-ffi::Error SampleOrderedCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::Token,
+ffi::Error SampleOrderedCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, Order,
                                  ffi::Buffer<ffi::U32> seed, ffi::RemainingRets rets,
                                  int64_t table_handle, int64_t batch_size, int64_t strategy,
                                  double alpha, int64_t count, int64_t window, int64_t pad_left,
@@ -277,8 +277,8 @@ void CUDART_CB RecycleStagedUpdate(void* data) {
 // Enqueues the update without waiting for the stream (see staged_update.h):
 // copies of keys and priorities into pinned host memory, Apply, the count's
 // copy into `updated`, Recycle. Types and sizes fail here, values later.
-ffi::Error UpdatePrioritiesCudaImpl(cudaStream_t stream, ffi::Token, ffi::AnyBuffer keys,
-                                    ffi::AnyBuffer priorities, ffi::Result<ffi::Token>,
+ffi::Error UpdatePrioritiesCudaImpl(cudaStream_t stream, Order, ffi::AnyBuffer keys,
+                                    ffi::AnyBuffer priorities, ffi::Result<Order>,
                                     ffi::Result<ffi::Buffer<ffi::S32>> updated,
                                     int64_t table_handle) {
   try {
@@ -329,9 +329,9 @@ ffi::Error UpdatePrioritiesCudaImpl(cudaStream_t stream, ffi::Token, ffi::AnyBuf
 
 // Inserts N trajectories given as device arrays [N, T, *step] per column (see
 // the file comment and InsertBatchRows).
-ffi::Error InsertBatchCudaImpl(cudaStream_t stream, ffi::Token, ffi::AnyBuffer lengths,
+ffi::Error InsertBatchCudaImpl(cudaStream_t stream, Order, ffi::AnyBuffer lengths,
                                ffi::AnyBuffer priorities, ffi::RemainingArgs columns,
-                               ffi::Result<ffi::Token>, ffi::Result<ffi::Buffer<ffi::S64>> keys,
+                               ffi::Result<Order>, ffi::Result<ffi::Buffer<ffi::S64>> keys,
                                int64_t table_handle, int64_t rows, int64_t steps) {
   try {
     std::shared_ptr<Table> table = LookUpTableForThisGpu(table_handle);
@@ -405,7 +405,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SampleCuda, SampleOrderedCudaImpl,
                               BindSampleAttrs(ffi::Ffi::Bind()
                                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()
                                                   .Ctx<ffi::ScratchAllocator>()
-                                                  .Arg<ffi::Token>()
+                                                  .Arg<Order>()
                                                   .Arg<ffi::Buffer<ffi::U32>>()
                                                   .RemainingRets()));
 

@@ -252,7 +252,22 @@ ffi::Error Int64FromWordsCudaImpl(cudaStream_t stream, ffi::Buffer<ffi::U32> wor
   return error == cudaSuccess ? ffi::Error::Success() : Fail(CudaFailure("copying", error));
 }
 
+// Zero bytes in every result, on the stream (see ZerosImpl in ffi_cpu.cc).
+ffi::Error ZerosCudaImpl(cudaStream_t stream, ffi::RemainingRets rets) {
+  for (size_t i = 0; i < rets.size(); ++i) {
+    auto result = rets.get<ffi::AnyBuffer>(i);
+    if (!result.has_value()) return Fail("zeros: result " + std::to_string(i) + " is not a buffer");
+    const cudaError_t error =
+        cudaMemsetAsync((*result)->untyped_data(), 0, (*result)->size_bytes(), stream);
+    if (error != cudaSuccess) return Fail(CudaFailure("zeroing", error));
+  }
+  return ffi::Error::Success();
+}
+
 }  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ZerosCuda, ZerosCudaImpl,
+                              BindZeros(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardTotalsCuda, ShardTotalsCudaImpl,
                               BindShardTotals(ffi::Ffi::Bind()

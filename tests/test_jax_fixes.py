@@ -1,0 +1,269 @@
+"""The holes JAX leaves around table calls, closed in both modes
+(gearjax/_jax_fixes.py, gearjax/_primitives.py): a loop-invariant table call
+in a scan under grad runs once per iteration; AOT-compiled functions run every
+call; vmap of cond/switch/while_loop with a batched predicate is refused; a
+jit over several host devices runs each call once; threaded programs keep
+JAX's fast dispatch path."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import gearjax as gx
+from test_effects import MODES, Calls, finish
+
+N = 32
+
+
+@pytest.fixture
+def table():
+    t = gx.Table({"x": gx.Column((2,), "float32")}, capacity=N, max_length=4, name="fixes")
+    for i in range(N):
+        t.insert({"x": np.full((3, 2), i, np.float32)})
+    yield t
+    t.close()
+
+
+@pytest.fixture(params=MODES)
+def calls(request, table):
+    return Calls(table, request.param)
+
+
+def samples_drawn(table, run) -> int:
+    before = table.stats()["samples"]
+    finish(run())
+    return table.stats()["samples"] - before
+
+
+# ---------------------------------------------------------------- hoisting
+@pytest.mark.parametrize("closed_over_state", [False, True])
+def test_a_loop_invariant_call_in_a_scan_under_grad_runs_once_per_iteration(
+        calls, table, closed_over_state):
+    key = jax.random.key(0)  # closed over: every operand of the sample is loop-invariant
+
+    def loss(w, state):
+        def body(carry, _):
+            state, total = carry
+            given = outer if closed_over_state else state
+            new_state, batch = calls.sample(given, key, 2, 1)
+            return (state if closed_over_state else new_state,
+                    total + jnp.sin(batch["x"].sum() * w)), None
+
+        outer = state
+        (state, total), _ = jax.lax.scan(body, (state, 0.0), None, length=5)
+        return total, state
+
+    assert samples_drawn(table, lambda: jax.jit(jax.grad(loss, has_aux=True))(
+        1.0, calls.start())) == 10
+
+
+def test_invariant_work_beside_a_table_call_still_hoists(table):
+    # Only the table call (and what depends on it) stays in the loop.
+    calls = Calls(table, "threaded")
+    big = jnp.ones((64, 64))
+
+    def loss(w, state):
+        def body(carry, _):
+            state, total = carry
+            state, batch = calls.sample(state, jax.random.key(0), 2, 1)
+            return (state, total + jnp.sum(jnp.sin(big * w)) + batch["x"].sum()), None
+
+        return jax.lax.scan(body, (state, 0.0), None, length=4)[0][1]
+
+    # Hoisted, cos(big * w) is one [64, 64] residual; kept in the loop, it
+    # would be saved per iteration, [4, 64, 64].
+    jaxpr = str(jax.make_jaxpr(jax.grad(loss))(1.0, calls.start()))
+    assert "gearjax_sample_threaded" in jaxpr and "f32[4,64,64]" not in jaxpr
+    assert np.isfinite(float(jax.jit(jax.grad(loss))(1.0, calls.start())))
+
+
+# --------------------------------------------------------------------- AOT
+def test_an_aot_compiled_function_runs_every_call(calls, table):
+    key = jax.random.key(0)
+    compiled = jax.jit(lambda s, k: calls.sample(s, k, 3, 1)).lower(calls.start(), key).compile()
+
+    def three_calls():
+        state = calls.start()
+        for _ in range(3):
+            state, batch = compiled(state, key)
+        return state, batch
+
+    assert samples_drawn(table, three_calls) == 9
+
+
+# -------------------------------------------------------------------- vmap
+FLAGS = jnp.array([True, False, True, False])
+KEYS = jax.random.split(jax.random.key(1), 4)
+
+
+def _cond_program(calls):
+    def one(key, flag, state):
+        def taken(state):
+            state, batch = calls.sample(state, key, 1, 1)
+            return state, batch.keys.astype(jnp.int32)
+        return jax.lax.cond(flag, taken, lambda s: (s, jnp.zeros(1, jnp.int32)), state)
+    return one
+
+
+def _switch_program(calls):
+    def one(key, flag, state):
+        def taken(state):
+            state, batch = calls.sample(state, key, 1, 1)
+            return state, batch.keys.astype(jnp.int32)
+        return jax.lax.switch(flag.astype(jnp.int32),
+                              [lambda s: (s, jnp.zeros(1, jnp.int32)), taken], state)
+    return one
+
+
+def _while_program(calls):
+    def one(key, flag, state):
+        def body(carry):
+            i, state, total = carry
+            state, batch = calls.sample(state, jax.random.fold_in(key, i), 1, 1)
+            return i + 1, state, total + batch.keys[0].astype(jnp.int32)
+        _, state, total = jax.lax.while_loop(lambda c: c[0] < 1 + flag.astype(jnp.int32), body,
+                                             (0, state, jnp.int32(0)))
+        return state, total
+    return one
+
+
+@pytest.mark.parametrize("program", [_cond_program, _switch_program, _while_program])
+def test_vmap_of_control_flow_with_a_batched_predicate_is_refused(calls, table, program):
+    mapped = jax.vmap(program(calls), in_axes=(0, 0, None), out_axes=(None, 0))
+    before = table.stats()["samples"]
+    with pytest.raises(NotImplementedError, match="every branch and every iteration"):
+        jax.jit(mapped)(KEYS, FLAGS, calls.start())
+    assert table.stats()["samples"] == before  # refused while tracing: nothing ran
+
+
+@pytest.mark.parametrize("program, expected", [(_cond_program, 4), (_switch_program, 4),
+                                               (_while_program, 8)])
+def test_vmap_of_control_flow_with_an_unbatched_predicate_runs_the_taken_calls(
+        calls, table, program, expected):
+    mapped = jax.vmap(program(calls), in_axes=(0, None, None), out_axes=(None, 0))
+    assert samples_drawn(table, lambda: jax.jit(mapped)(KEYS, True, calls.start())) == expected
+
+
+def test_a_state_batched_by_hand_is_refused(table):
+    states = jnp.zeros(3, jnp.uint32)
+    with pytest.raises(ValueError, match="table state batched by vmap"):
+        jax.vmap(lambda s, k: table.sample(s, k, 1, 1))(states, KEYS[:3])
+
+
+# -------------------------------------------------------------- fast path
+def test_threaded_programs_keep_the_fast_dispatch_path(table, monkeypatch):
+    from jax._src.interpreters import pxla
+    python_calls = []
+    original = pxla.ExecuteReplicated.__call__
+
+    def counting(self, *args):
+        python_calls.append(1)
+        return original(self, *args)
+
+    monkeypatch.setattr(pxla.ExecuteReplicated, "__call__", counting)
+    threaded = jax.jit(lambda s, k: table.sample(s, k, 4, 2))
+    ordered = jax.jit(lambda k: table.sample(k, 4, 2))
+    state = table.state()
+    for i in range(20):
+        state, batch = threaded(state, jax.random.key(i))
+    finish(state)
+    assert len(python_calls) <= 3  # the first calls, while JAX's C++ cache fills
+    python_calls.clear()
+    for i in range(20):
+        batch = ordered(jax.random.key(i))
+    finish(batch)
+    assert len(python_calls) == 20  # ordered effects: every call through Python
+
+
+# ------------------------------------------------------ several devices
+SEVERAL_DEVICES = textwrap.dedent("""
+    import jax, jax.numpy as jnp, numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    import gearjax as gx
+    from test_effects import Calls
+
+    devices = jax.devices()
+    mesh = Mesh(np.array(devices), ("d",))
+    replicated, sharded = NamedSharding(mesh, P()), NamedSharding(mesh, P("d"))
+    B = 2 * len(devices)
+
+    def finish(*x):
+        jax.block_until_ready(x); jax.effects_barrier()
+
+    for mode in ("threaded", "ordered"):
+        with gx.Table({"x": gx.Column((2,), "float32")}, 64, 4, max_times_sampled=1) as t:
+            for i in range(64):
+                t.insert({"x": np.full((3, 2), i, np.float32)})
+            calls = Calls(t, mode)
+            for out in (replicated, sharded):
+                before = t.stats()
+                program = jax.jit(lambda s, k: calls.sample(s, k, B, 1),
+                                  out_shardings=(replicated if mode == "threaded" else None,
+                                                 out))
+                state, batch = program(calls.start(), jax.random.key(0))
+                finish(state, batch)
+                after = t.stats()
+                assert after["samples"] - before["samples"] == B, (mode, after, before)
+                assert before["size"] - after["size"] == B  # consumed once, not per device
+                keys = [np.asarray(s.data) for s in batch.keys.addressable_shards]
+                full = np.asarray(batch.keys)
+                assert len(set(full.tolist())) == B  # consume-once: B distinct rows
+                if out is replicated:
+                    assert all((k == keys[0]).all() for k in keys)  # truly replicated
+            stored = jnp.asarray(t.contents()["key"][:B])
+            for in_sharding in (replicated, sharded):
+                before = t.stats()["priority_updates"]
+                update = jax.jit(lambda s, k, p: calls.update(s, k, p),
+                                 in_shardings=(None, in_sharding, in_sharding))
+                state, count = update(calls.start(), stored, jnp.full(B, 3.0))
+                finish(state, count)
+                assert t.stats()["priority_updates"] - before == B
+                assert int(count) == B
+            before = t.stats()["inserts"]
+            insert = jax.jit(lambda s: calls.insert_batch(s, {"x": jnp.ones((2, 1, 2))},
+                                                          jnp.array([1, 1])))
+            finish(insert(calls.start()))
+            assert t.stats()["inserts"] - before == 2
+            # shard_map: every device runs its own call, as the program says.
+            per_device = jax.jit(jax.shard_map(
+                lambda s, k: calls.sample(s, k[0], 1, 1)[1].keys, mesh=mesh,
+                in_specs=(P(), P("d")), out_specs=P("d")))
+            before = t.stats()["samples"]
+            finish(per_device(calls.start(), jax.random.split(jax.random.key(2), len(devices))))
+            assert t.stats()["samples"] - before == len(devices)
+    if len(devices) == 4:  # a shard_map over part of a 2 x 2 mesh is refused
+        mesh2 = Mesh(np.array(devices).reshape(2, 2), ("a", "b"))
+        with gx.Table({"x": gx.Column((2,), "float32")}, 8, 4) as t:
+            t.insert({"x": np.zeros((3, 2), np.float32)})
+            partial = jax.jit(jax.shard_map(lambda s, k: t.sample(s, k[0], 1, 1)[1].keys,
+                                            mesh=mesh2, in_specs=(P(), P("a")),
+                                            out_specs=P("a"), axis_names={"a"}))
+            try:
+                partial(t.state(), jax.random.split(jax.random.key(0), 2))
+            except NotImplementedError as e:
+                assert "every mesh axis manual" in str(e)
+            else:
+                raise AssertionError("a partly automatic shard_map was not refused")
+    print("ok")
+""")
+
+
+@pytest.mark.parametrize("devices", [2, 4])
+def test_a_jit_over_several_devices_runs_each_table_call_once(tmp_path, devices):
+    script = tmp_path / "several_devices.py"
+    script.write_text(SEVERAL_DEVICES)
+    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+           "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(Path(__file__).parent)}
+    result = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert result.stdout.strip().endswith("ok")
