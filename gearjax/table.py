@@ -137,6 +137,10 @@ class Table:
             name, [(n, c.step_bytes, c.pad_step()) for n, c in self._columns.items()],
             capacity, max_length, REMOVERS[remover], *limiter_args, gpu_mapped=True,
             on_device=on_device, key_bits=_key_bits, max_times_sampled=max_times_sampled)
+        # The one-step fast path (insert_step, Writer.append): each column's
+        # element kind and step shape (xla_ffi/step_values.h).
+        self._native.set_step_formats([(_fast_kind(c.dtype), c.dtype.itemsize, c.shape)
+                                       for c in self._columns.values()])
         # What compiled samples need to know: no reference back to this object,
         # so a table nobody holds is freed at once (not by the cycle collector).
         self._spec = _sample.SampleSpec(self._native.handle, max_length, capacity, tuple(
@@ -323,6 +327,35 @@ class Table:
         self._check_open()
         arrays, length = self._validate_trajectory(trajectory)
         return self._native.insert(arrays, length, _checks.priority(priority))
+
+    def _insert_checked(self, arrays: Sequence[np.ndarray], length: int, priority: float) -> int:
+        """Inserts columns already checked and of the columns' dtypes (the
+        writer's buffers), ``length`` steps each, in column order."""
+        self._check_open()
+        return self._native.insert([np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+                                    for a in arrays], length, priority)
+
+    def insert_step(self, step: Mapping[str, Any], priority: float = 1.0) -> int:
+        """Inserts one step as a trajectory of length 1 and returns its key:
+        ``step`` maps every column to a value of the column's step shape, with
+        no time axis. The insert of transition replay (one transition per
+        trajectory, in a table of ``max_length=1``; see "Transition replay" in
+        the docs).
+
+        Python numbers, and NumPy arrays and scalars of a column's own dtype
+        and shape (NumPy integer and float scalars of other widths too), go
+        straight to native code, at about the cost of a NumPy ring-buffer
+        write; anything else is checked and converted as :meth:`insert` does,
+        and refused as it refuses."""
+        _ffi.clear_failed_token()
+        key = self._native.insert_step(step, priority)
+        if key is not None:
+            return key
+        self._check_open()
+        if not isinstance(step, Mapping):
+            raise TypeError(f"a step must be a mapping of column name -> array, got "
+                            f"{type(step).__name__}")
+        return self.insert({n: host_array(v)[None] for n, v in step.items()}, priority)
 
     def writer(self, max_length_overflow: str = "error", overlap: int = 0) -> "Writer":
         """A streaming writer: append one step at a time, end episodes (see
@@ -819,6 +852,14 @@ def _check_fits_in_memory(table_bytes: int) -> None:
     if memory is not None and table_bytes > memory:
         raise ValueError(f"this table needs {table_bytes} bytes, more than this machine's "
                          f"{memory} bytes of memory; lower capacity or max_length")
+
+
+def _fast_kind(dtype: np.dtype) -> str:
+    """The element kind the one-step fast path takes for a column ("" for
+    none: ml_dtypes floats, complex, non-native byte order)."""
+    if dtype.kind in "biu" or (dtype.kind == "f" and dtype.itemsize in (2, 4, 8)):
+        return dtype.kind if dtype.isnative else ""
+    return ""
 
 
 def _widest_float() -> np.dtype:

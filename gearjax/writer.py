@@ -61,6 +61,8 @@ class Writer:
         self._split = max_length_overflow == "split"
         self._overlap = overlap
         self._buffers: dict[str, np.ndarray] | None = None
+        self._addresses: list[int] | None = None  # the buffers' data, for the fast path
+        self._native, self._max_length = table._native, table.max_length
         self._steps = 0        # steps in the current piece (the overlap included)
         self._fresh = 0        # of those, steps not in an inserted piece yet
         self._keys: list[int] = []           # pieces of the current episode
@@ -89,6 +91,13 @@ class Writer:
         jax, any DLPack array, or anything ``numpy.asarray`` takes). With
         ``"split"``, inserts the current piece once it holds ``max_length``
         steps."""
+        # The fast path: numbers and exactly typed arrays, converted and written
+        # in native code (xla_ffi/step_values.h); anything else takes the
+        # general path below, which checks it as insert does.
+        if self._addresses is not None and self._steps < self._max_length and \
+                self._native.write_step(step, self._addresses, self._steps):
+            self._appended()
+            return
         self._check_open()
         values = self._validate(step)
         if self._steps == self._table.max_length:
@@ -102,6 +111,10 @@ class Writer:
         buffers = self._ensure_buffers()
         for name, value in values.items():
             buffers[name][self._steps] = value
+        self._appended()
+
+    def _appended(self) -> None:
+        """Counts the step just written; with "split", inserts a full piece."""
         self._steps += 1
         self._fresh += 1
         if self._split and self._steps == self._table.max_length:
@@ -137,7 +150,7 @@ class Writer:
         """Drops a partial episode (nothing of it is inserted) and the buffers.
         Idempotent."""
         self._closed = True
-        self._buffers = None
+        self._buffers = self._addresses = None
         self._keys, self._steps, self._fresh = [], 0, 0
 
     def __enter__(self) -> "Writer":
@@ -186,13 +199,15 @@ class Writer:
             self._buffers = {name: np.empty((self._table.max_length,) + column.shape,
                                             column.dtype)
                              for name, column in self._table.columns.items()}
+            self._addresses = [b.ctypes.data for b in self._buffers.values()]
         return self._buffers
 
     def _insert_piece(self, priority: float) -> None:
         """Inserts the current piece (its steps so far) as one trajectory."""
         buffers = self._ensure_buffers()
-        key = self._table.insert({name: b[:self._steps] for name, b in buffers.items()},
-                                 priority=priority)
+        # The buffers hold checked values of the columns' dtypes already.
+        key = self._table._insert_checked([b[:self._steps] for b in buffers.values()],
+                                          self._steps, priority)
         self._keys.append(key)
         self._fresh = 0
 

@@ -9,6 +9,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -22,6 +23,7 @@
 #include "core/table.h"
 #include "ffi_cpu.h"
 #include "new_array.h"
+#include "step_values.h"
 #if defined(GEARJAX_WITH_CUDA)
 #include "cuda/ffi_cuda.h"
 #endif
@@ -114,6 +116,81 @@ class NativeTable {
     }
     nb::gil_scoped_release release;  // the copy, and any wait on the limiter
     return table_->Insert(pointers, length, priority, restore_key, restore_slot, restore_stamp);
+  }
+
+  // The columns' element kinds and step shapes, for the one-step fast path
+  // (step_values.h); a kind of "" leaves a column to the general path.
+  void SetStepFormats(
+      const std::vector<std::tuple<std::string, int, std::vector<int64_t>>>& formats) {
+    if (formats.size() != static_cast<size_t>(table_->num_columns())) {
+      throw InvalidArgument("expected one step format per column");
+    }
+    std::vector<StepColumn> columns;
+    for (size_t c = 0; c < formats.size(); ++c) {
+      const auto& [kind, itemsize, shape] = formats[c];
+      StepColumn column{nb::str(table_->spec().columns[c].name.c_str()), {}};
+      StepFormat& f = column.format;
+      f.kind = kind.size() == 1 ? kind[0] : 0;
+      f.itemsize = itemsize;
+      f.shape = shape;
+      for (int64_t d : shape) f.elements *= d;
+      if (f.kind != 0 && f.bytes() != table_->step_bytes(static_cast<int>(c))) {
+        throw InvalidArgument("a step format disagrees with its column's step size");
+      }
+      columns.push_back(std::move(column));
+    }
+    step_columns_ = std::move(columns);
+  }
+
+  // Inserts one step (a dict of the columns' values, each of its column's
+  // step shape) as a trajectory of length 1 and returns its key; None,
+  // inserting nothing, when the step or the priority is not for the fast
+  // path (the caller then takes the general one).
+  nb::object InsertStep(nb::handle step, nb::handle priority) {
+    thread_local std::vector<uint8_t> bytes;
+    if (!PyFloat_CheckExact(priority.ptr()) && !PyLong_CheckExact(priority.ptr())) {
+      return nb::none();
+    }
+    const double p = PyFloat_CheckExact(priority.ptr()) ? PyFloat_AS_DOUBLE(priority.ptr())
+                                                        : PyLong_AsDouble(priority.ptr());
+    if (PyErr_Occurred()) {
+      PyErr_Clear();
+      return nb::none();
+    }
+    if (!ValidPriority(p) || !ConvertStep(step, step_columns_, bytes)) return nb::none();
+    table_->RaiseDeferredError();  // as every Python Table method does first
+    std::vector<const void*> pointers(step_columns_.size());
+    const uint8_t* at = bytes.data();
+    for (size_t c = 0; c < step_columns_.size(); ++c) {
+      pointers[c] = at;
+      at += step_columns_[c].format.bytes();
+    }
+    int64_t key;
+    {
+      nb::gil_scoped_release release;  // an insert may wait on the rate limiter
+      key = table_->Insert(pointers, 1, p);
+    }
+    return nb::int_(key);
+  }
+
+  // Writes one step (as InsertStep takes it) into row `row` of per-column
+  // buffers (`addresses`: each column's C-contiguous [rows, *shape] buffer,
+  // which the caller keeps alive and large enough); false, writing nothing,
+  // when the step is not for the fast path.
+  bool WriteStep(nb::handle step, const std::vector<uintptr_t>& addresses, int64_t row) {
+    thread_local std::vector<uint8_t> bytes;
+    if (addresses.size() != step_columns_.size() || row < 0 ||
+        !ConvertStep(step, step_columns_, bytes)) {
+      return false;
+    }
+    const uint8_t* at = bytes.data();
+    for (size_t c = 0; c < step_columns_.size(); ++c) {
+      const int64_t size = step_columns_[c].format.bytes();
+      std::memcpy(reinterpret_cast<uint8_t*>(addresses[c]) + row * size, at,
+                  static_cast<size_t>(size));
+      at += size;
+    }
+    return true;
   }
 
   int64_t UpdatePriorities(Int64Array keys, DoubleArray priorities) {
@@ -239,6 +316,7 @@ class NativeTable {
  private:
   std::shared_ptr<Table> table_;
   int64_t handle_;
+  std::vector<StepColumn> step_columns_;
 };
 
 template <typename T>
@@ -295,6 +373,9 @@ NB_MODULE(_gearjax, m) {
       .def("close", &NativeTable::Close, "wait_seconds"_a)
       .def("insert", &NativeTable::Insert, "sources"_a, "length"_a, "priority"_a,
            "restore_key"_a = -1, "restore_slot"_a = -1, "restore_stamp"_a = -1)
+      .def("set_step_formats", &NativeTable::SetStepFormats, "formats"_a)
+      .def("insert_step", &NativeTable::InsertStep, "step"_a, "priority"_a)
+      .def("write_step", &NativeTable::WriteStep, "step"_a, "addresses"_a, "row"_a)
       .def("update_priorities", &NativeTable::UpdatePriorities, "keys"_a, "priorities"_a)
       .def("raise_deferred_error", &NativeTable::RaiseDeferredError)
       .def("pin_items", &NativeTable::PinItems, "keys"_a = nb::none())
