@@ -58,7 +58,7 @@ def learner_step(table: gx.Table, batch: int, window: int, hidden: int, obs_dim:
 
     @jax.jit
     def step(params, key):
-        b = table.sample(key, batch, window)
+        _, b = table.sample(table.state(), key, batch, window)
         obs = b["observation"] * b.mask[..., None]
         value, grads = jax.value_and_grad(loss)(params, obs)
         return jax.tree.map(lambda p, g: p - 1e-3 * g, params, grads), value

@@ -5,7 +5,8 @@ The same jitted training step (model, loss, AdamW update; batch 64 windows of
 K = 20 from the built-in default dataset) is fed four ways:
 
   in-jit          gearjax: the step samples its own batch inside the compiled
-                  program (``table.sample(..., gx.Timestep(), pad="left")``),
+                  program (``state, batch = table.sample(state, ..., gx.Timestep(),
+                  pad="left")``, the state in the scan's carry),
                   ``steps_per_call`` steps per dispatch in ``lax.scan``.
   device-batch    the step picks one of 64 batches already on the device (an
                   index drawn in the step), same scan: no sampling at all.

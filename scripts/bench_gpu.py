@@ -70,12 +70,14 @@ def scan_sampler(table: gx.Table, batch: int, window: int, strategy: gx.Strategy
     """A jitted function running `steps` samples in one lax.scan."""
 
     def body(carry, key):
-        out = table.sample(key, batch, window, strategy)
-        return carry + consume(next(iter(out.columns.values()))), None
+        total, state = carry
+        state, out = table.sample(state, key, batch, window, strategy)
+        return (total + consume(next(iter(out.columns.values()))), state), None
 
     @jax.jit
     def run(key):
-        total, _ = jax.lax.scan(body, jnp.uint32(0), jax.random.split(key, steps))
+        (total, _), _ = jax.lax.scan(body, (jnp.uint32(0), table.state()),
+                                     jax.random.split(key, steps))
         return total
 
     return run
@@ -230,9 +232,12 @@ def selection_and_update(args) -> list[dict]:
             @jax.jit
             def update(k, keys=keys):
                 def body(carry, kk):
+                    total, state = carry
                     new = jax.random.uniform(kk, (1024,), minval=0.1, maxval=10.0)
-                    return carry + table.update_priorities(keys, new), None
-                return jax.lax.scan(body, 0, jax.random.split(k, args.steps))[0]
+                    state, count = table.update_priorities(state, keys, new)
+                    return (total + count, state), None
+                return jax.lax.scan(body, (0, table.state()),
+                                    jax.random.split(k, args.steps))[0][0]
 
             row["update_seconds"] = median_seconds(lambda: update(jax.random.key(3)),
                                                    args.repeats) / args.steps

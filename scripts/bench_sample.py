@@ -16,13 +16,16 @@ Per-call section. For each case (batch x window x per-step shape, dtype) the
 script fills every system with the same random trajectories and times how long
 one call takes to produce a full, materialised batch:
 
-  gearjax        ``table.sample(key, batch_size, window, strategy=gx.Uniform(),
-                 pad="left")`` inside ``jax.jit``, returning the payload column
-                 (as Flashbax's sample returns its experience); skipped, with the
-                 import error recorded, when ``import gearjax`` fails.
-  gearjax-unordered  the same with ``ordered=False`` (no table effect, so JAX's
-                 fast dispatch path): the difference is the dispatch cost of the
-                 sound default.
+  gearjax        ``state, batch = table.sample(state, key, batch_size, window,
+                 strategy=gx.Uniform(), pad="left")`` inside ``jax.jit`` (the
+                 taught form: the table state passed in and returned), returning
+                 the payload column (as Flashbax's sample returns its
+                 experience); skipped, with the import error recorded, when
+                 ``import gearjax`` fails.
+  gearjax-ordered  the stateless form ``table.sample(key, ...)`` (JAX's ordered
+                 effects, which leave JAX's fast dispatch path).
+  gearjax-unordered  the stateless form with ``ordered=False`` (no ordering at
+                 all, JAX's fast dispatch path).
   gearjax-batch  the same, returning the whole gx.Batch (every array) to Python:
                  shows what handing every leaf back to the host costs.
   flashbax       ``flashbax.make_trajectory_buffer(...).sample`` inside ``jax.jit``
@@ -43,8 +46,8 @@ masks or other extra outputs are not counted) and, for gearjax, its payload rate
 over Flashbax's and both memcpys' (> 1 means gearjax is faster). After timing,
 a few sampled rows of each system are checked against the stored data.
 
-In-scan section: gearjax (ordered, the default), gearjax-unordered, Flashbax and
-the ceiling, each a jitted scan of ``scan_steps`` steps (chosen per case so
+In-scan section: gearjax (the taught form, the state in the scan's carry),
+gearjax-ordered, gearjax-unordered, Flashbax and the ceiling, each a jitted scan of ``scan_steps`` steps (chosen per case so
 that one dispatch takes tens of milliseconds and its cost is spread thin),
 taking turns dispatch by dispatch; reported per step. The goal: gearjax at
 least 0.8 of the ceiling's rate on every case.
@@ -97,9 +100,10 @@ except Exception as exc:  # noqa: BLE001 - any import failure means "skip gearja
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "bench_sample_cpu.json"
-SYSTEMS = ("gearjax", "gearjax-unordered", "gearjax-batch", "flashbax", "numpy", "memcpy-fresh",
+SYSTEMS = ("gearjax", "gearjax-ordered", "gearjax-unordered", "gearjax-batch", "flashbax", "numpy",
+           "memcpy-fresh",
            "memcpy-warm")
-SCAN_SYSTEMS = ("gearjax", "gearjax-unordered", "flashbax", "ceiling")
+SCAN_SYSTEMS = ("gearjax", "gearjax-ordered", "gearjax-unordered", "flashbax", "ceiling")
 SECTIONS = ("per-call", "in-scan", "prioritized")
 ROWS_TO_CHECK = 16
 
@@ -198,27 +202,33 @@ def filled_table(case: Case, data: np.ndarray) -> "gx.Table":
 
 
 def gearjax_sampler(case: Case, data: np.ndarray, seed: int, n_calls: int,
-                    whole_batch: bool = False, ordered: bool = True) -> Sampler:
+                    whole_batch: bool = False, form: str = "threaded") -> Sampler:
+    """form: "threaded" (the state passed in and returned), "ordered" or
+    "unordered" (the stateless form, ordered=True or False)."""
     table = filled_table(case, data)
     try:
-        def draw(k):
-            batch = table.sample(
-                k,
-                batch_size=case.batch,
-                window=case.window,  # None for case B: whole trajectories
-                strategy=gx.Uniform(),
-                pad="left",
-                ordered=ordered,
-            )
-            return batch if whole_batch else {"obs": batch["obs"]}
+        def draw(state, k):
+            args = dict(batch_size=case.batch, window=case.window,  # None for case B
+                        strategy=gx.Uniform(), pad="left")
+            if form == "threaded":
+                state, batch = table.sample(state, k, **args)
+            else:
+                batch = table.sample(k, ordered=form == "ordered", **args)
+            return state, (batch if whole_batch else {"obs": batch["obs"]})
 
         sample = jax.jit(draw)
     except BaseException:
         table.close()
         raise
     keys = jax_keys(seed, n_calls)
+    holder = {"state": table.state() if form == "threaded" else None}
+
+    def call(i):
+        holder["state"], out = sample(holder["state"], keys[i])
+        return out
+
     notes = [
-        f"gx.Uniform(), pad='left', window={case.window}, ordered={ordered}; "
+        f"gx.Uniform(), pad='left', window={case.window}, form={form}; "
         + ("returns the whole gx.Batch (the column plus mask, timestep, keys, start, "
            "probability and table_size) to Python; GB/s counts the payload column only"
            if whole_batch else
@@ -226,7 +236,7 @@ def gearjax_sampler(case: Case, data: np.ndarray, seed: int, n_calls: int,
            "its experience; the Batch's other arrays are still computed (one custom call "
            "writes them all)")
     ]
-    return Sampler(lambda i: sample(keys[i]), lambda out: out["obs"], table.close, notes)
+    return Sampler(call, lambda out: out["obs"], table.close, notes)
 
 
 def flashbax_buffer(case: Case, data: np.ndarray):
@@ -325,7 +335,8 @@ def memcpy_fresh_sampler(case: Case, data: np.ndarray, seed: int, n_calls: int) 
 
 SAMPLER_FACTORIES = {
     "gearjax": gearjax_sampler,
-    "gearjax-unordered": lambda *a: gearjax_sampler(*a, ordered=False),
+    "gearjax-ordered": lambda *a: gearjax_sampler(*a, form="ordered"),
+    "gearjax-unordered": lambda *a: gearjax_sampler(*a, form="unordered"),
     "gearjax-batch": lambda *a: gearjax_sampler(*a, whole_batch=True),
     "flashbax": flashbax_sampler,
     "numpy": numpy_sampler,
@@ -475,7 +486,7 @@ def gearjax_ratios(systems: dict) -> dict:
     gearjax faster), for both gearjax rows. The issue's goals read directly:
     >= 2 against flashbax, >= 0.75 against memcpy."""
     ratios = {}
-    for mine in ("gearjax", "gearjax-unordered", "gearjax-batch"):
+    for mine in ("gearjax", "gearjax-ordered", "gearjax-unordered", "gearjax-batch"):
         gear = systems.get(mine, {})
         if gear.get("status") != "ok":
             continue
@@ -542,13 +553,40 @@ def scan_program(step: Callable[..., jax.Array], steps: int, *operands) -> Calla
     return lambda key: program(key, *operands)
 
 
+def threaded_scan_program(step: Callable[..., tuple[jax.Array, jax.Array]], steps: int,
+                          table: "gx.Table") -> Callable[[jax.Array], Any]:
+    """key -> a jitted scan of `steps` steps whose carry holds the table state
+    and a sum: step(state, key) -> (state, value). The state is passed from
+    one dispatch to the next, as the taught form does."""
+    def run(state, key):
+        def body(carry, k):
+            state, total = carry
+            state, value = step(state, k)
+            return (state, total + value), None
+
+        return jax.lax.scan(body, (state, jnp.float32(0)), jax.random.split(key, steps))[0]
+
+    program = jax.jit(run)
+    holder = {"state": table.state()}
+
+    def call(key):
+        holder["state"], total = program(holder["state"], key)
+        return total
+
+    return call
+
+
 def in_scan_programs(case: Case, data: np.ndarray, steps: int) -> tuple[dict, list]:
     """name -> jitted scan(key) for every in-scan system, and things to close."""
     programs, closers = {}, []
     if gx is not None:
         table = filled_table(case, data)
         closers.append(table.close)
-        for name, ordered in (("gearjax", True), ("gearjax-unordered", False)):
+        programs["gearjax"] = threaded_scan_program(
+            lambda state, k: (lambda r: (r[0], r[1]["obs"].astype(jnp.float32).sum()))(
+                table.sample(state, k, case.batch, case.window, gx.Uniform(), "left")),
+            steps, table)
+        for name, ordered in (("gearjax-ordered", True), ("gearjax-unordered", False)):
             programs[name] = scan_program(
                 lambda k, o=ordered: table.sample(k, case.batch, case.window, gx.Uniform(), "left",
                                                   ordered=o)["obs"].astype(jnp.float32).sum(),
@@ -627,13 +665,14 @@ def run_in_scan_case(case: Case, args: argparse.Namespace) -> dict:
         close()
     ratios = {}
     if results.get("ceiling", {}).get("status") == "ok":
-        for name in ("gearjax", "gearjax-unordered", "flashbax"):
+        for name in ("gearjax", "gearjax-ordered", "gearjax-unordered", "flashbax"):
             if results.get(name, {}).get("status") == "ok":
                 ratios[f"{name}/ceiling"] = results["ceiling"]["median_s"] / results[name]["median_s"]
     if "gearjax/flashbax" not in ratios and all(
             results.get(n, {}).get("status") == "ok" for n in ("gearjax", "flashbax")):
         ratios["gearjax/flashbax"] = results["flashbax"]["median_s"] / results["gearjax"]["median_s"]
-    paired = paired_ratios(times, "ceiling", ("gearjax", "gearjax-unordered", "flashbax"))
+    paired = paired_ratios(times, "ceiling", ("gearjax", "gearjax-ordered", "gearjax-unordered",
+                                              "flashbax"))
     for name, result in results.items():
         if result["status"] == "ok":
             print(f"  {name:18s} {result['median_s'] * 1e6:10.1f} us/step  "
@@ -669,7 +708,8 @@ def new_priorities(x: jax.Array) -> jax.Array:
 def gearjax_prioritized(n: int, rng: np.random.Generator) -> tuple[dict, Callable[[], None]]:
     table = gx.Table({"x": gx.Column((), "float32")}, capacity=n, max_length=1, placement="host")
     chunk = min(n, 100_000)
-    fill = jax.jit(lambda x, p: table.insert_batch({"x": x}, jnp.ones(x.shape[0], jnp.int32), p))
+    fill = jax.jit(lambda x, p: table.insert_batch(table.state(), {"x": x},
+                                                   jnp.ones(x.shape[0], jnp.int32), p)[1])
     for _ in range(0, n, chunk):
         jax.block_until_ready(fill(jnp.asarray(rng.random((chunk, 1), dtype=np.float32)),
                                    jnp.asarray(rng.uniform(0.1, 2.0, chunk), jnp.float32)))
@@ -677,22 +717,34 @@ def gearjax_prioritized(n: int, rng: np.random.Generator) -> tuple[dict, Callabl
     keys = jnp.asarray(table.contents()["key"][rng.integers(0, n, (PRIORITIZED_STEPS,
                                                                      PRIORITIZED_BATCH))])
 
-    def sample_and_update(k):
+    def sample_and_update(state, k):
+        state, batch = table.sample(state, k, PRIORITIZED_BATCH, 1, strategy)
+        state, _ = table.update_priorities(state, batch.keys, new_priorities(batch["x"]))
+        return state, batch["x"].sum()
+
+    def sample_only(state, k):
+        state, batch = table.sample(state, k, PRIORITIZED_BATCH, 1, strategy)
+        return state, batch["x"].sum()
+
+    def ordered_sample_and_update(k):
         batch = table.sample(k, PRIORITIZED_BATCH, 1, strategy)
         table.update_priorities(batch.keys, new_priorities(batch["x"]))
         return batch["x"].sum()
 
-    def sample_only(k):
-        return table.sample(k, PRIORITIZED_BATCH, 1, strategy)["x"].sum()
-
     def update_body(carry, step_keys):
-        return carry + table.update_priorities(step_keys, jnp.full(PRIORITIZED_BATCH, 0.5,
-                                                                   jnp.float32)), None
+        state, total = carry
+        state, count = table.update_priorities(state, step_keys,
+                                               jnp.full(PRIORITIZED_BATCH, 0.5, jnp.float32))
+        return (state, total + count), None
 
-    update_only = jax.jit(lambda _: jax.lax.scan(update_body, jnp.int32(0), keys)[0])
-    return {"gearjax sample+update": scan_program(sample_and_update, PRIORITIZED_STEPS),
-            "gearjax sample": scan_program(sample_only, PRIORITIZED_STEPS),
-            "gearjax update": update_only}, table.close
+    update_only = jax.jit(lambda _: jax.lax.scan(update_body, (table.state(), jnp.int32(0)),
+                                                 keys)[0][1])
+    return {"gearjax sample+update": threaded_scan_program(sample_and_update, PRIORITIZED_STEPS,
+                                                           table),
+            "gearjax sample": threaded_scan_program(sample_only, PRIORITIZED_STEPS, table),
+            "gearjax update": update_only,
+            "gearjax-ordered sample+update": scan_program(ordered_sample_and_update,
+                                                          PRIORITIZED_STEPS)}, table.close
 
 
 def flashbax_prioritized(n: int, rng: np.random.Generator) -> dict:

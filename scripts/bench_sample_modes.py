@@ -79,8 +79,8 @@ def main(argv: list[str] | None = None) -> dict:
             for mode, kwargs in MODES.items():
                 table = tables["limited" if mode == "max-times" else "plain"]
                 calls[mode] = jax.jit(
-                    lambda k, t=table, kw=kwargs: t.sample(k, args.batch, args.window, strategy,
-                                                           **kw).columns["obs"])
+                    lambda k, t=table, kw=kwargs: t.sample(t.state(), k, args.batch, args.window,
+                                                           strategy, **kw)[1].columns["obs"])
             key = jax.random.key(0)
             for call in calls.values():  # compile and warm up
                 for _ in range(3):

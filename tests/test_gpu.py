@@ -158,6 +158,44 @@ def test_gpu_scan_with_priority_updates(gpu_table):
     assert sorted(np.asarray(visited).tolist()) == sorted(table.contents()["key"].tolist())
 
 
+def test_gpu_scan_with_priority_updates_in_the_threaded_form(gpu_table):
+    # The taught form on the CUDA handlers: the table state in the carry, the
+    # result state aliasing the operand in GPU memory; a fresh state per
+    # program, and one passed from program to program, both in order.
+    table, _ = gpu_table
+
+    def step(state, key):
+        state, batch = table.sample(state, key, 1, 1, gx.Prioritized(1.0))
+        state, _ = table.update_priorities(state, batch.keys, jnp.zeros(1))
+        return state, batch.keys[0]
+
+    with on("gpu"):
+        drain = jax.jit(lambda s, ks: jax.lax.scan(step, s, ks))
+        half = len(table) // 2
+        keys = jax.random.split(jax.random.key(0), len(table))
+        state, first = drain(table.state(), keys[:half])
+        state, second = drain(state, keys[half:])
+        jax.block_until_ready(state)
+    visited = np.concatenate([np.asarray(first), np.asarray(second)])
+    assert sorted(visited.tolist()) == sorted(table.contents()["key"].tolist())
+
+
+def test_gpu_threaded_calls_keep_the_fast_dispatch_path(gpu_table, monkeypatch):
+    from jax._src.interpreters import pxla
+    table, _ = gpu_table
+    python_calls = []
+    original = pxla.ExecuteReplicated.__call__
+    monkeypatch.setattr(pxla.ExecuteReplicated, "__call__",
+                        lambda self, *a: (python_calls.append(1), original(self, *a))[1])
+    with on("gpu"):
+        sample = jax.jit(lambda s, k: table.sample(s, k, 8, 2))
+        state = table.state()
+        for i in range(20):
+            state, batch = sample(state, jax.random.key(i))
+        jax.block_until_ready(state)
+    assert len(python_calls) <= 3
+
+
 def test_gpu_priority_updates_count_and_defer_a_bad_value(gpu_table):
     """The CUDA update never waits for the stream (core/staged_update.h): the
     count comes back through a stream-ordered copy, and a bad value, found
