@@ -5,7 +5,7 @@ update_priorities, insert_batch) exists as two primitives over the same XLA FFI
 target:
 
 * **Threaded** (the taught mode, ``table.sample(state, key, ...)``): the call
-  takes the table state (a ``gx.TableState``'s array) as its first operand and
+  takes the table state (a uint32 scalar, ``gx.TableState``) as its first operand and
   returns its successor as its first result, so a program orders its table
   calls by passing the state from one to the next: plain data flow. The
   primitive declares no JAX effect, so its programs keep JAX's C++ fast
@@ -14,21 +14,23 @@ target:
 
   - its custom call is marked ``has_side_effect``: XLA never drops, merges
     (CSE), rematerialises or moves it out of a loop; the result state aliases
-    the operand (nothing is copied or written);
+    the operand (the handlers neither read nor write it);
   - a DCE rule: JAX keeps the call when its results are unused;
   - a partial-evaluation rule: under ``jax.checkpoint`` and ``grad`` it runs in
     the forward pass and its results are saved, never recomputed;
   - differentiation: it runs once, on the primal values, with zero tangents;
   - ``vmap``: one call per mapped element, in order, threading the state (a
-    ``lax.scan``). A state that is itself batched, which is what ``vmap`` of
-    ``cond``, ``switch`` or ``while_loop`` with a batched predicate makes (every
-    branch and iteration then runs for every element), is refused;
+    ``lax.scan``). A state that is itself batched is refused: ``vmap`` of
+    ``cond``, ``switch`` or ``while_loop`` with a batched predicate makes one
+    (every branch and iteration then runs for every element), and
+    gearjax/_jax_fixes.py refuses those programs before it gets here;
   - under a jit over several devices, one logical call (see
     :func:`_one_logical_call`).
 
   Its limit, stated in the docs: JAX's own dead-code elimination drops a whole
   ``cond``, loop or nested ``jit`` none of whose results is used, table calls
-  inside included. A program that keeps the state it gets back never loses one.
+  inside included (before any rule of ours is asked). A block that returns
+  something used (its state, say) keeps its calls.
 
 * **Ordered** (``table.sample(key, ...)``, no state): the call carries the
   :class:`TableEffect`, an ordered effect; JAX threads a token through every
@@ -53,6 +55,7 @@ from jax._src import dispatch, effects, sharding_impls
 from jax._src.interpreters import partial_eval as pe
 from jax.extend import core
 from jax.interpreters import ad, batching, mlir
+
 
 # ------------------------------------------------------------------ ordered
 class TableEffect(core.Effect):

@@ -7,10 +7,12 @@ from compiled code takes it first and returns its successor first::
     state, count = table.update_priorities(state, batch.keys, new_priorities)
 
 A call runs after the call whose state it was given, as data flows, so a
-program that passes each state on (through ``lax.scan`` carries, loop states,
-``cond`` operands, and from one dispatched program to the next, returned and
-passed back in) runs every call exactly once, in that order, and keeps JAX's
-fast dispatch path (gearjax/_primitives.py says how).
+program that passes each state on (through ``lax.scan`` carries, loop states
+and ``cond`` operands) runs every call exactly once, in that order, and keeps
+JAX's fast dispatch path (gearjax/_primitives.py says how). Between programs,
+a program may start from a fresh ``table.state()`` (XLA runs the programs of
+one device in dispatch order), or take the state the previous one returned
+(ordered by data, whatever the runtime does).
 
 A state is a plain ``jax.Array``, a uint32 scalar whose value stays 0: only its
 data dependence matters. A bare array rather than a pytree class because JAX's

@@ -9,8 +9,6 @@ code, from inside jit-compiled programs, scans, or eagerly.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import os
 import warnings
 from collections.abc import Mapping, Sequence
@@ -190,8 +188,9 @@ class Table:
         """A fresh table state (a uint32 scalar ``jax.Array``; see
         :mod:`gearjax.state`): pass it to the first table call of a program
         (``state, batch = table.sample(state, key, ...)``) and each call's
-        returned state to the next, also from one dispatched program to the
-        next. Cheap; one per training loop (or per thread) is the usual use."""
+        returned state to the next. A program may start from a fresh one
+        (programs on one device run in dispatch order), or take the state an
+        earlier program returned. Cheap; call it inside jitted functions too."""
         self._check_open()
         return table_state.initial()
 

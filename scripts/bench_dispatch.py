@@ -96,7 +96,8 @@ def reverb_worker(data_path: str) -> int:
     first = next(batches).data["obs"]
     reply({"ready": True, "python": platform.python_version(), "items": items,
            "batch_shape": list(first.shape),
-           "versions": {p: version_of(p) for p in ("dm-reverb", "tensorflow", "numpy")}})
+           "versions": {p: version_of(p) for p in ("dm-reverb", "tensorflow", "tensorflow-cpu",
+                                                   "numpy") if version_of(p)}})
     try:
         for line in sys.stdin:
             command = line.split()

@@ -144,7 +144,8 @@ def reverb_worker(data_path: str) -> int:
                 "item_steps": int(len(got["reward"])), "item_matches_an_episode": matches}
 
     reply({"ready": True, "python": platform.python_version(),
-           "versions": {p: version_of(p) for p in ("dm-reverb", "tensorflow", "numpy")}})
+           "versions": {p: version_of(p) for p in ("dm-reverb", "tensorflow", "tensorflow-cpu",
+                                                   "numpy") if version_of(p)}})
     try:
         for line in sys.stdin:
             command = line.split()

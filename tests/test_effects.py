@@ -260,6 +260,28 @@ def test_dispatched_programs_act_in_dispatch_order(calls, table):
         assert set(np.asarray(drawn.keys).tolist()) == {int(keys[7])}
 
 
+def test_programs_that_each_start_from_a_fresh_state_act_in_dispatch_order(table):
+    # The taught shortcut: no state passed between programs. XLA runs a
+    # device's programs in dispatch order, so a sample dispatched after an
+    # update sees it, even when the update's program starts with slow work.
+    keys = table.contents()["key"]
+    big = jnp.ones((600, 600))
+
+    @jax.jit
+    def slow_update(m, target):
+        m = m @ m @ m  # work before the update, so a reordering would show
+        priorities = jnp.where(jnp.asarray(keys) == target, 1.0, 0.0) + 0 * m[0, 0]
+        return table.update_priorities(table.state(), jnp.asarray(keys), priorities)[1]
+
+    sample = jax.jit(lambda k: table.sample(table.state(), k, 64, 1, gx.Prioritized(1.0))[1].keys)
+    for i in range(10):
+        table.update_priorities(keys, np.ones(N))
+        target = int(keys[i])
+        slow_update(big, target)
+        drawn = sample(jax.random.key(i))  # dispatched without waiting for the update
+        assert set(np.asarray(drawn).tolist()) == {target}
+
+
 def test_grad_of_a_loss_that_samples_and_updates_inside(calls, table):
     def loss(w, state, key):
         state, batch = calls.sample(state, key, 8, 2)

@@ -141,7 +141,8 @@ def test_the_writer_s_fast_path_stores_what_its_general_path_stores(rng):
         for step in steps:
             fast.append(step)
             slow.append({**step, "obs": list(step["obs"])})  # a list: the general path
-        a, b = fast.end_episode(2.0), slow.end_episode(2.0)
+        a = fast.end_episode(2.0)
+        slow.end_episode(2.0)
         for ka, kb in zip(fast.episode_keys, slow.episode_keys):
             for name in cols:
                 np.testing.assert_array_equal(t.get(ka)[name], t.get(kb)[name])

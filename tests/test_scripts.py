@@ -175,3 +175,42 @@ def test_tune_dt_sweeps_with_asha_and_reports_every_trial(tmp_path):
         assert trial["config"]["size"] in ("tiny", "reference")
         assert 3e-4 <= trial["config"]["learning_rate"] <= 3e-3
     assert result["best"]["eval_score"] == max(t["last"]["eval_score"] for t in result["trials"])
+
+
+def test_bench_dispatch_runs_every_form(tmp_path):
+    out = tmp_path / "dispatch.json"
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_dispatch.py"), "--calls", "5",
+                    "--steps", "3", "--widths", "8", "--out", str(out)],
+                   check=True, capture_output=True, timeout=600, cwd=ROOT)
+    result = json.loads(out.read_text())
+    assert set(result["per_call"]["forms"]) == {"threaded", "threaded-fresh", "ordered",
+                                                 "unordered"}
+    assert "reverb" not in result["per_call"]  # only with --reverb-python
+    step = result["train_step"]["8"]
+    assert {"threaded", "threaded-fresh", "ordered", "unordered", "pre-staged"} <= set(step)
+    assert all(s["median_us"] > 0 for s in step.values() if "median_us" in s)
+    assert (tmp_path / "dispatch.txt").read_text().startswith("bench_dispatch:")
+
+
+def test_bench_dqn_runs_and_learns_something(tmp_path):
+    pytest.importorskip("gymnasium", reason="bench_dqn needs gymnasium (the rl extra)")
+    out = tmp_path / "dqn.json"
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_dqn.py"), "--steps", "1500",
+                    "--seeds", "0", "--systems", "gearjax,numpy", "--out", str(out)],
+                   check=True, capture_output=True, timeout=600, cwd=ROOT)
+    result = json.loads(out.read_text())
+    runs = {r["system"]: r for r in result["runs"]}
+    assert set(runs) == {"gearjax", "numpy"}
+    # one update of batch 128 every 10 steps from step 1000 on, each sampling inside
+    assert runs["gearjax"]["rows_sampled"] == ((1500 - 1000 - 1) // 10 + 1) * 128
+    assert all(r["env_steps_per_second"] > 0 and r["episodes"] > 0 for r in runs.values())
+
+
+def test_bench_insert_step_times_every_case(tmp_path):
+    out = tmp_path / "insert.json"
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_insert_step.py"), "--calls",
+                    "300", "--rounds", "1", "--out", str(out)],
+                   check=True, capture_output=True, timeout=300, cwd=ROOT)
+    result = json.loads(out.read_text())
+    assert set(result["us_per_call"]) == {"numpy-ring", "insert_step", "insert",
+                                          "writer-append"}

@@ -54,7 +54,9 @@ SOURCES: list[tuple[str, str]] = [
     ("bench_exchange_cpu_run*.txt",
      "the printed report of `scripts/bench_exchange.py`, the same run as the JSON file "
      "of the same name"),
-    ("bench_actors_cpu.json", "`scripts/bench_actors.py`"),
+    ("bench_actors_cpu.json", "`python /path/to/scripts/bench_actors.py --out ...` run from outside the "
+     "repository root (Ray's workers put their working directory first on their path, and the "
+     "source tree has no compiled extension)"),
     ("bench_actors_cpu.txt", "the printed report of `scripts/bench_actors.py` (same run)"),
     ("bench_actors_cpu.png", "`scripts/bench_actors.py` (same run)"),
     ("bench_sample_modes_cpu.json",
@@ -66,6 +68,14 @@ SOURCES: list[tuple[str, str]] = [
      "--repeats 11` (Reverb in its own virtual environment)"),
     ("bench_writer_cpu.txt", "the printed report of `scripts/bench_writer.py` (same run)"),
     ("bench_core_cpu.txt", "`scripts/bench_core.cc` (the native core alone)"),
+    ("bench_dispatch_cpu.json",
+     "`python scripts/bench_dispatch.py --reverb-python /work/reverb-venv/bin/python` "
+     "(Reverb in its own virtual environment)"),
+    ("bench_dispatch_cpu.txt", "the printed report of `scripts/bench_dispatch.py` (same run)"),
+    ("bench_dqn_cpu.json", "`python scripts/bench_dqn.py --seeds 0,1,2`"),
+    ("bench_insert_step_cpu.json", "`python scripts/bench_insert_step.py`"),
+    ("bench_insert_step_cpu.txt", "the printed report of `scripts/bench_insert_step.py` (same run)"),
+    ("bench_dqn_cpu.txt", "the printed report of `scripts/bench_dqn.py` (same run)"),
     ("bench_dt_step_cpu.json", "`python scripts/bench_dt_step.py`"),
     ("dt_vs_bc_mountaincar_cpu.*", "`python scripts/dt_results.py`"),
     ("dt_halfcheetah_cpu.*", "`python scripts/dt_results.py`"),
