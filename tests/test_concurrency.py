@@ -43,6 +43,13 @@ def check_rows(batch: dict, window: int) -> list[tuple[int, int]]:
     return pairs
 
 
+# Between two inserts (or priority updates) of the busy threads below: without
+# it, threads that release and retake the GIL in a tight loop starve the
+# sampling thread (measured on the 2-core VM: 0.5 s per sample), while with it
+# they still insert thousands of trajectories a second into 8 slots.
+PAUSE = 0.0002
+
+
 def test_sampling_never_sees_torn_or_foreign_windows():
     table = gx.Table(COLUMNS, capacity=8, max_length=MAX_LENGTH, remover="fifo")
     rng = np.random.default_rng(0)
@@ -63,6 +70,7 @@ def test_sampling_never_sees_torn_or_foreign_windows():
                 with lock:
                     key_to_id[key] = traj_id
                 n += 1
+                time.sleep(PAUSE)
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
@@ -72,14 +80,17 @@ def test_sampling_never_sees_torn_or_foreign_windows():
             while not stop.is_set():
                 keys = table.contents()["key"]
                 table.update_priorities(keys, local.uniform(0, 3, len(keys)))
+                time.sleep(PAUSE)
         except Exception as e:  # noqa: BLE001
             errors.append(e)
 
     window = 8
-    samplers = {
-        "uniform": jax.jit(lambda k: table.sample(k, 64, window, gx.Uniform(), pad="right")),
-        "prioritized": jax.jit(lambda k: table.sample(k, 64, window, gx.Prioritized(1.0))),
-        "recent": jax.jit(lambda k: table.sample(k, 64, window, gx.Recent(3))),
+    samplers = {  # the taught form, a fresh table state in each program
+        "uniform": jax.jit(lambda k: table.sample(table.state(), k, 64, window, gx.Uniform(),
+                                                  pad="right")[1]),
+        "prioritized": jax.jit(lambda k: table.sample(table.state(), k, 64, window,
+                                                      gx.Prioritized(1.0))[1]),
+        "recent": jax.jit(lambda k: table.sample(table.state(), k, 64, window, gx.Recent(3))[1]),
     }
     threads = [threading.Thread(target=inserter, args=(i,)) for i in range(2)]
     threads.append(threading.Thread(target=prioritizer))
