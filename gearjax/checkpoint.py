@@ -20,7 +20,12 @@ carries a CRC-32 that reading verifies) holding:
 
 ``save`` writes to a temporary file beside the target (named after the target
 and the writing process), fsyncs it and renames it over the target, so a crash
-mid-save leaves the previous checkpoint intact. Temporaries left by a process
+mid-save leaves the previous checkpoint intact. The target is the path given
+or, for a symbolic link, the file the link leads to (links are followed, as
+``open`` follows them, and remain links); a target that exists and is not a
+regular file (a directory, a device, a FIFO, a socket) is refused with
+``FileExistsError`` and left as it was. A new checkpoint gets the permissions
+the umask gives a new file. Paths may be str, bytes or os.PathLike. Temporaries left by a process
 that died mid-save are removed by the next save or load of the same path.
 While saving, the stored slots are pinned: inserts that would evict them wait.
 
@@ -45,12 +50,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
 import math
 import os
 import re
+import secrets
 import stat
-import tempfile
 import threading
 import time
 import zipfile
@@ -132,26 +138,88 @@ def _process_alive(pid: int) -> bool:
     return True
 
 
+def checkpoint_path(path: str | bytes | os.PathLike) -> str:
+    """`path` as a string (str, bytes and os.PathLike are accepted); refuses
+    anything else, an empty path and a NUL byte."""
+    try:
+        text = os.fsdecode(os.fspath(path))
+    except TypeError:
+        raise TypeError(f"a checkpoint path must be a str, bytes or os.PathLike, got "
+                        f"{type(path).__name__}") from None
+    if not text or "\0" in text:
+        raise ValueError(f"a checkpoint path must be non-empty and free of NUL bytes, got "
+                         f"{text!r}")
+    return text
+
+
+_FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+               (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"),
+               (stat.S_ISSOCK, "a socket"))
+
+
+def _save_target(path: str) -> str:
+    """The file a save to `path` replaces: `path`, or where a symbolic link
+    leads (links are followed, as ``open`` follows them, and stay links).
+    Refuses a path that exists and is not a regular file: saving renames a
+    new file over the old one, which would replace a device, a FIFO or a
+    socket with a regular file."""
+    target = os.path.realpath(path)
+    try:
+        info = os.stat(target)
+    except FileNotFoundError:
+        return target
+    except OSError as e:
+        raise OSError(e.errno, f"cannot save to {path}: {e.strerror}", path) from None
+    if not stat.S_ISREG(info.st_mode):
+        kind = next((name for test, name in _FILE_KINDS if test(info.st_mode)), "not a file")
+        shown = path if target == os.path.abspath(path) else f"{path} (a link to {target})"
+        raise FileExistsError(errno.EEXIST, f"cannot save to {shown}: it is {kind}, not a "
+                              f"regular file, and saving would replace it", path)
+    return target
+
+
+def _create_temporary(path: str) -> tuple[int, str]:
+    """Creates this process's temporary for `path`, beside it, with the
+    permissions the umask gives a new file (mkstemp's are always 0600)."""
+    directory = os.path.dirname(path)
+    for _ in range(100):
+        tmp = os.path.join(directory, f"{_temporary_prefix(path)}{os.getpid()}."
+                                      f"{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name beside the checkpoint", path)
+
+
 @contextlib.contextmanager
 def _atomic_replace(path: str):
-    """Yields a new binary file beside `path`; when the block succeeds the
-    file is flushed to disk and replaces `path` (then the directory is
-    synced), otherwise it is removed. Its name marks it as this process's
-    temporary, which _remove_orphans leaves alone while it is being written."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f"{_temporary_prefix(path)}{os.getpid()}.", suffix=".tmp",
-                               dir=directory)
-    with _writing_lock:
-        _writing.add(tmp)
+    """Yields a new binary file beside `path` (see _save_target for what
+    `path` may be); when the block succeeds the file is flushed to disk and
+    replaces `path` (then the directory is synced), otherwise it is removed.
+    Its name marks it as this process's temporary, which _remove_orphans
+    leaves alone while it is being written. An OSError names `path`, not the
+    temporary."""
+    asked = path
+    path = _save_target(path)
+    directory = os.path.dirname(path)
+    _remove_orphans(path)
+    tmp = None
     try:
+        fd, tmp = _create_temporary(path)
+        with _writing_lock:
+            _writing.add(tmp)
         with os.fdopen(fd, "wb") as raw:
             yield raw
             raw.flush()
             os.fsync(raw.fileno())
+        _save_target(asked)  # still not a device, FIFO or directory (it may have changed)
         os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
+    except BaseException as e:
+        if tmp is not None and os.path.lexists(tmp):
             os.unlink(tmp)
+        if isinstance(e, OSError) and tmp is not None and tmp in (e.filename, e.filename2):
+            raise type(e)(e.errno, f"cannot save to {asked}: {e.strerror}", asked) from None
         raise
     finally:
         with _writing_lock:
@@ -164,8 +232,7 @@ def save(native: NativeTable, header: dict[str, Any], path: str | os.PathLike) -
     configuration as JSON values: name, columns (a list of {"name", "shape",
     "dtype", "pad"}), capacity, max_length, placement, remover, rate_limiter,
     max_times_sampled."""
-    path = os.fspath(path)
-    _remove_orphans(path)
+    path = checkpoint_path(path)
     keys, slots, lengths, priorities, stamps, times_sampled = native.pin_items()
     try:
         stats = native.stats()
@@ -192,8 +259,7 @@ def save(native: NativeTable, header: dict[str, Any], path: str | os.PathLike) -
 def write_atomically(path: str | os.PathLike, data: bytes) -> None:
     """Writes a small file (a sharded table's manifest) atomically: all of
     `data` or the file as it was."""
-    path = os.fspath(path)
-    _remove_orphans(path)
+    path = checkpoint_path(path)
     with _atomic_replace(path) as raw:
         raw.write(data)
 
@@ -288,7 +354,7 @@ def _read_exactly(stream, n: int) -> bytes:
 
 def open_checkpoint(path: str | os.PathLike) -> Checkpoint:
     """Opens and checks a checkpoint (see the module docstring)."""
-    path = os.fspath(path)
+    path = checkpoint_path(path)
     _remove_orphans(path)
     try:
         info = os.stat(path)
