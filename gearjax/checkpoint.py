@@ -30,7 +30,8 @@ that died mid-save are removed by the next save or load of the same path.
 While saving, the stored slots are pinned: inserts that would evict them wait.
 
 ``open_checkpoint`` checks everything before anything is built: the path is a
-regular file; every member is stored uncompressed and lies inside the file;
+regular file; the metadata is at most 16 MiB and nests at most 32 levels
+(checked before decoding); every member is stored uncompressed and lies inside the file;
 every array's declared shape and dtype match its member's size before a byte
 of it is allocated; counters are finite non-negative integers; keys, slots,
 lengths and priorities are consistent. Whatever a file holds, loading it
@@ -391,6 +392,32 @@ def open_checkpoint(path: str | os.PathLike) -> Checkpoint:
         raise
 
 
+MAX_JSON_DEPTH = 32  # meta.json nests 4 deep; Python's decoder recurses per level
+# A string, or an unterminated one to the end (so that no quote is rescanned:
+# linear time on any input).
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*+(?:"|\\?\Z)', re.DOTALL)
+
+
+def decode_json(data: bytes, what: str) -> Any:
+    """Decodes a checkpoint's JSON metadata, bounded: at most MAX_META_BYTES
+    bytes and MAX_JSON_DEPTH nested arrays and objects, checked before
+    decoding (the decoder recurses per level, so hostile nesting would raise
+    RecursionError, or overflow the stack). Raises CheckpointError."""
+    if len(data) > MAX_META_BYTES:
+        raise CheckpointError(f"{what} holds {len(data)} bytes; that is not metadata")
+    structure = np.frombuffer(_JSON_STRING.sub(b'""', data), np.uint8)
+    steps = (np.isin(structure, (ord("["), ord("{"))).astype(np.int64) -
+             np.isin(structure, (ord("]"), ord("}"))))
+    depth = int(np.cumsum(steps).max(initial=0))
+    if depth > MAX_JSON_DEPTH:
+        raise CheckpointError(f"{what} nests {depth} levels of arrays and objects; metadata "
+                              f"nests at most {MAX_JSON_DEPTH}")
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
+        raise CheckpointError(f"{what} is not valid JSON: {e}") from None
+
+
 def _check_members(zf: zipfile.ZipFile, file_size: int) -> None:
     """Every member is stored (no compression, so no zip bomb) and its data
     lies inside the file."""
@@ -461,7 +488,7 @@ def _read(zf: zipfile.ZipFile) -> Checkpoint:
     info = zf.getinfo("meta.json")
     if info.file_size > MAX_META_BYTES:
         raise CheckpointError(f"meta.json holds {info.file_size} bytes; that is not metadata")
-    meta = json.loads(zf.read("meta.json"))
+    meta = decode_json(zf.read("meta.json"), "meta.json")
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise CheckpointError("not a gearjax table checkpoint")
     version = meta.get("version")

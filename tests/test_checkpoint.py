@@ -522,6 +522,14 @@ HOSTILE = {
     "num-items-negative": _meta(lambda m: m.update(num_items=-1)),
     "column-shape-2**40": _meta(lambda m: m["columns"][0].update(shape=[2**40])),
     "meta-of-20-MB": lambda items: items.update({"meta.json": b" " * (20 << 20) + b"{}"}),
+    # Nesting the decoder would recurse into (RecursionError escaped once).
+    "meta-nesting-100k-arrays": lambda items: items.update(
+        {"meta.json": b"[" * 100_000 + b"]" * 100_000}),
+    "meta-nesting-unclosed": lambda items: items.update({"meta.json": b"{\"a\":" * 50_000}),
+    "column-shape-nested-40-deep": _meta(lambda m: m["columns"][0].update(
+        shape=json.loads("[" * 40 + "]" * 40))),
+    "meta-unterminated-escapes": lambda items: items.update(
+        {"meta.json": b'"\\"' * 100_000 + b'"\\'}),
     # Counters that are not finite non-negative integers.
     "samples-nan": _meta(lambda m: m["counters"].update(samples=float("nan"))),
     "samples-infinite": _meta(lambda m: m["counters"].update(samples=float("inf"))),

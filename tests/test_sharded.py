@@ -321,6 +321,9 @@ def test_load_refuses_a_hostile_manifest(tmp_path):
     (tmp_path / "t" / "manifest.json").write_bytes(b"\xff" * 100)
     with pytest.raises(gx.CheckpointError):
         gx.ShardedTable.load(tmp_path / "t")
+    (tmp_path / "t" / "manifest.json").write_bytes(b"[" * 500_000)  # RecursionError escaped once
+    with pytest.raises(gx.CheckpointError, match="nests 500000 levels"):
+        gx.ShardedTable.load(tmp_path / "t")
     with pytest.raises(FileNotFoundError):
         gx.ShardedTable.load(tmp_path / "missing")
 

@@ -555,10 +555,10 @@ def _read_manifest(directory: str) -> dict:
     try:
         with open(path, "rb") as f:
             text = f.read(1 << 20)
-        manifest = json.loads(text)
+        manifest = checkpoint.decode_json(text, MANIFEST)
     except FileNotFoundError:
         raise
-    except (OSError, ValueError, UnicodeDecodeError) as e:
+    except (OSError, checkpoint.CheckpointError) as e:
         raise checkpoint.CheckpointError(f"{path}: not a sharded table manifest ({e})") from None
     ok = (isinstance(manifest, dict) and manifest.get("format") == MANIFEST_FORMAT and
           isinstance(manifest.get("num_shards"), int) and
