@@ -20,7 +20,10 @@ class Column:
       shape: the shape of one step, e.g. ``(17,)`` for a 17-dimensional
         observation or ``()`` for a scalar reward.
       dtype: any numeric or bool dtype NumPy or JAX knows (``"float32"``,
-        ``np.uint8``, ``jnp.bfloat16``, ...).
+        ``np.uint8``, ``jnp.bfloat16``, ``"float8_e4m3fn"``, ...) of at least
+        8 bits: sub-byte types (``int4``, ``uint4``, ``int2``,
+        ``float4_e2m1fn``, ``float6_e2m3fn``, ...), which XLA packs several
+        to a byte, are refused with a TypeError.
       pad: the value that fills padded steps of sampled windows. It must be
         exactly representable in ``dtype`` (``-10`` for a ``uint8`` column is
         refused rather than wrapped).
@@ -46,6 +49,14 @@ class Column:
             dtype = np.dtype(dtype)
         except TypeError:
             raise TypeError(f"Column dtype {dtype!r} is not a dtype") from None
+        bits = bit_width(dtype)
+        if bits < 8:
+            wider = "int8" if jnp.issubdtype(dtype, np.signedinteger) else \
+                "uint8" if jnp.issubdtype(dtype, np.unsignedinteger) else "float8_e4m3fn"
+            raise TypeError(f"Column dtype {dtype} is a sub-byte type ({bits}-bit): XLA packs "
+                            f"several into a byte and a table stores whole bytes, so it is "
+                            f"refused. Store the values as {wider} (or wider) and convert "
+                            f"them after sampling")
         if not is_numeric(dtype):
             raise TypeError(f"Column dtype must be numeric or bool, got {dtype}")
         if isinstance(pad, (np.generic, np.ndarray)) or hasattr(pad, "__jax_array__") or (
@@ -73,6 +84,20 @@ class Column:
     @classmethod
     def from_json(cls, spec: dict) -> "Column":
         return cls(tuple(spec["shape"]), spec["dtype"], _pad_from_json(spec["pad"]))
+
+
+def bit_width(dtype: np.dtype) -> int:
+    """Bits of one element: 4 for int4 and float4_e2m1fn, whose NumPy
+    itemsize (1) counts the byte each element occupies unpacked."""
+    if dtype.kind == "V":
+        try:
+            if jnp.issubdtype(dtype, np.floating):
+                return int(jnp.finfo(dtype).bits)
+            if jnp.issubdtype(dtype, np.integer):
+                return int(jnp.iinfo(dtype).bits)
+        except (TypeError, ValueError):
+            pass
+    return dtype.itemsize * 8
 
 
 def is_numeric(dtype: np.dtype) -> bool:
