@@ -33,7 +33,7 @@ MAX_ERROR_BUFFER: float = LIMITS["max_error_buffer"]
 MAX_TIMEOUT_SECONDS: float = LIMITS["max_timeout_seconds"]
 INT64_MAX = 2**63 - 1
 
-PRIORITY_RANGE = "0 or a float in [2.2250738585072014e-308, 1e30]"
+PRIORITY_RANGE = "0 or a float in [2.2250738585072014e-308, 1.0000000150474662e+30] (1e30 as a float32)"
 
 
 def integer(name: str, value: Any, lo: int, hi: int) -> int:
@@ -42,7 +42,10 @@ def integer(name: str, value: Any, lo: int, hi: int) -> int:
         raise TypeError(f"{name} must be an integer, got {value!r}")
     value = int(value)
     if not lo <= value <= hi:
-        raise ValueError(f"{name} must be in [{lo}, {hi}], got {value}")
+        # A bound past int64 only says "no limit": print it as such, not as
+        # hundreds of digits.
+        bound = f"an integer >= {lo}" if hi >= 2**64 else f"in [{lo}, {hi}]"
+        raise ValueError(f"{name} must be {bound}, got {value}")
     return value
 
 

@@ -138,20 +138,91 @@ def _integer_bounds(dtype: np.dtype) -> tuple[int, int]:
     return int(info.min), int(info.max)
 
 
+def _kind(dtype: np.dtype) -> str:
+    """'b', 'i' (signed or unsigned), 'f' or 'c'; '' for anything else. Knows
+    ml_dtypes' floats (bfloat16, float8), whose NumPy kind is 'V'."""
+    for kind, base in (("b", np.bool_), ("i", np.integer), ("f", np.floating),
+                       ("c", np.complexfloating)):
+        if jnp.issubdtype(dtype, base):
+            return kind
+    return ""
+
+
+# Conversions of kind a column accepts: bool into anything, integers into
+# integers, floats and complex, floats into floats and complex, complex into
+# complex. Never float into integer, nor complex into real (that would drop
+# the imaginary part).
+_KINDS_INTO = {"b": "bifc", "i": "ifc", "f": "fc", "c": "c"}
+
+
+def _unsafe(name: str, value_dtype: np.dtype, dtype: np.dtype) -> TypeError:
+    return TypeError(f"column {name!r} holds {dtype}; {value_dtype} data would be converted "
+                     f"unsafely")
+
+
 def cast_to_column(name: str, value: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """Converts to the column dtype: integers into any integer column when every
-    value fits, otherwise same-kind conversions only (float64 -> float32 yes,
-    float -> int no)."""
-    if value.dtype != dtype:
-        int_to_int = value.dtype.kind in "iu" and dtype.kind in "iu"
-        if int_to_int:
-            lo, hi = _integer_bounds(dtype)
-            if value.size and (int(value.min()) < lo or int(value.max()) > hi):
-                raise ValueError(f"column {name!r}: values outside the range of {dtype}")
-        elif not np.can_cast(value.dtype, dtype, casting="same_kind"):
-            raise TypeError(f"column {name!r} holds {dtype}; {value.dtype} data would be "
-                            f"converted unsafely")
-    return np.ascontiguousarray(value, dtype=dtype)
+    """Converts host data to the column dtype under the one rule every insert
+    path applies (README "Conversions"): the kinds must allow it (see
+    _KINDS_INTO), integers must fit an integer column, and a value may be
+    rounded to the nearest the column can hold (underflow to 0 included) but
+    never change class: a finite value must stay finite (no overflow to inf, no NaN from a type
+    without inf), an infinity must stay that infinity, a NaN a NaN.
+    Refusals raise (TypeError for the kind, ValueError for a value) and
+    convert nothing."""
+    if value.dtype == dtype:
+        return np.ascontiguousarray(value)
+    have, want = _kind(value.dtype), _kind(dtype)
+    if not have or want not in _KINDS_INTO[have]:
+        raise _unsafe(name, value.dtype, dtype)
+    if have == "i" and want == "i":
+        lo, hi = _integer_bounds(dtype)
+        if value.size and (int(value.min()) < lo or int(value.max()) > hi):
+            raise ValueError(f"column {name!r}: values outside the range of {dtype}")
+        return np.ascontiguousarray(value, dtype=dtype)
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):  # checked below
+        converted = np.ascontiguousarray(value, dtype=dtype)
+    if want in "fc" and have != "b":
+        changed = (np.isfinite(value) != np.isfinite(converted)) | \
+                  (np.isnan(value) != np.isnan(converted))
+        if have in "fc":  # an infinity must keep its sign
+            changed |= np.isinf(value) & (np.sign(value) != np.sign(converted))
+        if changed.any():
+            i = int(np.argmax(changed))
+            was, becomes = np.ravel(value)[i], np.ravel(converted)[i]
+            raise ValueError(f"column {name!r} holds {dtype}: the value {was} (of "
+                             f"{value.dtype}) would be stored as {becomes}; nothing was "
+                             f"inserted (clip or scale it first, or use a wider column)")
+    return converted
+
+
+def check_traced_conversion(name: str, value_dtype: Any, dtype: np.dtype) -> None:
+    """The rule for JAX arrays (insert_batch), checked when traced, where
+    values cannot be looked at: the conversion must be unable to change a
+    value's class for any value of its dtype (the kinds allow it; integers
+    into integers that hold every value; into floats, a range that holds the
+    source's). Anything else raises TypeError: convert with ``astype`` first
+    if that is what you mean."""
+    value_dtype = np.dtype(value_dtype)
+    if value_dtype == dtype:
+        return
+    have, want = _kind(value_dtype), _kind(dtype)
+    if not have or want not in _KINDS_INTO[have]:
+        raise _unsafe(name, value_dtype, dtype)
+    if have == "b":
+        return
+    if want == "i":
+        lo, hi = _integer_bounds(value_dtype)
+        new_lo, new_hi = _integer_bounds(dtype)
+        fits = new_lo <= lo and hi <= new_hi
+    else:
+        source_max = _integer_bounds(value_dtype)[1] if have == "i" else \
+            float(jnp.finfo(value_dtype).max)
+        fits = source_max <= float(jnp.finfo(dtype).max)
+    if not fits:
+        raise TypeError(f"column {name!r} holds {dtype}; {value_dtype} values may not fit "
+                        f"(values of JAX arrays cannot be checked in compiled code, so only "
+                        f"conversions that fit every value are made): convert with "
+                        f"astype({dtype}) first if you mean to")
 
 
 # DLPack device types (dlpack.h): memory the host can read in place.

@@ -18,11 +18,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gearjax import _checks, _ffi, _gearjax, _sample, checkpoint, rate_limiters
+from gearjax import _checks, _exit, _ffi, _gearjax, _sample, checkpoint, rate_limiters
 from gearjax import state as table_state
 from gearjax._gearjax import NativeTable
 from gearjax.batch import Batch
-from gearjax.columns import Column, cast_to_column, host_array, is_numeric
+from gearjax.columns import (Column, cast_to_column, check_traced_conversion, host_array,
+                              is_numeric)
 from gearjax.state import TableState, is_state
 from gearjax.strategies import Prioritized, Recent, Strategy, TopK, Uniform
 
@@ -135,6 +136,7 @@ class Table:
             name, [(n, c.step_bytes, c.pad_step()) for n, c in self._columns.items()],
             capacity, max_length, REMOVERS[remover], *limiter_args, gpu_mapped=True,
             on_device=on_device, key_bits=_key_bits, max_times_sampled=max_times_sampled)
+        _exit.track(self)  # blocked calls are woken at interpreter exit
         # The one-step fast path (insert_step, Writer.append): each column's
         # element kind and step shape (xla_ffi/step_values.h).
         self._native.set_step_formats([(_fast_kind(c.dtype), c.dtype.itemsize, c.shape)
@@ -418,8 +420,11 @@ class Table:
         computation with a message naming the row. It may evict, and it may
         wait on the rate limiter; a limiter timeout stops it part-way, and the
         error says how many went in. Data is converted to each column's dtype
-        as ``astype`` does for JAX arrays and as ``insert`` does for NumPy data
-        (values that do not fit are refused); 64-bit columns need
+        under the rule ``insert`` applies (README "Conversions"): NumPy data
+        value by value; JAX arrays, whose values cannot be looked at when
+        traced, only where every value of their dtype fits (int8 into int32,
+        float16 into float32; float32 into int32 or bfloat16 is refused when
+        traced: ``astype`` first if you mean it); 64-bit columns need
         ``jax_enable_x64`` (JAX has no 64-bit arrays without it;
         ``insert``/``insert_many`` take them from the host either way). On a GPU the data is copied on XLA's stream
         straight into the table; the lengths and priorities are read on the
@@ -466,6 +471,8 @@ class Table:
             raise ValueError(f"the time axis T={steps} must be in [1, max_length={self._max_length}]")
         lengths = self._batch_lengths(lengths, rows, steps)
         priorities = self._batch_priorities(priorities, rows)
+        for (n, column), array in zip(self._columns.items(), arrays):
+            check_traced_conversion(n, array.dtype, column.dtype)
         arrays = [a.astype(c.dtype) for a, c in zip(arrays, self._columns.values())]
         order, keys = _ffi.insert_batch_call(arrays, lengths, priorities,
                                              handle=self._native.handle, state=order)
@@ -726,7 +733,8 @@ class Table:
     def update_priorities(self, *args: Any, **kwargs: Any) -> Any:
         """Sets the priorities of trajectories by key; keys no longer stored
         (evicted meanwhile) are skipped, and for a repeated key the last value
-        wins. Priorities must be 0 or in [2.2250738585072014e-308, 1e30];
+        wins. Priorities must be 0 or in [2.2250738585072014e-308, 1.0000000150474662e+30]
+        (1e30 as a float32: ``jnp.clip(p, 0, 1e30)`` in float32 is accepted);
         otherwise nothing changes.
 
         Three forms:

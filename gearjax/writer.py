@@ -127,13 +127,20 @@ class Writer:
         """Ends the episode: inserts what is not inserted yet as its last
         trajectory (or piece) with ``priority`` and returns that key. An
         episode whose last piece was inserted when it filled returns that
-        piece's key. Raises ValueError for an episode without steps."""
+        piece's key, and that piece is given ``priority`` (an
+        ``update_priorities`` of it, unless ``priority`` is
+        ``PIECE_PRIORITY``). Raises ValueError for an episode without steps."""
         self._check_open()
         priority = _checks.priority(priority)
+        if not self._keys and not self._fresh:
+            raise ValueError("the episode has no steps: append at least one before ending it")
         if self._fresh:
             self._insert_piece(priority)
-        if not self._keys:
-            raise ValueError("the episode has no steps: append at least one before ending it")
+        elif priority != PIECE_PRIORITY:
+            # The last piece went in when it filled, with PIECE_PRIORITY: it
+            # gets the episode's final priority now (a no-op if it has been
+            # evicted or consumed since).
+            self._table.update_priorities([self._keys[-1]], [priority])
         self._episode_keys = tuple(self._keys)
         self._keys, self._steps, self._fresh = [], 0, 0
         return self._episode_keys[-1]
@@ -167,6 +174,9 @@ class Writer:
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("this writer is closed")
+        if self._table.closed:
+            raise RuntimeError(f"this writer's table {self._table!r} is closed: its steps "
+                               f"could never be inserted")
 
     def _validate(self, step: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """The step's values, checked and converted, before anything is

@@ -286,6 +286,33 @@ def mismatched_spec(process, processes, directory):
     return None
 
 
+def mismatched_sample(process, processes, directory, differ):
+    """The processes call an eager sample with different arguments (`differ`:
+    batch, window, strategy or pad): each raises a ValueError naming the
+    disagreement (a gloo size mismatch once aborted every process), and the
+    table still works for a call they agree on."""
+    import jax
+    import numpy as np
+    import gearjax as gx
+    table = gx.ShardedTable({"x": gx.Column((2,), "int32")}, capacity=8, max_length=4,
+                            exchange="xla")
+    table.insert({"x": np.full((3, 2), process, np.int32)})
+    last = process == processes - 1
+    kwargs = {"batch_size": 4, "window": 2, "strategy": gx.Uniform(), "pad": "left"}
+    kwargs.update({"batch": {"batch_size": 5 if last else 4},
+                   "window": {"window": 3 if last else 2},
+                   "strategy": {"strategy": gx.Prioritized(0.5) if last else gx.Uniform()},
+                   "pad": {"pad": "right" if last else "left"}}[differ])
+    try:
+        table.sample(jax.random.key(process), **kwargs)
+        message = None
+    except ValueError as e:
+        message = str(e)
+    after = table.sample(jax.random.key(7), 4, 2)  # agreed: works
+    table.close()
+    return {"message": message, "rows": int(np.asarray(after["x"]).shape[0])}
+
+
 def nixl_updates(process, processes, directory):
     """One-sided exchange: process 0 sets priorities of every shard's keys;
     owners apply them from notifications; a notification under another job

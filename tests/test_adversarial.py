@@ -27,7 +27,7 @@ REFUSED = (TypeError, ValueError)
 EDGE_INTS = st.sampled_from([0, 1, -1, 2**31 - 1, 2**31, 2**31 + 1, 2**32 + 5, 2**62, 2**63 - 1,
                              2**63, 2**64, 10**30, -(2**63)])
 EDGE_FLOATS = st.sampled_from([0.0, -0.0, 1e-320, 5e-324, 2.2250738585072014e-308, 1e-300, 1e30,
-                               1e31, 1e200, 1e308, math.inf, -math.inf, math.nan, 0.5, -0.5])
+                               1.0000000150474662e30, 1.0000000150474663e30, 1e31, 1e200, 1e308, math.inf, -math.inf, math.nan, 0.5, -0.5])
 ANY_SCALAR = st.one_of(
     st.integers(-10**40, 10**40), EDGE_INTS, st.floats(allow_nan=True, allow_infinity=True),
     EDGE_FLOATS, st.booleans(), st.none(), st.text(max_size=3),
@@ -93,7 +93,7 @@ def real_in(v, lo, hi) -> bool:
 
 
 def valid_priority(v) -> bool:
-    return is_real(v) and (real_in(v, 0, 0) or real_in(v, 2.2250738585072014e-308, 1e30))
+    return is_real(v) and (real_in(v, 0, 0) or real_in(v, 2.2250738585072014e-308, 1.0000000150474662e30))
 
 
 # ------------------------------------------------------------ constructors

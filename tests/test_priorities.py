@@ -125,3 +125,26 @@ def test_extreme_priorities_and_alphas_keep_every_weight_finite_and_drawable(tab
     assert only_tiny == 8
     drawn = np.asarray(table.sample(jax.random.key(1), 16, 1, gx.Prioritized(8.0)).keys)
     assert set(drawn.tolist()) == {keys[4]}
+
+
+def test_the_bound_is_1e30_as_a_float32_so_clipping_in_float32_passes_in_jit(table, keys):
+    """jnp.clip(td, 0, 1e30) in float32 rounds the bound up to 1.0000000150474662e+30:
+    that value is the documented maximum (an exact 1e30 bound failed these programs)."""
+    bound = float(np.float32(1e30))
+    assert bound == gx._checks.MAX_PRIORITY == 1.0000000150474662e30
+    td = jnp.asarray([1e38, 3.0, -1.0, 1e30, 0.5, 2.0, 7.0, 1e31], jnp.float32)
+    state = table.state()
+
+    @jax.jit
+    def update(state, keys, td):
+        return table.update_priorities(state, keys, jnp.clip(td, 0, 1e30))
+
+    state, count = update(state, jnp.asarray(keys), td)
+    assert int(count) == 8
+    priority = dict(zip(table.contents()["key"].tolist(), table.contents()["priority"]))
+    assert [priority[k] for k in keys] == [bound, 3.0, 0.0, bound, 0.5, 2.0, 7.0, bound]
+    # Host updates: the bound itself passes, the next float64 above it is refused.
+    assert table.update_priorities(keys[:1], [bound]) == 1
+    with pytest.raises(ValueError, match=r"1\.0000000150474662e\+30\] \(1e30 as a float32\)"):
+        table.update_priorities(keys[:1], [np.nextafter(bound, np.inf)])
+    assert table.contents()["priority"][0] == bound

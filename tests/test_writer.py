@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import gearjax as gx
+from gearjax.writer import PIECE_PRIORITY
 
 COLUMNS = {"obs": gx.Column((3,), "float32"), "step": gx.Column((), "int32")}
 
@@ -104,6 +105,37 @@ def test_an_episode_ending_on_a_full_piece_adds_no_empty_one():
     assert w.episode_keys == (key,) and len(t) == 1
 
 
+@pytest.mark.parametrize("overlap", [0, 1])
+@pytest.mark.parametrize("length", [3, 5, 7])
+def test_a_split_episode_ending_on_a_full_piece_gets_the_final_priority(overlap, length):
+    """The last piece went in when it filled (priority PIECE_PRIORITY); end_episode's
+    priority must still reach it (it was dropped once)."""
+    t = table(max_length=3)
+    w = t.writer(max_length_overflow="split", overlap=overlap)
+    for i in range(length):
+        w.append(step(i))
+    key = w.end_episode(priority=5.0)
+    contents = t.contents()
+    priority = dict(zip(contents["key"].tolist(), contents["priority"].tolist()))
+    assert key == w.episode_keys[-1] and priority[key] == 5.0
+    assert all(priority[k] == PIECE_PRIORITY for k in w.episode_keys[:-1])
+
+
+def test_the_final_priority_of_an_evicted_last_piece_changes_nothing():
+    t = table(capacity=1, max_length=2)
+    w = t.writer(max_length_overflow="split")
+    w.append(step(0))
+    w.append(step(1))  # piece 1 in
+    w.append(step(2))
+    w.append(step(3))  # piece 2 in, evicting piece 1
+    t.insert({"obs": np.zeros((1, 3), np.float32), "step": np.zeros(1, np.int32)})  # evicts 2
+    before = t.contents()
+    w.end_episode(priority=3.0)
+    after = t.contents()
+    assert before["key"].tolist() == after["key"].tolist()
+    assert after["priority"].tolist() == before["priority"].tolist()
+
+
 def test_bad_steps_raise_and_leave_the_episode_intact():
     t = table()
     w = t.writer()
@@ -156,6 +188,20 @@ def test_closed_or_dropped_writers_insert_nothing():
     t.close()
     with pytest.raises(RuntimeError):
         w.end_episode()
+
+
+@pytest.mark.parametrize("value", ["fast", "general"])
+def test_a_writer_of_a_closed_table_refuses_appends(value):
+    """append used to go on accepting steps (only end_episode raised)."""
+    t = table()
+    w = t.writer()
+    w.append(step(0))  # the fast path's buffers exist now
+    t.close()
+    # "fast": exactly typed values (the native path); "general": lists (the checked path)
+    bad = step(1) if value == "fast" else {"obs": [0.0, 0.0, 0.0], "step": 1}
+    with pytest.raises(RuntimeError, match="table .* is closed"):
+        w.append(bad)
+    assert w.steps == 1
 
 
 def test_samplers_in_other_threads_never_see_a_partial_episode():

@@ -85,6 +85,7 @@ class NativeTable {
     return table_->device_arena() != nullptr ? "gpu-mapped pinned host" : "host";
   }
   bool closed() const { return table_->closed(); }
+  int64_t waiting() const { return table_->waiting(); }
 
   // Forgets the handle (compiled programs then fail naming the table), closes
   // the table and waits up to `wait_seconds` for what is inside it; returns
@@ -179,7 +180,9 @@ class NativeTable {
   // when the step is not for the fast path.
   bool WriteStep(nb::handle step, const std::vector<uintptr_t>& addresses, int64_t row) {
     thread_local std::vector<uint8_t> bytes;
-    if (addresses.size() != step_columns_.size() || row < 0 ||
+    // A closed table: the general path raises (a writer's buffers are its
+    // own, but its steps could never be inserted).
+    if (table_->closed() || addresses.size() != step_columns_.size() || row < 0 ||
         !ConvertStep(step, step_columns_, bytes)) {
       return false;
     }
@@ -370,6 +373,7 @@ NB_MODULE(_gearjax, m) {
       .def_prop_ro("key_bits", &NativeTable::key_bits)
       .def_prop_ro("memory", &NativeTable::Memory)
       .def_prop_ro("closed", &NativeTable::closed)
+      .def_prop_ro("waiting", &NativeTable::waiting)
       .def("close", &NativeTable::Close, "wait_seconds"_a)
       .def("insert", &NativeTable::Insert, "sources"_a, "length"_a, "priority"_a,
            "restore_key"_a = -1, "restore_slot"_a = -1, "restore_stamp"_a = -1)

@@ -12,6 +12,7 @@ works anywhere (notebooks, tests).
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import secrets
@@ -20,6 +21,7 @@ import time
 from typing import Any
 
 import jax
+import numpy as np
 
 PREFIX = "gearjax/sharded"
 # How long construction, save and load wait for the other processes.
@@ -97,6 +99,40 @@ def agree(path: str, what: str, mine: dict, process: int, processes: int) -> Non
             raise ValueError(f"process {other} made this sharded table with another {what}: "
                              f"{theirs} here against {mine} in process {process}; every process "
                              f"must pass the same arguments")
+
+
+def check_same_call(path: str, call: int, mine: dict, process: int, processes: int) -> None:
+    """Before a collective runs, checks that every process makes the same call
+    (`mine`: its arguments as JSON values): a fixed-size all-gather of a digest
+    of them, which cannot itself mismatch. Where the digests differ, every
+    process publishes its arguments under the call's number and raises
+    ValueError naming the first process whose arguments differ and how (a
+    collective of mismatched shapes would abort every process instead)."""
+    if processes == 1:
+        return
+    from jax.experimental import multihost_utils
+
+    text = json.dumps(mine, sort_keys=True)
+    digest = np.frombuffer(hashlib.sha256(text.encode()).digest()[:16], np.uint32)
+    gathered = np.asarray(multihost_utils.process_allgather(digest)).reshape(processes, 4)
+    if (gathered == digest).all():
+        return
+    store = client()
+    store.key_value_set(f"{path}/call-{call}/{process}", text)
+    for other in range(processes):
+        if other == process or (gathered[other] == digest).all():
+            continue
+        theirs = json.loads(_blocking_get(store, f"{path}/call-{call}/{other}"))
+        differ = {k: (theirs.get(k), mine.get(k)) for k in sorted(set(theirs) | set(mine))
+                  if theirs.get(k) != mine.get(k)}
+        raise ValueError(f"the processes disagree on this sharded table call (call {call} of "
+                         f"this process): process {other} passed "
+                         + ", ".join(f"{k}={a!r}" for k, (a, _) in differ.items())
+                         + f" where process {process} passed "
+                         + ", ".join(f"{k}={b!r}" for k, (_, b) in differ.items())
+                         + "; every process must make the same calls, with the same batch "
+                           "size, window, strategy and pad, in the same order. Nothing was "
+                           "sampled")
 
 
 def job_token(path: str, process: int) -> str:

@@ -112,6 +112,7 @@ class ShardedTable:
         (agreement, the job token, the transport, the first stats). Closes
         `local` if it fails."""
         self._processes, self._shard = jax.process_count(), jax.process_index()
+        self._eager_calls = 0  # eager collective calls so far (check_same_call numbers them)
         self._shard_shift = keys_of.shard_shift(self._processes)
         self._local, self._name, self._exchange = local, name, exchange
         self._exchange_timeout, self._on_dead_shard = exchange_timeout, on_dead_shard
@@ -380,6 +381,11 @@ class ShardedTable:
                              "per-process jax.jit: call it eagerly, or inside jax.shard_map "
                              "over a mesh with one device per process with "
                              "axis_name=<that axis>")
+        self._eager_calls += 1
+        coordination.check_same_call(
+            self._path, self._eager_calls,
+            {"call": "sample", "batch_size": batch_size, "window": window,
+             "strategy": repr(strategy), "pad": pad}, self._shard, self._processes)
         batch = exchange.eager_sample(rng_key, spec=self._spec, batch_size=batch_size,
                                       window=window, strategy=strategy, pad=pad)
         self._publish()

@@ -32,7 +32,10 @@ inline constexpr int64_t kMaxResultBytes = int64_t{1} << 47;
 // kMinWeight, so every positive priority stays drawable even where XLA's
 // threads flush subnormal numbers to zero.
 inline constexpr double kMinPriority = DBL_MIN;
-inline constexpr double kMaxPriority = 1e30;
+// kMaxPriority is 1e30 rounded to float32 (1.0000000150474662e+30), so that
+// priorities computed in float32 and clipped to 1e30 (jnp.clip(p, 0, 1e30))
+// are accepted.
+inline constexpr double kMaxPriority = static_cast<double>(1e30f);
 inline constexpr double kMaxAlpha = 8.0;
 inline constexpr double kMinWeight = DBL_MIN;
 

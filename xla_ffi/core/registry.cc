@@ -54,8 +54,10 @@ std::shared_ptr<Table> LookUpTable(int64_t handle) {
   }
   auto closed = r.closed.find(handle);
   if (closed != r.closed.end()) {
-    throw Closed(closed->second + " is closed; this program was compiled against "
-                 "it (re-trace it with the table that replaced it)");
+    throw Closed(closed->second + " is closed; this program was compiled against it and "
+                 "cannot run (a closed table is never used again: if another table, say one "
+                 "from Table.load, is to take its place, trace the program again with that "
+                 "one)");
   }
   throw Closed("no table has handle " + std::to_string(handle));
 }

@@ -25,6 +25,19 @@ bool IsSubnormal(double v) {
   return (bits & 0x7ff0000000000000ull) == 0 && (bits & 0x000fffffffffffffull) != 0;
 }
 
+// Counts a call as waiting (Table::waiting) for as long as it lives; made
+// and destroyed with the table's mutex held.
+class CountedWait {
+ public:
+  explicit CountedWait(int64_t& count) : count_(count) { ++count_; }
+  ~CountedWait() { --count_; }
+  CountedWait(const CountedWait&) = delete;
+  CountedWait& operator=(const CountedWait&) = delete;
+
+ private:
+  int64_t& count_;
+};
+
 }  // namespace
 
 bool ValidPriority(double priority) {
@@ -35,11 +48,11 @@ void CheckPriority(double priority, const std::string& what) {
   if (IsSubnormal(priority)) {
     throw InvalidArgument(what + " is " + Number(priority) +
                           ", a subnormal float64; priorities are 0 or in [2.2250738585072014e-308, "
-                          "1e30]");
+                          "1.0000000150474662e+30]");
   }
   if (!(priority >= 0.0 && priority <= kMaxPriority)) {
     throw InvalidArgument(what + " is " + Number(priority) +
-                          "; priorities must be finite, >= 0 and <= 1e30");
+                          "; priorities must be finite, >= 0 and <= 1.0000000150474662e+30 (1e30 as a float32)");
   }
 }
 
@@ -104,6 +117,11 @@ bool Table::closed() const {
 bool Table::InsideLocked() const {
   DrainReturnedLocked();
   return slots_->pinned() > 0 || writers_ > 0 || !in_flight_.empty();
+}
+
+int64_t Table::waiting() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return waiting_;
 }
 
 bool Table::Close(double wait_seconds) {
@@ -410,6 +428,7 @@ int64_t Table::ReserveLocked(std::unique_lock<std::mutex>& lock, int64_t restore
   // Checkpoint restores bypass the limiter: they recreate state, not traffic.
   if (!restoring && !limiter_.CanInsert(LimiterStateLocked())) {
     const double timeout = spec_.limiter.timeout_seconds;
+    const CountedWait counted(waiting_);
     const auto deadline = Clock::now() + std::chrono::duration<double>(timeout);
     if (!changed_.wait_until(lock, deadline, [&] {
           return closed_ || limiter_.CanInsert(LimiterStateLocked());
@@ -522,13 +541,18 @@ void Table::WaitToSampleLocked(std::unique_lock<std::mutex>& lock, const SampleR
   CheckOpenLocked();
   if (!limiter_.CanSample(LimiterStateLocked(), r.batch)) {
     const double timeout = spec_.limiter.timeout_seconds;
+    const CountedWait counted(waiting_);
     const auto deadline = Clock::now() + std::chrono::duration<double>(timeout);
     if (!changed_.wait_until(lock, deadline, [&] {
           return closed_ || limiter_.CanSample(LimiterStateLocked(), r.batch);
         })) {
       if (live_ == 0 && timeout == 0) {
-        throw Timeout("cannot sample: the table is empty (insert trajectories first, or give the "
-                      "table a rate_limiter with a timeout to wait for them)");
+        // Both a table without a rate limiter and one whose limiter has
+        // timeout 0 land here: the message fits both.
+        throw Timeout("cannot sample: the table is empty, and sampling does not wait for inserts "
+                      "here (the table has no rate limiter, or its limiter's timeout is 0): "
+                      "insert trajectories first, or give the table a rate limiter with a "
+                      "timeout > 0, e.g. MinSize(1, timeout=60), to wait for them");
       }
       throw Timeout("cannot sample " + std::to_string(r.batch) + " items: the rate limiter held "
                     "sampling back for " + Number(timeout) + " s (" +
@@ -602,6 +626,7 @@ uint64_t Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* dra
     if (servable < n) {
       const double timeout = spec_.limiter.timeout_seconds;
       if (timeout == 0) throw InvalidArgument(ShortfallLocked(r, servable));
+      const CountedWait counted(waiting_);
       const auto deadline = Clock::now() + std::chrono::duration<double>(timeout);
       if (!changed_.wait_until(lock, deadline, [&] {
             if (closed_) return true;

@@ -343,6 +343,9 @@ class Table {
   // with the last reference to the table).
   bool Close(double wait_seconds);
   bool closed() const;
+  // Calls waiting on the rate limiter (or, constrained, for enough items)
+  // now: the ones a Close would wake.
+  int64_t waiting() const;
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -433,6 +436,7 @@ class Table {
   std::condition_variable changed_;  // any publish, release, eviction or close
   bool closed_ = false;
   bool released_ = false;
+  int64_t waiting_ = 0;  // see waiting()
 
   // Memory, released at close (see TakeMemoryLocked).
   std::unique_ptr<Arena> arena_;

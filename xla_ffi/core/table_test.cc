@@ -247,6 +247,7 @@ TEST(Table, CloseWakesBlockedSamplersAndWriters) {
   spec.limiter = {2, 0, -INFINITY, INFINITY, 30};  // MinSize(2), 30 s timeout
   Table table(spec);
   Put(table, 1, 1, 0);
+  EXPECT_EQ(table.waiting(), 0);
   std::atomic<int> woke{0};
   std::thread sampler([&] {
     try {
@@ -255,11 +256,14 @@ TEST(Table, CloseWakesBlockedSamplersAndWriters) {
       ++woke;
     }
   });
-  std::this_thread::sleep_for(50ms);
+  // waiting() counts the blocked sampler once it waits (polled: no fixed sleep).
+  for (int i = 0; i < 500 && table.waiting() == 0; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(table.waiting(), 1);
   const auto start = std::chrono::steady_clock::now();
   EXPECT_TRUE(table.Close(5));
   sampler.join();
   EXPECT_EQ(woke.load(), 1);
+  EXPECT_EQ(table.waiting(), 0);
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
 }
 

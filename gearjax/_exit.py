@@ -1,0 +1,53 @@
+"""Interpreter exit: table calls blocked on a rate limiter are woken, so exit is prompt.
+
+A sample or insert waiting in a table's rate limiter (in a thread, or in a program a
+thread dispatched) would otherwise hold exit for the limiter's whole timeout, or be torn
+down mid-wait while Python finalises (which aborted the process). At exit, each table with
+blocked calls is closed: they wake and fail with the table's "is closed" error, and get a
+moment to leave before finalisation. Tables without blocked calls are left as they are.
+Registered when gearjax is imported, after jax, so it runs before JAX's own exit
+handlers (atexit runs the last registered first) and after the user's handlers
+registered later (a save at exit still finds its table open).
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+import time
+import weakref
+from typing import Any
+
+# How long exit waits for woken calls to leave their tables, at most.
+WAKE_SECONDS = 2.0
+
+_tables: weakref.WeakSet = weakref.WeakSet()
+_lock = threading.Lock()
+
+
+def track(table: Any) -> None:
+    """Remembers `table` (a gearjax.Table) for exit, without keeping it alive."""
+    with _lock:
+        _tables.add(table)
+
+
+def wake_blocked_calls() -> int:
+    """Closes every tracked table that has calls waiting on its rate limiter;
+    returns how many calls were waiting. Runs at exit (and in tests)."""
+    with _lock:
+        tables = list(_tables)
+    waiting = 0
+    for table in tables:
+        native = table._native
+        if native.closed or native.waiting == 0:
+            continue
+        waiting += native.waiting
+        native.close(WAKE_SECONDS)  # wakes the waiters; releases the GIL while it waits
+    if waiting:
+        # The woken calls are out of the tables; let their threads take the
+        # GIL and raise before finalisation stops them.
+        time.sleep(0.05)
+    return waiting
+
+
+atexit.register(wake_blocked_calls)
