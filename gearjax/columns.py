@@ -49,7 +49,7 @@ class Column:
             dtype = np.dtype(dtype)
         except TypeError:
             raise TypeError(f"Column dtype {dtype!r} is not a dtype") from None
-        bits = bit_width(dtype)
+        bits = bit_width(dtype) if jnp.issubdtype(dtype, np.number) else 8
         if bits < 8:
             wider = "int8" if jnp.issubdtype(dtype, np.signedinteger) else \
                 "uint8" if jnp.issubdtype(dtype, np.unsignedinteger) else "float8_e4m3fn"

@@ -2,8 +2,10 @@
 # Set-up command 2: install gearjax into .venv, build and run the native core's
 # C++ unit tests (GoogleTest, under AddressSanitizer and UBSan, through ctest),
 # then run the Python test suite against the installed package. Extra
-# arguments go to pytest.
-source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"
+# arguments go to pytest. The C++ tests build in the background while _env.sh
+# installs the package (the two overlap: most of an install is not compiling).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # GoogleTest comes from the system's packages (Debian/Ubuntu: libgtest-dev).
 # Where it is missing and we may install packages, install it; where we may
@@ -16,18 +18,29 @@ if ! have_gtest; then
       true
   fi
 fi
+log=build/core-tests.log
+core_build=""
 if have_gtest; then
-  log=build/core-tests.log
   mkdir -p build
   { cmake -S xla_ffi -B build/core-tests -DGEARJAX_BUILD_EXTENSION=OFF -DGEARJAX_BUILD_TESTS=ON \
       -DGEARJAX_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug &&
-    cmake --build build/core-tests -j "$(nproc)" &&
-    ctest --test-dir build/core-tests --output-on-failure -j "$(nproc)"; } >"$log" 2>&1 ||
-    { cat "$log"; echo "scripts/test.sh: the native core's C++ unit tests failed" >&2; exit 1; }
-  tail -n 3 "$log"
+    cmake --build build/core-tests -j "$(nproc)"; } >"$log" 2>&1 &
+  core_build=$!
+  # If the install below fails, do not leave the build running.
+  trap 'kill "$core_build" 2>/dev/null || true' EXIT
 else
   echo "scripts/test.sh: GoogleTest not found (install libgtest-dev): skipping the C++ unit" \
        "tests of the native core" >&2
+fi
+
+source scripts/_env.sh
+
+if [ -n "$core_build" ]; then
+  { wait "$core_build" &&
+    ctest --test-dir build/core-tests --output-on-failure -j "$(nproc)" >>"$log" 2>&1; } ||
+    { cat "$log"; echo "scripts/test.sh: the native core's C++ unit tests failed" >&2; exit 1; }
+  tail -n 3 "$log"
+  trap - EXIT
 fi
 
 # NIXL for the nixl exchange's tests: its wheel declares torch but never

@@ -116,7 +116,7 @@ def test_cpu_programs_refuse_device_tables_clearly(emulated_gpu_memory):
     with jax.enable_x64(True):  # the float64 column needs 64-bit JAX arrays
         with pytest.raises(Exception, match="lives in GPU memory.*insert_batch from a program"):
             jax.block_until_ready(device.insert_batch(
-                {"obs": jnp.zeros((1, 2, 5)), "rgb": jnp.zeros((1, 2, 3), jnp.uint8),
+                {"obs": jnp.zeros((1, 2, 5), jnp.float32), "rgb": jnp.zeros((1, 2, 3), jnp.uint8),
                  "reward": jnp.zeros((1, 2), jnp.float64)}, jnp.array([2])))
     after = device.stats()
     for field in ("size", "inserts", "samples", "pinned_slots", "next_sequence"):

@@ -73,42 +73,52 @@ def expected_weights(strategy: str, inserted: dict, stamps: dict) -> dict[int, f
             for k, (_, length, priority) in inserted.items()}
 
 
+STRATEGIES = ["uniform", "timestep", "prioritized", "topk", "recent"]
+
+
 @pytest.mark.parametrize("exchange", ["xla", *ONE_SIDED])
-@pytest.mark.parametrize("strategy", ["uniform", "timestep", "prioritized", "topk", "recent"])
-def test_rows_follow_the_global_distribution(tmp_path, strategy, exchange):
+def test_rows_follow_the_global_distribution(tmp_path, exchange):
+    """Every strategy, one after another in one job (a job per strategy spent most of
+    its time starting processes)."""
     processes, calls, batch = 3, 12, 512
-    results = multihost.run("global_distribution", processes, tmp_path, strategy=strategy,
-                            calls=calls, batch=batch, window=4, exchange=exchange)
+    results = multihost.run("global_distribution", processes, tmp_path, timeout=300,
+                            strategies=STRATEGIES, calls=calls, batch=batch, window=4,
+                            exchange=exchange)
     inserted = {int(k): v for r in results for k, v in r["inserted"].items()}
     assert len(inserted) == sum(len(shard_contents(p)) for p in range(processes))
     stamps = {int(k): v for r in results for k, v in r["stamps"].items()}
+    for strategy in STRATEGIES:
+        check_global_distribution(strategy, exchange, [r["strategies"][strategy] for r in results],
+                                  inserted, stamps, processes * calls * batch)
+
+
+def check_global_distribution(strategy, exchange, results, inserted, stamps, draws):
     weights = expected_weights(strategy, inserted, stamps)
     total = sum(weights.values())
     counts = collections.Counter()
     for r in results:
-        assert r["errors"] == [], r["errors"][:5]
-        assert r["size"] == len(inserted)
+        assert r["errors"] == [], (strategy, r["errors"][:5])
+        assert r["size"] == len(inserted), strategy
         for key, shard, probability, table_size, ident in r["rows"]:
-            assert inserted[key][0] == ident  # the key names the trajectory the data came from
-            assert shard == key >> SHIFT_3
-            assert table_size == len(inserted)
-            assert probability == pytest.approx(weights[key] / total, rel=1e-6)
+            assert inserted[key][0] == ident, strategy  # the key names the trajectory's data
+            assert shard == key >> SHIFT_3, strategy
+            assert table_size == len(inserted), strategy
+            assert probability == pytest.approx(weights[key] / total, rel=1e-6), strategy
             counts[key] += 1
     keys = sorted(inserted)
     observed = np.array([counts[k] for k in keys])
     expected = np.array([weights[k] for k in keys]) / total
-    draws = processes * calls * batch
-    assert observed.sum() == draws
-    assert observed[expected == 0].sum() == 0, "drew a trajectory of probability 0"
+    assert observed.sum() == draws, strategy
+    assert observed[expected == 0].sum() == 0, f"{strategy} drew a trajectory of probability 0"
     support = expected > 0
-    assert stats.chisquare(observed[support], draws * expected[support]).pvalue > P_MIN
+    assert stats.chisquare(observed[support], draws * expected[support]).pvalue > P_MIN, strategy
     # The same key in every process still gives each process its own rows.
-    assert len({tuple(r["first"]) for r in results}) == processes
+    assert len({tuple(r["first"]) for r in results}) == len(results), strategy
     # Each shard counts exactly the rows it served (one-sided reads are not
     # seen by their owner).
     served = collections.Counter(key >> SHIFT_3 for key in counts.elements())
     for p, r in enumerate(results):
-        assert r["served"] == (served[p] if exchange == "xla" else 0)
+        assert r["served"] == (served[p] if exchange == "xla" else 0), strategy
 
 
 def test_shard_map_mode_samples_and_updates_inside_a_jitted_scan(tmp_path):
