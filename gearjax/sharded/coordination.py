@@ -101,20 +101,21 @@ def agree(path: str, what: str, mine: dict, process: int, processes: int) -> Non
                              f"must pass the same arguments")
 
 
-def check_same_call(path: str, call: int, mine: dict, process: int, processes: int) -> None:
+def check_same_call(path: str, call: int, mine: dict, process: int, processes: int,
+                    gather: Any) -> None:
     """Before a collective runs, checks that every process makes the same call
     (`mine`: its arguments as JSON values): a fixed-size all-gather of a digest
     of them, which cannot itself mismatch. Where the digests differ, every
     process publishes its arguments under the call's number and raises
     ValueError naming the first process whose arguments differ and how (a
-    collective of mismatched shapes would abort every process instead)."""
+    collective of mismatched shapes would abort every process instead).
+    `gather(uint32[4]) -> uint32[processes, 4]` is the all-gather
+    (gearjax.sharded.exchange.gather_words)."""
     if processes == 1:
         return
-    from jax.experimental import multihost_utils
-
     text = json.dumps(mine, sort_keys=True)
     digest = np.frombuffer(hashlib.sha256(text.encode()).digest()[:16], np.uint32)
-    gathered = np.asarray(multihost_utils.process_allgather(digest)).reshape(processes, 4)
+    gathered = np.asarray(gather(digest)).reshape(processes, 4)
     if (gathered == digest).all():
         return
     store = client()

@@ -178,6 +178,21 @@ def _local_block(x: jax.Array) -> jax.Array:
 
 
 @functools.cache
+def _gather_program():
+    # Each process's block holds the whole gather: out_specs P(AXIS) with a
+    # leading axis of 1 (P() would need replication shard_map cannot infer).
+    return jax.jit(jax.shard_map(lambda x: jax.lax.all_gather(x[0], AXIS)[None],
+                                 mesh=process_mesh(), in_specs=P(AXIS), out_specs=P(AXIS)))
+
+
+def gather_words(local: np.ndarray) -> np.ndarray:
+    """Every process's `local` (a small uint32 array of the same shape in every
+    process), in process order: one small compiled all-gather (a third of the
+    cost of multihost_utils.process_allgather, measured on gloo)."""
+    return np.asarray(_local_block(_gather_program()(_global_rows(local))))[0]
+
+
+@functools.cache
 def _eager_sample_program(spec: ShardSpec, batch_size: int, window: int | None,
                           strategy: Strategy, pad: str):
     def body(seed):

@@ -385,7 +385,8 @@ class ShardedTable:
         coordination.check_same_call(
             self._path, self._eager_calls,
             {"call": "sample", "batch_size": batch_size, "window": window,
-             "strategy": repr(strategy), "pad": pad}, self._shard, self._processes)
+             "strategy": repr(strategy), "pad": pad}, self._shard, self._processes,
+            exchange.gather_words)
         batch = exchange.eager_sample(rng_key, spec=self._spec, batch_size=batch_size,
                                       window=window, strategy=strategy, pad=pad)
         self._publish()
