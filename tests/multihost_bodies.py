@@ -295,11 +295,12 @@ def mismatched_spec(process, processes, directory):
     return None
 
 
-def mismatched_sample(process, processes, directory, differ):
-    """The processes call an eager sample with different arguments (`differ`:
-    batch, window, strategy or pad): each raises a ValueError naming the
-    disagreement (a gloo size mismatch once aborted every process), and the
-    table still works for a call they agree on."""
+def mismatched_sample(process, processes, directory):
+    """The processes call an eager sample with different arguments, one
+    difference after another (batch, window, strategy, pad): each call raises
+    a ValueError naming the disagreement in every process (a gloo size
+    mismatch once aborted every process), and the table still works for a
+    call they agree on."""
     import jax
     import numpy as np
     import gearjax as gx
@@ -307,19 +308,21 @@ def mismatched_sample(process, processes, directory, differ):
                             exchange="xla")
     table.insert({"x": np.full((3, 2), process, np.int32)})
     last = process == processes - 1
-    kwargs = {"batch_size": 4, "window": 2, "strategy": gx.Uniform(), "pad": "left"}
-    kwargs.update({"batch": {"batch_size": 5 if last else 4},
-                   "window": {"window": 3 if last else 2},
-                   "strategy": {"strategy": gx.Prioritized(0.5) if last else gx.Uniform()},
-                   "pad": {"pad": "right" if last else "left"}}[differ])
-    try:
-        table.sample(jax.random.key(process), **kwargs)
-        message = None
-    except ValueError as e:
-        message = str(e)
-    after = table.sample(jax.random.key(7), 4, 2)  # agreed: works
+    out = {}
+    for differ, change in (("batch", {"batch_size": 5 if last else 4}),
+                           ("window", {"window": 3 if last else 2}),
+                           ("strategy", {"strategy": gx.Prioritized(0.5) if last else gx.Uniform()}),
+                           ("pad", {"pad": "right" if last else "left"})):
+        kwargs = {"batch_size": 4, "window": 2, "strategy": gx.Uniform(), "pad": "left", **change}
+        try:
+            table.sample(jax.random.key(process), **kwargs)
+            message = None
+        except ValueError as e:
+            message = str(e)
+        after = table.sample(jax.random.key(7), 4, 2)  # agreed: works
+        out[differ] = {"message": message, "rows": int(np.asarray(after["x"]).shape[0])}
     table.close()
-    return {"message": message, "rows": int(np.asarray(after["x"]).shape[0])}
+    return out
 
 
 def nixl_updates(process, processes, directory):
