@@ -39,9 +39,10 @@ def wake_blocked_calls() -> int:
     waiting = 0
     for table in tables:
         native = table._native
-        if native.closed or native.waiting == 0:
+        blocked = 0 if native.closed else native.waiting
+        if blocked == 0:
             continue
-        waiting += native.waiting
+        waiting += blocked
         native.close(WAKE_SECONDS)  # wakes the waiters; releases the GIL while it waits
     if waiting:
         # The woken calls are out of the tables; let their threads take the

@@ -6,6 +6,9 @@ corrupted memory once)."""
 
 from __future__ import annotations
 
+import json
+import zipfile
+
 import jax
 import jax.numpy as jnp
 import ml_dtypes  # JAX's own dependency: the source of its extra dtypes
@@ -99,8 +102,6 @@ def test_a_checkpoint_naming_a_sub_byte_dtype_is_refused(tmp_path, name):
     table.insert({"x": np.zeros((2, 2), np.uint8)})
     path = tmp_path / "t.gx"
     table.save(path)
-    import json
-    import zipfile
     with zipfile.ZipFile(path) as zf:
         members = {n: zf.read(n) for n in zf.namelist()}
     meta = json.loads(members["meta.json"])

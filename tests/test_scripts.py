@@ -24,7 +24,7 @@ def test_bench_core_builds_and_runs(tmp_path):
     sources = [str(ROOT / "scripts" / "bench_core.cc"), *CORE_SOURCES]
     objects = [str(tmp_path / f"{i}.o") for i in range(len(sources))]
     # One compiler per source, as many at once as there are cores (a single g++
-    # call compiles them one after another: 35 s on 2 cores).
+    # call compiles them one after another).
     with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
         for done in pool.map(lambda so: subprocess.run(
                 ["g++", "-std=c++20", "-O1", f"-I{ROOT / 'xla_ffi'}", "-c", so[0], "-o", so[1]]),
@@ -112,7 +112,7 @@ def test_bench_gpu_smoke_runs_without_a_gpu(tmp_path):
 
 # scripts/bench_dt_step.py runs in notebooks/03_performance.ipynb, which
 # tests/test_notebooks.py executes (tiny size, every mode, its results plotted):
-# a second run here would add 40 s to CI and check less.
+# a second, smaller run here would only add CI time.
 
 
 def test_sharded_demo_runs_two_processes_on_one_global_table():

@@ -109,10 +109,7 @@ void Table::CheckOpenLocked() const {
   if (closed_) throw Closed("the table is closed");
 }
 
-bool Table::closed() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return closed_;
-}
+bool Table::closed() const { return closed_.load(std::memory_order_acquire); }
 
 bool Table::InsideLocked() const {
   DrainReturnedLocked();
@@ -128,7 +125,7 @@ bool Table::Close(double wait_seconds) {
   std::vector<std::shared_ptr<void>> memory;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    closed_ = true;
+    closed_.store(true, std::memory_order_release);
     changed_.notify_all();
     if (released_) return true;
     const auto deadline = Clock::now() + std::chrono::duration<double>(

@@ -434,7 +434,9 @@ class Table {
 
   mutable std::mutex mu_;
   std::condition_variable changed_;  // any publish, release, eviction or close
-  bool closed_ = false;
+  // Set under mu_; atomic so that closed() needs no lock (the writer's
+  // per-step fast path asks it).
+  std::atomic<bool> closed_{false};
   bool released_ = false;
   int64_t waiting_ = 0;  // see waiting()
 
