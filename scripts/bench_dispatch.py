@@ -140,6 +140,18 @@ def per_call_forms(table) -> dict:
     unordered = jax.jit(lambda k: sample(None, k, ordered=False)[1]["obs"])
     keys = [jax.random.key_data(k) for k in jax.random.split(jax.random.key(1), 64)]
     state = [table.state()]
+    # A control without gearjax: the same pure jitted function with and without one more
+    # uint32 scalar argument and result (what the threaded form adds), to show what JAX's
+    # dispatch itself charges for it.
+    import jax.numpy as jnp
+    base = jnp.ones((BATCH, WINDOW, OBS), jnp.float32)
+    pure = jax.jit(lambda k: base * k[0].astype(jnp.float32))
+    pure_scalar = jax.jit(lambda s, k: (s + 1, base * k[0].astype(jnp.float32)))
+    scalar = [jnp.uint32(0)]
+
+    def call_pure_scalar(i):
+        scalar[0], out = pure_scalar(scalar[0], keys[i % 64])
+        return out
 
     def call_threaded(i):
         state[0], out = threaded(state[0], keys[i % 64])
@@ -147,7 +159,8 @@ def per_call_forms(table) -> dict:
 
     return {"threaded": call_threaded, "threaded-fresh": lambda i: fresh(keys[i % 64]),
             "ordered": lambda i: ordered(keys[i % 64]),
-            "unordered": lambda i: unordered(keys[i % 64])}
+            "unordered": lambda i: unordered(keys[i % 64]),
+            "jax-pure": lambda i: pure(keys[i % 64]), "jax-pure+scalar": call_pure_scalar}
 
 
 def mlp_init(width: int, seed: int = 0) -> dict:
@@ -300,6 +313,8 @@ def report(result: dict) -> str:
         ratio = s.get("calls_per_second_over_unordered_paired")
         lines.append(f"  {name:16s} {s['median_us']:9.1f} us   "
                      + (f"x{ratio:.3f} unordered" if ratio is not None else ""))
+    lines.append("  JAX alone, one more uint32 scalar argument and result: "
+                 f"x{pc['jax_extra_scalar_calls_per_second_paired']:.3f} the calls/s (paired)")
     if "reverb" in pc:
         r = pc["reverb"]
         lines.append(f"  {'reverb':16s} " + (f"{r['median_us']:9.1f} us per batch "
@@ -342,6 +357,8 @@ def main(argv: list[str] | None = None) -> dict | int:
               "machine": machine_info(), "load_average_start": os.getloadavg()}
     times = take_turns(per_call_forms(table), args.calls)
     result["per_call"] = {"forms": summary(times, "unordered")}
+    result["per_call"]["jax_extra_scalar_calls_per_second_paired"] = float(
+        np.median(np.asarray(times["jax-pure"]) / np.asarray(times["jax-pure+scalar"])))
     if args.reverb_python:
         with tempfile.TemporaryDirectory() as workdir:
             path = os.path.join(workdir, "data.npz")

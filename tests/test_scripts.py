@@ -186,7 +186,8 @@ def test_bench_dispatch_runs_every_form(tmp_path):
                    check=True, capture_output=True, timeout=600, cwd=ROOT)
     result = json.loads(out.read_text())
     assert set(result["per_call"]["forms"]) == {"threaded", "threaded-fresh", "ordered",
-                                                 "unordered"}
+                                                 "unordered", "jax-pure", "jax-pure+scalar"}
+    assert result["per_call"]["jax_extra_scalar_calls_per_second_paired"] > 0
     assert "reverb" not in result["per_call"]  # only with --reverb-python
     step = result["train_step"]["8"]
     assert {"threaded", "threaded-fresh", "ordered", "unordered", "pre-staged"} <= set(step)
