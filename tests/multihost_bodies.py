@@ -104,7 +104,8 @@ def global_distribution(process, processes, directory, strategies, calls, batch,
         multihost_utils.sync_global_devices(f"published-{strategy}")
         stats = table.stats()
         out[strategy] = {"errors": errors, "rows": rows, "first": first, "size": stats["size"],
-                         "served": served}
+                         "served": served, "exchange": {k: v for k, v in stats.items()
+                                                        if k.startswith("exchange_")}}
     # Owners keep serving (nixl) and publishing until every process is done.
     multihost_utils.sync_global_devices("sampled")
     table.close()

@@ -19,6 +19,7 @@ import pytest
 from scipy import stats
 
 import gearjax as gx
+from gearjax.sharded import exchange as exchange_module
 import multihost
 from multihost_bodies import shard_contents
 
@@ -90,6 +91,26 @@ def test_rows_follow_the_global_distribution(tmp_path, exchange):
     for strategy in STRATEGIES:
         check_global_distribution(strategy, exchange, [r["strategies"][strategy] for r in results],
                                   inserted, stamps, processes * calls * batch)
+    # What the owners served to the all-to-all, summed over shards in stats():
+    # every row asked for (the calls and one more per strategy), in whole
+    # blocks of the compiled sizes.
+    last = results[0]["strategies"][STRATEGIES[-1]]["exchange"]
+    if exchange != "xla":
+        assert last["exchange_serves"] == 0 and last["exchange_bytes_per_useful_byte"] is None
+        return
+    samples = len(STRATEGIES) * (calls + 1)
+    row_bytes = 4 * 2 * 4  # window 4 of int32[2]
+    assert last["exchange_serves"] == processes * samples
+    assert last["exchange_rows_asked"] == processes * samples * batch
+    assert last["exchange_bytes_asked"] == last["exchange_rows_asked"] * row_bytes
+    assert last["exchange_bytes_sent"] == last["exchange_rows_sent"] * row_bytes
+    sizes = exchange_module.block_sizes(batch, processes)
+    by_block = {int(b): n for b, n in last["exchange_serves_by_block"].items()}
+    assert set(by_block) <= set(sizes) and sum(by_block.values()) == processes * samples
+    assert last["exchange_rows_sent"] == processes * sum(b * n for b, n in by_block.items())
+    assert last["exchange_bytes_per_useful_byte"] == pytest.approx(
+        last["exchange_rows_sent"] / last["exchange_rows_asked"])
+    assert 1.0 <= last["exchange_bytes_per_useful_byte"] <= processes
 
 
 def check_global_distribution(strategy, exchange, results, inserted, stamps, draws):

@@ -354,6 +354,7 @@ ffi::Error ShardServeImpl(ffi::ThreadPool pool, ffi::Token, ffi::Buffer<ffi::U32
         i = run;
       }
     });
+    table->exchange_counters().Record(shards, block, asked, row_bytes);
     return ffi::Error::Success();
   } catch (...) {
     return FromException(std::current_exception());

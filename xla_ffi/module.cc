@@ -316,6 +316,20 @@ class NativeTable {
     return d;
   }
 
+  // What this table, as a shard's owner, has served to the xla exchange.
+  nb::dict ExchangeStats() {
+    const gearjax::ExchangeTotals t = table_->exchange_counters().Totals();
+    nb::dict d, blocks;
+    d["serves"] = t.serves;
+    d["rows_asked"] = t.rows_asked;
+    d["rows_sent"] = t.rows_sent;
+    d["bytes_asked"] = t.bytes_asked;
+    d["bytes_sent"] = t.bytes_sent;
+    for (const auto& [block, serves] : t.serves_by_block) blocks[nb::int_(block)] = serves;
+    d["serves_by_block"] = blocks;
+    return d;
+  }
+
  private:
   std::shared_ptr<Table> table_;
   int64_t handle_;
@@ -391,7 +405,8 @@ NB_MODULE(_gearjax, m) {
       .def("remote_layout", &NativeTable::RemoteLayout, "strategy"_a, "alpha"_a)
       .def("restore_times_sampled", &NativeTable::RestoreTimesSampled, "key"_a,
            "times_sampled"_a)
-      .def("stats", &NativeTable::Stats);
+      .def("stats", &NativeTable::Stats)
+      .def("exchange_stats", &NativeTable::ExchangeStats);
 
   m.def("limits", &gearjax::Limits, "The numeric contract every argument is checked against.");
 

@@ -16,15 +16,31 @@ arithmetic):
    process (``shard_serve``), the blocks go to their processes in one
    all-to-all, and each process puts its rows back in order.
 
-Blocks are B rows each, whatever was asked, because XLA's shapes are static:
-the all-to-all moves P x B rows per process (P processes), of which B are
-real. The owner writes only the rows asked of it.
+XLA's shapes are static, so the all-to-all moves blocks of one size from
+every owner to every requester: the owner writes the rows asked of it at the
+top of each block, and the rest of the block travels unread. Every process
+holds the whole plan (``counts[P, P]``: rows requester i asks of shard k), so
+every process knows the largest pair count and takes the same branch of a
+``lax.switch`` over all-to-alls compiled at a few block sizes
+(:func:`block_sizes`: B/P growing by 1.25x up to B). A block never drops a
+row (the smallest block that holds the largest count is chosen), and the
+bytes moved per process are P x block rows instead of P x B: about 1.25 /
+1.6 / 2.0 / 3.5 B at P = 2 / 8 / 16 / 64 for B = 256 over shards of equal
+mass (``scripts/bench_exchange_scaling.py`` measures it). Each owner counts
+what it sent (rows asked, rows in the blocks sent, their bytes, and how often
+each block size ran): ``ShardedTable.stats()`` sums them.
+
+Several shards in one process (one per local device, as a benchmark or a
+multi-GPU host runs them) are the same program: pass a tuple of specs, one
+per device of the mesh axis in order, and each device calls its own shard's
+handle (a ``lax.switch`` on its axis index).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -84,26 +100,65 @@ def check_axis(axis_name: str, spec: ShardSpec) -> None:
                          f"with exactly one device per process, in process order")
 
 
-def sample(rng_key: jax.Array, *, spec: ShardSpec, batch_size: int, window: int | None,
-           strategy: Strategy, pad: str, axis_name: str) -> ShardedBatch:
+# Each block size is at least this much larger than the one before it.
+BLOCK_GROWTH = 1.25
+
+
+def block_sizes(batch_size: int, shards: int) -> tuple[int, ...]:
+    """The block sizes an exchange of ``batch_size`` rows per process over
+    ``shards`` shards is compiled at: from ceil(B / P), each at least
+    ``BLOCK_GROWTH`` times the last, ending at B. No plan needs a block below
+    ceil(B / P) (some shard gets at least that many of a requester's B rows)
+    and none above B."""
+    if batch_size < 1 or shards < 1:
+        raise ValueError(f"batch_size and shards must be >= 1, got {batch_size}, {shards}")
+    size = -(-batch_size // shards)
+    sizes = []
+    while size < batch_size:
+        sizes.append(size)
+        size = max(size + 1, math.ceil(size * BLOCK_GROWTH))
+    return (*sizes, batch_size)
+
+
+def sample(rng_key: jax.Array, *, spec: ShardSpec | tuple[ShardSpec, ...], batch_size: int,
+           window: int | None, strategy: Strategy, pad: str, axis_name: str,
+           min_block: int | jax.Array = 0) -> ShardedBatch:
     """A global sample, traced inside shard_map over ``axis_name``: this
-    process's ``batch_size`` rows."""
-    shards, block = spec.shards, batch_size
+    device's ``batch_size`` rows. ``spec`` is the local shard's, or a tuple
+    of every shard's when the shards are the devices of one process (see the
+    module docstring). ``min_block`` (an int, or a traced int32 scalar, the
+    same in every process) forces a block of at least that many rows: the
+    smallest of :func:`block_sizes` that holds both it and the largest count
+    runs (tests run every size this way)."""
+    specs = spec if isinstance(spec, tuple) else (spec,)
+    first = specs[0]
+    shards = first.shards
+    if len(specs) > 1 and [s.shard for s in specs] != list(range(shards)):
+        raise ValueError("a tuple of specs must hold every shard, in order")
+    # This device's shard: a number known at trace time, or its axis index.
+    me = first.shard if len(specs) == 1 else jax.lax.axis_index(axis_name)
+
+    def own(call):
+        """call(spec) on this device's own shard."""
+        if len(specs) == 1:
+            return call(first)
+        return jax.lax.switch(me, [functools.partial(call, s) for s in specs])
+
     # The same key in every process still gives each its own rows and each
     # owner its own draws: the shard's number is folded in.
-    plan_seed = seed_words(jax.random.fold_in(jax.random.fold_in(rng_key, 0), spec.shard))
-    serve_key = jax.random.fold_in(jax.random.fold_in(rng_key, 1), spec.shard)
+    plan_seed = seed_words(jax.random.fold_in(jax.random.fold_in(rng_key, 0), me))
+    serve_key = jax.random.fold_in(jax.random.fold_in(rng_key, 1), me)
     serve_seeds = jnp.stack([seed_words(jax.random.fold_in(serve_key, j))
                              for j in range(shards)])
     ranked = isinstance(strategy, (TopK, Recent))
     if ranked:
-        per_shard = min(strategy.count, spec.capacity)
-        summary, entries = _ffi.shard_tops_call(handle=spec.handle, strategy=strategy.code,
-                                                count=strategy.count, shard=spec.shard,
-                                                per_shard=per_shard)
+        per_shard = min(strategy.count, first.capacity)
+        summary, entries = own(lambda s: tuple(_ffi.shard_tops_call(
+            handle=s.handle, strategy=strategy.code, count=strategy.count, shard=s.shard,
+            per_shard=per_shard)))
     else:
-        summary = _ffi.shard_totals_call(handle=spec.handle, strategy=strategy.code,
-                                         alpha=strategy.alpha, shard=spec.shard)
+        summary = own(lambda s: _ffi.shard_totals_call(
+            handle=s.handle, strategy=strategy.code, alpha=strategy.alpha, shard=s.shard))
         entries = jnp.zeros((0,), jnp.uint32)
     # One gather brings every shard's summary (and best list) and every
     # process's plan seed: each process then draws every process's plan, so
@@ -116,29 +171,41 @@ def sample(rng_key: jax.Array, *, spec: ShardSpec, batch_size: int, window: int 
                                          strategy=strategy.code, count=strategy.count)
     shard_of_rows, counts = _ffi.shard_plan_call(gathered[:, words:words + 2], summaries,
                                                  batch=batch_size, shards=shards)
-    shard_of_row = shard_of_rows[spec.shard]  # this process's rows
-    asked = counts[:, spec.shard]  # rows each process asks of this shard
-    width = window or spec.max_length
-    served = _ffi.shard_serve_call(
-        serve_seeds, asked, summaries, handle=spec.handle, block=block, strategy=strategy.code,
-        alpha=strategy.alpha, window=window or 0, width=width, pad_left=pad == "left",
-        shard=spec.shard, shard_shift=spec.shard_shift,
-        columns=tuple((shape, dtype) for _, shape, dtype in spec.columns))
-
+    shard_of_row = shard_of_rows[me]  # this process's rows
+    asked = counts[:, me]  # rows each process asks of this shard
+    width = window or first.max_length
     # Row b is the rank-th row this process asked of shard k = shard_of_row[b].
     mine = shard_of_row[:, None] == jnp.arange(shards, dtype=jnp.int32)[None, :]
     rank = jnp.take_along_axis(jnp.cumsum(mine, axis=0, dtype=jnp.int32) - 1,
                                shard_of_row[:, None], axis=1)[:, 0]
-    index = shard_of_row * block + rank
 
-    def receive(x: jax.Array) -> jax.Array:
-        blocks = x.reshape(shards, block, *x.shape[1:])
-        received = jax.lax.all_to_all(blocks, axis_name, 0, 0, tiled=False)
-        return received.reshape(shards * block, *x.shape[1:])[index]
+    def exchange_at(block: int):
+        def run():
+            served = own(lambda s: tuple(_ffi.shard_serve_call(
+                serve_seeds, asked, summaries, handle=s.handle, block=block,
+                strategy=strategy.code, alpha=strategy.alpha, window=window or 0, width=width,
+                pad_left=pad == "left", shard=s.shard, shard_shift=s.shard_shift,
+                columns=tuple((shape, dtype) for _, shape, dtype in s.columns))))
+            index = shard_of_row * block + rank
 
-    keys, start, probability, table_size, valid, *columns = (receive(x) for x in served)
+            def receive(x: jax.Array) -> jax.Array:
+                blocks = x.reshape(shards, block, *x.shape[1:])
+                received = jax.lax.all_to_all(blocks, axis_name, 0, 0, tiled=False)
+                return received.reshape(shards * block, *x.shape[1:])[index]
+
+            return tuple(receive(x) for x in served)
+
+        return run
+
+    # Every process holds the same counts, so every process takes the same
+    # branch: the smallest block that holds the largest pair count.
+    sizes = block_sizes(batch_size, shards)
+    need = jnp.maximum(counts.max(), jnp.asarray(min_block, jnp.int32))
+    branch = jnp.minimum(jnp.searchsorted(jnp.asarray(sizes, jnp.int32), need), len(sizes) - 1)
+    keys, start, probability, table_size, valid, *columns = jax.lax.switch(
+        branch, [exchange_at(b) for b in sizes])
     mask, timestep = window_steps(start, valid, width, pad == "left")
-    return ShardedBatch(columns={n: c for (n, _, _), c in zip(spec.columns, columns)},
+    return ShardedBatch(columns={n: c for (n, _, _), c in zip(first.columns, columns)},
                         mask=mask, timestep=timestep, keys=keys, start=start,
                         probability=probability, table_size=table_size, shard=shard_of_row)
 

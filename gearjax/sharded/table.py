@@ -41,6 +41,8 @@ MANIFEST_FORMAT = "gearjax-sharded-table/1"
 # How often, at most, a process republishes its shard's stats on its own
 # inserts, samples and updates (len() and stats() always publish first).
 STATS_INTERVAL_SECONDS = 0.25
+# What each owner counts of the xla exchange (Table.exchange_stats, native).
+EXCHANGE_COUNTS = ("serves", "rows_asked", "rows_sent", "bytes_asked", "bytes_sent")
 
 
 class ShardedTable:
@@ -203,7 +205,15 @@ class ShardedTable:
 
         Returns ``size``, ``num_steps``, ``inserts``, ``samples``,
         ``evictions``, ``priority_updates`` and ``skipped_updates`` summed
-        over the shards that published; ``shards``, the list of per-shard
+        over the shards that published; what the owners served to the ``xla``
+        exchange, summed likewise: ``exchange_serves`` (owner calls),
+        ``exchange_rows_asked`` and ``exchange_bytes_asked`` (the rows
+        requesters asked for), ``exchange_rows_sent`` and
+        ``exchange_bytes_sent`` (the whole blocks the all-to-all moved, the
+        owner's own block included), ``exchange_serves_by_block`` (block size
+        -> serves) and ``exchange_bytes_per_useful_byte`` (sent over asked;
+        None before any; the one-sided exchanges read exactly the rows asked
+        and count nothing here); ``shards``, the list of per-shard
         stats (None for a shard that published nothing yet);
         ``age_seconds``, how old each shard's figures are; and
         ``stale_seconds``, the largest of those."""
@@ -213,7 +223,15 @@ class ShardedTable:
         ages = [None if s is None else max(0.0, now - s["published_at"]) for s in shards]
         out: dict[str, Any] = {k: sum(s[k] for s in shards if s is not None) for k in (
             "size", "num_steps", "inserts", "samples", "evictions", "priority_updates",
-            "skipped_updates")}
+            "skipped_updates", *(f"exchange_{k}" for k in EXCHANGE_COUNTS))}
+        by_block: dict[int, int] = {}
+        for shard in shards:
+            for block, serves in (shard or {}).get("exchange_serves_by_block", {}).items():
+                by_block[int(block)] = by_block.get(int(block), 0) + serves
+        out["exchange_serves_by_block"] = dict(sorted(by_block.items()))
+        out["exchange_bytes_per_useful_byte"] = (
+            out["exchange_bytes_sent"] / out["exchange_bytes_asked"]
+            if out["exchange_bytes_asked"] else None)
         if self._transport is not None:
             out.update(lost_shards=sorted(self._transport._dead.copy()),  # copied atomically
                        refused_updates=self._transport.refused_updates,
@@ -232,9 +250,14 @@ class ShardedTable:
             return
         self._published_at = now
         s = self._local.stats()
-        coordination.publish_stats(self._path, self._shard, {k: s[k] for k in (
-            "size", "num_steps", "inserts", "samples", "evictions", "priority_updates",
-            "skipped_updates", "capacity")})
+        served = self._local._native.exchange_stats()
+        coordination.publish_stats(self._path, self._shard, {
+            **{k: s[k] for k in ("size", "num_steps", "inserts", "samples", "evictions",
+                                 "priority_updates", "skipped_updates", "capacity")},
+            **{f"exchange_{k}": served[k] for k in EXCHANGE_COUNTS},
+            # JSON keys are strings.
+            "exchange_serves_by_block": {str(b): n for b, n in
+                                         served["serves_by_block"].items()}})
 
     # ------------------------------------------------------------- lifecycle
     @property

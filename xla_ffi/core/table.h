@@ -48,6 +48,7 @@
 
 #include "common.h"
 #include "draw.h"
+#include "exchange_counters.h"
 #include "gpu_selection.h"
 #include "rate_limiter.h"
 #include "removers.h"
@@ -347,6 +348,9 @@ class Table {
   // now: the ones a Close would wake.
   int64_t waiting() const;
 
+  // What this table, as a shard's owner, has served to the xla exchange.
+  ExchangeCounters& exchange_counters() { return exchange_counters_; }
+
  private:
   using Clock = std::chrono::steady_clock;
 
@@ -478,6 +482,7 @@ class Table {
   int64_t deferred_more_ = 0;
   std::atomic<bool> has_deferred_error_{false};
   Counters counters_;
+  ExchangeCounters exchange_counters_;  // its own lock: not under mu_
   int64_t skipped_updates_ = 0;
   std::vector<Item> update_before_;    // UpdatePriorities' scratch
   std::vector<double> update_after_;

@@ -219,6 +219,10 @@ ffi::Error ShardServeCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch
     }
     if (error == cudaSuccess) error = tickets.HandToStream();
     if (error != cudaSuccess) return Fail(CudaFailure("launching the gather", error));
+    int64_t row_bytes = 0, asked_rows = 0;
+    for (int c = 0; c < table->num_columns(); ++c) row_bytes += call.width * table->step_bytes(c);
+    for (int32_t n : asked) asked_rows += n;
+    table->exchange_counters().Record(shards, block, asked_rows, row_bytes);
     return ffi::Error::Success();
   } catch (...) {
     return FromException(std::current_exception());

@@ -1,0 +1,260 @@
+"""The xla exchange against the number of shards P, on one machine: P host
+devices of one process stand in for P processes (``gearjax.sharded.local``:
+one gearjax.Table per device, the exchange's program in ``shard_map``).
+
+    python scripts/bench_exchange_scaling.py                 # P = 2 ... 64
+    python scripts/bench_exchange_scaling.py --shards 2 4 --calls 5 --out /tmp/x.json
+
+For each P a worker process starts with ``--xla_force_host_platform_device_count=P``
+and fills P shards of equal size (``--trajectories`` each). Two shard masses:
+``equal`` (Uniform) and ``10:1`` (Prioritized(1.0), the first half of the
+shards holding trajectories of priority 10, the rest 1). For each batch size
+B and mass, two block policies take turns call by call:
+
+* ``bucketed``: the exchange as shipped, the smallest compiled block that
+  holds the plan (B/P growing by 1.25x up to B);
+* ``full``: every block B rows (``min_block=B``), what the exchange moved
+  before the buckets.
+
+Recorded per case: the median seconds per global sample (dispatch included,
+blocked on), useful GB/s over the machine (P x B windows delivered), bytes
+moved per useful byte and how often each block size ran, both as counted by
+the owners (``Table.exchange_stats``).
+
+The bytes model: a global sample costs a fixed time per device plus the bytes
+its all-to-all moves over one machine-wide rate, T = P t_dev + bytes / R, t_dev
+and R fitted by least squares to every measured case of one batch size (both
+policies, both masses, every P); the report gives each case's measured time
+over the model's. On this 2-core machine every device shares the same 2
+cores, so the curve is the machine's total throughput against P, not a
+cluster's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _machine import cpu_model, version_of  # noqa: E402
+
+WINDOW = 20
+STEP = (17,)  # float32 per step: case A's windows of bench_sample (1360 bytes a window)
+LENGTH = 100
+
+
+def worker(shards: int, batches: list[int], calls: int, trajectories: int,
+           full_limit_bytes: float) -> dict:
+    import jax
+
+    import gearjax as gx
+    from gearjax.sharded import exchange, local
+
+    assert jax.device_count() == shards, jax.devices()
+    tables = local.shard_tables({"obs": gx.Column(STEP, "float32")}, capacity=trajectories,
+                                max_length=LENGTH, shards=shards)
+    rng = np.random.default_rng(0)
+    for k, table in enumerate(tables):
+        heavy = k < max(1, shards // 2)
+        obs = rng.standard_normal((trajectories, LENGTH, *STEP)).astype(np.float32)
+        table.insert_many([{"obs": o} for o in obs], priorities=[10.0 if heavy else 1.0]
+                          * trajectories)
+    row_bytes = WINDOW * int(np.prod(STEP)) * 4
+    out = {"shards": shards, "row_bytes": row_bytes, "cases": []}
+    keys = iter(jax.random.split(jax.random.key(1), 100_000))
+    for batch in batches:
+        for mass, strategy in (("equal", gx.Uniform()), ("10:1", gx.Prioritized(1.0))):
+            begin = time.perf_counter()
+            program = local.sample_program(tables, batch, WINDOW, strategy)
+            seeds = [np.asarray(jax.random.key_data(jax.random.split(next(keys), shards)))
+                     for _ in range(calls + 3)]
+            policies = {"bucketed": 0, "full": batch}
+            if shards * shards * batch * row_bytes > full_limit_bytes:
+                # Every device would hold P x B rows twice over (sent and received).
+                del policies["full"]
+                moved = shards * shards * batch * row_bytes / 1e9
+                out["cases"].append({"batch": batch, "mass": mass, "policy": "full",
+                                     "skipped": f"moves {moved:.1f} GB a sample, over "
+                                                f"--full-limit-gb"})
+            for min_block in policies.values():  # compile, warm up
+                jax.block_until_ready(program(seeds[0], min_block))
+            compile_seconds = time.perf_counter() - begin
+            times = {p: [] for p in policies}
+            # Take turns call by call; the owners' counters are read around
+            # each call.
+            sums = {p: {"rows_asked": 0, "rows_sent": 0, "by_block": {}} for p in policies}
+            for i in range(calls):
+                turns = list(policies) if i % 2 == 0 else list(policies)[::-1]
+                for policy in turns:
+                    before = [t._native.exchange_stats() for t in tables]
+                    start = time.perf_counter()
+                    jax.block_until_ready(program(seeds[i + 1], policies[policy]))
+                    times[policy].append(time.perf_counter() - start)
+                    after = [t._native.exchange_stats() for t in tables]
+                    s = sums[policy]
+                    for b, a in zip(before, after):
+                        s["rows_asked"] += a["rows_asked"] - b["rows_asked"]
+                        s["rows_sent"] += a["rows_sent"] - b["rows_sent"]
+                        for block, n in a["serves_by_block"].items():
+                            grown = n - b["serves_by_block"].get(block, 0)
+                            if grown:
+                                s["by_block"][block] = s["by_block"].get(block, 0) + grown
+            for policy in policies:
+                s = sums[policy]
+                assert s["rows_asked"] == calls * shards * batch, s
+                median = float(np.median(times[policy]))
+                out["cases"].append({
+                    "batch": batch, "mass": mass, "policy": policy,
+                    "median_seconds": median,
+                    "p10_seconds": float(np.quantile(times[policy], 0.1)),
+                    "p90_seconds": float(np.quantile(times[policy], 0.9)),
+                    "useful_gb_per_s": shards * batch * row_bytes / median / 1e9,
+                    "moved_per_useful": s["rows_sent"] / s["rows_asked"],
+                    "bytes_moved_per_sample": s["rows_sent"] * row_bytes / calls,
+                    # block size -> calls (each call serves once per shard)
+                    "calls_by_block": {str(k): v // shards for k, v in
+                                       sorted(s["by_block"].items())},
+                    "block_sizes": list(exchange.block_sizes(batch, shards)),
+                    "compile_seconds": compile_seconds})
+    for table in tables:
+        table.close()
+    return out
+
+
+def fit_model(cases: list[dict]) -> dict:
+    """T = P t_dev + bytes / R by least squares over `cases`; returns t_dev,
+    R and each case's measured / model."""
+    a = np.array([[c["shards"], c["bytes_moved_per_sample"]] for c in cases], float)
+    t = np.array([c["median_seconds"] for c in cases])
+    # Relative least squares (every case weighs alike, whatever its time).
+    (t_dev, inverse_rate), *_ = np.linalg.lstsq(a / t[:, None], np.ones_like(t), rcond=None)
+    model = a @ np.array([t_dev, inverse_rate])
+    return {"t_dev_seconds": float(t_dev),
+            "rate_gb_per_s": float(1 / inverse_rate / 1e9) if inverse_rate > 0 else None,
+            "measured_over_model": [float(x) for x in t / model]}
+
+
+def run_worker(shards: int, args) -> dict:
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               XLA_FLAGS=f"--xla_force_host_platform_device_count={shards}")
+    done = subprocess.run([sys.executable, __file__, "--worker", str(shards), "--batches",
+                           *map(str, args.batches), "--calls", str(args.calls),
+                           "--trajectories", str(args.trajectories),
+                           "--full-limit-gb", str(args.full_limit_gb)],
+                          env=env, capture_output=True, text=True, timeout=args.timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"P={shards} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def report(result: dict) -> str:
+    m = result["machine"]
+    lines = [f"bench_exchange_scaling: {m['cpu_model']}, {m['cores']} cores, python "
+             f"{m['python']}, " + ", ".join(f"{p} {v}" for p, v in m["versions"].items()),
+             f"windows of {WINDOW} x float32{list(STEP)} ({result['row_bytes']} bytes), "
+             f"{result['config']['trajectories']} trajectories of {LENGTH} steps a shard, "
+             f"median of {result['config']['calls']} calls a case", ""]
+    for batch, fit in result["model"].items():
+        lines.append(f"B = {batch}: model T = P x {fit['t_dev_seconds'] * 1e6:.0f} us + bytes / "
+                     f"{fit['rate_gb_per_s']:.2f} GB/s")
+        lines.append(f"  {'P':>3} {'mass':5} {'policy':8} {'ms/sample':>10} {'useful GB/s':>11} "
+                     f"{'moved/useful':>12} {'x model':>8}  blocks run (size: calls)")
+        for c, ratio in zip(fit["cases"], fit["measured_over_model"]):
+            lines.append(f"  {c['shards']:>3} {c['mass']:5} {c['policy']:8} "
+                         f"{c['median_seconds'] * 1e3:10.2f} {c['useful_gb_per_s']:11.3f} "
+                         f"{c['moved_per_useful']:12.2f} {ratio:8.2f}  "
+                         + ", ".join(f"{k}: {v}" for k, v in c["calls_by_block"].items()))
+        for c in result["runs"]:
+            if c["batch"] == int(batch) and "skipped" in c:
+                lines.append(f"  {c['shards']:>3} {c['mass']:5} {c['policy']:8} skipped: "
+                             f"{c['skipped']}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shards", type=int, nargs="+", default=[2, 4, 8, 16, 32, 64])
+    parser.add_argument("--batches", type=int, nargs="+", default=[256, 1024])
+    parser.add_argument("--calls", type=int, default=30, help="timed calls a case and policy")
+    parser.add_argument("--trajectories", type=int, default=64, help="a shard")
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds a worker")
+    parser.add_argument("--full-limit-gb", type=float, default=1.0,
+                        help="skip the full policy where a sample would move more")
+    parser.add_argument("--out", default="benchmarks/results/bench_exchange_scaling_cpu.json")
+    parser.add_argument("--plot", action="store_true", help="also write a PNG beside --out")
+    parser.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker is not None:
+        print(json.dumps(worker(args.worker, args.batches, args.calls, args.trajectories,
+                                args.full_limit_gb * 1e9)))
+        return {}
+
+    result = {"config": {"shards": args.shards, "batches": args.batches, "calls": args.calls,
+                         "trajectories": args.trajectories, "window": WINDOW,
+                         "step": list(STEP), "length": LENGTH},
+              "machine": {"platform": platform.platform(), "cpu_model": cpu_model(),
+                          "cores": len(os.sched_getaffinity(0)),
+                          "python": platform.python_version(),
+                          "versions": {p: version_of(p) for p in ("gearjax", "jax", "jaxlib")}},
+              "load_average_start": os.getloadavg(), "runs": []}
+    for shards in args.shards:
+        run = run_worker(shards, args)
+        result["row_bytes"] = run["row_bytes"]
+        for case in run["cases"]:
+            result["runs"].append({"shards": shards, **case})
+        print(f"P={shards} done", file=sys.stderr, flush=True)
+    result["model"] = {}
+    for batch in args.batches:
+        cases = [c for c in result["runs"] if c["batch"] == batch and "skipped" not in c]
+        result["model"][str(batch)] = {**fit_model(cases), "cases": cases}
+    result["load_average_end"] = os.getloadavg()
+    text = report(result)
+    print(text)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    out.with_suffix(".txt").write_text(text + "\n")
+    if args.plot:
+        plot(result, out.with_suffix(".png"))
+    return result
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for batch in result["config"]["batches"]:
+        for mass in ("equal", "10:1"):
+            for policy, style in (("bucketed", "-"), ("full", ":")):
+                cs = [c for c in result["runs"] if c["batch"] == batch and c["mass"] == mass
+                      and c["policy"] == policy and "skipped" not in c]
+                p = [c["shards"] for c in cs]
+                label = f"B={batch}, {mass}, {policy}"
+                axes[0].plot(p, [c["moved_per_useful"] for c in cs], style, marker="o",
+                             label=label)
+                axes[1].plot(p, [c["useful_gb_per_s"] for c in cs], style, marker="o",
+                             label=label)
+    for ax, title in zip(axes, ("bytes moved per useful byte", "useful GB/s, whole machine")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("shards P (host devices, 2 cores)")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+    axes[1].set_yscale("log")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    main()

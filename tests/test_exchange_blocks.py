@@ -1,0 +1,108 @@
+"""The xla exchange's blocks: the sizes it is compiled at, and, over P = 8
+host devices in one process (gearjax.sharded.local), that a sample through
+any block keeps the global distribution and every window exact, that the
+block that runs is the smallest that holds the plan, and that the owners
+count what they sent."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from gearjax.sharded import exchange
+
+HERE = Path(__file__).resolve().parent
+P_MIN = 1e-4  # chi-square p-value below which a distribution is wrong
+
+
+def test_block_sizes_grow_by_a_quarter_from_b_over_p_to_b():
+    assert exchange.block_sizes(256, 2) == (128, 160, 200, 250, 256)
+    assert exchange.block_sizes(256, 1) == (256,)
+    assert exchange.block_sizes(5, 8) == (1, 2, 3, 4, 5)  # each at least one more
+    for batch, shards in [(256, 64), (1024, 64), (7, 3), (1, 1), (100_000, 1000)]:
+        sizes = exchange.block_sizes(batch, shards)
+        assert sizes[0] == -(-batch // shards) and sizes[-1] == batch
+        assert all(b >= max(a + 1, a * exchange.BLOCK_GROWTH) for a, b in zip(sizes[:-2],
+                                                                              sizes[1:-1]))
+        assert list(sizes) == sorted(set(sizes))
+
+
+@pytest.mark.parametrize("batch, shards", [(0, 2), (4, 0), (-1, 3)])
+def test_block_sizes_refuse_empty_batches_and_meshes(batch, shards):
+    with pytest.raises(ValueError, match=">= 1"):
+        exchange.block_sizes(batch, shards)
+
+
+@pytest.fixture(scope="module")
+def eight_devices(tmp_path_factory):
+    shards, calls, batch, window = 8, 4, 256, 4
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               XLA_FLAGS=f"--xla_force_host_platform_device_count={shards}",
+               PYTHONPATH=str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, "-m", "local_shards_body", str(shards), str(calls),
+                           str(batch), str(window)], env=env, capture_output=True, text=True,
+                          timeout=600, cwd=tmp_path_factory.mktemp("local"))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result.update(shards=shards, calls=calls, batch=batch, window=window)
+    return result
+
+
+def expected_weights(strategy: str, inserted: dict) -> dict[int, float]:
+    if strategy == "topk":
+        best = sorted(inserted, key=lambda k: inserted[k][2], reverse=True)[:5]
+        return {k: float(k in best) for k in inserted}
+    return {k: 1.0 if strategy == "uniform" else priority ** 0.7
+            for k, (_, _, priority) in inserted.items()}
+
+
+@pytest.mark.parametrize("strategy", ["uniform", "prioritized", "topk"])
+def test_eight_shards_on_eight_devices_sample_the_global_distribution(eight_devices, strategy):
+    r = eight_devices
+    assert r["errors"] == []  # every window read back is its trajectory's
+    inserted = {int(k): v for k, v in r["inserted"].items()}
+    weights = expected_weights(strategy, inserted)
+    total = sum(weights.values())
+    drawn = r["strategies"][strategy]
+    for key, probability in drawn["probability"].items():
+        assert probability == pytest.approx(weights[int(key)] / total, rel=1e-6)
+    counts = collections.Counter(drawn["keys"])
+    keys = sorted(inserted)
+    observed = np.array([counts[k] for k in keys])
+    expected = np.array([weights[k] for k in keys]) / total
+    draws = r["shards"] * r["calls"] * r["batch"]
+    assert observed.sum() == draws
+    assert observed[expected == 0].sum() == 0
+    support = expected > 0
+    assert stats.chisquare(observed[support], draws * expected[support]).pvalue > P_MIN
+
+
+def test_the_smallest_block_that_holds_the_plan_runs_and_every_size_can_be_forced(eight_devices):
+    r = eight_devices
+    sizes, shards, batch = r["sizes"], r["shards"], r["batch"]
+    assert sizes == list(exchange.block_sizes(batch, shards))
+    ran_sizes = set()
+    for forced in r["forced"]:
+        want = min(s for s in sizes if s >= max(forced["need"], forced["min_block"]))
+        # Every owner ran exactly one serve, at that block.
+        assert forced["ran"] == [{str(want): 1}] * shards, forced
+        ran_sizes.add(want)
+        # Each owner counts the rows asked of it and the whole blocks it sent.
+        assert forced["rows_asked"] == forced["asked_of_shard"]
+        assert sum(forced["rows_asked"]) == shards * batch
+        assert forced["rows_sent"] == [shards * want] * shards
+    # The unforced call runs a block below B (8 shards: B / P = 32 rows a pair
+    # on average), and forcing reaches B.
+    assert r["forced"][0]["min_block"] == 0 and r["forced"][0]["ran"][0] != {str(batch): 1}
+    assert batch in ran_sizes
+    # Every size at or above the natural choice ran.
+    natural = min(s for s in sizes if s >= r["forced"][0]["need"])
+    assert {s for s in sizes if s >= natural} <= ran_sizes
