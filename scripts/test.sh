@@ -43,10 +43,10 @@ if [ -n "$core_build" ]; then
   trap - EXIT
 fi
 
-# NIXL for the nixl exchange's tests: its wheel declares torch but never
-# imports it, and an extra cannot say --no-deps, so it is installed here
-# without dependencies (it needs only numpy). Offline, its tests skip.
-python -m pip install --quiet --no-deps "nixl-cu12==1.5.1" "nixl==1.5.1" ||
+# NIXL for the nixl exchange's tests, by the one command the README gives
+# users (its wheel declares torch but never imports it, and an extra cannot
+# say --no-deps; see gearjax/sharded/install_nixl.py). Offline, its tests skip.
+python -m gearjax.sharded.install_nixl ||
   echo "scripts/test.sh: could not install NIXL; the nixl exchange's tests will skip" >&2
 
 # pyverbs (the verbs exchange) is not installed here: it must match the

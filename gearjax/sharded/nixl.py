@@ -55,9 +55,10 @@ def nixl_api():
         try:
             from nixl._api import nixl_agent, nixl_agent_config  # the meta package
         except ImportError:
-            raise ValueError("exchange='nixl' needs NVIDIA NIXL: pip install --no-deps "
-                             "nixl-cu12 nixl (the wheel declares torch but never imports "
-                             "it)") from None
+            raise ValueError("exchange='nixl' needs NVIDIA NIXL: python -m "
+                             "gearjax.sharded.install_nixl installs it (pip install "
+                             "--no-deps nixl-cu12==1.5.1 nixl==1.5.1: the wheel declares "
+                             "torch but never imports it)") from None
     return nixl_agent, nixl_agent_config
 
 
