@@ -279,16 +279,18 @@ shard_serve_p = ordered_primitive("gearjax_shard_serve", SHARD_SERVE_TARGET, _sh
 def shard_serve_call(seeds: jax.Array, counts: jax.Array, summaries: jax.Array, *, handle: int,
                      block: int, strategy: int, alpha: float, window: int, width: int,
                      pad_left: bool, shard: int, shard_shift: int,
-                     columns: Columns) -> list[jax.Array]:
+                     columns: Columns, ragged: bool = False) -> list[jax.Array]:
     """The owner's draws: for requester j, counts[j] rows with seeds[j] in block
     j of ``block`` rows (the rest padding); returns (keys, start, probability,
     table_size, valid, *columns) over shards * block rows, keys, sizes and
-    probabilities global."""
+    probabilities global. ``ragged``: the rows go out by a ragged all-to-all
+    (the owner counts the rows asked as sent, not whole blocks)."""
     return shard_serve_p.bind(seeds, counts, summaries, table_handle=np.int64(handle),
                               block=np.int64(block), strategy=np.int64(strategy),
                               alpha=np.float64(alpha), window=np.int64(window),
                               pad_left=np.int64(pad_left), shard=np.int64(shard),
-                              shard_shift=np.int64(shard_shift), width=width, columns=columns)
+                              shard_shift=np.int64(shard_shift), ragged=np.int64(ragged),
+                              width=width, columns=columns)
 
 
 def shard_keys_call(keys: jax.Array, *, shard: int, shard_shift: int,

@@ -104,6 +104,12 @@ def main(shards: int, calls: int, batch_size: int, window: int) -> dict:
             "asked_of_shard": counts.sum(axis=0).tolist(),
             "rows_sent": [a["rows_sent"] - b["rows_sent"] for a, b in zip(after, before)],
             "bytes_per_row": window * 4})
+    # The ragged path (GPU and TPU; XLA:CPU has no ragged all-to-all) lowers
+    # to one ragged all-to-all per result and no all-to-all of blocks.
+    ragged = local.sample_program(tables, batch_size, window, gx.Uniform(), ragged=True)
+    text = ragged.lower(next_seeds()).as_text()
+    out["ragged_lowering"] = {"ragged": text.count("ragged_all_to_all"),
+                              "blocked": text.count("all_to_all") - text.count("ragged_all_to_all")}
     out["errors"] = errors[:20]
     for table in tables:
         table.close()

@@ -106,3 +106,53 @@ def test_the_smallest_block_that_holds_the_plan_runs_and_every_size_can_be_force
     # Every size at or above the natural choice ran.
     natural = min(s for s in sizes if s >= r["forced"][0]["need"])
     assert {s for s in sizes if s >= natural} <= ran_sizes
+
+
+def test_the_ragged_path_lowers_to_ragged_all_to_alls_and_is_not_the_cpu_default(eight_devices):
+    # keys, start, probability, table_size, valid and one column: six results.
+    assert eight_devices["ragged_lowering"] == {"ragged": 6, "blocked": 0}
+    assert not exchange.ragged_default()  # this is a CPU backend
+
+
+def emulate_ragged_all_to_all(operands, outputs, plans):
+    """jax.lax.ragged_all_to_all's documented semantics over P devices, in
+    NumPy: sender k's rows operands[k][input_offsets[j] : + send_sizes[j]]
+    land in receiver j's output at output_offsets[j] (the sender's), and
+    receiver j's recv_sizes[k] must match."""
+    outputs = [o.copy() for o in outputs]
+    for k, (input_offsets, send_sizes, output_offsets, _, _) in enumerate(plans):
+        for j in range(len(plans)):
+            n = int(send_sizes[j])
+            assert int(plans[j][3][k]) == n  # recv_sizes agree with send_sizes
+            outputs[j][int(output_offsets[j]):int(output_offsets[j]) + n] = \
+                operands[k][int(input_offsets[j]):int(input_offsets[j]) + n]
+    return outputs
+
+
+@pytest.mark.parametrize("shards, batch", [(1, 5), (2, 8), (3, 16), (8, 64)])
+def test_the_ragged_plan_puts_every_row_where_its_requester_reads_it(shards, batch):
+    rng = np.random.default_rng(shards)
+    for _ in range(5):
+        # Each requester's rows drawn over shards, skewed (some pairs empty).
+        weights = rng.dirichlet(np.full(shards, 0.3))
+        shard_of_rows = rng.choice(shards, size=(shards, batch), p=weights)
+        counts = np.stack([np.bincount(r, minlength=shards) for r in shard_of_rows])
+        plans = [[np.asarray(x) for x in exchange.ragged_plan(counts, me, batch)]
+                 for me in range(shards)]
+        # Owner k's operand: block j holds (k, j, rank) for the rows j asked of k.
+        operands = []
+        for k in range(shards):
+            rows = np.full((shards * batch, 3), -1)
+            for j in range(shards):
+                n = counts[j, k]
+                rows[j * batch:j * batch + n] = np.stack(
+                    [np.full(n, k), np.full(n, j), np.arange(n)], 1)
+            operands.append(rows)
+        received = emulate_ragged_all_to_all(operands, [np.full((batch, 3), -1)] * shards, plans)
+        for me in range(shards):
+            shard_of_row = shard_of_rows[me]
+            rank = np.array([np.sum(shard_of_row[:b] == shard_of_row[b]) for b in range(batch)])
+            index = plans[me][4][shard_of_row] + rank
+            want = np.stack([shard_of_row, np.full(batch, me), rank], 1)
+            np.testing.assert_array_equal(received[me][index], want)
+            assert plans[me][3].sum() == batch  # exactly B rows received

@@ -204,7 +204,8 @@ auto BindShardServe(Binding binding) {
       .template Attr<int64_t>("window")
       .template Attr<int64_t>("pad_left")
       .template Attr<int64_t>("shard")
-      .template Attr<int64_t>("shard_shift");
+      .template Attr<int64_t>("shard_shift")
+      .template Attr<int64_t>("ragged");
 }
 
 template <typename Binding>

@@ -308,7 +308,7 @@ ffi::Error ShardServeImpl(ffi::ThreadPool pool, ffi::Token, ffi::Buffer<ffi::U32
                           ffi::Buffer<ffi::S32> counts, ffi::Buffer<ffi::U32> summaries,
                           ffi::RemainingRets rets, int64_t table_handle, int64_t block,
                           int64_t strategy, double alpha, int64_t window, int64_t pad_left,
-                          int64_t shard, int64_t shard_shift) {
+                          int64_t shard, int64_t shard_shift, int64_t ragged) {
   try {
     std::shared_ptr<Table> table = LookUpTable(table_handle);
     if (table->on_device()) {
@@ -354,7 +354,8 @@ ffi::Error ShardServeImpl(ffi::ThreadPool pool, ffi::Token, ffi::Buffer<ffi::U32
         i = run;
       }
     });
-    table->exchange_counters().Record(shards, block, asked, row_bytes);
+    // A ragged all-to-all sends the rows asked; a blocked one, whole blocks.
+    table->exchange_counters().Record(ragged ? 0 : block, asked, ragged ? asked : rows, row_bytes);
     return ffi::Error::Success();
   } catch (...) {
     return FromException(std::current_exception());

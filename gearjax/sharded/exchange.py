@@ -30,6 +30,12 @@ mass (``scripts/bench_exchange_scaling.py`` measures it). Each owner counts
 what it sent (rows asked, rows in the blocks sent, their bytes, and how often
 each block size ran): ``ShardedTable.stats()`` sums them.
 
+On GPU and TPU the rows travel by ``jax.lax.ragged_all_to_all`` instead
+(NCCL sends of exact sizes; XLA:CPU does not implement it): the offsets and
+sizes come from the plan each process already holds (:func:`ragged_plan`), the
+receive buffer is exactly B rows, and the owners count only the rows asked as
+sent.
+
 Several shards in one process (one per local device, as a benchmark or a
 multi-GPU host runs them) are the same program: pass a tuple of specs, one
 per device of the mesh axis in order, and each device calls its own shard's
@@ -120,16 +126,43 @@ def block_sizes(batch_size: int, shards: int) -> tuple[int, ...]:
     return (*sizes, batch_size)
 
 
+def ragged_plan(counts: jax.Array, me: int | jax.Array, block: int):
+    """What device ``me`` sends and receives in a ragged all-to-all of a global
+    sample, from the plan ``counts[i, k]`` (rows requester i asks of shard k),
+    which every process holds. The operand is the owner's blocks of ``block``
+    rows (requester j's rows at the top of block j); each requester's output
+    holds its rows by shard, then by rank within the shard.
+
+    Returns (input_offsets, send_sizes, output_offsets, recv_sizes,
+    row_offsets), int32 [P] each: the first four as
+    :func:`jax.lax.ragged_all_to_all` takes them (output offsets are where the
+    rows land in each receiver's output), and row_offsets[k], where shard k's
+    rows start in this device's output."""
+    counts = jnp.asarray(counts, jnp.int32)
+    shards = counts.shape[0]
+    before = jnp.cumsum(counts, axis=1, dtype=jnp.int32) - counts  # rows of lower shards
+    return (jnp.arange(shards, dtype=jnp.int32) * block, counts[:, me], before[:, me],
+            counts[me], before[me])
+
+
+def ragged_default() -> bool:
+    """Whether samples use the ragged all-to-all when not told: on GPU and
+    TPU backends, where XLA implements it."""
+    return jax.default_backend() in ("gpu", "tpu")
+
+
 def sample(rng_key: jax.Array, *, spec: ShardSpec | tuple[ShardSpec, ...], batch_size: int,
            window: int | None, strategy: Strategy, pad: str, axis_name: str,
-           min_block: int | jax.Array = 0) -> ShardedBatch:
+           min_block: int | jax.Array = 0, ragged: bool | None = None) -> ShardedBatch:
     """A global sample, traced inside shard_map over ``axis_name``: this
     device's ``batch_size`` rows. ``spec`` is the local shard's, or a tuple
     of every shard's when the shards are the devices of one process (see the
     module docstring). ``min_block`` (an int, or a traced int32 scalar, the
     same in every process) forces a block of at least that many rows: the
     smallest of :func:`block_sizes` that holds both it and the largest count
-    runs (tests run every size this way)."""
+    runs (tests run every size this way). ``ragged`` chooses the ragged
+    all-to-all (default: :func:`ragged_default`); ``min_block`` then does
+    nothing."""
     specs = spec if isinstance(spec, tuple) else (spec,)
     first = specs[0]
     shards = first.shards
@@ -181,11 +214,7 @@ def sample(rng_key: jax.Array, *, spec: ShardSpec | tuple[ShardSpec, ...], batch
 
     def exchange_at(block: int):
         def run():
-            served = own(lambda s: tuple(_ffi.shard_serve_call(
-                serve_seeds, asked, summaries, handle=s.handle, block=block,
-                strategy=strategy.code, alpha=strategy.alpha, window=window or 0, width=width,
-                pad_left=pad == "left", shard=s.shard, shard_shift=s.shard_shift,
-                columns=tuple((shape, dtype) for _, shape, dtype in s.columns))))
+            served = serve(block, False)
             index = shard_of_row * block + rank
 
             def receive(x: jax.Array) -> jax.Array:
@@ -196,6 +225,31 @@ def sample(rng_key: jax.Array, *, spec: ShardSpec | tuple[ShardSpec, ...], batch
             return tuple(receive(x) for x in served)
 
         return run
+
+    def serve(block: int, is_ragged: bool):
+        return own(lambda s: tuple(_ffi.shard_serve_call(
+            serve_seeds, asked, summaries, handle=s.handle, block=block,
+            strategy=strategy.code, alpha=strategy.alpha, window=window or 0, width=width,
+            pad_left=pad == "left", shard=s.shard, shard_shift=s.shard_shift,
+            columns=tuple((shape, dtype) for _, shape, dtype in s.columns), ragged=is_ragged)))
+
+    if ragged_default() if ragged is None else ragged:
+        input_offsets, send_sizes, output_offsets, recv_sizes, row_offsets = ragged_plan(
+            counts, me, batch_size)
+        index = row_offsets[shard_of_row] + rank
+
+        def receive_ragged(x: jax.Array) -> jax.Array:
+            output = jnp.zeros((batch_size, *x.shape[1:]), x.dtype)
+            return jax.lax.ragged_all_to_all(x, output, input_offsets, send_sizes,
+                                             output_offsets, recv_sizes,
+                                             axis_name=axis_name)[index]
+
+        keys, start, probability, table_size, valid, *columns = (
+            receive_ragged(x) for x in serve(batch_size, True))
+        mask, timestep = window_steps(start, valid, width, pad == "left")
+        return ShardedBatch(columns={n: c for (n, _, _), c in zip(first.columns, columns)},
+                            mask=mask, timestep=timestep, keys=keys, start=start,
+                            probability=probability, table_size=table_size, shard=shard_of_row)
 
     # Every process holds the same counts, so every process takes the same
     # branch: the smallest block that holds the largest pair count.

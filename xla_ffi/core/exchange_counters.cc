@@ -22,26 +22,27 @@ int64_t Sum(int64_t a, int64_t b) {
 
 }  // namespace
 
-void ExchangeCounters::Record(int64_t requesters, int64_t block, int64_t asked,
+void ExchangeCounters::Record(int64_t block, int64_t rows_asked, int64_t rows_sent,
                               int64_t row_bytes) {
-  if (requesters < 0 || block < 0 || asked < 0 || row_bytes < 0) {
+  if (block < 0 || rows_asked < 0 || rows_sent < 0 || row_bytes < 0) {
     throw InvalidArgument("exchange counts must be >= 0");
   }
-  const int64_t sent = Product(requesters, block);
-  const int64_t sent_bytes = Product(sent, row_bytes);
-  const int64_t asked_bytes = Product(asked, row_bytes);
+  if (rows_sent < rows_asked) throw InvalidArgument("an exchange sent fewer rows than asked");
+  const int64_t sent_bytes = Product(rows_sent, row_bytes);
+  const int64_t asked_bytes = Product(rows_asked, row_bytes);
   std::lock_guard<std::mutex> lock(mu_);
   // Every sum is checked before any is stored: a throw records nothing.
-  const int64_t serves = Sum(totals_.serves, 1);
-  const int64_t rows_asked = Sum(totals_.rows_asked, asked);
-  const int64_t rows_sent = Sum(totals_.rows_sent, sent);
-  const int64_t bytes_asked = Sum(totals_.bytes_asked, asked_bytes);
-  const int64_t bytes_sent = Sum(totals_.bytes_sent, sent_bytes);
-  totals_.serves = serves;
-  totals_.rows_asked = rows_asked;
-  totals_.rows_sent = rows_sent;
-  totals_.bytes_asked = bytes_asked;
-  totals_.bytes_sent = bytes_sent;
+  ExchangeTotals next;
+  next.serves = Sum(totals_.serves, 1);
+  next.rows_asked = Sum(totals_.rows_asked, rows_asked);
+  next.rows_sent = Sum(totals_.rows_sent, rows_sent);
+  next.bytes_asked = Sum(totals_.bytes_asked, asked_bytes);
+  next.bytes_sent = Sum(totals_.bytes_sent, sent_bytes);
+  totals_.serves = next.serves;
+  totals_.rows_asked = next.rows_asked;
+  totals_.rows_sent = next.rows_sent;
+  totals_.bytes_asked = next.bytes_asked;
+  totals_.bytes_sent = next.bytes_sent;
   totals_.serves_by_block[block] += 1;
 }
 

@@ -162,7 +162,7 @@ ffi::Error ShardServeCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch
                               ffi::Buffer<ffi::U32> summaries, ffi::RemainingRets rets,
                               int64_t table_handle, int64_t block, int64_t strategy,
                               double alpha, int64_t window, int64_t pad_left, int64_t shard,
-                              int64_t shard_shift) {
+                              int64_t shard_shift, int64_t ragged) {
   try {
     std::shared_ptr<Table> table = LookUpTableForThisGpu(table_handle);
     const uint8_t* arena = table->device_arena();
@@ -222,7 +222,9 @@ ffi::Error ShardServeCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch
     int64_t row_bytes = 0, asked_rows = 0;
     for (int c = 0; c < table->num_columns(); ++c) row_bytes += call.width * table->step_bytes(c);
     for (int32_t n : asked) asked_rows += n;
-    table->exchange_counters().Record(shards, block, asked_rows, row_bytes);
+    // A ragged all-to-all sends the rows asked; a blocked one, whole blocks.
+    table->exchange_counters().Record(ragged ? 0 : block, asked_rows,
+                                      ragged ? asked_rows : rows, row_bytes);
     return ffi::Error::Success();
   } catch (...) {
     return FromException(std::current_exception());
