@@ -38,8 +38,10 @@ processes is modelled as
     T(P) = T_local + 2 alpha ceil(log2 P) + (P - 1) (alpha + B r / beta)
 
 (a local sample, the gather of summaries, then P - 1 pairwise exchanges of a
-padded block of B rows of r bytes each); an exchange that sent only the real
-rows would move B r (P - 1) / P bytes instead of B r (P - 1).
+block of B rows of r bytes each, as the exchange was before its buckets); the
+bucketed exchange sends blocks of the expected compiled size instead (a Monte
+Carlo of the plan over shards of equal mass, ``expected_block``), and an
+exchange that sent only the real rows would move B r (P - 1) / P bytes.
 """
 
 from __future__ import annotations
@@ -228,6 +230,21 @@ def fit_transport(result: dict, case_names: list[str]) -> tuple[float, float] | 
     return max(float(alpha), 0.0), float(1.0 / slope)
 
 
+def expected_block(batch: int, processes: int, samples: int = 400, seed: int = 0) -> float:
+    """The mean block the bucketed xla exchange runs at for shards of equal
+    mass: a Monte Carlo of the plan (each process's B rows drawn uniformly over
+    the shards), the smallest compiled size that holds the largest count."""
+    import numpy as np
+
+    from gearjax.sharded.exchange import block_sizes
+
+    sizes = np.array(block_sizes(batch, processes))
+    rng = np.random.default_rng(seed)
+    counts = rng.multinomial(batch, np.full(processes, 1 / processes), size=(samples, processes))
+    need = counts.reshape(samples, -1).max(axis=1)
+    return float(sizes[np.searchsorted(sizes, need)].mean())
+
+
 def model(result: dict, sizes=(2, 4, 8, 16, 64)) -> dict:
     """Per-process GB/s of the global sample at larger P, from the fitted
     transport and the measured local sample (see the module docstring)."""
@@ -246,8 +263,12 @@ def model(result: dict, sizes=(2, 4, 8, 16, 64)) -> dict:
         for p in sizes:
             gather = 2 * alpha * math.ceil(math.log2(p))
             padded = local + gather + (p - 1) * (alpha + payload / beta)
+            block = expected_block(run["batch"], p) / run["batch"]  # in units of B
+            bucketed = local + gather + (p - 1) * (alpha + block * payload / beta)
             ideal = local + gather + (p - 1) * alpha + payload * (p - 1) / p / beta
             rows[str(p)] = {"padded_gb_per_s_per_process": payload / padded / 1e9,
+                            "bucketed_gb_per_s_per_process": payload / bucketed / 1e9,
+                            "bucketed_moved_per_useful": p * block,
                             "real_rows_only_gb_per_s_per_process": payload / ideal / 1e9}
         out["cases"][name] = rows
     return out
@@ -260,10 +281,12 @@ def print_model(m: dict) -> None:
     print(f"model: alpha {m['alpha_seconds'] * 1e6:.0f} us, beta "
           f"{m['beta_bytes_per_second'] / 1e9:.2f} GB/s (fitted to P=2 all-to-all times)")
     for name, rows in m["cases"].items():
-        cells = ", ".join(f"P={p}: {r['padded_gb_per_s_per_process']:.3f} "
-                          f"({r['real_rows_only_gb_per_s_per_process']:.3f})"
+        cells = ", ".join(f"P={p}: {r['padded_gb_per_s_per_process']:.3f} / "
+                          f"{r['bucketed_gb_per_s_per_process']:.3f} / "
+                          f"{r['real_rows_only_gb_per_s_per_process']:.3f}"
                           for p, r in rows.items())
-        print(f"model case {name}, GB/s per process, padded blocks (real rows only): {cells}")
+        print(f"model case {name}, GB/s per process, blocks of B / bucketed blocks / real rows "
+              f"only: {cells}")
 
 
 def main(argv: list[str] | None = None) -> int:

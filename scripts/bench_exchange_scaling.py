@@ -12,7 +12,7 @@ shards holding trajectories of priority 10, the rest 1). For each batch size
 B and mass, two block policies take turns call by call:
 
 * ``bucketed``: the exchange as shipped, the smallest compiled block that
-  holds the plan (B/P growing by 1.25x up to B);
+  holds the plan (B/P growing by 1.1x up to B);
 * ``full``: every block B rows (``min_block=B``), what the exchange moved
   before the buckets.
 
@@ -163,8 +163,11 @@ def report(result: dict) -> str:
              f"{result['config']['trajectories']} trajectories of {LENGTH} steps a shard, "
              f"median of {result['config']['calls']} calls a case", ""]
     for batch, fit in result["model"].items():
-        lines.append(f"B = {batch}: model T = P x {fit['t_dev_seconds'] * 1e6:.0f} us + bytes / "
-                     f"{fit['rate_gb_per_s']:.2f} GB/s")
+        if fit["rate_gb_per_s"] is None:  # too few or too noisy calls to fit a rate
+            lines.append(f"B = {batch}: model: no positive rate fits these times")
+        else:
+            lines.append(f"B = {batch}: model T = P x {fit['t_dev_seconds'] * 1e6:.0f} us + "
+                         f"bytes / {fit['rate_gb_per_s']:.2f} GB/s")
         lines.append(f"  {'P':>3} {'mass':5} {'policy':8} {'ms/sample':>10} {'useful GB/s':>11} "
                      f"{'moved/useful':>12} {'x model':>8}  blocks run (size: calls)")
         for c, ratio in zip(fit["cases"], fit["measured_over_model"]):

@@ -72,8 +72,9 @@ def main(shards: int, calls: int, batch_size: int, window: int) -> dict:
     def next_seeds():
         return np.asarray(jax.random.key_data(jax.random.split(next(seeds), shards)))
 
+    programs = {}
     for name, strategy in STRATEGIES.items():
-        program = local.sample_program(tables, batch_size, window, strategy)
+        program = programs[name] = local.sample_program(tables, batch_size, window, strategy)
         drawn, probabilities = [], {}
         for _ in range(calls):
             keys, probability, _ = check_rows(program(next_seeds()), inserted, shift,
@@ -86,7 +87,7 @@ def main(shards: int, calls: int, batch_size: int, window: int) -> dict:
     # Every block size, forced: the block that runs is the smallest size that
     # holds both the forced minimum and the plan's largest count, and every
     # owner counts it.
-    program = local.sample_program(tables, batch_size, window, gx.Uniform())
+    program = programs["uniform"]  # min_block is traced: no new compilation
     for min_block in (0, *sizes):
         before = [t._native.exchange_stats() for t in tables]
         _, _, counts = check_rows(program(next_seeds(), min_block), inserted, shift, batch_size,

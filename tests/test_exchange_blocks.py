@@ -23,8 +23,8 @@ HERE = Path(__file__).resolve().parent
 P_MIN = 1e-4  # chi-square p-value below which a distribution is wrong
 
 
-def test_block_sizes_grow_by_a_quarter_from_b_over_p_to_b():
-    assert exchange.block_sizes(256, 2) == (128, 160, 200, 250, 256)
+def test_block_sizes_grow_by_a_tenth_from_b_over_p_to_b():
+    assert exchange.block_sizes(256, 2) == (128, 141, 156, 172, 190, 209, 230, 253, 256)
     assert exchange.block_sizes(256, 1) == (256,)
     assert exchange.block_sizes(5, 8) == (1, 2, 3, 4, 5)  # each at least one more
     for batch, shards in [(256, 64), (1024, 64), (7, 3), (1, 1), (100_000, 1000)]:

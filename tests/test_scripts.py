@@ -142,6 +142,48 @@ def test_bench_exchange_runs_and_models(tmp_path):
     assert result["model"].get("beta_bytes_per_second", 1) > 0 or "error" in result["model"]
 
 
+def test_bench_exchange_models_the_bucketed_blocks():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import bench_exchange
+    finally:
+        sys.path.pop(0)
+    # One shard: one block of B. Eight of equal mass: the mean of compiled
+    # sizes above B/P = 32 (the largest of 64 pair counts always exceeds it),
+    # far below B.
+    assert bench_exchange.expected_block(256, 1) == 256
+    sizes = exchange_blocks(256, 8)
+    block = bench_exchange.expected_block(256, 8)
+    assert sizes[1] <= block <= sizes[5] < 256
+
+
+def exchange_blocks(batch, shards):
+    from gearjax.sharded.exchange import block_sizes
+    return block_sizes(batch, shards)
+
+
+def test_bench_exchange_scaling_measures_both_policies(tmp_path):
+    out = tmp_path / "scaling.json"
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_exchange_scaling.py"),
+                           "--shards", "2", "--batches", "16", "--calls", "2", "--trajectories",
+                           "8", "--out", str(out)], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    result = json.loads(out.read_text())
+    cases = result["model"]["16"]["cases"]
+    assert {(c["mass"], c["policy"]) for c in cases} == {
+        (m, p) for m in ("equal", "10:1") for p in ("bucketed", "full")}
+    for c in cases:
+        assert c["median_seconds"] > 0
+        if c["policy"] == "full":  # every block B rows: P x B moved for B
+            assert c["moved_per_useful"] == 2.0 and c["calls_by_block"] == {"16": 2}
+        else:
+            assert 1.0 <= c["moved_per_useful"] <= 2.0
+            assert set(c["calls_by_block"]) <= {str(b) for b in exchange_blocks(16, 2)}
+    assert len(result["model"]["16"]["measured_over_model"]) == 4
+    assert (tmp_path / "scaling.txt").read_text().startswith("bench_exchange_scaling:")
+
+
 def test_bench_actors_measures_the_learner_and_its_actors(tmp_path):
     pytest.importorskip("ray", reason="bench_actors needs Ray (the actors extra)")
     out = tmp_path / "actors.json"

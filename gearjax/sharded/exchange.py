@@ -22,13 +22,13 @@ top of each block, and the rest of the block travels unread. Every process
 holds the whole plan (``counts[P, P]``: rows requester i asks of shard k), so
 every process knows the largest pair count and takes the same branch of a
 ``lax.switch`` over all-to-alls compiled at a few block sizes
-(:func:`block_sizes`: B/P growing by 1.25x up to B). A block never drops a
+(:func:`block_sizes`: B/P growing by 1.1x up to B). A block never drops a
 row (the smallest block that holds the largest count is chosen), and the
-bytes moved per process are P x block rows instead of P x B: about 1.25 /
-1.6 / 2.0 / 3.5 B at P = 2 / 8 / 16 / 64 for B = 256 over shards of equal
-mass (``scripts/bench_exchange_scaling.py`` measures it). Each owner counts
-what it sent (rows asked, rows in the blocks sent, their bytes, and how often
-each block size ran): ``ShardedTable.stats()`` sums them.
+rows moved per process are P x block instead of P x B
+(``scripts/bench_exchange_scaling.py`` measures them against P; a coarser
+growth would compile fewer branches but move more). Each owner counts what it
+sent (rows asked, rows in the blocks sent, their bytes, and how often each
+block size ran): ``ShardedTable.stats()`` sums them.
 
 On GPU and TPU the rows travel by ``jax.lax.ragged_all_to_all`` instead
 (NCCL sends of exact sizes; XLA:CPU does not implement it): the offsets and
@@ -45,6 +45,7 @@ handle (a ``lax.switch`` on its axis index).
 from __future__ import annotations
 
 import dataclasses
+import fractions
 import functools
 import math
 
@@ -106,8 +107,9 @@ def check_axis(axis_name: str, spec: ShardSpec) -> None:
                          f"with exactly one device per process, in process order")
 
 
-# Each block size is at least this much larger than the one before it.
-BLOCK_GROWTH = 1.25
+# Each block size is at least this much larger than the one before it (a
+# Fraction: exact arithmetic, the same sizes on every machine).
+BLOCK_GROWTH = fractions.Fraction(11, 10)
 
 
 def block_sizes(batch_size: int, shards: int) -> tuple[int, ...]:
