@@ -210,8 +210,9 @@ class ShardedTable:
         ``exchange_rows_asked`` and ``exchange_bytes_asked`` (the rows
         requesters asked for), ``exchange_rows_sent`` and
         ``exchange_bytes_sent`` (the whole blocks the all-to-all moved, the
-        owner's own block included), ``exchange_serves_by_block`` (block size
-        -> serves) and ``exchange_bytes_per_useful_byte`` (sent over asked;
+        owner's own block included; on GPU and TPU, where a ragged all-to-all
+        moves exactly the rows asked, those), ``exchange_serves_by_block``
+        (block size -> serves; 0 for the ragged all-to-all) and ``exchange_bytes_per_useful_byte`` (sent over asked;
         None before any; the one-sided exchanges read exactly the rows asked
         and count nothing here); ``shards``, the list of per-shard
         stats (None for a shard that published nothing yet);
