@@ -54,6 +54,15 @@ SOURCES: list[tuple[str, str]] = [
     ("bench_exchange_cpu_run*.txt",
      "the printed report of `scripts/bench_exchange.py`, the same run as the JSON file "
      "of the same name"),
+    ("bench_exchange_model_cpu.txt",
+     "`python scripts/bench_exchange.py --model-from benchmarks/results/bench_exchange_cpu_runN.json` "
+     "for N = 1, 2, 3: the cluster model of each committed run, arithmetic, not measurements"),
+    ("bench_exchange_scaling_cpu.json",
+     "`python scripts/bench_exchange_scaling.py --calls 16 --plot` (P = 2 to 64 host devices "
+     "of one process), one full run"),
+    ("bench_exchange_scaling_cpu.txt",
+     "the printed report of `scripts/bench_exchange_scaling.py` (same run)"),
+    ("bench_exchange_scaling_cpu.png", "`scripts/bench_exchange_scaling.py --plot` (same run)"),
     ("bench_actors_cpu.json", "`python /path/to/scripts/bench_actors.py --out ...` run from outside the "
      "repository root (Ray's workers put their working directory first on their path, and the "
      "source tree has no compiled extension)"),
