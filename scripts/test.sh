@@ -46,7 +46,9 @@ fi
 # NIXL for the nixl exchange's tests, by the one command the README gives
 # users (its wheel declares torch but never imports it, and an extra cannot
 # say --no-deps; see gearjax/sharded/install_nixl.py). Offline, its tests skip.
-python -m gearjax.sharded.install_nixl ||
+# -P: not the source tree in this directory (it has no compiled extension),
+# the installed package.
+python -P -m gearjax.sharded.install_nixl ||
   echo "scripts/test.sh: could not install NIXL; the nixl exchange's tests will skip" >&2
 
 # pyverbs (the verbs exchange) is not installed here: it must match the

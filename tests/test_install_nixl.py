@@ -32,16 +32,17 @@ def test_the_pip_command_pins_nixl_and_installs_no_dependencies():
 
 def test_the_readme_and_the_missing_nixl_error_give_this_command():
     assert "python -m gearjax.sharded.install_nixl" in (ROOT / "README.md").read_text()
-    assert "python -m gearjax.sharded.install_nixl" in (ROOT / "scripts" / "test.sh").read_text()
+    assert "python -P -m gearjax.sharded.install_nixl" in (ROOT / "scripts" / "test.sh").read_text()
     assert "gearjax.sharded.install_nixl" in " ".join(
         (ROOT / "gearjax" / "sharded" / "nixl.py").read_text().split())
 
 
 @pytest.mark.skipif(_nixl_missing() is not None, reason=f"NIXL is not installed here: "
                     f"{_nixl_missing()}")
-def test_check_only_passes_where_nixl_works():
+def test_check_only_passes_where_nixl_works(tmp_path):
+    # Run away from the source tree, which has no compiled extension.
     done = subprocess.run([sys.executable, "-m", "gearjax.sharded.install_nixl", "--check-only"],
-                          capture_output=True, text=True, timeout=180)
+                          capture_output=True, text=True, timeout=180, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "NIXL works: nixl-cu12 1.5.1, nixl 1.5.1" in done.stdout
 
@@ -77,6 +78,6 @@ def test_check_only_in_a_python_without_nixl_exits_1(tmp_path):
         (tmp_path / name / "__init__.py").write_text("raise ImportError('not installed')\n")
     env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}
     done = subprocess.run([sys.executable, "-m", "gearjax.sharded.install_nixl", "--check-only"],
-                          capture_output=True, text=True, timeout=180, env=env)
+                          capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
     assert done.returncode == 1
     assert "NIXL does not work" in done.stderr and "needs NVIDIA NIXL" in done.stderr

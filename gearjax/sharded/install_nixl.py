@@ -65,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     try:
         # A fresh interpreter: this one may have imported an older NIXL.
-        done = subprocess.run([sys.executable, "-c",
+        # -P: the installed gearjax even when run from a source checkout.
+        done = subprocess.run([sys.executable, "-P", "-c",
                                "from gearjax.sharded.install_nixl import check; print(check())"],
                               capture_output=True, text=True, timeout=120)
     except subprocess.TimeoutExpired:
