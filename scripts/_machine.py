@@ -4,6 +4,7 @@ scripts/bench_*.py, which import it as a sibling module)."""
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import platform
 from pathlib import Path
 
@@ -25,3 +26,13 @@ def version_of(package: str) -> str | None:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+def write_results(out: str | Path, result: dict, text: str) -> Path:
+    """Writes a benchmark's results as JSON to `out` and its printed report
+    beside it (same name, .txt); returns the JSON file's path."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    out.with_suffix(".txt").write_text(text + "\n")
+    return out

@@ -39,7 +39,6 @@ round) for the goals.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import random
@@ -50,7 +49,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _machine import cpu_model, version_of
+from _machine import cpu_model, version_of, write_results
 from _reverb import ReverbWorker, reply
 
 TRAJECTORIES, LENGTH, OBS, ACT = 1000, 200, 17, 6
@@ -394,10 +393,7 @@ def main(argv: list[str] | None = None) -> dict | int:
     result["load_average_end"] = os.getloadavg()
     text = report(result)
     print(text)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
-    out.with_suffix(".txt").write_text(text + "\n")
+    write_results(args.out, result, text)
     return result
 
 

@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _machine import cpu_model, version_of  # noqa: E402
+from _machine import cpu_model, version_of, write_results  # noqa: E402
 
 WINDOW = 20
 STEP = (17,)  # float32 per step: case A's windows of bench_sample (1360 bytes a window)
@@ -222,10 +222,7 @@ def main(argv: list[str] | None = None) -> dict:
     result["load_average_end"] = os.getloadavg()
     text = report(result)
     print(text)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
-    out.with_suffix(".txt").write_text(text + "\n")
+    out = write_results(args.out, result, text)
     if args.plot:
         plot(result, out.with_suffix(".png"))
     return result

@@ -31,6 +31,17 @@ def _gpu_missing_reason() -> str | None:
     return "needs a CUDA GPU visible to JAX; this machine has none (jax.devices('gpu') is empty)"
 
 
+def nixl_missing() -> str | None:
+    """Why NIXL cannot be used here (gearjax.sharded.nixl's own message), or
+    None where it can."""
+    from gearjax.sharded import nixl
+    try:
+        nixl.nixl_api()
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 def pytest_collection_modifyitems(config, items):
     reason = None
     for item in items:

@@ -11,17 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import nixl_missing
 from gearjax.sharded import install_nixl, nixl
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _nixl_missing() -> str | None:
-    try:
-        nixl.nixl_api()
-    except ValueError as e:
-        return str(e)
-    return None
 
 
 def test_the_pip_command_pins_nixl_and_installs_no_dependencies():
@@ -37,8 +30,8 @@ def test_the_readme_and_the_missing_nixl_error_give_this_command():
         (ROOT / "gearjax" / "sharded" / "nixl.py").read_text().split())
 
 
-@pytest.mark.skipif(_nixl_missing() is not None, reason=f"NIXL is not installed here: "
-                    f"{_nixl_missing()}")
+@pytest.mark.skipif(nixl_missing() is not None, reason=f"NIXL is not installed here: "
+                    f"{nixl_missing()}")
 def test_check_only_passes_where_nixl_works(tmp_path):
     # Run away from the source tree, which has no compiled extension.
     done = subprocess.run([sys.executable, "-m", "gearjax.sharded.install_nixl", "--check-only"],

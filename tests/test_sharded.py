@@ -21,22 +21,14 @@ from scipy import stats
 import gearjax as gx
 from gearjax.sharded import exchange as exchange_module
 import multihost
+from conftest import nixl_missing
 from multihost_bodies import shard_contents
 
 P_MIN = 1e-4
 
 
-def _nixl_missing() -> str | None:
-    try:
-        from gearjax.sharded import nixl
-        nixl.nixl_api()
-    except ValueError as e:
-        return str(e)
-    return None
-
-
-needs_nixl = pytest.mark.skipif(_nixl_missing() is not None,
-                                reason=f"the nixl exchange needs NIXL: {_nixl_missing()}")
+needs_nixl = pytest.mark.skipif(nixl_missing() is not None,
+                                reason=f"the nixl exchange needs NIXL: {nixl_missing()}")
 
 
 def _verbs_missing() -> str | None:
@@ -324,7 +316,7 @@ def test_bad_arguments_are_refused_and_change_nothing():
     if _verbs_missing() is not None:  # the exact reason: pyverbs or the device list
         with pytest.raises(ValueError, match="exchange='verbs' (needs pyverbs|found no RDMA)"):
             gx.ShardedTable({"x": gx.Column((), "int32")}, 4, 4, exchange="verbs")
-    if _nixl_missing() is None:
+    if nixl_missing() is None:
         with pytest.raises(ValueError, match="rate limiter"):
             gx.ShardedTable({"x": gx.Column((), "int32")}, 4, 4, exchange="nixl",
                             rate_limiter=gx.MinSize(1))

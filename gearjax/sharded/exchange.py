@@ -246,20 +246,16 @@ def sample(rng_key: jax.Array, *, spec: ShardSpec | tuple[ShardSpec, ...], batch
                                              output_offsets, recv_sizes,
                                              axis_name=axis_name)[index]
 
-        keys, start, probability, table_size, valid, *columns = (
-            receive_ragged(x) for x in serve(batch_size, True))
-        mask, timestep = window_steps(start, valid, width, pad == "left")
-        return ShardedBatch(columns={n: c for (n, _, _), c in zip(first.columns, columns)},
-                            mask=mask, timestep=timestep, keys=keys, start=start,
-                            probability=probability, table_size=table_size, shard=shard_of_row)
-
-    # Every process holds the same counts, so every process takes the same
-    # branch: the smallest block that holds the largest pair count.
-    sizes = block_sizes(batch_size, shards)
-    need = jnp.maximum(counts.max(), jnp.asarray(min_block, jnp.int32))
-    branch = jnp.minimum(jnp.searchsorted(jnp.asarray(sizes, jnp.int32), need), len(sizes) - 1)
-    keys, start, probability, table_size, valid, *columns = jax.lax.switch(
-        branch, [exchange_at(b) for b in sizes])
+        received = tuple(receive_ragged(x) for x in serve(batch_size, True))
+    else:
+        # Every process holds the same counts, so every process takes the same
+        # branch: the smallest block that holds the largest pair count.
+        sizes = block_sizes(batch_size, shards)
+        need = jnp.maximum(counts.max(), jnp.asarray(min_block, jnp.int32))
+        branch = jnp.minimum(jnp.searchsorted(jnp.asarray(sizes, jnp.int32), need),
+                             len(sizes) - 1)
+        received = jax.lax.switch(branch, [exchange_at(b) for b in sizes])
+    keys, start, probability, table_size, valid, *columns = received
     mask, timestep = window_steps(start, valid, width, pad == "left")
     return ShardedBatch(columns={n: c for (n, _, _), c in zip(first.columns, columns)},
                         mask=mask, timestep=timestep, keys=keys, start=start,

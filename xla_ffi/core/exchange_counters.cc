@@ -32,17 +32,16 @@ void ExchangeCounters::Record(int64_t block, int64_t rows_asked, int64_t rows_se
   const int64_t asked_bytes = Product(rows_asked, row_bytes);
   std::lock_guard<std::mutex> lock(mu_);
   // Every sum is checked before any is stored: a throw records nothing.
-  ExchangeTotals next;
-  next.serves = Sum(totals_.serves, 1);
-  next.rows_asked = Sum(totals_.rows_asked, rows_asked);
-  next.rows_sent = Sum(totals_.rows_sent, rows_sent);
-  next.bytes_asked = Sum(totals_.bytes_asked, asked_bytes);
-  next.bytes_sent = Sum(totals_.bytes_sent, sent_bytes);
-  totals_.serves = next.serves;
-  totals_.rows_asked = next.rows_asked;
-  totals_.rows_sent = next.rows_sent;
-  totals_.bytes_asked = next.bytes_asked;
-  totals_.bytes_sent = next.bytes_sent;
+  const int64_t serves = Sum(totals_.serves, 1);
+  const int64_t asked = Sum(totals_.rows_asked, rows_asked);
+  const int64_t sent = Sum(totals_.rows_sent, rows_sent);
+  const int64_t bytes_asked = Sum(totals_.bytes_asked, asked_bytes);
+  const int64_t bytes_sent = Sum(totals_.bytes_sent, sent_bytes);
+  totals_.serves = serves;
+  totals_.rows_asked = asked;
+  totals_.rows_sent = sent;
+  totals_.bytes_asked = bytes_asked;
+  totals_.bytes_sent = bytes_sent;
   totals_.serves_by_block[block] += 1;
 }
 
