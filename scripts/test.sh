@@ -35,14 +35,6 @@ fi
 
 source scripts/_env.sh
 
-if [ -n "$core_build" ]; then
-  { wait "$core_build" &&
-    ctest --test-dir build/core-tests --output-on-failure -j "$(nproc)" >>"$log" 2>&1; } ||
-    { cat "$log"; echo "scripts/test.sh: the native core's C++ unit tests failed" >&2; exit 1; }
-  tail -n 3 "$log"
-  trap - EXIT
-fi
-
 # NIXL for the nixl exchange's tests, by the one command the README gives
 # users (its wheel declares torch but never imports it, and an extra cannot
 # say --no-deps; see gearjax/sharded/install_nixl.py). Offline, its tests skip.
@@ -50,6 +42,20 @@ fi
 # the installed package.
 python -P -m gearjax.sharded.install_nixl ||
   echo "scripts/test.sh: could not install NIXL; the nixl exchange's tests will skip" >&2
+
+# The C++ tests of the native NIXL agent load NIXL's C API from that wheel.
+if capi=$(python -P -c "from gearjax.sharded.nixl import capi_library; print(capi_library())" \
+          2>/dev/null); then
+  export GEARJAX_NIXL_CAPI="$capi"
+fi
+
+if [ -n "$core_build" ]; then
+  { wait "$core_build" &&
+    ctest --test-dir build/core-tests --output-on-failure -j "$(nproc)" >>"$log" 2>&1; } ||
+    { cat "$log"; echo "scripts/test.sh: the native core's C++ unit tests failed" >&2; exit 1; }
+  tail -n 3 "$log"
+  trap - EXIT
+fi
 
 # pyverbs (the verbs exchange) is not installed here: it must match the
 # system's rdma-core, and installing rdma-core's libibverbs on a machine with no

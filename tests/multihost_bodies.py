@@ -345,7 +345,7 @@ def nixl_updates(process, processes, directory):
         # A hostile peer: the right agent, the wrong token.
         transport = table._transport
         name = transport._peer(1)
-        transport._agent.send_notif(name, b"GXUP" + b"0" * 32 + np.int64(0).tobytes() +
+        transport._agent.notify(name, b"GXUP" + b"0" * 32 + np.int64(0).tobytes() +
                                     np.float64(5).tobytes())
     time.sleep(1.0)  # the owners' progress threads apply what arrived
     multihost_utils.sync_global_devices("applied")

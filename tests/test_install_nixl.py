@@ -56,10 +56,9 @@ def test_missing_nixl_is_reported_with_the_way_to_get_it(monkeypatch):
 
 
 def test_an_agent_that_cannot_start_is_reported(monkeypatch):
-    class Broken:
-        def __init__(self, *args, **kwargs):
-            raise OSError("no UCX transport")
-    monkeypatch.setattr(nixl, "nixl_api", lambda: (Broken, lambda **kw: None))
+    def broken(name):
+        raise OSError("no UCX transport")
+    monkeypatch.setattr(nixl, "nixl_api", lambda: broken)
     with pytest.raises(RuntimeError, match="could not start: OSError: no UCX transport"):
         install_nixl.check()
 

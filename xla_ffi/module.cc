@@ -1,8 +1,9 @@
 // The Python extension `gearjax._gearjax`: the native table object the Python
 // layer drives (insert, priorities, stats, checkpoint access), the numeric
-// contract (limits.h) and capsules of the FFI handlers for
-// jax.ffi.register_ffi_target. Builds with GEARJAX_TESTING add the test-only
-// submodule `testing` (testing/testing_module.cc).
+// contract (limits.h), the nixl exchange's native agent (nixl_module.h) and
+// capsules of the FFI handlers for jax.ffi.register_ffi_target. Builds with
+// GEARJAX_TESTING add the test-only submodule `testing`
+// (testing/testing_module.cc).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
@@ -23,6 +24,7 @@
 #include "core/table.h"
 #include "ffi_cpu.h"
 #include "new_array.h"
+#include "nixl_module.h"
 #include "step_values.h"
 #if defined(GEARJAX_WITH_CUDA)
 #include "cuda/ffi_cuda.h"
@@ -407,6 +409,8 @@ NB_MODULE(_gearjax, m) {
            "times_sampled"_a)
       .def("stats", &NativeTable::Stats)
       .def("exchange_stats", &NativeTable::ExchangeStats);
+
+  gearjax::DefineNixlAgent(m);
 
   m.def("limits", &gearjax::Limits, "The numeric contract every argument is checked against.");
 

@@ -30,20 +30,18 @@ def pip_command(python: str = sys.executable) -> list[str]:
 
 
 def check() -> str:
-    """Imports NIXL and starts and closes one agent (no progress thread, no
-    backend beyond NIXL's default); returns a line naming what works, or
-    raises RuntimeError saying what does not."""
+    """Finds NIXL's C API and starts and closes one native agent (as the nixl
+    exchange does: no progress thread, the UCX backend); returns a line
+    naming what works, or raises RuntimeError saying what does not."""
     from gearjax.sharded import nixl
 
     try:
-        agent_class, config_class = nixl.nixl_api()
+        new_agent = nixl.nixl_api()
     except ValueError as e:
         raise RuntimeError(str(e)) from None
     try:
-        agent = agent_class(f"gearjax-install-check-{uuid.uuid4().hex[:8]}",
-                            config_class(enable_prog_thread=False, backends=["UCX"]))
-        del agent
-    except Exception as e:  # noqa: BLE001 - NIXL raises its own types
+        new_agent(f"gearjax-install-check-{uuid.uuid4().hex[:8]}").close()
+    except Exception as e:  # noqa: BLE001 - NIXL's failures come as several types
         raise RuntimeError(f"NIXL is installed but an agent could not start: "
                            f"{type(e).__name__}: {e}") from None
     import importlib.metadata

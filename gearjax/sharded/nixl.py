@@ -20,21 +20,26 @@ the sample raise ``ShardUnavailable`` naming the shard, or, with
 ``on_dead_shard="skip"``, continue on the live shards with probabilities
 renormalised and the loss in ``stats()["lost_shards"]``.
 
-NIXL's own progress thread busy-loops (its delay is fixed at 0 in the Python
-API) and would take a whole core, so the agent runs without it and this
-module's progress thread polls every ``PROGRESS_SECONDS``: owners must keep
-progressing, or their peers' first reads never complete.
+The agent is native (gearjax._gearjax.NixlAgent, xla_ffi/core/nixl_agent.h):
+NIXL's C API loaded from the installed wheel, not NIXL's Python API, so a
+read's transfers to every shard are posted and polled to completion in one
+call with the GIL released. It runs without NIXL's progress thread (that
+busy-loops and would take a whole core): this module's progress thread
+polls every ``PROGRESS_SECONDS``, and owners must keep progressing, or their
+peers' first reads never complete.
 """
 
 from __future__ import annotations
 
 import atexit
 import base64
+import importlib.util
 import json
 import threading
 import time
 import weakref
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 
@@ -42,24 +47,37 @@ from gearjax.sharded import coordination
 from gearjax.sharded.one_sided import (MAX_UPDATE_ENTRIES, OneSidedReader,
                                        ShardUnavailable, strategy_key, update_message)
 
-__all__ = ["ShardUnavailable", "Transport", "nixl_api"]
+__all__ = ["ShardUnavailable", "Transport", "capi_library", "nixl_api"]
 
 PROGRESS_SECONDS = 0.0005
 
 
-def nixl_api():
-    """(nixl_agent, nixl_agent_config), or ValueError saying how to get them."""
-    try:
-        from nixl_cu12._api import nixl_agent, nixl_agent_config
-    except ImportError:
-        try:
-            from nixl._api import nixl_agent, nixl_agent_config  # the meta package
-        except ImportError:
-            raise ValueError("exchange='nixl' needs NVIDIA NIXL: python -m "
-                             "gearjax.sharded.install_nixl installs it (pip install "
-                             "--no-deps nixl-cu12==1.5.1 nixl==1.5.1: the wheel declares "
-                             "torch but never imports it)") from None
-    return nixl_agent, nixl_agent_config
+HOW_TO_INSTALL = ("exchange='nixl' needs NVIDIA NIXL: python -m gearjax.sharded.install_nixl "
+                  "installs it (pip install --no-deps nixl-cu12==1.5.1 nixl==1.5.1: the wheel "
+                  "declares torch but never imports it)")
+
+
+def capi_library() -> str:
+    """The path of NIXL's C API library in the installed ``nixl-cu12`` wheel,
+    found without importing NIXL's Python API; ValueError saying how to get
+    NIXL if it is not there."""
+    spec = importlib.util.find_spec("nixl_cu12")
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError(HOW_TO_INSTALL)
+    site = Path(next(iter(spec.submodule_search_locations))).parent
+    library = site / ".nixl_cu12.mesonpy.libs" / "libnixl_capi.so"
+    if not library.is_file():
+        raise ValueError(f"{HOW_TO_INSTALL} ({library} is missing)")
+    return str(library)
+
+
+def nixl_api() -> Callable[[str], Any]:
+    """A function that starts this process's native NIXL agent by name
+    (gearjax._gearjax.NixlAgent: NIXL's C API, no progress thread, UCX), or
+    ValueError saying how to get NIXL."""
+    library = capi_library()
+    from gearjax._gearjax import NixlAgent
+    return lambda name: NixlAgent(library, name)
 
 
 # Transports still open: closed at exit, so the NIXL agent never outlives its
@@ -82,23 +100,22 @@ class Transport(OneSidedReader):
 
     def __init__(self, local, shard: int, shards: int, shard_shift: int, path: str, token: str,
                  timeout: float, on_dead_shard: str):
-        nixl_agent, nixl_agent_config = nixl_api()
+        new_agent = nixl_api()
         super().__init__()
         self._local = local  # the shard's gx.Table (not the ShardedTable: no cycle)
         self._shard, self._shards, self._shard_shift = shard, shards, shard_shift
         self._path, self._token, self._timeout = path, token, timeout
         self._on_dead_shard = on_dead_shard
         self._name = f"gearjax-{path.rsplit('/', 1)[-1]}-{self._shard}-{token[:8]}"
-        self._agent = nixl_agent(self._name, nixl_agent_config(enable_prog_thread=False,
-                                                               backends=["UCX"]))
-        self._lock = threading.Lock()  # the agent and the tables below
-        self._registered: list[Any] = []
+        self._agent = new_agent(self._name)  # thread-safe: serialises its NIXL calls
+        self._lock = threading.Lock()  # the tables below
         self._layouts: dict[str, dict] = {}   # this shard's, by strategy
         self._peers: dict[int, str] = {}      # shard -> agent name
         self._peer_versions: dict[int, int] = {}  # shard -> metadata version loaded
         self._version = 0  # of this agent's metadata: one more per registration
         self._dead: set[int] = set()
         self._buffers: dict[str, np.ndarray] = {}  # registered read buffers by use
+        self._retired: list[np.ndarray] = []  # outgrown, still registered
         self.refused_updates = 0
         self.sent_updates = 0
         self._layout(0, 0.0)  # Uniform: every shard publishes it from the start
@@ -122,8 +139,7 @@ class Transport(OneSidedReader):
                             ("slots", layout["slots"], layout["slots_bytes"]),
                             ("stamps", layout["stamps"], layout["stamps_bytes"])]
             for _, address, size in regions:
-                self._registered.append(self._agent.register_memory(
-                    [(address, size, 0, "")], "DRAM"))
+                self._agent.register(address, size)
             self._version += 1
             layout["max_length"] = self._local.max_length
             layout["step_bytes"] = [c.step_bytes for c in self._local.columns.values()]
@@ -135,7 +151,7 @@ class Transport(OneSidedReader):
             store = coordination.client()
             store.key_value_set(f"{self._path}/nixl/{self._shard}/agent", json.dumps({
                 "token": self._token, "name": self._name, "version": self._version,
-                "metadata": base64.b64encode(self._agent.get_agent_metadata()).decode()}),
+                "metadata": base64.b64encode(self._agent.metadata()).decode()}),
                 allow_overwrite=True)
             store.key_value_set(f"{self._path}/{self.NAME}/{self._shard}/layout/{key}",
                                 json.dumps(layout), allow_overwrite=True)
@@ -146,11 +162,8 @@ class Transport(OneSidedReader):
         serves notifications: priority updates and tree requests."""
         while not self._stop.is_set():
             try:
-                with self._lock:
-                    notifications = self._agent.get_new_notifs()
-                for messages in notifications.values():
-                    for message in messages:
-                        self._serve(message)
+                for _, message in self._agent.notifications():  # no GIL while NIXL progresses
+                    self._serve(message)
             except Exception:  # noqa: BLE001 - a bad message must not stop progress
                 self.refused_updates += 1
             time.sleep(PROGRESS_SECONDS)
@@ -166,13 +179,9 @@ class Transport(OneSidedReader):
         with self._no_reads(), self._lock:
             if self._agent is None:
                 return
-            for descs in self._registered:
-                try:
-                    self._agent.deregister_memory(descs)
-                except Exception:  # noqa: BLE001 - closing anyway
-                    pass
-            self._registered.clear()
+            self._agent.close()  # deregisters everything
             self._buffers.clear()
+            self._retired.clear()
             self._agent = None
 
     # ------------------------------------------------------------ the reader
@@ -200,18 +209,18 @@ class Transport(OneSidedReader):
         if info.get("token") != self._token:
             raise ValueError(f"shard {shard} published transport metadata under another job "
                              f"token: refused")
-        with self._lock:
+        try:
             if shard in self._peers:
-                self._agent.remove_remote_agent(self._peers[shard])
-            name = self._agent.add_remote_agent(base64.b64decode(info["metadata"]))
-        self._peers[shard] = name.decode() if isinstance(name, bytes) else name
+                self._agent.forget_peer(self._peers[shard])
+            name = self._agent.load_peer(base64.b64decode(info["metadata"]))
+        except (RuntimeError, ValueError) as e:
+            raise ShardUnavailable(shard, f"its NIXL metadata could not be loaded ({e})") from None
+        self._peers[shard] = name
         self._peer_versions[shard] = info.get("version", 0)
         return self._peers[shard]
 
     def _ask(self, shard: int, message: bytes) -> None:
-        name = self._peer(shard)
-        with self._lock:
-            self._agent.send_notif(name, message)
+        self._agent.notify(self._peer(shard), message)
 
     def _loaded_layout(self, shard: int, layout: dict) -> None:
         self._peer(shard, layout["agent_version"])  # metadata listing the layout's regions
@@ -221,62 +230,26 @@ class Transport(OneSidedReader):
         (`name`), kept and grown as needed: reads land in it."""
         buffer = self._buffers.get(name)
         if buffer is None or buffer.nbytes < size:
+            if buffer is not None:  # stays registered, so stays alive (until close)
+                self._retired.append(buffer)
             buffer = np.zeros(max(size, 1 << 16, 0 if buffer is None else 2 * buffer.nbytes),
                               np.uint8)
-            with self._lock:
-                self._registered.append(self._agent.register_memory(
-                    [(buffer.ctypes.data, buffer.nbytes, 0, "")], "DRAM"))
+            self._agent.register(buffer.ctypes.data, buffer.nbytes)
             self._buffers[name] = buffer
         return buffer
 
     def _read_remote(self, requests: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
-        """Transfers to different shards run at once. Raises ShardUnavailable
-        naming the first shard that failed or ran past the deadline."""
-        pending = []
-        for shard, (addresses, sizes, destinations) in requests.items():
-            zeros = np.zeros(len(sizes), np.uint64)
-            remote = np.stack([addresses.astype(np.uint64), sizes.astype(np.uint64), zeros], 1)
-            local = np.stack([destinations.astype(np.uint64), sizes.astype(np.uint64), zeros], 1)
-            name = self._peer(shard)
-            try:
-                with self._lock:
-                    handle = self._agent.initialize_xfer(
-                        "READ", self._agent.get_xfer_descs(local, "DRAM"),
-                        self._agent.get_xfer_descs(remote, "DRAM"), name)
-                    state = self._agent.transfer(handle)
-            except Exception as e:  # noqa: BLE001 - NIXL reports a dead peer by raising
-                raise ShardUnavailable(shard, f"{type(e).__name__}: {e}") from None
-            pending.append((shard, handle, state))
-        deadline = time.monotonic() + self._timeout
-        try:
-            while pending:
-                still = []
-                for shard, handle, state in pending:
-                    try:
-                        if state != "DONE":
-                            with self._lock:
-                                state = self._agent.check_xfer_state(handle)
-                    except Exception as e:  # noqa: BLE001
-                        raise ShardUnavailable(shard, f"{type(e).__name__}: {e}") from None
-                    if state == "ERR":
-                        raise ShardUnavailable(shard, "the transfer failed")
-                    if state == "DONE":
-                        with self._lock:
-                            self._agent.release_xfer_handle(handle)
-                    else:
-                        still.append((shard, handle, state))
-                pending = still
-                if pending and time.monotonic() > deadline:
-                    raise ShardUnavailable(pending[0][0], f"no answer within {self._timeout} s")
-                if pending:
-                    time.sleep(0.00005)
-        finally:
-            for _, handle, _ in pending:
-                try:
-                    with self._lock:
-                        self._agent.release_xfer_handle(handle)
-                except Exception:  # noqa: BLE001
-                    pass
+        """One native call (no GIL): transfers to different shards are posted at
+        once and polled to the deadline. Raises ShardUnavailable naming the
+        first shard that failed or ran past it."""
+        shards = list(requests)
+        native = [(self._peer(shard), np.ascontiguousarray(addresses, np.uint64),
+                   np.ascontiguousarray(destinations, np.uint64),
+                   np.ascontiguousarray(sizes, np.uint64))
+                  for shard, (addresses, sizes, destinations) in requests.items()]
+        failed, why = self._agent.read(native, self._timeout)
+        if failed >= 0:
+            raise ShardUnavailable(shards[failed], why)
 
     def send_updates(self, shard: int, keys: np.ndarray, priorities: np.ndarray) -> None:
         name = self._peer(shard)
@@ -284,8 +257,7 @@ class Transport(OneSidedReader):
             k = keys[start:start + MAX_UPDATE_ENTRIES]
             p = priorities[start:start + MAX_UPDATE_ENTRIES]
             try:
-                with self._lock:
-                    self._agent.send_notif(name, update_message(self._token, k, p))
+                self._agent.notify(name, update_message(self._token, k, p))
             except Exception as e:  # noqa: BLE001
                 raise ShardUnavailable(shard, f"{type(e).__name__}: {e}") from None
             self.sent_updates += len(k)

@@ -8,19 +8,29 @@ registered buffers, with a deadline), ``_staging`` (such a buffer),
 ``_ask`` (send an owner a message) and ``_loaded_layout``. Everything else is
 here, once: finding peers' layouts, serving peers' messages, and sampling:
 
-1. every shard's total (its tree's root) and size, fresh at each sample; the
-   shard of each row is drawn with probability S_k / S;
-2. the owner's sum tree, one level at a time (all rows of a level in one
-   transfer per shard), down to a leaf: the slot, drawn in proportion to its
-   weight, exactly as the owner's own sampler would. TopK and Recent have no
-   tree: every shard's slot records and insertion stamps are read whole and
-   ranked here (xla_ffi/core/sharding.h);
-3. the slot's record, the window, and the record again. A record holds the
-   key and state of the slot; keys are never reused, so if the key or the
+1. one snapshot per shard, in one transfer: the levels of its sum tree that
+   are small enough to read whole (``WHOLE_READ_BYTES`` in all, from the
+   root down: the root is the shard's total), its size, and, where small
+   enough, its whole slot-record array. The shard of each row is drawn with
+   probability S_k / S;
+2. the slot, by the owner's sum tree from the root down to a leaf: through
+   the levels held whole locally, then one transfer a level (all rows of the
+   level, every shard at once) for the levels too large to read whole. The
+   slot is drawn in proportion to its weight, exactly as the owner's own
+   sampler would. TopK and Recent have no tree: every shard's slot records and
+   insertion stamps are read whole and ranked here (xla_ffi/core/sharding.h);
+3. the slot's record (from the snapshot, or read now when the records are too
+   large to read whole), the window, and the record again. A record holds
+   the key and state of the slot; keys are never reused, so if the key or the
    state changed between the two reads the owner rewrote the slot meanwhile
    (a seqlock whose version is the key) and the row is drawn again: a window
    is never torn. A row whose tree path ended on a slot that is no longer
    live is drawn again too.
+
+Where a shard's tree and records fit the budget, a sample is three round
+trips (snapshot, windows, records) and its descriptors are the windows plus
+a handful: the transport's per-descriptor cost, not the table's bookkeeping,
+sets the rate.
 
 A shard whose reads fail or time out raises :class:`ShardUnavailable`, or,
 with ``on_dead_shard="skip"``, is left out of this and later samples
@@ -33,7 +43,7 @@ import contextlib
 import ctypes
 import json
 import threading
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -42,6 +52,11 @@ from gearjax.sharded import keys as keys_of
 
 # Rounds of redrawing rows whose slot changed (or was left) during the read.
 MAX_ROUNDS = 32
+# Bytes of a shard's sum tree (whole levels, from the root down) and, apart,
+# of its slot records that a sample reads whole in one descriptor each rather
+# than one descriptor a row: at about 3 us a descriptor over loopback UCX
+# (scripts/bench_nixl_reader.py) and 10 GB/s, 1 MiB costs what 30 rows do.
+WHOLE_READ_BYTES = 1 << 20
 _FANOUT = 8
 _SLOT_BYTES = 32
 _LIVE = 2
@@ -81,6 +96,11 @@ def _check_layout(layout: Any, shard: int, capacity: int, max_length: int) -> No
           all(isinstance(o, int) and not isinstance(o, bool) and o >= 0
               for o in layout["tree_offsets"]) and
           isinstance(layout.get("column_offsets"), list))
+    if ok:  # levels in order, each a whole number of lines, inside the tree
+        ends = layout["tree_offsets"][1:] + [layout["tree_bytes"] // 8]
+        ok = len(layout["tree_offsets"]) >= 1 and layout["tree_bytes"] % 64 == 0 and all(
+            end > start and (end - start) % _FANOUT == 0
+            for start, end in zip(layout["tree_offsets"], ends))
     if not ok:
         raise ShardUnavailable(shard, "published a layout that does not match the agreed "
                                       "capacity and max_length")
@@ -336,10 +356,9 @@ class OneSidedReader:
             total, table_size = float(len(best["slot"])), best["size"]
         else:
             layouts = {k: self._peer_layout(k, code, alpha) for k in shards}
-            roots = self.fetch({k: (np.array([_root(layouts[k]), _root(uniform[k])], np.uint64),
-                                    np.array([8, 8], np.int64)) for k in shards})
-            totals = np.array([_doubles(*roots[k])[0] for k in shards])
-            sizes = np.array([_doubles(*roots[k])[1] for k in shards])
+            snapshots = self._snapshot(layouts, uniform, shards)
+            totals = np.array([snapshots[k].total for k in shards])
+            sizes = np.array([snapshots[k].size for k in shards])
             total, table_size = float(totals.sum()), int(round(sizes.sum()))
         if not total > 0:
             raise ValueError("cannot sample: no shard holds anything this strategy can draw "
@@ -381,14 +400,26 @@ class OneSidedReader:
                 expected = {k: best["key"][pick][mine[k]] for k in shards}
                 weights = {k: np.ones(len(rows_of[k])) for k in shards}
             else:
+                if round_ > 0:  # a redraw: slots changed since the snapshot, so take another
+                    snapshots = self._snapshot(layouts, uniform, shards)
+                    totals = np.array([snapshots[k].total for k in shards])
+                    if not totals.sum() > 0:
+                        raise ValueError("cannot sample: every shard is empty")
+                    total = float(totals.sum())
                 targets = rng.random(len(todo)) * total
                 which = np.minimum(np.searchsorted(np.cumsum(totals), targets, side="right"),
                                    len(shards) - 1)
                 rows_of = {k: todo[which == i] for i, k in enumerate(shards)}
                 u = {k: rng.random(len(rows_of[k])) * totals[i] for i, k in enumerate(shards)}
-                leaves, weights = self._descend(layouts, u, rows_of)
+                leaves, weights = self._descend(layouts, u, rows_of, snapshots)
             starts_u = {k: rng.random(len(rows_of[k])) for k in shards}
-            records = self._records(layouts, leaves)
+            if ranked:
+                records = self._records(layouts, leaves)
+            else:  # from the snapshot where it holds the records, else read now
+                records = self._records(layouts, {k: leaves[k] for k in shards
+                                                  if snapshots[k].records is None})
+                records.update({k: _fields(snapshots[k].records[np.maximum(leaves[k], 0)])
+                                for k in shards if snapshots[k].records is not None})
             failed, plan, spans = [], {}, {}
             for k in shards:
                 key, length, state = records[k]
@@ -416,7 +447,7 @@ class OneSidedReader:
                 spans[k] = (source.reshape(-1).astype(np.uint64), size.reshape(-1),
                             dest.reshape(-1).astype(np.uint64))
             self.read_into(spans)
-            again = self._records(layouts, {k: plan[k][1] for k in shards})
+            again = self._records(layouts, {k: plan[k][1] for k in shards}, whole=True)
             for k in shards:
                 rows, slots, key, start, valid, weight = plan[k]
                 unchanged = (again[k][0] == key) & (again[k][2] == _LIVE)
@@ -462,9 +493,48 @@ class OneSidedReader:
         return {"shard": shard[best], "slot": slot[best], "key": key[best],
                 "size": int(len(slot))}
 
-    def _descend(self, layouts, targets, rows_of):
+    def _snapshot(self, layouts, uniform, shards) -> dict[int, "_Snapshot"]:
+        """Each shard's tree levels that fit WHOLE_READ_BYTES (from the root
+        down), its size (Uniform's root) and, if they fit too, its slot
+        records: one transfer per shard, every shard at once."""
+        requests, plans = {}, {}
+        for k in shards:
+            layout = layouts[k]
+            addresses, sizes, whole = [], [], []
+            budget = WHOLE_READ_BYTES
+            for level in range(len(layout["tree_offsets"]) - 1, -1, -1):
+                size = 8 * _level_nodes(layout, level)
+                if level < len(layout["tree_offsets"]) - 1 and size > budget:
+                    break  # the root's line is always read
+                budget -= size
+                whole.append(level)
+                addresses.append(layout["tree"] + 8 * layout["tree_offsets"][level])
+                sizes.append(size)
+            addresses.append(_root(uniform[k]))
+            sizes.append(8)
+            with_records = layout["slots_bytes"] <= WHOLE_READ_BYTES
+            if with_records:
+                addresses.append(layout["slots"])
+                sizes.append(layout["slots_bytes"])
+            requests[k] = (np.array(addresses, np.uint64), np.array(sizes, np.int64))
+            plans[k] = (whole, with_records)
+        data = self.fetch(requests, "snapshot")
+        out = {}
+        for k in shards:
+            buffer, offsets = data[k]
+            whole, with_records = plans[k]
+            sizes = requests[k][1]
+            parts = [buffer[o:o + n] for o, n in zip(offsets.tolist(), sizes.tolist())]
+            levels = {level: parts[i].view(np.float64).copy() for i, level in enumerate(whole)}
+            out[k] = _Snapshot(levels=levels, total=float(levels[whole[0]][0]),
+                               size=float(parts[len(whole)].view(np.float64)[0]),
+                               records=parts[-1].view(_RECORD).copy() if with_records else None)
+        return out
+
+    def _descend(self, layouts, targets, rows_of, snapshots):
         """Each row's leaf (slot; -1 if the path found no weight) and its
-        weight, one tree level per transfer (all shards at once)."""
+        weight: through the levels each shard's snapshot holds, then one tree
+        level per transfer (all shards at once)."""
         nodes = {k: np.zeros(len(rows_of[k]), np.int64) for k in rows_of}
         target = {k: targets[k].copy() for k in rows_of}
         weight = {k: np.zeros(len(rows_of[k])) for k in rows_of}
@@ -472,40 +542,52 @@ class OneSidedReader:
         levels = {k: len(layouts[k]["tree_offsets"]) for k in rows_of}
         line_bytes = 8 * _FANOUT
         for depth in range(max(levels.values()) - 1):
-            requests = {}
+            requests, lines = {}, {}
             for k in rows_of:
                 level = levels[k] - 2 - depth
                 if level < 0 or len(rows_of[k]) == 0:
                     continue
+                held = snapshots[k].levels.get(level)
+                if held is not None:
+                    lines[k] = held.reshape(-1, _FANOUT)[nodes[k]]
+                    continue
                 base = layouts[k]["tree"] + 8 * layouts[k]["tree_offsets"][level]
                 requests[k] = ((base + line_bytes * nodes[k]).astype(np.uint64),
                                np.full(len(nodes[k]), line_bytes, np.int64))
-            lines = self.fetch(requests, "tree")
-            for k, (buffer, offsets) in lines.items():
-                line = buffer[offsets[0]:offsets[0] + line_bytes * len(offsets)].view(
-                    np.float64).reshape(-1, _FANOUT)
+            if requests:
+                for k, (buffer, offsets) in self.fetch(requests, "tree").items():
+                    lines[k] = buffer[offsets[0]:offsets[0] + line_bytes * len(offsets)].view(
+                        np.float64).reshape(-1, _FANOUT)
+            for k, line in lines.items():
                 child, target[k], ok = _choose_children(line, target[k])
                 dead[k] |= ~ok
                 weight[k] = line[np.arange(len(child)), child]
                 nodes[k] = nodes[k] * _FANOUT + child
         return ({k: np.where(dead[k], -1, nodes[k]) for k in rows_of}, weight)
 
-    def _records(self, layouts, slots):
-        """(keys, lengths, states) of the slots' records, read now."""
+    def _records(self, layouts, slots, whole: bool = False):
+        """(keys, lengths, states) of the slots' records, read now: one
+        descriptor a slot, or, with `whole`, the shard's whole record array in
+        one where it fits WHOLE_READ_BYTES."""
+        in_one = {k for k in slots if whole and layouts[k]["slots_bytes"] <= WHOLE_READ_BYTES}
         requests = {k: ((layouts[k]["slots"] + _SLOT_BYTES * np.maximum(slots[k], 0))
                         .astype(np.uint64), np.full(len(slots[k]), _SLOT_BYTES, np.int64))
-                    for k in slots}
+                    for k in slots if k not in in_one}
+        requests.update({k: (np.array([layouts[k]["slots"]], np.uint64),
+                             np.array([layouts[k]["slots_bytes"]], np.int64)) for k in in_one})
         data = self.fetch(requests, "records")
         out = {}
         for k, (buffer, offsets) in data.items():
+            if k in in_one:
+                every = buffer[offsets[0]:offsets[0] + layouts[k]["slots_bytes"]].view(_RECORD)
+                out[k] = _fields(every[np.maximum(slots[k], 0)])
+                continue
             n = len(offsets)
             raw = buffer[offsets[0]:offsets[0] + _SLOT_BYTES * n] if n else buffer[:0]
-            records = raw.view(_RECORD) if n else np.zeros(0, _RECORD)
-            out[k] = (records["key"].copy(), records["length"].copy(), records["state"].copy())
+            out[k] = _fields(raw.view(_RECORD) if n else np.zeros(0, _RECORD))
         return out
 
 
-# A slot record as xla_ffi/core/slots.h lays it out (SlotInfo, 32 bytes).
 # A slot record as xla_ffi/core/slots.h lays it out (SlotInfo, 32 bytes).
 _RECORD = np.dtype([("key", "<i8"), ("length", "<i8"), ("priority", "<f8"), ("pins", "<i4"),
                     ("state", "u1"), ("pad", "V3")])
@@ -518,13 +600,31 @@ def _slot_bits(capacity: int) -> int:
     return 0 if capacity <= 1 else (capacity - 1).bit_length()
 
 
+class _Snapshot(NamedTuple):
+    """What one transfer read of a shard (OneSidedReader._snapshot): tree
+    levels by index, the total (root) and size, records (None: too large)."""
+    levels: dict[int, np.ndarray]
+    total: float
+    size: float
+    records: np.ndarray | None
+
+
+def _fields(records: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(keys, lengths, states) of slot records, copied."""
+    return records["key"].copy(), records["length"].copy(), records["state"].copy()
+
+
+def _level_nodes(layout: dict, level: int) -> int:
+    """Nodes in one level of a published tree, padding included (checked in
+    _check_layout: a whole number of lines)."""
+    offsets = layout["tree_offsets"]
+    end = offsets[level + 1] if level + 1 < len(offsets) else layout["tree_bytes"] // 8
+    return end - offsets[level]
+
+
 def _root(layout: dict) -> int:
     """The address of a tree's root (its total)."""
     return layout["tree"] + 8 * layout["tree_offsets"][-1]
-
-
-def _doubles(buffer: np.ndarray, offsets: np.ndarray) -> list[float]:
-    return [float(buffer[o:o + 8].view(np.float64)[0]) for o in offsets]
 
 
 def _choose_children(line: np.ndarray, target: np.ndarray):

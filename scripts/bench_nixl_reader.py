@@ -1,0 +1,272 @@
+"""One-sided NIXL reads between two local processes, by each way gearjax has
+had of making them: the native agent the nixl exchange now uses
+(gearjax._gearjax.NixlAgent, NIXL's C API, one call with the GIL released),
+against NIXL's own Python API doing the same transfer the way the exchange
+did before (descriptor lists from NumPy, initialize_xfer, transfer, then
+check_xfer_state polled from Python).
+
+    python scripts/bench_nixl_reader.py                      # prints
+    python scripts/bench_nixl_reader.py --out benchmarks/results/bench_nixl_reader_cpu.json
+
+An owner process registers a 256 MiB shard and keeps its agent progressing;
+the reader process (this one) reads, systems taking turns, each case
+``--repeats`` times:
+
+* ``256MiB``: one span of 256 MiB;
+* ``1024x4KiB``: 1024 spans of 4 KiB at random places of the shard;
+* ``256x1360B``: 256 spans of 1360 bytes (a 20-step window of 17 float32,
+  the exchange benchmarks' case A).
+
+Reported: median seconds per read and GB/s, and native / python_api.
+
+Then a whole sample against the read alone: two ``jax.distributed`` processes
+hold a nixl ``ShardedTable`` each, all trajectories in process 1's shard, and
+process 0 times, taking turns, an eager ``table.sample(key, batch, window)``
+(its rows all come from process 1: snapshot, windows, records) and ``read``,
+the same number of windows of the same size read from process 1's arena by
+the same agent in one call (the transport's own rate, no table logic):
+
+* ``256x1360B``: 256 windows of 20 x 17 float32;
+* ``1024x4KiB``: 1024 windows of 16 x 64 float32;
+* ``64x4MiB``: 64 windows of 256 x 4096 float32 (256 MiB a sample).
+
+Reported: sample / read as a fraction of the read's rate, and the sample's
+round trips and descriptors (counted by wrapping the transport's read).
+
+Over loopback UCX picks shared memory, so these are this machine's numbers,
+not a network's. Needs NIXL (``python -m gearjax.sharded.install_nixl``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _machine import cpu_model, version_of, write_results  # noqa: E402
+
+SHARD_BYTES = 256 << 20
+CASES = {"256MiB": (1, SHARD_BYTES), "1024x4KiB": (1024, 4096), "256x1360B": (256, 1360)}
+SAMPLE_CASES = {
+    # name: (batch, window, step shape (float32), trajectories in the shard, length)
+    "256x1360B": (256, 20, (17,), 2000, 100),
+    "1024x4KiB": (1024, 16, (64,), 512, 64),
+    "64x4MiB": (64, 256, (4096,), 80, 256),
+}
+
+
+def owner(conn) -> None:
+    """Registers the shard, sends its metadata and address, progresses until told."""
+    from gearjax.sharded import nixl
+    agent = nixl.nixl_api()("bench-owner")
+    shard = np.random.default_rng(0).integers(0, 256, SHARD_BYTES, dtype=np.uint8)
+    agent.register(shard.ctypes.data, shard.nbytes)
+    conn.send((agent.metadata(), shard.ctypes.data))
+    while not conn.poll(0.0005):
+        agent.notifications()
+    agent.close()
+
+
+def spans(case: str, base: int, into: int, rng) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    n, size = CASES[case]
+    offsets = np.zeros(1, np.int64) if n == 1 else \
+        rng.integers(0, SHARD_BYTES - size, n) // 64 * 64
+    remote = (base + offsets).astype(np.uint64)
+    local = (into + np.arange(n) * size).astype(np.uint64)
+    return remote, local, np.full(n, size, np.uint64)
+
+
+def machine() -> dict:
+    import platform
+    return {"cpu": cpu_model(), "cores": __import__("os").cpu_count(),
+            "python": platform.python_version(), "nixl_cu12": version_of("nixl-cu12")}
+
+
+def sample_child(process: int, port: int, repeats: int) -> dict:
+    """One of the two processes of the sample benchmark (see the docstring)."""
+    import jax
+    import numpy as np
+    jax.distributed.initialize(f"127.0.0.1:{port}", 2, process)
+    from jax.experimental import multihost_utils
+
+    import gearjax as gx
+    out = {}
+    for name, (batch, window, shape, count, length) in SAMPLE_CASES.items():
+        table = gx.ShardedTable({"x": gx.Column(shape, "float32")}, capacity=count,
+                                max_length=length, exchange="nixl")
+        if process == 1:
+            rng = np.random.default_rng(0)
+            for _ in range(count):
+                table.insert({"x": rng.random((length, *shape), np.float32)})
+        multihost_utils.sync_global_devices(f"{name}-filled")
+        if process == 0:
+            transport = table._transport
+            layout = transport._peer_layout(1, 0, 0.0)
+            step_bytes = 4 * int(np.prod(shape))
+            rng = np.random.default_rng(1)
+            slots = rng.integers(0, count, batch)
+            starts = rng.integers(0, length - window + 1, batch)
+            addresses = (layout["arena"] + (slots * length + starts) * step_bytes).astype(np.uint64)
+            sizes = np.full(batch, window * step_bytes, np.int64)
+            counted = {"round_trips": 0, "descriptors": 0}
+            inner = transport._read_remote
+
+            def counting(requests):
+                counted["round_trips"] += 1
+                counted["descriptors"] += sum(len(r[1]) for r in requests.values())
+                inner(requests)
+
+            calls = {"sample": lambda r: jax.block_until_ready(
+                         table.sample(jax.random.key(r), batch, window)),
+                     "read": lambda r: transport.fetch({1: (addresses, sizes)}, "bench")}
+            for call in calls.values():
+                call(0)
+            transport._read_remote = counting
+            calls["sample"](0)
+            transport._read_remote = inner
+            times = {n: [] for n in calls}
+            for r in range(repeats):
+                for n, call in calls.items():
+                    start = time.perf_counter()
+                    call(r + 1)
+                    times[n].append(time.perf_counter() - start)
+            medians = {n: float(np.median(t)) for n, t in times.items()}
+            payload = int(sizes.sum())
+            out[name] = {"batch": batch, "window_bytes": int(sizes[0]), "bytes": payload,
+                         "median_seconds": medians,
+                         "gb_per_s": {n: payload / t / 1e9 for n, t in medians.items()},
+                         "sample_over_read": medians["read"] / medians["sample"], **counted}
+        multihost_utils.sync_global_devices(f"{name}-done")
+        table.close()
+    jax.distributed.shutdown()
+    return out
+
+
+def sample_benchmark(repeats: int) -> dict:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    children = [subprocess.Popen([sys.executable, __file__, "--child", str(i), str(port),
+                                  "--repeats", str(repeats)], env=env, stdout=subprocess.PIPE,
+                                 text=True) for i in range(2)]
+    results = []
+    for child in children:
+        out, _ = child.communicate(timeout=1200)
+        if child.returncode != 0:
+            raise SystemExit(f"a sample benchmark process failed (exit {child.returncode})")
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return results[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--out", default=None)
+    parser.add_argument("--child", nargs=2, type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(sample_child(*args.child, args.repeats)), flush=True)
+        return 0
+    from gearjax.sharded import nixl
+    try:
+        new_agent = nixl.nixl_api()
+    except ValueError as e:
+        print(f"bench_nixl_reader: {e}", file=sys.stderr)
+        return 1
+    from nixl_cu12._api import nixl_agent, nixl_agent_config
+
+    ctx = mp.get_context("spawn")
+    here, there = ctx.Pipe()
+    process = ctx.Process(target=owner, args=(there,), daemon=True)
+    process.start()
+    metadata, base = here.recv()
+    shard = np.random.default_rng(0).integers(0, 256, SHARD_BYTES, dtype=np.uint8)  # the owner's
+    native = new_agent("bench-reader")
+    into = np.zeros(SHARD_BYTES, np.uint8)
+    native.register(into.ctypes.data, into.nbytes)
+    peer = native.load_peer(metadata)
+    python = nixl_agent("bench-reader-python", nixl_agent_config(enable_prog_thread=False,
+                                                                 backends=["UCX"]))
+    into_python = np.zeros(SHARD_BYTES, np.uint8)
+    python.register_memory([(into_python.ctypes.data, into_python.nbytes, 0, "")], "DRAM")
+    python_peer = python.add_remote_agent(metadata)
+
+    def read_native(remote, local, sizes):
+        failed, why = native.read([(peer, remote, local, sizes)], 30.0)
+        if failed >= 0:
+            raise RuntimeError(why)
+
+    def read_python(remote, local, sizes):
+        # The exchange's read before the native agent (gearjax/sharded/nixl.py
+        # up to 71832db), one shard.
+        zeros = np.zeros(len(sizes), np.uint64)
+        r = np.stack([remote, sizes, zeros], 1)
+        loc = np.stack([local - np.uint64(into.ctypes.data) + np.uint64(into_python.ctypes.data),
+                        sizes, zeros], 1)
+        handle = python.initialize_xfer("READ", python.get_xfer_descs(loc, "DRAM"),
+                                        python.get_xfer_descs(r, "DRAM"), python_peer)
+        state = python.transfer(handle)
+        while state != "DONE":
+            if state == "ERR":
+                raise RuntimeError("transfer failed")
+            time.sleep(0.00005)
+            state = python.check_xfer_state(handle)
+        python.release_xfer_handle(handle)
+
+    systems = {"native": read_native, "python_api": read_python}
+    rng = np.random.default_rng(1)
+    results, lines = {}, []
+    for case in CASES:
+        remote, local, sizes = spans(case, base, into.ctypes.data, rng)
+        payload = int(sizes.sum())
+        for read in systems.values():  # warm: connections, registrations
+            read(remote, local, sizes)
+        for r, l, n in zip(remote.tolist(), local.tolist(), sizes.tolist()):  # both read right
+            got = slice(l - into.ctypes.data, l - into.ctypes.data + n)
+            assert np.array_equal(into[got], shard[r - base:r - base + n]), case
+            assert np.array_equal(into_python[got], shard[r - base:r - base + n]), case
+        times = {name: [] for name in systems}
+        for _ in range(args.repeats):
+            for name, read in systems.items():
+                start = time.perf_counter()
+                read(remote, local, sizes)
+                times[name].append(time.perf_counter() - start)
+        medians = {name: float(np.median(t)) for name, t in times.items()}
+        results[case] = {"spans": len(sizes), "bytes": payload,
+                         "median_seconds": medians,
+                         "gb_per_s": {n: payload / t / 1e9 for n, t in medians.items()},
+                         "native_over_python_api": medians["python_api"] / medians["native"]}
+        line = " | ".join(f"{n} {t * 1e6:9.1f} us {payload / t / 1e9:6.2f} GB/s"
+                          for n, t in medians.items())
+        lines.append(f"{case:10s} {line} | native "
+                     f"{results[case]['native_over_python_api']:.2f}x python_api")
+        print(lines[-1], flush=True)
+    here.send("stop")
+    process.join(10)
+    native.close()
+    samples = sample_benchmark(args.repeats)
+    for case, r in samples.items():
+        lines.append(f"sample {case:10s} sample {r['median_seconds']['sample'] * 1e6:9.1f} us "
+                     f"{r['gb_per_s']['sample']:6.2f} GB/s | read "
+                     f"{r['median_seconds']['read'] * 1e6:9.1f} us {r['gb_per_s']['read']:6.2f} "
+                     f"GB/s | sample {r['sample_over_read']:.2f} of read | "
+                     f"{r['round_trips']} round trips, {r['descriptors']} descriptors")
+        print(lines[-1], flush=True)
+    if args.out:
+        write_results(args.out, {"machine": machine(), "repeats": args.repeats,
+                                 "reads": results, "samples": samples}, "\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,149 @@
+"""gearjax._gearjax.NixlAgent, the nixl exchange's native agent (NIXL's C API,
+xla_ffi/core/nixl_agent.h), in one process: two agents, one owning a shard,
+one reading it. The multi-process exchange over it is tests/test_sharded.py."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import numpy as np
+import pytest
+
+from conftest import nixl_missing
+
+pytestmark = pytest.mark.skipif(nixl_missing() is not None, reason=str(nixl_missing()))
+
+
+@pytest.fixture
+def pair():
+    """(owner, reader, the reader's name for the owner, shard bytes, into
+    bytes), with a thread keeping the owner progressing."""
+    from gearjax.sharded import nixl
+    new_agent = nixl.nixl_api()
+    tag = uuid.uuid4().hex[:8]
+    owner, reader = new_agent(f"owner-{tag}"), new_agent(f"reader-{tag}")
+    shard = np.random.default_rng(0).integers(0, 256, 1 << 20, dtype=np.uint8)
+    into = np.zeros(1 << 20, np.uint8)
+    owner.register(shard.ctypes.data, shard.nbytes)
+    reader.register(into.ctypes.data, into.nbytes)
+    peer = reader.load_peer(owner.metadata())
+    stop = threading.Event()
+    messages: list[tuple[str, bytes]] = []
+
+    def progress():
+        while not stop.is_set():
+            try:
+                messages.extend(owner.notifications())
+            except RuntimeError:  # closed by a test
+                return
+            stop.wait(0.0005)
+
+    thread = threading.Thread(target=progress, daemon=True)
+    thread.start()
+    yield owner, reader, peer, shard, into, messages
+    stop.set()
+    thread.join(5)
+    reader.close()
+    owner.close()
+
+
+def spans(shard, into, n, size, seed):
+    """n random spans of `size` bytes: (remote, local, sizes) as uint64."""
+    rng = np.random.default_rng(seed)
+    remote = shard.ctypes.data + rng.integers(0, shard.nbytes - size, n).astype(np.uint64)
+    local = into.ctypes.data + np.arange(n, dtype=np.uint64) * np.uint64(size)
+    return remote.astype(np.uint64), local, np.full(n, size, np.uint64)
+
+
+def test_a_batched_read_copies_every_span_exactly(pair):
+    owner, reader, peer, shard, into, _ = pair
+    for n, size in ((1, 64), (256, 1360), (1024, 512)):
+        remote, local, sizes = spans(shard, into, n, size, n)
+        assert reader.read([(peer, remote, local, sizes)], 10.0) == (-1, "")
+        offsets = (remote - np.uint64(shard.ctypes.data)).astype(np.int64)
+        for i in range(n):
+            assert np.array_equal(into[i * size:(i + 1) * size],
+                                  shard[offsets[i]:offsets[i] + size]), (n, size, i)
+
+
+def test_several_requests_to_one_peer_run_in_one_call(pair):
+    owner, reader, peer, shard, into, _ = pair
+    a = spans(shard, into, 8, 100, 1)
+    b = tuple(x.copy() for x in spans(shard, into, 8, 100, 2))
+    b[1][:] += np.uint64(8 * 100)  # land after a's spans
+    assert reader.read([(peer, *a), (peer, *b)], 10.0) == (-1, "")
+    offset = int(b[0][3]) - shard.ctypes.data
+    assert np.array_equal(into[1100:1200], shard[offset:offset + 100])
+
+
+def test_notifications_arrive_in_order_from_the_named_sender(pair):
+    owner, reader, peer, shard, into, messages = pair
+    me = owner.load_peer(reader.metadata())
+    for i in range(3):
+        reader.notify(peer, b"GXUP" + bytes([i]) + b"\x00tail")
+    for _ in range(4000):  # the sender progresses too (the exchange's progress thread does)
+        if len(messages) >= 3:
+            break
+        assert reader.notifications() == []
+        threading.Event().wait(0.001)
+    assert messages == [(me, b"GXUP" + bytes([i]) + b"\x00tail") for i in range(3)]
+
+
+def test_bad_requests_are_refused_before_nixl_sees_them(pair):
+    owner, reader, peer, shard, into, _ = pair
+    remote, local, sizes = spans(shard, into, 4, 64, 3)
+    with pytest.raises(ValueError, match="one entry per span"):
+        reader.read([(peer, remote, local[:3], sizes)], 1.0)
+    for timeout in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="timeout"):
+            reader.read([(peer, remote, local, sizes)], timeout)
+    with pytest.raises(TypeError):
+        reader.read([(peer, remote, local)], 1.0)
+    with pytest.raises(TypeError):
+        reader.read([(peer, remote.reshape(2, 2), local, sizes)], 1.0)
+    with pytest.raises(ValueError):
+        reader.register(0, 64)
+    with pytest.raises(ValueError):
+        reader.load_peer(b"")
+    with pytest.raises(RuntimeError):
+        reader.load_peer(b"\x00not metadata\xff" * 4)
+    # Nothing above broke the agent.
+    assert reader.read([(peer, remote, local, sizes)], 10.0) == (-1, "")
+
+
+def test_memory_the_owner_did_not_register_is_never_read(pair):
+    owner, reader, peer, shard, into, _ = pair
+    outside = np.array([shard.ctypes.data + shard.nbytes], np.uint64)
+    failed, why = reader.read([(peer, outside, np.array([into.ctypes.data], np.uint64),
+                                np.array([64], np.uint64))], 2.0)
+    assert failed == 0 and "failed" in why
+    straddling = np.array([shard.ctypes.data + shard.nbytes - 32], np.uint64)
+    failed, _ = reader.read([(peer, straddling, np.array([into.ctypes.data], np.uint64),
+                              np.array([64], np.uint64))], 2.0)
+    assert failed == 0
+
+
+def test_a_read_from_a_peer_it_cannot_reach_fails_naming_that_request(pair):
+    # A dead owner in another process is tests/test_sharded.py's kill test; in
+    # one process the owner's memory stays mapped, so a forgotten peer stands in.
+    owner, reader, peer, shard, into, _ = pair
+    remote, local, sizes = spans(shard, into, 16, 256, 4)
+    assert reader.read([(peer, remote, local, sizes)], 10.0) == (-1, "")
+    reader.forget_peer(peer)
+    failed, why = reader.read([(peer, remote[:0], local[:0], sizes[:0]),
+                               (peer, remote, local, sizes)], 3.0)
+    assert failed == 1 and "failed" in why
+    assert reader.load_peer(owner.metadata()) == peer  # and it can be loaded again
+    assert reader.read([(peer, remote, local, sizes)], 10.0) == (-1, "")
+
+
+def test_a_closed_agent_refuses_every_call(pair):
+    owner, reader, peer, shard, into, _ = pair
+    owner.close()
+    owner.close()  # idempotent
+    for call in (owner.metadata, owner.notifications, lambda: owner.register(into.ctypes.data, 8),
+                 lambda: owner.notify(peer, b"x"),
+                 lambda: owner.read([(peer, *spans(shard, into, 1, 8, 5))], 1.0)):
+        with pytest.raises(RuntimeError, match="closed"):
+            call()

@@ -1,0 +1,250 @@
+// The nixl exchange's agent over NIXL's C API (see nixl_agent.h).
+#include "nixl_agent.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <stdexcept>
+#include <thread>
+
+namespace gearjax::nixl {
+namespace {
+
+std::string Failed(const char* what, int status) {
+  return std::string("NIXL ") + what + " failed (status " + std::to_string(status) + ")";
+}
+
+void Check(int status, const char* what) {
+  if (status != kSuccess) throw std::runtime_error(Failed(what, status));
+}
+
+}  // namespace
+
+Agent::Agent(const std::string& library, const std::string& name) : api_(LoadApi(library)) {
+  if (name.empty()) throw std::invalid_argument("a NIXL agent needs a name");
+  AgentConfig config{};
+  config.enable_prog_thread = false;
+  config.enable_listen_thread = false;
+  config.listen_port = 0;
+  config.thread_sync = 0;  // none: mu_ serialises every call
+  config.num_workers = 1;
+  config.pthr_delay_us = 0;
+  config.lthr_delay_us = 100000;
+  config.capture_telemetry = false;
+  Check(api_.create_configured_agent(name.c_str(), &config, &agent_), "agent creation");
+  Handle params = nullptr;
+  try {
+    Check(api_.create_params(&params), "backend parameters");
+    Check(api_.create_backend(agent_, "UCX", params, &backend_), "UCX backend creation");
+    api_.destroy_params(params);
+    params = nullptr;
+    Check(api_.create_notif_map(&notif_map_), "notification map");
+  } catch (...) {
+    if (params != nullptr) api_.destroy_params(params);
+    Close();
+    throw;
+  }
+}
+
+Agent::~Agent() { Close(); }
+
+void Agent::CheckOpen() const {
+  if (agent_ == nullptr) throw std::runtime_error("this NIXL agent is closed");
+}
+
+int64_t Agent::Register(uint64_t address, uint64_t bytes) {
+  if (address == 0 || bytes == 0) {
+    throw std::invalid_argument("register a non-empty span at a non-null address");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckOpen();
+  Handle list = nullptr;
+  Check(api_.create_reg_dlist(kDram, &list), "descriptor list");
+  int status = api_.reg_dlist_add_desc(list, static_cast<uintptr_t>(address),
+                                       static_cast<size_t>(bytes), 0, nullptr, 0);
+  if (status == kSuccess) status = api_.register_mem(agent_, list, nullptr);
+  if (status != kSuccess) {
+    api_.destroy_reg_dlist(list);
+    throw std::runtime_error(Failed("memory registration", status));
+  }
+  registered_[next_id_] = list;
+  return next_id_++;
+}
+
+void Agent::Deregister(int64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckOpen();
+  auto it = registered_.find(id);
+  if (it == registered_.end()) throw std::invalid_argument("no such registration");
+  const int status = api_.deregister_mem(agent_, it->second, nullptr);
+  api_.destroy_reg_dlist(it->second);
+  registered_.erase(it);
+  Check(status, "memory deregistration");
+}
+
+std::string Agent::Metadata() {
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckOpen();
+  void* data = nullptr;
+  size_t len = 0;
+  Check(api_.get_local_md(agent_, &data, &len), "metadata");
+  std::string out(static_cast<const char*>(data), len);
+  std::free(data);
+  return out;
+}
+
+std::string Agent::LoadPeer(const std::string& metadata) {
+  if (metadata.empty()) throw std::invalid_argument("empty NIXL metadata");
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckOpen();
+  char* name = nullptr;
+  Check(api_.load_remote_md(agent_, metadata.data(), metadata.size(), &name),
+        "loading a peer's metadata");
+  std::string out(name);
+  std::free(name);
+  return out;
+}
+
+void Agent::ForgetPeer(const std::string& peer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckOpen();
+  Check(api_.invalidate_remote_md(agent_, peer.c_str()), "forgetting a peer");
+}
+
+void Agent::Notify(const std::string& peer, const std::string& message) {
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckOpen();
+  Check(api_.gen_notif(agent_, peer.c_str(), message.data(), message.size(), nullptr),
+        "notification");
+}
+
+std::vector<std::pair<std::string, std::string>> Agent::Notifications() {
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckOpen();
+  std::vector<std::pair<std::string, std::string>> out;
+  Check(api_.get_notifs(agent_, notif_map_, nullptr), "progress");
+  size_t senders = 0;
+  Check(api_.notif_map_size(notif_map_, &senders), "notification count");
+  for (size_t s = 0; s < senders; ++s) {
+    const char* sender = nullptr;
+    size_t count = 0;
+    Check(api_.notif_map_get_agent_at(notif_map_, s, &sender), "notification sender");
+    const std::string name(sender);
+    Check(api_.notif_map_get_notifs_size(notif_map_, name.c_str(), &count), "notifications");
+    for (size_t i = 0; i < count; ++i) {
+      const void* data = nullptr;
+      size_t len = 0;
+      Check(api_.notif_map_get_notif(notif_map_, name.c_str(), i, &data, &len), "notification");
+      out.emplace_back(name, std::string(static_cast<const char*>(data), len));
+    }
+  }
+  api_.notif_map_clear(notif_map_);
+  return out;
+}
+
+ReadResult Agent::Read(const std::vector<ReadRequest>& requests, double timeout_seconds) {
+  struct Pending {
+    int request;
+    Handle handle;
+    bool done;
+  };
+  std::vector<Pending> pending;
+  ReadResult result;
+  auto fail = [&result](int request, std::string why) {
+    if (result.request < 0) result = {request, std::move(why)};
+  };
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    CheckOpen();
+    for (size_t r = 0; r < requests.size() && result.request < 0; ++r) {
+      const ReadRequest& q = requests[r];
+      if (q.n == 0) continue;
+      Handle local = nullptr, remote = nullptr, handle = nullptr;
+      int status = api_.create_xfer_dlist(kDram, &local);
+      if (status == kSuccess) status = api_.create_xfer_dlist(kDram, &remote);
+      for (size_t i = 0; i < q.n && status == kSuccess; ++i) {
+        status = api_.xfer_dlist_add_desc(local, q.local[i], q.sizes[i], 0);
+        if (status == kSuccess) status = api_.xfer_dlist_add_desc(remote, q.remote[i], q.sizes[i], 0);
+      }
+      if (status == kSuccess) {
+        status = api_.create_xfer_req(agent_, kRead, local, remote, q.peer.c_str(), &handle,
+                                      nullptr);
+      }
+      // The request keeps its own copies of the descriptors.
+      if (local != nullptr) api_.destroy_xfer_dlist(local);
+      if (remote != nullptr) api_.destroy_xfer_dlist(remote);
+      if (status != kSuccess) {
+        fail(static_cast<int>(r), Failed("transfer creation", status));
+        break;
+      }
+      status = api_.post_xfer_req(agent_, handle, nullptr);
+      pending.push_back({static_cast<int>(r), handle, status == kSuccess});
+      if (status != kSuccess && status != kInProgress) {
+        fail(static_cast<int>(r), Failed("posting the transfer", status));
+      }
+    }
+  }
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration<double>(timeout_seconds);
+  for (int polls = 0; result.request < 0; ++polls) {
+    bool all_done = true;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      CheckOpen();
+      for (Pending& p : pending) {
+        if (p.done) continue;
+        const int status = api_.get_xfer_status(agent_, p.handle);
+        if (status == kSuccess) {
+          p.done = true;
+        } else if (status == kInProgress) {
+          all_done = false;
+        } else {
+          fail(p.request, Failed("the transfer", status));
+          break;
+        }
+      }
+    }
+    if (all_done || result.request >= 0) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      for (const Pending& p : pending) {
+        if (!p.done) {
+          fail(p.request, "no answer within " + std::to_string(timeout_seconds) + " s");
+          break;
+        }
+      }
+      break;
+    }
+    // Spin briefly (a loopback read takes microseconds), then back off so a
+    // frozen peer does not cost a core until the deadline.
+    if (polls < 64) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (agent_ != nullptr) {
+    for (const Pending& p : pending) {
+      // A request NIXL cannot release (still running) is left to the agent.
+      if (api_.release_xfer_req(agent_, p.handle) == kSuccess) api_.destroy_xfer_req(p.handle);
+    }
+  }
+  return result;
+}
+
+void Agent::Close() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (agent_ == nullptr) return;
+  for (auto& [id, list] : registered_) {
+    api_.deregister_mem(agent_, list, nullptr);
+    api_.destroy_reg_dlist(list);
+  }
+  registered_.clear();
+  if (notif_map_ != nullptr) api_.destroy_notif_map(notif_map_);
+  notif_map_ = nullptr;
+  api_.destroy_agent(agent_);  // the backend goes with the agent
+  if (backend_ != nullptr) api_.destroy_backend(backend_);  // the handle's wrapper only
+  backend_ = nullptr;
+  agent_ = nullptr;
+}
+
+}  // namespace gearjax::nixl

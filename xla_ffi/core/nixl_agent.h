@@ -1,0 +1,88 @@
+// One process's NIXL agent for the nixl exchange, driven through NIXL's C API
+// (nixl_capi.h) instead of NIXL's Python API: registration, metadata,
+// notifications, and batched one-sided reads that post every peer's transfer
+// at once and poll them to completion against a deadline, with no Python (and
+// no GIL) in the loop. The agent runs without NIXL's progress thread (it
+// busy-loops with no delay and would take a core): reads progress by polling,
+// and the owner's side progresses whenever Notifications() is called.
+//
+// Thread-safe: one mutex serialises every call into NIXL (the agent is
+// created with thread_sync NONE), but a read polls with the mutex released
+// between polls, so an owner's progress loop interleaves with a read.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "nixl_capi.h"
+
+namespace gearjax::nixl {
+
+// One peer's part of a read: n spans, span i is sizes[i] bytes of the peer's
+// registered memory at remote[i] into this process's registered memory at
+// local[i].
+struct ReadRequest {
+  std::string peer;
+  const uint64_t* remote;
+  const uint64_t* local;
+  const uint64_t* sizes;
+  size_t n;
+};
+
+// Why a read did not complete: which request (index into the vector given)
+// and what happened. request == -1: every request completed.
+struct ReadResult {
+  int request = -1;
+  std::string why;
+};
+
+class Agent {
+ public:
+  // Loads the C API from `library` and creates agent `name` with the UCX
+  // backend. Throws std::runtime_error if NIXL refuses.
+  Agent(const std::string& library, const std::string& name);
+  ~Agent();
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  // Registers [address, address + bytes) of host memory; returns an id for
+  // Deregister. Peers see it once they load metadata taken after this call.
+  int64_t Register(uint64_t address, uint64_t bytes);
+  void Deregister(int64_t id);
+
+  // This agent's metadata (what peers load), and a peer's loaded (returns
+  // the peer's agent name; loading it again replaces it).
+  std::string Metadata();
+  std::string LoadPeer(const std::string& metadata);
+  void ForgetPeer(const std::string& peer);
+
+  void Notify(const std::string& peer, const std::string& message);
+  // Progresses the agent and returns the notifications that arrived, as
+  // (sender, message) pairs in arrival order per sender.
+  std::vector<std::pair<std::string, std::string>> Notifications();
+
+  // Posts one transfer per request, all at once, and polls them until every
+  // one is done, one fails, or `timeout_seconds` pass. Transfers still
+  // running at a failure are released (NIXL cancels them).
+  ReadResult Read(const std::vector<ReadRequest>& requests, double timeout_seconds);
+
+  // Releases every registration and the agent; later calls throw. Idempotent.
+  void Close();
+
+ private:
+  void CheckOpen() const;
+
+  const Api& api_;
+  std::mutex mu_;
+  Handle agent_ = nullptr;
+  Handle backend_ = nullptr;
+  Handle notif_map_ = nullptr;
+  std::map<int64_t, Handle> registered_;  // id -> the registered descriptor list
+  int64_t next_id_ = 1;
+};
+
+}  // namespace gearjax::nixl
