@@ -15,7 +15,7 @@ from scipy import stats
 import gearjax as gx
 from gearjax.sharded import keys as keys_of
 from gearjax.sharded import one_sided
-from gearjax.sharded.one_sided import OneSidedReader, copy_local
+from gearjax.sharded.one_sided import OneSidedReader, aligned_zeros, copy_local
 
 SHIFT = keys_of.shard_shift(2)
 
@@ -40,7 +40,7 @@ class LocalReader(OneSidedReader):
 
     def _staging(self, name: str, size: int) -> np.ndarray:
         if name not in self._buffers or self._buffers[name].nbytes < size:
-            self._buffers[name] = np.zeros(max(size, 1 << 16), np.uint8)
+            self._buffers[name] = aligned_zeros(max(size, 1 << 16))
         return self._buffers[name]
 
     def _read_remote(self, requests) -> None:
@@ -133,3 +133,43 @@ def test_a_hostile_layout_with_inconsistent_tree_levels_is_refused():
         bad = dict(layout, tree_offsets=offsets, tree_bytes=tree_bytes)
         with pytest.raises(one_sided.ShardUnavailable, match="layout"):
             one_sided._check_layout(bad, 0, 8, 12)
+
+
+def test_rows_are_handed_out_without_a_copy_and_never_overwritten_while_held():
+    tables, _ = shards((50, 50))
+    reader = LocalReader(tables)
+    rng = np.random.default_rng(3)
+    held = [reader.sample(rng, 32, 4, 0, 0.0, pad_left=True)["columns"][0]
+            for _ in range(one_sided.OUTPUT_BUFFERS)]
+    snapshot = [h.copy() for h in held]
+    addresses = {h.ctypes.data for h in held}
+    assert len(addresses) == one_sided.OUTPUT_BUFFERS  # each its own buffer
+    assert all(h.ctypes.data % one_sided.ALIGNMENT == 0 for h in held)
+    # Every buffer is held: the next sample copies out of a shared one.
+    extra = reader.sample(rng, 32, 4, 0, 0.0, pad_left=True)["columns"][0]
+    assert extra.ctypes.data not in addresses
+    for h, before in zip(held, snapshot):
+        assert np.array_equal(h, before)  # none was written over
+    # A batch dropped frees its buffer for the next sample.
+    freed = held.pop(1).ctypes.data
+    again = reader.sample(rng, 32, 4, 0, 0.0, pad_left=True)["columns"][0]
+    assert again.ctypes.data == freed
+    for h, before in zip(held, snapshot[:1] + snapshot[2:]):
+        assert np.array_equal(h, before)
+
+
+def test_jax_aliases_a_handed_out_batch_and_keeps_its_buffer_from_reuse():
+    import jax.numpy as jnp
+    tables, _ = shards((50, 50))
+    reader = LocalReader(tables)
+    rng = np.random.default_rng(4)
+    rows = reader.sample(rng, 64, 4, 0, 0.0, pad_left=False)["columns"][0]
+    address = rows.ctypes.data
+    array = jnp.from_dlpack(rows)
+    assert array.unsafe_buffer_pointer() == address  # no copy
+    expected = np.asarray(array).copy()
+    del rows
+    for _ in range(one_sided.OUTPUT_BUFFERS + 1):  # JAX's array still holds it
+        assert reader.sample(rng, 64, 4, 0, 0.0, pad_left=False)["columns"][0].ctypes.data \
+            != address
+    assert np.array_equal(np.asarray(array), expected)

@@ -44,7 +44,7 @@ from typing import Any, Callable
 import numpy as np
 
 from gearjax.sharded import coordination
-from gearjax.sharded.one_sided import (MAX_UPDATE_ENTRIES, OneSidedReader,
+from gearjax.sharded.one_sided import (MAX_UPDATE_ENTRIES, OneSidedReader, aligned_zeros,
                                        ShardUnavailable, strategy_key, update_message)
 
 __all__ = ["ShardUnavailable", "Transport", "capi_library", "nixl_api"]
@@ -232,8 +232,8 @@ class Transport(OneSidedReader):
         if buffer is None or buffer.nbytes < size:
             if buffer is not None:  # stays registered, so stays alive (until close)
                 self._retired.append(buffer)
-            buffer = np.zeros(max(size, 1 << 16, 0 if buffer is None else 2 * buffer.nbytes),
-                              np.uint8)
+            buffer = aligned_zeros(max(size, 1 << 16,
+                                        0 if buffer is None else 2 * buffer.nbytes))
             self._agent.register(buffer.ctypes.data, buffer.nbytes)
             self._buffers[name] = buffer
         return buffer

@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
+import sys
 import threading
 from typing import Any, NamedTuple
 
@@ -57,6 +58,14 @@ MAX_ROUNDS = 32
 # than one descriptor a row: at about 3 us a descriptor over loopback UCX
 # (scripts/bench_nixl_reader.py) and 10 GB/s, 1 MiB costs what 30 rows do.
 WHOLE_READ_BYTES = 1 << 20
+# Registered output buffers per column that samples hand out without a copy:
+# one is reused only once nothing outside the reader refers to it (the
+# caller dropped the batch, JAX freed an array aliasing it). With all in use,
+# a sample copies its rows out of a shared buffer instead.
+OUTPUT_BUFFERS = 4
+# Staging buffers start on this boundary, so JAX aliases rows handed to it
+# (jax.numpy.from_dlpack on CPU copies memory less aligned than 64 bytes).
+ALIGNMENT = 64
 _FANOUT = 8
 _SLOT_BYTES = 32
 _LIVE = 2
@@ -70,6 +79,22 @@ MAX_UPDATE_ENTRIES = 1 << 20
 # A reader's request that the owner register and publish a strategy's tree:
 # TREE_REQUEST, the job token, then {"code", "alpha"} as JSON.
 TREE_REQUEST = b"GXTR"
+
+
+def aligned_zeros(size: int) -> np.ndarray:
+    """`size` zero bytes starting on an ALIGNMENT boundary: a view whose base
+    is the allocation (what _unreferenced counts references to)."""
+    raw = np.zeros(size + ALIGNMENT, np.uint8)
+    offset = (-raw.ctypes.data) % ALIGNMENT
+    return raw[offset:offset + size]
+
+
+def _unreferenced(buffer: np.ndarray) -> bool:
+    """Whether nothing but the reader refers to a buffer made by
+    aligned_zeros: every array made from it (slices, views, what JAX holds
+    through DLPack) refers to its base."""
+    # The base's references: the buffer's .base, and getrefcount's argument.
+    return sys.getrefcount(buffer.base) <= 2
 
 
 def copy_local(addresses: np.ndarray, sizes: np.ndarray, destinations: np.ndarray) -> None:
@@ -274,6 +299,18 @@ class OneSidedReader:
         self.refused_updates += apply_updates(self._local, self._shard, self._shard_shift,
                                               kind, body)
 
+    def _free_output(self, column: int, size: int) -> np.ndarray | None:
+        """A registered output buffer of at least `size` bytes for `column`
+        that nothing outside the reader refers to, or None if all
+        OUTPUT_BUFFERS are in use."""
+        for i in range(OUTPUT_BUFFERS):
+            name = f"output-{column}-{i}"
+            held = self._buffers.get(name)
+            if held is None or _unreferenced(held):
+                del held
+                return self._staging(name, size)
+        return None
+
     def fetch(self, requests: dict[int, tuple[np.ndarray, np.ndarray]],
               name: str = "fetch") -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """Reads, for each shard, its spans (addresses, sizes) into one staging
@@ -367,14 +404,18 @@ class OneSidedReader:
         max_length = self._local.max_length
         width = window or max_length
         # The windows land straight in registered output buffers, one per
-        # column, already padded: no assembly copy.
-        outputs = []
+        # column, handed out as they are (no assembly copy, and none after:
+        # see OUTPUT_BUFFERS); padding is written once, at the end.
+        outputs, pooled = [], []
         for c, column in enumerate(columns):
-            buffer = self._staging(f"column-{c}", batch * width * column.step_bytes)
-            array = buffer[:batch * width * column.step_bytes].view(column.dtype).reshape(
-                (batch, width) + column.shape)
-            array[...] = column.pad
-            outputs.append(array)
+            nbytes = batch * width * column.step_bytes
+            buffer = self._free_output(c, nbytes)
+            pooled.append(buffer is not None)
+            if buffer is None:
+                buffer = self._staging(f"column-{c}", nbytes)
+            outputs.append(buffer[:nbytes].view(column.dtype).reshape((batch, width) +
+                                                                        column.shape))
+            del buffer  # only the view refers to it now
         out = {"keys": np.zeros(batch, np.int64), "start": np.zeros(batch, np.int32),
                "probability": np.zeros(batch, np.float32),
                "table_size": np.full(batch, table_size, np.int64),
@@ -383,7 +424,13 @@ class OneSidedReader:
         todo = np.arange(batch)
         for round_ in range(MAX_ROUNDS):
             if len(todo) == 0:
-                out["columns"] = [a.copy() for a in outputs]
+                steps = np.arange(width)[None, :]
+                padding = steps < (width - out["valid"])[:, None] if pad_left else \
+                    steps >= out["valid"][:, None]
+                for c, column in enumerate(columns):
+                    if padding.any():
+                        outputs[c][padding] = column.pad
+                out["columns"] = [a if mine else a.copy() for a, mine in zip(outputs, pooled)]
                 return out
             expected = None
             if ranked:
@@ -451,9 +498,8 @@ class OneSidedReader:
             for k in shards:
                 rows, slots, key, start, valid, weight = plan[k]
                 unchanged = (again[k][0] == key) & (again[k][2] == _LIVE)
-                # Rewritten during the read: padding again, and drawn again.
-                for c, column in enumerate(columns):
-                    outputs[c][rows[~unchanged]] = column.pad
+                # Rewritten during the read: drawn again (its window and
+                # padding are written again).
                 failed.append(rows[~unchanged])
                 rows, key, start, valid, weight = (x[unchanged] for x in
                                                    (rows, key, start, valid, weight))
@@ -569,6 +615,8 @@ class OneSidedReader:
         """(keys, lengths, states) of the slots' records, read now: one
         descriptor a slot, or, with `whole`, the shard's whole record array in
         one where it fits WHOLE_READ_BYTES."""
+        out = {k: _fields(np.zeros(0, _RECORD)) for k in slots if len(slots[k]) == 0}
+        slots = {k: v for k, v in slots.items() if len(v)}
         in_one = {k for k in slots if whole and layouts[k]["slots_bytes"] <= WHOLE_READ_BYTES}
         requests = {k: ((layouts[k]["slots"] + _SLOT_BYTES * np.maximum(slots[k], 0))
                         .astype(np.uint64), np.full(len(slots[k]), _SLOT_BYTES, np.int64))
@@ -576,7 +624,6 @@ class OneSidedReader:
         requests.update({k: (np.array([layouts[k]["slots"]], np.uint64),
                              np.array([layouts[k]["slots_bytes"]], np.int64)) for k in in_one})
         data = self.fetch(requests, "records")
-        out = {}
         for k, (buffer, offsets) in data.items():
             if k in in_one:
                 every = buffer[offsets[0]:offsets[0] + layouts[k]["slots_bytes"]].view(_RECORD)

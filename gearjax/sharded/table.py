@@ -45,6 +45,29 @@ STATS_INTERVAL_SECONDS = 0.25
 EXCHANGE_COUNTS = ("serves", "rows_asked", "rows_sent", "bytes_asked", "bytes_sent")
 
 
+def _fields(rows: dict[str, Any], width: int, pad_left: bool) -> dict[str, Any]:
+    """A one-sided sample's batch fields but its columns, from what the reader
+    returned (keys and table_size as uint32 word pairs: _ffi.int64_array)."""
+    mask, timestep = window_steps(rows["start"], rows["valid"], width, pad_left)
+    return {"mask": mask, "timestep": timestep, "keys": _ffi.int64_from_words(rows["keys"]),
+            "start": rows["start"], "probability": rows["probability"],
+            "table_size": _ffi.int64_from_words(rows["table_size"]), "shard": rows["shard"]}
+
+
+# _fields compiled, for eager samples: one dispatch instead of one per field
+# (the columns stay out of it: passed through a program, they would be copied).
+_eager_fields = jax.jit(_fields, static_argnums=(1, 2))
+
+
+def _to_jax(rows: np.ndarray) -> jax.Array:
+    """Rows read on the host as a JAX array: on a CPU backend aliased, not
+    copied (the reader hands out buffers nothing else writes while JAX holds
+    them; one-sided.py, OUTPUT_BUFFERS), elsewhere copied to the device."""
+    if jax.default_backend() == "cpu" and rows.flags.c_contiguous and rows.nbytes >= 1 << 16:
+        return jax.numpy.from_dlpack(rows)
+    return jax.numpy.asarray(rows)
+
+
 class ShardedTable:
     """A trajectory table split over the processes of a JAX job.
 
@@ -448,19 +471,21 @@ class ShardedTable:
             return out
 
         words = seed_words(rng_key)
+        names = list(self._local.columns)
         if isinstance(rng_key, jax.core.Tracer):
             rows = io_callback(
                 read, {k: jax.ShapeDtypeStruct(shape, dtype) for k, (shape, dtype) in
                        shapes.items()}, words, ordered=True)
-        else:
-            rows = {k: jax.numpy.asarray(v) for k, v in read(np.asarray(words)).items()}
-            self._publish()
-        mask, timestep = window_steps(rows["start"], rows["valid"], width, pad == "left")
-        return ShardedBatch(
-            columns={n: rows[f"column-{c}"] for c, n in enumerate(self._local.columns)},
-            mask=mask, timestep=timestep, keys=_ffi.int64_from_words(rows["keys"]),
-            start=rows["start"], probability=rows["probability"],
-            table_size=_ffi.int64_from_words(rows["table_size"]), shard=rows["shard"])
+            return ShardedBatch(columns={n: rows[f"column-{c}"] for c, n in enumerate(names)},
+                                **_fields(rows, width, pad == "left"))
+        rows = read(np.asarray(words))
+        self._publish()
+        # The small fields in one dispatch; the columns aliased where JAX can.
+        small = {k: rows[k] for k in ("start", "valid", "keys", "probability", "table_size",
+                                      "shard")}
+        return ShardedBatch(columns={n: _to_jax(rows[f"column-{c}"])
+                                     for c, n in enumerate(names)},
+                            **_eager_fields(small, width, pad == "left"))
 
     # ------------------------------------------------------------ priorities
     def update_priorities(self, keys: Any, priorities: Any, *,

@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 
 from gearjax.sharded import coordination
-from gearjax.sharded.one_sided import (OneSidedReader, ShardUnavailable,
+from gearjax.sharded.one_sided import (OneSidedReader, ShardUnavailable, aligned_zeros,
                                        strategy_key, update_message)
 
 __all__ = ["ShardUnavailable", "Transport", "verbs_api"]
@@ -361,8 +361,8 @@ class Transport(OneSidedReader):
             if buffer is None or buffer.nbytes < size:
                 if buffer is not None:  # stays registered (and alive): its key may be in use
                     self._retired.append(buffer)
-                buffer = np.zeros(max(size, 1 << 16, 0 if buffer is None else 2 * buffer.nbytes),
-                                  np.uint8)
+                buffer = aligned_zeros(max(size, 1 << 16,
+                                            0 if buffer is None else 2 * buffer.nbytes))
                 mr = self._register(buffer.ctypes.data, buffer.nbytes,
                                     self._v.e.IBV_ACCESS_LOCAL_WRITE)
                 self._local_regions.add(buffer.ctypes.data, buffer.nbytes, mr.lkey)
