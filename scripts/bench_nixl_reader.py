@@ -31,7 +31,7 @@ the same agent in one call (the transport's own rate, no table logic):
 * ``64x4MiB``: 64 windows of 256 x 4096 float32 (256 MiB a sample).
 
 Reported: sample / read as a fraction of the read's rate, and the sample's
-round trips and descriptors (counted by wrapping the transport's read).
+round trips and descriptors (as the native sampler counts them).
 
 Over loopback UCX picks shared memory, so these are this machine's numbers,
 not a network's. Needs NIXL (``python -m gearjax.sharded.install_nixl``).
@@ -133,6 +133,8 @@ def sample_child(process: int, port: int, repeats: int) -> dict:
             transport._read_remote = counting
             calls["sample"](0)
             transport._read_remote = inner
+            if getattr(transport, "native_counts", None):  # the native sampler counts its own
+                counted["round_trips"], counted["descriptors"] = transport.native_counts
             times = {n: [] for n in calls}
             for r in range(repeats):
                 for n, call in calls.items():

@@ -1,10 +1,13 @@
-"""The one-sided sampler (gearjax/sharded/one_sided.py) in one process: its
-shards are gx.Tables here and its transport copies their memory, so the
-sampling logic, on both of its read paths (tree levels and slot records read
-whole in the snapshot, or one descriptor a row when they exceed
-WHOLE_READ_BYTES), is checked for exact distribution, window contents and
-round trips without a second process. The transports themselves:
-tests/test_sharded.py (nixl, verbs), tests/test_nixl_native.py."""
+"""The one-sided sampler in one process: its shards are gx.Tables here and
+its transport copies their memory, so the sampling logic is checked for
+exact distribution, window contents and round trips without a second
+process, in both implementations: Python's (gearjax/sharded/one_sided.py,
+what verbs uses; on both of its read paths: tree levels and slot records
+read whole in the snapshot, or one descriptor a row when they exceed
+WHOLE_READ_BYTES) and the native one the nixl exchange uses
+(xla_ffi/core/one_sided.h; its per-row path is tested in C++,
+one_sided_test.cc). The transports themselves: tests/test_sharded.py (nixl,
+verbs), tests/test_nixl_native.py."""
 
 from __future__ import annotations
 
@@ -75,29 +78,52 @@ def shards(capacities=(700, 300), seed=0):
     return tables, priorities
 
 
-@pytest.fixture(params=["whole", "per_row"])
+class NativeReader(LocalReader):
+    """The same shards, sampled by the native sampler (no agent: memcpy)."""
+
+    _native = True
+
+    def _native_agent(self):
+        return None
+
+    def _peer_name(self, shard: int) -> str:
+        return ""  # copied, as this process's own
+
+
+@pytest.fixture(params=["whole", "per_row", "native"])
 def read_path(request, monkeypatch):
     if request.param == "per_row":  # only the root's line is read whole
         monkeypatch.setattr(one_sided, "WHOLE_READ_BYTES", 0)
     return request.param
 
 
+def reader_for(read_path: str, tables) -> LocalReader:
+    return NativeReader(tables) if read_path == "native" else LocalReader(tables)
+
+
 @pytest.mark.parametrize("alpha", [0.0, 1.0, 2.0])
 def test_rows_follow_priority_to_the_alpha_over_every_shard(read_path, alpha):
     tables, priorities = shards()
-    reader = LocalReader(tables)
+    reader = reader_for(read_path, tables)
     keys = sorted(priorities)
     index = {k: i for i, k in enumerate(keys)}
     counts = np.zeros(len(keys))
     rng = np.random.default_rng(1)
-    for _ in range(40):
-        out = reader.sample(rng, 256, 4, gx.Prioritized(alpha).code, alpha, pad_left=False)
-        for key, start, valid, row in zip(out["keys"], out["start"], out["valid"],
-                                          out["columns"][0]):
-            _, ident, length = priorities[int(key)]
+    total = sum(p ** alpha for p, _, _ in priorities.values())
+    for i in range(40):
+        pad_left = i % 2 == 1
+        out = reader.sample(rng, 256, 4, gx.Prioritized(alpha).code, alpha, pad_left=pad_left)
+        for key, start, valid, row, p, shard in zip(out["keys"], out["start"], out["valid"],
+                                                    out["columns"][0], out["probability"],
+                                                    out["shard"]):
+            priority, ident, length = priorities[int(key)]
             assert 0 <= start < length and valid == min(4, length - start)
-            assert row[:valid].tolist() == [ident + 100000 * (start + t) for t in range(valid)]
-            assert (row[valid:] == 0).all()  # padded
+            assert shard == int(key) >> SHIFT
+            assert np.isclose(p, priority ** alpha / total, rtol=1e-5)
+            steps = row[4 - valid:] if pad_left else row[:valid]
+            padding = row[:4 - valid] if pad_left else row[valid:]
+            assert steps.tolist() == [ident + 100000 * (start + t) for t in range(valid)]
+            assert (padding == 0).all()
             counts[index[int(key)]] += 1
     weights = np.array([priorities[k][0] ** alpha for k in keys])
     expected = weights / weights.sum() * counts.sum()
@@ -106,7 +132,7 @@ def test_rows_follow_priority_to_the_alpha_over_every_shard(read_path, alpha):
 
 def test_a_sample_is_three_round_trips_when_its_shards_fit_the_budget(read_path):
     tables, _ = shards()
-    reader = LocalReader(tables)
+    reader = reader_for(read_path, tables)
     reader._shard = 0  # shard 0 is this process's: copied without the transport
     rng = np.random.default_rng(2)
     reader.sample(rng, 256, 4, 2, 1.0, pad_left=False)  # publishes nothing; warms buffers
@@ -114,7 +140,13 @@ def test_a_sample_is_three_round_trips_when_its_shards_fit_the_budget(read_path)
     reader.sample(rng, 256, 4, 2, 1.0, pad_left=False)
     levels = len(tables[1]._native.remote_layout(2, 1.0)["tree_offsets"])
     rows = 256  # upper bound of shard 1's rows (one column: one window span a row)
-    if read_path == "whole":
+    if read_path == "native":  # counted by the native sampler, both shards
+        trips, descriptors = reader.native_counts
+        assert trips == 3
+        # The windows, and per shard its tree's levels, its size, its records twice.
+        assert descriptors == rows + sum(
+            len(t._native.remote_layout(2, 1.0)["tree_offsets"]) + 1 + 2 for t in tables)
+    elif read_path == "whole":
         assert reader.round_trips == 3  # snapshot, windows, records
         assert reader.descriptors <= rows + levels + 3
     else:  # each level under the root, then the records before and after
@@ -135,9 +167,10 @@ def test_a_hostile_layout_with_inconsistent_tree_levels_is_refused():
             one_sided._check_layout(bad, 0, 8, 12)
 
 
-def test_rows_are_handed_out_without_a_copy_and_never_overwritten_while_held():
+@pytest.mark.parametrize("native", [False, True])
+def test_rows_are_handed_out_without_a_copy_and_never_overwritten_while_held(native):
     tables, _ = shards((50, 50))
-    reader = LocalReader(tables)
+    reader = NativeReader(tables) if native else LocalReader(tables)
     rng = np.random.default_rng(3)
     held = [reader.sample(rng, 32, 4, 0, 0.0, pad_left=True)["columns"][0]
             for _ in range(one_sided.OUTPUT_BUFFERS)]

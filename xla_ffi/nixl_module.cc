@@ -17,6 +17,8 @@
 
 #include "core/common.h"
 #include "core/nixl_agent.h"
+#include "core/one_sided.h"
+#include "core/one_sided_nixl.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -63,6 +65,75 @@ std::vector<std::pair<std::string, nb::bytes>> Notifications(nixl::Agent& agent)
   return out;
 }
 
+// A shard's published layout, as gearjax/sharded/one_sided.py passes it:
+// (peer, arena, column_offsets, slots, capacity, tree, tree_offsets,
+// tree_nodes, uniform_root, max_length).
+using LayoutTuple = std::tuple<std::string, uint64_t, std::vector<uint64_t>, uint64_t, int64_t,
+                               uint64_t, std::vector<int64_t>, int64_t, uint64_t, int64_t>;
+template <typename T>
+using Out = nb::ndarray<T, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using Bytes = nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+// The native one-sided sample (core/one_sided.h) into the given arrays;
+// returns (index of the shard that failed or -1, why, round trips, descriptors).
+std::tuple<int, std::string, int, int64_t> OneSidedSample(
+    nixl::Agent* agent, const std::vector<LayoutTuple>& layouts, const std::vector<int>& numbers,
+    int shard_shift, const std::vector<std::tuple<int64_t, nb::bytes>>& columns, uint32_t seed0,
+    uint32_t seed1, int64_t batch, int64_t window, bool pad_left, Out<int64_t> keys,
+    Out<int32_t> start, Out<float> probability, Out<int64_t> table_size, Out<int32_t> valid,
+    Out<int32_t> shard, const std::vector<Bytes>& column_outputs, double timeout) {
+  one_sided::Request request;
+  request.numbers = numbers;
+  request.shard_shift = shard_shift;
+  for (const auto& [step_bytes, pad] : columns) {
+    const auto* p = static_cast<const uint8_t*>(pad.data());
+    if (step_bytes < 1 || pad.size() != static_cast<size_t>(step_bytes)) {
+      throw InvalidArgument("a column's pad must be one step");
+    }
+    request.columns.push_back({step_bytes, {p, p + pad.size()}});
+  }
+  request.seed[0] = seed0;
+  request.seed[1] = seed1;
+  request.batch = batch;
+  request.window = window;
+  request.pad_left = pad_left;
+  std::vector<one_sided::ShardLayout> shards;
+  for (const auto& [peer, arena, column_offsets, slots, capacity, tree, tree_offsets, tree_nodes,
+                    uniform_root, max_length] : layouts) {
+    shards.push_back({peer, arena, column_offsets, slots, capacity, tree, tree_offsets,
+                      tree_nodes, uniform_root, max_length});
+  }
+  if (shards.empty()) throw InvalidArgument("a one-sided sample needs a shard");
+  const size_t rows = static_cast<size_t>(batch);
+  const int64_t width = window > 0 ? window : shards[0].max_length;
+  bool sized = batch >= 1 && keys.shape(0) == rows && start.shape(0) == rows &&
+               probability.shape(0) == rows && table_size.shape(0) == rows &&
+               valid.shape(0) == rows && shard.shape(0) == rows &&
+               column_outputs.size() == request.columns.size();
+  for (size_t c = 0; sized && c < column_outputs.size(); ++c) {
+    sized = column_outputs[c].shape(0) >= rows * static_cast<size_t>(width) *
+                                              static_cast<size_t>(request.columns[c].step_bytes);
+  }
+  if (!sized) throw InvalidArgument("the output arrays do not fit the batch");
+  one_sided::Outputs out{keys.data(), start.data(), probability.data(), table_size.data(),
+                         valid.data(), shard.data(), {}};
+  for (const Bytes& c : column_outputs) out.columns.push_back(c.data());
+  nb::gil_scoped_release release;
+  try {
+    one_sided::Counts counts;
+    if (agent != nullptr) {
+      one_sided::AgentReader reader(*agent, timeout);
+      counts = one_sided::Sample(reader, shards, request, out);
+    } else {
+      one_sided::CopyReader reader;
+      counts = one_sided::Sample(reader, shards, request, out);
+    }
+    return {-1, "", counts.round_trips, counts.descriptors};
+  } catch (const one_sided::ShardUnavailable& e) {
+    return {e.shard, e.what(), 0, 0};
+  }
+}
+
 }  // namespace
 
 void DefineNixlAgent(nb::module_& m) {
@@ -100,6 +171,13 @@ void DefineNixlAgent(nb::module_& m) {
            "returns (-1, '') when all completed, else (index of the request that failed or "
            "ran past the timeout, why).")
       .def("close", &Agent::Close, nb::call_guard<nb::gil_scoped_release>());
+  m.def("one_sided_sample", &OneSidedSample, "agent"_a.none(), "layouts"_a, "numbers"_a,
+        "shard_shift"_a, "columns"_a, "seed0"_a, "seed1"_a, "batch"_a, "window"_a,
+        "pad_left"_a, "keys"_a, "start"_a, "probability"_a, "table_size"_a, "valid"_a,
+        "shard"_a, "column_outputs"_a, "timeout"_a,
+        "A one-sided sample in native code (xla_ffi/core/one_sided.h) into the given arrays, "
+        "through `agent` (None: every shard in this process, copied); returns (index of the "
+        "shard that failed or -1, why, round trips, descriptors).");
 }
 
 }  // namespace gearjax

@@ -219,6 +219,14 @@ class Transport(OneSidedReader):
         self._peer_versions[shard] = info.get("version", 0)
         return self._peers[shard]
 
+    _native = True
+
+    def _native_agent(self):
+        return self._agent
+
+    def _peer_name(self, shard: int) -> str:
+        return self._peer(shard)
+
     def _ask(self, shard: int, message: bytes) -> None:
         self._agent.notify(self._peer(shard), message)
 

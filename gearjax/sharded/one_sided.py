@@ -384,8 +384,18 @@ class OneSidedReader:
                 self._dead.add(e.shard)
                 shards = [k for k in shards if k != e.shard]
 
+    # The native agent samples in one call (xla_ffi/core/one_sided.h) for the
+    # tree strategies; a transport without one (verbs) samples here. Set by
+    # the transport: gearjax._gearjax.NixlAgent, or None.
+    def _native_agent(self) -> Any:
+        return None
+
+    _native = False  # whether _native_agent() serves samples
+
     def _sample(self, rng, batch, window, code, alpha, pad_left, shards, count):
         ranked = code in _RANKED
+        if not ranked and self._native:
+            return self._sample_native(rng, batch, window, code, alpha, pad_left, shards)
         uniform = {k: self._peer_layout(k, 0, 0.0) for k in shards}
         if ranked:  # no tree: the best items of all shards, ranked here
             layouts = uniform
@@ -512,6 +522,55 @@ class OneSidedReader:
         raise RuntimeError(f"{len(todo)} rows could not be read consistently in {MAX_ROUNDS} "
                            f"rounds: their shards are rewriting slots faster than they can be "
                            f"read")
+
+    def _sample_native(self, rng, batch, window, code, alpha, pad_left, shards):
+        """_sample for Uniform, Timestep and Prioritized, in one native call
+        with the GIL released: the same protocol (module docstring), the
+        rows straight into output buffers handed out as they are."""
+        from gearjax._gearjax import one_sided_sample
+
+        uniform = {k: self._peer_layout(k, 0, 0.0) for k in shards}
+        layouts = {k: self._peer_layout(k, code, alpha) for k in shards}
+        columns = list(self._local.columns.values())
+        width = window or self._local.max_length
+        outputs, pooled = [], []
+        for c, column in enumerate(columns):
+            nbytes = batch * width * column.step_bytes
+            buffer = self._free_output(c, nbytes)
+            pooled.append(buffer is not None)
+            if buffer is None:
+                buffer = self._staging(f"column-{c}", nbytes)
+            outputs.append(buffer[:nbytes])
+            del buffer
+        out = {"keys": np.empty(batch, np.int64), "start": np.empty(batch, np.int32),
+               "probability": np.empty(batch, np.float32),
+               "table_size": np.empty(batch, np.int64), "valid": np.empty(batch, np.int32),
+               "shard": np.empty(batch, np.int32)}
+        seed = rng.integers(0, 1 << 32, 2, dtype=np.uint64)
+        failed, why, trips, descriptors = one_sided_sample(
+            self._native_agent(),
+            [("" if k == self._shard else self._peer_name(k), layouts[k]["arena"],
+              layouts[k]["column_offsets"], layouts[k]["slots"],
+              layouts[k]["slots_bytes"] // _SLOT_BYTES, layouts[k]["tree"],
+              layouts[k]["tree_offsets"], layouts[k]["tree_bytes"] // 8, _root(uniform[k]),
+              layouts[k]["max_length"]) for k in shards],
+            list(shards), self._shard_shift,
+            [(column.step_bytes, column.pad_step()) for column in columns],
+            int(seed[0]), int(seed[1]), batch, window or 0, pad_left, out["keys"], out["start"],
+            out["probability"], out["table_size"], out["valid"], out["shard"], outputs,
+            self._timeout)
+        if failed >= 0:
+            raise ShardUnavailable(shards[failed], why)
+        self.native_counts = (trips, descriptors)
+        out["columns"] = []
+        for c, column in enumerate(columns):
+            rows = outputs[c].view(column.dtype).reshape((batch, width) + column.shape)
+            out["columns"].append(rows if pooled[c] else rows.copy())
+        return out
+
+    def _peer_name(self, shard: int) -> str:
+        """The transport's name for a shard's owner (native samples)."""
+        raise NotImplementedError
 
     def _rank(self, layouts, shards, code, count) -> dict[str, Any]:
         """TopK(count) or Recent(count) over the shards (sharding.h): every

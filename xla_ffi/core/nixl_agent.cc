@@ -1,6 +1,7 @@
 // The nixl exchange's agent over NIXL's C API (see nixl_agent.h).
 #include "nixl_agent.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <stdexcept>
@@ -231,6 +232,22 @@ ReadResult Agent::Read(const std::vector<ReadRequest>& requests, double timeout_
   return result;
 }
 
+uint8_t* Agent::Staging(int use, size_t bytes) {
+  if (use < 0 || use >= 8) throw std::invalid_argument("staging use out of range");
+  Buffer& buffer = staging_[use];
+  if (buffer.bytes >= bytes && buffer.data != nullptr) return buffer.data;
+  const size_t size = std::max<size_t>({bytes, size_t{1} << 16, 2 * buffer.bytes});
+  Buffer grown;
+  grown.memory.reset(new uint8_t[size + 64]());
+  const uintptr_t address = reinterpret_cast<uintptr_t>(grown.memory.get());
+  grown.data = grown.memory.get() + ((64 - address % 64) % 64);
+  grown.bytes = size;
+  Register(reinterpret_cast<uint64_t>(grown.data), size);
+  if (buffer.data != nullptr) retired_.push_back(std::move(buffer));
+  buffer = std::move(grown);
+  return buffer.data;
+}
+
 void Agent::Close() {
   std::lock_guard<std::mutex> lock(mu_);
   if (agent_ == nullptr) return;
@@ -242,6 +259,8 @@ void Agent::Close() {
   if (notif_map_ != nullptr) api_.destroy_notif_map(notif_map_);
   notif_map_ = nullptr;
   api_.destroy_agent(agent_);  // the backend goes with the agent
+  for (Buffer& b : staging_) b = Buffer{};
+  retired_.clear();
   if (backend_ != nullptr) api_.destroy_backend(backend_);  // the handle's wrapper only
   backend_ = nullptr;
   agent_ = nullptr;

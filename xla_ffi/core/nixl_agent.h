@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -70,6 +71,11 @@ class Agent {
   // running at a failure are released (NIXL cancels them).
   ReadResult Read(const std::vector<ReadRequest>& requests, double timeout_seconds);
 
+  // A registered local buffer of at least `bytes` for reads, one per `use`
+  // (0 to 7), kept and grown; an outgrown one stays registered (a read may
+  // still be landing in it) until Close. 64-byte aligned.
+  uint8_t* Staging(int use, size_t bytes);
+
   // Releases every registration and the agent; later calls throw. Idempotent.
   void Close();
 
@@ -83,6 +89,13 @@ class Agent {
   Handle notif_map_ = nullptr;
   std::map<int64_t, Handle> registered_;  // id -> the registered descriptor list
   int64_t next_id_ = 1;
+  struct Buffer {
+    std::unique_ptr<uint8_t[]> memory;
+    uint8_t* data = nullptr;  // aligned, inside memory
+    size_t bytes = 0;
+  };
+  Buffer staging_[8];
+  std::vector<Buffer> retired_;
 };
 
 }  // namespace gearjax::nixl

@@ -1,0 +1,24 @@
+// The native one-sided sampler's reader over a NIXL agent (one_sided.h,
+// nixl_agent.h): other processes' shards through one batched NIXL read,
+// this process's own by memcpy; staging in the agent's registered buffers.
+#pragma once
+
+#include "nixl_agent.h"
+#include "one_sided.h"
+
+namespace gearjax::one_sided {
+
+class AgentReader : public Reader {
+ public:
+  AgentReader(nixl::Agent& agent, double timeout_seconds)
+      : agent_(agent), timeout_(timeout_seconds) {}
+  nixl::ReadResult Read(const std::vector<ShardLayout>& shards,
+                        const std::vector<ShardSpans>& spans) override;
+  uint8_t* Staging(int use, size_t bytes) override { return agent_.Staging(use, bytes); }
+
+ private:
+  nixl::Agent& agent_;
+  double timeout_;
+};
+
+}  // namespace gearjax::one_sided

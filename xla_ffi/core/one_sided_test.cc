@@ -1,0 +1,238 @@
+// Tests of the native one-sided sampler (one_sided.h) over tables of this
+// process read by memcpy: the distribution over shards and slots, every
+// window's content and padding, global keys, the round trips of both read
+// paths (snapshot, or per row for shards too large), and refusals.
+#include "core/one_sided.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <vector>
+
+#include "core/table.h"
+
+namespace gearjax::one_sided {
+namespace {
+
+TableSpec Spec(int64_t capacity) {
+  TableSpec spec;
+  spec.name = "shard";
+  spec.columns.push_back({"x", 4, std::vector<uint8_t>{0xff, 0xff, 0xff, 0xff}});  // pad -1
+  spec.capacity = capacity;
+  spec.max_length = 12;
+  spec.key_bits = 61;
+  return spec;
+}
+
+ShardLayout Layout(Table& table, Strategy strategy, double alpha) {
+  const RemoteLayout r = table.Remote({strategy, alpha, 0, 1, 0});
+  const RemoteLayout u = table.Remote({Strategy::kUniform, 0.0, 0, 1, 0});
+  ShardLayout s;
+  s.arena = reinterpret_cast<uint64_t>(r.arena);
+  s.column_offsets = {static_cast<uint64_t>(table.column_offset(0))};
+  s.slots = reinterpret_cast<uint64_t>(r.slots);
+  s.capacity = table.spec().capacity;
+  s.tree = reinterpret_cast<uint64_t>(r.tree.nodes);
+  s.tree_offsets.assign(r.tree.offsets, r.tree.offsets + r.tree.levels);
+  s.tree_nodes = static_cast<int64_t>(r.tree_nodes);
+  s.uniform_root = reinterpret_cast<uint64_t>(u.tree.nodes + u.tree.offsets[u.tree.levels - 1]);
+  s.max_length = table.spec().max_length;
+  return s;
+}
+
+// Shard k's trajectory i holds 1000 k + i + 100000 t at step t; priority 1 + i % 5.
+struct Shards {
+  std::vector<std::unique_ptr<Table>> tables;
+  std::map<int64_t, std::pair<double, int64_t>> items;  // global key -> (priority, length)
+};
+
+Shards Make(const std::vector<int64_t>& sizes, int64_t capacity_extra = 0) {
+  Shards s;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    s.tables.push_back(std::make_unique<Table>(Spec(sizes[k] + capacity_extra)));
+    for (int64_t i = 0; i < sizes[k]; ++i) {
+      const int64_t length = 1 + (i * 7 + static_cast<int64_t>(k)) % 12;
+      std::vector<int32_t> data(static_cast<size_t>(length));
+      for (int64_t t = 0; t < length; ++t) data[t] = static_cast<int32_t>(1000 * k + i + 100000 * t);
+      const int64_t key = s.tables.back()->Insert({data.data()}, length, 1.0 + i % 5);
+      s.items[(static_cast<int64_t>(k) << 61) | key] = {1.0 + i % 5, length};
+    }
+  }
+  return s;
+}
+
+struct Batch {
+  std::vector<int64_t> keys, table_size;
+  std::vector<int32_t> start, valid, shard, x;
+  std::vector<float> probability;
+  Outputs out;
+  Batch(int64_t batch, int64_t width)
+      : keys(batch), table_size(batch), start(batch), valid(batch), shard(batch),
+        x(batch * width), probability(batch) {
+    out = {keys.data(), start.data(), probability.data(), table_size.data(), valid.data(),
+           shard.data(), {reinterpret_cast<uint8_t*>(x.data())}};
+  }
+};
+
+Request MakeRequest(int64_t batch, int64_t window, bool pad_left, uint32_t seed) {
+  Request r;
+  r.numbers = {0, 1};
+  r.shard_shift = 61;
+  r.columns = {{4, {0xff, 0xff, 0xff, 0xff}}};
+  r.seed[0] = seed;
+  r.seed[1] = 12345;
+  r.batch = batch;
+  r.window = window;
+  r.pad_left = pad_left;
+  return r;
+}
+
+void CheckRows(const Shards& s, const Batch& b, int64_t batch, int64_t width, bool pad_left) {
+  for (int64_t row = 0; row < batch; ++row) {
+    const auto it = s.items.find(b.keys[row]);
+    ASSERT_NE(it, s.items.end()) << "row " << row;
+    const int64_t length = it->second.second;
+    const int64_t n = b.valid[row];
+    ASSERT_EQ(n, std::min<int64_t>(width, length - b.start[row]));
+    const int64_t shard = b.keys[row] >> 61;
+    EXPECT_EQ(b.shard[row], shard);
+    const int32_t* x = &b.x[row * width];
+    const int64_t offset = pad_left ? width - n : 0;
+    for (int64_t t = 0; t < width; ++t) {
+      if (t >= offset && t < offset + n) {
+        EXPECT_EQ((x[t] / 100000), b.start[row] + (t - offset)) << "row " << row;
+        EXPECT_EQ(x[t] % 100000 / 1000, shard) << "row " << row;
+      } else {
+        EXPECT_EQ(x[t], -1) << "padding, row " << row;
+      }
+    }
+  }
+}
+
+TEST(OneSided, RowsFollowPriorityToTheAlphaOverShardsOfUnequalSize) {
+  for (const double alpha : {0.0, 1.0, 2.0}) {
+    Shards s = Make({70, 30});
+    std::vector<ShardLayout> shards = {Layout(*s.tables[0], Strategy::kPrioritized, alpha),
+                                       Layout(*s.tables[1], Strategy::kPrioritized, alpha)};
+    CopyReader reader;
+    std::map<int64_t, int64_t> counts;
+    const int64_t batch = 256, width = 4;
+    int64_t drawn = 0;
+    for (uint32_t seed = 0; seed < 40; ++seed) {
+      Batch b(batch, width);
+      const Request r = MakeRequest(batch, width, seed % 2 == 0, seed);
+      const Counts c = Sample(reader, shards, r, b.out);
+      EXPECT_EQ(c.round_trips, 3);  // snapshot, windows, records
+      CheckRows(s, b, batch, width, seed % 2 == 0);
+      for (int64_t row = 0; row < batch; ++row) {
+        ++counts[b.keys[row]];
+        EXPECT_EQ(b.table_size[row], 100);
+      }
+      drawn += batch;
+    }
+    double weight_sum = 0.0;
+    for (const auto& [key, item] : s.items) weight_sum += std::pow(item.first, alpha);
+    double chi2 = 0.0;
+    for (const auto& [key, item] : s.items) {
+      const double expected = drawn * std::pow(item.first, alpha) / weight_sum;
+      const double d = counts[key] - expected;
+      chi2 += d * d / expected;
+    }
+    // 99 degrees of freedom: the 0.9999 quantile is about 157.
+    EXPECT_LT(chi2, 157.0) << "alpha " << alpha;
+  }
+}
+
+TEST(OneSided, ProbabilitiesAreEachRowsWeightOverTheTotal) {
+  Shards s = Make({10, 5});
+  std::vector<ShardLayout> shards = {Layout(*s.tables[0], Strategy::kPrioritized, 1.0),
+                                     Layout(*s.tables[1], Strategy::kPrioritized, 1.0)};
+  double total = 0.0;
+  for (const auto& [key, item] : s.items) total += item.first;
+  CopyReader reader;
+  Batch b(64, 0 + 12);
+  Sample(reader, shards, MakeRequest(64, 0, false, 7), b.out);
+  for (int64_t row = 0; row < 64; ++row) {
+    EXPECT_FLOAT_EQ(b.probability[row], s.items[b.keys[row]].first / total);
+    EXPECT_EQ(b.start[row], 0);  // window 0: whole trajectories
+    EXPECT_EQ(b.valid[row], s.items[b.keys[row]].second);
+  }
+}
+
+// Counts round trips: a reader that copies, as CopyReader, but counts.
+class CountingReader : public CopyReader {
+ public:
+  nixl::ReadResult Read(const std::vector<ShardLayout>& shards,
+                        const std::vector<ShardSpans>& spans) override {
+    ++reads;
+    return CopyReader::Read(shards, spans);
+  }
+  int reads = 0;
+};
+
+TEST(OneSided, ASampleIsThreeRoundTripsWhereShardsFitAndMoreWhereTheyDoNot) {
+  Shards small = Make({50, 50});
+  std::vector<ShardLayout> shards = {Layout(*small.tables[0], Strategy::kUniform, 0),
+                                     Layout(*small.tables[1], Strategy::kUniform, 0)};
+  CountingReader reader;
+  Batch b(128, 4);
+  const Counts c = Sample(reader, shards, MakeRequest(128, 4, false, 1), b.out);
+  EXPECT_EQ(reader.reads, 3);
+  EXPECT_EQ(c.round_trips, 3);
+  // The windows, and per shard: its tree's levels, its size, its records twice.
+  const int64_t levels = static_cast<int64_t>(shards[0].tree_offsets.size());
+  EXPECT_EQ(c.descriptors, 128 + 2 * (levels + 1 + 2));
+  // Records over 1 MiB (40000 slots) and a tree over 1 MiB (150000 leaves):
+  // read per row.
+  Shards large = Make({200, 200}, 150000);
+  shards = {Layout(*large.tables[0], Strategy::kUniform, 0),
+            Layout(*large.tables[1], Strategy::kUniform, 0)};
+  CountingReader per_row;
+  Batch l(128, 4);
+  const Counts d = Sample(per_row, shards, MakeRequest(128, 4, true, 2), l.out);
+  CheckRows(large, l, 128, 4, true);
+  EXPECT_GT(d.round_trips, 4);
+  EXPECT_GT(d.descriptors, 3 * 128);
+}
+
+TEST(OneSided, BadRequestsAndLayoutsAreRefused) {
+  Shards s = Make({5, 5});
+  std::vector<ShardLayout> shards = {Layout(*s.tables[0], Strategy::kUniform, 0),
+                                     Layout(*s.tables[1], Strategy::kUniform, 0)};
+  CopyReader reader;
+  Batch b(8, 4);
+  Request r = MakeRequest(8, 4, false, 1);
+  r.numbers = {0};
+  EXPECT_THROW(Sample(reader, shards, r, b.out), InvalidArgument);
+  r = MakeRequest(8, 13, false, 1);  // window past max_length
+  EXPECT_THROW(Sample(reader, shards, r, b.out), InvalidArgument);
+  std::vector<ShardLayout> bad = shards;
+  bad[1].tree_offsets = {8, 0};
+  EXPECT_THROW(Sample(reader, bad, MakeRequest(8, 4, false, 1), b.out), InvalidArgument);
+  bad = shards;
+  bad[0].tree_nodes -= 8;
+  EXPECT_THROW(Sample(reader, bad, MakeRequest(8, 4, false, 1), b.out), InvalidArgument);
+  Shards empty = Make({0, 0}, 4);
+  shards = {Layout(*empty.tables[0], Strategy::kUniform, 0),
+            Layout(*empty.tables[1], Strategy::kUniform, 0)};
+  EXPECT_THROW(Sample(reader, shards, MakeRequest(8, 4, false, 1), b.out), InvalidArgument);
+}
+
+TEST(OneSided, AReaderThatFailsNamesItsShard) {
+  Shards s = Make({5, 5});
+  std::vector<ShardLayout> shards = {Layout(*s.tables[0], Strategy::kUniform, 0),
+                                     Layout(*s.tables[1], Strategy::kUniform, 0)};
+  shards[1].peer = "elsewhere";  // a CopyReader cannot reach it
+  CopyReader reader;
+  Batch b(8, 4);
+  try {
+    Sample(reader, shards, MakeRequest(8, 4, false, 1), b.out);
+    FAIL() << "read another process's shard by memcpy";
+  } catch (const ShardUnavailable& e) {
+    EXPECT_EQ(e.shard, 1);
+  }
+}
+
+}  // namespace
+}  // namespace gearjax::one_sided
