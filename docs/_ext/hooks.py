@@ -44,6 +44,13 @@ INLINE_JSON_BYTES = 32 * 1024          # larger JSON files are linked, not shown
 
 # Which script made each committed results file (first match wins).
 SOURCES: list[tuple[str, str]] = [
+    ("bench_nixl_reader_cpu.json",
+     "`python scripts/bench_nixl_reader.py --repeats 30 --out "
+     "benchmarks/results/bench_nixl_reader_cpu.json`: NIXL reads by the native agent and "
+     "by NIXL's Python API, and whole one-sided samples against the read alone"),
+    ("bench_nixl_reader_cpu.txt",
+     "the printed report of `scripts/bench_nixl_reader.py`, the same run as the JSON file "
+     "of the same name"),
     ("bench_sample_cpu_run*.json",
      "`python scripts/bench_sample.py --repeats 50 --scan-repeats 21`, one full run"),
     ("bench_sample_cpu_run*.txt",
