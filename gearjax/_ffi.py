@@ -24,6 +24,7 @@ SAMPLE_TARGET = "gearjax_sample"
 SAMPLE_PURE_TARGET = "gearjax_sample_pure"
 UPDATE_PRIORITIES_TARGET = "gearjax_update_priorities"
 INSERT_BATCH_TARGET = "gearjax_insert_batch"
+ONE_SIDED_SAMPLE_TARGET = "gearjax_one_sided_sample"
 
 
 def clear_failed_token() -> bool:
@@ -145,6 +146,34 @@ def sample_call(seed: jax.Array, *, handle: int, batch: int, strategy: int, alph
         return None, call(seed, **attributes)
     return _bind(sample_p, sample_threaded_p, state, seed, width=width, columns=columns,
                  **attributes)
+
+
+# ------------------------------------------------ one-sided sharded sample
+def _one_sided_avals(seed, *, batch, width, columns, **_):
+    del seed
+    return _avals(_sample_result_types(int(batch), width, columns)[:4] + [
+        jax.ShapeDtypeStruct((int(batch),), np.int32),
+        jax.ShapeDtypeStruct((int(batch),), np.int32),
+    ] + _sample_result_types(int(batch), width, columns)[5:])
+
+
+one_sided_sample_p = ordered_primitive("gearjax_one_sided_sample", ONE_SIDED_SAMPLE_TARGET,
+                                       _one_sided_avals, ("batch", "width", "columns"))
+one_sided_sample_threaded_p = threaded_primitive(
+    "gearjax_one_sided_sample_threaded", ONE_SIDED_SAMPLE_TARGET, _one_sided_avals,
+    ("batch", "width", "columns"))
+
+
+def one_sided_sample_call(seed: jax.Array, *, plan: int, batch: int, width: int,
+                          columns: Columns, state: jax.Array | None = None
+                          ) -> tuple[jax.Array | None, list[jax.Array]]:
+    """A sharded table's one-sided sample inside a program: the registered
+    plan (xla_ffi/core/one_sided_plan.h) run with ``seed`` (uint32[2]);
+    returns the successor of ``state`` (None without one) and (keys, start,
+    probability, table_size, valid, shard, *columns)."""
+    return _bind(one_sided_sample_p, one_sided_sample_threaded_p, state, seed,
+                 plan_handle=np.int64(plan), batch=int(batch), width=int(width),
+                 columns=columns)
 
 
 # -------------------------------------------------------- update_priorities

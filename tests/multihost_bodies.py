@@ -392,6 +392,25 @@ def nixl_in_jit(process, processes, directory):
     total, keys = jax.jit(scan)(jax.random.key(9))
     eager = table.sample(jax.random.key(1), 16, 4, gx.Timestep())
     jitted = step(jax.random.key(1))
+    # The taught form: a state threaded through a scan; one FFI call of the
+    # native sampler per step, no host callback, no JAX effect.
+    def threaded(state, key):
+        def body(state, k):
+            state, b = table.sample(state, k, 8, 4, gx.Prioritized(1.0))
+            return state, b
+        return jax.lax.scan(body, state, jax.random.split(key, 3))
+
+    threaded_program = jax.jit(threaded)
+    hlo = threaded_program.lower(table.state(), jax.random.key(3)).as_text()
+    compiled_call = "gearjax_one_sided_sample" in hlo and "callback" not in hlo
+    no_effects = not jax.make_jaxpr(threaded)(table.state(), jax.random.key(3)).effects
+    state, tb = threaded_program(table.state(), jax.random.key(3))
+    for i in range(3):
+        errors += check_rows(jax.tree.map(lambda x: x[i], tb), 4, table)[0]
+        shards |= set(np.asarray(tb.shard[i]).tolist())
+    state, eager_tb = table.sample(table.state(), jax.random.key(4), 8, 4, gx.Prioritized(1.0))
+    ranked = jax.jit(lambda k: table.sample(k, 8, 4, gx.TopK(3)))(jax.random.key(5))
+    errors += check_rows(ranked, 4, table)[0]
 
     # Mode 2: inside shard_map over one device per process, each process's
     # block of a global batch is read one-sidedly by that process.
@@ -417,7 +436,8 @@ def nixl_in_jit(process, processes, directory):
     return {"errors": errors, "shards": sorted(shards), "scan_keys": np.asarray(keys).shape,
             "scan_steps": int(total), "key_dtype": str(jitted.keys.dtype),
             "same_as_eager": bool((np.asarray(eager.keys) == np.asarray(jitted.keys)).all()),
-            "mapped_rows": int(mapped.keys.size)}
+            "mapped_rows": int(mapped.keys.size), "compiled_call": compiled_call,
+            "no_effects": no_effects, "eager_state_form": int(eager_tb.keys.size)}
 
 
 def nixl_dead_owner(process, processes, directory, signal_name, on_dead_shard, wait=0.5,
@@ -432,6 +452,10 @@ def nixl_dead_owner(process, processes, directory, signal_name, on_dead_shard, w
     fill(table, process)
     multihost_utils.sync_global_devices("filled")
     table.sample(jax.random.key(0), 8, 4)  # every peer's metadata is loaded now
+    # A compiled sample (state form: one FFI call of the native sampler for
+    # nixl), traced and run while every shard lives.
+    compiled = jax.jit(lambda state, k: table.sample(state, k, 8, 4))
+    jax.block_until_ready(compiled(table.state(), jax.random.key(0)))
     multihost_utils.sync_global_devices("warm")
     if process == 1:
         os.kill(os.getpid(), getattr(signal, signal_name))
@@ -447,8 +471,19 @@ def nixl_dead_owner(process, processes, directory, signal_name, on_dead_shard, w
                              time.monotonic() - start])
         except Exception as e:  # noqa: BLE001
             outcomes.append([type(e).__name__, str(e)[:200], time.monotonic() - start])
+    compiled_outcomes = []
+    for c in range(3):
+        start = time.monotonic()
+        try:
+            _, b = compiled(table.state(), jax.random.key(c))
+            compiled_outcomes.append(["ok", sorted(set(np.asarray(b.shard).tolist())),
+                                      time.monotonic() - start])
+        except Exception as e:  # noqa: BLE001
+            compiled_outcomes.append([type(e).__name__, str(e)[:300],
+                                      time.monotonic() - start])
     stats = table.stats()
     print("MULTIHOST-RESULT " + json.dumps({"outcomes": outcomes,
+                                            "compiled_outcomes": compiled_outcomes,
                                             "lost": stats.get("lost_shards")}), flush=True)
     os._exit(0)  # the job's other process is gone: skip the distributed shutdown
 

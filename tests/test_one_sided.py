@@ -206,3 +206,74 @@ def test_jax_aliases_a_handed_out_batch_and_keeps_its_buffer_from_reuse():
         assert reader.sample(rng, 64, 4, 0, 0.0, pad_left=False)["columns"][0].ctypes.data \
             != address
     assert np.array_equal(np.asarray(array), expected)
+
+
+def compiled_sampler(native_reader, batch=64, window=4, alpha=1.0, pad_left=False):
+    """A jitted scan of compiled one-sided samples over the reader's plan:
+    state form (threaded) and stateless form (ordered)."""
+    import jax
+    from gearjax import _ffi
+    from gearjax import state as table_state
+
+    plan = native_reader.plan(batch, window, 2, alpha, pad_left)
+    columns = tuple((c.shape, c.dtype) for c in native_reader._local.columns.values())
+
+    def step(state, seed):
+        state, results = _ffi.one_sided_sample_call(seed, plan=plan, batch=batch, width=window,
+                                                    columns=columns, state=state)
+        return state, results
+
+    def run(seeds, threaded=True):
+        state = table_state.initial() if threaded else None
+        if threaded:
+            return jax.lax.scan(step, state, seeds)[1]
+        return jax.lax.scan(lambda c, s: (c, step(None, s)[1]), 0, seeds)[1]
+
+    return plan, jax.jit(run, static_argnames="threaded")
+
+
+@pytest.mark.parametrize("threaded", [True, False])
+def test_compiled_samples_run_the_native_sampler_inside_jit_and_scan(threaded):
+    tables, priorities = shards()
+    reader = NativeReader(tables)
+    _, run = compiled_sampler(reader)
+    seeds = np.random.default_rng(5).integers(0, 1 << 32, (6, 2), dtype=np.uint64).astype(
+        np.uint32)
+    keys, start, probability, table_size, valid, shard, x = (np.asarray(r) for r in
+                                                            run(seeds, threaded=threaded))
+    assert keys.dtype == np.int64 and keys.shape == (6, 64)
+    assert len({tuple(k) for k in keys}) == 6  # each step its own rows
+    total = sum(p for p, _, _ in priorities.values())
+    for i in range(6):
+        for key, s, p, v, row in zip(keys[i], start[i], probability[i], valid[i], x[i]):
+            priority, ident, length = priorities[int(key)]
+            assert v == min(4, length - s) and np.isclose(p, priority / total, rtol=1e-5)
+            assert row[:v].tolist() == [ident + 100000 * (s + t) for t in range(v)]
+        assert (table_size[i] == len(priorities)).all()
+        assert (shard[i] == keys[i] >> SHIFT).all()
+    # The same seed outside jit (the eager native sample) gives the same rows.
+    out = reader.sample(np.random.default_rng(0), 64, 4, 2, 1.0, pad_left=False,
+                        seed=(int(seeds[2, 0]), int(seeds[2, 1])))
+    assert out["keys"].tolist() == keys[2].tolist()
+    assert out["columns"][0].tolist() == x[2].tolist()
+
+
+def test_a_threaded_compiled_sample_declares_no_effect_and_the_ordered_one_does():
+    import jax
+    tables, _ = shards((20, 20))
+    _, run = compiled_sampler(NativeReader(tables))
+    seeds = np.zeros((2, 2), np.uint32)
+    assert not jax.make_jaxpr(lambda s: run(s, threaded=True))(seeds).effects
+    assert jax.make_jaxpr(lambda s: run(s, threaded=False))(seeds).effects
+
+
+def test_a_program_whose_plan_was_closed_fails_saying_so():
+    import jax
+    tables, _ = shards((20, 20))
+    reader = NativeReader(tables)
+    _, run = compiled_sampler(reader)
+    seeds = np.zeros((2, 2), np.uint32)
+    jax.block_until_ready(run(seeds))
+    reader.close_plans()
+    with pytest.raises(Exception, match="plan .* its sharded table was closed|closed"):
+        jax.block_until_ready(run(seeds))

@@ -418,6 +418,12 @@ def test_a_killed_owner_fails_a_one_sided_sample_in_time_or_is_skipped(tmp_path,
             assert outcome == "ShardUnavailable" and "shard 1" in detail
         else:
             assert outcome == "ok" and detail == [0]  # renormalised over the live shard
+    for outcome, detail, seconds in result["compiled_outcomes"]:  # inside jit, the same
+        assert seconds < 2.0 + 1.0
+        if on_dead_shard == "raise":
+            assert outcome != "ok" and "shard 1" in detail
+        else:
+            assert outcome == "ok" and detail == [0]
     if on_dead_shard == "skip":
         assert result["lost"] == [1]
 
@@ -443,6 +449,9 @@ def test_nixl_samples_inside_a_per_process_jit_and_scan_and_inside_shard_map(tmp
         assert r["scan_keys"] == [4, 8] and r["scan_steps"] > 0
         assert r["key_dtype"] == "int64"
         assert r["same_as_eager"]  # the same key gives the same rows in and out of jit
+        assert r["compiled_call"]  # one FFI call of the native sampler, no host callback
+        assert r["no_effects"]  # with a state: no JAX effect, JAX's fast dispatch path
+        assert r["eager_state_form"] == 8
 
 
 @needs_nixl

@@ -23,6 +23,7 @@
 #include "core/sharding.h"
 #include "core/table.h"
 #include "ffi_cpu.h"
+#include "ffi_one_sided.h"
 #include "new_array.h"
 #include "nixl_module.h"
 #include "step_values.h"
@@ -445,6 +446,7 @@ NB_MODULE(_gearjax, m) {
     targets["gearjax_shard_keys"] = gearjax::Capsule(gearjax::ShardKeysCpu);
     targets["gearjax_int64_from_words"] = gearjax::Capsule(gearjax::Int64FromWordsCpu);
     targets["gearjax_zeros"] = gearjax::Capsule(gearjax::ZerosCpu);
+    targets["gearjax_one_sided_sample"] = gearjax::Capsule(gearjax::OneSidedSampleCpu);
     return targets;
   });
 

@@ -19,6 +19,7 @@
 #include "core/nixl_agent.h"
 #include "core/one_sided.h"
 #include "core/one_sided_nixl.h"
+#include "core/one_sided_plan.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -134,6 +135,35 @@ std::tuple<int, std::string, int, int64_t> OneSidedSample(
   }
 }
 
+// A plan for compiled samples (core/one_sided_plan.h); returns its handle.
+int64_t OneSidedPlan(nixl::Agent* agent, const std::vector<LayoutTuple>& layouts,
+                     const std::vector<int>& numbers, int shard_shift,
+                     const std::vector<std::tuple<int64_t, nb::bytes>>& columns, int64_t batch,
+                     int64_t window, bool pad_left, double timeout, bool skip_dead) {
+  one_sided::Request request;
+  request.numbers = numbers;
+  request.shard_shift = shard_shift;
+  for (const auto& [step_bytes, pad] : columns) {
+    const auto* p = static_cast<const uint8_t*>(pad.data());
+    if (step_bytes < 1 || pad.size() != static_cast<size_t>(step_bytes)) {
+      throw InvalidArgument("a column's pad must be one step");
+    }
+    request.columns.push_back({step_bytes, {p, p + pad.size()}});
+  }
+  if (batch < 1 || window < 0) throw InvalidArgument("a one-sided plan needs rows");
+  request.batch = batch;
+  request.window = window;
+  request.pad_left = pad_left;
+  std::vector<one_sided::ShardLayout> shards;
+  for (const auto& [peer, arena, column_offsets, slots, capacity, tree, tree_offsets, tree_nodes,
+                    uniform_root, max_length] : layouts) {
+    shards.push_back({peer, arena, column_offsets, slots, capacity, tree, tree_offsets,
+                      tree_nodes, uniform_root, max_length});
+  }
+  return one_sided::RegisterPlan(std::make_shared<one_sided::Plan>(
+      agent, std::move(shards), std::move(request), timeout, skip_dead));
+}
+
 }  // namespace
 
 void DefineNixlAgent(nb::module_& m) {
@@ -178,6 +208,17 @@ void DefineNixlAgent(nb::module_& m) {
         "A one-sided sample in native code (xla_ffi/core/one_sided.h) into the given arrays, "
         "through `agent` (None: every shard in this process, copied); returns (index of the "
         "shard that failed or -1, why, round trips, descriptors).");
+  m.def("one_sided_plan", &OneSidedPlan, "agent"_a.none(), "layouts"_a, "numbers"_a,
+        "shard_shift"_a, "columns"_a, "batch"_a, "window"_a, "pad_left"_a, "timeout"_a,
+        "skip_dead"_a,
+        "Registers a plan for compiled one-sided samples (xla_ffi/core/one_sided_plan.h); "
+        "returns its handle, the gearjax_one_sided_sample call's plan_handle. The agent must "
+        "outlive it: close the plan first.");
+  m.def("one_sided_plan_close", &one_sided::ClosePlan, "handle"_a,
+        nb::call_guard<nb::gil_scoped_release>(),
+        "Closes a plan (waiting for a sample in flight); returns the shards it lost.");
+  m.def("one_sided_plan_lost", [](int64_t handle) { return one_sided::LookUpPlan(handle)->lost(); },
+        "handle"_a, "The numbers of the shards a plan left out.");
 }
 
 }  // namespace gearjax

@@ -176,6 +176,7 @@ class Transport(OneSidedReader):
         if self._thread.is_alive():
             self._thread.join(timeout=10)
         _open.discard(self)
+        self.close_plans()  # compiled samples stop before the agent goes
         with self._no_reads(), self._lock:
             if self._agent is None:
                 return

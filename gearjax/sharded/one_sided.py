@@ -6,7 +6,10 @@ the transport. A transport subclasses :class:`OneSidedReader` and provides
 registered buffers, with a deadline), ``_staging`` (such a buffer),
 ``_layout`` (register and publish this shard's memory for a strategy),
 ``_ask`` (send an owner a message) and ``_loaded_layout``. Everything else is
-here, once: finding peers' layouts, serving peers' messages, and sampling:
+here, once: finding peers' layouts, serving peers' messages, and sampling
+(what readers and owners agree on is gearjax/sharded/one_sided_protocol.py;
+the ``nixl`` exchange samples the tree strategies natively,
+gearjax/sharded/one_sided_native.py, by the same protocol):
 
 1. one snapshot per shard, in one transfer: the levels of its sum tree that
    are small enough to read whole (``WHOLE_READ_BYTES`` in all, from the
@@ -40,9 +43,7 @@ with ``on_dead_shard="skip"``, is left out of this and later samples
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
-import sys
 import threading
 from typing import Any, NamedTuple
 
@@ -50,6 +51,12 @@ import numpy as np
 
 from gearjax.sharded import coordination
 from gearjax.sharded import keys as keys_of
+from gearjax.sharded.one_sided_native import NativeSampling
+from gearjax.sharded.one_sided_protocol import (  # noqa: F401 (re-exported)
+    _FANOUT, _LIVE, _RANKED, _RECORD, _SLOT_BYTES, _TOPK, ALIGNMENT, MAX_UPDATE_ENTRIES,
+    OUTPUT_BUFFERS, TREE_REQUEST, ShardUnavailable, _check_layout, _fields, _level_nodes, _root,
+    _slot_bits, _unreferenced, aligned_zeros, apply_updates, copy_local, strategy_key,
+    update_message)
 
 # Rounds of redrawing rows whose slot changed (or was left) during the read.
 MAX_ROUNDS = 32
@@ -58,120 +65,9 @@ MAX_ROUNDS = 32
 # than one descriptor a row: at about 3 us a descriptor over loopback UCX
 # (scripts/bench_nixl_reader.py) and 10 GB/s, 1 MiB costs what 30 rows do.
 WHOLE_READ_BYTES = 1 << 20
-# Registered output buffers per column that samples hand out without a copy:
-# one is reused only once nothing outside the reader refers to it (the
-# caller dropped the batch, JAX freed an array aliasing it). With all in use,
-# a sample copies its rows out of a shared buffer instead.
-OUTPUT_BUFFERS = 4
-# Staging buffers start on this boundary, so JAX aliases rows handed to it
-# (jax.numpy.from_dlpack on CPU copies memory less aligned than 64 bytes).
-ALIGNMENT = 64
-_FANOUT = 8
-_SLOT_BYTES = 32
-_LIVE = 2
-_TOPK, _RECENT = 3, 4  # strategy codes (gearjax.strategies)
-_RANKED = (_TOPK, _RECENT)
-# Priority updates for another shard travel as one message to its owner (a
-# NIXL notification, a verbs SEND): _UPDATE, the job token, then n int64 keys
-# and n float64 priorities; at most this many entries a message.
-_UPDATE = b"GXUP"
-MAX_UPDATE_ENTRIES = 1 << 20
-# A reader's request that the owner register and publish a strategy's tree:
-# TREE_REQUEST, the job token, then {"code", "alpha"} as JSON.
-TREE_REQUEST = b"GXTR"
 
 
-def aligned_zeros(size: int) -> np.ndarray:
-    """`size` zero bytes starting on an ALIGNMENT boundary: a view whose base
-    is the allocation (what _unreferenced counts references to)."""
-    raw = np.zeros(size + ALIGNMENT, np.uint8)
-    offset = (-raw.ctypes.data) % ALIGNMENT
-    return raw[offset:offset + size]
-
-
-def _unreferenced(buffer: np.ndarray) -> bool:
-    """Whether nothing but the reader refers to a buffer made by
-    aligned_zeros: every array made from it (slices, views, what JAX holds
-    through DLPack) refers to its base."""
-    # The base's references: the buffer's .base, and getrefcount's argument.
-    return sys.getrefcount(buffer.base) <= 2
-
-
-def copy_local(addresses: np.ndarray, sizes: np.ndarray, destinations: np.ndarray) -> None:
-    """A read of this process's own shard: spans copied here, no transport."""
-    for src, n, dst in zip(addresses.tolist(), sizes.tolist(), destinations.tolist()):
-        ctypes.memmove(dst, src, n)
-
-
-def _check_layout(layout: Any, shard: int, capacity: int, max_length: int) -> None:
-    """A peer's published layout, checked against what every process agreed
-    on (capacity, max_length) before any read is sized by it."""
-    def integer(name: str) -> int:
-        value = layout.get(name) if isinstance(layout, dict) else None
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ShardUnavailable(shard, f"published a malformed layout ({name})")
-        return value
-
-    ok = (integer("slots_bytes") == _SLOT_BYTES * capacity and
-          integer("stamps_bytes") == 8 * capacity and
-          integer("max_length") == max_length and
-          all(integer(name) >= 0 for name in ("arena", "arena_bytes", "slots", "stamps", "tree",
-                                              "tree_bytes")) and
-          isinstance(layout.get("tree_offsets"), list) and
-          all(isinstance(o, int) and not isinstance(o, bool) and o >= 0
-              for o in layout["tree_offsets"]) and
-          isinstance(layout.get("column_offsets"), list))
-    if ok:  # levels in order, each a whole number of lines, inside the tree
-        ends = layout["tree_offsets"][1:] + [layout["tree_bytes"] // 8]
-        ok = len(layout["tree_offsets"]) >= 1 and layout["tree_bytes"] % 64 == 0 and all(
-            end > start and (end - start) % _FANOUT == 0
-            for start, end in zip(layout["tree_offsets"], ends))
-    if not ok:
-        raise ShardUnavailable(shard, "published a layout that does not match the agreed "
-                                      "capacity and max_length")
-
-
-def strategy_key(code: int, alpha: float) -> str:
-    """How a strategy's remote layout is named where it is published."""
-    return f"{code}/{alpha!r}"
-
-
-def update_message(token: str, keys: np.ndarray, priorities: np.ndarray) -> bytes:
-    k = np.ascontiguousarray(keys, np.int64)
-    p = np.ascontiguousarray(priorities, np.float64)
-    return _UPDATE + token.encode() + k.tobytes() + p.tobytes()
-
-
-def apply_updates(local, shard: int, shard_shift: int, kind: bytes, body: bytes) -> int:
-    """The owner's side of an update message whose token was checked: applies
-    the entries of this shard's keys to ``local`` (a gx.Table), after its
-    own checks; returns how many entries were refused (a malformed message
-    counts as one)."""
-    if kind != _UPDATE or len(body) % 16 != 0 or len(body) // 16 > MAX_UPDATE_ENTRIES:
-        return 1
-    n = len(body) // 16
-    keys = np.frombuffer(body, np.int64, n)
-    priorities = np.frombuffer(body, np.float64, n, offset=8 * n)
-    mine = keys_of.owners(keys, shard_shift) == shard
-    refused = int((~mine).sum())
-    try:
-        local.update_priorities(keys_of.local_keys(keys[mine], shard_shift), priorities[mine])
-    except (TypeError, ValueError, RuntimeError):
-        refused += int(mine.sum())
-    return refused
-
-
-class ShardUnavailable(RuntimeError):
-    """A shard's owner did not answer a one-sided read in time (dead, frozen
-    or unreachable)."""
-
-    def __init__(self, shard: int, why: str):
-        super().__init__(f"shard {shard} is unavailable: {why}")
-        self.shard = shard
-
-
-
-class OneSidedReader:
+class OneSidedReader(NativeSampling):
     """Samples and reads every shard one-sidedly; subclasses move the bytes.
 
     Subclasses set ``_local`` (this process's shard, a gx.Table), ``_shard``,
@@ -185,6 +81,7 @@ class OneSidedReader:
         # staging buffers).
         self._reading = threading.Lock()
         self._peer_layouts: dict[tuple[int, str], dict] = {}
+        self._plans: dict[tuple, int] = {}  # compiled-sample plans by shape and strategy
 
     _local: Any
     _path: str
@@ -365,37 +262,33 @@ class OneSidedReader:
 
     # ------------------------------------------------------------ sampling
     def sample(self, rng: np.random.Generator, batch: int, window: int | None, code: int,
-               alpha: float, pad_left: bool, count: int = 0) -> dict[str, np.ndarray]:
-        """One-sided global sample of `batch` rows (see the module docstring)."""
+               alpha: float, pad_left: bool, count: int = 0,
+               seed: tuple[int, int] | None = None) -> dict[str, np.ndarray]:
+        """One-sided global sample of `batch` rows (see the module docstring).
+        The native sampler draws from `seed` (two uint32 words) where given,
+        as a compiled sample with the same seed does, else from `rng`."""
         with self._reading:
-            return self._sample_live(rng, batch, window, code, alpha, pad_left, count)
+            return self._sample_live(rng, batch, window, code, alpha, pad_left, count, seed)
 
-    def _sample_live(self, rng, batch, window, code, alpha, pad_left, count):
+    def _sample_live(self, rng, batch, window, code, alpha, pad_left, count, seed=None):
         """Samples over the shards not lost yet, leaving out (with
         on_dead_shard="skip") those that fail."""
         self._check_open()
         shards = [k for k in range(self._shards) if k not in self._dead]
         while True:
             try:
-                return self._sample(rng, batch, window, code, alpha, pad_left, shards, count)
+                return self._sample(rng, batch, window, code, alpha, pad_left, shards, count,
+                                    seed)
             except ShardUnavailable as e:
                 if self._on_dead_shard != "skip" or e.shard not in shards or len(shards) == 1:
                     raise
                 self._dead.add(e.shard)
                 shards = [k for k in shards if k != e.shard]
 
-    # The native agent samples in one call (xla_ffi/core/one_sided.h) for the
-    # tree strategies; a transport without one (verbs) samples here. Set by
-    # the transport: gearjax._gearjax.NixlAgent, or None.
-    def _native_agent(self) -> Any:
-        return None
-
-    _native = False  # whether _native_agent() serves samples
-
-    def _sample(self, rng, batch, window, code, alpha, pad_left, shards, count):
+    def _sample(self, rng, batch, window, code, alpha, pad_left, shards, count, seed=None):
         ranked = code in _RANKED
         if not ranked and self._native:
-            return self._sample_native(rng, batch, window, code, alpha, pad_left, shards)
+            return self._sample_native(rng, batch, window, code, alpha, pad_left, shards, seed)
         uniform = {k: self._peer_layout(k, 0, 0.0) for k in shards}
         if ranked:  # no tree: the best items of all shards, ranked here
             layouts = uniform
@@ -523,55 +416,6 @@ class OneSidedReader:
                            f"rounds: their shards are rewriting slots faster than they can be "
                            f"read")
 
-    def _sample_native(self, rng, batch, window, code, alpha, pad_left, shards):
-        """_sample for Uniform, Timestep and Prioritized, in one native call
-        with the GIL released: the same protocol (module docstring), the
-        rows straight into output buffers handed out as they are."""
-        from gearjax._gearjax import one_sided_sample
-
-        uniform = {k: self._peer_layout(k, 0, 0.0) for k in shards}
-        layouts = {k: self._peer_layout(k, code, alpha) for k in shards}
-        columns = list(self._local.columns.values())
-        width = window or self._local.max_length
-        outputs, pooled = [], []
-        for c, column in enumerate(columns):
-            nbytes = batch * width * column.step_bytes
-            buffer = self._free_output(c, nbytes)
-            pooled.append(buffer is not None)
-            if buffer is None:
-                buffer = self._staging(f"column-{c}", nbytes)
-            outputs.append(buffer[:nbytes])
-            del buffer
-        out = {"keys": np.empty(batch, np.int64), "start": np.empty(batch, np.int32),
-               "probability": np.empty(batch, np.float32),
-               "table_size": np.empty(batch, np.int64), "valid": np.empty(batch, np.int32),
-               "shard": np.empty(batch, np.int32)}
-        seed = rng.integers(0, 1 << 32, 2, dtype=np.uint64)
-        failed, why, trips, descriptors = one_sided_sample(
-            self._native_agent(),
-            [("" if k == self._shard else self._peer_name(k), layouts[k]["arena"],
-              layouts[k]["column_offsets"], layouts[k]["slots"],
-              layouts[k]["slots_bytes"] // _SLOT_BYTES, layouts[k]["tree"],
-              layouts[k]["tree_offsets"], layouts[k]["tree_bytes"] // 8, _root(uniform[k]),
-              layouts[k]["max_length"]) for k in shards],
-            list(shards), self._shard_shift,
-            [(column.step_bytes, column.pad_step()) for column in columns],
-            int(seed[0]), int(seed[1]), batch, window or 0, pad_left, out["keys"], out["start"],
-            out["probability"], out["table_size"], out["valid"], out["shard"], outputs,
-            self._timeout)
-        if failed >= 0:
-            raise ShardUnavailable(shards[failed], why)
-        self.native_counts = (trips, descriptors)
-        out["columns"] = []
-        for c, column in enumerate(columns):
-            rows = outputs[c].view(column.dtype).reshape((batch, width) + column.shape)
-            out["columns"].append(rows if pooled[c] else rows.copy())
-        return out
-
-    def _peer_name(self, shard: int) -> str:
-        """The transport's name for a shard's owner (native samples)."""
-        raise NotImplementedError
-
     def _rank(self, layouts, shards, code, count) -> dict[str, Any]:
         """TopK(count) or Recent(count) over the shards (sharding.h): every
         shard's slot records and insertion stamps, read whole (one transfer
@@ -694,18 +538,6 @@ class OneSidedReader:
         return out
 
 
-# A slot record as xla_ffi/core/slots.h lays it out (SlotInfo, 32 bytes).
-_RECORD = np.dtype([("key", "<i8"), ("length", "<i8"), ("priority", "<f8"), ("pins", "<i4"),
-                    ("state", "u1"), ("pad", "V3")])
-assert _RECORD.itemsize == _SLOT_BYTES
-
-
-def _slot_bits(capacity: int) -> int:
-    """KeyLayout's slot bits (xla_ffi/core/slots.h): the fewest that hold
-    every slot number."""
-    return 0 if capacity <= 1 else (capacity - 1).bit_length()
-
-
 class _Snapshot(NamedTuple):
     """What one transfer read of a shard (OneSidedReader._snapshot): tree
     levels by index, the total (root) and size, records (None: too large)."""
@@ -713,24 +545,6 @@ class _Snapshot(NamedTuple):
     total: float
     size: float
     records: np.ndarray | None
-
-
-def _fields(records: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(keys, lengths, states) of slot records, copied."""
-    return records["key"].copy(), records["length"].copy(), records["state"].copy()
-
-
-def _level_nodes(layout: dict, level: int) -> int:
-    """Nodes in one level of a published tree, padding included (checked in
-    _check_layout: a whole number of lines)."""
-    offsets = layout["tree_offsets"]
-    end = offsets[level + 1] if level + 1 < len(offsets) else layout["tree_bytes"] // 8
-    return end - offsets[level]
-
-
-def _root(layout: dict) -> int:
-    """The address of a tree's root (its total)."""
-    return layout["tree"] + 8 * layout["tree_offsets"][-1]
 
 
 def _choose_children(line: np.ndarray, target: np.ndarray):

@@ -22,13 +22,15 @@ import numpy as np
 from jax.experimental import io_callback
 
 from gearjax import _checks, _ffi, _gearjax, checkpoint, rate_limiters
+from gearjax import state as table_state
 from gearjax.columns import Column
 from gearjax.sharded import coordination, exchange, keys as keys_of, nixl, verbs
 from gearjax.sharded.exchange import ShardedBatch, ShardSpec
 from gearjax.sharded.prefetch import Prefetcher
 from gearjax.strategies import Prioritized, Recent, Strategy, Timestep, TopK, Uniform
 from gearjax._sample import check_rng_key, seed_words, window_steps
-from gearjax.table import PADS, Table
+from gearjax.state import TableState
+from gearjax.table import PADS, Table, _split_state
 
 EXCHANGES = ("xla", "nixl", "verbs")
 # The one-sided transports: the check that they can run here, and the class.
@@ -57,6 +59,11 @@ def _fields(rows: dict[str, Any], width: int, pad_left: bool) -> dict[str, Any]:
 # _fields compiled, for eager samples: one dispatch instead of one per field
 # (the columns stay out of it: passed through a program, they would be copied).
 _eager_fields = jax.jit(_fields, static_argnums=(1, 2))
+
+
+def _seed_mix(shard: int) -> np.uint32:
+    """A word that makes each process's compiled one-sided draws its own."""
+    return np.uint32((0x9E3779B9 * (shard + 1)) & 0xFFFFFFFF)
 
 
 def _to_jax(rows: np.ndarray) -> jax.Array:
@@ -257,7 +264,7 @@ class ShardedTable:
             out["exchange_bytes_sent"] / out["exchange_bytes_asked"]
             if out["exchange_bytes_asked"] else None)
         if self._transport is not None:
-            out.update(lost_shards=sorted(self._transport._dead.copy()),  # copied atomically
+            out.update(lost_shards=sorted(self._transport.lost_shards()),
                        refused_updates=self._transport.refused_updates,
                        sent_updates=self._transport.sent_updates,
                        prefetch_hits=self._prefetcher.hits,
@@ -354,10 +361,14 @@ class ShardedTable:
         return found
 
     # ---------------------------------------------------------------- sample
-    def sample(self, rng_key: jax.Array, batch_size: int, window: int | None = None,
-               strategy: Strategy = Uniform(), pad: str = "left", *,
-               axis_name: str | None = None, prefetch: bool = False) -> ShardedBatch:
-        """Samples ``batch_size`` rows for this process from the global
+    def sample(self, *args: Any, **kwargs: Any) -> Any:
+        """``sample(rng_key, batch_size, window=None, strategy=Uniform(),
+        pad="left", *, axis_name=None, prefetch=False)``, or, with a one-sided
+        exchange (``nixl``, ``verbs``), ``state, batch = sample(state, rng_key,
+        ...)``: the taught form of :meth:`gearjax.Table.sample`, ordered by
+        the table state (:meth:`state`) instead of JAX's ordered effects.
+
+        Samples ``batch_size`` rows for this process from the global
         distribution: each row's trajectory is drawn with exactly the
         probability it would have in one table holding every shard, rows are
         independent, and ``probability``, ``table_size`` and ``keys`` are
@@ -386,8 +397,33 @@ class ShardedTable:
         reading the next one, so reads overlap the training step. Such a
         batch was drawn after the previous call returned: at most one step
         old (see :mod:`gearjax.sharded.prefetch`).
+
+        One-sided samples inside a per-process ``jax.jit`` or ``lax.scan``
+        on the CPU backend (Uniform, Timestep and Prioritized through
+        ``nixl``) are one XLA FFI custom call running the native sampler: no
+        host callback. With a state they keep JAX's fast dispatch path, like
+        a table's calls given a state. TopK and Recent, ``verbs``,
+        ``prefetch=True`` and other backends read through an ordered
+        ``io_callback`` (the state, if given, is passed through).
         """
+        state, args = _split_state(args)
+        return self._sample(state, *args, **kwargs)
+
+    def state(self) -> TableState:
+        """A fresh table state for the taught form of :meth:`sample` with a
+        one-sided exchange (see :meth:`gearjax.Table.state`)."""
         self._local._check_open()
+        return table_state.initial()
+
+    def _sample(self, state: TableState | None, rng_key: jax.Array, batch_size: int,
+                window: int | None = None, strategy: Strategy = Uniform(), pad: str = "left",
+                *, axis_name: str | None = None, prefetch: bool = False) -> Any:
+        self._local._check_open()
+        if state is not None:
+            if self._transport is None:
+                raise ValueError("the xla exchange samples in a collective program of its own "
+                                 "and takes no table state: call sample(rng_key, ...)")
+            state = table_state.consume(state, repr(self))
         if not isinstance(prefetch, bool):
             raise TypeError(f"prefetch must be True or False, got {prefetch!r}")
         if prefetch and self._transport is None:
@@ -414,8 +450,8 @@ class ShardedTable:
         if self._local.rate_limiter is not None:
             self._local.rate_limiter.check_batch(batch_size)
         if self._transport is not None:
-            return self._sample_one_sided(rng_key, batch_size, window, strategy, pad, axis_name,
-                                          prefetch)
+            return self._sample_one_sided(state, rng_key, batch_size, window, strategy, pad,
+                                          axis_name, prefetch)
         _check_platform()
         if axis_name is not None:
             exchange.check_axis(axis_name, self._spec)
@@ -439,11 +475,14 @@ class ShardedTable:
         self._publish()
         return batch
 
-    def _sample_one_sided(self, rng_key, batch_size, window, strategy, pad, axis_name,
-                          prefetch) -> ShardedBatch:
-        """nixl, verbs: the reads run on the host, eagerly or, inside a
-        per-process jax.jit (the data-loader pattern) or inside shard_map
-        (each process reads its own block), from an ordered io_callback."""
+    def _sample_one_sided(self, state, rng_key, batch_size, window, strategy, pad, axis_name,
+                          prefetch) -> Any:
+        """nixl, verbs: eagerly, the reads run now; inside a per-process
+        jax.jit (the data-loader pattern) or inside shard_map (each process
+        reads its own block), one FFI call of the native sampler where it
+        serves (nixl, Uniform/Timestep/Prioritized, CPU backend, no
+        prefetch), else an ordered io_callback. Returns the batch, after the
+        state's successor when given a state."""
         if axis_name is not None:  # mode 2: this process reads its block itself
             exchange.check_axis(axis_name, self._spec)
         width = window or self._local.max_length
@@ -457,8 +496,11 @@ class ShardedTable:
 
         def draw(words: np.ndarray) -> dict[str, Any]:
             rng = np.random.default_rng([int(words[0]), int(words[1]), self._shard])
+            # What a compiled sample draws from (below), so a key gives the
+            # same rows in and out of jit.
+            seed = (int(words[0]), int(words[1]) ^ int(_seed_mix(self._shard)))
             return self._transport.sample(rng, batch_size, window, strategy.code,
-                                          strategy.alpha, pad == "left", strategy.count)
+                                          strategy.alpha, pad == "left", strategy.count, seed)
 
         def read(words: np.ndarray) -> dict[str, np.ndarray]:
             words = np.asarray(words, np.uint32)
@@ -472,20 +514,39 @@ class ShardedTable:
 
         words = seed_words(rng_key)
         names = list(self._local.columns)
-        if isinstance(rng_key, jax.core.Tracer):
+        if isinstance(rng_key, jax.core.Tracer) or isinstance(state, jax.core.Tracer):
+            if (self._transport.compiles(strategy) and not prefetch and
+                    jax.default_backend() == "cpu"):
+                plan = self._transport.plan(batch_size, window, strategy.code, strategy.alpha,
+                                            pad == "left")
+                # Processes given the same key draw different rows.
+                seed = words ^ jax.numpy.array([0, _seed_mix(self._shard)], np.uint32)
+                state, (keys, start, probability, table_size, valid, shard, *columns) = \
+                    _ffi.one_sided_sample_call(
+                        seed, plan=plan, batch=batch_size, width=width,
+                        columns=tuple((c.shape, c.dtype) for c in self._local.columns.values()),
+                        state=state)
+                mask, timestep = window_steps(start, valid, width, pad == "left")
+                batch = ShardedBatch(columns=dict(zip(names, columns)), mask=mask,
+                                     timestep=timestep, keys=keys, start=start,
+                                     probability=probability, table_size=table_size,
+                                     shard=shard)
+                return batch if state is None else (state, batch)
             rows = io_callback(
                 read, {k: jax.ShapeDtypeStruct(shape, dtype) for k, (shape, dtype) in
                        shapes.items()}, words, ordered=True)
-            return ShardedBatch(columns={n: rows[f"column-{c}"] for c, n in enumerate(names)},
-                                **_fields(rows, width, pad == "left"))
+            batch = ShardedBatch(columns={n: rows[f"column-{c}"] for c, n in enumerate(names)},
+                                 **_fields(rows, width, pad == "left"))
+            return batch if state is None else (state, batch)
         rows = read(np.asarray(words))
         self._publish()
         # The small fields in one dispatch; the columns aliased where JAX can.
         small = {k: rows[k] for k in ("start", "valid", "keys", "probability", "table_size",
                                       "shard")}
-        return ShardedBatch(columns={n: _to_jax(rows[f"column-{c}"])
-                                     for c, n in enumerate(names)},
-                            **_eager_fields(small, width, pad == "left"))
+        batch = ShardedBatch(columns={n: _to_jax(rows[f"column-{c}"])
+                                      for c, n in enumerate(names)},
+                             **_eager_fields(small, width, pad == "left"))
+        return batch if state is None else (state, batch)
 
     # ------------------------------------------------------------ priorities
     def update_priorities(self, keys: Any, priorities: Any, *,

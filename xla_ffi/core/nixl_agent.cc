@@ -164,7 +164,9 @@ ReadResult Agent::Read(const std::vector<ReadRequest>& requests, double timeout_
       if (status == kSuccess) status = api_.create_xfer_dlist(kDram, &remote);
       for (size_t i = 0; i < q.n && status == kSuccess; ++i) {
         status = api_.xfer_dlist_add_desc(local, q.local[i], q.sizes[i], 0);
-        if (status == kSuccess) status = api_.xfer_dlist_add_desc(remote, q.remote[i], q.sizes[i], 0);
+        if (status == kSuccess) {
+          status = api_.xfer_dlist_add_desc(remote, q.remote[i], q.sizes[i], 0);
+        }
       }
       if (status == kSuccess) {
         status = api_.create_xfer_req(agent_, kRead, local, remote, q.peer.c_str(), &handle,

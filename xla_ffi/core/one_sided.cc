@@ -221,7 +221,8 @@ class Sampler {
         }
         ShardSpans s{static_cast<int>(k), {}, {}, {}};
         at[k] = bytes;
-        const uint64_t base = shards_[k].tree + 8 * static_cast<uint64_t>(shards_[k].tree_offsets[level]);
+        const uint64_t base =
+            shards_[k].tree + 8 * static_cast<uint64_t>(shards_[k].tree_offsets[level]);
         for (int64_t n : node[k]) {
           s.remote.push_back(base + kLineBytes * static_cast<uint64_t>(n));
           s.sizes.push_back(kLineBytes);
@@ -271,7 +272,9 @@ class Sampler {
       if (snapshots_[k].records == nullptr) {
         before[k] = std::move(read_now[k]);
       } else {
-        for (int64_t s : slot[k]) before[k].push_back(snapshots_[k].records[std::max<int64_t>(s, 0)]);
+        for (int64_t s : slot[k]) {
+          before[k].push_back(snapshots_[k].records[std::max<int64_t>(s, 0)]);
+        }
       }
     }
     // The windows, straight into the outputs.

@@ -3,6 +3,7 @@
 // window's content and padding, global keys, the round trips of both read
 // paths (snapshot, or per row for shards too large), and refusals.
 #include "core/one_sided.h"
+#include "core/one_sided_plan.h"
 
 #include <gtest/gtest.h>
 
@@ -54,7 +55,9 @@ Shards Make(const std::vector<int64_t>& sizes, int64_t capacity_extra = 0) {
     for (int64_t i = 0; i < sizes[k]; ++i) {
       const int64_t length = 1 + (i * 7 + static_cast<int64_t>(k)) % 12;
       std::vector<int32_t> data(static_cast<size_t>(length));
-      for (int64_t t = 0; t < length; ++t) data[t] = static_cast<int32_t>(1000 * k + i + 100000 * t);
+      for (int64_t t = 0; t < length; ++t) {
+        data[t] = static_cast<int32_t>(1000 * k + i + 100000 * t);
+      }
       const int64_t key = s.tables.back()->Insert({data.data()}, length, 1.0 + i % 5);
       s.items[(static_cast<int64_t>(k) << 61) | key] = {1.0 + i % 5, length};
     }
@@ -232,6 +235,41 @@ TEST(OneSided, AReaderThatFailsNamesItsShard) {
   } catch (const ShardUnavailable& e) {
     EXPECT_EQ(e.shard, 1);
   }
+}
+
+TEST(OneSidedPlan, SamplesSkipsADeadShardOrNamesItAndClosesForGood) {
+  Shards s = Make({10, 10});
+  std::vector<ShardLayout> shards = {Layout(*s.tables[0], Strategy::kUniform, 0),
+                                     Layout(*s.tables[1], Strategy::kUniform, 0)};
+  const uint32_t seed[2] = {1, 2};
+  Batch b(16, 4);
+  const int64_t live = RegisterPlan(std::make_shared<Plan>(
+      nullptr, shards, MakeRequest(16, 4, false, 0), 1.0, false));
+  LookUpPlan(live)->Sample(seed, b.out);
+  CheckRows(s, b, 16, 4, false);
+  shards[1].peer = "elsewhere";  // unreachable by copying: as a dead owner
+  const int64_t strict = RegisterPlan(std::make_shared<Plan>(
+      nullptr, shards, MakeRequest(16, 4, false, 0), 1.0, false));
+  try {
+    LookUpPlan(strict)->Sample(seed, b.out);
+    FAIL() << "sampled an unreachable shard";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("shard 1 is unavailable"), std::string::npos);
+  }
+  const int64_t skipping = RegisterPlan(std::make_shared<Plan>(
+      nullptr, shards, MakeRequest(16, 4, false, 0), 1.0, true));
+  for (int i = 0; i < 2; ++i) {
+    LookUpPlan(skipping)->Sample(seed, b.out);
+    for (int64_t row = 0; row < 16; ++row) EXPECT_EQ(b.shard[row], 0);
+  }
+  EXPECT_EQ(LookUpPlan(skipping)->lost(), std::vector<int>({1}));
+  EXPECT_EQ(ClosePlan(skipping), std::vector<int>({1}));
+  EXPECT_THROW(LookUpPlan(skipping), InvalidArgument);
+  std::shared_ptr<Plan> held = LookUpPlan(live);  // a program mid-call holds it
+  ClosePlan(live);
+  EXPECT_THROW(held->Sample(seed, b.out), Closed);
+  ClosePlan(strict);
+  EXPECT_TRUE(ClosePlan(strict).empty());  // twice: nothing
 }
 
 }  // namespace

@@ -1,0 +1,60 @@
+// One-sided sampling plans for compiled programs: what a native one-sided
+// sample (one_sided.h) needs besides its seed (the agent, the shards'
+// layouts for one strategy, the batch's shape), registered under a handle that
+// the FFI handler (ffi_one_sided.cc) takes as an attribute, so a jitted
+// program samples other processes' shards with no Python in the loop.
+//
+// A plan outlives nothing it points to: the Python layer closes a transport's
+// plans (Close waits for a sample in flight) before it closes the agent.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "nixl_agent.h"
+#include "one_sided.h"
+
+namespace gearjax::one_sided {
+
+// Where a compiled sample's results go: the small fields as in Outputs, the
+// columns in buffers the sampler need not have registered (the plan stages
+// remote reads in the agent's registered memory and copies them there).
+class Plan {
+ public:
+  // `agent` nullptr: every shard is this process's (copied). skip_dead: a
+  // shard whose read fails is left out of this and later samples (recorded in
+  // lost()) instead of failing the sample.
+  Plan(nixl::Agent* agent, std::vector<ShardLayout> shards, Request request, double timeout,
+       bool skip_dead);
+
+  // One sample with `seed` (two words) into `out`; throws Closed after
+  // Close, std::runtime_error naming an unavailable shard (or the last one).
+  Counts Sample(const uint32_t seed[2], const Outputs& out);
+  // Waits for a sample in flight; later ones throw Closed. Idempotent.
+  void Close();
+  std::vector<int> lost();  // numbers of the shards left out
+  int64_t batch() const { return request_.batch; }
+  int64_t width() const { return width_; }
+  const std::vector<Column>& columns() const { return request_.columns; }
+
+ private:
+  std::mutex mu_;
+  nixl::Agent* agent_;
+  std::vector<ShardLayout> shards_;
+  Request request_;
+  double timeout_;
+  bool skip_dead_;
+  int64_t width_;
+  bool closed_ = false;
+  std::vector<int> lost_;
+};
+
+int64_t RegisterPlan(std::shared_ptr<Plan> plan);  // a new handle (>= 1)
+// The plan, or InvalidArgument naming the handle (never registered, or closed).
+std::shared_ptr<Plan> LookUpPlan(int64_t handle);
+// Closes and forgets it; returns the shards it lost. Unknown handles: nothing.
+std::vector<int> ClosePlan(int64_t handle);
+
+}  // namespace gearjax::one_sided
