@@ -31,7 +31,12 @@ the same agent in one call (the transport's own rate, no table logic):
 * ``64x4MiB``: 64 windows of 256 x 4096 float32 (256 MiB a sample).
 
 Reported: sample / read as a fraction of the read's rate, and the sample's
-round trips and descriptors (as the native sampler counts them).
+round trips and descriptors (as the native sampler counts them). For the two
+smaller cases, also seconds per sample inside a jitted ``lax.scan`` of 20
+samples (see ``in_jit``): the compiled path (one FFI call a sample) with and
+without a table state, against the same samples through an ordered
+``io_callback`` running the Python sampler (how in-jit one-sided samples ran
+before).
 
 Over loopback UCX picks shared memory, so these are this machine's numbers,
 not a network's. Needs NIXL (``python -m gearjax.sharded.install_nixl``).
@@ -56,6 +61,7 @@ from _machine import cpu_model, version_of, write_results  # noqa: E402
 
 SHARD_BYTES = 256 << 20
 CASES = {"256MiB": (1, SHARD_BYTES), "1024x4KiB": (1024, 4096), "256x1360B": (256, 1360)}
+SCAN_STEPS = 20  # samples per dispatch of the in-jit scans
 SAMPLE_CASES = {
     # name: (batch, window, step shape (float32), trajectories in the shard, length)
     "256x1360B": (256, 20, (17,), 2000, 100),
@@ -147,10 +153,56 @@ def sample_child(process: int, port: int, repeats: int) -> dict:
                          "median_seconds": medians,
                          "gb_per_s": {n: payload / t / 1e9 for n, t in medians.items()},
                          "sample_over_read": medians["read"] / medians["sample"], **counted}
+            if payload <= 8 << 20:
+                out[name]["in_jit_seconds_per_sample"] = in_jit(table, transport, batch, window,
+                                                                repeats)
         multihost_utils.sync_global_devices(f"{name}-done")
         table.close()
     jax.distributed.shutdown()
     return out
+
+
+def in_jit(table, transport, batch: int, window: int, repeats: int) -> dict:
+    """Seconds per sample inside a jitted lax.scan of SCAN_STEPS samples (each
+    summed, so none is dropped): ``compiled_state`` (the taught form, one FFI
+    call a step, no JAX effect), ``compiled_ordered`` (no state: the ordered
+    effect) and ``io_callback`` (the same samples through an ordered host
+    callback running the Python sampler: how every in-jit one-sided sample ran
+    before the compiled path). Systems take turns."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    def scan(with_state):
+        def run(key):
+            def step(state, k):
+                if with_state:
+                    state, b = table.sample(state, k, batch, window)
+                else:
+                    b = table.sample(k, batch, window)
+                return state, b["x"].sum(dtype=jnp.float32)
+            return jax.lax.scan(step, table.state(), jax.random.split(key, SCAN_STEPS))[1]
+        return jax.jit(run)
+
+    programs = {"compiled_state": scan(True), "compiled_ordered": scan(False)}
+    native = transport._native
+    transport._native = False  # traced now: the io_callback path, the Python sampler
+    programs["io_callback"] = scan(False)
+    jax.block_until_ready(programs["io_callback"](jax.random.key(0)))
+    transport._native = native
+    for name, program in programs.items():
+        if name != "io_callback":
+            jax.block_until_ready(program(jax.random.key(0)))
+    times = {n: [] for n in programs}
+    for r in range(max(5, repeats // 3)):
+        for name, program in programs.items():
+            if name == "io_callback":
+                transport._native = False
+            start = time.perf_counter()
+            jax.block_until_ready(program(jax.random.key(r + 1)))
+            times[name].append((time.perf_counter() - start) / SCAN_STEPS)
+            transport._native = native
+    return {n: float(np.median(t)) for n, t in times.items()}
 
 
 def sample_benchmark(repeats: int) -> dict:
@@ -258,6 +310,11 @@ def main(argv: list[str] | None = None) -> int:
     native.close()
     samples = sample_benchmark(args.repeats)
     for case, r in samples.items():
+        if "in_jit_seconds_per_sample" in r:
+            t = r["in_jit_seconds_per_sample"]
+            lines.append(f"in jit {case:10s} " + " | ".join(
+                f"{n} {v * 1e6:9.1f} us" for n, v in t.items()) +
+                f" | io_callback / compiled_state {t['io_callback'] / t['compiled_state']:.2f}")
         lines.append(f"sample {case:10s} sample {r['median_seconds']['sample'] * 1e6:9.1f} us "
                      f"{r['gb_per_s']['sample']:6.2f} GB/s | read "
                      f"{r['median_seconds']['read'] * 1e6:9.1f} us {r['gb_per_s']['read']:6.2f} "
