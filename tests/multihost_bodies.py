@@ -409,6 +409,24 @@ def nixl_in_jit(process, processes, directory):
         errors += check_rows(jax.tree.map(lambda x: x[i], tb), 4, table)[0]
         shards |= set(np.asarray(tb.shard[i]).tolist())
     state, eager_tb = table.sample(table.state(), jax.random.key(4), 8, 4, gx.Prioritized(1.0))
+    # Eager samples on another thread while compiled ones run here: they share
+    # the agent's staging buffers, one sample at a time.
+    import threading
+    eager_errors = []
+
+    def eager_loop():
+        for c in range(20):
+            eager_errors.extend(check_rows(table.sample(jax.random.key(100 + c), 16, 4), 4,
+                                           table)[0])
+
+    thread = threading.Thread(target=eager_loop)
+    thread.start()
+    for c in range(10):
+        _, tb = threaded_program(table.state(), jax.random.key(200 + c))
+        for i in range(3):
+            errors += check_rows(jax.tree.map(lambda x: x[i], tb), 4, table)[0]
+    thread.join()
+    errors += eager_errors
     ranked = jax.jit(lambda k: table.sample(k, 8, 4, gx.TopK(3)))(jax.random.key(5))
     errors += check_rows(ranked, 4, table)[0]
 

@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -123,6 +124,7 @@ std::tuple<int, std::string, int, int64_t> OneSidedSample(
   try {
     one_sided::Counts counts;
     if (agent != nullptr) {
+      std::lock_guard<std::mutex> sampling(agent->sampling());
       one_sided::AgentReader reader(*agent, timeout);
       counts = one_sided::Sample(reader, shards, request, out);
     } else {

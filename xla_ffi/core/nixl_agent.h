@@ -73,8 +73,10 @@ class Agent {
 
   // A registered local buffer of at least `bytes` for reads, one per `use`
   // (0 to 7), kept and grown; an outgrown one stays registered (a read may
-  // still be landing in it) until Close. 64-byte aligned.
+  // still be landing in it) until Close. 64-byte aligned. Callers hold
+  // sampling() while they use one: samples share these buffers.
   uint8_t* Staging(int use, size_t bytes);
+  std::mutex& sampling() { return sampling_; }
 
   // Releases every registration and the agent; later calls throw. Idempotent.
   void Close();
@@ -96,6 +98,7 @@ class Agent {
   };
   Buffer staging_[8];
   std::vector<Buffer> retired_;
+  std::mutex sampling_;  // one sample at a time uses the staging buffers
 };
 
 }  // namespace gearjax::nixl

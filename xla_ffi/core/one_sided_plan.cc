@@ -52,6 +52,7 @@ Counts Plan::Sample(const uint32_t seed[2], const Outputs& out) {
     try {
       Counts counts;
       if (agent_ != nullptr) {
+        std::lock_guard<std::mutex> sampling(agent_->sampling());
         if (request.columns.size() > 5) {
           throw InvalidArgument("a compiled one-sided sample takes at most 5 columns");
         }
