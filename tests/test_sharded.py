@@ -327,6 +327,10 @@ def test_bad_arguments_are_refused_and_change_nothing():
         gx.ShardedTable({"x": gx.Column((), "int32")}, 4, 4, on_dead_shard="ignore")
     with pytest.raises(ValueError, match="batch_size"):
         table.sample(jax.random.key(0), 0, 2)
+    with pytest.raises(ValueError, match="takes no table state"):  # xla: collectives order it
+        table.sample(table.state(), jax.random.key(0), 2)
+    with pytest.raises(TypeError, match="table state"):  # a scalar of another dtype
+        table.sample(jax.numpy.zeros((), jax.numpy.int32), jax.random.key(0), 2)
     with pytest.raises(ValueError, match="one-sided exchange"):
         table.sample(jax.random.key(0), 4, 2, prefetch=True)  # xla: every process takes part
     with pytest.raises(TypeError, match="prefetch"):
