@@ -97,9 +97,14 @@ def test_a_new_policy_state_reaches_episodes_started_after_it():
         until(lambda: len(t) >= before + 8)
     actions = [set(np.unique(t.get(int(k))["action"])) for k in t.contents()["key"]]
     assert actions[0] == {0.0}
-    # Episodes in flight when the state changed may still act with the old
-    # one; those started later act with the new one (the last four surely).
-    assert all(a == {1.0} for a in actions[-4:]), (before, actions)
+    # Every episode started after the change acts with the new state. Only
+    # those in flight then, at most one per actor, may act with the old one,
+    # and they may land after any number of new ones: an actor can be slow
+    # (descheduled on a busy machine) while the other steps on.
+    after = actions[before:]
+    assert all(a in ({0.0}, {1.0}) for a in after), actions
+    assert sum(a == {0.0} for a in after) <= 2, (before, actions)
+    assert sum(a == {1.0} for a in after) >= len(after) - 2 >= 6, (before, actions)
 
 
 def test_the_rate_limiter_holds_the_actors_back():
