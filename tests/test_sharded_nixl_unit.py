@@ -1,7 +1,7 @@
 """Pieces of the one-sided exchange that need no second process: the tree
-descent a reader runs on lines it read (it must choose as the owner's own
-sampler does: xla_ffi/core/sum_tree.h, SumTreeChild), and int64 keys handed
-to JAX without x64."""
+descent a reader runs on lines it read (the owner's own SumTreeChild,
+xla_ffi/core/sum_tree.h, bound natively), the slot record's layout (from the
+core), and int64 keys handed to JAX without x64."""
 
 from __future__ import annotations
 
@@ -51,3 +51,21 @@ def test_int64_values_reach_jax_whole_without_x64():
     assert out.dtype == np.int64
     assert np.asarray(out).tolist() == values.tolist()
     assert not jax.config.jax_enable_x64
+
+
+def test_the_native_descent_refuses_lines_of_another_shape():
+    import pytest
+    from gearjax import _gearjax
+    with pytest.raises(ValueError, match=r"\[n, 8\] lines"):
+        _gearjax.sum_tree_children(np.zeros((2, 7)), np.zeros(2))
+    with pytest.raises(ValueError, match=r"\[n, 8\] lines"):
+        _gearjax.sum_tree_children(np.zeros((2, 8)), np.zeros(3))
+
+
+def test_the_slot_record_layout_comes_from_the_core():
+    from gearjax._gearjax import slot_layout
+    from gearjax.sharded.one_sided_protocol import _RECORD, _SLOT_BYTES
+    layout = slot_layout()
+    assert _RECORD.itemsize == _SLOT_BYTES == layout["slot_bytes"]
+    assert [_RECORD.fields[name][1] for name in ("key", "length", "priority", "pins", "state")] \
+        == [layout[f"{name}_offset"] for name in ("key", "length", "priority", "pins", "state")]

@@ -10,6 +10,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <cmath>
+#include <cstddef>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -21,6 +22,8 @@
 #include "core/one_sided.h"
 #include "core/one_sided_nixl.h"
 #include "core/one_sided_plan.h"
+#include "core/slots.h"
+#include "core/sum_tree.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -210,6 +213,44 @@ void DefineNixlAgent(nb::module_& m) {
         "A one-sided sample in native code (xla_ffi/core/one_sided.h) into the given arrays, "
         "through `agent` (None: every shard in this process, copied); returns (index of the "
         "shard that failed or -1, why, round trips, descriptors).");
+  m.def("slot_layout", []() {
+    // What one-sided readers read of an owner's memory, from the core itself.
+    nb::dict d;
+    d["sum_tree_fanout"] = kSumTreeFanout;
+    d["slot_bytes"] = sizeof(SlotInfo);
+    d["live_state"] = static_cast<int>(SlotState::kLive);
+    d["key_offset"] = offsetof(SlotInfo, key);
+    d["length_offset"] = offsetof(SlotInfo, length);
+    d["priority_offset"] = offsetof(SlotInfo, priority);
+    d["pins_offset"] = offsetof(SlotInfo, pins);
+    d["state_offset"] = offsetof(SlotInfo, state);
+    return d;
+  }, "The slot record's and sum tree's layout (core/slots.h, core/sum_tree.h), which "
+     "one-sided readers in Python decode.");
+  m.def("sum_tree_children",
+        [](nb::ndarray<const double, nb::ndim<2>, nb::c_contig, nb::device::cpu> lines,
+           nb::ndarray<const double, nb::ndim<1>, nb::c_contig, nb::device::cpu> targets) {
+          // SumTreeChild itself (core/sum_tree.h) over rows of lines read
+          // one-sidedly: the readers' descent is the owner's, not a copy.
+          const size_t n = targets.shape(0);
+          if (lines.shape(0) != n || lines.shape(1) != static_cast<size_t>(kSumTreeFanout)) {
+            throw InvalidArgument("sum_tree_children takes [n, 8] lines and n targets");
+          }
+          std::vector<int64_t> child(n);
+          std::vector<double> remaining(n);
+          std::vector<uint8_t> ok(n);
+          for (size_t i = 0; i < n; ++i) {
+            double t = targets.data()[i];
+            const int c = SumTreeChild(lines.data() + i * kSumTreeFanout, &t);
+            child[i] = c < 0 ? 0 : c;
+            remaining[i] = t;
+            ok[i] = c >= 0 && lines.data()[i * kSumTreeFanout + child[i]] > 0.0;
+          }
+          return std::make_tuple(child, remaining, ok);
+        },
+        "lines"_a, "targets"_a,
+        "SumTreeChild for many lines: (child, target within it, whether a positive child "
+        "was found), as lists.");
   m.def("one_sided_plan", &OneSidedPlan, "agent"_a.none(), "layouts"_a, "numbers"_a,
         "shard_shift"_a, "columns"_a, "batch"_a, "window"_a, "pad_left"_a, "timeout"_a,
         "skip_dead"_a,

@@ -49,6 +49,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from gearjax import _gearjax
 from gearjax.sharded import coordination
 from gearjax.sharded import keys as keys_of
 from gearjax.sharded.one_sided_native import NativeSampling
@@ -548,20 +549,10 @@ class _Snapshot(NamedTuple):
 
 
 def _choose_children(line: np.ndarray, target: np.ndarray):
-    """SumTreeChild (xla_ffi/core/sum_tree.h) for many lines at once: the child
-    whose interval holds each target, never a zero-weight one; returns
-    (child, target within it, whether a positive child existed)."""
-    prefix = np.cumsum(line, axis=1)
-    count = (prefix <= target[:, None]).sum(axis=1)
-    positive = line > 0
-    last_positive = np.where(positive.any(axis=1),
-                             _FANOUT - 1 - np.argmax(positive[:, ::-1], axis=1), -1)
-    over = count >= _FANOUT
-    child = np.where(over, last_positive, count)
-    ok = child >= 0
-    child = np.clip(child, 0, _FANOUT - 1)
-    before = np.where(child > 0, prefix[np.arange(len(child)), np.maximum(child - 1, 0)], 0.0)
-    # A zero-weight child is never chosen: the prefix counting skips it unless
-    # rounding left the target past the end, handled above.
-    ok &= line[np.arange(len(child)), child] > 0
-    return child, target - before, ok
+    """SumTreeChild (xla_ffi/core/sum_tree.h, bound natively) for many lines
+    at once: the child whose interval holds each target, never a zero-weight
+    one; returns (child, target within it, whether a positive child existed)."""
+    child, remaining, ok = _gearjax.sum_tree_children(
+        np.ascontiguousarray(line, np.float64), np.ascontiguousarray(target, np.float64))
+    return (np.asarray(child, np.int64), np.asarray(remaining, np.float64),
+            np.asarray(ok, bool))

@@ -13,7 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from gearjax import _gearjax
 from gearjax.sharded import keys as keys_of
+from gearjax.strategies import Recent, TopK
 
 # Registered output buffers per column that samples hand out without a copy:
 # one is reused only once nothing outside the reader refers to it (the
@@ -23,10 +25,13 @@ OUTPUT_BUFFERS = 4
 # Staging buffers start on this boundary, so JAX aliases rows handed to it
 # (jax.numpy.from_dlpack on CPU copies memory less aligned than 64 bytes).
 ALIGNMENT = 64
-_FANOUT = 8
-_SLOT_BYTES = 32
-_LIVE = 2
-_TOPK, _RECENT = 3, 4  # strategy codes (gearjax.strategies)
+# The owner's memory as the core lays it out, from the core itself (one
+# definition: xla_ffi/core/slots.h and sum_tree.h).
+_LAYOUT = _gearjax.slot_layout()
+_FANOUT = _LAYOUT["sum_tree_fanout"]
+_SLOT_BYTES = _LAYOUT["slot_bytes"]
+_LIVE = _LAYOUT["live_state"]
+_TOPK, _RECENT = TopK.code, Recent.code
 _RANKED = (_TOPK, _RECENT)
 # Priority updates for another shard travel as one message to its owner (a
 # NIXL notification, a verbs SEND): _UPDATE, the job token, then n int64 keys
@@ -127,10 +132,12 @@ class ShardUnavailable(RuntimeError):
         self.shard = shard
 
 
-# A slot record as xla_ffi/core/slots.h lays it out (SlotInfo, 32 bytes).
-_RECORD = np.dtype([("key", "<i8"), ("length", "<i8"), ("priority", "<f8"), ("pins", "<i4"),
-                    ("state", "u1"), ("pad", "V3")])
-assert _RECORD.itemsize == _SLOT_BYTES
+# A slot record (SlotInfo) as the core lays it out.
+_RECORD = np.dtype({"names": ["key", "length", "priority", "pins", "state"],
+                    "formats": ["<i8", "<i8", "<f8", "<i4", "u1"],
+                    "offsets": [_LAYOUT[f"{name}_offset"] for name in
+                                ("key", "length", "priority", "pins", "state")],
+                    "itemsize": _SLOT_BYTES})
 
 
 def _slot_bits(capacity: int) -> int:
