@@ -1,0 +1,290 @@
+// Table's inserts (see table.h): slots reserved, filled and published,
+// evictions, restores of saved slots.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "limits.h"
+#include "prefetch.h"
+#include "random.h"
+#include "table.h"
+#include "table_internal.h"
+
+namespace gearjax {
+
+using table_internal::CountedWait;
+using table_internal::Number;
+
+int64_t Table::AcquireSlotLocked(std::unique_lock<std::mutex>& lock, bool* evicted) {
+  *evicted = false;
+  for (;;) {
+    const int64_t free = slots_->AcquireFree();
+    if (free >= 0) return free;
+    const int64_t victim = ChooseVictim(spec_.remover, *order_, min_heap_.get());
+    if (victim >= 0) {
+      EvictLocked(victim);
+      *evicted = true;
+      return victim;
+    }
+    // Every slot is being written by another inserter; copies are finite, so
+    // one is published (or abandoned) soon.
+    changed_.wait(lock);
+    CheckOpenLocked();
+  }
+}
+
+void Table::RemoveFromSelectorsLocked(int64_t slot) {
+  const Item item = ItemLocked(slot);
+  for (Selector* selector : selectors_) selector->Delete(item);
+  --live_;
+  if (item.priority > 0) --positive_;
+  num_steps_ -= item.length;
+  ++counters_.evictions;
+}
+
+void Table::EvictLocked(int64_t slot) {
+  RemoveFromSelectorsLocked(slot);
+  (*slots_)[slot].state = SlotState::kWriting;  // key and length stay until republished
+}
+
+void Table::CountDrawLocked(int64_t slot, uint64_t ticket) {
+  if (spec_.max_times_sampled == 0) return;
+  if (++times_sampled_[slot] < spec_.max_times_sampled) return;
+  RemoveFromSelectorsLocked(slot);
+  (*slots_)[slot].state = SlotState::kFree;  // key and length stay until republished
+  slots_->ReleaseFree(slot);
+  freed_at_[slot] = ticket;
+}
+
+void Table::PublishLocked(int64_t slot, int64_t key, int64_t length, double priority,
+                          int64_t stamp) {
+  stamps_[slot] = stamp;
+  last_stamp_ = stamp;
+  times_sampled_[slot] = 0;
+  SlotInfo& info = (*slots_)[slot];
+  info.key = key;
+  info.length = length;
+  info.priority = priority;
+  info.state = SlotState::kLive;
+  const Item item{slot, key, length, priority};
+  for (Selector* selector : selectors_) selector->Insert(item);
+  ++live_;
+  if (priority > 0) ++positive_;
+  num_steps_ += length;
+}
+
+int64_t Table::Insert(const std::vector<const void*>& sources, int64_t length, double priority,
+                      int64_t restore_key, int64_t restore_slot, int64_t restore_stamp) {
+  if (sources.size() != spec_.columns.size()) {
+    throw InvalidArgument("expected " + std::to_string(spec_.columns.size()) + " columns, got " +
+                          std::to_string(sources.size()));
+  }
+  return InsertWith(
+      length, priority,
+      [&](int64_t slot) {
+        for (int c = 0; c < num_columns(); ++c) {
+          arena_->Write(StepOffset(c, slot, 0), sources[c],
+                        static_cast<size_t>(length * step_bytes(c)));
+        }
+      },
+      restore_key, restore_slot, restore_stamp);
+}
+
+int64_t Table::InsertWith(int64_t length, double priority, const Fill& fill,
+                          int64_t restore_key, int64_t restore_slot, int64_t restore_stamp) {
+  if (length < 1 || length > spec_.max_length) {
+    throw InvalidArgument("trajectory length " + std::to_string(length) + " is outside [1, " +
+                          std::to_string(spec_.max_length) + "]");
+  }
+  CheckPriority(priority, "the priority");
+  priority += 0.0;  // -0.0 -> 0.0
+  const bool restoring = restore_key >= 0;
+  std::unique_lock<std::mutex> lock(mu_);
+  CheckOpenLocked();
+  if (restoring) {
+    if (restore_slot < 0 || restore_slot >= spec_.capacity ||
+        (*slots_)[restore_slot].state != SlotState::kFree) {
+      throw InvalidArgument("restored slot " + std::to_string(restore_slot) + " is not free");
+    }
+    if (key_layout_.Slot(restore_key) != restore_slot ||
+        key_layout_.Sequence(restore_key) < counters_.next_sequence) {
+      throw InvalidArgument("restored key " + std::to_string(restore_key) +
+                            " does not name slot " + std::to_string(restore_slot) +
+                            " or is not above the keys so far");
+    }
+    if (restore_stamp >= 0 && (restore_stamp <= last_stamp_ || restore_stamp >= kMaxStamp)) {
+      throw InvalidArgument("restored insertion stamp " + std::to_string(restore_stamp) +
+                            " is not above the stamps so far, or not below 2^62");
+    }
+  }
+  const int64_t slot = ReserveLocked(lock, restoring ? restore_slot : -1);
+  lock.unlock();
+  try {
+    fill(slot);
+  } catch (...) {
+    lock.lock();
+    AbandonLocked(slot, restoring);
+    throw;
+  }
+  lock.lock();
+  if (closed_) {
+    AbandonLocked(slot, restoring);
+    throw Closed("the table was closed during the insert");
+  }
+  return PublishReservedLocked(slot, length, priority, restore_key, restore_stamp);
+}
+
+int64_t Table::InsertManyWith(int64_t n, const int64_t* lengths, const double* priorities,
+                              const FillMany& fill, int64_t* keys, int64_t* inserted) {
+  *inserted = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (lengths[i] < 1 || lengths[i] > spec_.max_length) {
+      throw InvalidArgument("trajectory " + std::to_string(i) + " has length " +
+                            std::to_string(lengths[i]) + ", outside [1, " +
+                            std::to_string(spec_.max_length) + "]");
+    }
+    CheckPriority(priorities[i], "the priority of trajectory " + std::to_string(i));
+  }
+  // Rows go in chunks of at most half the slots: a chunk reserves its slots
+  // before filling any, and must never wait for a slot it holds itself.
+  const int64_t chunk = std::max<int64_t>(1, spec_.capacity / 2);
+  std::vector<int64_t> slots;
+  for (int64_t first = 0; first < n; first += chunk) {
+    const int64_t rows = std::min(chunk, n - first);
+    slots.clear();
+    std::exception_ptr failed;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      for (int64_t i = 0; i < rows; ++i) {
+        try {
+          CheckOpenLocked();
+          slots.push_back(ReserveLocked(lock, -1));
+        } catch (...) {
+          failed = std::current_exception();
+          break;
+        }
+      }
+    }
+    // What was reserved is filled and published even when a later row could
+    // not be reserved: the rows before the failure go in, in order.
+    if (!slots.empty()) {
+      try {
+        fill(first, slots.data(), static_cast<int64_t>(slots.size()));
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (int64_t slot : slots) AbandonLocked(slot, false);
+        throw;
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      if (closed_) {
+        for (int64_t slot : slots) AbandonLocked(slot, false);
+        throw Closed("the table was closed during the insert");
+      }
+      for (size_t j = 0; j < slots.size(); ++j) {
+        const int64_t row = first + static_cast<int64_t>(j);
+        keys[row] = PublishReservedLocked(slots[j], lengths[row], priorities[row] + 0.0, -1, -1);
+        ++*inserted;
+      }
+    }
+    if (failed) std::rethrow_exception(failed);
+  }
+  return *inserted;
+}
+
+int64_t Table::ReserveLocked(std::unique_lock<std::mutex>& lock, int64_t restore_slot) {
+  const bool restoring = restore_slot >= 0;
+  if (!restoring && counters_.next_sequence + writers_ > key_layout_.max_sequence()) {
+    throw InvalidArgument("this table has issued every key it can (" +
+                          std::to_string(key_layout_.max_sequence()) + " + 1 inserts)");
+  }
+  if (!restoring && last_stamp_ >= kMaxStamp - 1) {
+    throw InvalidArgument("this table has issued every insertion stamp it can (a restored "
+                          "stamp reached 2^62 - 1)");
+  }
+  // Checkpoint restores bypass the limiter: they recreate state, not traffic.
+  if (!restoring && !limiter_.CanInsert(LimiterStateLocked())) {
+    const double timeout = spec_.limiter.timeout_seconds;
+    const CountedWait counted(waiting_);
+    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout);
+    if (!changed_.wait_until(lock, deadline, [&] {
+          return closed_ || limiter_.CanInsert(LimiterStateLocked());
+        })) {
+      throw Timeout("insert timed out after " + Number(timeout) +
+                    " s: the rate limiter holds inserts back until more is sampled (" +
+                    limiter_.Describe(LimiterStateLocked()) + ")");
+    }
+    CheckOpenLocked();
+  }
+  ++writers_;
+  int64_t slot = restore_slot;
+  bool evicted = false;
+  if (!restoring) {
+    try {
+      slot = AcquireSlotLocked(lock, &evicted);
+    } catch (...) {
+      --writers_;
+      changed_.notify_all();
+      throw;
+    }
+  }
+  (*slots_)[slot].state = SlotState::kWriting;
+  // Samples that drew this slot before it was evicted may still read it: they
+  // hold tickets up to now; readers hold pins. A slot freed by
+  // max_times_sampled waits for the sample that freed it and those before
+  // (freed_at_ is 0, waiting for nothing, for a slot never freed that way).
+  // Close wakes us.
+  // The wait is bounded (TableSpec::slot_wait_seconds): a sample whose
+  // stream never finishes must not hang inserts forever. A writer that gives
+  // up leaves the slot free but still owed to those samples (freed_at_), so
+  // the next writer waits for them too.
+  const uint64_t quiet_after = evicted ? tickets_ : freed_at_[slot];
+  const auto deadline = Clock::now() + std::chrono::duration<double>(spec_.slot_wait_seconds);
+  const bool quiet = WaitForTickets(lock, deadline, [&] {
+    return closed_ || ((*slots_)[slot].pins == 0 && QuietSince(quiet_after));
+  });
+  if (closed_) {
+    AbandonLocked(slot, restoring);
+    throw Closed("the table was closed during the insert");
+  }
+  if (!quiet) {
+    freed_at_[slot] = quiet_after;
+    const bool pinned = (*slots_)[slot].pins > 0;
+    AbandonLocked(slot, restoring);
+    throw Timeout("insert timed out after " + Number(spec_.slot_wait_seconds) + " s: slot " +
+                  std::to_string(slot) + " is still " +
+                  (pinned ? "pinned by a reader" : "read by a sample that has not ended") +
+                  " (a GPU stream that does not progress?)");
+  }
+  return slot;
+}
+
+void Table::AbandonLocked(int64_t slot, bool restoring) {
+  --writers_;
+  (*slots_)[slot].state = SlotState::kFree;
+  if (!restoring) slots_->ReleaseFree(slot);  // a restored slot never left the free list
+  changed_.notify_all();
+}
+
+int64_t Table::PublishReservedLocked(int64_t slot, int64_t length, double priority,
+                                     int64_t restore_key, int64_t restore_stamp) {
+  const bool restoring = restore_key >= 0;
+  --writers_;
+  const int64_t sequence = restoring ? key_layout_.Sequence(restore_key) : counters_.next_sequence;
+  const int64_t key = restoring ? restore_key : key_layout_.Key(sequence, slot);
+  counters_.next_sequence = sequence + 1;
+  ++counters_.inserts;
+  // Wall-clock time orders shards on different hosts; within the table the
+  // stamp must still increase, whatever the clock does (steps back, ties).
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  const int64_t stamp = restoring && restore_stamp >= 0 ? restore_stamp
+                                                         : std::max(now, last_stamp_ + 1);
+  PublishLocked(slot, key, length, priority, stamp);
+  changed_.notify_all();
+  return key;
+}
+
+}  // namespace gearjax

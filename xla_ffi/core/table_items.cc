@@ -1,0 +1,122 @@
+// Reading a table's items (see table.h): steps, pinned items, restore and
+// stats.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "limits.h"
+#include "prefetch.h"
+#include "random.h"
+#include "table.h"
+#include "table_internal.h"
+
+namespace gearjax {
+
+void Table::ReadSteps(int c, int64_t slot, int64_t steps, void* dst) const {
+  if (c < 0 || c >= num_columns()) throw InvalidArgument("no such column");
+  if (slot < 0 || slot >= spec_.capacity || steps < 0 || steps > spec_.max_length) {
+    throw InvalidArgument("slot or step count out of range");
+  }
+  arena_->Read(dst, StepOffset(c, slot, 0), static_cast<size_t>(steps * step_bytes(c)));
+}
+
+std::vector<ItemInfo> Table::PinItems(const int64_t* keys, int64_t count) {
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckOpenLocked();
+  std::vector<ItemInfo> items;
+  auto pin = [&](int64_t slot) {
+    const SlotInfo& info = (*slots_)[slot];
+    items.push_back(
+        {info.key, slot, info.length, info.priority, stamps_[slot], times_sampled_[slot]});
+    slots_->Pin(slot);
+  };
+  if (keys == nullptr) {
+    items.reserve(static_cast<size_t>(live_));
+    for (int64_t s = order_->Oldest(); s >= 0; s = order_->Next(s)) pin(s);
+  } else {
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t slot = slots_->Find(keys[i]);
+      if (slot >= 0) pin(slot);
+    }
+  }
+  return items;
+}
+
+void Table::UnpinSlots(const std::vector<int64_t>& slots) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int64_t slot : slots) slots_->Unpin(slot);
+  changed_.notify_all();
+}
+
+void Table::RestoreTimesSampled(int64_t key, int64_t times_sampled) {
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckOpenLocked();
+  const int64_t slot = slots_->Find(key);
+  if (slot < 0) throw InvalidArgument("restored key " + std::to_string(key) + " is not stored");
+  const int64_t limit = spec_.max_times_sampled;
+  if (times_sampled < 0 || (limit == 0 ? times_sampled != 0 : times_sampled >= limit)) {
+    throw InvalidArgument("restored times_sampled " + std::to_string(times_sampled) +
+                          " is outside [0, max_times_sampled=" + std::to_string(limit) + ")");
+  }
+  times_sampled_[slot] = times_sampled;
+}
+
+std::vector<int64_t> Table::FreeSlots() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckOpenLocked();
+  return slots_->FreeInOrder();
+}
+
+void Table::RestoreState(const Counters& counters, const std::vector<int64_t>& free_slots) {
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckOpenLocked();
+  if (counters.next_sequence < counters_.next_sequence ||
+      counters.next_sequence - 1 > key_layout_.max_sequence()) {
+    throw InvalidArgument("restored next_sequence is below a key already in the table or "
+                          "beyond the key space");
+  }
+  if (counters.inserts < 0 || counters.evictions < 0 || counters.priority_updates < 0 ||
+      !(counters.samples >= 0) || !std::isfinite(counters.samples)) {
+    throw InvalidArgument("restored counters must be finite and >= 0");
+  }
+  std::vector<bool> seen(static_cast<size_t>(spec_.capacity), false);
+  for (int64_t slot : free_slots) {
+    if (slot < 0 || slot >= spec_.capacity || seen[slot] ||
+        (*slots_)[slot].state != SlotState::kFree) {
+      throw InvalidArgument("restored free slots do not match the slots in use");
+    }
+    seen[slot] = true;
+  }
+  if (static_cast<int64_t>(free_slots.size()) != spec_.capacity - live_ - writers_) {
+    throw InvalidArgument("restored free slots do not match the slots in use");
+  }
+  counters_ = counters;
+  slots_->SetFree(free_slots);
+  changed_.notify_all();
+}
+
+Stats Table::GetStats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t bytes_per_step = 0;
+  for (const ColumnSpec& c : spec_.columns) bytes_per_step += c.step_bytes;
+  Stats s;
+  s.size = live_;
+  s.capacity = spec_.capacity;
+  s.max_length = spec_.max_length;
+  s.num_steps = num_steps_;
+  s.writers = writers_;
+  s.pinned_slots = released_ ? 0 : slots_->pinned();
+  DrainReturnedLocked();
+  s.samples_in_flight = static_cast<int64_t>(in_flight_.size());
+  s.counters = counters_;
+  s.bytes_reserved = released_ ? 0 : static_cast<int64_t>(arena_->bytes());
+  s.bytes_used = num_steps_ * bytes_per_step;
+  s.seconds_alive = std::chrono::duration<double>(Clock::now() - created_at_).count();
+  for (const auto& selector : prioritized_) s.alphas.push_back(selector->alpha());
+  s.skipped_updates = skipped_updates_;
+  return s;
+}
+
+}  // namespace gearjax

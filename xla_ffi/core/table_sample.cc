@@ -1,0 +1,398 @@
+// Table's samples (see table.h): request checks, waits on the rate limiter,
+// selection and sample tickets, the GPU sample lifecycle.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "limits.h"
+#include "prefetch.h"
+#include "random.h"
+#include "table.h"
+#include "table_internal.h"
+
+namespace gearjax {
+
+using table_internal::CountedWait;
+using table_internal::Number;
+
+void Table::CheckRequest(const SampleRequest& r) const {
+  if (r.batch < 1 || r.batch > kMaxBatch) {
+    throw InvalidArgument("batch_size must be in [1, 2**31 - 1], got " + std::to_string(r.batch));
+  }
+  if (r.window < 0 || r.window > spec_.max_length) {
+    throw InvalidArgument("window must be in [1, max_length=" + std::to_string(spec_.max_length) +
+                          "] (or whole trajectories)");
+  }
+  if (static_cast<int32_t>(r.cut) < 0 || static_cast<int32_t>(r.cut) >= kNumCuts) {
+    throw InvalidArgument("unknown window cut " + std::to_string(static_cast<int32_t>(r.cut)));
+  }
+  switch (r.strategy) {
+    case Strategy::kUniform:
+    case Strategy::kTimestep:
+      return;
+    case Strategy::kPrioritized:
+      if (!(r.alpha >= 0 && r.alpha <= kMaxAlpha)) {
+        throw InvalidArgument("Prioritized alpha must be in [0, 8], got " + Number(r.alpha));
+      }
+      return;
+    case Strategy::kTopK:
+    case Strategy::kRecent:
+      if (r.count < 1) throw InvalidArgument("TopK and Recent need a count >= 1");
+      return;
+  }
+  throw InvalidArgument("unknown sampling strategy");
+}
+
+void Table::WaitToSampleLocked(std::unique_lock<std::mutex>& lock, const SampleRequest& r) {
+  CheckOpenLocked();
+  if (!limiter_.CanSample(LimiterStateLocked(), r.batch)) {
+    const double timeout = spec_.limiter.timeout_seconds;
+    const CountedWait counted(waiting_);
+    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout);
+    if (!changed_.wait_until(lock, deadline, [&] {
+          return closed_ || limiter_.CanSample(LimiterStateLocked(), r.batch);
+        })) {
+      if (live_ == 0 && timeout == 0) {
+        // Both a table without a rate limiter and one whose limiter has
+        // timeout 0 land here: the message fits both.
+        throw Timeout("cannot sample: the table is empty, and sampling does not wait for inserts "
+                      "here (the table has no rate limiter, or its limiter's timeout is 0): "
+                      "insert trajectories first, or give the table a rate limiter with a "
+                      "timeout > 0, e.g. MinSize(1, timeout=60), to wait for them");
+      }
+      throw Timeout("cannot sample " + std::to_string(r.batch) + " items: the rate limiter held "
+                    "sampling back for " + Number(timeout) + " s (" +
+                    limiter_.Describe(LimiterStateLocked()) + ")");
+    }
+    CheckOpenLocked();
+  }
+  // Checked before PrioritizedLocked may create a tree, so a refused sample
+  // takes no alpha's place.
+  if (r.strategy == Strategy::kPrioritized && r.alpha > 0 && positive_ == 0) {
+    throw InvalidArgument("cannot sample with Prioritized: every stored trajectory has priority 0");
+  }
+}
+
+void Table::SelectLocked(const SampleRequest& r, const uint32_t seed[2], const double* u,
+                         Selection* out) {
+  const int64_t n = r.batch;
+  switch (r.strategy) {
+    case Strategy::kUniform:
+      uniform_->SelectMany(seed, u, n, out);
+      return;
+    case Strategy::kTimestep:
+      TimestepLocked().SelectMany(u, n, out);
+      return;
+    case Strategy::kPrioritized:
+      PrioritizedLocked(r.alpha).SelectMany(u, n, out);
+      return;
+    case Strategy::kTopK: {
+      const TopKSelector& topk = TopKLocked();
+      for (int64_t b = 0; b < n; ++b) out[b] = topk.Select(u[b], r.count);
+      return;
+    }
+    case Strategy::kRecent: {
+      const RecentSelector& recent = RecentLocked();
+      for (int64_t b = 0; b < n; ++b) out[b] = recent.Select(u[b], r.count);
+      return;
+    }
+  }
+}
+
+uint64_t Table::TakeTicketLocked() {
+  DrainReturnedLocked();  // every sample drains, so in_flight_ stays as short as it is
+  in_flight_.push_back(++tickets_);  // the largest yet: the vector stays sorted
+  return tickets_;
+}
+
+uint64_t Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* draws) {
+  CheckRequest(r);
+  const int64_t n = r.batch;
+  // The random words depend on the seed alone: expand them outside the lock,
+  // into buffers this thread reuses (no allocation per call).
+  thread_local std::vector<Words4> words;
+  thread_local std::vector<double> u;
+  thread_local std::vector<Selection> selections;
+  words.resize(static_cast<size_t>(n));
+  u.resize(static_cast<size_t>(n));
+  selections.resize(static_cast<size_t>(n));
+  for (int64_t b = 0; b < n; ++b) {
+    words[b] = RowWords(seed, b);
+    u[b] = UniformFromBits(words[b].w[0], words[b].w[1]);
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  WaitToSampleLocked(lock, r);
+  const bool constrained = Constrained(r);
+  const bool fast_full = r.cut == Cut::kFull && r.window > 0 && r.replace &&
+                         spec_.max_times_sampled == 0 &&
+                         (r.strategy == Strategy::kUniform || r.strategy == Strategy::kTimestep) &&
+                         SelectFullLocked(r, seed, u.data(), selections.data());
+  if (constrained && !fast_full) {
+    int64_t servable = CandidatesLocked(r);
+    if (servable < n) {
+      const double timeout = spec_.limiter.timeout_seconds;
+      if (timeout == 0) throw InvalidArgument(ShortfallLocked(r, servable));
+      const CountedWait counted(waiting_);
+      const auto deadline = Clock::now() + std::chrono::duration<double>(timeout);
+      if (!changed_.wait_until(lock, deadline, [&] {
+            if (closed_) return true;
+            if (!limiter_.CanSample(LimiterStateLocked(), n)) return false;
+            servable = CandidatesLocked(r);
+            return servable >= n;
+          })) {
+        char waited[32];
+        std::snprintf(waited, sizeof(waited), "%g", timeout);
+        throw Timeout(ShortfallLocked(r, servable) + " (waited " + waited + " s)");
+      }
+      CheckOpenLocked();
+    }
+    constrained_.Draw(candidates_, u.data(), n, selections.data());
+  } else if (!fast_full) {
+    SelectLocked(r, seed, u.data(), selections.data());
+  }
+  const uint64_t ticket = tickets_ + 1;  // TakeTicketLocked's, below
+  // Slot records prefetched ahead of the one read: far enough for a miss to
+  // memory (and its TLB miss) to finish, as each record takes little work.
+  constexpr int64_t kAhead = 32;
+  for (int64_t b = 0; b < std::min(n, kAhead); ++b) {
+    if (selections[b].slot >= 0) PrefetchForRead(&(*slots_)[selections[b].slot]);
+  }
+  for (int64_t b = 0; b < n; ++b) {
+    if (b + kAhead < n && selections[b + kAhead].slot >= 0) {
+      PrefetchForRead(&(*slots_)[selections[b + kAhead].slot]);
+    }
+    if (selections[b].slot < 0) {
+      throw std::logic_error("gearjax: the selection structures are inconsistent (a bug)");
+    }
+    const int64_t slot = selections[b].slot;
+    const SlotInfo& info = (*slots_)[slot];
+    Draw& d = draws[b];
+    d.slot = slot;
+    d.key = info.key;
+    d.length = info.length;
+    const WindowCut cut = CutWindow(r.cut, d.length, r.window, words[b].w[2], words[b].w[3]);
+    d.start = cut.start;
+    d.valid = cut.valid;
+    d.table_size = live_;
+    d.probability = static_cast<float>(selections[b].probability);
+  }
+  // After every row has its table size: the draws that use up an item's
+  // max_times_sampled remove it now (its data stays readable until the
+  // sample ends: see freed_at_).
+  if (constrained) {
+    for (int64_t b = 0; b < n; ++b) CountDrawLocked(selections[b].slot, ticket);
+  }
+  counters_.samples += static_cast<double>(n);
+  changed_.notify_all();  // inserters and other samplers may be waiting
+  return TakeTicketLocked();
+}
+
+bool Table::SelectFullLocked(const SampleRequest& r, const uint32_t seed[2], const double* u,
+                             Selection* out) {
+  // Rejection pays while at least 1 draw in 16 fits; below, listing is cheaper.
+  constexpr double kMinAcceptance = 1.0 / 16;
+  // Tries per row before giving the sample to the listing path: at the
+  // lowest acceptance a row misses them all with probability (15/16)^256,
+  // below 1e-7.
+  constexpr uint32_t kTries = 256;
+  // A try's Timestep acceptance word: an attempt counter no other draw of
+  // the row uses (random.h); later tries take RedrawRow's words.
+  constexpr uint32_t kAcceptAttempt = kUniformAttempts + 1;
+  const int64_t w = r.window, n = r.batch;
+  const bool timestep = r.strategy == Strategy::kTimestep;
+  LengthIndex& index = LengthIndexLocked();
+  const int64_t eligible = index.CountAtLeast(w);
+  if (eligible == 0) return false;
+  const double total = static_cast<double>(timestep ? index.FullWindows(w) : eligible);
+  const double acceptance = total / static_cast<double>(timestep ? num_steps_ : live_);
+  if (acceptance < kMinAcceptance) return false;
+  const UniformView view = uniform_->view();
+  const SumTree* tree = timestep ? &TimestepLocked().tree() : nullptr;
+  for (int64_t b = 0; b < n; ++b) {
+    bool found = false;
+    for (uint32_t t = 0; t < kTries && !found; ++t) {
+      const int64_t row = RedrawRow(b, t);
+      double draw_u = u[b];
+      if (t > 0) {
+        const Words4 words = RowWords(seed, row);
+        draw_u = UniformFromBits(words.w[0], words.w[1]);
+      }
+      const int64_t slot = timestep ? tree->Draw(draw_u) : UniformDraw(view, seed, row, draw_u);
+      if (slot < 0) return false;  // an empty selector: cannot happen with eligible items
+      const int64_t length = (*slots_)[slot].length;
+      if (length < w) continue;
+      if (timestep) {
+        // Drawn in proportion to L; kept with probability (L - w + 1) / L.
+        const Words4 accept = AttemptWords(seed, row, kAcceptAttempt);
+        if (UniformFromBits(accept.w[0], accept.w[1]) * static_cast<double>(length) >=
+            static_cast<double>(length - w + 1)) {
+          continue;
+        }
+      }
+      out[b] = {slot, (timestep ? static_cast<double>(length - w + 1) : 1.0) / total};
+      found = true;
+    }
+    if (!found) return false;
+  }
+  return true;
+}
+
+int64_t Table::CandidatesLocked(const SampleRequest& r) {
+  candidates_.clear();
+  const int64_t limit = spec_.max_times_sampled;
+  auto budget = [&](int64_t slot) {
+    const int64_t left = limit > 0 ? limit - times_sampled_[slot] : r.batch;
+    return r.replace ? left : std::min<int64_t>(left, 1);
+  };
+  auto eligible = [&](const SlotInfo& info) {
+    return r.cut != Cut::kFull || info.length >= r.window;
+  };
+  // Candidates in slot order: a sequential scan of the slot records, and, like
+  // every draw, dependent on which slots hold what rather than on history.
+  const int64_t capacity = spec_.capacity;
+  switch (r.strategy) {
+    case Strategy::kUniform:
+    case Strategy::kTimestep:
+      for (int64_t s = 0; s < capacity; ++s) {
+        const SlotInfo& info = (*slots_)[s];
+        if (info.state != SlotState::kLive || !eligible(info)) continue;
+        const int64_t weight = r.strategy == Strategy::kUniform ? 1
+                               : r.cut == Cut::kFull && r.window > 0
+                                   ? info.length - r.window + 1
+                                   : info.length;
+        candidates_.push_back({s, static_cast<double>(weight), budget(s)});
+      }
+      break;
+    case Strategy::kPrioritized: {
+      // The weights priority ** alpha as the strategy's sum tree holds them.
+      const SumTree& tree = PrioritizedLocked(r.alpha).tree();
+      for (int64_t s = 0; s < capacity; ++s) {
+        const SlotInfo& info = (*slots_)[s];
+        if (info.state != SlotState::kLive || !eligible(info)) continue;
+        const double weight = tree.Get(s);
+        if (weight > 0) candidates_.push_back({s, weight, budget(s)});
+      }
+      break;
+    }
+    case Strategy::kRecent:
+      for (int64_t s = order_->Newest(); s >= 0 && static_cast<int64_t>(candidates_.size()) <
+                                                        r.count;
+           s = order_->Previous(s)) {
+        if (eligible((*slots_)[s])) candidates_.push_back({s, 1.0, budget(s)});
+      }
+      break;
+    case Strategy::kTopK: {
+      for (int64_t s = 0; s < capacity; ++s) {
+        const SlotInfo& info = (*slots_)[s];
+        if (info.state == SlotState::kLive && eligible(info)) {
+          candidates_.push_back({s, 1.0, budget(s)});
+        }
+      }
+      // The best `count` by priority, newer (larger key) first among ties.
+      const auto better = [&](const Candidate& a, const Candidate& b) {
+        const SlotInfo& x = (*slots_)[a.slot];
+        const SlotInfo& y = (*slots_)[b.slot];
+        return x.priority != y.priority ? x.priority > y.priority : x.key > y.key;
+      };
+      const size_t k = static_cast<size_t>(
+          std::min<int64_t>(r.count, static_cast<int64_t>(candidates_.size())));
+      std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<ptrdiff_t>(k),
+                        candidates_.end(), better);
+      candidates_.resize(k);
+      break;
+    }
+  }
+  // TopK and Recent rank every eligible item but draw only from the best
+  // `count`: an item left out has weight 0 (it is simply not listed).
+  return TotalBudget(candidates_, r.batch);
+}
+
+std::string Table::ShortfallLocked(const SampleRequest& r, int64_t servable) const {
+  std::string what = "cannot sample " + std::to_string(r.batch) + " rows";
+  std::string why;
+  if (r.cut == Cut::kFull) {
+    why += "trajectories of at least window=" + std::to_string(r.window) + " steps (cut='full')";
+  } else {
+    why += "trajectories";
+  }
+  if (r.strategy == Strategy::kTopK || r.strategy == Strategy::kRecent) {
+    why += std::string(" among the ") + (r.strategy == Strategy::kTopK ? "TopK" : "Recent") +
+           " " + std::to_string(r.count);
+  }
+  if (r.strategy == Strategy::kPrioritized && r.alpha > 0) why += " with priority > 0";
+  std::string limits;
+  if (!r.replace) limits += "replace=False draws each at most once";
+  if (spec_.max_times_sampled > 0) {
+    limits += std::string(limits.empty() ? "" : "; ") + "max_times_sampled=" +
+              std::to_string(spec_.max_times_sampled) + " limits each trajectory's draws";
+  }
+  return what + ": the table holds " + std::to_string(live_) + " trajectories, and the " + why +
+         " among them can serve only " + std::to_string(servable) + " draws" +
+         (limits.empty() ? "" : " (" + limits + ")");
+}
+
+uint64_t Table::BeginGpuSample(const SampleRequest& r, GpuSelection* selection) {
+  CheckRequest(r);
+  if (SelectsOnHost(r)) {
+    throw InvalidArgument("TopK, Recent and constrained samples are not selected on the GPU");
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  CheckOpenLocked();
+  if (slots_->device_info() == nullptr) {
+    throw InvalidArgument("this table's selection state is not GPU-mapped");
+  }
+  WaitToSampleLocked(lock, r);
+  GpuSelection s{};
+  s.info = slots_->device_info();
+  s.table_size = live_;
+  s.cut = r.cut;
+  switch (r.strategy) {
+    case Strategy::kUniform:
+      s.uniform = true;
+      s.live = uniform_->device_view();
+      if (s.live.live == nullptr || s.live.ones.nodes == nullptr) {
+        throw InvalidArgument("the live-slot bitmap is not GPU-mapped");
+      }
+      break;
+    case Strategy::kTimestep:
+      s.tree = TimestepLocked().tree().device_view();
+      break;
+    default:  // Prioritized
+      s.tree = PrioritizedLocked(r.alpha).tree().device_view();
+      break;
+  }
+  if (!s.uniform && s.tree.nodes == nullptr) throw InvalidArgument("the sum tree is not GPU-mapped");
+  *selection = s;
+  counters_.samples += static_cast<double>(r.batch);
+  changed_.notify_all();  // inserters may be waiting on the limiter
+  return TakeTicketLocked();
+}
+
+void Table::EndSample(uint64_t ticket) {
+  {
+    std::lock_guard<std::mutex> lock(returned_mu_);
+    returned_.push_back(ticket);
+    has_returned_.store(true, std::memory_order_release);
+  }
+  // Without mu_ (see returned_): a waiter that misses this wakes within its
+  // slice (WaitForTickets).
+  changed_.notify_all();
+}
+
+void Table::DrainReturnedLocked() const {
+  if (!has_returned_.load(std::memory_order_acquire)) return;
+  std::vector<uint64_t> returned;
+  {
+    std::lock_guard<std::mutex> lock(returned_mu_);
+    returned.swap(returned_);
+    has_returned_.store(false, std::memory_order_relaxed);
+  }
+  for (uint64_t ticket : returned) {
+    const auto it = std::lower_bound(in_flight_.begin(), in_flight_.end(), ticket);
+    if (it != in_flight_.end() && *it == ticket) in_flight_.erase(it);  // else a bug upstream
+  }
+}
+
+}  // namespace gearjax

@@ -1,0 +1,85 @@
+// What a table tells the other shards of a sharded table (see table.h,
+// sharding.h): strategy totals, its memory for one-sided readers, best lists.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "limits.h"
+#include "prefetch.h"
+#include "random.h"
+#include "table.h"
+#include "table_internal.h"
+
+namespace gearjax {
+
+StrategyTotals Table::Totals(const SampleRequest& r) {
+  CheckRequest(r);
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckOpenLocked();
+  StrategyTotals totals{live_, num_steps_, 0.0};
+  switch (r.strategy) {
+    case Strategy::kUniform:
+      totals.weight = static_cast<double>(live_);
+      break;
+    case Strategy::kTimestep:
+      totals.weight = static_cast<double>(num_steps_);
+      break;
+    case Strategy::kPrioritized:
+      // With no positive priority, alpha > 0 draws nothing here (as Select
+      // refuses); asking for the tree then would only take an alpha's place.
+      totals.weight = r.alpha > 0 && positive_ == 0 ? 0.0 : PrioritizedLocked(r.alpha).Total();
+      break;
+    default:
+      throw InvalidArgument("TopK and Recent have no totals to draw shards by");
+  }
+  return totals;
+}
+
+RemoteLayout Table::Remote(const SampleRequest& r) {
+  CheckRequest(r);
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckOpenLocked();
+  if (arena_->host_data() == nullptr) {
+    throw InvalidArgument("a table in GPU memory cannot be read by other processes' hosts");
+  }
+  const SumTree* tree = nullptr;
+  switch (r.strategy) {
+    case Strategy::kUniform:
+      tree = &uniform_->ones();
+      break;
+    case Strategy::kTimestep:
+      tree = &TimestepLocked().tree();
+      break;
+    case Strategy::kPrioritized:
+      tree = &PrioritizedLocked(r.alpha).tree();
+      break;
+    default:
+      break;  // TopK and Recent: readers rank the records and stamps
+  }
+  RemoteLayout layout{arena_->host_data(), arena_->bytes(), &(*slots_)[0]};
+  if (tree != nullptr) {
+    layout.tree = tree->view();
+    layout.tree_nodes = tree->node_count();
+  }
+  layout.stamps = stamps_.data();
+  return layout;
+}
+
+StrategyTotals Table::Tops(const SampleRequest& r, TopEntry* out) {
+  CheckRequest(r);
+  if (r.strategy != Strategy::kTopK && r.strategy != Strategy::kRecent) {
+    throw InvalidArgument("only TopK and Recent rank their items");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckOpenLocked();
+  const std::vector<int64_t> slots =
+      r.strategy == Strategy::kTopK ? TopKLocked().Highest(r.count) : RecentLocked().Newest(r.count);
+  for (size_t i = 0; i < slots.size(); ++i) {
+    out[i] = {(*slots_)[slots[i]].priority, stamps_[slots[i]]};
+  }
+  return {live_, num_steps_, static_cast<double>(slots.size())};
+}
+
+}  // namespace gearjax
