@@ -49,7 +49,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _machine import cpu_model, version_of, write_results
+from _machine import machine_info, version_of, write_results
 from _reverb import ReverbWorker, reply
 
 TRAJECTORIES, LENGTH, OBS, ACT = 1000, 200, 17, 6
@@ -291,15 +291,6 @@ def summary(times: dict[str, list[float]], reference: str) -> dict:
     return out
 
 
-def machine_info() -> dict:
-    import jax
-    return {"platform": platform.platform(), "cpu_model": cpu_model(),
-            "cores": len(os.sched_getaffinity(0)), "python": platform.python_version(),
-            "jax_devices": [str(d) for d in jax.devices()],
-            "versions": {p: version_of(p) for p in ("gearjax", "jax", "jaxlib", "numpy",
-                                                     "flashbax")}}
-
-
 def report(result: dict) -> str:
     m = result["machine"]
     lines = [f"bench_dispatch: {m['cpu_model']}, {m['cores']} cores, python {m['python']}, "
@@ -353,7 +344,7 @@ def main(argv: list[str] | None = None) -> dict | int:
     table = filled_table(data)
     result = {"config": {"calls": args.calls, "steps": args.steps, "batch": BATCH,
                          "window": WINDOW, "trajectories": TRAJECTORIES, "length": LENGTH},
-              "machine": machine_info(), "load_average_start": os.getloadavg()}
+              "machine": machine_info(("flashbax",)), "load_average_start": os.getloadavg()}
     times = take_turns(per_call_forms(table), args.calls)
     result["per_call"] = {"forms": summary(times, "unordered")}
     result["per_call"]["jax_extra_scalar_calls_per_second_paired"] = float(

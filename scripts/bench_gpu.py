@@ -34,7 +34,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import time
 import traceback
 from pathlib import Path
@@ -46,6 +45,8 @@ import numpy as np
 
 import gearjax as gx
 from gearjax import _gearjax
+
+from _machine import machine_info
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 WINDOW_STEPS = 16  # steps per window; the step size sets the window's bytes
@@ -101,16 +102,14 @@ def fill(table: gx.Table, count: int, length: int, step_bytes: int, seed: int = 
 
 # ---------------------------------------------------------------------- sections
 def machine() -> dict:
-    info = {
-        "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "jax": jax.__version__,
-        "devices": [f"{d.platform}:{d.device_kind}" for d in jax.devices()],
-        "gearjax_cuda_built": bool(_gearjax.cuda_built),
-        "gearjax_cuda_memory": bool(_gearjax.cuda_memory),
-        "host_memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
-    }
+    info = machine_info(
+        ("cupy-cuda13x",),
+        timestamp=datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        jax=jax.__version__,
+        devices=[f"{d.platform}:{d.device_kind}" for d in jax.devices()],
+        gearjax_cuda_built=bool(_gearjax.cuda_built),
+        gearjax_cuda_memory=bool(_gearjax.cuda_memory),
+        host_memory_bytes=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     try:
         import cupy
 

@@ -57,7 +57,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _machine import cpu_model, version_of, write_results  # noqa: E402
+from _machine import machine_info, write_results  # noqa: E402
 
 SHARD_BYTES = 256 << 20
 CASES = {"256MiB": (1, SHARD_BYTES), "1024x4KiB": (1024, 4096), "256x1360B": (256, 1360)}
@@ -70,8 +70,19 @@ SAMPLE_CASES = {
 }
 
 
-def owner(conn) -> None:
+def configure(smoke: bool) -> None:
+    """--smoke: a few small cases (what tests/test_scripts.py runs)."""
+    global SHARD_BYTES, CASES, SAMPLE_CASES, SCAN_STEPS
+    if smoke:
+        SHARD_BYTES = 4 << 20
+        CASES = {"4MiB": (1, SHARD_BYTES), "64x4KiB": (64, 4096)}
+        SAMPLE_CASES = {"32x1360B": (32, 20, (17,), 64, 40)}
+        SCAN_STEPS = 4
+
+
+def owner(conn, smoke: bool) -> None:
     """Registers the shard, sends its metadata and address, progresses until told."""
+    configure(smoke)
     from gearjax.sharded import nixl
     agent = nixl.nixl_api()("bench-owner")
     shard = np.random.default_rng(0).integers(0, 256, SHARD_BYTES, dtype=np.uint8)
@@ -89,12 +100,6 @@ def spans(case: str, base: int, into: int, rng) -> tuple[np.ndarray, np.ndarray,
     remote = (base + offsets).astype(np.uint64)
     local = (into + np.arange(n) * size).astype(np.uint64)
     return remote, local, np.full(n, size, np.uint64)
-
-
-def machine() -> dict:
-    import platform
-    return {"cpu": cpu_model(), "cores": __import__("os").cpu_count(),
-            "python": platform.python_version(), "nixl_cu12": version_of("nixl-cu12")}
 
 
 def sample_child(process: int, port: int, repeats: int) -> dict:
@@ -205,13 +210,14 @@ def in_jit(table, transport, batch: int, window: int, repeats: int) -> dict:
     return {n: float(np.median(t)) for n, t in times.items()}
 
 
-def sample_benchmark(repeats: int) -> dict:
+def sample_benchmark(repeats: int, smoke: bool) -> dict:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     children = [subprocess.Popen([sys.executable, __file__, "--child", str(i), str(port),
-                                  "--repeats", str(repeats)], env=env, stdout=subprocess.PIPE,
+                                  "--repeats", str(repeats)] + (["--smoke"] if smoke else []),
+                                 env=env, stdout=subprocess.PIPE,
                                  text=True) for i in range(2)]
     results = []
     for child in children:
@@ -227,7 +233,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--out", default=None)
     parser.add_argument("--child", nargs=2, type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--smoke", action="store_true",
+                        help="a few small cases, to check the script runs")
     args = parser.parse_args(argv)
+    configure(args.smoke)
     if args.child:
         print(json.dumps(sample_child(*args.child, args.repeats)), flush=True)
         return 0
@@ -241,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ctx = mp.get_context("spawn")
     here, there = ctx.Pipe()
-    process = ctx.Process(target=owner, args=(there,), daemon=True)
+    process = ctx.Process(target=owner, args=(there, args.smoke), daemon=True)
     process.start()
     metadata, base = here.recv()
     shard = np.random.default_rng(0).integers(0, 256, SHARD_BYTES, dtype=np.uint8)  # the owner's
@@ -308,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     here.send("stop")
     process.join(10)
     native.close()
-    samples = sample_benchmark(args.repeats)
+    samples = sample_benchmark(args.repeats, args.smoke)
     for case, r in samples.items():
         if "in_jit_seconds_per_sample" in r:
             t = r["in_jit_seconds_per_sample"]
@@ -322,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"{r['round_trips']} round trips, {r['descriptors']} descriptors")
         print(lines[-1], flush=True)
     if args.out:
-        write_results(args.out, {"machine": machine(), "repeats": args.repeats,
+        write_results(args.out, {"machine": machine_info(("nixl-cu12",)), "repeats": args.repeats,
                                  "reads": results, "samples": samples}, "\n".join(lines))
     return 0
 

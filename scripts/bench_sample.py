@@ -77,7 +77,6 @@ import math
 import os
 import platform
 import resource
-import sys
 import time
 import traceback
 import warnings
@@ -88,7 +87,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from _machine import cpu_model, version_of
+import _machine
 
 try:
     import gearjax as gx
@@ -825,37 +824,12 @@ def prioritized_goals(sections: dict) -> dict:
 # ---------------------------------------------------------------------------
 
 
-def cpu_caches() -> dict:
-    """Cache sizes of CPU 0 from sysfs, e.g. {"L1d": "32K", "L2": "1024K", "L3": "32768K"}."""
-    caches = {}
-    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
-        try:
-            level = (index / "level").read_text().strip()
-            kind = (index / "type").read_text().strip()
-            size = (index / "size").read_text().strip()
-        except OSError:
-            continue
-        suffix = {"Data": "d", "Instruction": "i"}.get(kind, "")
-        caches[f"L{level}{suffix}"] = size
-    return caches
-
-
 def machine_info() -> dict:
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor(),
-        "cpu_model": cpu_model(),
-        "cpu_caches": cpu_caches(),
-        "nproc": len(os.sched_getaffinity(0)),
-        "total_memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
-        "python": sys.version.split()[0],
-        "versions": {p: version_of(p) for p in ("jax", "jaxlib", "flashbax", "numpy", "gearjax")},
-        "jax_devices": [str(d) for d in jax.devices()],
-        "xla_flags": os.environ.get("XLA_FLAGS"),
-        "gearjax_module": getattr(gx, "__file__", None),
-        "gearjax_version": getattr(gx, "__version__", None),
-        "gearjax_import_error": GEARJAX_IMPORT_ERROR,
-    }
+    return _machine.machine_info(
+        ("flashbax",), processor=platform.processor(), nproc=len(os.sched_getaffinity(0)),
+        gearjax_module=getattr(gx, "__file__", None),
+        gearjax_version=getattr(gx, "__version__", None),
+        gearjax_import_error=GEARJAX_IMPORT_ERROR)
 
 
 def fmt_ratio(ratios: dict, key: str) -> str:

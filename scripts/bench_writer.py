@@ -61,7 +61,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _machine import cpu_model, version_of
+from _machine import machine_info, version_of
 from _reverb import ReverbWorker, reply
 
 # name -> (per-step shape, dtype); the Reverb worker uses the same table.
@@ -246,14 +246,6 @@ def gearjax_cases(data: dict[str, np.ndarray], split_length: int, overlap: int) 
 # ---------------------------------------------------------------------------
 # Reporting
 # ---------------------------------------------------------------------------
-
-
-def machine_info() -> dict:
-    return {"platform": platform.platform(), "cpu_model": cpu_model(),
-            "cores": len(os.sched_getaffinity(0)), "cpu_count": os.cpu_count(),
-            "total_memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
-            "python": platform.python_version(),
-            "versions": {p: version_of(p) for p in ("gearjax", "jax", "jaxlib", "numpy")}}
 
 
 def report(result: dict) -> str:

@@ -110,6 +110,24 @@ def test_bench_gpu_smoke_runs_without_a_gpu(tmp_path):
     assert "update_seconds" in result["selection"][0]
 
 
+def test_bench_nixl_reader_smoke_reads_and_samples(tmp_path):
+    from conftest import nixl_missing
+    if nixl_missing() is not None:
+        pytest.skip(nixl_missing())
+    out = tmp_path / "bench_nixl_reader.json"
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_nixl_reader.py"), "--smoke",
+                    "--repeats", "3", "--out", str(out)], check=True, capture_output=True,
+                   timeout=600)
+    result = json.loads(out.read_text())
+    assert set(result["reads"]) == {"4MiB", "64x4KiB"}
+    sample = result["samples"]["32x1360B"]
+    assert sample["round_trips"] == 3  # snapshot, windows, records
+    assert set(sample["in_jit_seconds_per_sample"]) == {"compiled_state", "compiled_ordered",
+                                                        "io_callback"}
+    assert "nixl-cu12" in result["machine"]["versions"]
+    assert (out.with_suffix(".txt")).read_text().count("sample") >= 1
+
+
 # scripts/bench_dt_step.py runs in notebooks/03_performance.ipynb, which
 # tests/test_notebooks.py executes (tiny size, every mode, its results plotted):
 # a second, smaller run here would only add CI time.
