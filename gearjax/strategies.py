@@ -1,7 +1,11 @@
 """Sampling strategies: which trajectory each row of a batch comes from.
 
-Every strategy draws trajectories independently (with replacement). The window
-start inside the chosen trajectory is always uniform in [0, length - 1].
+By default every strategy draws the rows' trajectories independently, with
+replacement; ``Table.sample(..., replace=False)`` draws distinct ones instead.
+Where the window lies in the chosen trajectory is the sample's ``cut``
+(``"start"``: a uniform start, ``"end"``: a uniform last step, ``"full"``: a
+uniform start among the windows that fit), not the strategy's; see
+:meth:`gearjax.Table.sample`.
 """
 
 from __future__ import annotations
