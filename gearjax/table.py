@@ -709,7 +709,7 @@ class Table:
         if self._rate_limiter is not None:
             self._rate_limiter.check_batch(batch_size)
         if isinstance(strategy, Prioritized):
-            alphas = self._native.stats()["alphas"]
+            alphas = self._native.alphas()
             if strategy.alpha not in alphas and len(alphas) >= _checks.MAX_PRIORITY_TREES:
                 raise ValueError(f"this table keeps sum trees for at most "
                                  f"{_checks.MAX_PRIORITY_TREES} Prioritized alphas ({alphas}); "

@@ -296,6 +296,9 @@ class NativeTable {
     table_->RestoreTimesSampled(key, times_sampled);
   }
 
+  // The Prioritized alphas with a sum tree, without building the whole stats.
+  std::vector<double> Alphas() const { return table_->Alphas(); }
+
   nb::dict Stats() const {
     const gearjax::Stats s = table_->GetStats();
     nb::dict d;
@@ -409,6 +412,7 @@ NB_MODULE(_gearjax, m) {
       .def("restore_times_sampled", &NativeTable::RestoreTimesSampled, "key"_a,
            "times_sampled"_a)
       .def("stats", &NativeTable::Stats)
+      .def("alphas", &NativeTable::Alphas)
       .def("exchange_stats", &NativeTable::ExchangeStats);
 
   gearjax::DefineNixlAgent(m);

@@ -336,6 +336,8 @@ class Table {
   // list exactly the slots not in use.
   void RestoreState(const Counters& counters, const std::vector<int64_t>& free_slots);
   Stats GetStats() const;
+  // The Prioritized alphas that have a sum tree (at most kMaxPriorityTrees).
+  std::vector<double> Alphas() const;
 
   // Closes the table: every waiter wakes and fails, every later call fails
   // with Closed. Waits up to `wait_seconds` for the samples, readers and

@@ -97,6 +97,13 @@ void Table::RestoreState(const Counters& counters, const std::vector<int64_t>& f
   changed_.notify_all();
 }
 
+std::vector<double> Table::Alphas() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<double> alphas;
+  for (const auto& selector : prioritized_) alphas.push_back(selector->alpha());
+  return alphas;
+}
+
 Stats Table::GetStats() const {
   std::lock_guard<std::mutex> lock(mu_);
   int64_t bytes_per_step = 0;
