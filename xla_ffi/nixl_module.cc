@@ -79,14 +79,11 @@ template <typename T>
 using Out = nb::ndarray<T, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using Bytes = nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
-// The native one-sided sample (core/one_sided.h) into the given arrays;
-// returns (index of the shard that failed or -1, why, round trips, descriptors).
-std::tuple<int, std::string, int, int64_t> OneSidedSample(
-    nixl::Agent* agent, const std::vector<LayoutTuple>& layouts, const std::vector<int>& numbers,
-    int shard_shift, const std::vector<std::tuple<int64_t, nb::bytes>>& columns, uint32_t seed0,
-    uint32_t seed1, int64_t batch, int64_t window, bool pad_left, Out<int64_t> keys,
-    Out<int32_t> start, Out<float> probability, Out<int64_t> table_size, Out<int32_t> valid,
-    Out<int32_t> shard, const std::vector<Bytes>& column_outputs, double timeout) {
+using Columns = std::vector<std::tuple<int64_t, nb::bytes>>;  // (step bytes, pad step)
+
+// A request's fixed part as Python passes it, each pad checked to be one step.
+one_sided::Request RequestOf(const std::vector<int>& numbers, int shard_shift,
+                             const Columns& columns) {
   one_sided::Request request;
   request.numbers = numbers;
   request.shard_shift = shard_shift;
@@ -97,17 +94,34 @@ std::tuple<int, std::string, int, int64_t> OneSidedSample(
     }
     request.columns.push_back({step_bytes, {p, p + pad.size()}});
   }
-  request.seed[0] = seed0;
-  request.seed[1] = seed1;
-  request.batch = batch;
-  request.window = window;
-  request.pad_left = pad_left;
+  return request;
+}
+
+std::vector<one_sided::ShardLayout> ShardsOf(const std::vector<LayoutTuple>& layouts) {
   std::vector<one_sided::ShardLayout> shards;
   for (const auto& [peer, arena, column_offsets, slots, capacity, tree, tree_offsets, tree_nodes,
                     uniform_root, max_length] : layouts) {
     shards.push_back({peer, arena, column_offsets, slots, capacity, tree, tree_offsets,
                       tree_nodes, uniform_root, max_length});
   }
+  return shards;
+}
+
+// The native one-sided sample (core/one_sided.h) into the given arrays;
+// returns (index of the shard that failed or -1, why, round trips, descriptors).
+std::tuple<int, std::string, int, int64_t> OneSidedSample(
+    nixl::Agent* agent, const std::vector<LayoutTuple>& layouts, const std::vector<int>& numbers,
+    int shard_shift, const Columns& columns, uint32_t seed0,
+    uint32_t seed1, int64_t batch, int64_t window, bool pad_left, Out<int64_t> keys,
+    Out<int32_t> start, Out<float> probability, Out<int64_t> table_size, Out<int32_t> valid,
+    Out<int32_t> shard, const std::vector<Bytes>& column_outputs, double timeout) {
+  one_sided::Request request = RequestOf(numbers, shard_shift, columns);
+  request.seed[0] = seed0;
+  request.seed[1] = seed1;
+  request.batch = batch;
+  request.window = window;
+  request.pad_left = pad_left;
+  std::vector<one_sided::ShardLayout> shards = ShardsOf(layouts);
   if (shards.empty()) throw InvalidArgument("a one-sided sample needs a shard");
   const size_t rows = static_cast<size_t>(batch);
   const int64_t width = window > 0 ? window : shards[0].max_length;
@@ -143,28 +157,14 @@ std::tuple<int, std::string, int, int64_t> OneSidedSample(
 // A plan for compiled samples (core/one_sided_plan.h); returns its handle.
 int64_t OneSidedPlan(nixl::Agent* agent, const std::vector<LayoutTuple>& layouts,
                      const std::vector<int>& numbers, int shard_shift,
-                     const std::vector<std::tuple<int64_t, nb::bytes>>& columns, int64_t batch,
+                     const Columns& columns, int64_t batch,
                      int64_t window, bool pad_left, double timeout, bool skip_dead) {
-  one_sided::Request request;
-  request.numbers = numbers;
-  request.shard_shift = shard_shift;
-  for (const auto& [step_bytes, pad] : columns) {
-    const auto* p = static_cast<const uint8_t*>(pad.data());
-    if (step_bytes < 1 || pad.size() != static_cast<size_t>(step_bytes)) {
-      throw InvalidArgument("a column's pad must be one step");
-    }
-    request.columns.push_back({step_bytes, {p, p + pad.size()}});
-  }
+  one_sided::Request request = RequestOf(numbers, shard_shift, columns);
   if (batch < 1 || window < 0) throw InvalidArgument("a one-sided plan needs rows");
   request.batch = batch;
   request.window = window;
   request.pad_left = pad_left;
-  std::vector<one_sided::ShardLayout> shards;
-  for (const auto& [peer, arena, column_offsets, slots, capacity, tree, tree_offsets, tree_nodes,
-                    uniform_root, max_length] : layouts) {
-    shards.push_back({peer, arena, column_offsets, slots, capacity, tree, tree_offsets,
-                      tree_nodes, uniform_root, max_length});
-  }
+  std::vector<one_sided::ShardLayout> shards = ShardsOf(layouts);
   return one_sided::RegisterPlan(std::make_shared<one_sided::Plan>(
       agent, std::move(shards), std::move(request), timeout, skip_dead));
 }

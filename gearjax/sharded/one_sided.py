@@ -197,6 +197,28 @@ class OneSidedReader(NativeSampling):
         self.refused_updates += apply_updates(self._local, self._shard, self._shard_shift,
                                               kind, body)
 
+    def _outputs(self, batch: int, width: int) -> tuple[list[np.ndarray], list[bool]]:
+        """Registered [batch, width, ...] arrays, one per column, that a sample
+        reads its windows into, and whether each is a pool buffer of its own
+        (handed out as it is) or the shared one (copied out after)."""
+        outputs, pooled = [], []
+        for c, column in enumerate(self._local.columns.values()):
+            nbytes = batch * width * column.step_bytes
+            buffer = self._free_output(c, nbytes)
+            pooled.append(buffer is not None)
+            if buffer is None:
+                buffer = self._staging(f"column-{c}", nbytes)
+            outputs.append(buffer[:nbytes].view(column.dtype).reshape((batch, width) +
+                                                                        column.shape))
+            del buffer  # only the view refers to it now
+        return outputs, pooled
+
+    @staticmethod
+    def _handed_out(outputs: list[np.ndarray], pooled: list[bool]) -> list[np.ndarray]:
+        """A sample's columns as it returns them: pool buffers as they are,
+        the shared buffer's rows copied (the next sample reuses it)."""
+        return [a if mine else a.copy() for a, mine in zip(outputs, pooled)]
+
     def _free_output(self, column: int, size: int) -> np.ndarray | None:
         """A registered output buffer of at least `size` bytes for `column`
         that nothing outside the reader refers to, or None if all
@@ -310,16 +332,7 @@ class OneSidedReader(NativeSampling):
         # The windows land straight in registered output buffers, one per
         # column, handed out as they are (no assembly copy, and none after:
         # see OUTPUT_BUFFERS); padding is written once, at the end.
-        outputs, pooled = [], []
-        for c, column in enumerate(columns):
-            nbytes = batch * width * column.step_bytes
-            buffer = self._free_output(c, nbytes)
-            pooled.append(buffer is not None)
-            if buffer is None:
-                buffer = self._staging(f"column-{c}", nbytes)
-            outputs.append(buffer[:nbytes].view(column.dtype).reshape((batch, width) +
-                                                                        column.shape))
-            del buffer  # only the view refers to it now
+        outputs, pooled = self._outputs(batch, width)
         out = {"keys": np.zeros(batch, np.int64), "start": np.zeros(batch, np.int32),
                "probability": np.zeros(batch, np.float32),
                "table_size": np.full(batch, table_size, np.int64),
@@ -334,7 +347,7 @@ class OneSidedReader(NativeSampling):
                 for c, column in enumerate(columns):
                     if padding.any():
                         outputs[c][padding] = column.pad
-                out["columns"] = [a if mine else a.copy() for a, mine in zip(outputs, pooled)]
+                out["columns"] = self._handed_out(outputs, pooled)
                 return out
             expected = None
             if ranked:

@@ -88,15 +88,7 @@ class NativeSampling:
 
         columns = list(self._local.columns.values())
         width = window or self._local.max_length
-        outputs, pooled = [], []
-        for c, column in enumerate(columns):
-            nbytes = batch * width * column.step_bytes
-            buffer = self._free_output(c, nbytes)
-            pooled.append(buffer is not None)
-            if buffer is None:
-                buffer = self._staging(f"column-{c}", nbytes)
-            outputs.append(buffer[:nbytes])
-            del buffer
+        outputs, pooled = self._outputs(batch, width)
         out = {"keys": np.empty(batch, np.int64), "start": np.empty(batch, np.int32),
                "probability": np.empty(batch, np.float32),
                "table_size": np.empty(batch, np.int64), "valid": np.empty(batch, np.int32),
@@ -108,15 +100,12 @@ class NativeSampling:
             self._shard_shift,
             [(column.step_bytes, column.pad_step()) for column in columns],
             int(seed[0]), int(seed[1]), batch, window or 0, pad_left, out["keys"], out["start"],
-            out["probability"], out["table_size"], out["valid"], out["shard"], outputs,
-            self._timeout)
+            out["probability"], out["table_size"], out["valid"], out["shard"],
+            [a.reshape(-1).view(np.uint8) for a in outputs], self._timeout)
         if failed >= 0:
             raise ShardUnavailable(shards[failed], why)
         self.native_counts = (trips, descriptors)
-        out["columns"] = []
-        for c, column in enumerate(columns):
-            rows = outputs[c].view(column.dtype).reshape((batch, width) + column.shape)
-            out["columns"].append(rows if pooled[c] else rows.copy())
+        out["columns"] = self._handed_out(outputs, pooled)
         return out
 
     def _peer_name(self, shard: int) -> str:

@@ -76,15 +76,26 @@ class Sampler {
   }
 
  private:
-  void Read(std::vector<ShardSpans>& spans) {
-    spans.erase(std::remove_if(spans.begin(), spans.end(),
-                               [](const ShardSpans& s) { return s.sizes.empty(); }),
-                spans.end());
-    if (spans.empty()) return;
+  // One round trip: every shard's spans at once (shards without spans are
+  // passed along and copy nothing).
+  void Read(const std::vector<ShardSpans>& spans) {
+    int64_t descriptors = 0;
+    for (const ShardSpans& s : spans) descriptors += static_cast<int64_t>(s.sizes.size());
+    if (descriptors == 0) return;
     counts_.round_trips += 1;
-    for (const ShardSpans& s : spans) counts_.descriptors += static_cast<int64_t>(s.sizes.size());
+    counts_.descriptors += descriptors;
     const nixl::ReadResult result = reader_.Read(shards_, spans);
     if (result.request >= 0) throw ShardUnavailable(spans[result.request].shard, result.why);
+  }
+
+  // Spans whose local side holds offsets into `bytes` of staging `use`: the
+  // buffer, with the offsets turned into its addresses.
+  uint8_t* Stage(int use, size_t bytes, std::vector<ShardSpans>& spans) {
+    uint8_t* base = reader_.Staging(use, std::max<size_t>(bytes, 1));
+    for (ShardSpans& s : spans) {
+      for (uint64_t& at : s.local) at += reinterpret_cast<uint64_t>(base);
+    }
+    return base;
   }
 
   void TakeSnapshot() {
@@ -115,12 +126,8 @@ class Sampler {
       }
       spans.push_back(std::move(spans_k));
     }
-    uint8_t* base = reader_.Staging(kSnapshot, bytes);
-    for (ShardSpans& s : spans) {
-      for (uint64_t& at : s.local) at += reinterpret_cast<uint64_t>(base);
-    }
-    std::vector<ShardSpans> reading = spans;
-    Read(reading);
+    Stage(kSnapshot, bytes, spans);
+    Read(spans);
     snapshots_.assign(shards_.size(), Snapshot{});
     for (size_t k = 0; k < shards_.size(); ++k) {
       const ShardSpans& s = spans[k];
@@ -160,10 +167,7 @@ class Sampler {
       }
       spans.push_back(std::move(s));
     }
-    uint8_t* base = reader_.Staging(kRecords, std::max<size_t>(bytes, 1));
-    for (ShardSpans& s : spans) {
-      for (uint64_t& a : s.local) a += reinterpret_cast<uint64_t>(base);
-    }
+    const uint8_t* base = Stage(kRecords, bytes, spans);
     Read(spans);
     std::vector<std::vector<SlotInfo>> out(shards_.size());
     for (size_t k = 0; k < shards_.size(); ++k) {
@@ -231,10 +235,7 @@ class Sampler {
         }
         spans.push_back(std::move(s));
       }
-      uint8_t* base = reader_.Staging(kLines, std::max<size_t>(bytes, 1));
-      for (ShardSpans& s : spans) {
-        for (uint64_t& a : s.local) a += reinterpret_cast<uint64_t>(base);
-      }
+      const uint8_t* base = Stage(kLines, bytes, spans);
       Read(spans);
       for (size_t k = 0; k < S; ++k) {
         const int level = static_cast<int>(shards_[k].tree_offsets.size()) - 2 - depth;
