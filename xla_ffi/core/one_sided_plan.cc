@@ -32,55 +32,53 @@ Plan::Plan(nixl::Agent* agent, std::vector<ShardLayout> shards, Request request,
     throw InvalidArgument("a one-sided plan needs one number per shard, and a shard");
   }
   if (!(timeout_ > 0.0)) throw InvalidArgument("a one-sided plan needs a positive timeout");
+  if (agent_ != nullptr && request_.columns.size() > kMaxColumns) {
+    throw InvalidArgument("a compiled one-sided sample takes at most " +
+                          std::to_string(kMaxColumns) + " columns");
+  }
   width_ = request_.window > 0 ? request_.window : shards_[0].max_length;
 }
 
 Counts Plan::Sample(const uint32_t seed[2], const Outputs& out) {
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_) throw Closed("this sharded table's one-sided sampling is closed");
-  Request request = request_;
-  request.seed[0] = seed[0];
-  request.seed[1] = seed[1];
-  // Remote reads must land in registered memory: the agent's staging, one
-  // buffer per column, copied to `out` after.
-  Outputs into = out;
-  std::vector<size_t> bytes(request.columns.size());
-  for (size_t c = 0; c < request.columns.size(); ++c) {
-    bytes[c] = static_cast<size_t>(request.batch * width_ * request.columns[c].step_bytes);
-  }
+  request_.seed[0] = seed[0];  // under mu_: one sample of this plan at a time
+  request_.seed[1] = seed[1];
   for (;;) {
     try {
-      Counts counts;
-      if (agent_ != nullptr) {
-        std::lock_guard<std::mutex> sampling(agent_->sampling());
-        if (request.columns.size() > 5) {
-          throw InvalidArgument("a compiled one-sided sample takes at most 5 columns");
-        }
-        for (size_t c = 0; c < request.columns.size(); ++c) {
-          into.columns[c] = agent_->Staging(3 + static_cast<int>(c), bytes[c]);
-        }
-        AgentReader reader(*agent_, timeout_);
-        counts = one_sided::Sample(reader, shards_, request, into);
-        for (size_t c = 0; c < request.columns.size(); ++c) {
-          std::memcpy(out.columns[c], into.columns[c], bytes[c]);
-        }
-      } else {
+      if (agent_ == nullptr) {
         CopyReader reader;
-        counts = one_sided::Sample(reader, shards_, request, out);
+        return one_sided::Sample(reader, shards_, request_, out);
+      }
+      // Remote reads must land in registered memory: the agent's staging,
+      // one buffer per column, copied to `out` after.
+      std::lock_guard<std::mutex> sampling(agent_->sampling());
+      Outputs into = out;
+      for (size_t c = 0; c < request_.columns.size(); ++c) {
+        into.columns[c] = agent_->Staging(kFirstColumnStaging + static_cast<int>(c),
+                                          ColumnBytes(c));
+      }
+      AgentReader reader(*agent_, timeout_);
+      const Counts counts = one_sided::Sample(reader, shards_, request_, into);
+      for (size_t c = 0; c < request_.columns.size(); ++c) {
+        std::memcpy(out.columns[c], into.columns[c], ColumnBytes(c));
       }
       return counts;
     } catch (const ShardUnavailable& e) {
-      const int number = request.numbers[e.shard];
+      const int number = request_.numbers[e.shard];
       if (!skip_dead_ || shards_.size() == 1) {
         throw std::runtime_error("shard " + std::to_string(number) + " is unavailable: " +
                                  e.what());
       }
       lost_.push_back(number);
       shards_.erase(shards_.begin() + e.shard);
-      request.numbers.erase(request.numbers.begin() + e.shard);
-      request_.numbers = request.numbers;
+      request_.numbers.erase(request_.numbers.begin() + e.shard);
     }
   }
+}
+
+size_t Plan::ColumnBytes(size_t c) const {
+  return static_cast<size_t>(request_.batch * width_ * request_.columns[c].step_bytes);
 }
 
 void Plan::Close() {

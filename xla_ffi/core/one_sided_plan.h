@@ -39,7 +39,14 @@ class Plan {
   int64_t width() const { return width_; }
   const std::vector<Column>& columns() const { return request_.columns; }
 
+  // Columns of a plan with an agent: each stages its reads in one of the
+  // agent's buffers, after the sampler's own three (nixl_agent.h: 8 in all).
+  static constexpr int kFirstColumnStaging = 3;
+  static constexpr size_t kMaxColumns = 5;
+
  private:
+  size_t ColumnBytes(size_t c) const;
+
   std::mutex mu_;
   nixl::Agent* agent_;
   std::vector<ShardLayout> shards_;
