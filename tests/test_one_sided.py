@@ -277,3 +277,16 @@ def test_a_program_whose_plan_was_closed_fails_saying_so():
     reader.close_plans()
     with pytest.raises(Exception, match="plan .* its sharded table was closed|closed"):
         jax.block_until_ready(run(seeds))
+
+
+def test_compiled_samples_serve_tree_strategies_of_tables_a_plan_can_stage():
+    from gearjax._gearjax import one_sided_plan_max_columns
+    tables, _ = shards((8, 8))
+    reader = NativeReader(tables)
+    assert reader.compiles(gx.Prioritized(1.0)) and reader.compiles(gx.Uniform())
+    assert not reader.compiles(gx.TopK(3)) and not reader.compiles(gx.Recent(3))
+    assert not LocalReader(tables).compiles(gx.Uniform())  # no native sampler: io_callback
+    wide = [gx.Table({f"c{i}": gx.Column((), "int32") for i in
+                      range(one_sided_plan_max_columns + 1)}, capacity=4, max_length=4,
+                     _key_bits=SHIFT) for _ in range(2)]
+    assert not NativeReader(wide).compiles(gx.Uniform())  # more columns than a plan stages

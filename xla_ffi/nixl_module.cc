@@ -257,6 +257,7 @@ void DefineNixlAgent(nb::module_& m) {
         "Registers a plan for compiled one-sided samples (xla_ffi/core/one_sided_plan.h); "
         "returns its handle, the gearjax_one_sided_sample call's plan_handle. The agent must "
         "outlive it: close the plan first.");
+  m.attr("one_sided_plan_max_columns") = one_sided::Plan::kMaxColumns;
   m.def("one_sided_plan_close", &one_sided::ClosePlan, "handle"_a,
         nb::call_guard<nb::gil_scoped_release>(),
         "Closes a plan (waiting for a sample in flight); returns the shards it lost.");

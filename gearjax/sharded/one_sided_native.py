@@ -28,8 +28,12 @@ class NativeSampling:
 
     def compiles(self, strategy) -> bool:
         """Whether a sample by `strategy` inside a program can be one FFI call
-        of the native sampler (plan)."""
-        return self._native and strategy.code not in _RANKED
+        of the native sampler (plan): a tree strategy, and no more columns
+        than a plan stages."""
+        from gearjax._gearjax import one_sided_plan_max_columns
+
+        return (self._native and strategy.code not in _RANKED and
+                len(self._local.columns) <= one_sided_plan_max_columns)
 
     def plan(self, batch: int, window: int | None, code: int, alpha: float,
              pad_left: bool) -> int:

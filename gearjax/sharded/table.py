@@ -403,8 +403,8 @@ class ShardedTable:
         ``nixl``) are one XLA FFI custom call running the native sampler: no
         host callback. With a state they keep JAX's fast dispatch path, like
         a table's calls given a state. TopK and Recent, ``verbs``,
-        ``prefetch=True`` and other backends read through an ordered
-        ``io_callback`` (the state, if given, is passed through).
+        ``prefetch=True``, more than 5 columns and other backends read through
+        an ordered ``io_callback`` (the state, if given, is passed through).
         """
         state, args = _split_state(args)
         return self._sample(state, *args, **kwargs)
