@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "huge_pages.h"
 #include "memory.h"
 
 namespace gearjax {
@@ -33,7 +34,13 @@ class MappedArray {
       }
     }
     if (data_ == nullptr) {
-      data_ = static_cast<T*>(::operator new(bytes, kAlignment));
+      // Large arrays on transparent huge pages, asked for before the first
+      // touch below: a batch of draws reads tree lines and slot records at
+      // random, and on 4 KiB pages nearly every one of those reads would
+      // also miss the TLB.
+      if (bytes >= 2 * kHugePageSize) alignment_ = std::align_val_t{kHugePageSize};
+      data_ = static_cast<T*>(::operator new(bytes, alignment_));
+      if (bytes >= 2 * kHugePageSize) AdviseHugePages(data_, bytes);
     }
     std::memset(static_cast<void*>(data_), 0, bytes);
   }
@@ -48,6 +55,7 @@ class MappedArray {
       device_ = std::exchange(other.device_, nullptr);
       mapped_by_ = std::exchange(other.mapped_by_, nullptr);
       size_ = std::exchange(other.size_, 0);
+      alignment_ = other.alignment_;
     }
     return *this;
   }
@@ -65,7 +73,7 @@ class MappedArray {
     if (mapped_by_ != nullptr) {
       ReleaseMapped(mapped_by_, data_);
     } else {
-      ::operator delete(data_, kAlignment);
+      ::operator delete(data_, alignment_);
     }
     data_ = nullptr;
   }
@@ -74,6 +82,7 @@ class MappedArray {
   const T* device_ = nullptr;
   const MappedAllocator* mapped_by_ = nullptr;
   size_t size_ = 0;
+  std::align_val_t alignment_ = kAlignment;  // what operator new was given
 };
 
 }  // namespace gearjax
