@@ -8,6 +8,7 @@
 
 #include <cfloat>
 #include <cstdint>
+#include <cstring>
 
 namespace gearjax {
 
@@ -38,6 +39,20 @@ inline constexpr double kMinPriority = DBL_MIN;
 inline constexpr double kMaxPriority = static_cast<double>(1e30f);
 inline constexpr double kMaxAlpha = 8.0;
 inline constexpr double kMinWeight = DBL_MIN;
+
+// Whether v is a subnormal float64, judged on its bits, so that the answer is
+// the same where the CPU treats subnormal inputs as zero (XLA's threads do).
+inline bool IsSubnormal(double v) {
+  uint64_t bits;
+  std::memcpy(&bits, &v, sizeof(bits));
+  return (bits & 0x7ff0000000000000ull) == 0 && (bits & 0x000fffffffffffffull) != 0;
+}
+
+// Whether `priority` is 0 or a normal float64 in [kMinPriority, kMaxPriority].
+// Inline: every priority of every update passes here.
+inline bool ValidPriority(double priority) {
+  return !IsSubnormal(priority) && priority >= 0.0 && priority <= kMaxPriority;
+}
 
 // Distinct Prioritized alphas a table keeps a sum tree for. Each tree costs
 // memory and is updated on every insert and priority update, so the number is

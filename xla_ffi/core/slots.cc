@@ -24,19 +24,6 @@ Slots::Slots(int64_t capacity, bool gpu_mapped, int key_bits)
   for (int64_t s = capacity - 1; s >= 0; --s) free_.push_back(s);
 }
 
-const SlotInfo* Slots::Address(int64_t key) const {
-  const int64_t slot = layout_.Slot(key);
-  return slot < capacity_ ? &info_[slot] : nullptr;
-}
-
-int64_t Slots::Find(int64_t key) const {
-  if (key < 0) return -1;
-  const int64_t slot = layout_.Slot(key);
-  if (slot >= capacity_) return -1;
-  const SlotInfo& info = info_[slot];
-  return info.state == SlotState::kLive && info.key == key ? slot : -1;
-}
-
 int64_t Slots::AcquireFree() {
   while (!free_.empty()) {
     const int64_t slot = free_.back();

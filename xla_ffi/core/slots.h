@@ -64,11 +64,20 @@ class Slots {
   // The records at the GPU's addresses (nullptr when not GPU-mapped).
   const SlotInfo* device_info() const { return info_.device_data(); }
   // Where a key would live (no memory access), for prefetching.
-  const SlotInfo* Address(int64_t key) const;
+  const SlotInfo* Address(int64_t key) const {
+    const int64_t slot = layout_.Slot(key);
+    return slot < capacity_ ? &info_[slot] : nullptr;
+  }
 
   // The slot holding live key `key`, or -1 (never stored, evicted, or not a
   // key of this table).
-  int64_t Find(int64_t key) const;
+  int64_t Find(int64_t key) const {
+    if (key < 0) return -1;
+    const int64_t slot = layout_.Slot(key);
+    if (slot >= capacity_) return -1;
+    const SlotInfo& info = info_[slot];
+    return info.state == SlotState::kLive && info.key == key ? slot : -1;
+  }
 
   // Pins: a pinned slot is not overwritten (writers wait for its pins).
   void Pin(int64_t slot) {

@@ -18,20 +18,6 @@ namespace gearjax {
 
 using table_internal::Number;
 
-namespace {
-
-bool IsSubnormal(double v) {
-  uint64_t bits;
-  std::memcpy(&bits, &v, sizeof(bits));
-  return (bits & 0x7ff0000000000000ull) == 0 && (bits & 0x000fffffffffffffull) != 0;
-}
-
-}  // namespace
-
-bool ValidPriority(double priority) {
-  return !IsSubnormal(priority) && priority >= 0.0 && priority <= kMaxPriority;
-}
-
 void CheckPriority(double priority, const std::string& what) {
   if (IsSubnormal(priority)) {
     throw InvalidArgument(what + " is " + Number(priority) +

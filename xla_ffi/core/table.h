@@ -50,6 +50,7 @@
 #include "draw.h"
 #include "exchange_counters.h"
 #include "gpu_selection.h"
+#include "limits.h"
 #include "rate_limiter.h"
 #include "removers.h"
 #include "selectors/constrained.h"
@@ -492,11 +493,8 @@ class Table {
   ConstrainedDraw constrained_;
 };
 
-// Whether `priority` is 0 or a normal float64 in [kMinPriority, kMaxPriority]
-// (limits.h). Checked on bits, so a subnormal value is refused even where the
-// CPU treats subnormal inputs as zero (XLA's threads do).
-bool ValidPriority(double priority);
-// Throws InvalidArgument unless ValidPriority; `what` names the value.
+// Throws InvalidArgument unless ValidPriority (limits.h); `what` names the
+// value.
 void CheckPriority(double priority, const std::string& what);
 
 }  // namespace gearjax
