@@ -63,11 +63,23 @@ inline void CopyBytes(uint8_t* dst, const uint8_t* src, int64_t n) {
   }
 }
 
-void PrefetchWindow(const Table& table, const Draw& d) {
-  const int64_t valid = d.valid;
-  for (int c = 0; c < table.num_columns(); ++c) {
-    const uint8_t* src = table.StepPointer(c, d.slot, d.start);
-    const int64_t bytes = std::min(valid * table.step_bytes(c), kPrefetchBytes);
+// What the row loop needs of one column, read from the table once per call
+// rather than once per row.
+struct ColumnRun {
+  const uint8_t* slot0;  // step 0 of slot 0
+  size_t slot_bytes;     // one slot: max_length steps
+  int64_t step_bytes;
+  uint8_t* out;          // row 0 of the output
+  const ColumnSpec* spec;
+  bool pad_one_byte;
+};
+
+void PrefetchWindow(const ColumnRun* runs, int num_columns, const Draw& d) {
+  for (int c = 0; c < num_columns; ++c) {
+    const ColumnRun& run = runs[c];
+    const uint8_t* src = run.slot0 + static_cast<size_t>(d.slot) * run.slot_bytes +
+                         static_cast<size_t>(d.start * run.step_bytes);
+    const int64_t bytes = std::min(d.valid * run.step_bytes, kPrefetchBytes);
     for (int64_t offset = 0; offset < bytes; offset += kCacheLine) {
       PrefetchForRead(src + offset);
     }
@@ -79,31 +91,45 @@ void PrefetchWindow(const Table& table, const Draw& d) {
 void GatherRows(const Table& table, const Draw* draws, int64_t row_begin, int64_t row_end,
                 int64_t width, bool pad_left, const SampleOutputs& out) {
   const int num_columns = table.num_columns();
+  // Per thread, reused: no allocation per call once it has grown.
+  thread_local std::vector<ColumnRun> scratch;
+  scratch.resize(static_cast<size_t>(num_columns));
+  ColumnRun* runs = scratch.data();
   int64_t row_bytes = 0;
-  for (int c = 0; c < num_columns; ++c) row_bytes += width * table.step_bytes(c);
+  for (int c = 0; c < num_columns; ++c) {
+    const int64_t step_bytes = table.step_bytes(c);
+    runs[c] = {table.StepPointer(c, 0, 0),
+               static_cast<size_t>(table.spec().max_length) * static_cast<size_t>(step_bytes),
+               step_bytes,
+               out.columns[c],
+               &table.spec().columns[c],
+               table.pad_is_one_byte(c)};
+    row_bytes += width * step_bytes;
+  }
   const int64_t ahead = row_bytes <= kSmallRowBytes ? kPrefetchRowsSmall : kPrefetchRows;
   for (int64_t b = row_begin; b < std::min(row_end, row_begin + ahead); ++b) {
-    PrefetchWindow(table, draws[b]);
+    PrefetchWindow(runs, num_columns, draws[b]);
   }
   for (int64_t b = row_begin; b < row_end; ++b) {
-    if (b + ahead < row_end) PrefetchWindow(table, draws[b + ahead]);
+    if (b + ahead < row_end) PrefetchWindow(runs, num_columns, draws[b + ahead]);
     const Draw& d = draws[b];
-    const int64_t offset = WindowOffset(d.valid, width, pad_left);
     out.keys[b] = d.key;
     out.start[b] = static_cast<int32_t>(d.start);
     out.probability[b] = d.probability;
     out.table_size[b] = d.table_size;
     out.valid[b] = static_cast<int32_t>(d.valid);
+    const int64_t offset = WindowOffset(d.valid, width, pad_left);
+    const int64_t pad = width - d.valid;
     for (int c = 0; c < num_columns; ++c) {
-      const ColumnSpec& column = table.spec().columns[c];
-      const int64_t step_bytes = column.step_bytes;
-      uint8_t* row = out.columns[c] + b * width * step_bytes;
-      CopyBytes(row + offset * step_bytes, table.StepPointer(c, d.slot, d.start),
+      const ColumnRun& run = runs[c];
+      const int64_t step_bytes = run.step_bytes;
+      uint8_t* row = run.out + b * width * step_bytes;
+      CopyBytes(row + offset * step_bytes,
+                run.slot0 + static_cast<size_t>(d.slot) * run.slot_bytes +
+                    static_cast<size_t>(d.start * step_bytes),
                 d.valid * step_bytes);
-      if (pad_left) {
-        FillPad(row, offset, column, table.pad_is_one_byte(c));
-      } else {
-        FillPad(row + d.valid * step_bytes, width - d.valid, column, table.pad_is_one_byte(c));
+      if (pad > 0) {
+        FillPad(pad_left ? row : row + d.valid * step_bytes, pad, *run.spec, run.pad_one_byte);
       }
     }
   }
