@@ -14,6 +14,7 @@
 // whole line j of level l.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -95,6 +96,20 @@ GEARJAX_HD int64_t SumTreeDraw(const SumTreeView& t, double u) {
   return SumTreeWeight(t, node) > 0.0 ? node : -1;
 }
 
+// SumTreeChild as the CPU kernel of the active SIMD level computes it (see
+// sum_tree_draw_cpu.cc): the same child and the same remaining target at
+// every level. For tests; DrawMany runs the kernels inline.
+int SumTreeChildCpu(const double* line, double* target);
+
+// Memory a batched draw prefetches for each leaf it draws, as soon as the leaf
+// is known: base + leaf * stride (the table's slot records, which the caller
+// reads next), or nothing when base is null. Those reads then miss while the
+// descent still works instead of after it.
+struct LeafPrefetch {
+  const void* base = nullptr;
+  size_t stride = 0;
+};
+
 class SumTree {
  public:
   // A tree over `num_leaves` leaves (>= 1), all of weight 0.
@@ -117,7 +132,7 @@ class SumTree {
   // level, prefetching each one's next line, so their cache misses overlap.
   // Both give exactly what SumTreeDraw gives for the same u.
   int64_t Draw(double u) const { return SumTreeDraw(view(), u); }
-  void DrawMany(const double* u, int64_t n, int64_t* leaves) const;
+  void DrawMany(const double* u, int64_t n, int64_t* leaves, LeafPrefetch then = {}) const;
 
   // The tree at host addresses, and at the GPU's (nodes == nullptr when the
   // tree is not GPU-mapped).

@@ -1,6 +1,7 @@
 // Tests of the eight-way sum tree: totals, draws against a brute-force
 // cumulative sum, zero-weight leaves never drawn, batched updates and draws
-// equal to the one-at-a-time ones, no drift.
+// equal to the one-at-a-time ones (batched draws with every CPU kernel), no
+// drift.
 #include "core/sum_tree.h"
 
 #include <gtest/gtest.h>
@@ -10,8 +11,14 @@
 #include <random>
 #include <vector>
 
+#include "core/cpu_simd.h"
+
 namespace gearjax {
 namespace {
+
+// Every SIMD level DrawMany has a kernel for; where the processor lacks one,
+// pinning it runs the baseline kernel again (cpu_simd_test.cc says which).
+constexpr SimdLevel kLevels[] = {SimdLevel::kBaseline, SimdLevel::kAvx2};
 
 // The leaf a draw of u must give for integer weights (sums are exact).
 int64_t BruteForceDraw(const std::vector<double>& w, double u) {
@@ -47,13 +54,17 @@ TEST_P(SumTreeSizes, TotalsAndDrawsMatchABruteForceSum) {
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
   std::vector<double> us = {0.0, std::nextafter(1.0, 0.0), 0.5};
   for (int i = 0; i < 2000; ++i) us.push_back(uniform(rng));
-  std::vector<int64_t> many(us.size());
-  tree.DrawMany(us.data(), static_cast<int64_t>(us.size()), many.data());
-  for (size_t i = 0; i < us.size(); ++i) {
-    const int64_t leaf = tree.Draw(us[i]);
-    ASSERT_EQ(leaf, BruteForceDraw(w, us[i])) << "u=" << us[i];
-    ASSERT_GT(w[leaf], 0) << "drew a zero-weight leaf";
-    ASSERT_EQ(many[i], leaf) << "DrawMany differs from Draw";
+  for (SimdLevel level : kLevels) {
+    const ScopedSimdLevel pin(level);
+    std::vector<int64_t> many(us.size());
+    tree.DrawMany(us.data(), static_cast<int64_t>(us.size()), many.data());
+    for (size_t i = 0; i < us.size(); ++i) {
+      const int64_t leaf = tree.Draw(us[i]);
+      ASSERT_EQ(leaf, BruteForceDraw(w, us[i])) << "u=" << us[i];
+      ASSERT_GT(w[leaf], 0) << "drew a zero-weight leaf";
+      ASSERT_EQ(many[i], leaf) << "DrawMany differs from Draw at SIMD level "
+                               << static_cast<int>(level);
+    }
   }
 }
 
@@ -87,14 +98,83 @@ TEST(SumTree, DrawManyEqualsSumTreeDrawWhereRoundingDecides) {
       us.push_back(std::nextafter(u, 0.0));
       us.push_back(std::nextafter(u, 1.0));
     }
-    std::vector<int64_t> many(us.size());
-    tree.DrawMany(us.data(), static_cast<int64_t>(us.size()), many.data());
-    for (size_t i = 0; i < us.size(); ++i) {
-      const int64_t leaf = SumTreeDraw(tree.view(), us[i]);
-      ASSERT_EQ(many[i], leaf) << "n=" << n << " u=" << us[i];
-      ASSERT_GE(leaf, 0);
-      ASSERT_GT(w[leaf], 0.0) << "drew a zero-weight leaf";
+    for (SimdLevel level : kLevels) {
+      const ScopedSimdLevel pin(level);
+      std::vector<int64_t> many(us.size());
+      tree.DrawMany(us.data(), static_cast<int64_t>(us.size()), many.data());
+      for (size_t i = 0; i < us.size(); ++i) {
+        const int64_t leaf = SumTreeDraw(tree.view(), us[i]);
+        ASSERT_EQ(many[i], leaf) << "n=" << n << " u=" << us[i] << " level "
+                                 << static_cast<int>(level);
+        ASSERT_GE(leaf, 0);
+        ASSERT_GT(w[leaf], 0.0) << "drew a zero-weight leaf";
+      }
     }
+  }
+}
+
+// The CPU kernels against SumTreeChild on lines where rounding decides:
+// weights over many binades with zeros between them, lines ending in zero
+// weights (whose last prefix is summed another way than the one before it
+// and may round below it), and targets at, just below and just above every
+// prefix, at the line's sum (every prefix <= the target: the last positive
+// child) and past it. Child and remaining target must agree bit for bit.
+TEST(SumTree, EveryCpuKernelTakesTheChildAndTargetSumTreeChildTakes) {
+  std::mt19937_64 rng(7);
+  int64_t all_counted = 0, last_below = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    double line[8];
+    for (double& x : line) {
+      const uint64_t r = rng() % 6;
+      x = r == 0 ? 0.0 : std::ldexp(1.0 + static_cast<double>(rng() % 1000003) / 1000003,
+                                    -static_cast<int>(rng() % (r == 1 ? 60 : 3)));
+    }
+    if (trial % 3 == 0) line[7] = 0.0;
+    if (trial % 5 == 0) line[0] = 0.0;
+    const double s01 = line[0] + line[1], s23 = line[2] + line[3];
+    const double s45 = line[4] + line[5], s67 = line[6] + line[7];
+    const double s03 = s01 + s23, p5 = s03 + s45;
+    const double prefix[8] = {line[0], s01, s01 + line[2], s03, s03 + line[4], p5,
+                              p5 + line[6], s03 + (s45 + s67)};
+    last_below += prefix[7] < prefix[6];
+    std::vector<double> targets = {0.0, prefix[7] * 2};
+    for (double p : prefix) {
+      targets.insert(targets.end(), {p, std::nextafter(p, 0.0), std::nextafter(p, 1e300)});
+    }
+    for (double t : targets) {
+      double want_target = t;
+      const int want = SumTreeChild(line, &want_target);
+      all_counted += t >= prefix[7] && t >= prefix[6];
+      for (SimdLevel level : kLevels) {
+        const ScopedSimdLevel pin(level);
+        double got_target = t;
+        ASSERT_EQ(SumTreeChildCpu(line, &got_target), want)
+            << "trial " << trial << " t=" << t << " level " << static_cast<int>(level);
+        ASSERT_EQ(got_target, want_target)
+            << "trial " << trial << " t=" << t << " level " << static_cast<int>(level);
+      }
+    }
+  }
+  EXPECT_GT(all_counted, 1000);  // the rounding branch ran
+  EXPECT_GT(last_below, 10);     // and lines whose last prefix rounds below the one before
+}
+
+// Prefetching each drawn leaf's record (LeafPrefetch) changes no draw.
+TEST(SumTree, PrefetchingRecordsChangesNoDraw) {
+  const int64_t n = 5000;
+  SumTree tree(n, false);
+  std::mt19937_64 rng(3);
+  for (int64_t i = 0; i < n; ++i) tree.Set(i, static_cast<double>(rng() % 3));
+  std::vector<double> us(1000);
+  for (double& u : us) u = static_cast<double>(rng() % 1000000) / 1000000;
+  std::vector<char> records(static_cast<size_t>(n) * 32);
+  for (SimdLevel level : kLevels) {
+    const ScopedSimdLevel pin(level);
+    std::vector<int64_t> plain(us.size()), prefetched(us.size());
+    tree.DrawMany(us.data(), static_cast<int64_t>(us.size()), plain.data());
+    tree.DrawMany(us.data(), static_cast<int64_t>(us.size()), prefetched.data(),
+                  LeafPrefetch{records.data(), 32});
+    EXPECT_EQ(plain, prefetched);
   }
 }
 
@@ -154,10 +234,13 @@ TEST(SumTree, SumsNeverDrift) {
 TEST(SumTree, AnEmptyTreeDrawsNothing) {
   SumTree tree(100, false);
   EXPECT_EQ(tree.Draw(0.5), -1);
-  int64_t leaf = 0;
-  const double u = 0.5;
-  tree.DrawMany(&u, 1, &leaf);
-  EXPECT_EQ(leaf, -1);
+  for (SimdLevel level : kLevels) {
+    const ScopedSimdLevel pin(level);
+    int64_t leaf = 0;
+    const double u = 0.5;
+    tree.DrawMany(&u, 1, &leaf);
+    EXPECT_EQ(leaf, -1);
+  }
 }
 
 TEST(SumTree, TinyWeightsBesideHugeOnesStayDrawable) {

@@ -9,6 +9,7 @@
 #include "limits.h"
 #include "prefetch.h"
 #include "random.h"
+#include "row_words_cpu.h"
 #include "table.h"
 #include "table_internal.h"
 
@@ -78,15 +79,17 @@ void Table::WaitToSampleLocked(std::unique_lock<std::mutex>& lock, const SampleR
 void Table::SelectLocked(const SampleRequest& r, const uint32_t seed[2], const double* u,
                          Selection* out) {
   const int64_t n = r.batch;
+  // Select reads each drawn slot's record next: tree draws prefetch it.
+  const LeafPrefetch records{&(*slots_)[0], sizeof(SlotInfo)};
   switch (r.strategy) {
     case Strategy::kUniform:
       uniform_->SelectMany(seed, u, n, out);
       return;
     case Strategy::kTimestep:
-      TimestepLocked().SelectMany(u, n, out);
+      TimestepLocked().SelectMany(u, n, out, records);
       return;
     case Strategy::kPrioritized:
-      PrioritizedLocked(r.alpha).SelectMany(u, n, out);
+      PrioritizedLocked(r.alpha).SelectMany(u, n, out, records);
       return;
     case Strategy::kTopK: {
       const TopKSelector& topk = TopKLocked();
@@ -118,10 +121,8 @@ uint64_t Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* dra
   words.resize(static_cast<size_t>(n));
   u.resize(static_cast<size_t>(n));
   selections.resize(static_cast<size_t>(n));
-  for (int64_t b = 0; b < n; ++b) {
-    words[b] = RowWords(seed, b);
-    u[b] = UniformFromBits(words[b].w[0], words[b].w[1]);
-  }
+  RowWordsMany(seed, n, words.data());
+  for (int64_t b = 0; b < n; ++b) u[b] = UniformFromBits(words[b].w[0], words[b].w[1]);
   std::unique_lock<std::mutex> lock(mu_);
   WaitToSampleLocked(lock, r);
   const bool constrained = Constrained(r);

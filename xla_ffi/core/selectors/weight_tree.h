@@ -17,10 +17,11 @@ class WeightTreeSelector : public Selector {
   void Insert(const Item& item) override { weights_.Set(item.slot, Weight(item)); }
   void Delete(const Item& item) override { weights_.Set(item.slot, 0.0); }
 
-  // Draws n rows at once (SumTree::DrawMany); probability = weight / total.
-  void SelectMany(const double* u, int64_t n, Selection* out) const {
+  // Draws n rows at once (SumTree::DrawMany, prefetching `then` for each
+  // drawn slot); probability = weight / total.
+  void SelectMany(const double* u, int64_t n, Selection* out, LeafPrefetch then = {}) const {
     drawn_.resize(static_cast<size_t>(n));
-    weights_.DrawMany(u, n, drawn_.data());
+    weights_.DrawMany(u, n, drawn_.data(), then);
     const double total = weights_.Total();
     for (int64_t i = 0; i < n; ++i) {
       out[i] = {drawn_[i], drawn_[i] < 0 ? 0.0 : weights_.Get(drawn_[i]) / total};

@@ -1,0 +1,32 @@
+// Which x86 vector extensions the CPU kernels of the core use: AVX2 where the
+// processor has it, the x86-64 baseline (SSE2) otherwise, and plain C++ on
+// other architectures. Every kernel gives the same results bit for bit at
+// every level (each kernel's test checks that), so the level changes speed
+// only. Tests pin a level with ScopedSimdLevel to run each kernel in turn.
+#pragma once
+
+namespace gearjax {
+
+enum class SimdLevel { kBaseline = 0, kAvx2 = 1 };
+
+// What this processor supports (checked once).
+SimdLevel DetectedSimdLevel();
+
+// What the kernels use now: the detected level unless a ScopedSimdLevel
+// lowers it.
+SimdLevel ActiveSimdLevel();
+
+// For tests: the kernels use min(level, detected) while this lives. Not for
+// concurrent use with other pins.
+class ScopedSimdLevel {
+ public:
+  explicit ScopedSimdLevel(SimdLevel level);
+  ~ScopedSimdLevel();
+  ScopedSimdLevel(const ScopedSimdLevel&) = delete;
+  ScopedSimdLevel& operator=(const ScopedSimdLevel&) = delete;
+
+ private:
+  int previous_;
+};
+
+}  // namespace gearjax
