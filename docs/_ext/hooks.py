@@ -85,7 +85,7 @@ SOURCES: list[tuple[str, str]] = [
     ("bench_writer_cpu.txt", "the printed report of `scripts/bench_writer.py` (same run)"),
     ("bench_core_cpu.txt", "`scripts/bench_core.cc` (the native core alone)"),
     ("bench_dispatch_cpu.json",
-     "`python scripts/bench_dispatch.py --reverb-python /work/reverb-venv/bin/python` "
+     "`python scripts/bench_dispatch.py --reverb-python REVERB_VENV/bin/python` "
      "(Reverb in its own virtual environment)"),
     ("bench_dispatch_cpu.txt", "the printed report of `scripts/bench_dispatch.py` (same run)"),
     ("bench_dqn_cpu.json", "`python scripts/bench_dqn.py --seeds 0,1,2`"),
