@@ -1,6 +1,8 @@
 // RowWordsMany (see row_words_cpu.h).
 #include "row_words_cpu.h"
 
+#include <algorithm>
+
 #include "cpu_simd.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -12,8 +14,10 @@
 namespace gearjax {
 namespace {
 
-void RowWordsScalar(const uint32_t seed[2], int64_t begin, int64_t end, Words4* out) {
-  for (int64_t b = begin; b < end; ++b) out[b] = RowWords(seed, b);
+// out[i] = RowWords(seed, first + i) for i in [begin, end).
+void RowWordsScalar(const uint32_t seed[2], int64_t first, int64_t begin, int64_t end,
+                    Words4* out) {
+  for (int64_t i = begin; i < end; ++i) out[i] = RowWords(seed, first + i);
 }
 
 #if defined(GEARJAX_HAVE_AVX2_KERNELS)
@@ -25,11 +29,11 @@ GEARJAX_AVX2 inline void MulHiLo(__m256i x, __m256i m, __m256i* hi, __m256i* lo)
   *hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0b10101010);
 }
 
-// Philox4x32x10 of random.h for rows first .. first + 7, lane l holding row
-// first + l. `first` is a multiple of 8, so the rows' low counter words are
-// the first's plus the lane, without a carry into the high word.
-GEARJAX_AVX2 void EightRows(const uint32_t seed[2], int64_t first, Words4* out) {
-  const uint64_t row = static_cast<uint64_t>(first);
+// Philox4x32x10 of random.h for rows row0 .. row0 + 7 into out[0 .. 7],
+// lane l holding row row0 + l. `row0` is a multiple of 8, so the rows' low
+// counter words are row0's plus the lane, without a carry into the high word.
+GEARJAX_AVX2 void EightRows(const uint32_t seed[2], int64_t row0, Words4* out) {
+  const uint64_t row = static_cast<uint64_t>(row0);
   __m256i c0 = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(row))),
                                 _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   __m256i c1 = _mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(row >> 32)));
@@ -59,29 +63,32 @@ GEARJAX_AVX2 void EightRows(const uint32_t seed[2], int64_t first, Words4* out) 
   const __m256i c = _mm256_unpackhi_epi32(c0, c1), d = _mm256_unpackhi_epi32(c2, c3);
   const __m256i rows04 = _mm256_unpacklo_epi64(a, b), rows15 = _mm256_unpackhi_epi64(a, b);
   const __m256i rows26 = _mm256_unpacklo_epi64(c, d), rows37 = _mm256_unpackhi_epi64(c, d);
-  __m256i* dst = reinterpret_cast<__m256i*>(out + first);
+  __m256i* dst = reinterpret_cast<__m256i*>(out);
   _mm256_storeu_si256(dst + 0, _mm256_permute2x128_si256(rows04, rows15, 0x20));
   _mm256_storeu_si256(dst + 1, _mm256_permute2x128_si256(rows26, rows37, 0x20));
   _mm256_storeu_si256(dst + 2, _mm256_permute2x128_si256(rows04, rows15, 0x31));
   _mm256_storeu_si256(dst + 3, _mm256_permute2x128_si256(rows26, rows37, 0x31));
 }
 
-GEARJAX_AVX2 __attribute__((flatten)) void RowWordsAvx2(const uint32_t seed[2], int64_t n,
-                                                         Words4* out) {
-  const int64_t whole = n / 8 * 8;
-  for (int64_t first = 0; first < whole; first += 8) EightRows(seed, first, out);
-  RowWordsScalar(seed, whole, n, out);
+GEARJAX_AVX2 __attribute__((flatten)) void RowWordsAvx2(const uint32_t seed[2], int64_t first,
+                                                         int64_t n, Words4* out) {
+  // Rows one at a time up to a multiple of 8, then eight at a time.
+  const int64_t head = std::min(n, (8 - first % 8) % 8);
+  RowWordsScalar(seed, first, 0, head, out);
+  const int64_t whole = head + (n - head) / 8 * 8;
+  for (int64_t i = head; i < whole; i += 8) EightRows(seed, first + i, out + i);
+  RowWordsScalar(seed, first, whole, n, out);
 }
 #endif
 
 }  // namespace
 
-void RowWordsMany(const uint32_t seed[2], int64_t n, Words4* out) {
+void RowWordsMany(const uint32_t seed[2], int64_t first, int64_t n, Words4* out) {
   static_assert(sizeof(Words4) == 16, "four words, no padding: eight rows fill four stores");
 #if defined(GEARJAX_HAVE_AVX2_KERNELS)
-  if (ActiveSimdLevel() == SimdLevel::kAvx2) return RowWordsAvx2(seed, n, out);
+  if (ActiveSimdLevel() == SimdLevel::kAvx2) return RowWordsAvx2(seed, first, n, out);
 #endif
-  RowWordsScalar(seed, 0, n, out);
+  RowWordsScalar(seed, first, 0, n, out);
 }
 
 }  // namespace gearjax

@@ -1,5 +1,5 @@
-// The random words of a whole batch at once on the CPU: RowWords(seed, b) for
-// b = 0..n-1 (random.h), eight rows per AVX2 instruction where the processor
+// The random words of many rows at once on the CPU: RowWords(seed, b) for a
+// run of rows b (random.h), eight rows per AVX2 instruction where the processor
 // has it (cpu_simd.h), one row at a time otherwise. The words are the same at
 // every level; only the speed differs.
 #pragma once
@@ -10,7 +10,12 @@
 
 namespace gearjax {
 
-// out[b] = RowWords(seed, b) for b in [0, n).
-void RowWordsMany(const uint32_t seed[2], int64_t n, Words4* out);
+// out[i] = RowWords(seed, first + i) for i in [0, n); first >= 0.
+void RowWordsMany(const uint32_t seed[2], int64_t first, int64_t n, Words4* out);
+
+// The same for rows 0 .. n - 1.
+inline void RowWordsMany(const uint32_t seed[2], int64_t n, Words4* out) {
+  RowWordsMany(seed, 0, n, out);
+}
 
 }  // namespace gearjax

@@ -5,8 +5,10 @@
 #include <cmath>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "random.h"
+#include "row_words_cpu.h"
 
 namespace gearjax {
 
@@ -92,6 +94,26 @@ void CheckSummaries(const ShardSummary* summaries, int64_t shards) {
   }
 }
 
+namespace {
+
+// The index of the first of the n non-decreasing values at `values` that is
+// above `target` (n if none): std::upper_bound without branches on the data,
+// which a random target would mispredict at every step.
+int64_t FirstAbove(const double* values, int64_t n, double target) {
+  if (n == 0) return 0;
+  const double* base = values;
+  while (n > 1) {
+    const int64_t half = n / 2;
+    // Arithmetic on the comparison, not a conditional: compilers turn
+    // conditionals on a loaded value into branches.
+    base += half * static_cast<int64_t>(base[half - 1] <= target);
+    n -= half;
+  }
+  return (base - values) + (*base <= target);
+}
+
+}  // namespace
+
 void PlanShards(const ShardSummary* summaries, int64_t shards, const uint32_t seed[2],
                 int64_t batch, int32_t* shard_of_row, int32_t* counts) {
   CheckSummaries(summaries, shards);
@@ -106,16 +128,30 @@ void PlanShards(const ShardSummary* summaries, int64_t shards, const uint32_t se
     throw InvalidArgument("cannot sample: no shard holds anything this strategy can draw "
                           "(every shard is empty, or every priority is 0)");
   }
-  for (int64_t b = 0; b < batch; ++b) {
-    const Words4 w = RowWords(seed, b);
-    const double target = UniformFromBits(w.w[0], w.w[1]) * total;
-    // The first shard whose cumulative weight exceeds the target; rounding at
-    // the very top falls to the last shard with weight, never to an empty one.
-    int64_t k = 0;
-    double cumulative = summaries[0].weight;
-    while (k < last_drawable && !(target < cumulative)) cumulative += summaries[++k].weight;
-    shard_of_row[b] = static_cast<int32_t>(k);
-    ++counts[k];
+  // Cumulative weights, summed once in shard order (the very sums a scan from
+  // shard 0 forms), then searched per row: O(log P) a row instead of O(P),
+  // which made the plan every device draws for every process cost O(P^2 B).
+  thread_local std::vector<double> cumulative;
+  thread_local std::vector<Words4> words;
+  cumulative.resize(static_cast<size_t>(last_drawable + 1));
+  double sum = 0;
+  for (int64_t k = 0; k <= last_drawable; ++k) cumulative[k] = sum += summaries[k].weight;
+  const double* first = cumulative.data();
+  const double* last = first + last_drawable;  // the last shard with weight
+  constexpr int64_t kRowsAtOnce = 256;  // the batch's random words, a block at a time
+  words.resize(static_cast<size_t>(std::min(batch, kRowsAtOnce)));
+  for (int64_t begin = 0; begin < batch; begin += kRowsAtOnce) {
+    const int64_t rows = std::min(kRowsAtOnce, batch - begin);
+    RowWordsMany(seed, begin, rows, words.data());
+    for (int64_t i = 0; i < rows; ++i) {
+      const double target = UniformFromBits(words[i].w[0], words[i].w[1]) * total;
+      // The first shard whose cumulative weight exceeds the target; rounding
+      // at the very top falls to the last shard with weight, never to an
+      // empty one.
+      const int64_t k = FirstAbove(first, last - first, target);
+      shard_of_row[begin + i] = static_cast<int32_t>(k);
+      ++counts[k];
+    }
   }
 }
 

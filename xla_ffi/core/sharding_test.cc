@@ -1,14 +1,18 @@
 // Tests of global sampling over shards: totals per strategy, the shard draw
 // (in proportion to the shards' weights, never an empty shard), the summary
 // checks, the owner's draws (global keys, sizes and probabilities, empty
-// rows, counted samples) and keys of fewer than 63 bits.
+// rows, counted samples) and keys of fewer than 63 bits. The shard draw is
+// checked row for row against a scan from shard 0.
 #include "core/sharding.h"
 
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cmath>
+#include <random>
 #include <vector>
+
+#include "core/random.h"
 
 namespace gearjax {
 namespace {
@@ -76,6 +80,48 @@ TEST(Sharding, ShardsAreDrawnInProportionToTheirWeight) {
   std::vector<int32_t> again(n), counts_again(4);
   PlanShards(s.data(), 4, seed, n, again.data(), counts_again.data());
   EXPECT_EQ(shard, again);  // a function of the seed and the summaries
+}
+
+// The shard draw as a scan from shard 0 makes it, one row at a time: the
+// reference the searched draw must equal row for row.
+int32_t ScannedShard(const std::vector<ShardSummary>& s, const uint32_t seed[2], int64_t b) {
+  double total = 0;
+  int64_t last = -1;
+  for (size_t k = 0; k < s.size(); ++k) {
+    total += s[k].weight;
+    if (s[k].weight > 0) last = static_cast<int64_t>(k);
+  }
+  const Words4 w = RowWords(seed, b);
+  const double target = UniformFromBits(w.w[0], w.w[1]) * total;
+  int64_t k = 0;
+  double cumulative = s[0].weight;
+  while (k < last && !(target < cumulative)) cumulative += s[++k].weight;
+  return static_cast<int32_t>(k);
+}
+
+TEST(Sharding, TheShardDrawIsTheScanFromShardZeroRowForRow) {
+  std::mt19937_64 rng(5);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int64_t shards = 1 + static_cast<int64_t>(rng() % 70);
+    std::vector<double> w(static_cast<size_t>(shards));
+    for (double& x : w) {
+      const uint64_t r = rng() % 5;  // zeros, inside and at the end; weights over many binades
+      x = r == 0 ? 0.0 : std::ldexp(1.0 + static_cast<double>(rng() % 1000) / 1000,
+                                    static_cast<int>(rng() % 60) - 30);
+    }
+    w[rng() % w.size()] = 1.0;
+    const std::vector<ShardSummary> s = Summaries(w);
+    const uint32_t seed[2] = {static_cast<uint32_t>(trial), 77};
+    const int64_t batch = 1 + static_cast<int64_t>(rng() % 700);  // across blocks of 256 rows
+    std::vector<int32_t> shard(static_cast<size_t>(batch)), counts(static_cast<size_t>(shards));
+    PlanShards(s.data(), shards, seed, batch, shard.data(), counts.data());
+    std::vector<int32_t> want_counts(static_cast<size_t>(shards));
+    for (int64_t b = 0; b < batch; ++b) {
+      ASSERT_EQ(shard[b], ScannedShard(s, seed, b)) << "trial " << trial << " row " << b;
+      ++want_counts[shard[b]];
+    }
+    EXPECT_EQ(counts, want_counts);
+  }
 }
 
 TEST(Sharding, NothingToDrawAndMisorderedSummariesAreRefused) {
