@@ -231,18 +231,22 @@ def fit_transport(result: dict, case_names: list[str]) -> tuple[float, float] | 
 
 
 def expected_block(batch: int, processes: int, samples: int = 400, seed: int = 0) -> float:
-    """The mean block the bucketed xla exchange runs at for shards of equal
-    mass: a Monte Carlo of the plan (each process's B rows drawn uniformly over
-    the shards), the smallest compiled size that holds the largest count."""
+    """The mean rows a pair's blocks carry in the bucketed xla exchange for
+    shards of equal mass: a Monte Carlo of the plan (each process's B rows
+    drawn uniformly over the shards), the smallest compiled size that holds
+    the largest count, or rounds of the cap above it."""
     import numpy as np
 
     from gearjax.sharded.exchange import block_sizes
 
     sizes = np.array(block_sizes(batch, processes))
+    cap = sizes[-1]
     rng = np.random.default_rng(seed)
     counts = rng.multinomial(batch, np.full(processes, 1 / processes), size=(samples, processes))
     need = counts.reshape(samples, -1).max(axis=1)
-    return float(sizes[np.searchsorted(sizes, need)].mean())
+    rounds = np.maximum(-(-need // cap), 1)
+    first = sizes[np.searchsorted(sizes, np.minimum(need, cap))]
+    return float(np.where(rounds > 1, rounds * cap, first).mean())
 
 
 def model(result: dict, sizes=(2, 4, 8, 16, 64)) -> dict:

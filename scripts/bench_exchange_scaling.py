@@ -12,22 +12,34 @@ shards holding trajectories of priority 10, the rest 1). For each batch size
 B and mass, two block policies take turns call by call:
 
 * ``bucketed``: the exchange as shipped, the smallest compiled block that
-  holds the plan (B/P growing by 1.1x up to B);
-* ``full``: every block B rows (``min_block=B``), what the exchange moved
-  before the buckets.
+  holds the plan (B/P growing by 1.1x up to the cap, about 3 B / P rows;
+  plans above it move in rounds);
+* ``full``: every block B rows (``max_block=min_block=B``), what the
+  exchange moved before the buckets and the cap.
 
 Recorded per case: the median seconds per global sample (dispatch included,
 blocked on), useful GB/s over the machine (P x B windows delivered), bytes
 moved per useful byte and how often each block size ran, both as counted by
-the owners (``Table.exchange_stats``).
+the owners (``Table.exchange_stats``), and the temporary memory XLA plans for
+each device's program (``memory_analysis``).
 
-The bytes model: a global sample costs a fixed time per device plus the bytes
-its all-to-all moves over one machine-wide rate, T = P t_dev + bytes / R, t_dev
-and R fitted by least squares to every measured case of one batch size (both
-policies, both masses, every P); the report gives each case's measured time
-over the model's. On this 2-core machine every device shares the same 2
-cores, so the curve is the machine's total throughput against P, not a
-cluster's.
+The bytes model: a global sample costs a fixed time per device, the plan's
+draws, and the bytes its all-to-all moves over one machine-wide rate,
+
+    T = P t_dev + P^2 B t_draw + bytes / R,
+
+since every device draws every process's plan (P x B shard draws a device,
+P^2 x B over the machine; gearjax/sharded/exchange.py), fitted by least squares
+to the shipped exchange's cases of one batch size (bucketed, both masses,
+every P); the report gives each case's measured time over the model's, the
+full-block cases included. On this 2-core machine every device shares the
+same 2 cores, so the curve is the machine's total throughput against P, not
+a cluster's.
+
+    python scripts/bench_exchange_scaling.py --report-from RESULTS.json
+
+fits and reports an earlier run's measurements again (and rewrites its
+report, JSON and plot beside it).
 """
 
 from __future__ import annotations
@@ -73,10 +85,12 @@ def worker(shards: int, batches: list[int], calls: int, trajectories: int,
     for batch in batches:
         for mass, strategy in (("equal", gx.Uniform()), ("10:1", gx.Prioritized(1.0))):
             begin = time.perf_counter()
-            program = local.sample_program(tables, batch, WINDOW, strategy)
             seeds = [np.asarray(jax.random.key_data(jax.random.split(next(keys), shards)))
                      for _ in range(calls + 3)]
-            policies = {"bucketed": 0, "full": batch}
+            # policy -> (program, min_block)
+            policies = {"bucketed": (local.sample_program(tables, batch, WINDOW, strategy), 0),
+                        "full": (local.sample_program(tables, batch, WINDOW, strategy,
+                                                      max_block=batch), batch)}
             if shards * shards * batch * row_bytes > full_limit_bytes:
                 # Every device would hold P x B rows twice over (sent and received).
                 del policies["full"]
@@ -84,7 +98,10 @@ def worker(shards: int, batches: list[int], calls: int, trajectories: int,
                 out["cases"].append({"batch": batch, "mass": mass, "policy": "full",
                                      "skipped": f"moves {moved:.1f} GB a sample, over "
                                                 f"--full-limit-gb"})
-            for min_block in policies.values():  # compile, warm up
+            temp_bytes = {}
+            for policy, (program, min_block) in policies.items():  # compile, warm up
+                temp_bytes[policy] = program.lower(seeds[0], min_block).compile() \
+                    .memory_analysis().temp_size_in_bytes
                 jax.block_until_ready(program(seeds[0], min_block))
             compile_seconds = time.perf_counter() - begin
             times = {p: [] for p in policies}
@@ -96,7 +113,8 @@ def worker(shards: int, batches: list[int], calls: int, trajectories: int,
                 for policy in turns:
                     before = [t._native.exchange_stats() for t in tables]
                     start = time.perf_counter()
-                    jax.block_until_ready(program(seeds[i + 1], policies[policy]))
+                    program, min_block = policies[policy]
+                    jax.block_until_ready(program(seeds[i + 1], min_block))
                     times[policy].append(time.perf_counter() - start)
                     after = [t._native.exchange_stats() for t in tables]
                     s = sums[policy]
@@ -122,24 +140,35 @@ def worker(shards: int, batches: list[int], calls: int, trajectories: int,
                     # block size -> calls (each call serves once per shard)
                     "calls_by_block": {str(k): v // shards for k, v in
                                        sorted(s["by_block"].items())},
-                    "block_sizes": list(exchange.block_sizes(batch, shards)),
+                    "block_sizes": list(exchange.block_sizes(
+                        batch, shards, batch if policy == "full" else None)),
+                    "temp_bytes_per_device": temp_bytes[policy],
                     "compile_seconds": compile_seconds})
     for table in tables:
         table.close()
     return out
 
 
+def _model_terms(cases: list[dict]) -> np.ndarray:
+    return np.array([[c["shards"], c["shards"] ** 2 * c["batch"], c["bytes_moved_per_sample"]]
+                     for c in cases], float)
+
+
 def fit_model(cases: list[dict]) -> dict:
-    """T = P t_dev + bytes / R by least squares over `cases`; returns t_dev,
-    R and each case's measured / model."""
-    a = np.array([[c["shards"], c["bytes_moved_per_sample"]] for c in cases], float)
-    t = np.array([c["median_seconds"] for c in cases])
+    """T = P t_dev + P^2 B t_draw + bytes / R by least squares over the
+    bucketed cases of `cases`; returns t_dev, t_draw, R and every case's
+    measured / model."""
+    fitted = [c for c in cases if c["policy"] == "bucketed"]
+    t = np.array([c["median_seconds"] for c in fitted])
+    a = _model_terms(fitted)
     # Relative least squares (every case weighs alike, whatever its time).
-    (t_dev, inverse_rate), *_ = np.linalg.lstsq(a / t[:, None], np.ones_like(t), rcond=None)
-    model = a @ np.array([t_dev, inverse_rate])
-    return {"t_dev_seconds": float(t_dev),
+    (t_dev, t_draw, inverse_rate), *_ = np.linalg.lstsq(a / t[:, None], np.ones_like(t),
+                                                        rcond=None)
+    model = _model_terms(cases) @ np.array([t_dev, t_draw, inverse_rate])
+    measured = np.array([c["median_seconds"] for c in cases])
+    return {"t_dev_seconds": float(t_dev), "t_draw_seconds": float(t_draw),
             "rate_gb_per_s": float(1 / inverse_rate / 1e9) if inverse_rate > 0 else None,
-            "measured_over_model": [float(x) for x in t / model]}
+            "measured_over_model": [float(x) for x in measured / model]}
 
 
 def run_worker(shards: int, args) -> dict:
@@ -167,13 +196,16 @@ def report(result: dict) -> str:
             lines.append(f"B = {batch}: model: no positive rate fits these times")
         else:
             lines.append(f"B = {batch}: model T = P x {fit['t_dev_seconds'] * 1e6:.0f} us + "
-                         f"bytes / {fit['rate_gb_per_s']:.2f} GB/s")
+                         f"P^2 B x {fit['t_draw_seconds'] * 1e9:.1f} ns + "
+                         f"bytes / {fit['rate_gb_per_s']:.2f} GB/s (fitted to the bucketed cases)")
         lines.append(f"  {'P':>3} {'mass':5} {'policy':8} {'ms/sample':>10} {'useful GB/s':>11} "
-                     f"{'moved/useful':>12} {'x model':>8}  blocks run (size: calls)")
+                     f"{'moved/useful':>12} {'x model':>8} {'temp MB':>8}  "
+                     f"blocks run (size: serves per shard)")
         for c, ratio in zip(fit["cases"], fit["measured_over_model"]):
             lines.append(f"  {c['shards']:>3} {c['mass']:5} {c['policy']:8} "
                          f"{c['median_seconds'] * 1e3:10.2f} {c['useful_gb_per_s']:11.3f} "
-                         f"{c['moved_per_useful']:12.2f} {ratio:8.2f}  "
+                         f"{c['moved_per_useful']:12.2f} {ratio:8.2f} "
+                         f"{c['temp_bytes_per_device'] / 1e6:8.1f}  "
                          + ", ".join(f"{k}: {v}" for k, v in c["calls_by_block"].items()))
         for c in result["runs"]:
             if c["batch"] == int(batch) and "skipped" in c:
@@ -194,8 +226,13 @@ def main(argv: list[str] | None = None) -> dict:
                         help="skip the full policy where a sample would move more")
     parser.add_argument("--out", default="benchmarks/results/bench_exchange_scaling_cpu.json")
     parser.add_argument("--plot", action="store_true", help="also write a PNG beside --out")
+    parser.add_argument("--report-from", default=None, metavar="JSON",
+                        help="fit and report the measurements of an earlier run again")
     parser.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.report_from is not None:
+        result = json.loads(Path(args.report_from).read_text())
+        return finish(result, result["config"]["batches"], args.report_from, args.plot)
     if args.worker is not None:
         print(json.dumps(worker(args.worker, args.batches, args.calls, args.trajectories,
                                 args.full_limit_gb * 1e9)))
@@ -215,16 +252,22 @@ def main(argv: list[str] | None = None) -> dict:
         for case in run["cases"]:
             result["runs"].append({"shards": shards, **case})
         print(f"P={shards} done", file=sys.stderr, flush=True)
+    result["load_average_end"] = os.getloadavg()
+    return finish(result, args.batches, args.out, args.plot)
+
+
+def finish(result: dict, batches: list[int], out: str, plot_too: bool) -> dict:
+    """Fits the model to `result`'s runs, prints and writes the report, the
+    JSON (and the plot)."""
     result["model"] = {}
-    for batch in args.batches:
+    for batch in batches:
         cases = [c for c in result["runs"] if c["batch"] == batch and "skipped" not in c]
         result["model"][str(batch)] = {**fit_model(cases), "cases": cases}
-    result["load_average_end"] = os.getloadavg()
     text = report(result)
     print(text)
-    out = write_results(args.out, result, text)
-    if args.plot:
-        plot(result, out.with_suffix(".png"))
+    path = write_results(out, result, text)
+    if plot_too:
+        plot(result, path.with_suffix(".png"))
     return result
 
 

@@ -16,6 +16,7 @@ from gearjax.sharded import exchange, local
 from gearjax.sharded import keys as keys_of
 
 STRATEGIES = {"uniform": gx.Uniform(), "prioritized": gx.Prioritized(0.7), "topk": gx.TopK(5)}
+ROUND_CAP = 8  # the block cap of the rounds check: far below every plan's largest count
 
 
 def fill(shards: int, seed: int = 0):
@@ -105,6 +106,27 @@ def main(shards: int, calls: int, batch_size: int, window: int) -> dict:
             "asked_of_shard": counts.sum(axis=0).tolist(),
             "rows_sent": [a["rows_sent"] - b["rows_sent"] for a, b in zip(after, before)],
             "bytes_per_row": window * 4})
+    # Blocks capped far below the plan's counts: the rows move in rounds.
+    program = local.sample_program(tables, batch_size, window, STRATEGIES["prioritized"],
+                                   max_block=ROUND_CAP)
+    drawn, probabilities, rounds = [], {}, []
+    for _ in range(calls):
+        before = [t._native.exchange_stats() for t in tables]
+        keys, probability, counts = check_rows(program(next_seeds()), inserted, shift,
+                                               batch_size, errors)
+        after = [t._native.exchange_stats() for t in tables]
+        drawn += keys
+        probabilities.update(zip(keys, probability))
+        rounds.append({
+            "need": int(counts.max()),
+            "ran": [{str(k): v - b["serves_by_block"].get(k, 0)
+                     for k, v in a["serves_by_block"].items()
+                     if v != b["serves_by_block"].get(k, 0)} for a, b in zip(after, before)],
+            "rows_asked": [a["rows_asked"] - b["rows_asked"] for a, b in zip(after, before)],
+            "asked_of_shard": counts.sum(axis=0).tolist(),
+            "rows_sent": [a["rows_sent"] - b["rows_sent"] for a, b in zip(after, before)]})
+    out["rounds"] = {"cap": ROUND_CAP, "calls": rounds, "keys": drawn,
+                     "probability": {str(k): p for k, p in probabilities.items()}}
     # The ragged path (GPU and TPU; XLA:CPU has no ragged all-to-all) lowers
     # to one ragged all-to-all per result and no all-to-all of blocks.
     ragged = local.sample_program(tables, batch_size, window, gx.Uniform(), ragged=True)

@@ -2,7 +2,8 @@
 host devices in one process (gearjax.sharded.local), that a sample through
 any block keeps the global distribution and every window exact, that the
 block that runs is the smallest that holds the plan, and that the owners
-count what they sent."""
+count what they sent; plans above the block cap move in rounds, blocked and
+ragged (the ragged one by an emulation of its documented semantics)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from scipy import stats
@@ -23,13 +25,15 @@ HERE = Path(__file__).resolve().parent
 P_MIN = 1e-4  # chi-square p-value below which a distribution is wrong
 
 
-def test_block_sizes_grow_by_a_tenth_from_b_over_p_to_b():
+def test_block_sizes_grow_by_a_tenth_from_b_over_p_to_the_cap():
     assert exchange.block_sizes(256, 2) == (128, 141, 156, 172, 190, 209, 230, 253, 256)
     assert exchange.block_sizes(256, 1) == (256,)
     assert exchange.block_sizes(5, 8) == (1, 2, 3, 4, 5)  # each at least one more
+    assert exchange.block_sizes(256, 8, cap=40) == (32, 36, 40)
     for batch, shards in [(256, 64), (1024, 64), (7, 3), (1, 1), (100_000, 1000)]:
         sizes = exchange.block_sizes(batch, shards)
-        assert sizes[0] == -(-batch // shards) and sizes[-1] == batch
+        assert sizes[0] == -(-batch // shards)
+        assert sizes[-1] == exchange.block_cap(batch, shards)
         assert all(b >= max(a + 1, a * exchange.BLOCK_GROWTH) for a, b in zip(sizes[:-2],
                                                                               sizes[1:-1]))
         assert list(sizes) == sorted(set(sizes))
@@ -39,6 +43,48 @@ def test_block_sizes_grow_by_a_tenth_from_b_over_p_to_b():
 def test_block_sizes_refuse_empty_batches_and_meshes(batch, shards):
     with pytest.raises(ValueError, match=">= 1"):
         exchange.block_sizes(batch, shards)
+    with pytest.raises(ValueError, match=">= 1"):
+        exchange.block_cap(batch, shards)
+
+
+@pytest.mark.parametrize("cap", [0, -1, 257])
+def test_a_block_cap_outside_one_to_b_is_refused(cap):
+    with pytest.raises(ValueError, match="cap must be in"):
+        exchange.block_sizes(256, 8, cap=cap)
+
+
+def test_the_cap_bounds_every_device_buffer_by_the_batch_not_the_mesh():
+    # P x cap rows a buffer: about 3 B + 16 P, never P x B (at most B a block).
+    assert exchange.block_cap(256, 2) == 256
+    assert exchange.block_cap(1024, 16) == 208
+    assert exchange.block_cap(256, 64) == 28
+    assert exchange.block_cap(5, 8) == 5
+    for batch in (1, 7, 256, 1024, 100_000):
+        for shards in (1, 2, 3, 8, 64, 1000):
+            cap = exchange.block_cap(batch, shards)
+            assert 1 <= cap <= batch
+            assert shards * cap <= exchange.CAP_SHARE * batch + (exchange.CAP_SLACK + 1) * shards
+
+
+def test_rounds_carry_every_rank_of_every_pair_once():
+    cap = 5
+    asked = jnp.asarray([0, 1, 5, 6, 12, 23], jnp.int32)
+    rounds = int(exchange.rounds_needed(asked.max(), cap))
+    assert rounds == 5 and int(exchange.rounds_needed(jnp.int32(0), cap)) == 1
+    moved = sum(np.asarray(exchange.round_counts(asked, jnp.int32(r * cap), cap))
+                for r in range(rounds))
+    np.testing.assert_array_equal(moved, asked)
+    # A requester's rows: the rank-th of shard k's rows in the round holding it.
+    shard_of_row = jnp.asarray([0, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 0], jnp.int32)
+    rank = jnp.asarray([0, 0, 1, 1, 2, 3, 4, 5, 6, 7, 8, 2], jnp.int32)
+    seen = np.zeros(len(rank), int)
+    for r in range(3):
+        taken, index = exchange.round_index(shard_of_row, rank, jnp.int32(r * cap), cap)
+        taken, index = np.asarray(taken), np.asarray(index)
+        seen += taken
+        np.testing.assert_array_equal(index[taken], (np.asarray(shard_of_row) * cap
+                                                     + np.asarray(rank) - r * cap)[taken])
+    np.testing.assert_array_equal(seen, 1)
 
 
 @pytest.fixture(scope="module")
@@ -99,19 +145,50 @@ def test_the_smallest_block_that_holds_the_plan_runs_and_every_size_can_be_force
         assert forced["rows_asked"] == forced["asked_of_shard"]
         assert sum(forced["rows_asked"]) == shards * batch
         assert forced["rows_sent"] == [shards * want] * shards
-    # The unforced call runs a block below B (8 shards: B / P = 32 rows a pair
-    # on average), and forcing reaches B.
-    assert r["forced"][0]["min_block"] == 0 and r["forced"][0]["ran"][0] != {str(batch): 1}
-    assert batch in ran_sizes
+    # The unforced call runs a block below the cap (8 shards: B / P = 32 rows a
+    # pair on average), and forcing reaches the cap (never B: 112 rows here).
+    cap = exchange.block_cap(batch, shards)
+    assert cap < batch
+    assert r["forced"][0]["min_block"] == 0 and r["forced"][0]["ran"][0] != {str(cap): 1}
+    assert cap in ran_sizes
     # Every size that holds every call's plan ran when forced (below that,
     # a call whose plan needs more runs a larger block instead).
     holds_all = min(s for s in sizes if s >= max(f["need"] for f in r["forced"]))
     assert {s for s in sizes if s >= holds_all} <= ran_sizes
 
 
+def test_plans_above_the_cap_move_in_rounds_with_the_same_distribution(eight_devices):
+    r = eight_devices
+    rounds, shards, batch = r["rounds"], r["shards"], r["batch"]
+    cap = rounds["cap"]
+    for call in rounds["calls"]:
+        n = -(-call["need"] // cap)
+        assert n >= 2  # every plan here needs rounds
+        # Every owner served n rounds of blocks of `cap`, and counts them.
+        assert call["ran"] == [{str(cap): n}] * shards, call
+        assert call["rows_asked"] == call["asked_of_shard"]
+        assert sum(call["rows_asked"]) == shards * batch
+        assert call["rows_sent"] == [n * shards * cap] * shards
+    # The rows (each window checked against its trajectory by the worker:
+    # r["errors"]) follow Prioritized(0.7) over every shard.
+    assert r["errors"] == []
+    inserted = {int(k): v for k, v in r["inserted"].items()}
+    weights = expected_weights("prioritized", inserted)
+    total = sum(weights.values())
+    for key, probability in rounds["probability"].items():
+        assert probability == pytest.approx(weights[int(key)] / total, rel=1e-6)
+    counts = collections.Counter(rounds["keys"])
+    keys = sorted(inserted)
+    observed = np.array([counts[k] for k in keys])
+    expected = np.array([weights[k] for k in keys]) / total
+    assert observed.sum() == shards * r["calls"] * batch
+    assert stats.chisquare(observed, observed.sum() * expected).pvalue > P_MIN
+
+
 def test_the_ragged_path_lowers_to_ragged_all_to_alls_and_is_not_the_cpu_default(eight_devices):
-    # keys, start, probability, table_size, valid and one column: six results.
-    assert eight_devices["ragged_lowering"] == {"ragged": 6, "blocked": 0}
+    # keys, start, probability, table_size, valid and one column: six results,
+    # in round 0 and in the loop of later rounds.
+    assert eight_devices["ragged_lowering"] == {"ragged": 12, "blocked": 0}
     assert not exchange.ragged_default()  # this is a CPU backend
 
 
@@ -157,3 +234,39 @@ def test_the_ragged_plan_puts_every_row_where_its_requester_reads_it(shards, bat
             want = np.stack([shard_of_row, np.full(batch, me), rank], 1)
             np.testing.assert_array_equal(received[me][index], want)
             assert plans[me][3].sum() == batch  # exactly B rows received
+
+
+@pytest.mark.parametrize("shards, batch, cap", [(2, 8, 3), (3, 16, 4), (8, 64, 5), (8, 64, 64)])
+def test_ragged_rounds_put_every_row_where_its_requester_reads_it(shards, batch, cap):
+    rng = np.random.default_rng(shards * cap)
+    weights = rng.dirichlet(np.full(shards, 0.3))
+    shard_of_rows = rng.choice(shards, size=(shards, batch), p=weights)
+    counts = np.stack([np.bincount(r, minlength=shards) for r in shard_of_rows])
+    ranks = [np.array([np.sum(s[:b] == s[b]) for b in range(batch)]) for s in shard_of_rows]
+    rounds = int(exchange.rounds_needed(jnp.int32(counts.max()), cap))
+    received = [np.full((batch, 3), -1) for _ in range(shards)]
+    for r in range(rounds):
+        offset = jnp.int32(r * cap)
+        plans = [exchange.ragged_round_plan(counts, me, offset, cap,
+                                            jnp.asarray(shard_of_rows[me]), jnp.asarray(ranks[me]))
+                 for me in range(shards)]
+        # Owner k serves requester j's ranks offset ... at the top of block j.
+        operands = []
+        for k in range(shards):
+            served = np.asarray(plans[k][0])
+            rows = np.full((shards * cap, 3), -1)
+            for j in range(shards):
+                n = served[j]
+                rows[j * cap:j * cap + n] = np.stack(
+                    [np.full(n, k), np.full(n, j), r * cap + np.arange(n)], 1)
+            operands.append(rows)
+        outputs = emulate_ragged_all_to_all(
+            operands, [np.full((batch, 3), -1)] * shards,
+            [[np.asarray(x) for x in (*plan[1], np.zeros(shards))] for plan in plans])
+        for me in range(shards):
+            taken, index = np.asarray(plans[me][2]), np.asarray(plans[me][3])
+            assert np.asarray(plans[me][1][3]).sum() <= batch  # at most B rows a round
+            received[me][taken] = outputs[me][index[taken]]
+    for me in range(shards):
+        want = np.stack([shard_of_rows[me], np.full(batch, me), ranks[me]], 1)
+        np.testing.assert_array_equal(received[me], want)

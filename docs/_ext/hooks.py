@@ -65,7 +65,7 @@ SOURCES: list[tuple[str, str]] = [
      "`python scripts/bench_exchange.py --model-from benchmarks/results/bench_exchange_cpu_runN.json` "
      "for N = 1, 2, 3: the cluster model of each committed run, arithmetic, not measurements"),
     ("bench_exchange_scaling_cpu.json",
-     "`python scripts/bench_exchange_scaling.py --calls 16 --plot` (P = 2 to 64 host devices "
+     "`python scripts/bench_exchange_scaling.py --plot` (P = 2 to 64 host devices "
      "of one process), one full run"),
     ("bench_exchange_scaling_cpu.txt",
      "the printed report of `scripts/bench_exchange_scaling.py` (same run)"),

@@ -22,19 +22,34 @@ top of each block, and the rest of the block travels unread. Every process
 holds the whole plan (``counts[P, P]``: rows requester i asks of shard k), so
 every process knows the largest pair count and takes the same branch of a
 ``lax.switch`` over all-to-alls compiled at a few block sizes
-(:func:`block_sizes`: B/P growing by 1.1x up to B). A block never drops a
-row (the smallest block that holds the largest count is chosen), and the
+(:func:`block_sizes`: B/P growing by 1.1x up to the cap). A block never drops
+a row (the smallest block that holds the largest count is chosen), and the
 rows moved per process are P x block instead of P x B
 (``scripts/bench_exchange_scaling.py`` measures them against P; a coarser
 growth would compile fewer branches but move more). Each owner counts what it
 sent (rows asked, rows in the blocks sent, their bytes, and how often each
 block size ran): ``ShardedTable.stats()`` sums them.
 
+Blocks stop at a cap (:func:`block_cap`: about 6 B / P rows, and never more
+than B), and a plan whose largest pair count is above it moves in rounds of
+capped blocks: round r carries the rows of rank r x cap to (r + 1) x cap - 1
+of every pair, served with the pair's seed folded with r (rows stay
+independent draws; round 0 is the only round of every plan that fits, and
+its draws are the ones a single block would give). Every process knows the
+number of rounds from the plan, so all run the same ones. Why: XLA plans a
+program's buffers for its largest branch, so blocks of up to B rows made
+every device hold P x B rows of send and receive buffers whether they ran or
+not (65 MB a device at P = 16, B = 1024 and windows of 1,360 bytes, 16 times
+the batch; allocated and faulted in on every call). Capped, they hold about
+6 B + 8 P rows; only plans far from their expected counts (a mass ratio of
+tens between shards) take more than one round, and a plan of every row from
+one shard moves P x B rows in all, as one full block did.
+
 On GPU and TPU the rows travel by ``jax.lax.ragged_all_to_all`` instead
 (NCCL sends of exact sizes; XLA:CPU does not implement it): the offsets and
 sizes come from the plan each process already holds (:func:`ragged_plan`), the
-receive buffer is exactly B rows, and the owners count only the rows asked as
-sent.
+receive buffer is exactly B rows, the owners count only the rows asked as
+sent, and the rounds are the same.
 
 Several shards in one process (one per local device, as a benchmark or a
 multi-GPU host runs them) are the same program: pass a tuple of specs, one
@@ -112,20 +127,64 @@ def check_axis(axis_name: str, spec: ShardSpec) -> None:
 BLOCK_GROWTH = fractions.Fraction(11, 10)
 
 
-def block_sizes(batch_size: int, shards: int) -> tuple[int, ...]:
-    """The block sizes an exchange of ``batch_size`` rows per process over
-    ``shards`` shards is compiled at: from ceil(B / P), each at least
-    ``BLOCK_GROWTH`` times the last, ending at B. No plan needs a block below
-    ceil(B / P) (some shard gets at least that many of a requester's B rows)
-    and none above B."""
+# The cap on a block is this many times the mean pair count B / P, plus
+# CAP_SLACK rows: far above the largest pair count of equal shards (the mean
+# plus a few standard deviations of a binomial) and of shards whose masses
+# differ tenfold.
+CAP_SHARE = 3
+CAP_SLACK = 16
+
+
+def _check_sizes(batch_size: int, shards: int) -> None:
     if batch_size < 1 or shards < 1:
         raise ValueError(f"batch_size and shards must be >= 1, got {batch_size}, {shards}")
-    size = -(-batch_size // shards)
+
+
+def block_cap(batch_size: int, shards: int) -> int:
+    """The largest block of an exchange of ``batch_size`` rows per process over
+    ``shards`` shards: min(B, ceil(CAP_SHARE x B / P) + CAP_SLACK). Plans
+    with a larger pair count move in rounds of blocks of this size."""
+    _check_sizes(batch_size, shards)
+    return min(batch_size, -(-CAP_SHARE * batch_size // shards) + CAP_SLACK)
+
+
+def block_sizes(batch_size: int, shards: int, cap: int | None = None) -> tuple[int, ...]:
+    """The block sizes an exchange of ``batch_size`` rows per process over
+    ``shards`` shards is compiled at: from ceil(B / P), each at least
+    ``BLOCK_GROWTH`` times the last, ending at the cap (default
+    :func:`block_cap`; at most B). No plan needs a block below ceil(B / P)
+    (some shard gets at least that many of a requester's B rows)."""
+    _check_sizes(batch_size, shards)
+    cap = block_cap(batch_size, shards) if cap is None else cap
+    if not 1 <= cap <= batch_size:
+        raise ValueError(f"the block cap must be in [1, batch_size = {batch_size}], got {cap}")
+    size = min(-(-batch_size // shards), cap)
     sizes = []
-    while size < batch_size:
+    while size < cap:
         sizes.append(size)
         size = max(size + 1, math.ceil(size * BLOCK_GROWTH))
-    return (*sizes, batch_size)
+    return (*sizes, cap)
+
+
+def rounds_needed(need: jax.Array, cap: int) -> jax.Array:
+    """Rounds of blocks of ``cap`` rows that carry a largest pair count of
+    ``need`` (at least one)."""
+    return jnp.maximum((need + cap - 1) // cap, 1)
+
+
+def round_counts(asked: jax.Array, offset: jax.Array, block: int) -> jax.Array:
+    """The rows of each pair that a round carrying ranks ``offset`` ...
+    ``offset + block - 1`` moves: clip(asked - offset, 0, block)."""
+    return jnp.clip(asked - offset, 0, block).astype(jnp.int32)
+
+
+def round_index(shard_of_row: jax.Array, rank: jax.Array, offset: jax.Array,
+                block: int) -> tuple[jax.Array, jax.Array]:
+    """Which of a requester's rows a blocked round carrying ranks ``offset``
+    ... ``offset + block - 1`` delivers, and where each lies in the P x
+    block rows it receives (shard k's block, then the rank within it)."""
+    taken = (rank >= offset) & (rank < offset + block)
+    return taken, shard_of_row * block + jnp.clip(rank - offset, 0, block - 1)
 
 
 def ragged_plan(counts: jax.Array, me: int | jax.Array, block: int):
@@ -147,6 +206,21 @@ def ragged_plan(counts: jax.Array, me: int | jax.Array, block: int):
             counts[me], before[me])
 
 
+def ragged_round_plan(counts: jax.Array, me: int | jax.Array, offset: jax.Array, cap: int,
+                      shard_of_row: jax.Array, rank: jax.Array):
+    """A ragged round carrying ranks ``offset`` ... ``offset + cap - 1`` of
+    every pair, for device ``me``: the rows it serves each requester
+    (int32 [P]), the ragged all-to-all's (input_offsets, send_sizes,
+    output_offsets, recv_sizes) over owners' blocks of ``cap`` rows, which of
+    its own rows (shard_of_row[b], the rank-th it asked of that shard) the
+    round delivers, and where each lies in the B rows received."""
+    counts_now = round_counts(jnp.asarray(counts, jnp.int32), offset, cap)
+    *sizes, row_offsets = ragged_plan(counts_now, me, cap)
+    taken = (rank >= offset) & (rank < offset + cap)
+    return (counts_now[:, me], tuple(sizes), taken,
+            row_offsets[shard_of_row] + jnp.clip(rank - offset, 0, cap - 1))
+
+
 def ragged_default() -> bool:
     """Whether samples use the ragged all-to-all when not told: on GPU and
     TPU backends, where XLA implements it."""
@@ -155,19 +229,24 @@ def ragged_default() -> bool:
 
 def sample(rng_key: jax.Array, *, spec: ShardSpec | tuple[ShardSpec, ...], batch_size: int,
            window: int | None, strategy: Strategy, pad: str, axis_name: str,
-           min_block: int | jax.Array = 0, ragged: bool | None = None) -> ShardedBatch:
+           min_block: int | jax.Array = 0, ragged: bool | None = None,
+           max_block: int | None = None) -> ShardedBatch:
     """A global sample, traced inside shard_map over ``axis_name``: this
     device's ``batch_size`` rows. ``spec`` is the local shard's, or a tuple
     of every shard's when the shards are the devices of one process (see the
     module docstring). ``min_block`` (an int, or a traced int32 scalar, the
     same in every process) forces a block of at least that many rows: the
     smallest of :func:`block_sizes` that holds both it and the largest count
-    runs (tests run every size this way). ``ragged`` chooses the ragged
-    all-to-all (default: :func:`ragged_default`); ``min_block`` then does
-    nothing."""
+    runs (tests run every size this way). ``max_block`` sets the cap on a
+    block (default :func:`block_cap`; B gives one round for every plan, as
+    the exchange was before rounds). ``ragged`` chooses the ragged all-to-all
+    (default: :func:`ragged_default`); ``min_block`` then does nothing."""
     specs = spec if isinstance(spec, tuple) else (spec,)
     first = specs[0]
     shards = first.shards
+    cap = block_cap(batch_size, shards) if max_block is None else int(max_block)
+    if not 1 <= cap <= batch_size:
+        raise ValueError(f"max_block must be in [1, batch_size = {batch_size}], got {max_block}")
     if len(specs) > 1 and [s.shard for s in specs] != list(range(shards)):
         raise ValueError("a tuple of specs must hold every shard, in order")
     # This device's shard: a number known at trace time, or its axis index.
@@ -214,47 +293,66 @@ def sample(rng_key: jax.Array, *, spec: ShardSpec | tuple[ShardSpec, ...], batch
     rank = jnp.take_along_axis(jnp.cumsum(mine, axis=0, dtype=jnp.int32) - 1,
                                shard_of_row[:, None], axis=1)[:, 0]
 
-    def exchange_at(block: int):
-        def run():
-            served = serve(block, False)
-            index = shard_of_row * block + rank
+    def round_seeds(r: jax.Array) -> jax.Array:
+        """Each requester's seed in round r >= 1 (round 0 takes serve_seeds)."""
+        return jnp.stack([seed_words(jax.random.fold_in(jax.random.fold_in(serve_key, j), r))
+                          for j in range(shards)])
 
-            def receive(x: jax.Array) -> jax.Array:
-                blocks = x.reshape(shards, block, *x.shape[1:])
-                received = jax.lax.all_to_all(blocks, axis_name, 0, 0, tiled=False)
-                return received.reshape(shards * block, *x.shape[1:])[index]
-
-            return tuple(receive(x) for x in served)
-
-        return run
-
-    def serve(block: int, is_ragged: bool):
+    def serve(block: int, is_ragged: bool, asked_now: jax.Array, seeds: jax.Array):
         return own(lambda s: tuple(_ffi.shard_serve_call(
-            serve_seeds, asked, summaries, handle=s.handle, block=block,
+            seeds, asked_now, summaries, handle=s.handle, block=block,
             strategy=strategy.code, alpha=strategy.alpha, window=window or 0, width=width,
             pad_left=pad == "left", shard=s.shard, shard_shift=s.shard_shift,
             columns=tuple((shape, dtype) for _, shape, dtype in s.columns), ragged=is_ragged)))
 
-    if ragged_default() if ragged is None else ragged:
-        input_offsets, send_sizes, output_offsets, recv_sizes, row_offsets = ragged_plan(
-            counts, me, batch_size)
-        index = row_offsets[shard_of_row] + rank
+    def blocked_round(block: int, offset: jax.Array, seeds: jax.Array):
+        """(rows taken, the rows) of the round carrying ranks offset ...
+        offset + block - 1 in blocks of ``block`` rows."""
+        served = serve(block, False, round_counts(asked, offset, block), seeds)
+        taken, index = round_index(shard_of_row, rank, offset, block)
+
+        def receive(x: jax.Array) -> jax.Array:
+            blocks = x.reshape(shards, block, *x.shape[1:])
+            received = jax.lax.all_to_all(blocks, axis_name, 0, 0, tiled=False)
+            return received.reshape(shards * block, *x.shape[1:])[index]
+
+        return taken, tuple(receive(x) for x in served)
+
+    def ragged_round(offset: jax.Array, seeds: jax.Array):
+        """The same by a ragged all-to-all: exactly the round's rows move."""
+        served_now, sizes, taken, index = ragged_round_plan(counts, me, offset, cap,
+                                                            shard_of_row, rank)
 
         def receive_ragged(x: jax.Array) -> jax.Array:
             output = jnp.zeros((batch_size, *x.shape[1:]), x.dtype)
-            return jax.lax.ragged_all_to_all(x, output, input_offsets, send_sizes,
-                                             output_offsets, recv_sizes,
-                                             axis_name=axis_name)[index]
+            return jax.lax.ragged_all_to_all(x, output, *sizes, axis_name=axis_name)[index]
 
-        received = tuple(receive_ragged(x) for x in serve(batch_size, True))
+        return taken, tuple(receive_ragged(x) for x in serve(cap, True, served_now, seeds))
+
+    # Every process holds the same counts, so every process takes the same
+    # branch and the same number of rounds.
+    need = counts.max()
+    zero = jnp.int32(0)
+    if ragged_default() if ragged is None else ragged:
+        _, received = ragged_round(zero, serve_seeds)
+        later_round = ragged_round
     else:
-        # Every process holds the same counts, so every process takes the same
-        # branch: the smallest block that holds the largest pair count.
-        sizes = block_sizes(batch_size, shards)
-        need = jnp.maximum(counts.max(), jnp.asarray(min_block, jnp.int32))
-        branch = jnp.minimum(jnp.searchsorted(jnp.asarray(sizes, jnp.int32), need),
+        # Round 0: the smallest block that holds the largest count (or the cap).
+        sizes = block_sizes(batch_size, shards, cap)
+        wanted = jnp.minimum(jnp.maximum(need, jnp.asarray(min_block, jnp.int32)), cap)
+        branch = jnp.minimum(jnp.searchsorted(jnp.asarray(sizes, jnp.int32), wanted),
                              len(sizes) - 1)
-        received = jax.lax.switch(branch, [exchange_at(b) for b in sizes])
+        _, received = jax.lax.switch(
+            branch, [functools.partial(blocked_round, b, zero, serve_seeds) for b in sizes])
+        later_round = functools.partial(blocked_round, cap)
+
+    def next_round(r, rows):
+        taken, new = later_round(r * cap, round_seeds(r))
+        return tuple(jnp.where(taken.reshape(-1, *(1,) * (n.ndim - 1)), n, old)
+                     for n, old in zip(new, rows))
+
+    # Rounds 1 ...: only plans whose largest pair count is above the cap.
+    received = jax.lax.fori_loop(1, rounds_needed(need, cap), next_round, received)
     keys, start, probability, table_size, valid, *columns = received
     mask, timestep = window_steps(start, valid, width, pad == "left")
     return ShardedBatch(columns={n: c for (n, _, _), c in zip(first.columns, columns)},

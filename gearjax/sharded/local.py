@@ -45,14 +45,16 @@ def specs(tables: Sequence[Table]) -> tuple[exchange.ShardSpec, ...]:
 
 def sample_program(tables: Sequence[Table], batch_size: int, window: int | None = None,
                    strategy: Strategy = Uniform(), pad: str = "left",
-                   devices: Sequence[jax.Device] | None = None, ragged: bool | None = None):
+                   devices: Sequence[jax.Device] | None = None, ragged: bool | None = None,
+                   max_block: int | None = None):
     """A jitted global sample over one device per table (the first len(tables)
     local devices unless given): ``program(seeds, min_block=0)`` with uint32
     seeds of shape [P, 2] (one PRNG key's data per device) returns a
     ShardedBatch of P x ``batch_size`` rows, device k's rows k * B ... (k +
     1) * B - 1. ``min_block`` (traced: one compilation for every value)
     forces a block of at least that many rows (see
-    :func:`gearjax.sharded.exchange.sample`, as is ``ragged``)."""
+    :func:`gearjax.sharded.exchange.sample`, as are ``ragged`` and
+    ``max_block``)."""
     devices = list(devices if devices is not None else jax.local_devices()[:len(tables)])
     if len(devices) != len(tables):
         raise ValueError(f"{len(tables)} shards need as many local devices, found "
@@ -63,7 +65,7 @@ def sample_program(tables: Sequence[Table], batch_size: int, window: int | None 
     def body(seed, min_block):
         return exchange.sample(seed[0], spec=every_spec, batch_size=batch_size, window=window,
                                strategy=strategy, pad=pad, axis_name=exchange.AXIS,
-                               min_block=min_block, ragged=ragged)
+                               min_block=min_block, ragged=ragged, max_block=max_block)
 
     mapped = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(exchange.AXIS), P()),
                                    out_specs=P(exchange.AXIS)))
