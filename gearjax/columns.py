@@ -162,7 +162,7 @@ def _unsafe(name: str, value_dtype: np.dtype, dtype: np.dtype) -> TypeError:
 
 def cast_to_column(name: str, value: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """Converts host data to the column dtype under the one rule every insert
-    path applies (README "Conversions"): the kinds must allow it (see
+    path applies (docs: Tables, "Conversions"): the kinds must allow it (see
     _KINDS_INTO), integers must fit an integer column, and a value may be
     rounded to the nearest the column can hold (underflow to 0 included) but
     never change class: a finite value must stay finite (no overflow to inf, no NaN from a type

@@ -309,7 +309,7 @@ class Table:
             raise RuntimeError(f"{self!r} is closed")
         # A priority update applied by a GPU stream callback cannot fail its
         # own program; a bad value there is kept and raised (ValueError) by the
-        # next call on the table, once (README: "In compiled code").
+        # next call on the table, once (docs: Semantics in jit).
         self._native.raise_deferred_error()
 
     def _wait_for_programs(self) -> None:
@@ -323,8 +323,8 @@ class Table:
         """Copies one trajectory (column name -> array ``[T, *shape]``) into the
         table and returns its key. Releases the GIL while copying. May evict a
         trajectory (see ``remover``) and may wait on the rate limiter. Acts at
-        once, from any thread (see "Semantics" in the README for how this
-        orders against compiled programs)."""
+        once, from any thread (see the docs' Semantics in jit page for how
+        this orders against compiled programs)."""
         self._check_open()
         arrays, length = self._validate_trajectory(trajectory)
         return self._native.insert(arrays, length, _checks.priority(priority))
@@ -420,7 +420,7 @@ class Table:
         computation with a message naming the row. It may evict, and it may
         wait on the rate limiter; a limiter timeout stops it part-way, and the
         error says how many went in. Data is converted to each column's dtype
-        under the rule ``insert`` applies (README "Conversions"): NumPy data
+        under the rule ``insert`` applies (docs: Tables, "Conversions"): NumPy data
         value by value; JAX arrays, whose values cannot be looked at when
         traced, only where every value of their dtype fits (int8 into int32,
         float16 into float32; float32 into int32 or bfloat16 is refused when
@@ -642,21 +642,21 @@ class Table:
         strategies, ``replace=False`` and tables with ``max_times_sampled``
         list the eligible trajectories on the host at each sample (O(size),
         then O(log size) per row). GPU programs select all of these on the
-        host and gather on the GPU. The README's benchmarks give the measured
-        cost.
+        host and gather on the GPU. The docs' Benchmarks page gives the
+        measured cost.
 
         Works inside ``jax.jit``, ``lax.scan`` and other loops (one XLA FFI
         custom call; no host callback) and eagerly. Each sample written in a
         program runs exactly once each time that part of the program runs,
         whether or not its result is used, in program order with every other
-        table call (see "Semantics" in the README). Under ``vmap`` each mapped
+        table call (see the docs' Semantics in jit page). Under ``vmap`` each mapped
         key samples its own batch, one after another.
 
         ``ordered=False`` gives that up for a faster dispatch: XLA may then drop
         the sample when its result is unused, merge it with an identical one
         (same key), and move it across updates and inserts; it keeps JAX's fast
         dispatch path (programs with table effects take JAX's slower Python
-        path; the README has the measured difference).
+        path; the docs' Semantics in jit page has the measured difference).
 
         ``ordered=False`` is refused for tables with ``max_times_sampled``: a
         sample that removes trajectories must run exactly once.

@@ -1,4 +1,4 @@
-"""The decision-transformer results the README quotes, made by gearjax-train's
+"""The decision-transformer results the docs quote, made by gearjax-train's
 `run()` and written to benchmarks/results/:
 
 - dt_vs_bc_mountaincar_cpu.json/.png: the built-in default dataset; DT

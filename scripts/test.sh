@@ -35,7 +35,7 @@ fi
 
 source scripts/_env.sh
 
-# NIXL for the nixl exchange's tests, by the one command the README gives
+# NIXL for the nixl exchange's tests, by the one command the docs give
 # users (its wheel declares torch but never imports it, and an extra cannot
 # say --no-deps; see gearjax/sharded/install_nixl.py). Offline, its tests skip.
 # -P: not the source tree in this directory (it has no compiled extension),

@@ -1,4 +1,4 @@
-"""One conversion rule on every insert path (README "Conversions"): kinds that allow it
+"""One conversion rule on every insert path (docs: Tables, "Conversions"): kinds that allow it
 (never float into integer, never complex into real), integers that fit, and a value may
 round but never change class (finite stays finite, inf stays inf, NaN stays NaN). Host
 data is checked value by value; JAX arrays given to insert_batch, whose values cannot be

@@ -220,7 +220,7 @@ def test_gpu_priority_updates_count_and_defer_a_bad_value(gpu_table):
 def test_a_gpu_sample_after_updates_in_the_same_program_sees_them(placement):
     """The sample's handler runs before the stream applies the update: from
     all-zero priorities it waits for the stream (Table::WaitsForStagedUpdates);
-    to all-zero priorities its kernels return empty rows (README)."""
+    to all-zero priorities its kernels return empty rows (docs: Semantics in jit)."""
     table = gx.Table(COLUMNS, capacity=8, max_length=12, placement=placement)
     try:
         keys = sorted(fill(table, np.random.default_rng(1), 4))

@@ -80,7 +80,7 @@ def test_the_next_program_on_the_table_raises_it(table, native_testing):
     native_testing.staged_update(table.handle, np.array([0], np.int64), np.array([np.nan]))
     with pytest.raises(jax.errors.JaxRuntimeError, match=DEFERRED):
         jax.block_until_ready(sample(jax.random.key(0)))
-    gx.clear_errors()  # the failed program's token (README: "Errors in compiled code")
+    gx.clear_errors()  # the failed program's token (docs: Semantics in jit, "Errors in compiled code")
     assert sample(jax.random.key(0)).shape == (4,)  # once only
 
 

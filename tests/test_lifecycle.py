@@ -115,7 +115,7 @@ def test_close_is_idempotent_and_everything_after_it_is_refused():
 
 
 def test_functions_compiled_against_a_table_keep_it_after_load(tmp_path):
-    """What the README prescribes after Table.load: programs keep the table they
+    """What the docs prescribe after Table.load: programs keep the table they
     were traced with; re-create the jitted function, or pass the table as a
     static argument so each table gets its own trace."""
     old = gx.Table({"x": gx.Column((), "float32")}, 8, 4, name="old")

@@ -1,6 +1,6 @@
 """Window cuts ("start", "end", "full"), sampling without replacement and
 max_times_sampled (consume-once): window contents against the stored
-trajectories, the distributions and probabilities the README promises, jit and
+trajectories, the distributions and probabilities the docs promise, jit and
 scan, concurrency with writers, checkpoints, and every bad input."""
 
 from __future__ import annotations
@@ -284,7 +284,7 @@ def test_concurrent_samplers_consume_every_trajectory_exactly_once():
     table; every key comes out exactly once, and windows are intact. The rate
     limiter lets an insert in only while fewer than `capacity` trajectories
     are unsampled (error_buffer = capacity - 1), so the remover never evicts
-    one before it is drawn: a queue (the README's recipe)."""
+    one before it is drawn: a queue (the docs' recipe)."""
     total = 240
     limiter = gx.SampleToInsertRatio(1.0, 1, error_buffer=15, timeout=20.0)
     with queue(capacity=16, rate_limiter=limiter) as table:

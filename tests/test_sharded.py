@@ -230,7 +230,7 @@ def one_shard() -> gx.ShardedTable:
 
 
 def test_sharded_samples_take_no_cut_or_replace():
-    """The README: a ShardedTable samples with cut="start" and replacement
+    """The docs: a ShardedTable samples with cut="start" and replacement
     only; asking for another mode is refused, not ignored."""
     table = one_shard()
     with pytest.raises(TypeError, match="cut"):

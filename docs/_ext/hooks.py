@@ -15,10 +15,6 @@ go stale:
 A results file that ``SOURCES`` below does not cover is a build warning, which
 ``mkdocs build --strict`` (tests/test_docs.py) turns into a failure: a new
 result cannot be forgotten.
-
-And ``<!-- readme-code: SECTION -->`` on a line of a page becomes the first code
-block of that README section (the set-up commands, the Quick start), so the
-site shows the code the README's own test runs.
 """
 
 from __future__ import annotations
@@ -26,7 +22,6 @@ from __future__ import annotations
 import fnmatch
 import json
 import logging
-import re
 from pathlib import Path
 from typing import Any
 
@@ -146,7 +141,7 @@ def _machine_line(path: Path) -> str:
         return "the file does not record the machine"
     if machine is None:
         return ("the file does not record the machine (it was made on this project's "
-                "2-core CPU machine, no GPU, as the README says)")
+                "2-core CPU machine, no GPU, as the Results overview says)")
     parts = []
     for key in ("cpu_model", "cpus", "nproc", "platform", "python", "jax", "jax_backend"):
         if machine.get(key) not in (None, ""):
@@ -210,45 +205,3 @@ def on_files(files: Files, config) -> Files:
                     "which script made it; add one, and describe it in docs/results/", name)
     files.append(File.generated(config, LISTING_URI, content=_listing()))
     return files
-
-
-# ---------------------------------------------------------------- README code
-README = ROOT / "README.md"
-_README_CODE = re.compile(r"^<!-- readme-code: (.+?) -->$", re.M)
-
-
-def readme_code(section: str) -> str | None:
-    """The first fenced code block of the README section headed ``section``
-    (its heading text, without the #s), fences included; None if the section
-    is missing or has no code block before the next heading of its level."""
-    level, block, fence = None, [], False
-    for line in README.read_text().splitlines():
-        heading = None if fence else re.match(r"(#+) (.*?)\s*$", line)
-        if level is None:
-            if heading and heading.group(2) == section:
-                level = len(heading.group(1))
-            continue
-        if heading and len(heading.group(1)) <= level:
-            return None                      # the section ended without code
-        if line.startswith("```"):
-            fence = not fence
-            block.append(line)
-            if not fence:
-                return "\n".join(block)
-        elif fence:
-            block.append(line)
-    return None
-
-
-def on_page_markdown(markdown: str, page, config, files) -> str:
-    """``<!-- readme-code: SECTION -->`` on a line of its own becomes that README
-    section's first code block, so the docs show the code the README's tests run
-    (tests/test_readme.py executes the Quick start)."""
-    def replace(match: re.Match) -> str:
-        code = readme_code(match.group(1))
-        if code is None:
-            log.warning("%s: README.md has no section %r with a code block",
-                        page.file.src_uri, match.group(1))
-            return match.group(0)
-        return code
-    return _README_CODE.sub(replace, markdown)

@@ -19,7 +19,8 @@ Mixtures (:func:`mixture` by name):
   (:mod:`gearjax.dt.locomotion`): random, noisy, medium and good.
 - ``"pendulum"``: Pendulum-v1 with an energy-shaping swing-up controller as
   the good policy. Its returns depend strongly on the random initial angle,
-  which makes a single target return a poor instruction (see the README).
+  which makes a single target return a poor instruction (see the docs'
+  Decision transformers results).
 
 Command line (writes any of the formats of :mod:`gearjax.dt.data`)::
 

@@ -30,7 +30,7 @@ growth would compile fewer branches but move more). Each owner counts what it
 sent (rows asked, rows in the blocks sent, their bytes, and how often each
 block size ran): ``ShardedTable.stats()`` sums them.
 
-Blocks stop at a cap (:func:`block_cap`: about 6 B / P rows, and never more
+Blocks stop at a cap (:func:`block_cap`: about 3 B / P rows, and never more
 than B), and a plan whose largest pair count is above it moves in rounds of
 capped blocks: round r carries the rows of rank r x cap to (r + 1) x cap - 1
 of every pair, served with the pair's seed folded with r (rows stay
@@ -39,9 +39,9 @@ its draws are the ones a single block would give). Every process knows the
 number of rounds from the plan, so all run the same ones. Why: XLA plans a
 program's buffers for its largest branch, so blocks of up to B rows made
 every device hold P x B rows of send and receive buffers whether they ran or
-not (65 MB a device at P = 16, B = 1024 and windows of 1,360 bytes, 16 times
+not (67 MB a device at P = 16, B = 1024 and windows of 1,360 bytes, 16 times
 the batch; allocated and faulted in on every call). Capped, they hold about
-6 B + 8 P rows; only plans far from their expected counts (a mass ratio of
+3 B + 16 P rows; only plans far from their expected counts (a mass ratio of
 tens between shards) take more than one round, and a plan of every row from
 one shard moves P x B rows in all, as one full block did.
 

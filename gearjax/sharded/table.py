@@ -376,7 +376,7 @@ class ShardedTable:
         in :meth:`gearjax.Table.sample`. Every strategy is global: TopK(k)
         and Recent(n) draw uniformly over the k (n) best items of all shards,
         ordered by priority and then insertion stamp (Recent: by stamp), the
-        shard number breaking ties (see the README's clock).
+        shard number breaking ties (see the docs' Multi-host page on clocks).
 
         Two modes:
 
