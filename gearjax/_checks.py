@@ -2,7 +2,8 @@
 
 Every integer, size, priority and setting that reaches native code passes one
 of these functions first; the bounds come from the extension
-(``xla_ffi/core/limits.h``), so Python and C++ cannot disagree. Nothing is
+(``xla_ffi/core/limits.h``), and so do the codes of the core's enums
+(strategies, cuts, removers), so Python and C++ cannot disagree. Nothing is
 narrowed, wrapped or clamped here: a value is returned as a Python ``int`` or
 ``float`` exactly as given, or refused with ``TypeError`` (wrong kind) or
 ``ValueError`` (out of range), naming the argument.
@@ -31,7 +32,17 @@ MAX_PRIORITY_TREES: int = LIMITS["max_priority_trees"]
 MAX_SAMPLES_PER_INSERT: float = LIMITS["max_samples_per_insert"]
 MAX_ERROR_BUFFER: float = LIMITS["max_error_buffer"]
 MAX_TIMEOUT_SECONDS: float = LIMITS["max_timeout_seconds"]
+MAX_STAMP: int = LIMITS["max_stamp"]   # insertion stamps are below this
 INT64_MAX = 2**63 - 1
+
+# The native core's enum codes by name (strategies.h/window.h/removers.h through
+# the extension): Python passes these numbers and never writes them itself.
+ENUMS: dict[str, dict[str, int]] = _gearjax.enums()
+STRATEGY_CODES: dict[str, int] = ENUMS["strategy"]
+CUT_CODES: dict[str, int] = ENUMS["cut"]
+REMOVER_CODES: dict[str, int] = ENUMS["remover"]
+# Where a table's memory lives: a Python choice that the extension gets as flags.
+PLACEMENTS = ("host", "device", "auto")
 
 PRIORITY_RANGE = "0 or a float in [2.2250738585072014e-308, 1.0000000150474662e+30] (1e30 as a float32)"
 

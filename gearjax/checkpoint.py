@@ -79,11 +79,11 @@ _VERSION_ARRAYS = {1: ("keys", "slots", "lengths", "priorities", "free_slots"),
                    2: ("keys", "slots", "lengths", "priorities", "free_slots"),
                    3: ("keys", "slots", "lengths", "priorities", "stamps", "free_slots"),
                    4: ITEM_ARRAYS}
-MAX_STAMP = 1 << 62  # xla_ffi/core/table.h kMaxStamp
+MAX_STAMP = _checks.MAX_STAMP
 STAMP_SKEW_NS = 86_400 * 10**9
 COUNTERS = ("next_sequence", "inserts", "samples", "evictions", "priority_updates")
-REMOVERS = ("fifo", "lifo", "min_priority")
-PLACEMENTS = ("host", "device", "auto")
+REMOVERS = tuple(_checks.REMOVER_CODES)
+PLACEMENTS = _checks.PLACEMENTS
 MAX_META_BYTES = 16 << 20
 
 

@@ -19,7 +19,7 @@ from gearjax import _checks
 class Strategy:
     """Base class; use one of the strategies below."""
 
-    code = -1
+    code = -1  # the native core's code of the strategy (``_checks.STRATEGY_CODES``)
 
     @property
     def alpha(self) -> float:
@@ -34,7 +34,7 @@ class Strategy:
 class Uniform(Strategy):
     """Every stored trajectory equally likely."""
 
-    code = 0
+    code = _checks.STRATEGY_CODES["uniform"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +42,7 @@ class Timestep(Strategy):
     """Every stored step equally likely as a window start: trajectories are
     drawn in proportion to their length (the decision-transformer sampler)."""
 
-    code = 1
+    code = _checks.STRATEGY_CODES["timestep"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +52,7 @@ class Prioritized(Strategy):
     table keeps one sum tree per distinct alpha it samples with, at most 8."""
 
     alpha: float = 1.0  # type: ignore[assignment]
-    code = 2
+    code = _checks.STRATEGY_CODES["prioritized"]
 
     def __post_init__(self):
         object.__setattr__(self, "alpha",
@@ -70,7 +70,7 @@ class TopK(Strategy):
     newer trajectory); over all of them when fewer than ``k`` are stored."""
 
     k: int
-    code = 3
+    code = _checks.STRATEGY_CODES["topk"]
 
     def __post_init__(self):
         object.__setattr__(self, "k", _check_count("TopK k", self.k))
@@ -86,7 +86,7 @@ class Recent(Strategy):
     when fewer than ``n`` are stored."""
 
     n: int
-    code = 4
+    code = _checks.STRATEGY_CODES["recent"]
 
     def __post_init__(self):
         object.__setattr__(self, "n", _check_count("Recent n", self.n))

@@ -18,27 +18,27 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gearjax import _checks, _exit, _ffi, _gearjax, _sample, checkpoint, rate_limiters
+from gearjax import (_checks, _exit, _ffi, _gearjax, _sample, _sample_args, checkpoint,
+                     rate_limiters)
 from gearjax import state as table_state
 from gearjax._gearjax import NativeTable
 from gearjax.batch import Batch
 from gearjax.columns import (Column, cast_to_column, check_traced_conversion, host_array,
                               is_numeric)
 from gearjax.state import TableState, is_state
-from gearjax.strategies import Prioritized, Recent, Strategy, TopK, Uniform
+from gearjax.strategies import Prioritized, Strategy, Uniform
 
 if TYPE_CHECKING:
     from gearjax.writer import Writer
 
-REMOVERS = {"fifo": 0, "lifo": 1, "min_priority": 2}
-PLACEMENTS = ("host", "device", "auto")
+REMOVERS = _checks.REMOVER_CODES
+PLACEMENTS = _checks.PLACEMENTS
 # "auto" puts a table in GPU memory when it needs at most this fraction of the
 # GPU memory free when it is created; the rest stays for XLA and the model.
 AUTO_DEVICE_FRACTION = 0.5
-PADS = ("left", "right")
-# Where a window lies in its trajectory (xla_ffi/core/window.h); the codes are
-# the native core's.
-CUTS = {"start": 0, "end": 1, "full": 2}
+PADS = _sample_args.PADS
+# Where a window lies in its trajectory (xla_ffi/core/window.h).
+CUTS = _sample_args.CUTS
 # How long close() waits for samples, readers and writers inside the table
 # before it leaves the memory to the last of them.
 CLOSE_WAIT_SECONDS = 30.0
@@ -675,25 +675,8 @@ class Table:
                 ordered: bool = True) -> Any:
         self._check_open()
         order = None if state is None else table_state.consume(state, repr(self))
-        batch_size = _checks.integer("batch_size", batch_size, 1, _checks.MAX_BATCH)
-        if window is not None:
-            window = _checks.integer("window", window, 1, self._max_length)
-        if not isinstance(cut, str) or cut not in CUTS:
-            raise ValueError(f"cut must be one of {tuple(CUTS)}, got {cut!r}")
-        if pad is not None and (not isinstance(pad, str) or pad not in PADS):
-            raise ValueError(f"pad must be 'left' or 'right', got {pad!r}")
-        if cut != "start" and window is None:
-            raise ValueError(f"cut={cut!r} needs a window (window=None samples whole "
-                             f"trajectories from step 0)")
-        if cut == "end" and pad == "right":
-            raise ValueError("cut='end' pads at the start: pad='right' contradicts it")
-        if cut == "full" and pad is not None:
-            raise ValueError("cut='full' windows are never padded: leave pad unset")
-        pad = "left" if pad is None or cut != "start" else pad
-        replace = _checks.flag("replace", replace)
-        if not isinstance(strategy, Strategy) or type(strategy) is Strategy:
-            raise TypeError(f"strategy must be gearjax.Uniform(), Timestep(), Prioritized(alpha), "
-                            f"TopK(k) or Recent(n), got {strategy!r}")
+        args = _sample_args.check(rng_key, batch_size, window, strategy, pad, cut, replace,
+                                  max_length=self._max_length)
         ordered = _checks.flag("ordered", ordered)
         if not ordered and state is not None:
             raise ValueError("ordered=False is for the stateless form: a sample given a "
@@ -701,25 +684,18 @@ class Table:
         if not ordered and self._max_times_sampled:
             raise ValueError("ordered=False cannot sample a table with max_times_sampled: a "
                              "sample that removes trajectories must run exactly once")
-        _sample.check_rng_key(rng_key)
-        width = window or self._max_length
-        _checks.result_bytes(f"a sample of {batch_size} x {width} steps", [
-            *(((batch_size, width, *c.shape), c.dtype.itemsize) for c in self._columns.values()),
-            ((batch_size, width), 5), ((batch_size,), 24)])  # mask + timestep; keys and friends
-        if self._rate_limiter is not None:
-            self._rate_limiter.check_batch(batch_size)
-        if isinstance(strategy, Prioritized):
+        _sample_args.check_room("a sample", args, self._columns, self._max_length,
+                                self._rate_limiter)
+        if isinstance(args.strategy, Prioritized):
             alphas = self._native.alphas()
-            if strategy.alpha not in alphas and len(alphas) >= _checks.MAX_PRIORITY_TREES:
+            if args.strategy.alpha not in alphas and len(alphas) >= _checks.MAX_PRIORITY_TREES:
                 raise ValueError(f"this table keeps sum trees for at most "
                                  f"{_checks.MAX_PRIORITY_TREES} Prioritized alphas ({alphas}); "
-                                 f"Prioritized({strategy.alpha}) would be one more")
-        if not replace and isinstance(strategy, (TopK, Recent)) and batch_size > strategy.count:
-            raise ValueError(f"cannot sample {batch_size} distinct trajectories (replace=False) "
-                             f"from the {strategy!r} best")
-        order, batch = _sample.sample(rng_key, order, spec=self._spec, batch_size=batch_size,
-                                      window=window, strategy=strategy, pad=pad, cut=CUTS[cut],
-                                      replace=replace, ordered=ordered)
+                                 f"Prioritized({args.strategy.alpha}) would be one more")
+        order, batch = _sample.sample(rng_key, order, spec=self._spec,
+                                      batch_size=args.batch_size, window=args.window,
+                                      strategy=args.strategy, pad=args.pad, cut=args.cut_code,
+                                      replace=args.replace, ordered=ordered)
         return batch if state is None else (order, batch)
 
     # ------------------------------------------------------------ priorities

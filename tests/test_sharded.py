@@ -233,10 +233,15 @@ def test_sharded_samples_take_no_cut_or_replace():
     """The docs: a ShardedTable samples with cut="start" and replacement
     only; asking for another mode is refused, not ignored."""
     table = one_shard()
-    with pytest.raises(TypeError, match="cut"):
+    with pytest.raises(ValueError, match="cut='start' and replacement only .*cut='full'"):
         table.sample(jax.random.key(0), 2, 2, cut="full")
-    with pytest.raises(TypeError, match="replace"):
+    with pytest.raises(ValueError, match="cut='start' and replacement only .*replace=False"):
         table.sample(jax.random.key(0), 2, 2, replace=False)
+    # The shared contract's checks come first: a bad cut is named as for a Table.
+    with pytest.raises(ValueError, match="cut must be one of"):
+        table.sample(jax.random.key(0), 2, 2, cut="middle")
+    # The defaults, said out loud, are the defaults.
+    table.sample(jax.random.key(0), 2, 2, cut="start", replace=True, pad=None)
 
 
 def test_one_process_needs_no_distributed_setup():

@@ -361,6 +361,28 @@ nb::dict Limits() {
   d["max_samples_per_insert"] = kMaxSamplesPerInsert;
   d["max_error_buffer"] = kMaxErrorBuffer;
   d["max_timeout_seconds"] = kMaxTimeoutSeconds;
+  d["max_stamp"] = kMaxStamp;
+  return d;
+}
+
+// The codes of the core's enums by name, so that Python names them and never
+// repeats a number (gearjax/_checks.py).
+nb::dict Enums() {
+  nb::dict strategy, cut, remover, d;
+  strategy["uniform"] = static_cast<int>(Strategy::kUniform);
+  strategy["timestep"] = static_cast<int>(Strategy::kTimestep);
+  strategy["prioritized"] = static_cast<int>(Strategy::kPrioritized);
+  strategy["topk"] = static_cast<int>(Strategy::kTopK);
+  strategy["recent"] = static_cast<int>(Strategy::kRecent);
+  cut["start"] = static_cast<int>(Cut::kStart);
+  cut["end"] = static_cast<int>(Cut::kEnd);
+  cut["full"] = static_cast<int>(Cut::kFull);
+  remover["fifo"] = static_cast<int>(Remover::kFifo);
+  remover["lifo"] = static_cast<int>(Remover::kLifo);
+  remover["min_priority"] = static_cast<int>(Remover::kMinPriority);
+  d["strategy"] = strategy;
+  d["cut"] = cut;
+  d["remover"] = remover;
   return d;
 }
 
@@ -418,6 +440,8 @@ NB_MODULE(_gearjax, m) {
   gearjax::DefineNixlAgent(m);
 
   m.def("limits", &gearjax::Limits, "The numeric contract every argument is checked against.");
+  m.def("enums", &gearjax::Enums,
+        "The codes of the core's strategies, cuts and removers, by name.");
 
   m.def(
       "philox4x32_10",

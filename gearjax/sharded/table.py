@@ -21,23 +21,21 @@ import jax
 import numpy as np
 from jax.experimental import io_callback
 
-from gearjax import _checks, _ffi, _gearjax, checkpoint, rate_limiters
+from gearjax import _checks, _ffi, _gearjax, _sample_args, checkpoint, rate_limiters
 from gearjax import state as table_state
 from gearjax.columns import Column
 from gearjax.sharded import coordination, exchange, keys as keys_of, nixl, verbs
 from gearjax.sharded.exchange import ShardedBatch, ShardSpec
 from gearjax.sharded.prefetch import Prefetcher
-from gearjax.strategies import Prioritized, Recent, Strategy, Timestep, TopK, Uniform
-from gearjax._sample import check_rng_key, seed_words, window_steps
+from gearjax.strategies import Strategy, Uniform
+from gearjax._sample import seed_words, window_steps
 from gearjax.state import TableState
-from gearjax.table import PADS, Table, _split_state
+from gearjax.table import Table, _split_state
 
 EXCHANGES = ("xla", "nixl", "verbs")
 # The one-sided transports: the check that they can run here, and the class.
 ONE_SIDED = {"nixl": types.SimpleNamespace(api=nixl.nixl_api, Transport=nixl.Transport),
              "verbs": types.SimpleNamespace(api=verbs.verbs_api, Transport=verbs.Transport)}
-# Strategies whose global draw needs only the shards' totals.
-_STRATEGIES = (Uniform, Timestep, Prioritized, TopK, Recent)
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "gearjax-sharded-table/1"
 # How often, at most, a process republishes its shard's stats on its own
@@ -363,7 +361,8 @@ class ShardedTable:
     # ---------------------------------------------------------------- sample
     def sample(self, *args: Any, **kwargs: Any) -> Any:
         """``sample(rng_key, batch_size, window=None, strategy=Uniform(),
-        pad="left", *, axis_name=None, prefetch=False)``, or, with a one-sided
+        pad=None, *, cut="start", replace=True, axis_name=None,
+        prefetch=False)``, or, with a one-sided
         exchange (``nixl``, ``verbs``), ``state, batch = sample(state, rng_key,
         ...)``: the taught form of :meth:`gearjax.Table.sample`, ordered by
         the table state (:meth:`state`) instead of JAX's ordered effects.
@@ -372,8 +371,12 @@ class ShardedTable:
         distribution: each row's trajectory is drawn with exactly the
         probability it would have in one table holding every shard, rows are
         independent, and ``probability``, ``table_size`` and ``keys`` are
-        global (``batch.shard`` says which shard owned each row). Windows as
-        in :meth:`gearjax.Table.sample`. Every strategy is global: TopK(k)
+        global (``batch.shard`` says which shard owned each row). Arguments
+        are checked as :meth:`gearjax.Table.sample` checks them (one contract,
+        ``gearjax/_sample_args.py``); windows are cut at their start
+        (``cut="start"``, ``pad`` "left" unless "right") and rows are drawn
+        with replacement: another ``cut`` or ``replace=False`` raises
+        ``ValueError``. Every strategy is global: TopK(k)
         and Recent(n) draw uniformly over the k (n) best items of all shards,
         ordered by priority and then insertion stamp (Recent: by stamp), the
         shard number breaking ties (see the docs' Multi-host page on clocks).
@@ -416,8 +419,9 @@ class ShardedTable:
         return table_state.initial()
 
     def _sample(self, state: TableState | None, rng_key: jax.Array, batch_size: int,
-                window: int | None = None, strategy: Strategy = Uniform(), pad: str = "left",
-                *, axis_name: str | None = None, prefetch: bool = False) -> Any:
+                window: int | None = None, strategy: Strategy = Uniform(),
+                pad: str | None = None, *, cut: str = "start", replace: bool = True,
+                axis_name: str | None = None, prefetch: bool = False) -> Any:
         self._local._check_open()
         if state is not None:
             if self._transport is None:
@@ -429,26 +433,16 @@ class ShardedTable:
         if prefetch and self._transport is None:
             raise ValueError("prefetch=True needs a one-sided exchange ('nixl' or 'verbs'): "
                              "with 'xla' every process takes part in every sample")
-        batch_size = _checks.integer("batch_size", batch_size, 1, _checks.MAX_BATCH)
-        if batch_size > _checks.MAX_BATCH // self._processes:
-            raise ValueError(f"batch_size {batch_size} x {self._processes} shards exceeds "
-                             f"{_checks.MAX_BATCH} rows")
-        if window is not None:
-            window = _checks.integer("window", window, 1, self._local.max_length)
-        if not isinstance(pad, str) or pad not in PADS:
-            raise ValueError(f"pad must be 'left' or 'right', got {pad!r}")
-        if not isinstance(strategy, _STRATEGIES):
-            raise TypeError(f"strategy must be gearjax.Uniform(), Timestep(), "
-                            f"Prioritized(alpha), TopK(k) or Recent(n), got {strategy!r}")
-        check_rng_key(rng_key)
-        width = window or self._local.max_length
-        _checks.result_bytes(f"a sharded sample of {self._processes} x {batch_size} x {width} "
-                             f"steps", [
-                                 *(((self._processes * batch_size, width, *c.shape),
-                                    c.dtype.itemsize) for c in self._local.columns.values()),
-                                 ((batch_size, width), 5), ((self._processes * batch_size,), 24)])
-        if self._local.rate_limiter is not None:
-            self._local.rate_limiter.check_batch(batch_size)
+        args = _sample_args.check(rng_key, batch_size, window, strategy, pad, cut, replace,
+                                  max_length=self._local.max_length, rows=self._processes)
+        if args.cut != "start" or not args.replace:
+            raise ValueError(f"a ShardedTable samples with cut='start' and replacement only "
+                             f"(got cut={args.cut!r}, replace={args.replace}): sample one "
+                             f"process's table (table.local) for the other modes")
+        _sample_args.check_room("a sharded sample", args, self._local.columns,
+                                self._local.max_length, self._local.rate_limiter,
+                                rows=self._processes)
+        batch_size, window, strategy, pad = args.batch_size, args.window, args.strategy, args.pad
         if self._transport is not None:
             return self._sample_one_sided(state, rng_key, batch_size, window, strategy, pad,
                                           axis_name, prefetch)

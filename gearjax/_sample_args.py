@@ -1,0 +1,88 @@
+"""The sampling arguments' contract, in one place: what ``Table.sample`` and
+``ShardedTable.sample`` accept, how an unset ``pad`` resolves, and what a
+sample may ask of memory and of the rate limiter. Each table adds only what
+is its own (a table's Prioritized alphas and ``ordered``; a sharded table's
+rows over every shard and its exchanges). The core checks the same ranges
+again where values enter it (``xla_ffi/core/limits.h``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from gearjax import _checks
+from gearjax._sample import check_rng_key
+from gearjax.columns import Column
+from gearjax.strategies import Recent, Strategy, TopK
+
+PADS = ("left", "right")
+# Where a window lies in its trajectory (xla_ffi/core/window.h).
+CUTS = _checks.CUT_CODES
+
+
+@dataclasses.dataclass(frozen=True)
+class SampleArgs:
+    """A sample's arguments, checked: ``pad`` resolved ("left" unless a
+    ``cut="start"`` sample asked for "right")."""
+
+    batch_size: int
+    window: int | None
+    strategy: Strategy
+    pad: str
+    cut: str
+    replace: bool
+
+    @property
+    def cut_code(self) -> int:
+        return CUTS[self.cut]
+
+
+def check(rng_key: Any, batch_size: Any, window: Any, strategy: Any, pad: Any, cut: Any,
+          replace: Any, *, max_length: int, rows: int = 1) -> SampleArgs:
+    """Checks a sample's arguments (``rows`` samples of ``batch_size`` rows
+    are drawn at once: a sharded table's processes) and resolves ``pad``.
+    Raises ``TypeError`` or ``ValueError`` naming the argument; checks
+    nothing of a table's state."""
+    batch_size = _checks.integer("batch_size", batch_size, 1, _checks.MAX_BATCH)
+    if batch_size > _checks.MAX_BATCH // rows:
+        raise ValueError(f"batch_size {batch_size} x {rows} shards exceeds "
+                         f"{_checks.MAX_BATCH} rows")
+    if window is not None:
+        window = _checks.integer("window", window, 1, max_length)
+    if not isinstance(cut, str) or cut not in CUTS:
+        raise ValueError(f"cut must be one of {tuple(CUTS)}, got {cut!r}")
+    if pad is not None and (not isinstance(pad, str) or pad not in PADS):
+        raise ValueError(f"pad must be 'left' or 'right', got {pad!r}")
+    if cut != "start" and window is None:
+        raise ValueError(f"cut={cut!r} needs a window (window=None samples whole "
+                         f"trajectories from step 0)")
+    if cut == "end" and pad == "right":
+        raise ValueError("cut='end' pads at the start: pad='right' contradicts it")
+    if cut == "full" and pad is not None:
+        raise ValueError("cut='full' windows are never padded: leave pad unset")
+    pad = "left" if pad is None or cut != "start" else pad
+    replace = _checks.flag("replace", replace)
+    if not isinstance(strategy, Strategy) or type(strategy) is Strategy:
+        raise TypeError(f"strategy must be gearjax.Uniform(), Timestep(), Prioritized(alpha), "
+                        f"TopK(k) or Recent(n), got {strategy!r}")
+    if not replace and isinstance(strategy, (TopK, Recent)) and batch_size > strategy.count:
+        raise ValueError(f"cannot sample {batch_size} distinct trajectories (replace=False) "
+                         f"from the {strategy!r} best")
+    check_rng_key(rng_key)
+    return SampleArgs(batch_size, window, strategy, pad, cut, replace)
+
+
+def check_room(what: str, args: SampleArgs, columns: Mapping[str, Column], max_length: int,
+               rate_limiter: Any, rows: int = 1) -> None:
+    """Refuses a sample whose results would not fit in this machine's memory,
+    or whose batch the table's rate limiter could never admit."""
+    width = args.window or max_length
+    _checks.result_bytes(f"{what} of {'' if rows == 1 else f'{rows} x '}{args.batch_size} x "
+                         f"{width} steps", [
+        *(((rows * args.batch_size, width, *c.shape), c.dtype.itemsize)
+          for c in columns.values()),
+        ((args.batch_size, width), 5),          # mask and timestep
+        ((rows * args.batch_size,), 24)])       # keys, start, probability, table size, valid
+    if rate_limiter is not None:
+        rate_limiter.check_batch(args.batch_size)
