@@ -53,6 +53,24 @@ inline xla::ffi::Error FromException(std::exception_ptr p) {
   }
 }
 
+// Every handler's one error path: a handler is defined as
+// Guarded<&BodyImpl>::Run, so its body returns an error or throws, and
+// whatever it throws becomes the ffi::Error XLA reports (FromException),
+// never an exception escaping into XLA.
+template <auto Body, typename Signature = decltype(Body)>
+struct Guarded;
+
+template <auto Body, typename... Args>
+struct Guarded<Body, xla::ffi::Error (*)(Args...)> {
+  static xla::ffi::Error Run(Args... args) {
+    try {
+      return Body(std::move(args)...);
+    } catch (...) {
+      return FromException(std::current_exception());
+    }
+  }
+};
+
 // The formats of keys (int32, uint32 or int64) and priorities (float32 or
 // float64) as XLA passes them; false for other dtypes.
 inline bool KeyFormatOf(xla::ffi::DataType type, KeyFormat* format) {

@@ -87,39 +87,35 @@ ffi::Error Sample(ffi::ThreadPool& pool, const ffi::Buffer<ffi::U32>& seed,
                   ffi::RemainingRets& rets, size_t first, int64_t table_handle,
                   int64_t batch_size, int64_t strategy, double alpha, int64_t count,
                   int64_t window, int64_t pad_left, int64_t cut, int64_t replace) {
-  try {
-    std::shared_ptr<Table> table = LookUpTable(table_handle);
-    if (table->on_device()) {
-      return Fail("this table lives in GPU memory (placement 'device'): sample it from a "
-                  "program on the GPU");
-    }
-    const SampleCall call = BindSampleCall(*table, seed.element_count(), rets, first, batch_size,
-                                           strategy, alpha, count, window, /*host_results=*/true,
-                                           cut, replace);
-    const SampleRequest& request = call.request;
-    const int64_t batch = request.batch, width = call.width;
-    const SampleOutputs& out = call.out;
-    int64_t row_bytes = 0;
-    for (int c = 0; c < table->num_columns(); ++c) row_bytes += width * table->step_bytes(c);
-
-    // Reused by every sample on this thread: no allocation per call. Named
-    // through a reference, so the gather's pool threads below reach this
-    // thread's buffer, not their own thread_local one.
-    thread_local std::vector<Draw> scratch;
-    std::vector<Draw>& draws = scratch;
-    draws.resize(static_cast<size_t>(batch));
-    struct EndSample {
-      Table& table;
-      uint64_t ticket;
-      ~EndSample() { table.EndSample(ticket); }
-    } end{*table, table->Select(request, seed.typed_data(), draws.data())};
-    GatherParallel(pool, batch, batch * row_bytes, [&](int64_t begin, int64_t end) {
-      GatherRows(*table, draws.data(), begin, end, width, pad_left != 0, out);
-    });
-    return ffi::Error::Success();
-  } catch (...) {
-    return FromException(std::current_exception());
+  std::shared_ptr<Table> table = LookUpTable(table_handle);
+  if (table->on_device()) {
+    return Fail("this table lives in GPU memory (placement 'device'): sample it from a "
+                "program on the GPU");
   }
+  const SampleCall call = BindSampleCall(*table, seed.element_count(), rets, first, batch_size,
+                                         strategy, alpha, count, window, /*host_results=*/true,
+                                         cut, replace);
+  const SampleRequest& request = call.request;
+  const int64_t batch = request.batch, width = call.width;
+  const SampleOutputs& out = call.out;
+  int64_t row_bytes = 0;
+  for (int c = 0; c < table->num_columns(); ++c) row_bytes += width * table->step_bytes(c);
+
+  // Reused by every sample on this thread: no allocation per call. Named
+  // through a reference, so the gather's pool threads below reach this
+  // thread's buffer, not their own thread_local one.
+  thread_local std::vector<Draw> scratch;
+  std::vector<Draw>& draws = scratch;
+  draws.resize(static_cast<size_t>(batch));
+  struct EndSample {
+    Table& table;
+    uint64_t ticket;
+    ~EndSample() { table.EndSample(ticket); }
+  } end{*table, table->Select(request, seed.typed_data(), draws.data())};
+  GatherParallel(pool, batch, batch * row_bytes, [&](int64_t begin, int64_t end) {
+    GatherRows(*table, draws.data(), begin, end, width, pad_left != 0, out);
+  });
+  return ffi::Error::Success();
 }
 
 ffi::Error SampleOrderedImpl(ffi::ThreadPool pool, Order, ffi::Buffer<ffi::U32> seed,
@@ -152,24 +148,20 @@ bool ReadPriorities(const ffi::AnyBuffer& buffer, std::vector<double>& out) {
 ffi::Error UpdatePrioritiesImpl(Order, ffi::AnyBuffer keys, ffi::AnyBuffer priorities,
                                 ffi::Result<Order>,
                                 ffi::Result<ffi::Buffer<ffi::S32>> updated, int64_t table_handle) {
-  try {
-    std::shared_ptr<Table> table = LookUpTable(table_handle);
-    // Reused by every update on this thread: no allocation per call.
-    thread_local std::vector<int64_t> key_values;
-    thread_local std::vector<double> priority_values;
-    if (!ReadKeys(keys, key_values)) return Fail("keys must be int32, uint32 or int64");
-    if (!ReadPriorities(priorities, priority_values)) {
-      return Fail("priorities must be float32 or float64");
-    }
-    if (key_values.size() != priority_values.size()) {
-      return Fail("keys and priorities differ in size");
-    }
-    *updated->typed_data() = static_cast<int32_t>(table->UpdatePriorities(
-        key_values.data(), priority_values.data(), static_cast<int64_t>(key_values.size())));
-    return ffi::Error::Success();
-  } catch (...) {
-    return FromException(std::current_exception());
+  std::shared_ptr<Table> table = LookUpTable(table_handle);
+  // Reused by every update on this thread: no allocation per call.
+  thread_local std::vector<int64_t> key_values;
+  thread_local std::vector<double> priority_values;
+  if (!ReadKeys(keys, key_values)) return Fail("keys must be int32, uint32 or int64");
+  if (!ReadPriorities(priorities, priority_values)) {
+    return Fail("priorities must be float32 or float64");
   }
+  if (key_values.size() != priority_values.size()) {
+    return Fail("keys and priorities differ in size");
+  }
+  *updated->typed_data() = static_cast<int32_t>(table->UpdatePriorities(
+      key_values.data(), priority_values.data(), static_cast<int64_t>(key_values.size())));
+  return ffi::Error::Success();
 }
 
 // Inserts N trajectories given as padded arrays [N, T, *step] per column (the
@@ -178,29 +170,25 @@ ffi::Error InsertBatchImpl(Order, ffi::AnyBuffer lengths, ffi::AnyBuffer priorit
                            ffi::RemainingArgs columns, ffi::Result<Order>,
                            ffi::Result<ffi::Buffer<ffi::S64>> keys, int64_t table_handle,
                            int64_t rows, int64_t steps) {
-  try {
-    std::shared_ptr<Table> table = LookUpTable(table_handle);
-    if (table->on_device()) {
-      return Fail("this table lives in GPU memory (placement 'device'): insert_batch from a "
-                  "program on the GPU, or insert from the host");
-    }
-    std::vector<int64_t> length_values;
-    std::vector<double> priority_values;
-    if (!ReadKeys(lengths, length_values)) return Fail("lengths must be int32 or int64");
-    if (!ReadPriorities(priorities, priority_values)) {
-      return Fail("priorities must be float32 or float64");
-    }
-    uint8_t* arena = table->arena_data();
-    InsertBatchRows(
-        *table, rows, steps, columns, keys->element_count(), length_values, priority_values,
-        [&](const std::vector<ColumnCopy>& copies) {
-          for (const ColumnCopy& c : copies) std::memcpy(arena + c.dst_offset, c.src, c.bytes);
-        },
-        keys->typed_data());
-    return ffi::Error::Success();
-  } catch (...) {
-    return FromException(std::current_exception());
+  std::shared_ptr<Table> table = LookUpTable(table_handle);
+  if (table->on_device()) {
+    return Fail("this table lives in GPU memory (placement 'device'): insert_batch from a "
+                "program on the GPU, or insert from the host");
   }
+  std::vector<int64_t> length_values;
+  std::vector<double> priority_values;
+  if (!ReadKeys(lengths, length_values)) return Fail("lengths must be int32 or int64");
+  if (!ReadPriorities(priorities, priority_values)) {
+    return Fail("priorities must be float32 or float64");
+  }
+  uint8_t* arena = table->arena_data();
+  InsertBatchRows(
+      *table, rows, steps, columns, keys->element_count(), length_values, priority_values,
+      [&](const std::vector<ColumnCopy>& copies) {
+        for (const ColumnCopy& c : copies) std::memcpy(arena + c.dst_offset, c.src, c.bytes);
+      },
+      keys->typed_data());
+  return ffi::Error::Success();
 }
 
 // ------------------------------------------------ sharded tables (sharding.h)
@@ -210,15 +198,11 @@ ffi::Error InsertBatchImpl(Order, ffi::AnyBuffer lengths, ffi::AnyBuffer priorit
 ffi::Error ShardTotalsImpl(ffi::Token, ffi::Result<ffi::Token>,
                            ffi::Result<ffi::Buffer<ffi::U32>> summary, int64_t table_handle,
                            int64_t strategy, double alpha, int64_t shard) {
-  try {
-    std::shared_ptr<Table> table = LookUpTable(table_handle);
-    if (summary->element_count() != kSummaryWords) return Fail("the summary has the wrong size");
-    const ShardSummary s = Summarize(shard, table->Totals(ShardRequest(strategy, alpha)));
-    std::memcpy(summary->typed_data(), &s, sizeof(s));
-    return ffi::Error::Success();
-  } catch (...) {
-    return FromException(std::current_exception());
-  }
+  std::shared_ptr<Table> table = LookUpTable(table_handle);
+  if (summary->element_count() != kSummaryWords) return Fail("the summary has the wrong size");
+  const ShardSummary s = Summarize(shard, table->Totals(ShardRequest(strategy, alpha)));
+  std::memcpy(summary->typed_data(), &s, sizeof(s));
+  return ffi::Error::Success();
 }
 
 // Step 1 for TopK and Recent: this shard's summary (its weight: the length
@@ -228,21 +212,17 @@ ffi::Error ShardTopsImpl(ffi::Token, ffi::Result<ffi::Token>,
                          ffi::Result<ffi::Buffer<ffi::U32>> summary,
                          ffi::Result<ffi::Buffer<ffi::U32>> entries, int64_t table_handle,
                          int64_t strategy, int64_t count, int64_t shard) {
-  try {
-    std::shared_ptr<Table> table = LookUpTable(table_handle);
-    if (summary->element_count() != kSummaryWords) return Fail("the summary has the wrong size");
-    const SampleRequest request =
-        TopsRequest(strategy, count, static_cast<int64_t>(entries->element_count()),
-                    table->spec().capacity);
-    const int64_t per_shard = static_cast<int64_t>(entries->element_count()) / kEntryWords;
-    auto* list = reinterpret_cast<TopEntry*>(entries->typed_data());
-    std::fill(list, list + per_shard, TopEntry{0.0, -1});
-    const ShardSummary s = Summarize(shard, table->Tops(request, list));
-    std::memcpy(summary->typed_data(), &s, sizeof(s));
-    return ffi::Error::Success();
-  } catch (...) {
-    return FromException(std::current_exception());
-  }
+  std::shared_ptr<Table> table = LookUpTable(table_handle);
+  if (summary->element_count() != kSummaryWords) return Fail("the summary has the wrong size");
+  const SampleRequest request =
+      TopsRequest(strategy, count, static_cast<int64_t>(entries->element_count()),
+                  table->spec().capacity);
+  const int64_t per_shard = static_cast<int64_t>(entries->element_count()) / kEntryWords;
+  auto* list = reinterpret_cast<TopEntry*>(entries->typed_data());
+  std::fill(list, list + per_shard, TopEntry{0.0, -1});
+  const ShardSummary s = Summarize(shard, table->Tops(request, list));
+  std::memcpy(summary->typed_data(), &s, sizeof(s));
+  return ffi::Error::Success();
 }
 
 // The gathered summaries, checked: one per shard, `shards` of them.
@@ -259,26 +239,22 @@ ShardSummary* BindSummaries(ffi::Buffer<ffi::U32>& summaries, int64_t shards) {
 ffi::Error ShardPlanImpl(ffi::Buffer<ffi::U32> seeds, ffi::Buffer<ffi::U32> summaries,
                          ffi::Result<ffi::Buffer<ffi::S32>> shard_of_row,
                          ffi::Result<ffi::Buffer<ffi::S32>> counts) {
-  try {
-    const int64_t requesters = static_cast<int64_t>(seeds.element_count()) / 2;
-    if (requesters < 1 || static_cast<int64_t>(seeds.element_count()) != 2 * requesters) {
-      return Fail("expected two seed words per requester");
-    }
-    const int64_t shards = static_cast<int64_t>(counts->element_count()) / requesters;
-    if (shards * requesters != static_cast<int64_t>(counts->element_count()) ||
-        shard_of_row->element_count() % requesters != 0) {
-      return Fail("the plan's results do not match the requesters");
-    }
-    const ShardSummary* s = BindSummaries(summaries, shards);
-    const int64_t batch = static_cast<int64_t>(shard_of_row->element_count()) / requesters;
-    for (int64_t j = 0; j < requesters; ++j) {
-      PlanShards(s, shards, seeds.typed_data() + 2 * j, batch,
-                 shard_of_row->typed_data() + j * batch, counts->typed_data() + j * shards);
-    }
-    return ffi::Error::Success();
-  } catch (...) {
-    return FromException(std::current_exception());
+  const int64_t requesters = static_cast<int64_t>(seeds.element_count()) / 2;
+  if (requesters < 1 || static_cast<int64_t>(seeds.element_count()) != 2 * requesters) {
+    return Fail("expected two seed words per requester");
   }
+  const int64_t shards = static_cast<int64_t>(counts->element_count()) / requesters;
+  if (shards * requesters != static_cast<int64_t>(counts->element_count()) ||
+      shard_of_row->element_count() % requesters != 0) {
+    return Fail("the plan's results do not match the requesters");
+  }
+  const ShardSummary* s = BindSummaries(summaries, shards);
+  const int64_t batch = static_cast<int64_t>(shard_of_row->element_count()) / requesters;
+  for (int64_t j = 0; j < requesters; ++j) {
+    PlanShards(s, shards, seeds.typed_data() + 2 * j, batch,
+               shard_of_row->typed_data() + j * batch, counts->typed_data() + j * shards);
+  }
+  return ffi::Error::Success();
 }
 
 // Step 1b for TopK and Recent (no table is touched): the gathered summaries
@@ -287,18 +263,14 @@ ffi::Error ShardPlanImpl(ffi::Buffer<ffi::U32> seeds, ffi::Buffer<ffi::U32> summ
 ffi::Error ShardRankImpl(ffi::Buffer<ffi::U32> summaries, ffi::Buffer<ffi::U32> entries,
                          ffi::Result<ffi::Buffer<ffi::U32>> ranked, int64_t strategy,
                          int64_t count) {
-  try {
-    if (ranked->element_count() != summaries.element_count()) return Fail("sizes differ");
-    const RankShape shape = RankShapeOf(static_cast<int64_t>(summaries.element_count()),
-                                        static_cast<int64_t>(entries.element_count()));
-    const SampleRequest request = ShardRequest(strategy, 0.0, count);
-    std::memcpy(ranked->typed_data(), summaries.typed_data(), summaries.size_bytes());
-    RankShards(request.strategy, count, reinterpret_cast<const TopEntry*>(entries.typed_data()),
-               shape.per_shard, BindSummaries(*ranked, shape.shards), shape.shards);
-    return ffi::Error::Success();
-  } catch (...) {
-    return FromException(std::current_exception());
-  }
+  if (ranked->element_count() != summaries.element_count()) return Fail("sizes differ");
+  const RankShape shape = RankShapeOf(static_cast<int64_t>(summaries.element_count()),
+                                      static_cast<int64_t>(entries.element_count()));
+  const SampleRequest request = ShardRequest(strategy, 0.0, count);
+  std::memcpy(ranked->typed_data(), summaries.typed_data(), summaries.size_bytes());
+  RankShards(request.strategy, count, reinterpret_cast<const TopEntry*>(entries.typed_data()),
+             shape.per_shard, BindSummaries(*ranked, shape.shards), shape.shards);
+  return ffi::Error::Success();
 }
 
 // Step 3, the owner's part: for each requester j, counts[j] rows drawn with
@@ -309,57 +281,53 @@ ffi::Error ShardServeImpl(ffi::ThreadPool pool, ffi::Token, ffi::Buffer<ffi::U32
                           ffi::RemainingRets rets, int64_t table_handle, int64_t block,
                           int64_t strategy, double alpha, int64_t window, int64_t pad_left,
                           int64_t shard, int64_t shard_shift, int64_t ragged) {
-  try {
-    std::shared_ptr<Table> table = LookUpTable(table_handle);
-    if (table->on_device()) {
-      return Fail("this shard lives in GPU memory (placement 'device'); sharded samples gather "
-                  "on the host");
-    }
-    const int64_t shards = static_cast<int64_t>(counts.element_count());
-    if (static_cast<int64_t>(seeds.element_count()) != 2 * shards) {
-      return Fail("expected two seed words per requester");
-    }
-    if (block < 1 || shards > kMaxBatch / block) return Fail("block size out of range");
-    if (shard_shift < 1 || shard_shift > 62) return Fail("shard_shift out of range");
-    const ShardSummary* s = BindSummaries(summaries, shards);
-    const int64_t rows = shards * block;
-    const SampleCall call = BindSampleCall(*table, 2, rets, /*first=*/1, rows, strategy, alpha,
-                                           /*count=*/0, window, /*host_results=*/true);
-    std::vector<Draw> draws(static_cast<size_t>(rows));
-    struct EndSamples {
-      Table& table;
-      std::vector<uint64_t> tickets;
-      ~EndSamples() {
-        for (uint64_t t : tickets) table.EndSample(t);
-      }
-    } end{*table, ServeDraws(*table, call.request, shard, static_cast<int>(shard_shift), s,
-                             shards, seeds.typed_data(), counts.typed_data(), block,
-                             draws.data())};
-    int64_t row_bytes = 0;
-    for (int c = 0; c < table->num_columns(); ++c) row_bytes += call.width * table->step_bytes(c);
-    // The rows asked for, block by block, as one list of row ranges.
-    int64_t asked = 0;
-    for (int64_t j = 0; j < shards; ++j) asked += counts.typed_data()[j];
-    std::vector<int64_t> row_of(static_cast<size_t>(asked));
-    for (int64_t j = 0, r = 0; j < shards; ++j) {
-      for (int64_t b = 0; b < counts.typed_data()[j]; ++b) row_of[r++] = j * block + b;
-    }
-    GatherParallel(pool, asked, asked * row_bytes, [&](int64_t begin, int64_t end_row) {
-      // Consecutive entries of row_of are consecutive rows within a block.
-      for (int64_t i = begin; i < end_row;) {
-        int64_t run = i + 1;
-        while (run < end_row && row_of[run] == row_of[run - 1] + 1) ++run;
-        GatherRows(*table, draws.data(), row_of[i], row_of[i] + (run - i), call.width,
-                   pad_left != 0, call.out);
-        i = run;
-      }
-    });
-    // A ragged all-to-all sends the rows asked; a blocked one, whole blocks.
-    table->exchange_counters().Record(ragged ? 0 : block, asked, ragged ? asked : rows, row_bytes);
-    return ffi::Error::Success();
-  } catch (...) {
-    return FromException(std::current_exception());
+  std::shared_ptr<Table> table = LookUpTable(table_handle);
+  if (table->on_device()) {
+    return Fail("this shard lives in GPU memory (placement 'device'); sharded samples gather "
+                "on the host");
   }
+  const int64_t shards = static_cast<int64_t>(counts.element_count());
+  if (static_cast<int64_t>(seeds.element_count()) != 2 * shards) {
+    return Fail("expected two seed words per requester");
+  }
+  if (block < 1 || shards > kMaxBatch / block) return Fail("block size out of range");
+  if (shard_shift < 1 || shard_shift > 62) return Fail("shard_shift out of range");
+  const ShardSummary* s = BindSummaries(summaries, shards);
+  const int64_t rows = shards * block;
+  const SampleCall call = BindSampleCall(*table, 2, rets, /*first=*/1, rows, strategy, alpha,
+                                         /*count=*/0, window, /*host_results=*/true);
+  std::vector<Draw> draws(static_cast<size_t>(rows));
+  struct EndSamples {
+    Table& table;
+    std::vector<uint64_t> tickets;
+    ~EndSamples() {
+      for (uint64_t t : tickets) table.EndSample(t);
+    }
+  } end{*table, ServeDraws(*table, call.request, shard, static_cast<int>(shard_shift), s,
+                           shards, seeds.typed_data(), counts.typed_data(), block,
+                           draws.data())};
+  int64_t row_bytes = 0;
+  for (int c = 0; c < table->num_columns(); ++c) row_bytes += call.width * table->step_bytes(c);
+  // The rows asked for, block by block, as one list of row ranges.
+  int64_t asked = 0;
+  for (int64_t j = 0; j < shards; ++j) asked += counts.typed_data()[j];
+  std::vector<int64_t> row_of(static_cast<size_t>(asked));
+  for (int64_t j = 0, r = 0; j < shards; ++j) {
+    for (int64_t b = 0; b < counts.typed_data()[j]; ++b) row_of[r++] = j * block + b;
+  }
+  GatherParallel(pool, asked, asked * row_bytes, [&](int64_t begin, int64_t end_row) {
+    // Consecutive entries of row_of are consecutive rows within a block.
+    for (int64_t i = begin; i < end_row;) {
+      int64_t run = i + 1;
+      while (run < end_row && row_of[run] == row_of[run - 1] + 1) ++run;
+      GatherRows(*table, draws.data(), row_of[i], row_of[i] + (run - i), call.width,
+                 pad_left != 0, call.out);
+      i = run;
+    }
+  });
+  // A ragged all-to-all sends the rows asked; a blocked one, whole blocks.
+  table->exchange_counters().Record(ragged ? 0 : block, asked, ragged ? asked : rows, row_bytes);
+  return ffi::Error::Success();
 }
 
 // Keys between a shard's own layout and the global one (sharding.h,
@@ -400,41 +368,41 @@ ffi::Error ZerosImpl(ffi::RemainingRets rets) {
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(ZerosCpu, ZerosImpl, BindZeros(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ZerosCpu, Guarded<&ZerosImpl>::Run, BindZeros(ffi::Ffi::Bind()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Int64FromWordsCpu, Int64FromWordsImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Int64FromWordsCpu, Guarded<&Int64FromWordsImpl>::Run,
                               BindInt64FromWords(ffi::Ffi::Bind()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardKeysCpu, ShardKeysImpl, BindShardKeys(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardKeysCpu, Guarded<&ShardKeysImpl>::Run, BindShardKeys(ffi::Ffi::Bind()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardTotalsCpu, ShardTotalsImpl, BindShardTotals(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardTotalsCpu, Guarded<&ShardTotalsImpl>::Run, BindShardTotals(ffi::Ffi::Bind()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardTopsCpu, ShardTopsImpl, BindShardTops(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardTopsCpu, Guarded<&ShardTopsImpl>::Run, BindShardTops(ffi::Ffi::Bind()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardRankCpu, ShardRankImpl, BindShardRank(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardRankCpu, Guarded<&ShardRankImpl>::Run, BindShardRank(ffi::Ffi::Bind()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardPlanCpu, ShardPlanImpl, BindShardPlan(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardPlanCpu, Guarded<&ShardPlanImpl>::Run, BindShardPlan(ffi::Ffi::Bind()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardServeCpu, ShardServeImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardServeCpu, Guarded<&ShardServeImpl>::Run,
                               BindShardServe(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(SampleCpu, SampleOrderedImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SampleCpu, Guarded<&SampleOrderedImpl>::Run,
                               BindSampleAttrs(ffi::Ffi::Bind()
                                                   .Ctx<ffi::ThreadPool>()
                                                   .Arg<Order>()
                                                   .Arg<ffi::Buffer<ffi::U32>>()
                                                   .RemainingRets()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(SamplePureCpu, SamplePureImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SamplePureCpu, Guarded<&SamplePureImpl>::Run,
                               BindSampleAttrs(ffi::Ffi::Bind()
                                                   .Ctx<ffi::ThreadPool>()
                                                   .Arg<ffi::Buffer<ffi::U32>>()
                                                   .RemainingRets()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(InsertBatchCpu, InsertBatchImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(InsertBatchCpu, Guarded<&InsertBatchImpl>::Run,
                               BindInsertBatch(ffi::Ffi::Bind()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(UpdatePrioritiesCpu, UpdatePrioritiesImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(UpdatePrioritiesCpu, Guarded<&UpdatePrioritiesImpl>::Run,
                               BindUpdatePriorities(ffi::Ffi::Bind()));
 
 }  // namespace gearjax

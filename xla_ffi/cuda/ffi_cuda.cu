@@ -173,66 +173,62 @@ ffi::Error Sample(cudaStream_t stream, ffi::ScratchAllocator& scratch,
                   int64_t table_handle, int64_t batch_size, int64_t strategy, double alpha,
                   int64_t count, int64_t window, int64_t pad_left, int64_t cut,
                   int64_t replace) {
-  try {
-    std::shared_ptr<Table> table = LookUpTableForThisGpu(table_handle);
-    if (table->device_arena() == nullptr) {
-      return Fail(kUnreachable);
-    }
-    const SampleCall call = BindSampleCall(*table, seed.element_count(), rets, first, batch_size,
-                                           strategy, alpha, count, window,
-                                           /*host_results=*/false, cut, replace);
-    const SampleRequest& request = call.request;
-    const int64_t batch = request.batch, width = call.width;
-    const SampleOutputs& out = call.out;
-
-    if (table->num_columns() > kMaxGpuColumns) {
-      return Fail("the GPU gather handles at most " + std::to_string(kMaxGpuColumns) +
-                  " columns; this table has " + std::to_string(table->num_columns()));
-    }
-    if (!table->SelectsOnHost(request)) {
-      // Prioritized finds every priority 0: an update still on the stream
-      // may change that (staged_update.h), so let the stream apply it first.
-      if (table->WaitsForStagedUpdates(request)) {
-        const cudaError_t synced = cudaStreamSynchronize(stream);
-        if (synced != cudaSuccess) return Fail(CudaError("waiting for priority updates", synced));
-      }
-      return SampleOnDevice(stream, scratch, seed.typed_data(), table, request, width,
-                            pad_left != 0, out);
-    }
-
-    // TopK, Recent and constrained samples (cut="full", replace=False,
-    // max_times_sampled): select on the host, gather on the GPU.
-    uint32_t host_seed[2];
-    cudaError_t error = cudaMemcpyAsync(host_seed, seed.typed_data(), sizeof(host_seed),
-                                        cudaMemcpyDeviceToHost, stream);
-    if (error == cudaSuccess) error = cudaStreamSynchronize(stream);
-    if (error != cudaSuccess) return Fail(CudaError("copying the seed", error));
-
-    auto pending = std::make_unique<PendingTicket>();
-    pending->table = table;
-    pending->draws.resize(batch);
-    pending->tickets.push_back(table->Select(request, host_seed, pending->draws.data()));
-    TicketGuard ticket(std::move(pending), stream);
-    const std::vector<Draw>& draws = ticket.pending().draws;
-
-    const std::optional<void*> device_draws = scratch.Allocate(batch * sizeof(Draw), 16);
-    if (!device_draws.has_value()) return Fail("could not allocate scratch memory for the draws");
-    // From pageable memory: returns once the bytes are staged, so the host
-    // vector may be released by the callback later without racing the copy.
-    error = cudaMemcpyAsync(*device_draws, draws.data(), batch * sizeof(Draw),
-                            cudaMemcpyHostToDevice, stream);
-    if (error == cudaSuccess) {
-      const GatherParams params =
-          PlanGather(*table, static_cast<const Draw*>(*device_draws), batch, width,
-                     pad_left != 0, out, table->device_arena());
-      error = LaunchGather(params, stream);
-    }
-    if (error == cudaSuccess) error = ticket.HandToStream();
-    if (error != cudaSuccess) return Fail(CudaError("launching the gather", error));
-    return ffi::Error::Success();
-  } catch (...) {
-    return FromException(std::current_exception());
+  std::shared_ptr<Table> table = LookUpTableForThisGpu(table_handle);
+  if (table->device_arena() == nullptr) {
+    return Fail(kUnreachable);
   }
+  const SampleCall call = BindSampleCall(*table, seed.element_count(), rets, first, batch_size,
+                                         strategy, alpha, count, window,
+                                         /*host_results=*/false, cut, replace);
+  const SampleRequest& request = call.request;
+  const int64_t batch = request.batch, width = call.width;
+  const SampleOutputs& out = call.out;
+
+  if (table->num_columns() > kMaxGpuColumns) {
+    return Fail("the GPU gather handles at most " + std::to_string(kMaxGpuColumns) +
+                " columns; this table has " + std::to_string(table->num_columns()));
+  }
+  if (!table->SelectsOnHost(request)) {
+    // Prioritized finds every priority 0: an update still on the stream
+    // may change that (staged_update.h), so let the stream apply it first.
+    if (table->WaitsForStagedUpdates(request)) {
+      const cudaError_t synced = cudaStreamSynchronize(stream);
+      if (synced != cudaSuccess) return Fail(CudaError("waiting for priority updates", synced));
+    }
+    return SampleOnDevice(stream, scratch, seed.typed_data(), table, request, width,
+                          pad_left != 0, out);
+  }
+
+  // TopK, Recent and constrained samples (cut="full", replace=False,
+  // max_times_sampled): select on the host, gather on the GPU.
+  uint32_t host_seed[2];
+  cudaError_t error = cudaMemcpyAsync(host_seed, seed.typed_data(), sizeof(host_seed),
+                                      cudaMemcpyDeviceToHost, stream);
+  if (error == cudaSuccess) error = cudaStreamSynchronize(stream);
+  if (error != cudaSuccess) return Fail(CudaError("copying the seed", error));
+
+  auto pending = std::make_unique<PendingTicket>();
+  pending->table = table;
+  pending->draws.resize(batch);
+  pending->tickets.push_back(table->Select(request, host_seed, pending->draws.data()));
+  TicketGuard ticket(std::move(pending), stream);
+  const std::vector<Draw>& draws = ticket.pending().draws;
+
+  const std::optional<void*> device_draws = scratch.Allocate(batch * sizeof(Draw), 16);
+  if (!device_draws.has_value()) return Fail("could not allocate scratch memory for the draws");
+  // From pageable memory: returns once the bytes are staged, so the host
+  // vector may be released by the callback later without racing the copy.
+  error = cudaMemcpyAsync(*device_draws, draws.data(), batch * sizeof(Draw),
+                          cudaMemcpyHostToDevice, stream);
+  if (error == cudaSuccess) {
+    const GatherParams params =
+        PlanGather(*table, static_cast<const Draw*>(*device_draws), batch, width,
+                   pad_left != 0, out, table->device_arena());
+    error = LaunchGather(params, stream);
+  }
+  if (error == cudaSuccess) error = ticket.HandToStream();
+  if (error != cudaSuccess) return Fail(CudaError("launching the gather", error));
+  return ffi::Error::Success();
 }
 
 ffi::Error SampleOrderedCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, Order,
@@ -281,50 +277,46 @@ ffi::Error UpdatePrioritiesCudaImpl(cudaStream_t stream, Order, ffi::AnyBuffer k
                                     ffi::AnyBuffer priorities, ffi::Result<Order>,
                                     ffi::Result<ffi::Buffer<ffi::S32>> updated,
                                     int64_t table_handle) {
-  try {
-    std::shared_ptr<Table> table = LookUpTableForThisGpu(table_handle);
-    KeyFormat key_format;
-    PriorityFormat priority_format;
-    if (!KeyFormatOf(keys.element_type(), &key_format)) {
-      return Fail("keys must be int32, uint32 or int64");
-    }
-    if (!PriorityFormatOf(priorities.element_type(), &priority_format)) {
-      return Fail("priorities must be float32 or float64");
-    }
-    if (keys.element_count() != priorities.element_count()) {
-      return Fail("keys and priorities differ in size");
-    }
-    const int64_t n = static_cast<int64_t>(keys.element_count());
-    StagedUpdate* update = StagedUpdate::Take(std::move(table), key_format, priority_format, n);
-    if (!update->pinned()) {
-      StagedUpdate::Recycle(update);
-      return Fail("could not allocate pinned host memory for a priority update");
-    }
-    cudaError_t error = cudaSuccess;
-    if (n > 0) {
-      error = cudaMemcpyAsync(update->keys(), keys.untyped_data(), keys.size_bytes(),
-                              cudaMemcpyDeviceToHost, stream);
-      if (error == cudaSuccess) {
-        error = cudaMemcpyAsync(update->priorities(), priorities.untyped_data(),
-                                priorities.size_bytes(), cudaMemcpyDeviceToHost, stream);
-      }
-    }
-    if (error == cudaSuccess) error = cudaLaunchHostFunc(stream, ApplyStagedUpdate, update);
-    if (error == cudaSuccess) {
-      error = cudaMemcpyAsync(updated->typed_data(), update->count(), sizeof(int32_t),
-                              cudaMemcpyHostToDevice, stream);
-    }
-    if (error == cudaSuccess) error = cudaLaunchHostFunc(stream, RecycleStagedUpdate, update);
-    if (error != cudaSuccess) {
-      // Whatever was enqueued may still use the buffer: let it finish first
-      // (if even that fails, the buffer is left to the stream, never reused).
-      if (cudaStreamSynchronize(stream) == cudaSuccess) StagedUpdate::Recycle(update);
-      return Fail(CudaError("enqueueing the priority update", error));
-    }
-    return ffi::Error::Success();
-  } catch (...) {
-    return FromException(std::current_exception());
+  std::shared_ptr<Table> table = LookUpTableForThisGpu(table_handle);
+  KeyFormat key_format;
+  PriorityFormat priority_format;
+  if (!KeyFormatOf(keys.element_type(), &key_format)) {
+    return Fail("keys must be int32, uint32 or int64");
   }
+  if (!PriorityFormatOf(priorities.element_type(), &priority_format)) {
+    return Fail("priorities must be float32 or float64");
+  }
+  if (keys.element_count() != priorities.element_count()) {
+    return Fail("keys and priorities differ in size");
+  }
+  const int64_t n = static_cast<int64_t>(keys.element_count());
+  StagedUpdate* update = StagedUpdate::Take(std::move(table), key_format, priority_format, n);
+  if (!update->pinned()) {
+    StagedUpdate::Recycle(update);
+    return Fail("could not allocate pinned host memory for a priority update");
+  }
+  cudaError_t error = cudaSuccess;
+  if (n > 0) {
+    error = cudaMemcpyAsync(update->keys(), keys.untyped_data(), keys.size_bytes(),
+                            cudaMemcpyDeviceToHost, stream);
+    if (error == cudaSuccess) {
+      error = cudaMemcpyAsync(update->priorities(), priorities.untyped_data(),
+                              priorities.size_bytes(), cudaMemcpyDeviceToHost, stream);
+    }
+  }
+  if (error == cudaSuccess) error = cudaLaunchHostFunc(stream, ApplyStagedUpdate, update);
+  if (error == cudaSuccess) {
+    error = cudaMemcpyAsync(updated->typed_data(), update->count(), sizeof(int32_t),
+                            cudaMemcpyHostToDevice, stream);
+  }
+  if (error == cudaSuccess) error = cudaLaunchHostFunc(stream, RecycleStagedUpdate, update);
+  if (error != cudaSuccess) {
+    // Whatever was enqueued may still use the buffer: let it finish first
+    // (if even that fails, the buffer is left to the stream, never reused).
+    if (cudaStreamSynchronize(stream) == cudaSuccess) StagedUpdate::Recycle(update);
+    return Fail(CudaError("enqueueing the priority update", error));
+  }
+  return ffi::Error::Success();
 }
 
 // Inserts N trajectories given as device arrays [N, T, *step] per column (see
@@ -333,53 +325,49 @@ ffi::Error InsertBatchCudaImpl(cudaStream_t stream, Order, ffi::AnyBuffer length
                                ffi::AnyBuffer priorities, ffi::RemainingArgs columns,
                                ffi::Result<Order>, ffi::Result<ffi::Buffer<ffi::S64>> keys,
                                int64_t table_handle, int64_t rows, int64_t steps) {
-  try {
-    std::shared_ptr<Table> table = LookUpTableForThisGpu(table_handle);
-    uint8_t* arena = const_cast<uint8_t*>(table->device_arena());
-    if (arena == nullptr) {
-      return Fail(kUnreachable);
-    }
-    std::vector<uint8_t> raw_lengths, raw_priorities;
-    if (!CopyToHost(lengths, raw_lengths, stream) ||
-        !CopyToHost(priorities, raw_priorities, stream)) {
-      cudaStreamSynchronize(stream);  // let any enqueued copy finish before the vectors go
-      return Fail("copying lengths and priorities to the host failed");
-    }
-    if (cudaStreamSynchronize(stream) != cudaSuccess) return Fail("stream synchronisation failed");
-    std::vector<int64_t> length_values;
-    std::vector<double> priority_values;
-    if (!ReadKeys(lengths.element_type(), raw_lengths.data(), lengths.element_count(),
-                  length_values)) {
-      return Fail("lengths must be int32 or int64");
-    }
-    if (!ReadPriorities(priorities.element_type(), raw_priorities.data(),
-                        priorities.element_count(), priority_values)) {
-      return Fail("priorities must be float32 or float64");
-    }
-    std::vector<int64_t> host_keys(std::max<int64_t>(rows, 0));
-    InsertBatchRows(
-        *table, rows, steps, columns, keys->element_count(), length_values, priority_values,
-        [&](const std::vector<ColumnCopy>& copies) {
-          // Every column of every row of the chunk, then one synchronisation:
-          // published only when the bytes are there (and, on error, returned
-          // to the free list only when nothing is still copying into them).
-          cudaError_t error = cudaSuccess;
-          for (size_t c = 0; c < copies.size() && error == cudaSuccess; ++c) {
-            error = cudaMemcpyAsync(arena + copies[c].dst_offset, copies[c].src, copies[c].bytes,
-                                    cudaMemcpyDefault, stream);
-          }
-          const cudaError_t synced = cudaStreamSynchronize(stream);
-          if (error == cudaSuccess) error = synced;
-          if (error != cudaSuccess) throw std::runtime_error(CudaError("copying a trajectory", error));
-        },
-        host_keys.data());
-    const cudaError_t error = cudaMemcpyAsync(keys->typed_data(), host_keys.data(),
-                                              rows * sizeof(int64_t), cudaMemcpyHostToDevice, stream);
-    if (error == cudaSuccess) cudaStreamSynchronize(stream);  // host_keys lives on this stack
-    return error == cudaSuccess ? ffi::Error::Success() : Fail(CudaError("copying the keys", error));
-  } catch (...) {
-    return FromException(std::current_exception());
+  std::shared_ptr<Table> table = LookUpTableForThisGpu(table_handle);
+  uint8_t* arena = const_cast<uint8_t*>(table->device_arena());
+  if (arena == nullptr) {
+    return Fail(kUnreachable);
   }
+  std::vector<uint8_t> raw_lengths, raw_priorities;
+  if (!CopyToHost(lengths, raw_lengths, stream) ||
+      !CopyToHost(priorities, raw_priorities, stream)) {
+    cudaStreamSynchronize(stream);  // let any enqueued copy finish before the vectors go
+    return Fail("copying lengths and priorities to the host failed");
+  }
+  if (cudaStreamSynchronize(stream) != cudaSuccess) return Fail("stream synchronisation failed");
+  std::vector<int64_t> length_values;
+  std::vector<double> priority_values;
+  if (!ReadKeys(lengths.element_type(), raw_lengths.data(), lengths.element_count(),
+                length_values)) {
+    return Fail("lengths must be int32 or int64");
+  }
+  if (!ReadPriorities(priorities.element_type(), raw_priorities.data(),
+                      priorities.element_count(), priority_values)) {
+    return Fail("priorities must be float32 or float64");
+  }
+  std::vector<int64_t> host_keys(std::max<int64_t>(rows, 0));
+  InsertBatchRows(
+      *table, rows, steps, columns, keys->element_count(), length_values, priority_values,
+      [&](const std::vector<ColumnCopy>& copies) {
+        // Every column of every row of the chunk, then one synchronisation:
+        // published only when the bytes are there (and, on error, returned
+        // to the free list only when nothing is still copying into them).
+        cudaError_t error = cudaSuccess;
+        for (size_t c = 0; c < copies.size() && error == cudaSuccess; ++c) {
+          error = cudaMemcpyAsync(arena + copies[c].dst_offset, copies[c].src, copies[c].bytes,
+                                  cudaMemcpyDefault, stream);
+        }
+        const cudaError_t synced = cudaStreamSynchronize(stream);
+        if (error == cudaSuccess) error = synced;
+        if (error != cudaSuccess) throw std::runtime_error(CudaError("copying a trajectory", error));
+      },
+      host_keys.data());
+  const cudaError_t error = cudaMemcpyAsync(keys->typed_data(), host_keys.data(),
+                                            rows * sizeof(int64_t), cudaMemcpyHostToDevice, stream);
+  if (error == cudaSuccess) cudaStreamSynchronize(stream);  // host_keys lives on this stack
+  return error == cudaSuccess ? ffi::Error::Success() : Fail(CudaError("copying the keys", error));
 }
 
 }  // namespace
@@ -401,7 +389,7 @@ bool InitCudaMemory() {
   return true;
 }
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(SampleCuda, SampleOrderedCudaImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SampleCuda, Guarded<&SampleOrderedCudaImpl>::Run,
                               BindSampleAttrs(ffi::Ffi::Bind()
                                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()
                                                   .Ctx<ffi::ScratchAllocator>()
@@ -409,18 +397,18 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SampleCuda, SampleOrderedCudaImpl,
                                                   .Arg<ffi::Buffer<ffi::U32>>()
                                                   .RemainingRets()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(SamplePureCuda, SamplePureCudaImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SamplePureCuda, Guarded<&SamplePureCudaImpl>::Run,
                               BindSampleAttrs(ffi::Ffi::Bind()
                                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()
                                                   .Ctx<ffi::ScratchAllocator>()
                                                   .Arg<ffi::Buffer<ffi::U32>>()
                                                   .RemainingRets()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(UpdatePrioritiesCuda, UpdatePrioritiesCudaImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(UpdatePrioritiesCuda, Guarded<&UpdatePrioritiesCudaImpl>::Run,
                               BindUpdatePriorities(ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(InsertBatchCuda, InsertBatchCudaImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(InsertBatchCuda, Guarded<&InsertBatchCudaImpl>::Run,
                               BindInsertBatch(ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()));
 

@@ -67,92 +67,76 @@ void ToDevice(void* device, const void* host, size_t bytes, cudaStream_t stream)
 ffi::Error ShardTotalsCudaImpl(cudaStream_t stream, ffi::Token, ffi::Result<ffi::Token>,
                                ffi::Result<ffi::Buffer<ffi::U32>> summary, int64_t table_handle,
                                int64_t strategy, double alpha, int64_t shard) {
-  try {
-    std::shared_ptr<Table> table = LookUpTableForThisGpu(table_handle);
-    if (summary->element_count() != kSummaryWords) return Fail("the summary has the wrong size");
-    const ShardSummary s = Summarize(shard, table->Totals(ShardRequest(strategy, alpha)));
-    ToDevice(summary->typed_data(), &s, sizeof(s), stream);
-    return ffi::Error::Success();
-  } catch (...) {
-    return FromException(std::current_exception());
-  }
+  std::shared_ptr<Table> table = LookUpTableForThisGpu(table_handle);
+  if (summary->element_count() != kSummaryWords) return Fail("the summary has the wrong size");
+  const ShardSummary s = Summarize(shard, table->Totals(ShardRequest(strategy, alpha)));
+  ToDevice(summary->typed_data(), &s, sizeof(s), stream);
+  return ffi::Error::Success();
 }
 
 ffi::Error ShardTopsCudaImpl(cudaStream_t stream, ffi::Token, ffi::Result<ffi::Token>,
                              ffi::Result<ffi::Buffer<ffi::U32>> summary,
                              ffi::Result<ffi::Buffer<ffi::U32>> entries, int64_t table_handle,
                              int64_t strategy, int64_t count, int64_t shard) {
-  try {
-    std::shared_ptr<Table> table = LookUpTableForThisGpu(table_handle);
-    if (summary->element_count() != kSummaryWords) return Fail("the summary has the wrong size");
-    const SampleRequest request =
-        TopsRequest(strategy, count, static_cast<int64_t>(entries->element_count()),
-                    table->spec().capacity);
-    const int64_t per_shard = static_cast<int64_t>(entries->element_count()) / kEntryWords;
-    std::vector<TopEntry> list(static_cast<size_t>(per_shard), TopEntry{0.0, -1});
-    const ShardSummary s = Summarize(shard, table->Tops(request, list.data()));
-    ToDevice(summary->typed_data(), &s, sizeof(s), stream);
-    ToDevice(entries->typed_data(), list.data(), list.size() * sizeof(TopEntry), stream);
-    return ffi::Error::Success();
-  } catch (...) {
-    return FromException(std::current_exception());
-  }
+  std::shared_ptr<Table> table = LookUpTableForThisGpu(table_handle);
+  if (summary->element_count() != kSummaryWords) return Fail("the summary has the wrong size");
+  const SampleRequest request =
+      TopsRequest(strategy, count, static_cast<int64_t>(entries->element_count()),
+                  table->spec().capacity);
+  const int64_t per_shard = static_cast<int64_t>(entries->element_count()) / kEntryWords;
+  std::vector<TopEntry> list(static_cast<size_t>(per_shard), TopEntry{0.0, -1});
+  const ShardSummary s = Summarize(shard, table->Tops(request, list.data()));
+  ToDevice(summary->typed_data(), &s, sizeof(s), stream);
+  ToDevice(entries->typed_data(), list.data(), list.size() * sizeof(TopEntry), stream);
+  return ffi::Error::Success();
 }
 
 ffi::Error ShardRankCudaImpl(cudaStream_t stream, ffi::Buffer<ffi::U32> summaries,
                              ffi::Buffer<ffi::U32> entries,
                              ffi::Result<ffi::Buffer<ffi::U32>> ranked, int64_t strategy,
                              int64_t count) {
-  try {
-    if (ranked->element_count() != summaries.element_count()) return Fail("sizes differ");
-    const RankShape shape = RankShapeOf(static_cast<int64_t>(summaries.element_count()),
-                                        static_cast<int64_t>(entries.element_count()));
-    const int64_t shards = shape.shards, per_shard = shape.per_shard;
-    const SampleRequest request = ShardRequest(strategy, 0.0, count);
-    std::vector<ShardSummary> s =
-        ToHost<ShardSummary>(summaries.typed_data(), static_cast<size_t>(shards), stream);
-    const std::vector<TopEntry> lists = ToHost<TopEntry>(
-        entries.typed_data(), static_cast<size_t>(shards * per_shard), stream);
-    RankShards(request.strategy, count, lists.data(), per_shard, s.data(), shards);
-    ToDevice(ranked->typed_data(), s.data(), s.size() * sizeof(ShardSummary), stream);
-    return ffi::Error::Success();
-  } catch (...) {
-    return FromException(std::current_exception());
-  }
+  if (ranked->element_count() != summaries.element_count()) return Fail("sizes differ");
+  const RankShape shape = RankShapeOf(static_cast<int64_t>(summaries.element_count()),
+                                      static_cast<int64_t>(entries.element_count()));
+  const int64_t shards = shape.shards, per_shard = shape.per_shard;
+  const SampleRequest request = ShardRequest(strategy, 0.0, count);
+  std::vector<ShardSummary> s =
+      ToHost<ShardSummary>(summaries.typed_data(), static_cast<size_t>(shards), stream);
+  const std::vector<TopEntry> lists = ToHost<TopEntry>(
+      entries.typed_data(), static_cast<size_t>(shards * per_shard), stream);
+  RankShards(request.strategy, count, lists.data(), per_shard, s.data(), shards);
+  ToDevice(ranked->typed_data(), s.data(), s.size() * sizeof(ShardSummary), stream);
+  return ffi::Error::Success();
 }
 
 ffi::Error ShardPlanCudaImpl(cudaStream_t stream, ffi::Buffer<ffi::U32> seeds,
                              ffi::Buffer<ffi::U32> summaries,
                              ffi::Result<ffi::Buffer<ffi::S32>> shard_of_row,
                              ffi::Result<ffi::Buffer<ffi::S32>> counts) {
-  try {
-    const int64_t requesters = static_cast<int64_t>(seeds.element_count()) / 2;
-    if (requesters < 1 || static_cast<int64_t>(seeds.element_count()) != 2 * requesters) {
-      return Fail("expected two seed words per requester");
-    }
-    const int64_t shards = static_cast<int64_t>(counts->element_count()) / requesters;
-    if (shards < 1 || shards * requesters != static_cast<int64_t>(counts->element_count()) ||
-        shard_of_row->element_count() % requesters != 0 ||
-        static_cast<int64_t>(summaries.element_count()) != shards * kSummaryWords) {
-      return Fail("the plan's inputs and results do not match");
-    }
-    const int64_t batch = static_cast<int64_t>(shard_of_row->element_count()) / requesters;
-    const std::vector<uint32_t> seed = ToHost<uint32_t>(seeds.typed_data(),
-                                                        static_cast<size_t>(2 * requesters), stream);
-    const std::vector<ShardSummary> s =
-        ToHost<ShardSummary>(summaries.typed_data(), static_cast<size_t>(shards), stream);
-    std::vector<int32_t> rows(static_cast<size_t>(requesters * batch));
-    std::vector<int32_t> per_shard(static_cast<size_t>(requesters * shards));
-    for (int64_t j = 0; j < requesters; ++j) {
-      PlanShards(s.data(), shards, seed.data() + 2 * j, batch, rows.data() + j * batch,
-                 per_shard.data() + j * shards);
-    }
-    ToDevice(shard_of_row->typed_data(), rows.data(), rows.size() * sizeof(int32_t), stream);
-    ToDevice(counts->typed_data(), per_shard.data(), per_shard.size() * sizeof(int32_t), stream);
-    return ffi::Error::Success();
-  } catch (...) {
-    return FromException(std::current_exception());
+  const int64_t requesters = static_cast<int64_t>(seeds.element_count()) / 2;
+  if (requesters < 1 || static_cast<int64_t>(seeds.element_count()) != 2 * requesters) {
+    return Fail("expected two seed words per requester");
   }
+  const int64_t shards = static_cast<int64_t>(counts->element_count()) / requesters;
+  if (shards < 1 || shards * requesters != static_cast<int64_t>(counts->element_count()) ||
+      shard_of_row->element_count() % requesters != 0 ||
+      static_cast<int64_t>(summaries.element_count()) != shards * kSummaryWords) {
+    return Fail("the plan's inputs and results do not match");
+  }
+  const int64_t batch = static_cast<int64_t>(shard_of_row->element_count()) / requesters;
+  const std::vector<uint32_t> seed = ToHost<uint32_t>(seeds.typed_data(),
+                                                      static_cast<size_t>(2 * requesters), stream);
+  const std::vector<ShardSummary> s =
+      ToHost<ShardSummary>(summaries.typed_data(), static_cast<size_t>(shards), stream);
+  std::vector<int32_t> rows(static_cast<size_t>(requesters * batch));
+  std::vector<int32_t> per_shard(static_cast<size_t>(requesters * shards));
+  for (int64_t j = 0; j < requesters; ++j) {
+    PlanShards(s.data(), shards, seed.data() + 2 * j, batch, rows.data() + j * batch,
+               per_shard.data() + j * shards);
+  }
+  ToDevice(shard_of_row->typed_data(), rows.data(), rows.size() * sizeof(int32_t), stream);
+  ToDevice(counts->typed_data(), per_shard.data(), per_shard.size() * sizeof(int32_t), stream);
+  return ffi::Error::Success();
 }
 
 // The owner's part: draws on the host (ServeDraws), then one GPU gather per
@@ -163,91 +147,83 @@ ffi::Error ShardServeCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch
                               int64_t table_handle, int64_t block, int64_t strategy,
                               double alpha, int64_t window, int64_t pad_left, int64_t shard,
                               int64_t shard_shift, int64_t ragged) {
-  try {
-    std::shared_ptr<Table> table = LookUpTableForThisGpu(table_handle);
-    const uint8_t* arena = table->device_arena();
-    if (arena == nullptr) {
-      return Fail("this shard's memory is not reachable from the GPU (pinning it failed when "
-                  "the table was created, or no GPU was visible then)");
-    }
-    const int64_t shards = static_cast<int64_t>(counts.element_count());
-    if (shards < 1 || static_cast<int64_t>(seeds.element_count()) != 2 * shards ||
-        static_cast<int64_t>(summaries.element_count()) != shards * kSummaryWords) {
-      return Fail("expected two seed words and one summary per requester");
-    }
-    if (block < 1 || shards > kMaxBatch / block) return Fail("block size out of range");
-    if (shard_shift < 1 || shard_shift > 62) return Fail("shard_shift out of range");
-    const int64_t rows = shards * block;
-    const SampleCall call = BindSampleCall(*table, 2, rets, /*first=*/1, rows, strategy, alpha,
-                                           /*count=*/0, window, /*host_results=*/false);
-    const std::vector<uint32_t> seed =
-        ToHost<uint32_t>(seeds.typed_data(), static_cast<size_t>(2 * shards), stream);
-    const std::vector<int32_t> asked =
-        ToHost<int32_t>(counts.typed_data(), static_cast<size_t>(shards), stream);
-    const std::vector<ShardSummary> s =
-        ToHost<ShardSummary>(summaries.typed_data(), static_cast<size_t>(shards), stream);
-
-    auto pending = std::make_unique<PendingTicket>();
-    pending->table = table;
-    pending->draws.resize(static_cast<size_t>(rows));
-    pending->tickets = ServeDraws(*table, call.request, shard, static_cast<int>(shard_shift),
-                                  s.data(), shards, seed.data(), asked.data(), block,
-                                  pending->draws.data());
-    TicketGuard tickets(std::move(pending), stream);
-    const std::vector<Draw>& draws = tickets.pending().draws;
-
-    const std::optional<void*> device_draws = scratch.Allocate(rows * sizeof(Draw), 16);
-    if (!device_draws.has_value()) return Fail("could not allocate scratch memory for the draws");
-    // From pageable memory: returns once staged, so the host draws may go
-    // with the host function later without racing the copy.
-    cudaError_t error = cudaMemcpyAsync(*device_draws, draws.data(), rows * sizeof(Draw),
-                                        cudaMemcpyHostToDevice, stream);
-    for (int64_t j = 0; j < shards && error == cudaSuccess; ++j) {
-      if (asked[j] == 0) continue;  // the requester reads nothing of this block
-      SampleOutputs out = call.out;  // requester j's block
-      out.keys += j * block;
-      out.start += j * block;
-      out.probability += j * block;
-      out.table_size += j * block;
-      out.valid += j * block;
-      for (int c = 0; c < table->num_columns(); ++c) {
-        out.columns[c] += j * block * call.width * table->step_bytes(c);
-      }
-      error = LaunchGather(PlanGather(*table, static_cast<const Draw*>(*device_draws) + j * block,
-                                      asked[j], call.width, pad_left != 0, out, arena),
-                           stream);
-    }
-    if (error == cudaSuccess) error = tickets.HandToStream();
-    if (error != cudaSuccess) return Fail(CudaFailure("launching the gather", error));
-    int64_t row_bytes = 0, asked_rows = 0;
-    for (int c = 0; c < table->num_columns(); ++c) row_bytes += call.width * table->step_bytes(c);
-    for (int32_t n : asked) asked_rows += n;
-    // A ragged all-to-all sends the rows asked; a blocked one, whole blocks.
-    table->exchange_counters().Record(ragged ? 0 : block, asked_rows,
-                                      ragged ? asked_rows : rows, row_bytes);
-    return ffi::Error::Success();
-  } catch (...) {
-    return FromException(std::current_exception());
+  std::shared_ptr<Table> table = LookUpTableForThisGpu(table_handle);
+  const uint8_t* arena = table->device_arena();
+  if (arena == nullptr) {
+    return Fail("this shard's memory is not reachable from the GPU (pinning it failed when "
+                "the table was created, or no GPU was visible then)");
   }
+  const int64_t shards = static_cast<int64_t>(counts.element_count());
+  if (shards < 1 || static_cast<int64_t>(seeds.element_count()) != 2 * shards ||
+      static_cast<int64_t>(summaries.element_count()) != shards * kSummaryWords) {
+    return Fail("expected two seed words and one summary per requester");
+  }
+  if (block < 1 || shards > kMaxBatch / block) return Fail("block size out of range");
+  if (shard_shift < 1 || shard_shift > 62) return Fail("shard_shift out of range");
+  const int64_t rows = shards * block;
+  const SampleCall call = BindSampleCall(*table, 2, rets, /*first=*/1, rows, strategy, alpha,
+                                         /*count=*/0, window, /*host_results=*/false);
+  const std::vector<uint32_t> seed =
+      ToHost<uint32_t>(seeds.typed_data(), static_cast<size_t>(2 * shards), stream);
+  const std::vector<int32_t> asked =
+      ToHost<int32_t>(counts.typed_data(), static_cast<size_t>(shards), stream);
+  const std::vector<ShardSummary> s =
+      ToHost<ShardSummary>(summaries.typed_data(), static_cast<size_t>(shards), stream);
+
+  auto pending = std::make_unique<PendingTicket>();
+  pending->table = table;
+  pending->draws.resize(static_cast<size_t>(rows));
+  pending->tickets = ServeDraws(*table, call.request, shard, static_cast<int>(shard_shift),
+                                s.data(), shards, seed.data(), asked.data(), block,
+                                pending->draws.data());
+  TicketGuard tickets(std::move(pending), stream);
+  const std::vector<Draw>& draws = tickets.pending().draws;
+
+  const std::optional<void*> device_draws = scratch.Allocate(rows * sizeof(Draw), 16);
+  if (!device_draws.has_value()) return Fail("could not allocate scratch memory for the draws");
+  // From pageable memory: returns once staged, so the host draws may go
+  // with the host function later without racing the copy.
+  cudaError_t error = cudaMemcpyAsync(*device_draws, draws.data(), rows * sizeof(Draw),
+                                      cudaMemcpyHostToDevice, stream);
+  for (int64_t j = 0; j < shards && error == cudaSuccess; ++j) {
+    if (asked[j] == 0) continue;  // the requester reads nothing of this block
+    SampleOutputs out = call.out;  // requester j's block
+    out.keys += j * block;
+    out.start += j * block;
+    out.probability += j * block;
+    out.table_size += j * block;
+    out.valid += j * block;
+    for (int c = 0; c < table->num_columns(); ++c) {
+      out.columns[c] += j * block * call.width * table->step_bytes(c);
+    }
+    error = LaunchGather(PlanGather(*table, static_cast<const Draw*>(*device_draws) + j * block,
+                                    asked[j], call.width, pad_left != 0, out, arena),
+                         stream);
+  }
+  if (error == cudaSuccess) error = tickets.HandToStream();
+  if (error != cudaSuccess) return Fail(CudaFailure("launching the gather", error));
+  int64_t row_bytes = 0, asked_rows = 0;
+  for (int c = 0; c < table->num_columns(); ++c) row_bytes += call.width * table->step_bytes(c);
+  for (int32_t n : asked) asked_rows += n;
+  // A ragged all-to-all sends the rows asked; a blocked one, whole blocks.
+  table->exchange_counters().Record(ragged ? 0 : block, asked_rows,
+                                    ragged ? asked_rows : rows, row_bytes);
+  return ffi::Error::Success();
 }
 
 ffi::Error ShardKeysCudaImpl(cudaStream_t stream, ffi::Buffer<ffi::S64> keys,
                              ffi::Result<ffi::Buffer<ffi::S64>> out, int64_t shard,
                              int64_t shard_shift, int64_t to_local) {
-  try {
-    if (shard_shift < 1 || shard_shift > 62 || shard < 0 ||
-        shard >= (int64_t{1} << (63 - shard_shift))) {
-      return Fail("shard or shard_shift out of range");
-    }
-    if (out->element_count() != keys.element_count()) return Fail("keys differ in size");
-    std::vector<int64_t> values = ToHost<int64_t>(keys.typed_data(), keys.element_count(), stream);
-    TranslateKeys(values.data(), values.data(), static_cast<int64_t>(values.size()), shard,
-                  static_cast<int>(shard_shift), to_local != 0);
-    ToDevice(out->typed_data(), values.data(), values.size() * sizeof(int64_t), stream);
-    return ffi::Error::Success();
-  } catch (...) {
-    return FromException(std::current_exception());
+  if (shard_shift < 1 || shard_shift > 62 || shard < 0 ||
+      shard >= (int64_t{1} << (63 - shard_shift))) {
+    return Fail("shard or shard_shift out of range");
   }
+  if (out->element_count() != keys.element_count()) return Fail("keys differ in size");
+  std::vector<int64_t> values = ToHost<int64_t>(keys.typed_data(), keys.element_count(), stream);
+  TranslateKeys(values.data(), values.data(), static_cast<int64_t>(values.size()), shard,
+                static_cast<int>(shard_shift), to_local != 0);
+  ToDevice(out->typed_data(), values.data(), values.size() * sizeof(int64_t), stream);
+  return ffi::Error::Success();
 }
 
 ffi::Error Int64FromWordsCudaImpl(cudaStream_t stream, ffi::Buffer<ffi::U32> words,
@@ -272,35 +248,35 @@ ffi::Error ZerosCudaImpl(cudaStream_t stream, ffi::RemainingRets rets) {
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(ZerosCuda, ZerosCudaImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ZerosCuda, Guarded<&ZerosCudaImpl>::Run,
                               BindZeros(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardTotalsCuda, ShardTotalsCudaImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardTotalsCuda, Guarded<&ShardTotalsCudaImpl>::Run,
                               BindShardTotals(ffi::Ffi::Bind()
                                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardTopsCuda, ShardTopsCudaImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardTopsCuda, Guarded<&ShardTopsCudaImpl>::Run,
                               BindShardTops(ffi::Ffi::Bind()
                                                 .Ctx<ffi::PlatformStream<cudaStream_t>>()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardRankCuda, ShardRankCudaImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardRankCuda, Guarded<&ShardRankCudaImpl>::Run,
                               BindShardRank(ffi::Ffi::Bind()
                                                 .Ctx<ffi::PlatformStream<cudaStream_t>>()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardPlanCuda, ShardPlanCudaImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardPlanCuda, Guarded<&ShardPlanCudaImpl>::Run,
                               BindShardPlan(ffi::Ffi::Bind()
                                                 .Ctx<ffi::PlatformStream<cudaStream_t>>()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardServeCuda, ShardServeCudaImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardServeCuda, Guarded<&ShardServeCudaImpl>::Run,
                               BindShardServe(ffi::Ffi::Bind()
                                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
                                                  .Ctx<ffi::ScratchAllocator>()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardKeysCuda, ShardKeysCudaImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardKeysCuda, Guarded<&ShardKeysCudaImpl>::Run,
                               BindShardKeys(ffi::Ffi::Bind()
                                                 .Ctx<ffi::PlatformStream<cudaStream_t>>()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Int64FromWordsCuda, Int64FromWordsCudaImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Int64FromWordsCuda, Guarded<&Int64FromWordsCudaImpl>::Run,
                               BindInt64FromWords(ffi::Ffi::Bind()
                                                      .Ctx<ffi::PlatformStream<cudaStream_t>>()));
 
