@@ -86,8 +86,7 @@ void Table::CheckOpenLocked() const {
 bool Table::closed() const { return closed_.load(std::memory_order_acquire); }
 
 bool Table::InsideLocked() const {
-  DrainReturnedLocked();
-  return slots_->pinned() > 0 || writers_ > 0 || !in_flight_.empty();
+  return slots_->pinned() > 0 || writers_ > 0 || tickets_.in_flight() > 0;
 }
 
 int64_t Table::waiting() const {

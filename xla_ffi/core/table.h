@@ -47,12 +47,14 @@
 #include <vector>
 
 #include "common.h"
+#include "deferred_error.h"
 #include "draw.h"
 #include "exchange_counters.h"
 #include "gpu_selection.h"
 #include "limits.h"
 #include "rate_limiter.h"
 #include "removers.h"
+#include "sample_tickets.h"
 #include "selectors/constrained.h"
 #include "selectors/fifo.h"
 #include "selectors/heap.h"
@@ -300,12 +302,10 @@ class Table {
   // named a live key.
   int64_t UpdatePriorities(const int64_t* keys, const double* priorities, int64_t count);
 
-  // Errors that could not fail the call that caused them: a priority update
-  // applied by a GPU stream callback (staged_update.h) changes nothing on bad
-  // input and keeps its message here; the next RaiseDeferredError throws it,
-  // once (the first such error, with how many more came after it). The FFI
-  // handlers' table lookup (registry.h) and the Python Table's methods call
-  // it. Both take only a small mutex of their own.
+  // Errors that could not fail the call that caused them (deferred_error.h):
+  // a priority update applied by a GPU stream callback keeps its error here,
+  // and the next RaiseDeferredError throws it, once. The FFI handlers' table
+  // lookup (registry.h) and the Python Table's methods call it.
   void DeferError(const std::string& message);
   void RaiseDeferredError();
 
@@ -386,13 +386,6 @@ class Table {
   // Counts a draw of `slot` against max_times_sampled; removes the item when
   // it reaches it (`ticket`: the drawing sample's).
   void CountDrawLocked(int64_t slot, uint64_t ticket);
-  // No sample that took its ticket at or before `ticket` is still running.
-  bool QuietSince(uint64_t ticket) const {
-    DrainReturnedLocked();
-    return in_flight_.empty() || in_flight_.front() > ticket;
-  }
-  // Moves the tickets EndSample handed back (returned_) out of in_flight_.
-  void DrainReturnedLocked() const;
   // changed_.wait_until in slices of at most 1 ms: EndSample
   // notifies without the table's mutex, so a waiter for tickets may miss one
   // notification and would otherwise sleep to its deadline.
@@ -411,7 +404,6 @@ class Table {
     }
     return true;
   }
-  uint64_t TakeTicketLocked();
   bool InsideLocked() const;  // a sample, reader or writer is inside the table
   int64_t AcquireSlotLocked(std::unique_lock<std::mutex>& lock, bool* evicted);
   // An insert's slot: waits on the limiter (not for restores,
@@ -469,21 +461,11 @@ class Table {
 
   int64_t live_ = 0, writers_ = 0, num_steps_ = 0;
   int64_t positive_ = 0;  // live items with priority > 0
-  uint64_t tickets_ = 0;               // last ticket handed out
-  mutable std::vector<uint64_t> in_flight_;  // tickets not yet returned, ascending
-  // Tickets handed back by EndSample and not yet removed from in_flight_:
-  // EndSample takes only this small mutex (it runs in GPU stream callbacks,
-  // which must not wait behind the table's), and whoever next holds mu_
-  // drains them.
-  mutable std::mutex returned_mu_;
-  mutable std::vector<uint64_t> returned_;
-  mutable std::atomic<bool> has_returned_{false};
+  // Samples in flight: taken under mu_, returned by EndSample without it (it
+  // runs in GPU stream callbacks, which must not wait behind the table's).
+  mutable SampleTickets tickets_;
   std::atomic<int64_t> staged_updates_{0};
-  // DeferError's first message and how many more came after it.
-  std::mutex deferred_mu_;
-  std::string deferred_error_;
-  int64_t deferred_more_ = 0;
-  std::atomic<bool> has_deferred_error_{false};
+  DeferredError deferred_;  // DeferError's, raised by RaiseDeferredError
   Counters counters_;
   ExchangeCounters exchange_counters_;  // its own lock: not under mu_
   int64_t skipped_updates_ = 0;

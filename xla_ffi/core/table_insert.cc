@@ -239,10 +239,10 @@ int64_t Table::ReserveLocked(std::unique_lock<std::mutex>& lock, int64_t restore
   // stream never finishes must not hang inserts forever. A writer that gives
   // up leaves the slot free but still owed to those samples (freed_at_), so
   // the next writer waits for them too.
-  const uint64_t quiet_after = evicted ? tickets_ : freed_at_[slot];
+  const uint64_t quiet_after = evicted ? tickets_.last() : freed_at_[slot];
   const auto deadline = Clock::now() + std::chrono::duration<double>(spec_.slot_wait_seconds);
   const bool quiet = WaitForTickets(lock, deadline, [&] {
-    return closed_ || ((*slots_)[slot].pins == 0 && QuietSince(quiet_after));
+    return closed_ || ((*slots_)[slot].pins == 0 && tickets_.QuietSince(quiet_after));
   });
   if (closed_) {
     AbandonLocked(slot, restoring);

@@ -115,8 +115,7 @@ Stats Table::GetStats() const {
   s.num_steps = num_steps_;
   s.writers = writers_;
   s.pinned_slots = released_ ? 0 : slots_->pinned();
-  DrainReturnedLocked();
-  s.samples_in_flight = static_cast<int64_t>(in_flight_.size());
+  s.samples_in_flight = tickets_.in_flight();
   s.counters = counters_;
   s.bytes_reserved = released_ ? 0 : static_cast<int64_t>(arena_->bytes());
   s.bytes_used = num_steps_ * bytes_per_step;

@@ -104,12 +104,6 @@ void Table::SelectLocked(const SampleRequest& r, const uint32_t seed[2], const d
   }
 }
 
-uint64_t Table::TakeTicketLocked() {
-  DrainReturnedLocked();  // every sample drains, so in_flight_ stays as short as it is
-  in_flight_.push_back(++tickets_);  // the largest yet: the vector stays sorted
-  return tickets_;
-}
-
 uint64_t Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* draws) {
   CheckRequest(r);
   const int64_t n = r.batch;
@@ -153,7 +147,7 @@ uint64_t Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* dra
   } else if (!fast_full) {
     SelectLocked(r, seed, u.data(), selections.data());
   }
-  const uint64_t ticket = tickets_ + 1;  // TakeTicketLocked's, below
+  const uint64_t ticket = tickets_.next();  // the one Take gives below
   // Slot records prefetched ahead of the one read: far enough for a miss to
   // memory (and its TLB miss) to finish, as each record takes little work.
   constexpr int64_t kAhead = 32;
@@ -187,7 +181,7 @@ uint64_t Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* dra
   }
   counters_.samples += static_cast<double>(n);
   changed_.notify_all();  // inserters and other samplers may be waiting
-  return TakeTicketLocked();
+  return tickets_.Take();
 }
 
 bool Table::SelectFullLocked(const SampleRequest& r, const uint32_t seed[2], const double* u,
@@ -368,32 +362,14 @@ uint64_t Table::BeginGpuSample(const SampleRequest& r, GpuSelection* selection) 
   *selection = s;
   counters_.samples += static_cast<double>(r.batch);
   changed_.notify_all();  // inserters may be waiting on the limiter
-  return TakeTicketLocked();
+  return tickets_.Take();
 }
 
 void Table::EndSample(uint64_t ticket) {
-  {
-    std::lock_guard<std::mutex> lock(returned_mu_);
-    returned_.push_back(ticket);
-    has_returned_.store(true, std::memory_order_release);
-  }
-  // Without mu_ (see returned_): a waiter that misses this wakes within its
+  tickets_.Return(ticket);
+  // Without mu_ (see tickets_): a waiter that misses this wakes within its
   // slice (WaitForTickets).
   changed_.notify_all();
-}
-
-void Table::DrainReturnedLocked() const {
-  if (!has_returned_.load(std::memory_order_acquire)) return;
-  std::vector<uint64_t> returned;
-  {
-    std::lock_guard<std::mutex> lock(returned_mu_);
-    returned.swap(returned_);
-    has_returned_.store(false, std::memory_order_relaxed);
-  }
-  for (uint64_t ticket : returned) {
-    const auto it = std::lower_bound(in_flight_.begin(), in_flight_.end(), ticket);
-    if (it != in_flight_.end() && *it == ticket) in_flight_.erase(it);  // else a bug upstream
-  }
 }
 
 }  // namespace gearjax

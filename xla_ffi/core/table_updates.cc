@@ -53,32 +53,10 @@ bool Table::WaitsForStagedUpdates(const SampleRequest& r) const {
   return positive_ == 0;
 }
 
-void Table::DeferError(const std::string& message) {
-  std::lock_guard<std::mutex> lock(deferred_mu_);
-  if (has_deferred_error_.load(std::memory_order_relaxed)) {
-    ++deferred_more_;
-    return;
-  }
-  deferred_error_ = message;
-  deferred_more_ = 0;
-  has_deferred_error_.store(true, std::memory_order_release);
-}
+void Table::DeferError(const std::string& message) { deferred_.Defer(message); }
 
 void Table::RaiseDeferredError() {
-  if (!has_deferred_error_.load(std::memory_order_acquire)) return;
-  std::string message;
-  {
-    std::lock_guard<std::mutex> lock(deferred_mu_);
-    if (!has_deferred_error_.load(std::memory_order_relaxed)) return;  // raised by another call
-    message = "a priority update from an earlier GPU program failed and changed nothing: " +
-              deferred_error_;
-    if (deferred_more_ > 0) {
-      message += " (and " + std::to_string(deferred_more_) + " later updates failed too)";
-    }
-    deferred_error_.clear();
-    has_deferred_error_.store(false, std::memory_order_relaxed);
-  }
-  throw InvalidArgument(message);
+  deferred_.Raise("a priority update from an earlier GPU program failed and changed nothing: ");
 }
 
 }  // namespace gearjax
