@@ -25,6 +25,17 @@ class Batch:
         drawn. With ``probability``, what prioritized replay's importance
         weights need: ``w = (table_size * probability) ** -beta``, usually
         divided by its maximum.
+
+    :meth:`gearjax.Table.sample` makes it; ``name in batch`` says whether it
+    has a column.
+
+    Examples:
+      >>> state, batch = table.sample(state, key, 32, window=8)
+      >>> batch["obs"].shape  # [B, W, *shape]
+      (32, 8, 3)
+      >>> loss_mask = batch.mask  # False on padded steps
+      >>> w = (batch.table_size * batch.probability) ** -0.4
+      >>> w = w / w.max()
     """
 
     columns: dict[str, jax.Array]

@@ -26,7 +26,31 @@ class Column:
         to a byte, are refused with a TypeError.
       pad: the value that fills padded steps of sampled windows. It must be
         exactly representable in ``dtype`` (``-10`` for a ``uint8`` column is
-        refused rather than wrapped).
+        refused rather than wrapped). A NumPy or JAX scalar is kept as the
+        Python scalar it holds.
+
+    Attributes:
+      shape: the per-step shape, a tuple of Python ints (an int ``n`` given
+        as ``shape`` becomes ``(n,)``).
+      dtype: the dtype, a ``numpy.dtype``.
+      pad: the pad value, a Python scalar.
+
+    Raises:
+      TypeError: ``shape`` is not an int or a tuple (any iterable) of ints
+        (bools are refused); ``dtype`` is not
+        a dtype, is sub-byte, or is not numeric or bool; ``pad`` is not a
+        scalar number.
+      ValueError: a dimension of ``shape`` is below 1; ``pad`` cannot be
+        stored in ``dtype``, or not exactly.
+
+    Examples:
+      >>> import gearjax as gx
+      >>> gx.Column((17,), "float32")
+      Column(shape=(17,), dtype=dtype('float32'), pad=0)
+      >>> gx.Column(4, "uint8", pad=255).shape
+      (4,)
+      >>> gx.Column((), "bfloat16", pad=float("nan")).step_bytes
+      2
     """
 
     shape: tuple[int, ...]
@@ -79,10 +103,31 @@ class Column:
         return np.full(self.shape, self.pad, dtype=self.dtype).tobytes()
 
     def to_json(self) -> dict:
+        """The column as JSON values, as checkpoints store it.
+
+        Returns:
+          ``{"shape": list, "dtype": the dtype's name, "pad": the pad}``; a
+            non-finite float pad is written as ``"nan"``, ``"inf"`` or
+            ``"-inf"``.
+        """
         return {"shape": list(self.shape), "dtype": self.dtype.name, "pad": _json_scalar(self.pad)}
 
     @classmethod
     def from_json(cls, spec: dict) -> "Column":
+        """The column a :meth:`to_json` dict describes (checked as the
+        constructor checks its arguments).
+
+        Args:
+          spec: ``{"shape": ..., "dtype": ..., "pad": ...}``.
+
+        Returns:
+          A new :class:`Column`.
+
+        Raises:
+          KeyError: ``spec`` lacks ``"shape"``, ``"dtype"`` or ``"pad"``.
+          TypeError: as the constructor.
+          ValueError: as the constructor.
+        """
         return cls(tuple(spec["shape"]), spec["dtype"], _pad_from_json(spec["pad"]))
 
 

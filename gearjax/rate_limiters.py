@@ -23,7 +23,25 @@ def _check_min_size(name: str, min_size: int) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class MinSize:
-    """Sampling waits until the table holds at least ``min_size`` trajectories."""
+    """Sampling waits until the table holds at least ``min_size`` trajectories.
+
+    It never holds inserts back. A sample still blocked after ``timeout``
+    seconds raises.
+
+    Args:
+      min_size: the number of trajectories sampling waits for, in
+        [1, 2**31]; at most the table's ``capacity`` (checked by the table).
+      timeout: seconds a blocked sample waits, in [0, 1e9].
+
+    Raises:
+      TypeError: ``min_size`` is not an integer, or ``timeout`` not a real
+        number (bools are refused).
+      ValueError: ``min_size`` or ``timeout`` is out of range.
+
+    Examples:
+      >>> table = gx.Table(columns, capacity=10_000, max_length=50,
+      ...                  rate_limiter=gx.MinSize(1000, timeout=60.0))
+    """
 
     min_size: int = 1
     timeout: float = 60.0
@@ -33,9 +51,17 @@ class MinSize:
         object.__setattr__(self, "timeout", _check_timeout(self.timeout))
 
     def native_args(self) -> tuple[int, float, float, float, float]:
+        """The native table's limiter arguments: ``(min_size,
+        samples_per_insert, min_diff, max_diff, timeout)``."""
         return (self.min_size, 0.0, -math.inf, math.inf, self.timeout)
 
     def check_batch(self, batch_size: int) -> None:
+        """Checks that this limiter can admit a batch of ``batch_size`` rows:
+        a ``MinSize`` admits any.
+
+        Args:
+          batch_size: rows of the sample.
+        """
         del batch_size
 
 
@@ -50,6 +76,30 @@ class SampleToInsertRatio:
     is below ``min_size_to_sample`` or ``diff + samples_per_insert <= target +
     error_buffer``. So ``2 * error_buffer`` must cover one batch plus one insert
     (checked when sampling), or neither side could ever move.
+
+    Args:
+      samples_per_insert: sampled rows per inserted trajectory, a real number
+        in (0, 1e9].
+      min_size_to_sample: trajectories the table must hold before sampling
+        starts, in [1, 2**31]; at most the table's ``capacity`` (checked by
+        the table).
+      error_buffer: how far ``diff`` may stray from ``target``, either way, a
+        real number in [0, 1e15].
+      timeout: seconds a blocked sample or insert waits before it raises, in
+        [0, 1e9].
+
+    Raises:
+      TypeError: ``min_size_to_sample`` is not an integer, or another
+        argument not a real number (bools are refused).
+      ValueError: an argument is out of range (``samples_per_insert`` 0
+        included: use :class:`MinSize` for no ratio).
+
+    Examples:
+      >>> limiter = gx.SampleToInsertRatio(samples_per_insert=32.0,
+      ...                                  min_size_to_sample=1000,
+      ...                                  error_buffer=256.0)
+      >>> table = gx.Table(columns, capacity=100_000, max_length=50,
+      ...                  rate_limiter=limiter)
     """
 
     samples_per_insert: float
@@ -70,11 +120,24 @@ class SampleToInsertRatio:
         object.__setattr__(self, "timeout", _check_timeout(self.timeout))
 
     def native_args(self) -> tuple[int, float, float, float, float]:
+        """The native table's limiter arguments: ``(min_size_to_sample,
+        samples_per_insert, target - error_buffer, target + error_buffer,
+        timeout)``."""
         target = self.min_size_to_sample * self.samples_per_insert
         return (self.min_size_to_sample, self.samples_per_insert,
                 target - self.error_buffer, target + self.error_buffer, self.timeout)
 
     def check_batch(self, batch_size: int) -> None:
+        """Checks that this limiter can admit a batch of ``batch_size`` rows
+        (every sample checks it).
+
+        Args:
+          batch_size: rows of the sample.
+
+        Raises:
+          ValueError: ``2 * error_buffer < batch_size + samples_per_insert``:
+            sampling and inserting could block each other forever.
+        """
         if 2 * self.error_buffer < batch_size + self.samples_per_insert:
             raise ValueError(
                 f"error_buffer={self.error_buffer} is too small for batch_size={batch_size}: "

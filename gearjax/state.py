@@ -36,7 +36,13 @@ import numpy as np
 from gearjax._primitives import STATE_DTYPE
 
 TableState = jax.Array
-"""The type of a table state (a uint32 scalar ``jax.Array``), for annotations."""
+"""The type of a table state (a uint32 scalar ``jax.Array``), for annotations.
+
+Examples:
+  >>> def train_step(state: gx.TableState, key: jax.Array) -> gx.TableState:
+  ...     state, batch = table.sample(state, key, 32, window=8)
+  ...     return state
+"""
 
 # Tracers already given to a table call, by id: (the tracer, weakly; the trace
 # of the call). See consume().
@@ -44,13 +50,27 @@ _consumed: dict[int, tuple[weakref.ref, Any]] = {}
 
 
 def initial() -> jax.Array:
+    """A fresh table state (what ``table.state()`` returns once the table is
+    checked open).
+
+    Returns:
+      A uint32 scalar ``jax.Array`` of value 0.
+    """
     return jnp.zeros((), STATE_DTYPE)
 
 
 def is_state(value: Any) -> bool:
-    """Whether ``value`` looks like a table state (a uint32 scalar array): how
-    a call tells its stateful form from its stateless one. PRNG keys, the only
-    other array a call takes first, are key-typed or uint32[2]."""
+    """Whether ``value`` looks like a table state (a uint32 scalar array).
+
+    How a call tells its stateful form from its stateless one. PRNG keys, the
+    only other array a call takes first, are key-typed or uint32[2].
+
+    Args:
+      value: anything.
+
+    Returns:
+      True for a uint32 array of shape ``()`` that is not a PRNG key.
+    """
     dtype = getattr(value, "dtype", None)
     if dtype is None or getattr(value, "shape", None) != ():
         return False
@@ -60,12 +80,27 @@ def is_state(value: Any) -> bool:
 
 
 def consume(state: Any, table: str) -> Any:
-    """The state, checked, for a call on ``table``. While tracing, refuses a
-    state that another table call of the same function was already given: two
-    calls given the same state are not ordered against each other (the second
-    must take the state the first returned). A state closed over by both
-    branches of a ``cond`` is given once in each branch's own trace, and only
-    one branch runs: that is allowed."""
+    """The state, checked, for a call on ``table``.
+
+    While tracing, refuses a state that another table call of the same
+    function was already given: two calls given the same state are not
+    ordered against each other (the second must take the state the first
+    returned). A state closed over by both branches of a ``cond`` is given
+    once in each branch's own trace, and only one branch runs: that is
+    allowed.
+
+    Args:
+      state: what the call was given as its state.
+      table: the table's ``repr``, for the error message.
+
+    Returns:
+      ``state`` itself.
+
+    Raises:
+      TypeError: ``state`` is not a table state (a uint32 scalar array).
+      ValueError: while tracing, ``state`` was already given to another table
+        call of the same function.
+    """
     if not is_state(state):
         raise TypeError(f"a table state is a uint32 scalar array (from table.state()), got "
                         f"{type(state).__name__} with shape {getattr(state, 'shape', None)} and "

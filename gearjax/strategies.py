@@ -17,39 +17,79 @@ from gearjax import _checks
 
 @dataclasses.dataclass(frozen=True)
 class Strategy:
-    """Base class; use one of the strategies below."""
+    """Base class; use one of the strategies below.
+
+    A strategy is a frozen dataclass passed to :meth:`gearjax.Table.sample`
+    (``strategy=``); the base class itself is refused there (``TypeError``).
+    """
 
     code = -1  # the native core's code of the strategy (``_checks.STRATEGY_CODES``)
 
     @property
     def alpha(self) -> float:
+        """The exponent of priorities (:class:`Prioritized`); 0.0 for the others."""
         return 0.0
 
     @property
     def count(self) -> int:
+        """How many best trajectories are drawn from (``TopK``'s ``k``,
+        ``Recent``'s ``n``); 0 for the others."""
         return 0
 
 
 @dataclasses.dataclass(frozen=True)
 class Uniform(Strategy):
-    """Every stored trajectory equally likely."""
+    """Every stored trajectory equally likely.
+
+    The default strategy of :meth:`gearjax.Table.sample`. With
+    ``cut="full"``, uniform over the trajectories at least ``window`` steps
+    long.
+
+    Examples:
+      >>> state, batch = table.sample(state, key, 32, window=8,
+      ...                             strategy=gx.Uniform())
+    """
 
     code = _checks.STRATEGY_CODES["uniform"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Timestep(Strategy):
-    """Every stored step equally likely as a window start: trajectories are
-    drawn in proportion to their length (the decision-transformer sampler)."""
+    """Every stored step equally likely as a window start.
+
+    Trajectories are drawn in proportion to their length (the
+    decision-transformer sampler); with ``cut="full"``, in proportion to
+    their number of full windows (``length - window + 1``).
+
+    Examples:
+      >>> state, batch = table.sample(state, key, 32, window=20,
+      ...                             strategy=gx.Timestep())
+    """
 
     code = _checks.STRATEGY_CODES["timestep"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Prioritized(Strategy):
-    """Trajectories in proportion to ``priority ** alpha``, alpha in [0, 8]
-    (``alpha=0`` is uniform; priority 0 is never drawn when ``alpha > 0``). A
-    table keeps one sum tree per distinct alpha it samples with, at most 8."""
+    """Trajectories in proportion to ``priority ** alpha``.
+
+    ``alpha=0`` is uniform; priority 0 is never drawn when ``alpha > 0``. A
+    table keeps one sum tree per distinct alpha it samples with, at most 8.
+    ``batch.probability`` and ``batch.table_size`` give prioritized replay's
+    importance weights (see :class:`gearjax.Batch`).
+
+    Args:
+      alpha: the exponent of priorities, a real number in [0, 8].
+
+    Raises:
+      TypeError: ``alpha`` is not a real number (bools are refused).
+      ValueError: ``alpha`` is outside [0, 8] (or NaN).
+
+    Examples:
+      >>> state, batch = table.sample(state, key, 32, window=8,
+      ...                             strategy=gx.Prioritized(alpha=0.6))
+      >>> weights = (batch.table_size * batch.probability) ** -0.4
+    """
 
     alpha: float = 1.0  # type: ignore[assignment]
     code = _checks.STRATEGY_CODES["prioritized"]
@@ -66,8 +106,23 @@ def _check_count(name: str, value: object) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class TopK(Strategy):
-    """Uniform over the ``k`` trajectories of highest priority (ties go to the
-    newer trajectory); over all of them when fewer than ``k`` are stored."""
+    """Uniform over the ``k`` trajectories of highest priority.
+
+    Ties go to the newer trajectory; over all of them when fewer than ``k``
+    are stored.
+
+    Args:
+      k: how many, an integer >= 1 (a ``k`` beyond the table's size means all
+        of it).
+
+    Raises:
+      TypeError: ``k`` is not an integer (bools are refused).
+      ValueError: ``k`` is below 1.
+
+    Examples:
+      >>> state, batch = table.sample(state, key, 32, window=8,
+      ...                             strategy=gx.TopK(100))
+    """
 
     k: int
     code = _checks.STRATEGY_CODES["topk"]
@@ -82,8 +137,22 @@ class TopK(Strategy):
 
 @dataclasses.dataclass(frozen=True)
 class Recent(Strategy):
-    """Uniform over the ``n`` newest trajectories (by key); over all of them
-    when fewer than ``n`` are stored."""
+    """Uniform over the ``n`` newest trajectories (by key).
+
+    Over all of them when fewer than ``n`` are stored.
+
+    Args:
+      n: how many, an integer >= 1 (an ``n`` beyond the table's size means
+        all of it).
+
+    Raises:
+      TypeError: ``n`` is not an integer (bools are refused).
+      ValueError: ``n`` is below 1.
+
+    Examples:
+      >>> state, batch = table.sample(state, key, 32, window=8,
+      ...                             strategy=gx.Recent(1000))
+    """
 
     n: int
     code = _checks.STRATEGY_CODES["recent"]

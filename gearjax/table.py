@@ -92,9 +92,34 @@ class Table:
       _key_bits: keys stay below ``2**_key_bits`` (for the shards of a
         :class:`gearjax.ShardedTable`, whose keys carry the shard above them).
 
+    Raises:
+      TypeError: ``columns`` is not a non-empty mapping of non-empty string
+        names to :class:`Column`; ``name`` is not a string; ``capacity``,
+        ``max_length`` or ``max_times_sampled`` is not an integer;
+        ``rate_limiter`` is not ``None``, :class:`gearjax.MinSize` or
+        :class:`gearjax.SampleToInsertRatio`.
+      ValueError: ``capacity``, ``max_length`` or ``max_times_sampled`` is out
+        of range; ``placement`` or ``remover`` is not one of the names above;
+        ``placement="device"`` where there is no GPU; the rate limiter's min
+        size exceeds ``capacity`` (sampling could never start); the table
+        needs more bytes than this machine's memory.
+
     Invariants: keys are unique, increase with insertion order and are never
     reused; a sampled window never mixes data of two trajectories, even while
     other threads insert and evict; a failed call leaves the table unchanged.
+
+    Examples:
+      >>> import jax, numpy as np
+      >>> import gearjax as gx
+      >>> table = gx.Table({"obs": gx.Column((3,), "float32"),
+      ...                   "reward": gx.Column((), "float32")},
+      ...                  capacity=1000, max_length=50, placement="host")
+      >>> key = table.insert({"obs": np.zeros((10, 3)), "reward": np.ones(10)})
+      >>> state = table.state()
+      >>> state, batch = table.sample(state, jax.random.key(0), 32, window=8)
+      >>> batch["obs"].shape
+      (32, 8, 3)
+      >>> table.close()
     """
 
     def __init__(self, columns: Mapping[str, Column], capacity: int, max_length: int, *,
@@ -149,14 +174,17 @@ class Table:
     # ------------------------------------------------------------------ info
     @property
     def columns(self) -> dict[str, Column]:
+        """The columns, name -> :class:`Column` (a copy), in the order given."""
         return dict(self._columns)
 
     @property
     def capacity(self) -> int:
+        """The number of trajectory slots."""
         return self._capacity
 
     @property
     def max_length(self) -> int:
+        """Steps per slot: the longest trajectory the table stores."""
         return self._max_length
 
     @property
@@ -166,10 +194,13 @@ class Table:
 
     @property
     def remover(self) -> str:
+        """Who leaves when the table is full: ``"fifo"``, ``"lifo"`` or
+        ``"min_priority"``."""
         return self._remover
 
     @property
     def rate_limiter(self) -> rate_limiters.RateLimiter | None:
+        """The rate limiter, or ``None`` (sample any non-empty table; never wait)."""
         return self._rate_limiter
 
     @property
@@ -179,6 +210,7 @@ class Table:
 
     @property
     def name(self) -> str:
+        """The name given (``""`` by default), shown in errors and ``repr``."""
         return self._native.name
 
     @property
@@ -187,19 +219,39 @@ class Table:
         return self._native.handle
 
     def state(self) -> TableState:
-        """A fresh table state (a uint32 scalar ``jax.Array``; see
-        :mod:`gearjax.state`): pass it to the first table call of a program
+        """Returns a fresh table state, the first link of a chain of table calls.
+
+        Pass it to the first table call of a program
         (``state, batch = table.sample(state, key, ...)``) and each call's
         returned state to the next. A program may start from a fresh one
         (programs on one device run in dispatch order), or take the state an
-        earlier program returned. Cheap; call it inside jitted functions too."""
+        earlier program returned. Cheap; call it inside jitted functions too.
+
+        Returns:
+          A fresh table state: a uint32 scalar ``jax.Array`` (see
+            :mod:`gearjax.state`).
+
+        Raises:
+          RuntimeError: the table is closed.
+
+        Examples:
+          >>> @jax.jit
+          ... def step(state, key):
+          ...     state, batch = table.sample(state, key, 32, window=8)
+          ...     state, count = table.update_priorities(
+          ...         state, batch.keys, jax.numpy.ones(32))
+          ...     return state, batch
+          >>> state, batch = step(table.state(), jax.random.key(1))
+        """
         self._check_open()
         return table_state.initial()
 
     @property
     def slot_bits(self) -> int:
-        """Keys are ``sequence << slot_bits | slot``: the low ``slot_bits``
-        bits name the slot, the rest count insertions."""
+        """The number of low key bits that name the slot.
+
+        Keys are ``sequence << slot_bits | slot``: the low ``slot_bits`` bits
+        name the slot, the rest count insertions."""
         return self._native.slot_bits
 
     def __len__(self) -> int:
@@ -216,7 +268,20 @@ class Table:
         Counts are totals since creation (or as restored by ``load``); rates
         are those totals over the table's lifetime in this process.
         ``next_sequence`` is the sequence number of the next key; ``alphas``
-        the Prioritized alphas the table keeps a sum tree for."""
+        the Prioritized alphas the table keeps a sum tree for.
+
+        Returns:
+          A new ``dict``: sizes (``size``, ``capacity``, ``max_length``,
+            ``num_steps``), counts (``inserts``, ``samples``, ``evictions``,
+            ``priority_updates``, ``skipped_updates``), ``next_sequence``,
+            what is in flight (``writers_in_flight``, ``samples_in_flight``,
+            ``pinned_slots``), bytes (``bytes_reserved``, ``bytes_used``,
+            ``bytes_per_step``), ``seconds_alive`` and the rates
+            ``insert_rate`` and ``sample_rate`` (per second), ``alphas``, and
+            the configuration: ``columns`` (name -> the column as JSON values),
+            ``remover``, ``max_times_sampled``, ``placement`` (as asked),
+            ``memory`` (where the bytes went), ``name`` and ``closed``.
+        """
         s = self._native.stats()
         alive = max(s["seconds_alive"], 1e-9)
         s["insert_rate"] = s["inserts"] / alive
@@ -232,12 +297,22 @@ class Table:
         return s
 
     def contents(self) -> dict[str, np.ndarray]:
-        """A consistent snapshot of what is stored, in key (insertion) order:
-        ``{"key": int64[N], "length": int64[N], "priority": float64[N],
-        "times_sampled": int64[N]}`` (draws counted against
-        ``max_times_sampled``; all 0 when the table has none).
+        """A consistent snapshot of what is stored, in key (insertion) order.
+
         Waits first for the table calls of programs this thread has dispatched
-        (so it sees what they did)."""
+        (so it sees what they did).
+
+        Returns:
+          ``{"key": int64[N], "length": int64[N], "priority": float64[N],
+            "times_sampled": int64[N]}``, NumPy arrays, one entry per stored
+            trajectory; ``times_sampled`` counts the draws counted against
+            ``max_times_sampled`` (all 0 when the table has none).
+
+        Raises:
+          RuntimeError: the table is closed.
+          ValueError: a priority update of a GPU program failed (it could not
+            fail its own program; the next call on the table raises it).
+        """
         self._check_open()
         self._wait_for_programs()
         keys, slots, lengths, priorities, _, times_sampled = self._native.pin_items()
@@ -246,10 +321,23 @@ class Table:
                 "times_sampled": times_sampled}
 
     def get(self, key: int) -> dict[str, np.ndarray]:
-        """A copy of the stored trajectory ``key`` (column -> ``[T, *shape]``).
-        Raises TypeError unless ``key`` is an integer, KeyError if no
-        trajectory with that key is stored. Waits first for the table calls of
-        programs this thread has dispatched, like ``contents``."""
+        """Returns a copy of one stored trajectory.
+
+        Waits first for the table calls of programs this thread has
+        dispatched, like ``contents``.
+
+        Args:
+          key: the trajectory's key (a Python or NumPy integer).
+
+        Returns:
+          A new ``dict``, column name -> NumPy array ``[T, *shape]`` of the
+            column's dtype, ``T`` the trajectory's length.
+
+        Raises:
+          TypeError: ``key`` is not an integer (bools are refused).
+          KeyError: no trajectory with that key is stored.
+          RuntimeError: the table is closed.
+        """
         if isinstance(key, (bool, np.bool_)) or not isinstance(key, (int, np.integer)):
             raise TypeError(f"a key is an integer, got {key!r}")
         self._check_open()
@@ -282,12 +370,20 @@ class Table:
 
     # ------------------------------------------------------------- lifecycle
     def close(self) -> None:
-        """Closes the table and frees its memory. Blocked inserts and samples
-        wake up and raise; later calls raise; compiled programs that touch the
-        table fail with an error naming it. Samples, reads and inserts already
-        inside the table finish first: close waits for them (up to
-        ``CLOSE_WAIT_SECONDS``, then it warns and leaves the memory to the last
-        of them). Idempotent."""
+        """Closes the table and frees its memory.
+
+        Blocked inserts and samples wake up and raise; later calls raise
+        ``RuntimeError`` (``stats()``, ``len``, ``num_steps`` and the
+        properties still answer); compiled programs that touch the table fail with an
+        error naming it. Samples, reads and inserts already inside the table
+        finish first: close waits for them (up to ``CLOSE_WAIT_SECONDS``, then
+        it warns and leaves the memory to the last of them). Idempotent. A
+        table is also a context manager: ``with table:`` closes it on exit.
+
+        Warns:
+          RuntimeWarning: samples or inserts were still inside the table after
+            ``CLOSE_WAIT_SECONDS``; the memory is freed when they finish.
+        """
         if not self._native.close(CLOSE_WAIT_SECONDS):
             warnings.warn(f"{self!r}: samples or inserts still inside the table after "
                           f"{CLOSE_WAIT_SECONDS} s; its memory is freed when they finish",
@@ -295,6 +391,7 @@ class Table:
 
     @property
     def closed(self) -> bool:
+        """Whether :meth:`close` has been called."""
         return self._native.closed
 
     def __enter__(self) -> "Table":
@@ -320,11 +417,50 @@ class Table:
 
     # ---------------------------------------------------------------- insert
     def insert(self, trajectory: Mapping[str, Any], priority: float = 1.0) -> int:
-        """Copies one trajectory (column name -> array ``[T, *shape]``) into the
-        table and returns its key. Releases the GIL while copying. May evict a
-        trajectory (see ``remover``) and may wait on the rate limiter. Acts at
-        once, from any thread (see the docs' Semantics in jit page for how
-        this orders against compiled programs)."""
+        """Copies one trajectory into the table and returns its key.
+
+        Releases the GIL while copying. May evict a trajectory (see
+        ``remover``) and may wait on the rate limiter. Acts at once, from any
+        thread (see the docs' Semantics in jit page for how this orders
+        against compiled programs).
+
+        Arrays may be NumPy, jax or any DLPack array (torch, cupy, ...), or
+        anything ``numpy.asarray`` takes. Data is converted to each column's
+        dtype value by value (docs: Tables, "Conversions"): a conversion that
+        would change a value's kind or class is refused.
+
+        Args:
+          trajectory: column name -> array ``[T, *shape]``, every column of
+            the table and no other, all with the same ``T`` in
+            ``[1, max_length]``.
+          priority: 0 or a float in [2.2250738585072014e-308,
+            1.0000000150474662e+30] (used by ``Prioritized``, ``TopK`` and the
+            ``"min_priority"`` remover).
+
+        Returns:
+          The new trajectory's key (an ``int``).
+
+        Raises:
+          TypeError: ``trajectory`` is not a mapping; a column holds
+            non-numeric data or data whose kind cannot convert to the
+            column's dtype (float into integer, complex into real);
+            ``priority`` is not a real number.
+          ValueError: a column is missing or unknown; a column's shape is not
+            ``[T, *shape]``; the columns differ in length; ``T`` is outside
+            ``[1, max_length]``; a value does not fit the column's dtype;
+            ``priority`` is out of range.
+          TimeoutError: the rate limiter held the insert back past its
+            timeout.
+          RuntimeError: the table is closed (or was closed while the insert
+            waited).
+
+        Examples:
+          >>> key = table.insert({"obs": np.zeros((10, 3), np.float32),
+          ...                     "reward": np.ones(10, np.float32)},
+          ...                    priority=2.0)
+          >>> table.get(key)["reward"].shape
+          (10,)
+        """
         self._check_open()
         arrays, length = self._validate_trajectory(trajectory)
         return self._native.insert(arrays, length, _checks.priority(priority))
@@ -337,17 +473,39 @@ class Table:
                                     for a in arrays], length, priority)
 
     def insert_step(self, step: Mapping[str, Any], priority: float = 1.0) -> int:
-        """Inserts one step as a trajectory of length 1 and returns its key:
-        ``step`` maps every column to a value of the column's step shape, with
-        no time axis. The insert of transition replay (one transition per
-        trajectory, in a table of ``max_length=1``; see "Transition replay" in
-        the docs).
+        """Inserts one step as a trajectory of length 1 and returns its key.
+
+        The insert of transition replay (one transition per trajectory, in a
+        table of ``max_length=1``; see "Transition replay" in the docs).
 
         Python numbers, and NumPy arrays and scalars of a column's own dtype
         and shape (NumPy integer and float scalars of other widths too), go
         straight to native code, at about the cost of a NumPy ring-buffer
         write; anything else is checked and converted as :meth:`insert` does,
-        and refused as it refuses."""
+        and refused as it refuses.
+
+        Args:
+          step: column name -> a value of the column's step shape, with no
+            time axis, for every column of the table.
+          priority: as for :meth:`insert`.
+
+        Returns:
+          The new trajectory's key (an ``int``).
+
+        Raises:
+          TypeError: ``step`` is not a mapping; otherwise as :meth:`insert`.
+          ValueError: as :meth:`insert` (a value of another shape than the
+            column's step shape, say).
+          TimeoutError: as :meth:`insert`.
+          RuntimeError: the table is closed.
+
+        Examples:
+          >>> transitions = gx.Table({"obs": gx.Column((3,), "float32"),
+          ...                         "action": gx.Column((), "int32")},
+          ...                        capacity=100_000, max_length=1)
+          >>> key = transitions.insert_step({"obs": np.zeros(3, np.float32),
+          ...                                "action": 2})
+        """
         _ffi.clear_failed_token()
         key = self._native.insert_step(step, priority)
         if key is not None:
@@ -359,18 +517,73 @@ class Table:
         return self.insert({n: host_array(v)[None] for n, v in step.items()}, priority)
 
     def writer(self, max_length_overflow: str = "error", overlap: int = 0) -> "Writer":
-        """A streaming writer: append one step at a time, end episodes (see
-        :class:`gearjax.writer.Writer`). Cheap; make one per actor thread."""
+        """Returns a streaming writer: append one step at a time, end episodes.
+
+        Cheap (its buffers are made on the first append); make one per actor
+        thread. See :class:`gearjax.writer.Writer` and the docs' "The writer"
+        page.
+
+        Args:
+          max_length_overflow: what an episode longer than ``max_length``
+            does: ``"error"`` (the step that would overflow raises) or
+            ``"split"`` (it goes in as consecutive pieces of at most
+            ``max_length`` steps).
+          overlap: with ``"split"``, how many of a piece's last steps the next
+            piece repeats at its start, in ``[0, max_length - 1]``.
+
+        Returns:
+          A new :class:`gearjax.writer.Writer` on this table.
+
+        Raises:
+          TypeError: ``overlap`` is not an integer.
+          ValueError: ``max_length_overflow`` is neither ``"error"`` nor
+            ``"split"``; ``overlap`` is out of range, or not 0 without
+            ``"split"``.
+          RuntimeError: the table is closed.
+
+        Examples:
+          >>> with table.writer() as writer:
+          ...     for t in range(5):
+          ...         writer.append({"obs": np.zeros(3, np.float32),
+          ...                        "reward": np.float32(t)})
+          ...     key = writer.end_episode(priority=1.0)
+        """
         from gearjax.writer import Writer
         self._check_open()
         return Writer(self, max_length_overflow, overlap)
 
     def insert_many(self, trajectories: Sequence[Mapping[str, Any]],
                     priorities: Sequence[float] | np.ndarray | None = None) -> np.ndarray:
-        """Inserts several trajectories; returns their keys as int64. Every
-        trajectory and priority is checked before the first is inserted. Only a
-        rate-limiter timeout (or a close) can stop the inserts part-way; the
-        error then says how many went in (the first ones, in order)."""
+        """Inserts several trajectories and returns their keys.
+
+        Every trajectory and priority is checked before the first is
+        inserted. Only a rate-limiter timeout (or a close) can stop the
+        inserts part-way; the error then says how many went in (the first
+        ones, in order).
+
+        Args:
+          trajectories: a sequence of trajectories, each as :meth:`insert`
+            takes it.
+          priorities: one priority per trajectory (as :meth:`insert` takes
+            them), or ``None``: 1.0 each.
+
+        Returns:
+          The keys, a NumPy int64 array ``[N]``, in the order given.
+
+        Raises:
+          TypeError: ``trajectories`` is not a sequence of mappings
+            (a single mapping is refused); ``priorities`` is not a sequence;
+            a trajectory or priority fails :meth:`insert`'s checks (the
+            message names its index). Nothing is inserted.
+          ValueError: ``priorities`` has another length than
+            ``trajectories``; a trajectory or priority fails
+            :meth:`insert`'s checks (the message names its index). Nothing is
+            inserted.
+          TimeoutError: the rate limiter held an insert back past its timeout;
+            the trajectories before it are inserted.
+          RuntimeError: the table is closed (or was closed part-way; the
+            trajectories before are inserted).
+        """
         self._check_open()
         if isinstance(trajectories, Mapping) or not isinstance(trajectories, Sequence):
             raise TypeError("trajectories must be a sequence of mappings")
@@ -405,13 +618,49 @@ class Table:
                      priorities: Any = None) -> jax.Array: ...
 
     def insert_batch(self, *args: Any, **kwargs: Any) -> Any:
-        """Inserts N trajectories given as padded arrays, from inside jit too
-        (for rollouts produced on the device): ``columns[name]`` is
-        ``[N, T, *shape]`` with ``1 <= T <= max_length``, and the first
-        ``lengths[i]`` steps of row i are real. Returns the keys, int64 ``[N]``
-        (``state, keys = table.insert_batch(state, columns, lengths)`` in the
-        taught form, ordered by a table state as
-        :meth:`sample` is).
+        """Inserts N trajectories given as padded arrays, from inside jit too.
+
+        For rollouts produced on the device. An XLA FFI custom call on the CPU
+        and the GPU. Two forms:
+
+        * ``state, keys = table.insert_batch(state, columns, lengths,
+          priorities=None)`` (taught): ordered by a table state as
+          :meth:`sample` is; returns the state's successor and the keys.
+        * ``keys = table.insert_batch(columns, lengths, priorities=None)``:
+          ordered by JAX's ordered effects; returns the keys.
+
+        Arguments (both forms):
+
+        * ``state`` (``TableState``, taught form only): the table state (from
+          :meth:`state`, or the previous table call).
+        * ``columns`` (``Mapping[str, Any]``): every column of the table and no
+          other; ``columns[name]`` is ``[N, T, *shape]`` with
+          ``1 <= T <= max_length`` and ``N >= 1``, NumPy or JAX arrays.
+        * ``lengths``: integers ``[N]``; the first ``lengths[i]`` steps of row
+          i are real, ``lengths[i]`` in ``[1, T]``.
+        * ``priorities``: real numbers ``[N]``, each as :meth:`insert` takes
+          it, or ``None``: 1.0 each.
+
+        Returns:
+          The keys, int64 ``[N]``; in the taught form ``(state, keys)``, the
+            state's successor first.
+
+        Raises:
+          TypeError: ``columns`` is not a mapping; a column holds non-numeric
+            data; a conversion to a column's dtype is refused (see below); a
+            64-bit column without ``jax_enable_x64``; concrete priorities that
+            are not real numbers; ``state`` is not a table state.
+          ValueError: columns missing or unknown; a column's shape is not
+            ``[N, T, *shape]`` with the same ``N`` and ``T`` as the others;
+            ``N < 1``; ``T`` outside ``[1, max_length]``; lengths or
+            priorities of the wrong shape or dtype, or concrete ones out of
+            range (or a priority that would become 0 in float32 without
+            ``jax_enable_x64``): nothing is inserted; ``state`` was already
+            given to another table call of the function being traced.
+          RuntimeError: the table is closed. Errors found when the call runs
+            (traced lengths or priorities out of range, a rate-limiter
+            timeout) are raised by XLA (``jax.errors.JaxRuntimeError``, a
+            ``RuntimeError``).
 
         Shapes, dtypes and columns are checked when traced, and lengths and
         priorities too when they are concrete (NumPy or Python values);
@@ -429,6 +678,15 @@ class Table:
         ``insert``/``insert_many`` take them from the host either way). On a GPU the data is copied on XLA's stream
         straight into the table; the lengths and priorities are read on the
         host first, so the call synchronises once.
+
+        Examples:
+          >>> @jax.jit
+          ... def store(state, obs, reward, lengths):
+          ...     return table.insert_batch(state, {"obs": obs, "reward": reward},
+          ...                               lengths)
+          >>> state, keys = store(table.state(), jax.numpy.zeros((4, 20, 3)),
+          ...                     jax.numpy.zeros((4, 20)),
+          ...                     jax.numpy.array([20, 5, 12, 1]))
         """
         # A mapping of columns after the first argument: that one is a state.
         stateful = (len(args) > 1 and isinstance(args[1], Mapping)) or \
@@ -579,24 +837,55 @@ class Table:
           per dispatch; ``ordered=False`` (this form only) gives order and
           exactly-once up. See "Semantics in jit" in the docs.
 
-        The arguments, in order (both forms take them the same way):
+        Arguments (both forms take them the same way, in this order):
 
-        * ``state`` (taught form only): the table state (see above).
-        * ``rng_key``: a JAX PRNG key; the same key and table contents give
-          the same batch.
-        * ``batch_size``: rows, in [1, 2**31 - 1].
-        * ``window``: steps per row, in [1, max_length]; None: whole
-          trajectories from step 0, padded to ``max_length``.
-        * ``strategy``: which trajectories are drawn (``gx.Uniform()``,
-          ``Timestep()``, ``Prioritized(alpha)``, ``TopK(k)``, ``Recent(n)``).
-        * ``pad``: ``"left"`` (default) or ``"right"``, for ``cut="start"``.
-        * ``cut`` (keyword): where the window lies in its trajectory (below).
-        * ``replace`` (keyword): False draws distinct trajectories within the
-          batch.
-        * ``ordered`` (keyword, stateless form only): False drops the ordering.
+        * ``state`` (``TableState``, taught form only): the table state (see
+          above).
+        * ``rng_key`` (``jax.Array``): a JAX PRNG key (``jax.random.key(...)``,
+          or a legacy ``uint32[2]`` ``jax.random.PRNGKey``); the same key and
+          table contents give the same batch.
+        * ``batch_size`` (``int``): rows, in [1, 2**31 - 1].
+        * ``window`` (``int | None``, default ``None``): steps per row, in
+          [1, max_length]; None: whole trajectories from step 0, padded to
+          ``max_length``.
+        * ``strategy`` (``Strategy``, default ``Uniform()``): which
+          trajectories are drawn (``gx.Uniform()``, ``Timestep()``,
+          ``Prioritized(alpha)``, ``TopK(k)``, ``Recent(n)``).
+        * ``pad`` (``str | None``, default ``None``): ``"left"`` (when unset)
+          or ``"right"``, for ``cut="start"``.
+        * ``cut`` (``str``, keyword, default ``"start"``): where the window
+          lies in its trajectory (below).
+        * ``replace`` (``bool``, keyword, default ``True``): False draws
+          distinct trajectories within the batch.
+        * ``ordered`` (``bool``, keyword, default ``True``; stateless form
+          only): False drops the ordering.
 
-        It returns a :class:`gearjax.Batch`, after the state's successor in
-        the taught form.
+        Returns:
+          The batch, a :class:`gearjax.Batch`; in the taught form
+            ``(state, batch)``, the state's successor first.
+
+        Raises:
+          TypeError: ``batch_size`` or ``window`` is not an integer;
+            ``strategy`` is not one of the strategies; ``replace`` or
+            ``ordered`` is not a bool; ``rng_key`` is not one PRNG key; a
+            ``state`` (or a scalar before a key) is not a table state.
+          ValueError: an argument is out of range; an unknown ``cut`` or
+            ``pad``; ``cut="end"`` or ``"full"`` without a ``window``; a
+            ``pad`` that contradicts ``cut`` (below); ``replace=False`` with
+            ``TopK(k)`` or ``Recent(n)`` and a batch larger than ``k`` (``n``);
+            ``ordered=False`` with a state, or on a table with
+            ``max_times_sampled``; a ``Prioritized`` alpha beyond the 8 the
+            table keeps sum trees for; results larger than this machine's
+            memory; a :class:`gearjax.SampleToInsertRatio` whose
+            ``error_buffer`` is too small for ``batch_size``; ``state`` was
+            already given to another table call of the function being traced.
+          RuntimeError: the table is closed. When the sample runs (eagerly,
+            or inside jit), XLA raises ``jax.errors.JaxRuntimeError`` (a
+            ``RuntimeError``) on an empty table, when the rate limiter holds
+            sampling back past its timeout, and when the eligible trajectories
+            cannot serve the batch (``cut="full"``, ``replace=False``,
+            ``max_times_sampled``, or ``Prioritized(alpha > 0)`` with every
+            priority 0).
 
         A trajectory is chosen by ``strategy``, then a window in it by ``cut``:
 
@@ -661,10 +950,14 @@ class Table:
         ``ordered=False`` is refused for tables with ``max_times_sampled``: a
         sample that removes trajectories must run exactly once.
 
-        Raises (when traced, or at run time through XLA): on an empty table,
-        when the rate limiter holds sampling back past its timeout, and when
-        the eligible trajectories cannot serve the batch (``cut="full"``,
-        ``replace=False``, ``max_times_sampled``).
+        Examples:
+          >>> state = table.state()
+          >>> state, batch = table.sample(state, jax.random.key(0), 64,
+          ...                             window=8, strategy=gx.Prioritized(0.6))
+          >>> batch["obs"].shape, batch.mask.shape
+          ((64, 8, 3), (64, 8))
+          >>> state, full = table.sample(state, jax.random.key(1), 16, 5,
+          ...                            cut="full", replace=False)
         """
         state, args = _split_state(args)
         return self._sample(state, *args, **kwargs)
@@ -707,11 +1000,13 @@ class Table:
     def update_priorities(self, keys: Any, priorities: Any) -> Any: ...
 
     def update_priorities(self, *args: Any, **kwargs: Any) -> Any:
-        """Sets the priorities of trajectories by key; keys no longer stored
-        (evicted meanwhile) are skipped, and for a repeated key the last value
-        wins. Priorities must be 0 or in [2.2250738585072014e-308, 1.0000000150474662e+30]
-        (1e30 as a float32: ``jnp.clip(p, 0, 1e30)`` in float32 is accepted);
-        otherwise nothing changes.
+        """Sets the priorities of trajectories by key.
+
+        Keys no longer stored (evicted meanwhile) are skipped, and for a
+        repeated key the last value wins. Priorities must be 0 or in
+        [2.2250738585072014e-308, 1.0000000150474662e+30] (1e30 as a float32:
+        ``jnp.clip(p, 0, 1e30)`` in float32 is accepted); otherwise nothing
+        changes.
 
         Three forms:
 
@@ -725,11 +1020,45 @@ class Table:
         * the same with NumPy (concrete) arrays outside jit: checks its input,
           applies it at once and returns ``count`` as a Python int.
 
+        Arguments (all forms):
+
+        * ``state`` (``TableState``, taught form only): the table state.
+        * ``keys``: integer keys of any shape (flattened), int32, uint32 or
+          int64 or narrower (uint64 is refused).
+        * ``priorities``: real numbers (integer or floating), as many as
+          ``keys``, in the range above.
+
+        Returns:
+          ``count``, the number of entries whose key was still stored: an
+            int32 scalar ``jax.Array`` in compiled code (``(state, count)``,
+            the state's successor first, in the taught form; -1 for a GPU
+            update that failed, below), a Python ``int`` outside jit.
+
+        Raises:
+          TypeError: ``keys`` are not integers (or are uint64);
+            ``priorities`` are not real numbers; ``state`` is not a table
+            state.
+          ValueError: ``keys`` and ``priorities`` differ in size; a priority
+            is out of range (outside jit; nothing changes); ``state`` was
+            already given to another table call of the function being traced;
+            an earlier GPU update failed (raised by the next call on the
+            table, once).
+          RuntimeError: the table is closed. In compiled code on the CPU, a
+            priority out of range fails the program when it runs
+            (``jax.errors.JaxRuntimeError``, a ``RuntimeError``; nothing
+            changes).
+
         Compiled updates run in order with the program's samples and inserts
         (a sample after it sees the new priorities). On a GPU they never wait
         for the stream, so a bad value cannot fail their own program: the
         update then changes nothing and returns -1, and the next call on the
         table raises the error (docs: "Semantics in jit").
+
+        Examples:
+          >>> state, batch = table.sample(state, jax.random.key(2), 64, window=8)
+          >>> td_error = jax.numpy.ones(64)  # from the learner
+          >>> state, count = table.update_priorities(state, batch.keys,
+          ...                                        td_error + 1e-6)
         """
         # The stateful form has one argument more (keys may be any integers,
         # so their type cannot tell the forms apart).
@@ -764,9 +1093,30 @@ class Table:
 
     # ------------------------------------------------------------ persistence
     def save(self, path: str | os.PathLike) -> None:
-        """Writes a checkpoint atomically; see :mod:`gearjax.checkpoint`. Waits
-        first for the table calls of programs this thread has dispatched, like
-        ``contents``."""
+        """Writes a checkpoint atomically; see :mod:`gearjax.checkpoint`.
+
+        Waits first for the table calls of programs this thread has
+        dispatched, like ``contents``. The checkpoint is written to a
+        temporary file beside ``path`` and renamed over it, so a crash mid-save
+        leaves the previous checkpoint intact (docs: Checkpoints).
+
+        Args:
+          path: the file to write (``str``, ``bytes`` or ``os.PathLike``); a
+            symbolic link is followed.
+
+        Raises:
+          RuntimeError: the table is closed.
+          TypeError: ``path`` is not a ``str``, ``bytes`` or ``os.PathLike``.
+          ValueError: ``path`` is empty or holds a NUL byte.
+          FileExistsError: ``path`` exists and is not a regular file (a
+            directory, a device, a FIFO, a socket); it is left as it was.
+          OSError: the file cannot be written (the message names ``path``).
+
+        Examples:
+          >>> table.save("/tmp/replay.gx")
+          >>> restored = gx.Table.load("/tmp/replay.gx", placement="host")
+          >>> restored.close()
+        """
         self._check_open()
         self._wait_for_programs()
         header = {
@@ -784,15 +1134,37 @@ class Table:
     @classmethod
     def load(cls, path: str | os.PathLike, placement: str | None = None,
              _key_bits: int = 63) -> "Table":
-        """Restores a table saved with :meth:`save`: contents, priorities,
-        insertion order, keys and counters, exactly. ``placement`` overrides
-        the saved one (a table saved from GPU memory loads on a machine
-        without a GPU with ``placement="host"``).
+        """Restores a table saved with :meth:`save`.
+
+        Contents, priorities, insertion order, keys and counters are restored
+        exactly.
 
         The loaded table is a new table with a new handle: programs compiled
         against another table keep using that one (and fail, naming it, once
         it is closed). Re-create jitted functions that close over a table, or
-        pass the table to them as a static argument, after loading."""
+        pass the table to them as a static argument, after loading.
+
+        Args:
+          path: the checkpoint file (``str``, ``bytes`` or ``os.PathLike``).
+          placement: ``"host"``, ``"device"`` or ``"auto"`` to override the
+            saved placement (a table saved from GPU memory loads on a machine
+            without a GPU with ``placement="host"``); ``None``: as saved.
+          _key_bits: as for :class:`Table` (for the shards of a
+            :class:`gearjax.ShardedTable`).
+
+        Returns:
+          The restored :class:`Table`.
+
+        Raises:
+          ValueError: ``placement`` is not ``None``, ``"host"``, ``"device"``
+            or ``"auto"``; ``path`` is empty or holds a NUL byte.
+          TypeError: ``path`` is not a ``str``, ``bytes`` or ``os.PathLike``.
+          FileNotFoundError: there is no file at ``path``.
+          gearjax.CheckpointError: the file is not a readable gearjax
+            checkpoint (corrupted, truncated, hostile, of an unknown version),
+            or the table it describes cannot be made here (e.g. its placement
+            is ``"device"`` and there is no GPU). A ``ValueError``.
+        """
         if placement is not None and placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
         with checkpoint.open_checkpoint(path) as saved:

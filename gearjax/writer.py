@@ -47,6 +47,22 @@ class Writer:
         is full, and the episode goes on in a new piece).
       overlap: with ``"split"``, how many of a piece's last steps the next
         piece repeats at its start (0 <= overlap < max_length).
+
+    Raises:
+      TypeError: ``overlap`` is not an integer.
+      ValueError: ``max_length_overflow`` is neither ``"error"`` nor
+        ``"split"``; ``overlap`` is out of range, or not 0 without
+        ``"split"``.
+
+    Examples:
+      >>> writer = table.writer(max_length_overflow="split", overlap=4)
+      >>> for t in range(120):
+      ...     writer.append({"obs": np.zeros(3, np.float32),
+      ...                    "reward": np.float32(t)})
+      >>> last = writer.end_episode(priority=2.0)
+      >>> len(writer.episode_keys)  # max_length=50: pieces of 50, 50 and 28 steps
+      3
+      >>> writer.close()
     """
 
     def __init__(self, table: Any, max_length_overflow: str = "error", overlap: int = 0):
@@ -83,14 +99,33 @@ class Writer:
 
     @property
     def closed(self) -> bool:
+        """Whether :meth:`close` has been called."""
         return self._closed
 
     # ------------------------------------------------------------------ steps
     def append(self, step: Mapping[str, Any]) -> None:
-        """Appends one step (column name -> array of the column's shape; numpy,
-        jax, any DLPack array, or anything ``numpy.asarray`` takes). With
-        ``"split"``, inserts the current piece once it holds ``max_length``
-        steps."""
+        """Appends one step to the current episode.
+
+        With ``"split"``, inserts the current piece once it holds
+        ``max_length`` steps (if that insert fails, the step stays appended
+        and the piece is inserted by the next ``append`` or ``end_episode``).
+
+        Args:
+          step: column name -> array of the column's shape (no time axis),
+            for every column of the table; numpy, jax, any DLPack array, or
+            anything ``numpy.asarray`` takes.
+
+        Raises:
+          TypeError: ``step`` is not a mapping; a value is not numeric or
+            cannot convert to its column's dtype safely.
+          ValueError: a column is missing or unknown; a value's shape is not
+            the column's; a value does not fit the column's dtype; with
+            ``"error"``, the episode would exceed ``max_length`` steps. The
+            episode so far is left intact.
+          RuntimeError: the writer or its table is closed.
+          TimeoutError: with ``"split"``, the rate limiter held back the
+            insert of a full piece past its timeout.
+        """
         # The fast path: numbers and exactly typed arrays, converted and written
         # in native code (xla_ffi/step_values.h); anything else takes the
         # general path below, which checks it as insert does.
@@ -124,12 +159,31 @@ class Writer:
             self._insert_piece(PIECE_PRIORITY)
 
     def end_episode(self, priority: float = 1.0) -> int:
-        """Ends the episode: inserts what is not inserted yet as its last
-        trajectory (or piece) with ``priority`` and returns that key. An
-        episode whose last piece was inserted when it filled returns that
-        piece's key, and that piece is given ``priority`` (an
-        ``update_priorities`` of it, unless ``priority`` is
-        ``PIECE_PRIORITY``). Raises ValueError for an episode without steps."""
+        """Ends the episode, inserting what is not inserted yet.
+
+        Inserts the steps not inserted yet as the episode's last trajectory
+        (or piece) with ``priority`` and returns that key. An episode whose
+        last piece was inserted when it filled returns that piece's key, and
+        that piece is given ``priority`` (an ``update_priorities`` of it,
+        unless ``priority`` is ``PIECE_PRIORITY``). The keys of all its
+        pieces are then :attr:`episode_keys`, and the next ``append`` starts
+        a new episode.
+
+        Args:
+          priority: the priority of the episode's last trajectory (or piece),
+            as :meth:`gearjax.Table.insert` takes it.
+
+        Returns:
+          The key of the episode's last trajectory (or piece), an ``int``.
+
+        Raises:
+          ValueError: the episode has no steps; ``priority`` is out of range.
+          TypeError: ``priority`` is not a real number.
+          RuntimeError: the writer or its table is closed.
+          TimeoutError: the rate limiter held the insert back past its
+            timeout (the episode is kept; ``end_episode`` may be called
+            again).
+        """
         self._check_open()
         priority = _checks.priority(priority)
         if not self._keys and not self._fresh:
@@ -146,16 +200,27 @@ class Writer:
         return self._episode_keys[-1]
 
     def flush(self) -> None:
-        """Inserts the complete pieces not yet inserted, never a partial
-        episode. A full piece goes in when it fills, so one is pending only if
-        that insert failed (a rate-limiter timeout, say); flush tries it again."""
+        """Inserts the complete pieces not yet inserted, never a partial episode.
+
+        A full piece goes in when it fills, so one is pending only if that
+        insert failed (a rate-limiter timeout, say); flush tries it again.
+
+        Raises:
+          RuntimeError: the writer or its table is closed.
+          TimeoutError: the rate limiter held the insert back past its
+            timeout again.
+        """
         self._check_open()
         if self._split and self._fresh and self._steps == self._table.max_length:
             self._insert_piece(PIECE_PRIORITY)
 
     def close(self) -> None:
         """Drops a partial episode (nothing of it is inserted) and the buffers.
-        Idempotent."""
+
+        Idempotent; later ``append``, ``end_episode`` and ``flush`` calls raise
+        ``RuntimeError``. A writer is also a context manager: ``with
+        table.writer() as writer:`` closes it on exit.
+        """
         self._closed = True
         self._buffers = self._addresses = None
         self._keys, self._steps, self._fresh = [], 0, 0

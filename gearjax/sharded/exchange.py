@@ -83,8 +83,9 @@ AXIS = "gearjax_shards"
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class ShardedBatch(Batch):
-    """A :class:`gearjax.Batch` from a sharded table. ``keys`` are global,
-    ``probability`` and ``table_size`` are over all shards, and
+    """A :class:`gearjax.Batch` from a sharded table: ``keys`` are global,
+    ``probability`` and ``table_size`` are over all shards, and ``shard``
+    says which shard owned each row.
 
     Attributes:
       shard: ``[B]`` int32, the shard (process) that owned each row.

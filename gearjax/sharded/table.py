@@ -79,9 +79,15 @@ class ShardedTable:
     ``columns``, ``capacity``, ``max_length``, ``remover``, ``rate_limiter``,
     ``placement``, ``name``: as for :class:`gearjax.Table`, per shard: every
     process holds a shard of ``capacity`` slots, and the rate limiter and
-    remover act on each shard alone.
+    remover act on each shard alone. Every process makes the table with the
+    same arguments, in the same order as its other sharded tables
+    (construction is collective: the processes check that they agree).
 
     Args:
+      columns: column name -> :class:`gearjax.Column`, as for
+        :class:`gearjax.Table`.
+      capacity: trajectory slots of each shard.
+      max_length: steps per slot.
       exchange: how rows move between processes. ``"xla"`` (the default):
         JAX collectives in the sampling program (gloo between CPU processes,
         NCCL between GPUs); it needs nothing beyond jax. ``"nixl"``: one-sided
@@ -96,6 +102,23 @@ class ShardedTable:
         :class:`gearjax.sharded.one_sided.ShardUnavailable`) or
         ``"skip"`` (go on over the live shards, probabilities renormalised,
         the loss in ``stats()["lost_shards"]``).
+      remover: as for :class:`gearjax.Table`, acting on each shard alone.
+      rate_limiter: as for :class:`gearjax.Table`, acting on each shard
+        alone; ``None`` with a one-sided exchange.
+      placement: as for :class:`gearjax.Table`, for this process's shard.
+      name: a name for error messages and ``repr`` (each shard's own name is
+        ``"<name> shard <k>"``, or ``"shard <k>"``).
+
+    Raises:
+      TypeError: ``name`` is not a string; an argument of the shard fails
+        :class:`gearjax.Table`'s type checks; ``exchange_timeout`` is not a
+        real number.
+      ValueError: ``exchange`` is not ``"xla"``, ``"nixl"`` or ``"verbs"``; a
+        one-sided exchange with a rate limiter; ``exchange_timeout`` outside
+        [0.001, 1e6]; ``on_dead_shard`` is not ``"raise"`` or ``"skip"``; the
+        one-sided exchange's transport is missing here (the message says
+        how to get it); the processes passed different arguments; an
+        argument of the shard fails :class:`gearjax.Table`'s checks.
 
     Keys are global (:mod:`gearjax.sharded.keys`): ``key = shard << (63 -
     shard_bits) | shard_key``, where ``shard`` is the owning process's index,
@@ -183,6 +206,7 @@ class ShardedTable:
 
     @property
     def num_shards(self) -> int:
+        """The number of shards: the job's processes."""
         return self._processes
 
     @property
@@ -194,10 +218,12 @@ class ShardedTable:
 
     @property
     def columns(self) -> dict[str, Column]:
+        """The columns, name -> :class:`gearjax.Column` (a copy)."""
         return self._local.columns
 
     @property
     def exchange(self) -> str:
+        """How rows move between processes: ``"xla"``, ``"nixl"`` or ``"verbs"``."""
         return self._exchange
 
     @property
@@ -211,7 +237,20 @@ class ShardedTable:
         return self._shard_shift
 
     def shard_of(self, key: int) -> int:
-        """The shard that owns (or owned) global key ``key``."""
+        """The shard that owns (or owned) a global key.
+
+        Args:
+          key: a global key, an integer in [0, 2**63 - 1].
+
+        Returns:
+          The owning shard's number (its process index): the key's top
+            bits, which may name no process (a number at or beyond
+            :attr:`num_shards`) for a key no shard issued.
+
+        Raises:
+          TypeError: ``key`` is not an integer (bools are refused).
+          ValueError: ``key`` is negative or beyond int64.
+        """
         return _checks.integer("key", key, 0, _checks.INT64_MAX) >> self._shard_shift
 
     def __repr__(self) -> str:
@@ -226,26 +265,34 @@ class ShardedTable:
         return int(self.stats()["size"])
 
     def stats(self) -> dict[str, Any]:
-        """Global totals and every shard's latest stats, without waiting for any
-        other process: each process publishes its shard's stats through JAX's
-        key-value store when it inserts, samples or updates (at most every
+        """Global totals and every shard's latest stats, without waiting for any other process.
+
+        Each process publishes its shard's stats through JAX's key-value
+        store when it inserts, samples or updates (at most every
         ``STATS_INTERVAL_SECONDS``) and when it calls ``len`` or ``stats``.
 
-        Returns ``size``, ``num_steps``, ``inserts``, ``samples``,
-        ``evictions``, ``priority_updates`` and ``skipped_updates`` summed
-        over the shards that published; what the owners served to the ``xla``
-        exchange, summed likewise: ``exchange_serves`` (owner calls),
-        ``exchange_rows_asked`` and ``exchange_bytes_asked`` (the rows
-        requesters asked for), ``exchange_rows_sent`` and
-        ``exchange_bytes_sent`` (the whole blocks the all-to-all moved, the
-        owner's own block included; on GPU and TPU, where a ragged all-to-all
-        moves exactly the rows asked, those), ``exchange_serves_by_block``
-        (block size -> serves; 0 for the ragged all-to-all) and ``exchange_bytes_per_useful_byte`` (sent over asked;
-        None before any; the one-sided exchanges read exactly the rows asked
-        and count nothing here); ``shards``, the list of per-shard
-        stats (None for a shard that published nothing yet);
-        ``age_seconds``, how old each shard's figures are; and
-        ``stale_seconds``, the largest of those."""
+        Returns:
+          A new ``dict``: ``size``, ``num_steps``, ``inserts``, ``samples``,
+            ``evictions``, ``priority_updates`` and ``skipped_updates`` summed
+            over the shards that published; what the owners served to the
+            ``xla`` exchange, summed likewise: ``exchange_serves`` (owner
+            calls), ``exchange_rows_asked`` and ``exchange_bytes_asked`` (the
+            rows requesters asked for), ``exchange_rows_sent`` and
+            ``exchange_bytes_sent`` (the whole blocks the all-to-all moved,
+            the owner's own block included; on GPU and TPU, where a ragged
+            all-to-all moves exactly the rows asked, those),
+            ``exchange_serves_by_block`` (block size -> serves; 0 for the
+            ragged all-to-all) and ``exchange_bytes_per_useful_byte`` (sent
+            over asked; None before any; the one-sided exchanges read exactly
+            the rows asked and count nothing here); ``shards``, the list of
+            per-shard stats (None for a shard that published nothing yet);
+            ``age_seconds``, how old each shard's figures are;
+            ``stale_seconds``, the largest of those; and ``shard``,
+            ``num_shards``, ``exchange`` and ``closed``. With a one-sided
+            exchange also ``lost_shards`` (the shards skipped as dead),
+            ``refused_updates``, ``sent_updates``, ``prefetch_hits`` and
+            ``prefetch_misses``.
+        """
         self._publish(force=True)
         shards = coordination.latest_stats(self._path, self._processes)
         now = time.time()
@@ -294,9 +341,12 @@ class ShardedTable:
         return self._local.closed
 
     def close(self) -> None:
-        """Closes this process's shard (see :meth:`gearjax.Table.close`) and
-        withdraws what it published. Other processes' samples that reach it
-        afterwards fail naming it."""
+        """Closes this process's shard and withdraws what it published.
+
+        See :meth:`gearjax.Table.close`. Other processes' samples that reach
+        it afterwards fail naming it. Idempotent; ``with table:`` closes it on
+        exit.
+        """
         if not self.closed:
             if self._transport is not None:
                 self._prefetcher.close()  # a read in flight ends first
@@ -312,36 +362,106 @@ class ShardedTable:
 
     # ---------------------------------------------------------------- insert
     def insert(self, trajectory: Mapping[str, Any], priority: float = 1.0) -> int:
-        """Inserts into this process's shard (see :meth:`gearjax.Table.insert`);
-        returns the global key."""
+        """Inserts into this process's shard and returns the global key.
+
+        See :meth:`gearjax.Table.insert`.
+
+        Args:
+          trajectory: column name -> array ``[T, *shape]``, as
+            :meth:`gearjax.Table.insert` takes it.
+          priority: as for :meth:`gearjax.Table.insert`.
+
+        Returns:
+          The trajectory's global key (an ``int``).
+
+        Raises:
+          TypeError: as :meth:`gearjax.Table.insert`.
+          ValueError: as :meth:`gearjax.Table.insert`.
+          TimeoutError: this shard's rate limiter held the insert back past
+            its timeout.
+          RuntimeError: the table is closed.
+        """
         key = self._local.insert(trajectory, priority)
         self._publish()
         return int(keys_of.global_keys(self._shard, key, self._shard_shift))
 
     def insert_many(self, trajectories: Sequence[Mapping[str, Any]],
                     priorities: Sequence[float] | np.ndarray | None = None) -> np.ndarray:
-        """Inserts into this process's shard (see
-        :meth:`gearjax.Table.insert_many`); returns the global keys."""
+        """Inserts into this process's shard and returns the global keys.
+
+        See :meth:`gearjax.Table.insert_many`.
+
+        Args:
+          trajectories: a sequence of trajectories, as
+            :meth:`gearjax.Table.insert_many` takes them.
+          priorities: one priority per trajectory, or ``None``: 1.0 each.
+
+        Returns:
+          The global keys, a NumPy int64 array ``[N]``, in the order given.
+
+        Raises:
+          TypeError: as :meth:`gearjax.Table.insert_many`.
+          ValueError: as :meth:`gearjax.Table.insert_many`.
+          TimeoutError: as :meth:`gearjax.Table.insert_many` (the error says
+            how many went in).
+          RuntimeError: the table is closed.
+        """
         keys = self._local.insert_many(trajectories, priorities)
         self._publish()
         return keys_of.global_keys(self._shard, keys, self._shard_shift)
 
     def insert_batch(self, columns: Mapping[str, Any], lengths: Any,
                      priorities: Any = None) -> jax.Array:
-        """Inserts into this process's shard, from inside jit too (see
-        :meth:`gearjax.Table.insert_batch`); returns the global keys."""
+        """Inserts into this process's shard, from inside jit too, and returns the global keys.
+
+        The stateless form of :meth:`gearjax.Table.insert_batch` (no table
+        state), ordered by JAX's ordered effects.
+
+        Args:
+          columns: column name -> ``[N, T, *shape]``, as
+            :meth:`gearjax.Table.insert_batch` takes them.
+          lengths: integers ``[N]``: the first ``lengths[i]`` steps of row i
+            are real.
+          priorities: real numbers ``[N]``, or ``None``: 1.0 each.
+
+        Returns:
+          The global keys, int64 ``[N]``.
+
+        Raises:
+          TypeError: as :meth:`gearjax.Table.insert_batch`.
+          ValueError: as :meth:`gearjax.Table.insert_batch`.
+          RuntimeError: the table is closed; errors found when the call runs
+            as :meth:`gearjax.Table.insert_batch`.
+        """
         keys = self._local.insert_batch(columns, lengths, priorities)
         return _ffi.shard_keys_call(keys, shard=self._shard, shard_shift=self._shard_shift,
                                     to_local=False)
 
     def get(self, key: int) -> dict[str, np.ndarray]:
-        """A copy of the stored trajectory with global key ``key`` (column ->
-        ``[T, *shape]``); KeyError if no shard holds it. This process's shard
-        is read as :meth:`gearjax.Table.get` reads it. Another shard is read
-        one-sidedly with ``exchange="nixl"`` or ``"verbs"`` (record, data, record again: a
-        trajectory rewritten meanwhile is gone, so KeyError); the ``xla``
-        exchange moves data only inside collective programs, so there a key of
-        another shard raises ValueError naming its owner."""
+        """Returns a copy of the stored trajectory with a global key.
+
+        This process's shard is read as :meth:`gearjax.Table.get` reads it.
+        Another shard is read one-sidedly with ``exchange="nixl"`` or
+        ``"verbs"`` (record, data, record again: a trajectory rewritten
+        meanwhile is gone, so KeyError); the ``xla`` exchange moves data only
+        inside collective programs, so there a key of another shard raises
+        ValueError naming its owner.
+
+        Args:
+          key: a global key (a Python or NumPy integer).
+
+        Returns:
+          A new ``dict``, column name -> NumPy array ``[T, *shape]``.
+
+        Raises:
+          KeyError: no shard holds the key (or, read one-sidedly, it was
+            rewritten meanwhile).
+          ValueError: with the ``xla`` exchange, the key belongs to another
+            process's shard (the message names it); ``key`` is negative or
+            beyond int64.
+          TypeError: ``key`` is not an integer.
+          RuntimeError: the table is closed.
+        """
         owner = self.shard_of(key)
         local_key = int(keys_of.local_keys(key, self._shard_shift))
         if owner == self._shard:
@@ -360,12 +480,51 @@ class ShardedTable:
 
     # ---------------------------------------------------------------- sample
     def sample(self, *args: Any, **kwargs: Any) -> Any:
-        """``sample(rng_key, batch_size, window=None, strategy=Uniform(),
+        """Samples ``batch_size`` rows for this process from the global distribution.
+
+        ``sample(rng_key, batch_size, window=None, strategy=Uniform(),
         pad=None, *, cut="start", replace=True, axis_name=None,
         prefetch=False)``, or, with a one-sided
         exchange (``nixl``, ``verbs``), ``state, batch = sample(state, rng_key,
         ...)``: the taught form of :meth:`gearjax.Table.sample`, ordered by
         the table state (:meth:`state`) instead of JAX's ordered effects.
+
+        Arguments (both forms):
+
+        * ``state`` (``TableState``, one-sided exchanges only): the table
+          state, from :meth:`state` or the previous call.
+        * ``rng_key``, ``batch_size``, ``window``, ``strategy``, ``pad``: as
+          for :meth:`gearjax.Table.sample`; ``batch_size`` is this process's
+          rows (``batch_size`` times the number of processes at most
+          2**31 - 1).
+        * ``cut`` (keyword): ``"start"`` only.
+        * ``replace`` (keyword): ``True`` only.
+        * ``axis_name`` (``str | None``, keyword, default ``None``): the mesh
+          axis inside ``jax.shard_map`` (below), or ``None``.
+        * ``prefetch`` (``bool``, keyword, default ``False``; ``nixl`` and
+          ``verbs``): read the next batch in the background (below).
+
+        Returns:
+          The batch, a :class:`gearjax.sharded.ShardedBatch` (this process's
+            rows, or its block of the global batch inside ``shard_map``);
+            ``(state, batch)``, the state's successor first, when given a
+            state.
+
+        Raises:
+          TypeError: an argument fails :meth:`gearjax.Table.sample`'s type
+            checks; ``prefetch`` is not a bool.
+          ValueError: an argument fails :meth:`gearjax.Table.sample`'s range
+            checks; another ``cut`` or ``replace=False``; a state with the
+            ``xla`` exchange (which takes none); ``prefetch=True`` with the
+            ``xla`` exchange; the ``xla`` exchange with ``axis_name=None``
+            inside a per-process ``jax.jit``; an ``axis_name`` that is not an
+            axis of the enclosing ``shard_map`` or not one device per
+            process; a JAX backend other than CPU or CUDA (``xla``); processes
+            that disagree on the call (``xla``, eager).
+          RuntimeError: the table is closed;
+            :class:`gearjax.sharded.one_sided.ShardUnavailable` (a
+            ``RuntimeError``) for a dead or unreachable shard with
+            ``on_dead_shard="raise"``; errors found when the sample runs.
 
         Samples ``batch_size`` rows for this process from the global
         distribution: each row's trajectory is drawn with exactly the
@@ -413,8 +572,17 @@ class ShardedTable:
         return self._sample(state, *args, **kwargs)
 
     def state(self) -> TableState:
-        """A fresh table state for the taught form of :meth:`sample` with a
-        one-sided exchange (see :meth:`gearjax.Table.state`)."""
+        """Returns a fresh table state for the taught form of :meth:`sample`.
+
+        For a one-sided exchange (see :meth:`gearjax.Table.state`); the
+        ``xla`` exchange's samples take no state.
+
+        Returns:
+          A fresh table state: a uint32 scalar ``jax.Array``.
+
+        Raises:
+          RuntimeError: the table is closed.
+        """
         self._local._check_open()
         return table_state.initial()
 
@@ -545,17 +713,46 @@ class ShardedTable:
     # ------------------------------------------------------------ priorities
     def update_priorities(self, keys: Any, priorities: Any, *,
                           axis_name: str | None = None) -> Any:
-        """Sets priorities by global key; each entry is applied by the shard
-        that owns the key (never written into another process's memory), and
-        one whose trajectory was evicted meanwhile is skipped and counted
-        (``stats()["skipped_updates"]``). Priorities as for
-        :meth:`gearjax.Table.update_priorities`.
+        """Sets priorities by global key.
 
-        Like :meth:`sample`: eagerly, every process calls it at the same call
-        (each with its own keys, any number of them); or inside shard_map with
-        ``axis_name``. Entries of all processes are applied in process order.
-        Returns the number of entries applied over all processes (an int, or
-        an int32 scalar inside shard_map)."""
+        Each entry is applied by the shard that owns the key (never written
+        into another process's memory), and one whose trajectory was evicted
+        meanwhile is skipped and counted (``stats()["skipped_updates"]``).
+        Priorities as for :meth:`gearjax.Table.update_priorities`.
+
+        With the ``xla`` exchange, like :meth:`sample`: eagerly, every process
+        calls it at the same call (each with its own keys, any number of
+        them); or inside shard_map with ``axis_name``. Entries of all
+        processes are applied in process order. With a one-sided exchange
+        (``nixl``, ``verbs``) and ``axis_name=None`` it is not collective: the
+        entries of this process's shard are applied here, the others sent to
+        their owners as messages, which their progress threads apply.
+
+        Args:
+          keys: int64 global keys, any number (flattened); eagerly, any
+            integers but uint64.
+          priorities: real numbers, as many as ``keys``.
+          axis_name: the mesh axis inside ``jax.shard_map`` (one device per
+            process), or ``None``: eagerly.
+
+        Returns:
+          The number of entries applied over all processes: an ``int``, or an
+            int32 scalar inside shard_map. With a one-sided exchange and
+            ``axis_name=None``, the number applied by this process's own shard
+            (the entries sent to other shards are not counted).
+
+        Raises:
+          TypeError: ``keys`` are not integers (inside shard_map: not int64);
+            ``priorities`` are not real numbers (eagerly).
+          ValueError: ``keys`` and ``priorities`` differ in size (inside
+            shard_map: or the priorities are not floating); a priority is out
+            of range (eagerly); traced arguments with ``axis_name=None``
+            (inside a per-process ``jax.jit``); an ``axis_name`` that is not
+            an axis of the enclosing ``shard_map`` or not one device per
+            process; a JAX backend other than CPU or CUDA (with
+            ``axis_name``).
+          RuntimeError: the table is closed.
+        """
         self._local._check_open()
         if axis_name is not None:
             _check_platform()
@@ -609,11 +806,21 @@ class ShardedTable:
 
     # ------------------------------------------------------------ persistence
     def save(self, directory: str | os.PathLike) -> None:
-        """Saves every shard into ``directory`` (created if missing; shared by
-        the processes, or the same path on each host): ``shard-<k>.gx`` per
-        shard (a :meth:`gearjax.Table.save` checkpoint, atomic) and, once
-        every shard is written, ``manifest.json`` (written atomically by
-        process 0). Every process calls it."""
+        """Saves every shard into a directory; every process calls it.
+
+        Writes ``shard-<k>.gx`` per shard (a :meth:`gearjax.Table.save`
+        checkpoint, atomic) and, once every shard is written,
+        ``manifest.json`` (written atomically by process 0).
+
+        Args:
+          directory: the directory (created if missing; shared by the
+            processes, or the same path on each host).
+
+        Raises:
+          RuntimeError: the table is closed.
+          OSError: the directory or a file cannot be written (as
+            :meth:`gearjax.Table.save`).
+        """
         self._local._check_open()
         directory = os.fspath(directory)
         os.makedirs(directory, exist_ok=True)
@@ -632,12 +839,33 @@ class ShardedTable:
     @classmethod
     def load(cls, directory: str | os.PathLike, placement: str | None = None, *,
              exchange_timeout: float = 10.0, on_dead_shard: str = "raise") -> "ShardedTable":
-        """Restores a table saved with :meth:`save` into a job with as many
-        processes: process k loads shard k, exactly (see
-        :meth:`gearjax.Table.load`), with the exchange it was saved with.
-        Every process calls it. Raises :class:`gearjax.CheckpointError` if
-        the manifest is missing or malformed or names another number of
-        shards."""
+        """Restores a table saved with :meth:`save` into a job with as many processes.
+
+        Process k loads shard k, exactly (see :meth:`gearjax.Table.load`),
+        with the exchange it was saved with. Every process calls it.
+
+        Args:
+          directory: the directory :meth:`save` wrote.
+          placement: overrides the saved placement of this process's shard
+            (as for :meth:`gearjax.Table.load`); ``None``: as saved.
+          exchange_timeout: as for :class:`ShardedTable`.
+          on_dead_shard: as for :class:`ShardedTable`.
+
+        Returns:
+          The restored :class:`ShardedTable`.
+
+        Raises:
+          FileNotFoundError: the directory has no ``manifest.json`` (or the
+            shard's file is missing).
+          gearjax.CheckpointError: the manifest is malformed or names another
+            number of shards than this job's processes; the shard's
+            checkpoint fails :meth:`gearjax.Table.load`'s checks.
+          TypeError: ``exchange_timeout`` is not a real number.
+          ValueError: ``exchange_timeout`` is outside [0.001, 1e6];
+            ``on_dead_shard`` is not ``"raise"`` or ``"skip"``; ``placement``
+            is not a placement; the processes disagree (as
+            :class:`ShardedTable`).
+        """
         exchange_timeout = _checks.real("exchange_timeout", exchange_timeout, 1e-3, 1e6)
         if on_dead_shard not in ("raise", "skip"):
             raise ValueError(f"on_dead_shard must be 'raise' or 'skip', got {on_dead_shard!r}")
