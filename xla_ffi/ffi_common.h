@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <exception>
 #include <functional>
@@ -297,20 +298,19 @@ inline SampleCall BindSampleCall(const Table& table, size_t seed_words,
                                  int64_t strategy, double alpha, int64_t count, int64_t window,
                                  bool host_results, int64_t cut = 0, int64_t replace = 1) {
   if (seed_words != 2) throw InvalidArgument("the seed must be two uint32 words");
-  if (batch_size < 1 || batch_size > kMaxBatch) {
-    throw InvalidArgument("batch_size must be in [1, 2**31 - 1]");
-  }
-  if (strategy < 0 || strategy > static_cast<int64_t>(Strategy::kRecent)) {
+  // XLA's attributes are int64 and the enums int32: codes that do not fit are
+  // refused here rather than narrowed into some other code; the rest is the
+  // table's one check of a request (Table::CheckRequest), before the buffers.
+  if (strategy < 0 || strategy > INT32_MAX) {
     throw InvalidArgument("unknown sampling strategy " + std::to_string(strategy));
   }
-  if (window < 0 || window > table.spec().max_length) throw InvalidArgument("window out of range");
-  if (cut < 0 || cut >= kNumCuts) throw InvalidArgument("unknown window cut " + std::to_string(cut));
+  if (cut < 0 || cut > INT32_MAX) throw InvalidArgument("unknown window cut " + std::to_string(cut));
   if (replace != 0 && replace != 1) throw InvalidArgument("replace must be 0 or 1");
+  const SampleRequest request{static_cast<Strategy>(strategy), alpha, count, batch_size, window,
+                              static_cast<Cut>(cut), replace != 0};
+  table.CheckRequest(request);
   const int64_t width = window == 0 ? table.spec().max_length : window;
-  return {{static_cast<Strategy>(strategy), alpha, count, batch_size, window, static_cast<Cut>(cut),
-           replace != 0},
-          width,
-          BindSampleOutputs(table, rets, first, batch_size, width, host_results)};
+  return {request, width, BindSampleOutputs(table, rets, first, batch_size, width, host_results)};
 }
 
 // One column's part of copying a trajectory into its slot: `bytes` bytes from

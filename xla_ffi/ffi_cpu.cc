@@ -295,7 +295,8 @@ ffi::Error ShardServeImpl(ffi::ThreadPool pool, ffi::Token, ffi::Buffer<ffi::U32
   const ShardSummary* s = BindSummaries(summaries, shards);
   const int64_t rows = shards * block;
   const SampleCall call = BindSampleCall(*table, 2, rets, /*first=*/1, rows, strategy, alpha,
-                                         /*count=*/0, window, /*host_results=*/true);
+                                         ServeRequestCount(strategy), window,
+                                         /*host_results=*/true);
   std::vector<Draw> draws(static_cast<size_t>(rows));
   struct EndSamples {
     Table& table;

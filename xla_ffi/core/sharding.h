@@ -59,6 +59,17 @@ SampleRequest ShardRequest(int64_t strategy, double alpha, int64_t count = 1);
 // rather than by totals.
 inline bool RanksShards(Strategy s) { return s == Strategy::kTopK || s == Strategy::kRecent; }
 
+// The count a shard's serve request carries when it is checked, before
+// ServeDraws gives each requester's its own (the owner's share g_me of the
+// global best, at least 1 whenever rows are asked): 1 for ranked strategies,
+// unused by the others.
+inline int64_t ServeRequestCount(int64_t strategy) {
+  return strategy == static_cast<int64_t>(Strategy::kTopK) ||
+                 strategy == static_cast<int64_t>(Strategy::kRecent)
+             ? 1
+             : 0;
+}
+
 // For TopK(count) or Recent(count): replaces each summary's weight by g_m,
 // the number of shard m's entries among the `count` best of all shards.
 // entries[m * per_shard ...] is shard m's best list (Table::Tops), best

@@ -257,6 +257,13 @@ class Table {
   // once with InvalidArgument when the limiter's timeout is 0.
   uint64_t Select(const SampleRequest& request, const uint32_t seed[2], Draw* draws);
 
+  // The sampling contract's one check in the core: the request's batch,
+  // window, cut and strategy (with its alpha or count) against the limits and
+  // this table's max_length; throws InvalidArgument naming what is wrong.
+  // Every sampling entry calls it (Select, the GPU and shard paths, the FFI
+  // handlers' BindSampleCall before they check their buffers).
+  void CheckRequest(const SampleRequest& request) const;
+
   // Whether `request` is constrained (needs the exact host draw): cut kFull,
   // no replacement, or a table with max_times_sampled.
   bool Constrained(const SampleRequest& request) const {
@@ -359,7 +366,6 @@ class Table {
 
   void CheckOpenLocked() const;
   LimiterState LimiterStateLocked() const;
-  void CheckRequest(const SampleRequest& request) const;
   // Waits until the limiter admits the request (or throws Timeout/Closed).
   void WaitToSampleLocked(std::unique_lock<std::mutex>& lock, const SampleRequest& request);
   // The selector a strategy draws from, created (and filled) on first use.

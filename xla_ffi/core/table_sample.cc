@@ -43,7 +43,8 @@ void Table::CheckRequest(const SampleRequest& r) const {
       if (r.count < 1) throw InvalidArgument("TopK and Recent need a count >= 1");
       return;
   }
-  throw InvalidArgument("unknown sampling strategy");
+  throw InvalidArgument("unknown sampling strategy " +
+                        std::to_string(static_cast<int32_t>(r.strategy)));
 }
 
 void Table::WaitToSampleLocked(std::unique_lock<std::mutex>& lock, const SampleRequest& r) {

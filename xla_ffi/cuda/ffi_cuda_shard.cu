@@ -162,7 +162,8 @@ ffi::Error ShardServeCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch
   if (shard_shift < 1 || shard_shift > 62) return Fail("shard_shift out of range");
   const int64_t rows = shards * block;
   const SampleCall call = BindSampleCall(*table, 2, rets, /*first=*/1, rows, strategy, alpha,
-                                         /*count=*/0, window, /*host_results=*/false);
+                                         ServeRequestCount(strategy), window,
+                                         /*host_results=*/false);
   const std::vector<uint32_t> seed =
       ToHost<uint32_t>(seeds.typed_data(), static_cast<size_t>(2 * shards), stream);
   const std::vector<int32_t> asked =
