@@ -33,6 +33,33 @@
 
 namespace gearjax {
 
+// A sample's attributes, as every sample handler (CPU and CUDA, ordered or
+// not) takes them: one struct, decoded by name from the custom call's
+// attributes (gearjax/_ffi.py sample_call sets them), checked by
+// BindSampleCall and Table::CheckRequest.
+struct SampleAttrs {
+  int64_t table_handle;
+  int64_t batch_size;
+  int64_t strategy;  // Strategy's code
+  double alpha;      // Prioritized
+  int64_t count;     // TopK's k, Recent's n
+  int64_t window;    // 0: whole trajectories
+  int64_t pad_left;  // 0 or 1
+  int64_t cut;       // Cut's code
+  int64_t replace;   // 0 or 1
+};
+
+}  // namespace gearjax
+
+XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(
+    gearjax::SampleAttrs, StructMember<int64_t>("table_handle"),
+    StructMember<int64_t>("batch_size"), StructMember<int64_t>("strategy"),
+    StructMember<double>("alpha"), StructMember<int64_t>("count"),
+    StructMember<int64_t>("window"), StructMember<int64_t>("pad_left"),
+    StructMember<int64_t>("cut"), StructMember<int64_t>("replace"));
+
+namespace gearjax {
+
 // Results before the per-column buffers, in order (after the order result,
 // when the call has one).
 enum FixedOutput { kKeys = 0, kStart, kProbability, kTableSize, kValid, kNumFixed };
@@ -120,16 +147,7 @@ using Order = xla::ffi::AnyBuffer;
 // after its context, order operand, seed and results.
 template <typename Binding>
 auto BindSampleAttrs(Binding binding) {
-  return std::move(binding)
-      .template Attr<int64_t>("table_handle")
-      .template Attr<int64_t>("batch_size")
-      .template Attr<int64_t>("strategy")
-      .template Attr<double>("alpha")
-      .template Attr<int64_t>("count")
-      .template Attr<int64_t>("window")
-      .template Attr<int64_t>("pad_left")
-      .template Attr<int64_t>("cut")
-      .template Attr<int64_t>("replace");
+  return std::move(binding).template Attrs<SampleAttrs>();
 }
 
 // insert_batch's operands, results and attributes after each handler's
@@ -294,23 +312,26 @@ struct SampleCall {
 };
 
 inline SampleCall BindSampleCall(const Table& table, size_t seed_words,
-                                 xla::ffi::RemainingRets& rets, size_t first, int64_t batch_size,
-                                 int64_t strategy, double alpha, int64_t count, int64_t window,
-                                 bool host_results, int64_t cut = 0, int64_t replace = 1) {
+                                 xla::ffi::RemainingRets& rets, size_t first,
+                                 const SampleAttrs& a, bool host_results) {
   if (seed_words != 2) throw InvalidArgument("the seed must be two uint32 words");
   // XLA's attributes are int64 and the enums int32: codes that do not fit are
   // refused here rather than narrowed into some other code; the rest is the
   // table's one check of a request (Table::CheckRequest), before the buffers.
-  if (strategy < 0 || strategy > INT32_MAX) {
-    throw InvalidArgument("unknown sampling strategy " + std::to_string(strategy));
+  if (a.strategy < 0 || a.strategy > INT32_MAX) {
+    throw InvalidArgument("unknown sampling strategy " + std::to_string(a.strategy));
   }
-  if (cut < 0 || cut > INT32_MAX) throw InvalidArgument("unknown window cut " + std::to_string(cut));
-  if (replace != 0 && replace != 1) throw InvalidArgument("replace must be 0 or 1");
-  const SampleRequest request{static_cast<Strategy>(strategy), alpha, count, batch_size, window,
-                              static_cast<Cut>(cut), replace != 0};
+  if (a.cut < 0 || a.cut > INT32_MAX) {
+    throw InvalidArgument("unknown window cut " + std::to_string(a.cut));
+  }
+  if (a.replace != 0 && a.replace != 1) throw InvalidArgument("replace must be 0 or 1");
+  if (a.pad_left != 0 && a.pad_left != 1) throw InvalidArgument("pad_left must be 0 or 1");
+  const SampleRequest request{static_cast<Strategy>(a.strategy), a.alpha, a.count, a.batch_size,
+                              a.window, static_cast<Cut>(a.cut), a.replace != 0};
   table.CheckRequest(request);
-  const int64_t width = window == 0 ? table.spec().max_length : window;
-  return {request, width, BindSampleOutputs(table, rets, first, batch_size, width, host_results)};
+  const int64_t width = a.window == 0 ? table.spec().max_length : a.window;
+  return {request, width,
+          BindSampleOutputs(table, rets, first, a.batch_size, width, host_results)};
 }
 
 // One column's part of copying a trajectory into its slot: `bytes` bytes from

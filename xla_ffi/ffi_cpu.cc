@@ -84,17 +84,14 @@ void GatherParallel(ffi::ThreadPool& pool, int64_t rows, int64_t bytes, RunRows&
 // Selects (taking a ticket), gathers and returns the ticket; `first` is the
 // index of the keys result (1 when the call returns an order result first).
 ffi::Error Sample(ffi::ThreadPool& pool, const ffi::Buffer<ffi::U32>& seed,
-                  ffi::RemainingRets& rets, size_t first, int64_t table_handle,
-                  int64_t batch_size, int64_t strategy, double alpha, int64_t count,
-                  int64_t window, int64_t pad_left, int64_t cut, int64_t replace) {
-  std::shared_ptr<Table> table = LookUpTable(table_handle);
+                  ffi::RemainingRets& rets, size_t first, const SampleAttrs& attrs) {
+  std::shared_ptr<Table> table = LookUpTable(attrs.table_handle);
   if (table->on_device()) {
     return Fail("this table lives in GPU memory (placement 'device'): sample it from a "
                 "program on the GPU");
   }
-  const SampleCall call = BindSampleCall(*table, seed.element_count(), rets, first, batch_size,
-                                         strategy, alpha, count, window, /*host_results=*/true,
-                                         cut, replace);
+  const SampleCall call =
+      BindSampleCall(*table, seed.element_count(), rets, first, attrs, /*host_results=*/true);
   const SampleRequest& request = call.request;
   const int64_t batch = request.batch, width = call.width;
   const SampleOutputs& out = call.out;
@@ -113,25 +110,19 @@ ffi::Error Sample(ffi::ThreadPool& pool, const ffi::Buffer<ffi::U32>& seed,
     ~EndSample() { table.EndSample(ticket); }
   } end{*table, table->Select(request, seed.typed_data(), draws.data())};
   GatherParallel(pool, batch, batch * row_bytes, [&](int64_t begin, int64_t end) {
-    GatherRows(*table, draws.data(), begin, end, width, pad_left != 0, out);
+    GatherRows(*table, draws.data(), begin, end, width, attrs.pad_left != 0, out);
   });
   return ffi::Error::Success();
 }
 
 ffi::Error SampleOrderedImpl(ffi::ThreadPool pool, Order, ffi::Buffer<ffi::U32> seed,
-                             ffi::RemainingRets rets, int64_t table_handle, int64_t batch_size,
-                             int64_t strategy, double alpha, int64_t count, int64_t window,
-                             int64_t pad_left, int64_t cut, int64_t replace) {
-  return Sample(pool, seed, rets, /*first=*/1, table_handle, batch_size, strategy, alpha, count,
-                window, pad_left, cut, replace);
+                             ffi::RemainingRets rets, SampleAttrs attrs) {
+  return Sample(pool, seed, rets, /*first=*/1, attrs);
 }
 
 ffi::Error SamplePureImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::U32> seed,
-                          ffi::RemainingRets rets, int64_t table_handle, int64_t batch_size,
-                          int64_t strategy, double alpha, int64_t count, int64_t window,
-                          int64_t pad_left, int64_t cut, int64_t replace) {
-  return Sample(pool, seed, rets, /*first=*/0, table_handle, batch_size, strategy, alpha, count,
-                window, pad_left, cut, replace);
+                          ffi::RemainingRets rets, SampleAttrs attrs) {
+  return Sample(pool, seed, rets, /*first=*/0, attrs);
 }
 
 // The buffer's elements as keys / priorities (host memory: this is the CPU).
@@ -294,9 +285,11 @@ ffi::Error ShardServeImpl(ffi::ThreadPool pool, ffi::Token, ffi::Buffer<ffi::U32
   if (shard_shift < 1 || shard_shift > 62) return Fail("shard_shift out of range");
   const ShardSummary* s = BindSummaries(summaries, shards);
   const int64_t rows = shards * block;
-  const SampleCall call = BindSampleCall(*table, 2, rets, /*first=*/1, rows, strategy, alpha,
-                                         ServeRequestCount(strategy), window,
-                                         /*host_results=*/true);
+  const SampleCall call = BindSampleCall(
+      *table, 2, rets, /*first=*/1,
+      {table_handle, rows, strategy, alpha, ServeRequestCount(strategy), window, pad_left,
+       static_cast<int64_t>(Cut::kStart), /*replace=*/1},
+      /*host_results=*/true);
   std::vector<Draw> draws(static_cast<size_t>(rows));
   struct EndSamples {
     Table& table;

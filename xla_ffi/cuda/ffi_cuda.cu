@@ -170,16 +170,14 @@ ffi::Error SampleOnDevice(cudaStream_t stream, ffi::ScratchAllocator& scratch,
 // first).
 ffi::Error Sample(cudaStream_t stream, ffi::ScratchAllocator& scratch,
                   const ffi::Buffer<ffi::U32>& seed, ffi::RemainingRets& rets, size_t first,
-                  int64_t table_handle, int64_t batch_size, int64_t strategy, double alpha,
-                  int64_t count, int64_t window, int64_t pad_left, int64_t cut,
-                  int64_t replace) {
-  std::shared_ptr<Table> table = LookUpTableForThisGpu(table_handle);
+                  const SampleAttrs& attrs) {
+  std::shared_ptr<Table> table = LookUpTableForThisGpu(attrs.table_handle);
+  const bool pad_left = attrs.pad_left != 0;
   if (table->device_arena() == nullptr) {
     return Fail(kUnreachable);
   }
-  const SampleCall call = BindSampleCall(*table, seed.element_count(), rets, first, batch_size,
-                                         strategy, alpha, count, window,
-                                         /*host_results=*/false, cut, replace);
+  const SampleCall call =
+      BindSampleCall(*table, seed.element_count(), rets, first, attrs, /*host_results=*/false);
   const SampleRequest& request = call.request;
   const int64_t batch = request.batch, width = call.width;
   const SampleOutputs& out = call.out;
@@ -195,8 +193,8 @@ ffi::Error Sample(cudaStream_t stream, ffi::ScratchAllocator& scratch,
       const cudaError_t synced = cudaStreamSynchronize(stream);
       if (synced != cudaSuccess) return Fail(CudaError("waiting for priority updates", synced));
     }
-    return SampleOnDevice(stream, scratch, seed.typed_data(), table, request, width,
-                          pad_left != 0, out);
+    return SampleOnDevice(stream, scratch, seed.typed_data(), table, request, width, pad_left,
+                          out);
   }
 
   // TopK, Recent and constrained samples (cut="full", replace=False,
@@ -222,8 +220,8 @@ ffi::Error Sample(cudaStream_t stream, ffi::ScratchAllocator& scratch,
                           cudaMemcpyHostToDevice, stream);
   if (error == cudaSuccess) {
     const GatherParams params =
-        PlanGather(*table, static_cast<const Draw*>(*device_draws), batch, width,
-                   pad_left != 0, out, table->device_arena());
+        PlanGather(*table, static_cast<const Draw*>(*device_draws), batch, width, pad_left, out,
+                   table->device_arena());
     error = LaunchGather(params, stream);
   }
   if (error == cudaSuccess) error = ticket.HandToStream();
@@ -233,20 +231,14 @@ ffi::Error Sample(cudaStream_t stream, ffi::ScratchAllocator& scratch,
 
 ffi::Error SampleOrderedCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, Order,
                                  ffi::Buffer<ffi::U32> seed, ffi::RemainingRets rets,
-                                 int64_t table_handle, int64_t batch_size, int64_t strategy,
-                                 double alpha, int64_t count, int64_t window, int64_t pad_left,
-                                 int64_t cut, int64_t replace) {
-  return Sample(stream, scratch, seed, rets, /*first=*/1, table_handle, batch_size, strategy,
-                alpha, count, window, pad_left, cut, replace);
+                                 SampleAttrs attrs) {
+  return Sample(stream, scratch, seed, rets, /*first=*/1, attrs);
 }
 
 ffi::Error SamplePureCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch,
                               ffi::Buffer<ffi::U32> seed, ffi::RemainingRets rets,
-                              int64_t table_handle, int64_t batch_size, int64_t strategy,
-                              double alpha, int64_t count, int64_t window, int64_t pad_left,
-                              int64_t cut, int64_t replace) {
-  return Sample(stream, scratch, seed, rets, /*first=*/0, table_handle, batch_size, strategy,
-                alpha, count, window, pad_left, cut, replace);
+                              SampleAttrs attrs) {
+  return Sample(stream, scratch, seed, rets, /*first=*/0, attrs);
 }
 
 // Enqueues a copy of the buffer's bytes into `out` (sized first: it must not

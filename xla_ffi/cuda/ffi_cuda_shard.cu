@@ -161,9 +161,11 @@ ffi::Error ShardServeCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch
   if (block < 1 || shards > kMaxBatch / block) return Fail("block size out of range");
   if (shard_shift < 1 || shard_shift > 62) return Fail("shard_shift out of range");
   const int64_t rows = shards * block;
-  const SampleCall call = BindSampleCall(*table, 2, rets, /*first=*/1, rows, strategy, alpha,
-                                         ServeRequestCount(strategy), window,
-                                         /*host_results=*/false);
+  const SampleCall call = BindSampleCall(
+      *table, 2, rets, /*first=*/1,
+      {table_handle, rows, strategy, alpha, ServeRequestCount(strategy), window, pad_left,
+       static_cast<int64_t>(Cut::kStart), /*replace=*/1},
+      /*host_results=*/false);
   const std::vector<uint32_t> seed =
       ToHost<uint32_t>(seeds.typed_data(), static_cast<size_t>(2 * shards), stream);
   const std::vector<int32_t> asked =
