@@ -54,6 +54,7 @@
 #include "limits.h"
 #include "rate_limiter.h"
 #include "removers.h"
+#include "sample_request.h"
 #include "sample_tickets.h"
 #include "selectors/constrained.h"
 #include "selectors/fifo.h"
@@ -63,109 +64,12 @@
 #include "selectors/uniform.h"
 #include "slots.h"
 #include "storage.h"
+#include "table_reports.h"
+#include "table_spec.h"
 #include "sum_tree.h"
 #include "window.h"
 
 namespace gearjax {
-
-enum class Strategy : int32_t {
-  kUniform = 0,      // trajectories uniformly
-  kTimestep = 1,     // trajectories in proportion to their length
-  kPrioritized = 2,  // trajectories in proportion to priority ** alpha
-  kTopK = 3,         // uniformly over the k highest priorities (ties: newer first)
-  kRecent = 4,       // uniformly over the n newest
-};
-
-struct TableSpec {
-  std::string name;  // for error messages; may be empty
-  std::vector<ColumnSpec> columns;
-  int64_t capacity = 0;
-  int64_t max_length = 0;
-  Remover remover = Remover::kFifo;
-  RateLimiterSpec limiter;
-  bool gpu_mapped = false;  // ask for GPU-mapped pinned memory (see memory.h)
-  bool on_device = false;   // keep the arena in GPU memory (needs DeviceMemory hooks)
-  int key_bits = 63;        // keys stay below 2^key_bits (see slots.h)
-  // A trajectory leaves after this many draws (consume-once at 1); 0: never.
-  int64_t max_times_sampled = 0;
-  // How long an insert waits for the samples and readers still reading the
-  // slot it took before it fails with Timeout (they finish in microseconds
-  // unless a GPU stream stalls).
-  double slot_wait_seconds = 60.0;
-};
-
-struct SampleRequest {
-  Strategy strategy = Strategy::kUniform;
-  double alpha = 0.0;  // Prioritized
-  int64_t count = 0;   // k for TopK, n for Recent (>= 1)
-  int64_t batch = 0;
-  int64_t window = 0;  // steps per window; 0 means whole trajectories from step 0
-  Cut cut = Cut::kStart;  // where windows lie in their trajectories (window.h)
-  bool replace = true;    // false: a trajectory at most once per batch
-};
-
-// What a strategy draws in proportion to, summed over the live items: their
-// number (Uniform), their steps (Timestep) or their priority ** alpha
-// (Prioritized). A shard of a sharded table reports it so that every process
-// can draw shards in proportion to it (sharding.h).
-struct StrategyTotals {
-  int64_t size = 0;
-  int64_t num_steps = 0;
-  double weight = 0.0;
-};
-
-// Where a one-sided reader of another process finds a shard's memory
-// (gearjax/sharded/nixl.py): the arena, the slot records, and the sum tree
-// of one strategy (Uniform: one per live slot; Timestep: lengths;
-// Prioritized: priority ** alpha). Valid until the table is closed.
-struct RemoteLayout {
-  const uint8_t* arena = nullptr;
-  size_t arena_bytes = 0;
-  const SlotInfo* slots = nullptr;
-  SumTreeView tree{};  // empty for TopK and Recent
-  size_t tree_nodes = 0;
-  const int64_t* stamps = nullptr;  // capacity entries, one per slot
-};
-
-// One item of a shard's best list for TopK (its priority, then its stamp,
-// ordering it) or Recent (its stamp): what the shards of a sharded table
-// gather to rank their items globally (sharding.h). stamp -1: no item.
-struct TopEntry {
-  double priority;
-  int64_t stamp;
-};
-static_assert(sizeof(TopEntry) == 16);
-// Stamps stay below this (checkpoints are checked against it), so the next
-// one never overflows.
-inline constexpr int64_t kMaxStamp = int64_t{1} << 62;
-
-struct ItemInfo {
-  int64_t key;
-  int64_t slot;
-  int64_t length;
-  double priority;
-  int64_t stamp;  // insertion stamp (see the invariants above Table)
-  int64_t times_sampled;  // draws counted so far (max_times_sampled > 0 only)
-};
-
-struct Counters {
-  int64_t next_sequence = 0;  // the sequence number of the next published key
-  int64_t inserts = 0;
-  double samples = 0;
-  int64_t evictions = 0;
-  int64_t priority_updates = 0;
-};
-
-struct Stats {
-  int64_t size, capacity, max_length, num_steps, writers, pinned_slots, samples_in_flight;
-  Counters counters;
-  int64_t bytes_reserved, bytes_used;
-  double seconds_alive;
-  std::vector<double> alphas;  // Prioritized alphas with a sum tree
-  // Priority updates for keys >= 0 that named no live trajectory (evicted
-  // meanwhile, or never stored), since creation; not checkpointed.
-  int64_t skipped_updates;
-};
 
 class Table {
  public:
