@@ -31,7 +31,12 @@ the same agent in one call (the transport's own rate, no table logic):
 * ``64x4MiB``: 64 windows of 256 x 4096 float32 (256 MiB a sample).
 
 Reported: sample / read as a fraction of the read's rate, and the sample's
-round trips and descriptors (as the native sampler counts them). For the two
+round trips and descriptors (as the native sampler counts them). Also the
+reader alone: the native sampler's own call (snapshot, descent, windows,
+records, redraws, padding; ``gearjax._gearjax.one_sided_sample``) timed
+inside the same eager samples, against the read; the rest of an eager
+sample is JAX's (the key's words, the rows aliased as JAX arrays, the small
+fields in one dispatch). For the two
 smaller cases, also seconds per sample inside a jitted ``lax.scan`` of 20
 samples (see ``in_jit``): the compiled path (one FFI call a sample) with and
 without a table state, against the same samples through an ordered
@@ -110,6 +115,7 @@ def sample_child(process: int, port: int, repeats: int) -> dict:
     from jax.experimental import multihost_utils
 
     import gearjax as gx
+    from gearjax import _gearjax as gearjax_native
     out = {}
     for name, (batch, window, shape, count, length) in SAMPLE_CASES.items():
         table = gx.ShardedTable({"x": gx.Column(shape, "float32")}, capacity=count,
@@ -147,17 +153,33 @@ def sample_child(process: int, port: int, repeats: int) -> dict:
             if getattr(transport, "native_counts", None):  # the native sampler counts its own
                 counted["round_trips"], counted["descriptors"] = transport.native_counts
             times = {n: [] for n in calls}
+            times["reader"] = []  # the native sampler's own call, inside the timed samples
+            native_sample = gearjax_native.one_sided_sample
+
+            def timed_reader(*args):
+                start = time.perf_counter()
+                try:
+                    return native_sample(*args)
+                finally:
+                    times["reader"].append(time.perf_counter() - start)
+
+            gearjax_native.one_sided_sample = timed_reader
             for r in range(repeats):
                 for n, call in calls.items():
                     start = time.perf_counter()
                     call(r + 1)
                     times[n].append(time.perf_counter() - start)
+            gearjax_native.one_sided_sample = native_sample
+            if not times["reader"]:
+                del times["reader"]
             medians = {n: float(np.median(t)) for n, t in times.items()}
             payload = int(sizes.sum())
             out[name] = {"batch": batch, "window_bytes": int(sizes[0]), "bytes": payload,
                          "median_seconds": medians,
                          "gb_per_s": {n: payload / t / 1e9 for n, t in medians.items()},
                          "sample_over_read": medians["read"] / medians["sample"], **counted}
+            if "reader" in medians:
+                out[name]["reader_over_read"] = medians["read"] / medians["reader"]
             if payload <= 8 << 20:
                 out[name]["in_jit_seconds_per_sample"] = in_jit(table, transport, batch, window,
                                                                 repeats)
@@ -319,6 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     native.close()
     samples = sample_benchmark(args.repeats, args.smoke)
     for case, r in samples.items():
+        first = len(lines)
         if "in_jit_seconds_per_sample" in r:
             t = r["in_jit_seconds_per_sample"]
             lines.append(f"in jit {case:10s} " + " | ".join(
@@ -329,7 +352,11 @@ def main(argv: list[str] | None = None) -> int:
                      f"{r['median_seconds']['read'] * 1e6:9.1f} us {r['gb_per_s']['read']:6.2f} "
                      f"GB/s | sample {r['sample_over_read']:.2f} of read | "
                      f"{r['round_trips']} round trips, {r['descriptors']} descriptors")
-        print(lines[-1], flush=True)
+        if "reader_over_read" in r:
+            lines.append(f"reader {case:10s} native sampler alone "
+                         f"{r['median_seconds']['reader'] * 1e6:9.1f} us | "
+                         f"{r['reader_over_read']:.2f} of read")
+        print("\n".join(lines[first:]), flush=True)
     if args.out:
         write_results(args.out, {"machine": machine_info(("nixl-cu12",)), "repeats": args.repeats,
                                  "reads": results, "samples": samples}, "\n".join(lines))
