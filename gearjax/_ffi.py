@@ -283,14 +283,17 @@ def shard_rank_call(summaries: jax.Array, entries: jax.Array, *, strategy: int,
 
 
 def shard_plan_call(seeds: jax.Array, summaries: jax.Array, *, batch: int,
-                    shards: int) -> tuple[jax.Array, jax.Array]:
+                    shards: int) -> tuple[jax.Array, jax.Array, jax.Array]:
     """For each requester j (seeds uint32 [R, 2]): the shard of each of its
-    ``batch`` rows (int32 [R, batch]) and its rows per shard (int32 [R,
-    shards]), drawn in proportion to the gathered summaries' weights (uint32
-    [shards * SUMMARY_WORDS])."""
+    ``batch`` rows (int32 [R, batch]), each row's rank among the requester's
+    rows from that shard (int32 [R, batch]: the rows before it drawn from the
+    same shard) and its rows per shard (int32 [R, shards]), drawn in
+    proportion to the gathered summaries' weights (uint32 [shards *
+    SUMMARY_WORDS])."""
     requesters = seeds.shape[0]
     call = jax.ffi.ffi_call(SHARD_PLAN_TARGET,
                             (jax.ShapeDtypeStruct((requesters, batch), np.int32),
+                             jax.ShapeDtypeStruct((requesters, batch), np.int32),
                              jax.ShapeDtypeStruct((requesters, shards), np.int32)),
                             vmap_method="sequential")
     return call(seeds, summaries)

@@ -222,8 +222,9 @@ auto BindShardPlan(Binding binding) {
   return std::move(binding)
       .template Arg<xla::ffi::Buffer<xla::ffi::U32>>()
       .template Arg<xla::ffi::Buffer<xla::ffi::U32>>()
-      .template Ret<xla::ffi::Buffer<xla::ffi::S32>>()
-      .template Ret<xla::ffi::Buffer<xla::ffi::S32>>();
+      .template Ret<xla::ffi::Buffer<xla::ffi::S32>>()   // shard of each row
+      .template Ret<xla::ffi::Buffer<xla::ffi::S32>>()   // its rank in that shard
+      .template Ret<xla::ffi::Buffer<xla::ffi::S32>>();  // rows per shard
 }
 
 template <typename Binding>

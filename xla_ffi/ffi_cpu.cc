@@ -229,6 +229,7 @@ ShardSummary* BindSummaries(ffi::Buffer<ffi::U32>& summaries, int64_t shards) {
 // process's plan from one gather and knows what is asked of its shard.
 ffi::Error ShardPlanImpl(ffi::Buffer<ffi::U32> seeds, ffi::Buffer<ffi::U32> summaries,
                          ffi::Result<ffi::Buffer<ffi::S32>> shard_of_row,
+                         ffi::Result<ffi::Buffer<ffi::S32>> rank_in_shard,
                          ffi::Result<ffi::Buffer<ffi::S32>> counts) {
   const int64_t requesters = static_cast<int64_t>(seeds.element_count()) / 2;
   if (requesters < 1 || static_cast<int64_t>(seeds.element_count()) != 2 * requesters) {
@@ -236,14 +237,16 @@ ffi::Error ShardPlanImpl(ffi::Buffer<ffi::U32> seeds, ffi::Buffer<ffi::U32> summ
   }
   const int64_t shards = static_cast<int64_t>(counts->element_count()) / requesters;
   if (shards * requesters != static_cast<int64_t>(counts->element_count()) ||
-      shard_of_row->element_count() % requesters != 0) {
+      shard_of_row->element_count() % requesters != 0 ||
+      rank_in_shard->element_count() != shard_of_row->element_count()) {
     return Fail("the plan's results do not match the requesters");
   }
   const ShardSummary* s = BindSummaries(summaries, shards);
   const int64_t batch = static_cast<int64_t>(shard_of_row->element_count()) / requesters;
   for (int64_t j = 0; j < requesters; ++j) {
     PlanShards(s, shards, seeds.typed_data() + 2 * j, batch,
-               shard_of_row->typed_data() + j * batch, counts->typed_data() + j * shards);
+               shard_of_row->typed_data() + j * batch, rank_in_shard->typed_data() + j * batch,
+               counts->typed_data() + j * shards);
   }
   return ffi::Error::Success();
 }

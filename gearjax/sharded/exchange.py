@@ -263,8 +263,9 @@ def sample(rng_key: jax.Array, *, spec: ShardSpec | tuple[ShardSpec, ...], batch
     # owner its own draws: the shard's number is folded in.
     plan_seed = seed_words(jax.random.fold_in(jax.random.fold_in(rng_key, 0), me))
     serve_key = jax.random.fold_in(jax.random.fold_in(rng_key, 1), me)
-    serve_seeds = jnp.stack([seed_words(jax.random.fold_in(serve_key, j))
-                             for j in range(shards)])
+    # One vectorised op for every requester's seed, not P of them.
+    requesters = jnp.arange(shards, dtype=jnp.uint32)
+    serve_seeds = jax.vmap(lambda j: seed_words(jax.random.fold_in(serve_key, j)))(requesters)
     ranked = isinstance(strategy, (TopK, Recent))
     if ranked:
         per_shard = min(strategy.count, first.capacity)
@@ -284,20 +285,19 @@ def sample(rng_key: jax.Array, *, spec: ShardSpec | tuple[ShardSpec, ...], batch
     if ranked:
         summaries = _ffi.shard_rank_call(summaries, gathered[:, words + 2:].reshape(-1),
                                          strategy=strategy.code, count=strategy.count)
-    shard_of_rows, counts = _ffi.shard_plan_call(gathered[:, words:words + 2], summaries,
-                                                 batch=batch_size, shards=shards)
-    shard_of_row = shard_of_rows[me]  # this process's rows
+    shard_of_rows, ranks, counts = _ffi.shard_plan_call(
+        gathered[:, words:words + 2], summaries, batch=batch_size, shards=shards)
+    # Row b of this process is the rank[b]-th row it asked of shard
+    # shard_of_row[b] (the plan counts them as it draws: O(B), not the O(B P)
+    # of a cumulative sum over a [B, P] one-hot).
+    shard_of_row, rank = shard_of_rows[me], ranks[me]
     asked = counts[:, me]  # rows each process asks of this shard
     width = window or first.max_length
-    # Row b is the rank-th row this process asked of shard k = shard_of_row[b].
-    mine = shard_of_row[:, None] == jnp.arange(shards, dtype=jnp.int32)[None, :]
-    rank = jnp.take_along_axis(jnp.cumsum(mine, axis=0, dtype=jnp.int32) - 1,
-                               shard_of_row[:, None], axis=1)[:, 0]
 
     def round_seeds(r: jax.Array) -> jax.Array:
         """Each requester's seed in round r >= 1 (round 0 takes serve_seeds)."""
-        return jnp.stack([seed_words(jax.random.fold_in(jax.random.fold_in(serve_key, j), r))
-                          for j in range(shards)])
+        return jax.vmap(lambda j: seed_words(jax.random.fold_in(
+            jax.random.fold_in(serve_key, j), r)))(requesters)
 
     def serve(block: int, is_ragged: bool, asked_now: jax.Array, seeds: jax.Array):
         return own(lambda s: tuple(_ffi.shard_serve_call(

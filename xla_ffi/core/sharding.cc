@@ -115,7 +115,8 @@ int64_t FirstAbove(const double* values, int64_t n, double target) {
 }  // namespace
 
 void PlanShards(const ShardSummary* summaries, int64_t shards, const uint32_t seed[2],
-                int64_t batch, int32_t* shard_of_row, int32_t* counts) {
+                int64_t batch, int32_t* shard_of_row, int32_t* rank_in_shard,
+                int32_t* counts) {
   CheckSummaries(summaries, shards);
   double total = 0;
   int64_t last_drawable = -1;
@@ -150,7 +151,7 @@ void PlanShards(const ShardSummary* summaries, int64_t shards, const uint32_t se
       // empty one.
       const int64_t k = FirstAbove(first, last - first, target);
       shard_of_row[begin + i] = static_cast<int32_t>(k);
-      ++counts[k];
+      rank_in_shard[begin + i] = counts[k]++;
     }
   }
 }

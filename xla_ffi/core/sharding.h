@@ -85,10 +85,13 @@ void CheckSummaries(const ShardSummary* summaries, int64_t shards);
 
 // Draws the shard of each of `batch` rows, row b from the 53-bit uniform of
 // RowWords(seed, b): shard k with probability weight_k / W. Writes the shard
-// of each row and how many rows each shard got. Throws InvalidArgument when
-// every weight is 0 (nothing to draw anywhere).
+// of each row, each row's rank among the rows drawn from its shard (how many
+// rows before it went to the same shard: where it lies in that shard's
+// block), and how many rows each shard got. Throws InvalidArgument when every
+// weight is 0 (nothing to draw anywhere).
 void PlanShards(const ShardSummary* summaries, int64_t shards, const uint32_t seed[2],
-                int64_t batch, int32_t* shard_of_row, int32_t* counts);
+                int64_t batch, int32_t* shard_of_row, int32_t* rank_in_shard,
+                int32_t* counts);
 
 // Key layout of a sharded table: the shard's number above `shard_shift` bits,
 // the shard's own key (KeyLayout, at most shard_shift bits) below.

@@ -65,9 +65,9 @@ TEST(Sharding, AllZeroPrioritiesWeighNothingAndTakeNoAlphaPlace) {
 TEST(Sharding, ShardsAreDrawnInProportionToTheirWeight) {
   const std::vector<ShardSummary> s = Summaries({1.0, 3.0, 0.0, 4.0});
   const int64_t n = 80000;
-  std::vector<int32_t> shard(n), counts(4);
+  std::vector<int32_t> shard(n), rank(n), counts(4);
   const uint32_t seed[2] = {11, 12};
-  PlanShards(s.data(), 4, seed, n, shard.data(), counts.data());
+  PlanShards(s.data(), 4, seed, n, shard.data(), rank.data(), counts.data());
   EXPECT_EQ(counts[2], 0);  // weight 0: never drawn
   int64_t sum = 0;
   for (int k = 0; k < 4; ++k) sum += counts[k];
@@ -77,8 +77,8 @@ TEST(Sharding, ShardsAreDrawnInProportionToTheirWeight) {
     const double sd = std::sqrt(n * expected[k] * (1 - expected[k]));
     EXPECT_NEAR(counts[k], n * expected[k], 5 * sd + 1e-9) << k;
   }
-  std::vector<int32_t> again(n), counts_again(4);
-  PlanShards(s.data(), 4, seed, n, again.data(), counts_again.data());
+  std::vector<int32_t> again(n), rank_again(n), counts_again(4);
+  PlanShards(s.data(), 4, seed, n, again.data(), rank_again.data(), counts_again.data());
   EXPECT_EQ(shard, again);  // a function of the seed and the summaries
 }
 
@@ -99,7 +99,7 @@ int32_t ScannedShard(const std::vector<ShardSummary>& s, const uint32_t seed[2],
   return static_cast<int32_t>(k);
 }
 
-TEST(Sharding, TheShardDrawIsTheScanFromShardZeroRowForRow) {
+TEST(Sharding, TheShardDrawIsTheScanFromShardZeroRowForRowAndRanksCountRowsBefore) {
   std::mt19937_64 rng(5);
   for (int trial = 0; trial < 200; ++trial) {
     const int64_t shards = 1 + static_cast<int64_t>(rng() % 70);
@@ -113,11 +113,14 @@ TEST(Sharding, TheShardDrawIsTheScanFromShardZeroRowForRow) {
     const std::vector<ShardSummary> s = Summaries(w);
     const uint32_t seed[2] = {static_cast<uint32_t>(trial), 77};
     const int64_t batch = 1 + static_cast<int64_t>(rng() % 700);  // across blocks of 256 rows
-    std::vector<int32_t> shard(static_cast<size_t>(batch)), counts(static_cast<size_t>(shards));
-    PlanShards(s.data(), shards, seed, batch, shard.data(), counts.data());
+    std::vector<int32_t> shard(static_cast<size_t>(batch)), rank(shard.size()),
+        counts(static_cast<size_t>(shards));
+    PlanShards(s.data(), shards, seed, batch, shard.data(), rank.data(), counts.data());
     std::vector<int32_t> want_counts(static_cast<size_t>(shards));
     for (int64_t b = 0; b < batch; ++b) {
       ASSERT_EQ(shard[b], ScannedShard(s, seed, b)) << "trial " << trial << " row " << b;
+      // Its rank: the rows before it drawn from the same shard.
+      ASSERT_EQ(rank[b], want_counts[shard[b]]) << "trial " << trial << " row " << b;
       ++want_counts[shard[b]];
     }
     EXPECT_EQ(counts, want_counts);
@@ -125,17 +128,18 @@ TEST(Sharding, TheShardDrawIsTheScanFromShardZeroRowForRow) {
 }
 
 TEST(Sharding, NothingToDrawAndMisorderedSummariesAreRefused) {
-  std::vector<int32_t> shard(4), counts(2);
+  std::vector<int32_t> shard(4), rank(4), counts(2);
   const uint32_t seed[2] = {1, 2};
-  EXPECT_THROW(PlanShards(Summaries({0.0, 0.0}).data(), 2, seed, 4, shard.data(), counts.data()),
-               InvalidArgument);
+  const auto plan = [&](const std::vector<ShardSummary>& s) {
+    PlanShards(s.data(), 2, seed, 4, shard.data(), rank.data(), counts.data());
+  };
+  EXPECT_THROW(plan(Summaries({0.0, 0.0})), InvalidArgument);
   std::vector<ShardSummary> twice = Summaries({1.0, 1.0});
   twice[1].shard = 0;  // one process's summary where every process's should be
-  EXPECT_THROW(PlanShards(twice.data(), 2, seed, 4, shard.data(), counts.data()),
-               InvalidArgument);
+  EXPECT_THROW(plan(twice), InvalidArgument);
   std::vector<ShardSummary> nan = Summaries({1.0, 1.0});
   nan[1].weight = NAN;
-  EXPECT_THROW(PlanShards(nan.data(), 2, seed, 4, shard.data(), counts.data()), InvalidArgument);
+  EXPECT_THROW(plan(nan), InvalidArgument);
   EXPECT_THROW(CheckSummaries(nullptr, 0), InvalidArgument);
 }
 

@@ -112,6 +112,7 @@ ffi::Error ShardRankCudaImpl(cudaStream_t stream, ffi::Buffer<ffi::U32> summarie
 ffi::Error ShardPlanCudaImpl(cudaStream_t stream, ffi::Buffer<ffi::U32> seeds,
                              ffi::Buffer<ffi::U32> summaries,
                              ffi::Result<ffi::Buffer<ffi::S32>> shard_of_row,
+                             ffi::Result<ffi::Buffer<ffi::S32>> rank_in_shard,
                              ffi::Result<ffi::Buffer<ffi::S32>> counts) {
   const int64_t requesters = static_cast<int64_t>(seeds.element_count()) / 2;
   if (requesters < 1 || static_cast<int64_t>(seeds.element_count()) != 2 * requesters) {
@@ -120,6 +121,7 @@ ffi::Error ShardPlanCudaImpl(cudaStream_t stream, ffi::Buffer<ffi::U32> seeds,
   const int64_t shards = static_cast<int64_t>(counts->element_count()) / requesters;
   if (shards < 1 || shards * requesters != static_cast<int64_t>(counts->element_count()) ||
       shard_of_row->element_count() % requesters != 0 ||
+      rank_in_shard->element_count() != shard_of_row->element_count() ||
       static_cast<int64_t>(summaries.element_count()) != shards * kSummaryWords) {
     return Fail("the plan's inputs and results do not match");
   }
@@ -129,12 +131,14 @@ ffi::Error ShardPlanCudaImpl(cudaStream_t stream, ffi::Buffer<ffi::U32> seeds,
   const std::vector<ShardSummary> s =
       ToHost<ShardSummary>(summaries.typed_data(), static_cast<size_t>(shards), stream);
   std::vector<int32_t> rows(static_cast<size_t>(requesters * batch));
+  std::vector<int32_t> ranks(rows.size());
   std::vector<int32_t> per_shard(static_cast<size_t>(requesters * shards));
   for (int64_t j = 0; j < requesters; ++j) {
     PlanShards(s.data(), shards, seed.data() + 2 * j, batch, rows.data() + j * batch,
-               per_shard.data() + j * shards);
+               ranks.data() + j * batch, per_shard.data() + j * shards);
   }
   ToDevice(shard_of_row->typed_data(), rows.data(), rows.size() * sizeof(int32_t), stream);
+  ToDevice(rank_in_shard->typed_data(), ranks.data(), ranks.size() * sizeof(int32_t), stream);
   ToDevice(counts->typed_data(), per_shard.data(), per_shard.size() * sizeof(int32_t), stream);
   return ffi::Error::Success();
 }
