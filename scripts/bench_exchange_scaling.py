@@ -34,7 +34,9 @@ to the shipped exchange's cases of one batch size (bucketed, both masses,
 every P); the report gives each case's measured time over the model's, the
 full-block cases included. On this 2-core machine every device shares the
 same 2 cores, so the curve is the machine's total throughput against P, not
-a cluster's.
+a cluster's. The workers run with glibc malloc told to keep freed memory
+(KEEP_MEMORY; ``--system-malloc`` for the defaults), so that page faults of
+XLA:CPU's per-call buffers do not swamp the exchange's own costs.
 
     python scripts/bench_exchange_scaling.py --report-from RESULTS.json
 
@@ -171,9 +173,23 @@ def fit_model(cases: list[dict]) -> dict:
             "measured_over_model": [float(x) for x in measured / model]}
 
 
+# glibc malloc settings for the workers (unless --system-malloc): keep freed
+# memory in the process instead of handing it back to the kernel. XLA:CPU
+# allocates each program's temporary buffers on every call (up to 17 MB a
+# device here, about 1 GB over 64 devices); by default glibc maps large ones
+# fresh and unmaps them when freed, so every call pays page faults over them,
+# and how much depends on what ran before (P = 64, B = 1024: 260-346 ms a
+# sample after the B = 256 cases, 164-177 ms with these settings). What any
+# user of XLA:CPU with large per-call buffers may set (or preload tcmalloc).
+KEEP_MEMORY = {"MALLOC_MMAP_THRESHOLD_": str(2**31 - 1),
+               "MALLOC_TRIM_THRESHOLD_": str(2**34), "MALLOC_TOP_PAD_": str(2**30)}
+
+
 def run_worker(shards: int, args) -> dict:
     env = dict(os.environ, JAX_PLATFORMS="cpu",
                XLA_FLAGS=f"--xla_force_host_platform_device_count={shards}")
+    if not args.system_malloc:
+        env.update(KEEP_MEMORY)
     done = subprocess.run([sys.executable, __file__, "--worker", str(shards), "--batches",
                            *map(str, args.batches), "--calls", str(args.calls),
                            "--trajectories", str(args.trajectories),
@@ -184,13 +200,19 @@ def run_worker(shards: int, args) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _malloc_text(malloc) -> str:
+    return "glibc defaults" if malloc == "system" else \
+        " ".join(f"{k}={v}" for k, v in malloc.items())
+
+
 def report(result: dict) -> str:
     m = result["machine"]
     lines = [f"bench_exchange_scaling: {m['cpu_model']}, {m['cores']} cores, python "
              f"{m['python']}, " + ", ".join(f"{p} {v}" for p, v in m["versions"].items()),
              f"windows of {WINDOW} x float32{list(STEP)} ({result['row_bytes']} bytes), "
              f"{result['config']['trajectories']} trajectories of {LENGTH} steps a shard, "
-             f"median of {result['config']['calls']} calls a case", ""]
+             f"median of {result['config']['calls']} calls a case; workers' malloc: "
+             f"{_malloc_text(result['config'].get('malloc', 'system'))}", ""]
     for batch, fit in result["model"].items():
         if fit["rate_gb_per_s"] is None:  # too few or too noisy calls to fit a rate
             lines.append(f"B = {batch}: model: no positive rate fits these times")
@@ -224,6 +246,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds a worker")
     parser.add_argument("--full-limit-gb", type=float, default=1.0,
                         help="skip the full policy where a sample would move more")
+    parser.add_argument("--system-malloc", action="store_true",
+                        help="run the workers with glibc's default malloc settings instead "
+                             "of KEEP_MEMORY")
     parser.add_argument("--out", default="benchmarks/results/bench_exchange_scaling_cpu.json")
     parser.add_argument("--plot", action="store_true", help="also write a PNG beside --out")
     parser.add_argument("--report-from", default=None, metavar="JSON",
@@ -240,6 +265,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     result = {"config": {"shards": args.shards, "batches": args.batches, "calls": args.calls,
                          "trajectories": args.trajectories, "window": WINDOW,
+                         "malloc": "system" if args.system_malloc else KEEP_MEMORY,
                          "step": list(STEP), "length": LENGTH},
               "machine": {"platform": platform.platform(), "cpu_model": cpu_model(),
                           "cores": len(os.sched_getaffinity(0)),
