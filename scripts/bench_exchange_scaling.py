@@ -178,9 +178,9 @@ def fit_model(cases: list[dict]) -> dict:
 # allocates each program's temporary buffers on every call (up to 17 MB a
 # device here, about 1 GB over 64 devices); by default glibc maps large ones
 # fresh and unmaps them when freed, so every call pays page faults over them,
-# and how much depends on what ran before (P = 64, B = 1024: 260-346 ms a
-# sample after the B = 256 cases, 164-177 ms with these settings). What any
-# user of XLA:CPU with large per-call buffers may set.
+# and how much depends on what ran before (P = 64, B = 1024: 282-346 ms a
+# sample in the committed runs with the defaults, 142-172 ms with these
+# settings). What any user of XLA:CPU with large per-call buffers may set.
 KEEP_MEMORY = {"MALLOC_MMAP_THRESHOLD_": str(2**31 - 1),
                "MALLOC_TRIM_THRESHOLD_": str(2**34), "MALLOC_TOP_PAD_": str(2**30)}
 
