@@ -110,14 +110,14 @@ def expected_weights(strategy: str, inserted: dict) -> dict[int, float]:
             for k, (_, _, priority) in inserted.items()}
 
 
-@pytest.mark.parametrize("strategy", ["uniform", "prioritized", "topk"])
-def test_eight_shards_on_eight_devices_sample_the_global_distribution(eight_devices, strategy):
-    r = eight_devices
+def assert_global_distribution(r: dict, strategy: str, drawn: dict) -> None:
+    """The rows `drawn` (keys and reported probabilities) of every call follow
+    `strategy` over every shard's trajectories: each probability exact, the
+    counts by chi-square, nothing drawn outside the support."""
     assert r["errors"] == []  # every window read back is its trajectory's
     inserted = {int(k): v for k, v in r["inserted"].items()}
     weights = expected_weights(strategy, inserted)
     total = sum(weights.values())
-    drawn = r["strategies"][strategy]
     for key, probability in drawn["probability"].items():
         assert probability == pytest.approx(weights[int(key)] / total, rel=1e-6)
     counts = collections.Counter(drawn["keys"])
@@ -129,6 +129,11 @@ def test_eight_shards_on_eight_devices_sample_the_global_distribution(eight_devi
     assert observed[expected == 0].sum() == 0
     support = expected > 0
     assert stats.chisquare(observed[support], draws * expected[support]).pvalue > P_MIN
+
+
+@pytest.mark.parametrize("strategy", ["uniform", "prioritized", "topk"])
+def test_eight_shards_on_eight_devices_sample_the_global_distribution(eight_devices, strategy):
+    assert_global_distribution(eight_devices, strategy, eight_devices["strategies"][strategy])
 
 
 def test_the_smallest_block_that_holds_the_plan_runs_and_every_size_can_be_forced(eight_devices):
@@ -169,20 +174,9 @@ def test_plans_above_the_cap_move_in_rounds_with_the_same_distribution(eight_dev
         assert call["rows_asked"] == call["asked_of_shard"]
         assert sum(call["rows_asked"]) == shards * batch
         assert call["rows_sent"] == [n * shards * cap] * shards
-    # The rows (each window checked against its trajectory by the worker:
-    # r["errors"]) follow Prioritized(0.7) over every shard.
-    assert r["errors"] == []
-    inserted = {int(k): v for k, v in r["inserted"].items()}
-    weights = expected_weights("prioritized", inserted)
-    total = sum(weights.values())
-    for key, probability in rounds["probability"].items():
-        assert probability == pytest.approx(weights[int(key)] / total, rel=1e-6)
-    counts = collections.Counter(rounds["keys"])
-    keys = sorted(inserted)
-    observed = np.array([counts[k] for k in keys])
-    expected = np.array([weights[k] for k in keys]) / total
-    assert observed.sum() == shards * r["calls"] * batch
-    assert stats.chisquare(observed, observed.sum() * expected).pvalue > P_MIN
+    # The rows (each window checked against its trajectory by the worker)
+    # follow Prioritized(0.7) over every shard.
+    assert_global_distribution(r, "prioritized", rounds)
 
 
 def test_the_ragged_path_lowers_to_ragged_all_to_alls_and_is_not_the_cpu_default(eight_devices):
