@@ -17,22 +17,30 @@ B and mass, two block policies take turns call by call:
 * ``full``: every block B rows (``max_block=min_block=B``), what the
   exchange moved before the buckets and the cap.
 
+Each P's worker runs ``--repeats`` times, in rounds over every P (the order
+of P reversed every other round), so that a slow spell of the machine lands on
+different P in different rounds; a case's time is the median over its repeats
+of each repeat's median call (the repeats' medians are recorded too).
+
 Recorded per case: the median seconds per global sample (dispatch included,
 blocked on), useful GB/s over the machine (P x B windows delivered), bytes
 moved per useful byte and how often each block size ran, both as counted by
 the owners (``Table.exchange_stats``), and the temporary memory XLA plans for
 each device's program (``memory_analysis``).
 
-The bytes model: a global sample costs a fixed time per device, the plan's
-draws, and the bytes its all-to-all moves over one machine-wide rate,
+The bytes model: what a global sample does, each at its own cost,
 
-    T = P t_dev + P^2 B t_draw + bytes / R,
+    T = t_call + P t_dev + P^2 t_pair + P^2 B t_draw + bytes / R:
 
-since every device draws every process's plan (P x B shard draws a device,
-P^2 x B over the machine; gearjax/sharded/exchange.py), fitted by least squares
-to the shipped exchange's cases of one batch size (bucketed, both masses,
-every P); the report gives each case's measured time over the model's, the
-full-block cases included. On this 2-core machine every device shares the
+one dispatch of the program (t_call), one program a device (t_dev), one
+all-to-all chunk from every device to every device (t_pair), the plan's
+draws (every device draws every process's plan: P x B shard draws a device,
+P^2 x B over the machine; gearjax/sharded/exchange.py) and the bytes the
+all-to-all moves over one machine-wide rate R. One model for every batch size
+and mass, fitted by least squares (relative: every case weighs alike) to the
+shipped exchange's cases (bucketed, both masses, every P and B: the two batch
+sizes are what tell t_pair from t_draw); the report gives each case's measured
+time over the model's, the full-block cases included. On this 2-core machine every device shares the
 same 2 cores, so the curve is the machine's total throughput against P, not
 a cluster's. The workers run with glibc malloc told to keep freed memory
 (KEEP_MEMORY; ``--system-malloc`` for the defaults), so that page faults of
@@ -66,7 +74,7 @@ LENGTH = 100
 
 
 def worker(shards: int, batches: list[int], calls: int, trajectories: int,
-           full_limit_bytes: float) -> dict:
+           full_limit_bytes: float, memory_analysis: bool) -> dict:
     import jax
 
     import gearjax as gx
@@ -102,8 +110,9 @@ def worker(shards: int, batches: list[int], calls: int, trajectories: int,
                                                 f"--full-limit-gb"})
             temp_bytes = {}
             for policy, (program, min_block) in policies.items():  # compile, warm up
-                temp_bytes[policy] = program.lower(seeds[0], min_block).compile() \
-                    .memory_analysis().temp_size_in_bytes
+                if memory_analysis:
+                    temp_bytes[policy] = program.lower(seeds[0], min_block).compile() \
+                        .memory_analysis().temp_size_in_bytes
                 jax.block_until_ready(program(seeds[0], min_block))
             compile_seconds = time.perf_counter() - begin
             times = {p: [] for p in policies}
@@ -133,9 +142,7 @@ def worker(shards: int, batches: list[int], calls: int, trajectories: int,
                 median = float(np.median(times[policy]))
                 out["cases"].append({
                     "batch": batch, "mass": mass, "policy": policy,
-                    "median_seconds": median,
-                    "p10_seconds": float(np.quantile(times[policy], 0.1)),
-                    "p90_seconds": float(np.quantile(times[policy], 0.9)),
+                    "median_seconds": median, "seconds": times[policy],
                     "useful_gb_per_s": shards * batch * row_bytes / median / 1e9,
                     "moved_per_useful": s["rows_sent"] / s["rows_asked"],
                     "bytes_moved_per_sample": s["rows_sent"] * row_bytes / calls,
@@ -144,31 +151,69 @@ def worker(shards: int, batches: list[int], calls: int, trajectories: int,
                                        sorted(s["by_block"].items())},
                     "block_sizes": list(exchange.block_sizes(
                         batch, shards, batch if policy == "full" else None)),
-                    "temp_bytes_per_device": temp_bytes[policy],
+                    "temp_bytes_per_device": temp_bytes.get(policy),
                     "compile_seconds": compile_seconds})
     for table in tables:
         table.close()
     return out
 
 
+def merge_repeats(repeats: list[dict], shards: list[int], row_bytes: int) -> list[dict]:
+    """One case per (P, B, mass, policy) from every repeat's worker output: the
+    median over repeats of each repeat's median call, every call's p10 and
+    p90, the repeats' medians and compile times; the counted bytes and blocks
+    are the first repeat's (the same seeds make the same plans every time,
+    which this checks)."""
+    merged = []
+    for p in shards:
+        for i, case in enumerate(repeats[0][p]):
+            same = [r[p][i] for r in repeats]
+            assert all((c["batch"], c["mass"], c["policy"]) ==
+                       (case["batch"], case["mass"], case["policy"]) for c in same)
+            if "skipped" in case:
+                merged.append({"shards": p, **case})
+                continue
+            assert all(c["bytes_moved_per_sample"] == case["bytes_moved_per_sample"]
+                       for c in same), "the same seeds drew different plans"
+            medians = [c["median_seconds"] for c in same]
+            calls = np.concatenate([c["seconds"] for c in same])
+            median = float(np.median(medians))
+            merged.append({
+                "shards": p, **{k: v for k, v in case.items() if k != "seconds"},
+                "median_seconds": median,
+                "repeat_median_seconds": medians,
+                "p10_seconds": float(np.quantile(calls, 0.1)),
+                "p90_seconds": float(np.quantile(calls, 0.9)),
+                "useful_gb_per_s": p * case["batch"] * row_bytes / median / 1e9,
+                "compile_seconds": [c["compile_seconds"] for c in same]})
+    return merged
+
+
+MODEL_TERMS = ("t_call", "t_dev", "t_pair", "t_draw", "inverse_rate")
+
+
 def _model_terms(cases: list[dict]) -> np.ndarray:
-    return np.array([[c["shards"], c["shards"] ** 2 * c["batch"], c["bytes_moved_per_sample"]]
-                     for c in cases], float)
+    return np.array([[1.0, c["shards"], c["shards"] ** 2, c["shards"] ** 2 * c["batch"],
+                      c["bytes_moved_per_sample"]] for c in cases], float)
 
 
 def fit_model(cases: list[dict]) -> dict:
-    """T = P t_dev + P^2 B t_draw + bytes / R by least squares over the
-    bucketed cases of `cases`; returns t_dev, t_draw, R and every case's
+    """T = t_call + P t_dev + P^2 t_pair + P^2 B t_draw + bytes / R by
+    relative least squares over the bucketed cases of `cases`; returns the
+    coefficients (seconds; R in GB/s, None unless positive) and every case's
     measured / model."""
     fitted = [c for c in cases if c["policy"] == "bucketed"]
     t = np.array([c["median_seconds"] for c in fitted])
-    a = _model_terms(fitted)
-    # Relative least squares (every case weighs alike, whatever its time).
-    (t_dev, t_draw, inverse_rate), *_ = np.linalg.lstsq(a / t[:, None], np.ones_like(t),
-                                                        rcond=None)
-    model = _model_terms(cases) @ np.array([t_dev, t_draw, inverse_rate])
+    a = _model_terms(fitted) / t[:, None]
+    scale = np.abs(a).max(axis=0)  # columns of like size, for a well-posed solve
+    scale[scale == 0] = 1.0
+    solution, *_ = np.linalg.lstsq(a / scale, np.ones_like(t), rcond=None)
+    coefficients = solution / scale
+    model = _model_terms(cases) @ coefficients
     measured = np.array([c["median_seconds"] for c in cases])
-    return {"t_dev_seconds": float(t_dev), "t_draw_seconds": float(t_draw),
+    inverse_rate = coefficients[-1]
+    return {**{f"{name}_seconds": float(x) for name, x in
+               zip(MODEL_TERMS[:-1], coefficients[:-1])},
             "rate_gb_per_s": float(1 / inverse_rate / 1e9) if inverse_rate > 0 else None,
             "measured_over_model": [float(x) for x in measured / model]}
 
@@ -185,7 +230,10 @@ KEEP_MEMORY = {"MALLOC_MMAP_THRESHOLD_": str(2**31 - 1),
                "MALLOC_TRIM_THRESHOLD_": str(2**34), "MALLOC_TOP_PAD_": str(2**30)}
 
 
-def run_worker(shards: int, args) -> dict:
+def run_worker(shards: int, args, first_round: bool) -> dict:
+    """Runs one worker at P = `shards`; only the first round's workers ask XLA
+    for memory_analysis (the same programs plan the same memory every round,
+    and it costs one more compile each)."""
     env = dict(os.environ, JAX_PLATFORMS="cpu",
                XLA_FLAGS=f"--xla_force_host_platform_device_count={shards}")
     if not args.system_malloc:
@@ -193,16 +241,31 @@ def run_worker(shards: int, args) -> dict:
     done = subprocess.run([sys.executable, __file__, "--worker", str(shards), "--batches",
                            *map(str, args.batches), "--calls", str(args.calls),
                            "--trajectories", str(args.trajectories),
-                           "--full-limit-gb", str(args.full_limit_gb)],
+                           "--full-limit-gb", str(args.full_limit_gb),
+                           *([] if first_round else ["--no-memory-analysis"])],
                           env=env, capture_output=True, text=True, timeout=args.timeout)
     if done.returncode != 0:
         raise RuntimeError(f"P={shards} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _spread(case: dict) -> str:
+    """The repeats' median times, lowest to highest, in ms."""
+    medians = case.get("repeat_median_seconds", [case["median_seconds"]])
+    return f"{min(medians) * 1e3:.2f}-{max(medians) * 1e3:.2f}"
+
+
 def _malloc_text(malloc) -> str:
     return "glibc defaults" if malloc == "system" else \
         " ".join(f"{k}={v}" for k, v in malloc.items())
+
+
+def _repeats_text(config: dict) -> str:
+    repeats = config.get("repeats", 1)  # runs before --repeats had one
+    if repeats == 1:
+        return f"median of {config['calls']} calls a case"
+    return (f"median over {repeats} repeats (workers, in rounds over P) of each repeat's "
+            f"median of {config['calls']} calls a case")
 
 
 def report(result: dict) -> str:
@@ -211,22 +274,26 @@ def report(result: dict) -> str:
              f"{m['python']}, " + ", ".join(f"{p} {v}" for p, v in m["versions"].items()),
              f"windows of {WINDOW} x float32{list(STEP)} ({result['row_bytes']} bytes), "
              f"{result['config']['trajectories']} trajectories of {LENGTH} steps a shard, "
-             f"median of {result['config']['calls']} calls a case; workers' malloc: "
+             f"{_repeats_text(result['config'])}; workers' malloc: "
              f"{_malloc_text(result['config'].get('malloc', 'system'))}", ""]
-    for batch, fit in result["model"].items():
-        if fit["rate_gb_per_s"] is None:  # too few or too noisy calls to fit a rate
-            lines.append(f"B = {batch}: model: no positive rate fits these times")
-        else:
-            lines.append(f"B = {batch}: model T = P x {fit['t_dev_seconds'] * 1e6:.0f} us + "
-                         f"P^2 B x {fit['t_draw_seconds'] * 1e9:.1f} ns + "
-                         f"bytes / {fit['rate_gb_per_s']:.2f} GB/s (fitted to the bucketed cases)")
+    fit = result["model"]
+    rate = (f"bytes / {fit['rate_gb_per_s']:.2f} GB/s" if fit["rate_gb_per_s"] is not None
+            else "bytes x (no positive rate fits these times)")
+    lines += [f"model T = {fit['t_call_seconds'] * 1e6:.0f} us + P x "
+              f"{fit['t_dev_seconds'] * 1e6:.0f} us + P^2 x {fit['t_pair_seconds'] * 1e6:.2f} us"
+              f" + P^2 B x {fit['t_draw_seconds'] * 1e9:.1f} ns + {rate}, fitted to the "
+              f"bucketed cases of every B: {fit['bucketed_within_20_percent']} of "
+              f"{fit['bucketed_cases']} within 20%", ""]
+    for batch, part in fit["by_batch"].items():
+        lines.append(f"B = {batch}")
         lines.append(f"  {'P':>3} {'mass':5} {'policy':8} {'ms/sample':>10} {'useful GB/s':>11} "
-                     f"{'moved/useful':>12} {'x model':>8} {'temp MB':>8}  "
+                     f"{'moved/useful':>12} {'x model':>8} {'repeats ms':>17} {'temp MB':>8}  "
                      f"blocks run (size: serves per shard)")
-        for c, ratio in zip(fit["cases"], fit["measured_over_model"]):
+        for c, ratio in zip(part["cases"], part["measured_over_model"]):
             lines.append(f"  {c['shards']:>3} {c['mass']:5} {c['policy']:8} "
                          f"{c['median_seconds'] * 1e3:10.2f} {c['useful_gb_per_s']:11.3f} "
                          f"{c['moved_per_useful']:12.2f} {ratio:8.2f} "
+                         f"{_spread(c):>17} "
                          f"{c['temp_bytes_per_device'] / 1e6:8.1f}  "
                          + ", ".join(f"{k}: {v}" for k, v in c["calls_by_block"].items()))
         for c in result["runs"]:
@@ -241,7 +308,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shards", type=int, nargs="+", default=[2, 4, 8, 16, 32, 64])
     parser.add_argument("--batches", type=int, nargs="+", default=[256, 1024])
-    parser.add_argument("--calls", type=int, default=30, help="timed calls a case and policy")
+    parser.add_argument("--calls", type=int, default=30,
+                        help="timed calls a case and policy in each repeat")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="workers a P, in rounds over every P")
     parser.add_argument("--trajectories", type=int, default=64, help="a shard")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds a worker")
     parser.add_argument("--full-limit-gb", type=float, default=1.0,
@@ -254,16 +324,20 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--report-from", default=None, metavar="JSON",
                         help="fit and report the measurements of an earlier run again")
     parser.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--no-memory-analysis", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.report_from is not None:
         result = json.loads(Path(args.report_from).read_text())
         return finish(result, result["config"]["batches"], args.report_from, args.plot)
     if args.worker is not None:
         print(json.dumps(worker(args.worker, args.batches, args.calls, args.trajectories,
-                                args.full_limit_gb * 1e9)))
+                                args.full_limit_gb * 1e9, not args.no_memory_analysis)))
         return {}
 
+    if args.repeats < 1 or args.calls < 1:
+        parser.error("--repeats and --calls must be at least 1")
     result = {"config": {"shards": args.shards, "batches": args.batches, "calls": args.calls,
+                         "repeats": args.repeats,
                          "trajectories": args.trajectories, "window": WINDOW,
                          "malloc": "system" if args.system_malloc else KEEP_MEMORY,
                          "step": list(STEP), "length": LENGTH},
@@ -272,12 +346,17 @@ def main(argv: list[str] | None = None) -> dict:
                           "python": platform.python_version(),
                           "versions": {p: version_of(p) for p in ("gearjax", "jax", "jaxlib")}},
               "load_average_start": os.getloadavg(), "runs": []}
-    for shards in args.shards:
-        run = run_worker(shards, args)
-        result["row_bytes"] = run["row_bytes"]
-        for case in run["cases"]:
-            result["runs"].append({"shards": shards, **case})
-        print(f"P={shards} done", file=sys.stderr, flush=True)
+    repeats = []  # per round: {P: the worker's cases}
+    for round_ in range(args.repeats):
+        order = args.shards if round_ % 2 == 0 else args.shards[::-1]
+        repeats.append({})
+        for shards in order:
+            run = run_worker(shards, args, round_ == 0)
+            result["row_bytes"] = run["row_bytes"]
+            repeats[-1][shards] = run["cases"]
+            print(f"round {round_ + 1}/{args.repeats}: P={shards} done", file=sys.stderr,
+                  flush=True)
+    result["runs"] = merge_repeats(repeats, args.shards, result["row_bytes"])
     result["load_average_end"] = os.getloadavg()
     return finish(result, args.batches, args.out, args.plot)
 
@@ -285,10 +364,17 @@ def main(argv: list[str] | None = None) -> dict:
 def finish(result: dict, batches: list[int], out: str, plot_too: bool) -> dict:
     """Fits the model to `result`'s runs, prints and writes the report, the
     JSON (and the plot)."""
-    result["model"] = {}
+    cases = [c for c in result["runs"] if c["batch"] in batches and "skipped" not in c]
+    fit = fit_model(cases)
+    ratios = fit.pop("measured_over_model")
+    bucketed = [r for c, r in zip(cases, ratios) if c["policy"] == "bucketed"]
+    result["model"] = {**fit, "bucketed_cases": len(bucketed),
+                       "bucketed_within_20_percent": sum(abs(r - 1) <= 0.2 for r in bucketed),
+                       "by_batch": {}}
     for batch in batches:
-        cases = [c for c in result["runs"] if c["batch"] == batch and "skipped" not in c]
-        result["model"][str(batch)] = {**fit_model(cases), "cases": cases}
+        mine = [(c, r) for c, r in zip(cases, ratios) if c["batch"] == batch]
+        result["model"]["by_batch"][str(batch)] = {
+            "cases": [c for c, _ in mine], "measured_over_model": [r for _, r in mine]}
     text = report(result)
     print(text)
     path = write_results(out, result, text)

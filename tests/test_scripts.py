@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -183,23 +184,57 @@ def exchange_blocks(batch, shards):
 def test_bench_exchange_scaling_measures_both_policies(tmp_path):
     out = tmp_path / "scaling.json"
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_exchange_scaling.py"),
-                           "--shards", "2", "--batches", "16", "--calls", "2", "--trajectories",
-                           "8", "--out", str(out)], capture_output=True, text=True, timeout=300,
-                          cwd=tmp_path)
+                           "--shards", "2", "--batches", "16", "--calls", "2", "--repeats", "2",
+                           "--trajectories", "8", "--out", str(out)], capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     result = json.loads(out.read_text())
-    cases = result["model"]["16"]["cases"]
+    cases = result["model"]["by_batch"]["16"]["cases"]
     assert {(c["mass"], c["policy"]) for c in cases} == {
         (m, p) for m in ("equal", "10:1") for p in ("bucketed", "full")}
     for c in cases:
-        assert c["median_seconds"] > 0
+        # Two workers ran each case; the case's time is the median of theirs.
+        assert len(c["repeat_median_seconds"]) == 2 and len(c["compile_seconds"]) == 2
+        assert c["median_seconds"] == pytest.approx(np.median(c["repeat_median_seconds"]))
+        assert 0 < c["p10_seconds"] <= c["p90_seconds"]
+        assert c["temp_bytes_per_device"] > 0  # from the first round's worker
         if c["policy"] == "full":  # every block B rows: P x B moved for B
             assert c["moved_per_useful"] == 2.0 and c["calls_by_block"] == {"16": 2}
         else:
             assert 1.0 <= c["moved_per_useful"] <= 2.0
             assert set(c["calls_by_block"]) <= {str(b) for b in exchange_blocks(16, 2)}
-    assert len(result["model"]["16"]["measured_over_model"]) == 4
+    assert len(result["model"]["by_batch"]["16"]["measured_over_model"]) == 4
+    assert result["model"]["bucketed_cases"] == 2
     assert (tmp_path / "scaling.txt").read_text().startswith("bench_exchange_scaling:")
+
+
+def test_the_scaling_model_recovers_known_costs_and_shows_a_slow_case():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "bench_exchange_scaling", ROOT / "scripts" / "bench_exchange_scaling.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    truth = {"t_call": 3e-4, "t_dev": 5e-4, "t_pair": 7e-6, "t_draw": 2e-8, "rate": 5e9}
+    rng = np.random.default_rng(0)
+    cases = []
+    for batch in (256, 1024):
+        for shards in (2, 4, 8, 16, 32, 64):
+            for policy in ("bucketed", "full"):
+                moved = rng.uniform(1, 3) * shards * batch * 1360 if policy == "bucketed" \
+                    else shards * shards * batch * 1360
+                seconds = (truth["t_call"] + shards * truth["t_dev"] + shards ** 2 *
+                           truth["t_pair"] + shards ** 2 * batch * truth["t_draw"]
+                           + moved / truth["rate"])
+                cases.append({"shards": shards, "batch": batch, "policy": policy,
+                              "bytes_moved_per_sample": moved, "median_seconds": seconds})
+    fit = bench.fit_model(cases)
+    for name in ("t_call", "t_dev", "t_pair", "t_draw"):
+        assert fit[f"{name}_seconds"] == pytest.approx(truth[name], rel=1e-6)
+    assert fit["rate_gb_per_s"] == pytest.approx(truth["rate"] / 1e9, rel=1e-6)
+    assert np.allclose(fit["measured_over_model"], 1.0)  # the full cases too, unfitted
+    cases[0]["median_seconds"] *= 1.5  # one slow case stands out
+    ratios = bench.fit_model(cases)["measured_over_model"]
+    assert ratios[0] == max(ratios) and ratios[0] > 1.15
 
 
 def test_bench_actors_measures_the_learner_and_its_actors(tmp_path):

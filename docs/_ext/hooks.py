@@ -61,7 +61,7 @@ SOURCES: list[tuple[str, str]] = [
      "for N = 1, 2, 3: the cluster model of each committed run, arithmetic, not measurements"),
     ("bench_exchange_scaling_cpu.json",
      "`python scripts/bench_exchange_scaling.py --plot` (P = 2 to 64 host devices "
-     "of one process), one full run"),
+     "of one process), one full run of three repeats, its model refitted with `--report-from`"),
     ("bench_exchange_scaling_cpu.txt",
      "the printed report of `scripts/bench_exchange_scaling.py` (same run)"),
     ("bench_exchange_scaling_cpu.png", "`scripts/bench_exchange_scaling.py --plot` (same run)"),
