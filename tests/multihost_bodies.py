@@ -450,8 +450,10 @@ def nixl_in_jit(process, processes, directory):
         errors += check_rows(b, 4, table)[0]
         shards |= set(np.asarray(b.shard).tolist())
     multihost_utils.sync_global_devices("sampled")
+    transfers = table._transport._agent.transfers()
     table.close()
     return {"errors": errors, "shards": sorted(shards), "scan_keys": np.asarray(keys).shape,
+            "transfers": transfers,
             "scan_steps": int(total), "key_dtype": str(jitted.keys.dtype),
             "same_as_eager": bool((np.asarray(eager.keys) == np.asarray(jitted.keys)).all()),
             "mapped_rows": int(mapped.keys.size), "compiled_call": compiled_call,

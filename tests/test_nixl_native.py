@@ -77,6 +77,27 @@ def test_several_requests_to_one_peer_run_in_one_call(pair):
     assert np.array_equal(into[1100:1200], shard[offset:offset + 100])
 
 
+def test_a_kept_read_posts_its_transfer_again_and_reads_fresh_bytes(pair):
+    owner, reader, peer, shard, into, _ = pair
+    remote, local, sizes = spans(shard, into, 8, 512, 11)
+    offsets = (remote - np.uint64(shard.ctypes.data)).astype(np.int64)
+    before = reader.transfers()
+    for fill in range(1, 5):
+        shard[offsets[0]:offsets[0] + 512] = fill  # the owner rewrites a span
+        assert reader.read([(peer, remote, local, sizes)], 10.0, keep=True) == (-1, "")
+        assert (into[:512] == fill).all()  # this read's bytes, not the first one's
+    after = reader.transfers()
+    assert after["made"] - before["made"] == 1 and after["reposted"] - before["reposted"] == 3
+    # Other spans make another kept transfer; forgetting the peer drops both.
+    remote2, local2, sizes2 = spans(shard, into, 4, 256, 12)
+    assert reader.read([(peer, remote2, local2, sizes2)], 10.0, keep=True) == (-1, "")
+    assert reader.transfers()["made"] == after["made"] + 1
+    reader.forget_peer(peer)
+    assert reader.load_peer(owner.metadata()) == peer
+    assert reader.read([(peer, remote2, local2, sizes2)], 10.0, keep=True) == (-1, "")
+    assert reader.transfers() == {"made": after["made"] + 2, "reposted": after["reposted"]}
+
+
 def test_notifications_arrive_in_order_from_the_named_sender(pair):
     owner, reader, peer, shard, into, messages = pair
     me = owner.load_peer(reader.metadata())
@@ -134,6 +155,11 @@ def test_a_read_from_a_peer_it_cannot_reach_fails_naming_that_request(pair):
     failed, why = reader.read([(peer, remote[:0], local[:0], sizes[:0]),
                                (peer, remote, local, sizes)], 3.0)
     assert failed == 1 and "failed" in why
+    # A kept read fails alike, and is not kept.
+    reposted = reader.transfers()["reposted"]
+    for _ in range(2):
+        assert reader.read([(peer, remote, local, sizes)], 3.0, keep=True)[0] == 0
+    assert reader.transfers()["reposted"] == reposted
     assert reader.load_peer(owner.metadata()) == peer  # and it can be loaded again
     assert reader.read([(peer, remote, local, sizes)], 10.0) == (-1, "")
 

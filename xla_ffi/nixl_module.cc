@@ -35,7 +35,7 @@ using Spans = nb::ndarray<const uint64_t, nb::ndim<1>, nb::c_contig, nb::device:
 using Request = std::tuple<std::string, Spans, Spans, Spans>;
 
 std::tuple<int, std::string> Read(nixl::Agent& agent, const std::vector<Request>& requests,
-                                  double timeout) {
+                                  double timeout, bool keep) {
   if (!(timeout > 0.0) || !std::isfinite(timeout)) {
     throw InvalidArgument("the read timeout must be a positive number of seconds");
   }
@@ -46,7 +46,7 @@ std::tuple<int, std::string> Read(nixl::Agent& agent, const std::vector<Request>
       throw InvalidArgument("a read request's remote addresses, local addresses and sizes "
                             "must have one entry per span");
     }
-    native.push_back({peer, remote.data(), local.data(), sizes.data(), remote.shape(0)});
+    native.push_back({peer, remote.data(), local.data(), sizes.data(), remote.shape(0), keep});
   }
   nixl::ReadResult result;
   {
@@ -201,10 +201,18 @@ void DefineNixlAgent(nb::module_& m) {
         a.Notify(peer, body);
       }, "peer"_a, "message"_a)
       .def("notifications", &Notifications)
-      .def("read", &Read, "requests"_a, "timeout"_a,
+      .def("read", &Read, "requests"_a, "timeout"_a, "keep"_a = false,
            "Reads every request's spans (peer, remote, local, sizes: uint64 arrays) at once; "
            "returns (-1, '') when all completed, else (index of the request that failed or "
-           "ran past the timeout, why).")
+           "ran past the timeout, why). keep: the same spans will be read again, so the agent "
+           "keeps the transfer and posts it again (up to 8 kept transfers a peer).")
+      .def("transfers", [](Agent& a) {
+        const nixl::TransferCounts c = a.Transfers();
+        nb::dict out;
+        out["made"] = c.made;
+        out["reposted"] = c.reposted;
+        return out;
+      }, "How many transfers reads made, and how many times a kept one was posted again.")
       .def("close", &Agent::Close, nb::call_guard<nb::gil_scoped_release>());
   m.def("one_sided_sample", &OneSidedSample, "agent"_a.none(), "layouts"_a, "numbers"_a,
         "shard_shift"_a, "columns"_a, "seed0"_a, "seed1"_a, "batch"_a, "window"_a,

@@ -76,6 +76,7 @@ void Agent::Deregister(int64_t id) {
   CheckOpen();
   auto it = registered_.find(id);
   if (it == registered_.end()) throw std::invalid_argument("no such registration");
+  DropKept(nullptr);
   const int status = api_.deregister_mem(agent_, it->second, nullptr);
   api_.destroy_reg_dlist(it->second);
   registered_.erase(it);
@@ -102,12 +103,14 @@ std::string Agent::LoadPeer(const std::string& metadata) {
         "loading a peer's metadata");
   std::string out(name);
   std::free(name);
+  DropKept(&out);
   return out;
 }
 
 void Agent::ForgetPeer(const std::string& peer) {
   std::lock_guard<std::mutex> lock(mu_);
   CheckOpen();
+  DropKept(&peer);
   Check(api_.invalidate_remote_md(agent_, peer.c_str()), "forgetting a peer");
 }
 
@@ -142,11 +145,81 @@ std::vector<std::pair<std::string, std::string>> Agent::Notifications() {
   return out;
 }
 
+namespace {
+
+// Makes a transfer that reads request q's spans.
+int MakeTransfer(const Api& api, Handle agent, const ReadRequest& q, Handle* transfer) {
+  Handle local = nullptr, remote = nullptr;
+  int status = api.create_xfer_dlist(kDram, &local);
+  if (status == kSuccess) status = api.create_xfer_dlist(kDram, &remote);
+  for (size_t i = 0; i < q.n && status == kSuccess; ++i) {
+    status = api.xfer_dlist_add_desc(local, q.local[i], q.sizes[i], 0);
+    if (status == kSuccess) status = api.xfer_dlist_add_desc(remote, q.remote[i], q.sizes[i], 0);
+  }
+  if (status == kSuccess) {
+    status = api.create_xfer_req(agent, kRead, local, remote, q.peer.c_str(), transfer, nullptr);
+  }
+  // The transfer keeps its own copies of the descriptors.
+  if (local != nullptr) api.destroy_xfer_dlist(local);
+  if (remote != nullptr) api.destroy_xfer_dlist(remote);
+  return status;
+}
+
+bool SameSpans(const std::vector<uint64_t>& kept, const uint64_t* spans, size_t n) {
+  return kept.size() == n && std::equal(kept.begin(), kept.end(), spans);
+}
+
+}  // namespace
+
+void Agent::ReleaseKept(size_t i) {
+  if (api_.release_xfer_req(agent_, kept_[i].handle) == kSuccess) {
+    api_.destroy_xfer_req(kept_[i].handle);
+  }
+  kept_.erase(kept_.begin() + static_cast<std::ptrdiff_t>(i));
+}
+
+void Agent::DropKept(const std::string* peer) {
+  for (size_t i = kept_.size(); i-- > 0;) {
+    if (peer != nullptr && kept_[i].peer != *peer) continue;
+    if (kept_[i].posted) {
+      kept_[i].stale = true;  // its Read releases it
+    } else {
+      ReleaseKept(i);
+    }
+  }
+}
+
+int Agent::Keep(const ReadRequest& q, Handle handle) {
+  int mine = 0;
+  size_t oldest = kept_.size();
+  for (size_t i = 0; i < kept_.size(); ++i) {
+    if (kept_[i].peer != q.peer) continue;
+    ++mine;
+    if (!kept_[i].posted && (oldest == kept_.size() ||
+                             kept_[i].last_used < kept_[oldest].last_used)) {
+      oldest = i;
+    }
+  }
+  if (mine >= kKeptPerPeer) {
+    if (oldest == kept_.size()) return -1;  // every one posted now: not kept
+    ReleaseKept(oldest);
+  }
+  kept_.push_back({q.peer, {q.remote, q.remote + q.n}, {q.local, q.local + q.n},
+                   {q.sizes, q.sizes + q.n}, handle});
+  return static_cast<int>(kept_.size()) - 1;
+}
+
+TransferCounts Agent::Transfers() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return transfers_;
+}
+
 ReadResult Agent::Read(const std::vector<ReadRequest>& requests, double timeout_seconds) {
   struct Pending {
     int request;
     Handle handle;
     bool done;
+    bool kept;  // an entry of kept_ holds the handle
   };
   std::vector<Pending> pending;
   ReadResult result;
@@ -156,31 +229,38 @@ ReadResult Agent::Read(const std::vector<ReadRequest>& requests, double timeout_
   {
     std::lock_guard<std::mutex> lock(mu_);
     CheckOpen();
+    const int64_t read = ++reads_;
     for (size_t r = 0; r < requests.size() && result.request < 0; ++r) {
       const ReadRequest& q = requests[r];
       if (q.n == 0) continue;
-      Handle local = nullptr, remote = nullptr, handle = nullptr;
-      int status = api_.create_xfer_dlist(kDram, &local);
-      if (status == kSuccess) status = api_.create_xfer_dlist(kDram, &remote);
-      for (size_t i = 0; i < q.n && status == kSuccess; ++i) {
-        status = api_.xfer_dlist_add_desc(local, q.local[i], q.sizes[i], 0);
-        if (status == kSuccess) {
-          status = api_.xfer_dlist_add_desc(remote, q.remote[i], q.sizes[i], 0);
+      Handle handle = nullptr;
+      int kept = -1;  // index into kept_
+      for (size_t i = 0; q.keep && i < kept_.size() && kept < 0; ++i) {
+        // One another Read has posted is not touched: this Read makes its own.
+        const Kept& k = kept_[i];
+        if (k.peer == q.peer && !k.posted && !k.stale && SameSpans(k.remote, q.remote, q.n) &&
+            SameSpans(k.local, q.local, q.n) && SameSpans(k.sizes, q.sizes, q.n)) {
+          kept = static_cast<int>(i);
         }
       }
-      if (status == kSuccess) {
-        status = api_.create_xfer_req(agent_, kRead, local, remote, q.peer.c_str(), &handle,
-                                      nullptr);
+      if (kept >= 0) {
+        handle = kept_[kept].handle;
+        ++transfers_.reposted;
+      } else {
+        const int status = MakeTransfer(api_, agent_, q, &handle);
+        if (status != kSuccess) {
+          fail(static_cast<int>(r), Failed("transfer creation", status));
+          break;
+        }
+        ++transfers_.made;
+        if (q.keep) kept = Keep(q, handle);
       }
-      // The request keeps its own copies of the descriptors.
-      if (local != nullptr) api_.destroy_xfer_dlist(local);
-      if (remote != nullptr) api_.destroy_xfer_dlist(remote);
-      if (status != kSuccess) {
-        fail(static_cast<int>(r), Failed("transfer creation", status));
-        break;
+      if (kept >= 0) {
+        kept_[kept].posted = true;
+        kept_[kept].last_used = read;
       }
-      status = api_.post_xfer_req(agent_, handle, nullptr);
-      pending.push_back({static_cast<int>(r), handle, status == kSuccess});
+      const int status = api_.post_xfer_req(agent_, handle, nullptr);
+      pending.push_back({static_cast<int>(r), handle, status == kSuccess, kept >= 0});
       if (status != kSuccess && status != kInProgress) {
         fail(static_cast<int>(r), Failed("posting the transfer", status));
       }
@@ -225,11 +305,21 @@ ReadResult Agent::Read(const std::vector<ReadRequest>& requests, double timeout_
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
-  if (agent_ != nullptr) {
-    for (const Pending& p : pending) {
-      // A request NIXL cannot release (still running) is left to the agent.
-      if (api_.release_xfer_req(agent_, p.handle) == kSuccess) api_.destroy_xfer_req(p.handle);
+  if (agent_ == nullptr) return result;  // closed meanwhile: the agent took its transfers
+  for (const Pending& p : pending) {
+    if (p.kept) {
+      auto kept = std::find_if(kept_.begin(), kept_.end(),
+                               [&](const Kept& k) { return k.handle == p.handle; });
+      if (kept != kept_.end()) {
+        kept->posted = false;
+        // Kept only while it completes: a failed or cancelled one is made
+        // anew next time.
+        if (p.done && !kept->stale) continue;
+        kept_.erase(kept);
+      }
     }
+    // A request NIXL cannot release (still running) is left to the agent.
+    if (api_.release_xfer_req(agent_, p.handle) == kSuccess) api_.destroy_xfer_req(p.handle);
   }
   return result;
 }
@@ -253,6 +343,8 @@ uint8_t* Agent::Staging(int use, size_t bytes) {
 void Agent::Close() {
   std::lock_guard<std::mutex> lock(mu_);
   if (agent_ == nullptr) return;
+  DropKept(nullptr);
+  kept_.clear();  // posted ones too: their Reads see the agent closed
   for (auto& [id, list] : registered_) {
     api_.deregister_mem(agent_, list, nullptr);
     api_.destroy_reg_dlist(list);

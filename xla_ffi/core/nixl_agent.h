@@ -25,13 +25,27 @@ namespace gearjax::nixl {
 
 // One peer's part of a read: n spans, span i is sizes[i] bytes of the peer's
 // registered memory at remote[i] into this process's registered memory at
-// local[i].
+// local[i]. keep: the caller reads these same spans from this peer again and
+// again (a sample's snapshot), so the agent keeps the transfer it makes for
+// them and posts it again next time the same spans are read instead of
+// making another; up to kKeptPerPeer kept transfers a peer (one a strategy's
+// snapshot, say), the least recently used one released for a new one.
+inline constexpr int kKeptPerPeer = 8;
+
 struct ReadRequest {
   std::string peer;
   const uint64_t* remote;
   const uint64_t* local;
   const uint64_t* sizes;
   size_t n;
+  bool keep = false;
+};
+
+// How many transfers Read made, and how many times it posted a kept one
+// again instead.
+struct TransferCounts {
+  int64_t made = 0;
+  int64_t reposted = 0;
 };
 
 // Why a read did not complete: which request (index into the vector given)
@@ -52,11 +66,13 @@ class Agent {
 
   // Registers [address, address + bytes) of host memory; returns an id for
   // Deregister. Peers see it once they load metadata taken after this call.
+  // Deregister drops every kept transfer (one may point into the memory).
   int64_t Register(uint64_t address, uint64_t bytes);
   void Deregister(int64_t id);
 
   // This agent's metadata (what peers load), and a peer's loaded (returns
-  // the peer's agent name; loading it again replaces it).
+  // the peer's agent name; loading it again replaces it). Loading or
+  // forgetting a peer drops its kept transfers (made with its old metadata).
   std::string Metadata();
   std::string LoadPeer(const std::string& metadata);
   void ForgetPeer(const std::string& peer);
@@ -68,8 +84,10 @@ class Agent {
 
   // Posts one transfer per request, all at once, and polls them until every
   // one is done, one fails, or `timeout_seconds` pass. Transfers still
-  // running at a failure are released (NIXL cancels them).
+  // running at a failure are released (NIXL cancels them), kept ones too:
+  // a kept transfer stays kept only while it completes.
   ReadResult Read(const std::vector<ReadRequest>& requests, double timeout_seconds);
+  TransferCounts Transfers();
 
   // A registered local buffer of at least `bytes` for reads, one per `use`
   // (0 to 7), kept and grown; an outgrown one stays registered (a read may
@@ -83,6 +101,13 @@ class Agent {
 
  private:
   void CheckOpen() const;
+  // Releases the kept transfers of `peer` (every peer's if null); mu_ held.
+  void DropKept(const std::string* peer);
+  // Keeps `handle`, made for q, releasing the peer's least recently used
+  // kept transfer past kKeptPerPeer; returns its index in kept_, or -1 when
+  // every one of the peer's is posted now (not kept). mu_ held.
+  int Keep(const ReadRequest& q, Handle handle);
+  void ReleaseKept(size_t i);  // mu_ held
 
   const Api& api_;
   std::mutex mu_;
@@ -91,6 +116,17 @@ class Agent {
   Handle notif_map_ = nullptr;
   std::map<int64_t, Handle> registered_;  // id -> the registered descriptor list
   int64_t next_id_ = 1;
+  struct Kept {
+    std::string peer;
+    std::vector<uint64_t> remote, local, sizes;
+    Handle handle = nullptr;
+    bool posted = false;  // in a Read now: another Read makes its own
+    bool stale = false;   // dropped while posted: its Read releases it
+    int64_t last_used = 0;  // a Read's number
+  };
+  std::vector<Kept> kept_;  // at most kKeptPerPeer a peer
+  int64_t reads_ = 0;
+  TransferCounts transfers_;
   struct Buffer {
     std::unique_ptr<uint8_t[]> memory;
     uint8_t* data = nullptr;  // aligned, inside memory

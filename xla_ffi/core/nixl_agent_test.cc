@@ -8,7 +8,10 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <atomic>
+#include <chrono>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 // NIXL's UCX keeps threads and allocations for the life of the process, and
@@ -91,6 +94,92 @@ TEST(NixlAgentTest, LoopbackReadsNotificationsAndDeadPeers) {
   const ReadResult dead = reader.Read(requests, 2.0);
   EXPECT_EQ(dead.request, 0);
   EXPECT_THROW(owner.Metadata(), std::runtime_error);
+}
+
+TEST(NixlAgentTest, KeptTransfersArePostedAgainTheOldestGoFirstAndAReloadedPeerDropsThem) {
+  if (Library() == nullptr) GTEST_SKIP() << "GEARJAX_NIXL_CAPI is not set (no NIXL here)";
+  Agent owner(Library(), "gearjax-test-keep-owner");
+  Agent reader(Library(), "gearjax-test-keep-reader");
+  std::vector<uint8_t> shard(1 << 16), into(1 << 16, 0);
+  owner.Register(reinterpret_cast<uint64_t>(shard.data()), shard.size());
+  reader.Register(reinterpret_cast<uint64_t>(into.data()), into.size());
+  std::string peer = reader.LoadPeer(owner.Metadata());
+  std::atomic<bool> stop{false};
+  std::thread progress([&] {
+    while (!stop) {
+      try {
+        owner.Notifications();
+      } catch (const std::runtime_error&) {  // closed below
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  });
+  const uint64_t base = reinterpret_cast<uint64_t>(shard.data());
+  const uint64_t to = reinterpret_cast<uint64_t>(into.data());
+  std::vector<uint64_t> remote = {base + 100, base + 5000};
+  std::vector<uint64_t> local = {to, to + 1000};
+  std::vector<uint64_t> sizes = {512, 2048};
+  auto read = [&](bool keep, uint8_t fill) {
+    std::fill(shard.begin(), shard.end(), fill);
+    std::fill(into.begin(), into.end(), 0);
+    const ReadResult r = reader.Read({{peer, remote.data(), local.data(), sizes.data(),
+                                       remote.size(), keep}}, 10.0);
+    EXPECT_EQ(r.request, -1) << r.why;
+    for (size_t s = 0; s < sizes.size(); ++s) {  // this read's bytes, not the last one's
+      EXPECT_EQ(into[local[s] - to], fill);
+      EXPECT_EQ(into[local[s] - to + sizes[s] - 1], fill);
+    }
+  };
+  auto counts = [&] {
+    const TransferCounts c = reader.Transfers();
+    return std::make_pair(c.made, c.reposted);
+  };
+  read(true, 1);
+  EXPECT_EQ(counts(), std::make_pair(int64_t{1}, int64_t{0}));
+  read(true, 2);
+  read(true, 3);
+  EXPECT_EQ(counts(), std::make_pair(int64_t{1}, int64_t{2}));
+  // A read that is not kept makes its own and leaves the kept one alone.
+  read(false, 4);
+  read(true, 5);
+  EXPECT_EQ(counts(), std::make_pair(int64_t{2}, int64_t{3}));
+  // Other spans are kept beside them, up to kKeptPerPeer a peer.
+  const std::vector<uint64_t> first = sizes;
+  sizes = {256, 4096};
+  read(true, 6);
+  read(true, 7);
+  EXPECT_EQ(counts(), std::make_pair(int64_t{3}, int64_t{4}));
+  sizes = first;
+  read(true, 8);
+  EXPECT_EQ(counts(), std::make_pair(int64_t{3}, int64_t{5}));
+  // kKeptPerPeer - 1 more: the least recently used ({256, 4096}) goes.
+  for (int k = 0; k < kKeptPerPeer - 1; ++k) {
+    sizes = {static_cast<uint64_t>(8 + 8 * k), 64};
+    read(true, static_cast<uint8_t>(20 + k));
+  }
+  EXPECT_EQ(counts(), std::make_pair(int64_t{3 + kKeptPerPeer - 1}, int64_t{5}));
+  sizes = first;
+  read(true, 9);  // still kept
+  EXPECT_EQ(counts().second, 6);
+  sizes = {256, 4096};
+  read(true, 10);  // released: made again
+  EXPECT_EQ(counts(), std::make_pair(int64_t{3 + kKeptPerPeer}, int64_t{6}));
+  // The peer's metadata loaded again drops its kept transfers (made with
+  // the old metadata); so does forgetting it.
+  peer = reader.LoadPeer(owner.Metadata());
+  read(true, 11);
+  EXPECT_EQ(counts(), std::make_pair(int64_t{4 + kKeptPerPeer}, int64_t{6}));
+  reader.ForgetPeer(peer);
+  peer = reader.LoadPeer(owner.Metadata());
+  read(true, 12);
+  read(true, 13);
+  EXPECT_EQ(counts(), std::make_pair(int64_t{5 + kKeptPerPeer}, int64_t{7}));
+  // (A kept transfer that fails is not kept either; in one process the
+  // owner's memory stays mapped and reads of it succeed, so
+  // tests/test_sharded.py's killed owners show that.)
+  stop = true;
+  progress.join();
 }
 
 }  // namespace

@@ -77,14 +77,14 @@ class Sampler {
 
  private:
   // One round trip: every shard's spans at once (shards without spans are
-  // passed along and copy nothing).
-  void Read(const std::vector<ShardSpans>& spans) {
+  // passed along and copy nothing); `fixed` as Reader::Read.
+  void Read(const std::vector<ShardSpans>& spans, bool fixed = false) {
     int64_t descriptors = 0;
     for (const ShardSpans& s : spans) descriptors += static_cast<int64_t>(s.sizes.size());
     if (descriptors == 0) return;
     counts_.round_trips += 1;
     counts_.descriptors += descriptors;
-    const nixl::ReadResult result = reader_.Read(shards_, spans);
+    const nixl::ReadResult result = reader_.Read(shards_, spans, fixed);
     if (result.request >= 0) throw ShardUnavailable(spans[result.request].shard, result.why);
   }
 
@@ -127,7 +127,7 @@ class Sampler {
       spans.push_back(std::move(spans_k));
     }
     Stage(kSnapshot, bytes, spans);
-    Read(spans);
+    Read(spans, /*fixed=*/true);
     snapshots_.assign(shards_.size(), Snapshot{});
     for (size_t k = 0; k < shards_.size(); ++k) {
       const ShardSpans& s = spans[k];
@@ -370,7 +370,7 @@ class Sampler {
 }  // namespace
 
 nixl::ReadResult CopyReader::Read(const std::vector<ShardLayout>& shards,
-                                  const std::vector<ShardSpans>& spans) {
+                                  const std::vector<ShardSpans>& spans, bool /*fixed*/) {
   for (size_t i = 0; i < spans.size(); ++i) {
     if (!shards[spans[i].shard].peer.empty()) {
       return {static_cast<int>(i), "a CopyReader reads this process's shards only"};

@@ -16,7 +16,10 @@
 //    is a row whose slot was not live. Never a torn window.
 //
 // Where trees and records fit, a sample is three round trips whose
-// descriptors are the windows plus a few per shard.
+// descriptors are the windows plus a few per shard. The snapshot's spans
+// depend only on the shards' layouts (each names its strategy's tree), so
+// its read is marked fixed: the NIXL reader keeps that transfer and posts it
+// again (nixl_agent.h).
 #pragma once
 
 #include <cstdint>
@@ -58,9 +61,11 @@ class Reader {
  public:
   virtual ~Reader() = default;
   // Copies every span; returns {-1, ""} or the index into `spans` of the
-  // first shard that failed or ran past the deadline, and why.
+  // first shard that failed or ran past the deadline, and why. `fixed`: the
+  // same spans are read again in every sample (the snapshot), so a transport
+  // may keep what it prepared for them and use it again.
   virtual nixl::ReadResult Read(const std::vector<ShardLayout>& shards,
-                                const std::vector<ShardSpans>& spans) = 0;
+                                const std::vector<ShardSpans>& spans, bool fixed) = 0;
   // A local buffer of at least `bytes` for reads (registered with the
   // transport), one per use (0: snapshot, 1: tree lines, 2: records), kept.
   virtual uint8_t* Staging(int use, size_t bytes) = 0;
@@ -70,7 +75,7 @@ class Reader {
 class CopyReader : public Reader {
  public:
   nixl::ReadResult Read(const std::vector<ShardLayout>& shards,
-                        const std::vector<ShardSpans>& spans) override;
+                        const std::vector<ShardSpans>& spans, bool fixed) override;
   uint8_t* Staging(int use, size_t bytes) override;
 
  private:

@@ -6,7 +6,7 @@
 namespace gearjax::one_sided {
 
 nixl::ReadResult AgentReader::Read(const std::vector<ShardLayout>& shards,
-                                   const std::vector<ShardSpans>& spans) {
+                                   const std::vector<ShardSpans>& spans, bool fixed) {
   std::vector<nixl::ReadRequest> requests;
   std::vector<int> which;  // requests[i] reads spans[which[i]]
   for (size_t i = 0; i < spans.size(); ++i) {
@@ -20,7 +20,7 @@ nixl::ReadResult AgentReader::Read(const std::vector<ShardLayout>& shards,
       continue;
     }
     requests.push_back({shard.peer, s.remote.data(), s.local.data(), s.sizes.data(),
-                        s.sizes.size()});
+                        s.sizes.size(), fixed});
     which.push_back(static_cast<int>(i));
   }
   if (requests.empty()) return {};

@@ -1,6 +1,7 @@
 // The native one-sided sampler's reader over a NIXL agent (one_sided.h,
 // nixl_agent.h): other processes' shards through one batched NIXL read,
-// this process's own by memcpy; staging in the agent's registered buffers.
+// this process's own by memcpy; staging in the agent's registered buffers;
+// fixed reads (the snapshot) kept by the agent and posted again.
 #pragma once
 
 #include "nixl_agent.h"
@@ -13,7 +14,7 @@ class AgentReader : public Reader {
   AgentReader(nixl::Agent& agent, double timeout_seconds)
       : agent_(agent), timeout_(timeout_seconds) {}
   nixl::ReadResult Read(const std::vector<ShardLayout>& shards,
-                        const std::vector<ShardSpans>& spans) override;
+                        const std::vector<ShardSpans>& spans, bool fixed) override;
   uint8_t* Staging(int use, size_t bytes) override { return agent_.Staging(use, bytes); }
 
  private:

@@ -163,16 +163,53 @@ TEST(OneSided, ProbabilitiesAreEachRowsWeightOverTheTotal) {
   }
 }
 
-// Counts round trips: a reader that copies, as CopyReader, but counts.
+// Counts round trips: a reader that copies, as CopyReader, but counts, and
+// keeps the spans of the reads marked fixed.
 class CountingReader : public CopyReader {
  public:
   nixl::ReadResult Read(const std::vector<ShardLayout>& shards,
-                        const std::vector<ShardSpans>& spans) override {
+                        const std::vector<ShardSpans>& spans, bool fixed) override {
     ++reads;
-    return CopyReader::Read(shards, spans);
+    if (fixed) {
+      fixed_reads.emplace_back(reads, std::vector<std::vector<uint64_t>>{});
+      for (const ShardSpans& s : spans) {
+        for (const auto* v : {&s.remote, &s.local, &s.sizes}) {
+          fixed_reads.back().second.push_back(*v);
+        }
+      }
+    }
+    return CopyReader::Read(shards, spans, fixed);
   }
   int reads = 0;
+  // (which read, 1 first; every shard's remote, local and sizes)
+  std::vector<std::pair<int, std::vector<std::vector<uint64_t>>>> fixed_reads;
 };
+
+TEST(OneSided, OnlyTheSnapshotIsMarkedFixedAndItsSpansAreTheSameEverySample) {
+  Shards s = Make({50, 70}, 5);
+  std::vector<ShardLayout> shards = {Layout(*s.tables[0], Strategy::kPrioritized, 1.0),
+                                     Layout(*s.tables[1], Strategy::kPrioritized, 1.0)};
+  CountingReader reader;
+  for (uint32_t seed = 1; seed <= 3; ++seed) {
+    Batch b(64, 4);
+    Sample(reader, shards, MakeRequest(64, 4, false, seed), b.out);
+    CheckRows(s, b, 64, 4, false);
+  }
+  // Three round trips a sample, the first of each the snapshot.
+  ASSERT_EQ(reader.reads, 9);
+  ASSERT_EQ(reader.fixed_reads.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(reader.fixed_reads[i].first, static_cast<int>(3 * i + 1));
+    EXPECT_EQ(reader.fixed_reads[i].second, reader.fixed_reads[0].second);
+  }
+  // The table changes (an insert), the layout does not: still the same spans.
+  const std::vector<int32_t> data = {7, 8, 9};
+  s.tables[1]->Insert({data.data()}, 3, 2.0);
+  Batch b(64, 4);
+  Sample(reader, shards, MakeRequest(64, 4, false, 9), b.out);
+  ASSERT_EQ(reader.fixed_reads.size(), 4u);
+  EXPECT_EQ(reader.fixed_reads[3].second, reader.fixed_reads[0].second);
+}
 
 TEST(OneSided, ASampleIsThreeRoundTripsWhereShardsFitAndMoreWhereTheyDoNot) {
   Shards small = Make({50, 50});
