@@ -17,7 +17,10 @@ the reader process (this one) reads, systems taking turns, each case
 * ``256x1360B``: 256 spans of 1360 bytes (a 20-step window of 17 float32,
   the exchange benchmarks' case A).
 
-Reported: median seconds per read and GB/s, and native / python_api.
+Reported: median seconds per read and GB/s, and native / python_api. Then
+a snapshot's read (5 spans, 100 KiB: what a sample reads first of each shard)
+by the native agent, its transfer made afresh each time against kept and
+posted again (``read(..., keep=True)``, what the native sampler does).
 
 Then a whole sample against the read alone: two ``jax.distributed`` processes
 hold a nixl ``ShardedTable`` each, all trajectories in process 1's shard, and
@@ -105,6 +108,39 @@ def spans(case: str, base: int, into: int, rng) -> tuple[np.ndarray, np.ndarray,
     remote = (base + offsets).astype(np.uint64)
     local = (into + np.arange(n) * size).astype(np.uint64)
     return remote, local, np.full(n, size, np.uint64)
+
+
+# A sample's snapshot read of one shard: three sum-tree levels, the shard's
+# size, its slot records (gearjax/sharded/one_sided.py's read plan).
+SNAPSHOT_SIZES = (128, 2048, 32768, 8, 65536)
+
+
+def kept_against_made(native, peer: str, base: int, into, rng, repeats: int) -> dict:
+    """The snapshot's read by the native agent, its transfer made afresh
+    every time (keep=False) against kept and posted again (keep=True), taking
+    turns; checks the kept one was posted again."""
+    sizes = np.array(SNAPSHOT_SIZES, np.uint64)
+    remote = (base + rng.integers(0, SHARD_BYTES - int(sizes.max()), len(sizes)) // 64 * 64)
+    remote = remote.astype(np.uint64)
+    local = (into.ctypes.data + np.concatenate([[0], np.cumsum(sizes)[:-1]])).astype(np.uint64)
+    times = {"made": [], "kept": []}
+    before = native.transfers()["reposted"]
+    for i in range(repeats + 1):
+        for name in ("made", "kept"):
+            start = time.perf_counter()
+            failed, why = native.read([(peer, remote, local, sizes)], 30.0, keep=name == "kept")
+            elapsed = time.perf_counter() - start
+            if failed >= 0:
+                raise RuntimeError(why)
+            if i:  # the first of each warms up
+                times[name].append(elapsed)
+    assert native.transfers()["reposted"] - before == repeats, native.transfers()
+    medians = {name: float(np.median(t)) for name, t in times.items()}
+    line = (f"snapshot {len(sizes)} spans ({int(sizes.sum())} B): made each time "
+            f"{medians['made'] * 1e6:7.1f} us | kept {medians['kept'] * 1e6:7.1f} us | "
+            f"made / kept {medians['made'] / medians['kept']:.2f}")
+    return {"spans": len(sizes), "bytes": int(sizes.sum()), "median_seconds": medians,
+            "made_over_kept": medians["made"] / medians["kept"], "line": line}
 
 
 def sample_child(process: int, port: int, repeats: int) -> dict:
@@ -336,6 +372,9 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"{case:10s} {line} | native "
                      f"{results[case]['native_over_python_api']:.2f}x python_api")
         print(lines[-1], flush=True)
+    snapshot = kept_against_made(native, peer, base, into, rng, args.repeats)
+    lines.append(snapshot.pop("line"))
+    print(lines[-1], flush=True)
     here.send("stop")
     process.join(10)
     native.close()
@@ -359,7 +398,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(lines[first:]), flush=True)
     if args.out:
         write_results(args.out, {"machine": machine_info(("nixl-cu12",)), "repeats": args.repeats,
-                                 "reads": results, "samples": samples}, "\n".join(lines))
+                                 "reads": results, "snapshot": snapshot, "samples": samples},
+                      "\n".join(lines))
     return 0
 
 

@@ -121,6 +121,7 @@ def test_bench_nixl_reader_smoke_reads_and_samples(tmp_path):
                    timeout=600)
     result = json.loads(out.read_text())
     assert set(result["reads"]) == {"4MiB", "64x4KiB"}
+    assert result["snapshot"]["spans"] == 5 and result["snapshot"]["made_over_kept"] > 0
     sample = result["samples"]["32x1360B"]
     assert sample["round_trips"] == 3  # snapshot, windows, records
     assert set(sample["in_jit_seconds_per_sample"]) == {"compiled_state", "compiled_ordered",
