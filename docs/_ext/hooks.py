@@ -65,6 +65,10 @@ SOURCES: list[tuple[str, str]] = [
     ("bench_exchange_scaling_cpu.txt",
      "the printed report of `scripts/bench_exchange_scaling.py` (same run)"),
     ("bench_exchange_scaling_cpu.png", "`scripts/bench_exchange_scaling.py --plot` (same run)"),
+    ("bench_exchange_scaling_cpu_run2.*",
+     "`python scripts/bench_exchange_scaling.py --plot --out "
+     "benchmarks/results/bench_exchange_scaling_cpu_run2.json`: a second full run of three "
+     "repeats, made right after the first to check that its fit repeats"),
     ("bench_actors_cpu.json", "`python /path/to/scripts/bench_actors.py --out ...` run from outside the "
      "repository root (Ray's workers put their working directory first on their path, and the "
      "source tree has no compiled extension)"),
