@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <iterator>
 #include <stdexcept>
 #include <thread>
 
@@ -171,42 +172,41 @@ bool SameSpans(const std::vector<uint64_t>& kept, const uint64_t* spans, size_t 
 
 }  // namespace
 
-void Agent::ReleaseKept(size_t i) {
-  if (api_.release_xfer_req(agent_, kept_[i].handle) == kSuccess) {
-    api_.destroy_xfer_req(kept_[i].handle);
-  }
-  kept_.erase(kept_.begin() + static_cast<std::ptrdiff_t>(i));
+void Agent::Release(Handle transfer) {
+  // A transfer NIXL cannot release (still running) is left to the agent.
+  if (api_.release_xfer_req(agent_, transfer) == kSuccess) api_.destroy_xfer_req(transfer);
 }
 
 void Agent::DropKept(const std::string* peer) {
-  for (size_t i = kept_.size(); i-- > 0;) {
-    if (peer != nullptr && kept_[i].peer != *peer) continue;
-    if (kept_[i].posted) {
-      kept_[i].stale = true;  // its Read releases it
-    } else {
-      ReleaseKept(i);
+  for (auto it = peer ? kept_.find(*peer) : kept_.begin(); it != kept_.end();) {
+    std::vector<Kept>& mine = it->second;
+    for (size_t i = mine.size(); i-- > 0;) {
+      if (mine[i].posted) {
+        mine[i].stale = true;  // its Read releases it
+      } else {
+        Release(mine[i].handle);
+        mine.erase(mine.begin() + static_cast<std::ptrdiff_t>(i));
+      }
     }
+    it = mine.empty() ? kept_.erase(it) : std::next(it);
+    if (peer != nullptr) break;
   }
 }
 
-int Agent::Keep(const ReadRequest& q, Handle handle) {
-  int mine = 0;
-  size_t oldest = kept_.size();
-  for (size_t i = 0; i < kept_.size(); ++i) {
-    if (kept_[i].peer != q.peer) continue;
-    ++mine;
-    if (!kept_[i].posted && (oldest == kept_.size() ||
-                             kept_[i].last_used < kept_[oldest].last_used)) {
-      oldest = i;
+Agent::Kept* Agent::Keep(const ReadRequest& q, Handle handle) {
+  std::vector<Kept>& mine = kept_[q.peer];
+  if (mine.size() >= static_cast<size_t>(kKeptPerPeer)) {
+    auto oldest = mine.end();
+    for (auto k = mine.begin(); k != mine.end(); ++k) {
+      if (!k->posted && (oldest == mine.end() || k->last_used < oldest->last_used)) oldest = k;
     }
+    if (oldest == mine.end()) return nullptr;  // every one posted now: not kept
+    Release(oldest->handle);
+    mine.erase(oldest);
   }
-  if (mine >= kKeptPerPeer) {
-    if (oldest == kept_.size()) return -1;  // every one posted now: not kept
-    ReleaseKept(oldest);
-  }
-  kept_.push_back({q.peer, {q.remote, q.remote + q.n}, {q.local, q.local + q.n},
-                   {q.sizes, q.sizes + q.n}, handle});
-  return static_cast<int>(kept_.size()) - 1;
+  mine.push_back({{q.remote, q.remote + q.n}, {q.local, q.local + q.n},
+                  {q.sizes, q.sizes + q.n}, handle});
+  return &mine.back();
 }
 
 TransferCounts Agent::Transfers() {
@@ -234,17 +234,21 @@ ReadResult Agent::Read(const std::vector<ReadRequest>& requests, double timeout_
       const ReadRequest& q = requests[r];
       if (q.n == 0) continue;
       Handle handle = nullptr;
-      int kept = -1;  // index into kept_
-      for (size_t i = 0; q.keep && i < kept_.size() && kept < 0; ++i) {
-        // One another Read has posted is not touched: this Read makes its own.
-        const Kept& k = kept_[i];
-        if (k.peer == q.peer && !k.posted && !k.stale && SameSpans(k.remote, q.remote, q.n) &&
-            SameSpans(k.local, q.local, q.n) && SameSpans(k.sizes, q.sizes, q.n)) {
-          kept = static_cast<int>(i);
+      Kept* kept = nullptr;
+      if (q.keep) {
+        auto mine = kept_.find(q.peer);
+        for (size_t i = 0; mine != kept_.end() && i < mine->second.size(); ++i) {
+          // One another Read has posted is not touched: this Read makes its own.
+          Kept& k = mine->second[i];
+          if (!k.posted && !k.stale && SameSpans(k.remote, q.remote, q.n) &&
+              SameSpans(k.local, q.local, q.n) && SameSpans(k.sizes, q.sizes, q.n)) {
+            kept = &k;
+            break;
+          }
         }
       }
-      if (kept >= 0) {
-        handle = kept_[kept].handle;
+      if (kept != nullptr) {
+        handle = kept->handle;
         ++transfers_.reposted;
       } else {
         const int status = MakeTransfer(api_, agent_, q, &handle);
@@ -255,12 +259,12 @@ ReadResult Agent::Read(const std::vector<ReadRequest>& requests, double timeout_
         ++transfers_.made;
         if (q.keep) kept = Keep(q, handle);
       }
-      if (kept >= 0) {
-        kept_[kept].posted = true;
-        kept_[kept].last_used = read;
+      if (kept != nullptr) {
+        kept->posted = true;
+        kept->last_used = read;
       }
       const int status = api_.post_xfer_req(agent_, handle, nullptr);
-      pending.push_back({static_cast<int>(r), handle, status == kSuccess, kept >= 0});
+      pending.push_back({static_cast<int>(r), handle, status == kSuccess, kept != nullptr});
       if (status != kSuccess && status != kInProgress) {
         fail(static_cast<int>(r), Failed("posting the transfer", status));
       }
@@ -307,19 +311,20 @@ ReadResult Agent::Read(const std::vector<ReadRequest>& requests, double timeout_
   std::lock_guard<std::mutex> lock(mu_);
   if (agent_ == nullptr) return result;  // closed meanwhile: the agent took its transfers
   for (const Pending& p : pending) {
-    if (p.kept) {
-      auto kept = std::find_if(kept_.begin(), kept_.end(),
+    auto mine = p.kept ? kept_.find(requests[p.request].peer) : kept_.end();
+    if (mine != kept_.end()) {
+      auto kept = std::find_if(mine->second.begin(), mine->second.end(),
                                [&](const Kept& k) { return k.handle == p.handle; });
-      if (kept != kept_.end()) {
+      if (kept != mine->second.end()) {
         kept->posted = false;
         // Kept only while it completes: a failed or cancelled one is made
         // anew next time.
         if (p.done && !kept->stale) continue;
-        kept_.erase(kept);
+        mine->second.erase(kept);
+        if (mine->second.empty()) kept_.erase(mine);
       }
     }
-    // A request NIXL cannot release (still running) is left to the agent.
-    if (api_.release_xfer_req(agent_, p.handle) == kSuccess) api_.destroy_xfer_req(p.handle);
+    Release(p.handle);
   }
   return result;
 }

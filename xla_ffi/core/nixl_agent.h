@@ -103,11 +103,12 @@ class Agent {
   void CheckOpen() const;
   // Releases the kept transfers of `peer` (every peer's if null); mu_ held.
   void DropKept(const std::string* peer);
+  struct Kept;
   // Keeps `handle`, made for q, releasing the peer's least recently used
-  // kept transfer past kKeptPerPeer; returns its index in kept_, or -1 when
-  // every one of the peer's is posted now (not kept). mu_ held.
-  int Keep(const ReadRequest& q, Handle handle);
-  void ReleaseKept(size_t i);  // mu_ held
+  // kept transfer past kKeptPerPeer; returns the entry, or null when every
+  // one of the peer's is posted now (not kept). mu_ held.
+  Kept* Keep(const ReadRequest& q, Handle handle);
+  void Release(Handle transfer);  // mu_ held
 
   const Api& api_;
   std::mutex mu_;
@@ -117,14 +118,13 @@ class Agent {
   std::map<int64_t, Handle> registered_;  // id -> the registered descriptor list
   int64_t next_id_ = 1;
   struct Kept {
-    std::string peer;
     std::vector<uint64_t> remote, local, sizes;
     Handle handle = nullptr;
     bool posted = false;  // in a Read now: another Read makes its own
     bool stale = false;   // dropped while posted: its Read releases it
     int64_t last_used = 0;  // a Read's number
   };
-  std::vector<Kept> kept_;  // at most kKeptPerPeer a peer
+  std::map<std::string, std::vector<Kept>> kept_;  // peer -> at most kKeptPerPeer
   int64_t reads_ = 0;
   TransferCounts transfers_;
   struct Buffer {
