@@ -189,9 +189,6 @@ def merge_repeats(repeats: list[dict], shards: list[int], row_bytes: int) -> lis
     return merged
 
 
-MODEL_TERMS = ("t_call", "t_dev", "t_pair", "t_draw", "inverse_rate")
-
-
 def _model_terms(cases: list[dict]) -> np.ndarray:
     return np.array([[1.0, c["shards"], c["shards"] ** 2, c["shards"] ** 2 * c["batch"],
                       c["bytes_moved_per_sample"]] for c in cases], float)
@@ -211,10 +208,10 @@ def fit_model(cases: list[dict]) -> dict:
     coefficients = solution / scale
     model = _model_terms(cases) @ coefficients
     measured = np.array([c["median_seconds"] for c in cases])
-    inverse_rate = coefficients[-1]
-    return {**{f"{name}_seconds": float(x) for name, x in
-               zip(MODEL_TERMS[:-1], coefficients[:-1])},
-            "rate_gb_per_s": float(1 / inverse_rate / 1e9) if inverse_rate > 0 else None,
+    t_call, t_dev, t_pair, t_draw, inverse_rate = (float(x) for x in coefficients)
+    return {"t_call_seconds": t_call, "t_dev_seconds": t_dev, "t_pair_seconds": t_pair,
+            "t_draw_seconds": t_draw,
+            "rate_gb_per_s": 1 / inverse_rate / 1e9 if inverse_rate > 0 else None,
             "measured_over_model": [float(x) for x in measured / model]}
 
 
@@ -284,12 +281,15 @@ def report(result: dict) -> str:
               f" + P^2 B x {fit['t_draw_seconds'] * 1e9:.1f} ns + {rate}, fitted to the "
               f"bucketed cases of every B: {fit['bucketed_within_20_percent']} of "
               f"{fit['bucketed_cases']} within 20%", ""]
-    for batch, part in fit["by_batch"].items():
+    for batch in result["config"]["batches"]:
         lines.append(f"B = {batch}")
         lines.append(f"  {'P':>3} {'mass':5} {'policy':8} {'ms/sample':>10} {'useful GB/s':>11} "
                      f"{'moved/useful':>12} {'x model':>8} {'repeats ms':>17} {'temp MB':>8}  "
                      f"blocks run (size: serves per shard)")
-        for c, ratio in zip(part["cases"], part["measured_over_model"]):
+        for c in result["runs"]:
+            if c["batch"] != batch or "skipped" in c:
+                continue
+            ratio = c["measured_over_model"]
             lines.append(f"  {c['shards']:>3} {c['mass']:5} {c['policy']:8} "
                          f"{c['median_seconds'] * 1e3:10.2f} {c['useful_gb_per_s']:11.3f} "
                          f"{c['moved_per_useful']:12.2f} {ratio:8.2f} "
@@ -297,7 +297,7 @@ def report(result: dict) -> str:
                          f"{c['temp_bytes_per_device'] / 1e6:8.1f}  "
                          + ", ".join(f"{k}: {v}" for k, v in c["calls_by_block"].items()))
         for c in result["runs"]:
-            if c["batch"] == int(batch) and "skipped" in c:
+            if c["batch"] == batch and "skipped" in c:
                 lines.append(f"  {c['shards']:>3} {c['mass']:5} {c['policy']:8} skipped: "
                              f"{c['skipped']}")
         lines.append("")
@@ -366,15 +366,11 @@ def finish(result: dict, batches: list[int], out: str, plot_too: bool) -> dict:
     JSON (and the plot)."""
     cases = [c for c in result["runs"] if c["batch"] in batches and "skipped" not in c]
     fit = fit_model(cases)
-    ratios = fit.pop("measured_over_model")
-    bucketed = [r for c, r in zip(cases, ratios) if c["policy"] == "bucketed"]
+    for case, ratio in zip(cases, fit.pop("measured_over_model")):
+        case["measured_over_model"] = ratio
+    bucketed = [c["measured_over_model"] for c in cases if c["policy"] == "bucketed"]
     result["model"] = {**fit, "bucketed_cases": len(bucketed),
-                       "bucketed_within_20_percent": sum(abs(r - 1) <= 0.2 for r in bucketed),
-                       "by_batch": {}}
-    for batch in batches:
-        mine = [(c, r) for c, r in zip(cases, ratios) if c["batch"] == batch]
-        result["model"]["by_batch"][str(batch)] = {
-            "cases": [c for c, _ in mine], "measured_over_model": [r for _, r in mine]}
+                       "bucketed_within_20_percent": sum(abs(r - 1) <= 0.2 for r in bucketed)}
     text = report(result)
     print(text)
     path = write_results(out, result, text)

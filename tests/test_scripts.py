@@ -190,7 +190,7 @@ def test_bench_exchange_scaling_measures_both_policies(tmp_path):
                           text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     result = json.loads(out.read_text())
-    cases = result["model"]["by_batch"]["16"]["cases"]
+    cases = [c for c in result["runs"] if c["batch"] == 16]
     assert {(c["mass"], c["policy"]) for c in cases} == {
         (m, p) for m in ("equal", "10:1") for p in ("bucketed", "full")}
     for c in cases:
@@ -204,7 +204,7 @@ def test_bench_exchange_scaling_measures_both_policies(tmp_path):
         else:
             assert 1.0 <= c["moved_per_useful"] <= 2.0
             assert set(c["calls_by_block"]) <= {str(b) for b in exchange_blocks(16, 2)}
-    assert len(result["model"]["by_batch"]["16"]["measured_over_model"]) == 4
+    assert all(c["measured_over_model"] > 0 for c in cases)
     assert result["model"]["bucketed_cases"] == 2
     assert (tmp_path / "scaling.txt").read_text().startswith("bench_exchange_scaling:")
 
