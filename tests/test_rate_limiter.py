@@ -54,6 +54,26 @@ def test_min_size_times_out_with_a_clear_error():
         assert table.stats()["samples"] == 0
 
 
+@pytest.mark.parametrize("form", ["eager", "jit", "state"])
+def test_a_timeout_is_a_failed_precondition_never_deadline_exceeded(form):
+    """A rate-limiter timeout in a table call inside a program is reported as
+    FAILED_PRECONDITION, as a closed table is: DEADLINE_EXCEEDED from a custom
+    call crashed jax 0.11's GPU runtime (SIGSEGV) instead of raising."""
+    with gx.Table(COLUMNS, 8, 4, rate_limiter=gx.MinSize(5, timeout=0.05)) as table:
+        table.insert(one())
+        calls = {"eager": lambda: table.sample(jax.random.key(0), 2, 1),
+                 "jit": lambda: jax.jit(lambda k: table.sample(k, 2, 1))(jax.random.key(0)),
+                 "state": lambda: jax.jit(lambda s, k: table.sample(s, k, 2, 1))(
+                     table.state(), jax.random.key(0))}
+        with pytest.raises(jax.errors.JaxRuntimeError) as error:
+            jax.block_until_ready(calls[form]())
+        message = str(error.value)
+        assert message.startswith("FAILED_PRECONDITION: gearjax: cannot sample 2 items: the rate "
+                                  "limiter held sampling back"), message
+        assert "DEADLINE_EXCEEDED" not in message
+        gx.clear_errors()
+
+
 def test_close_wakes_a_blocked_sampler():
     table = gx.Table(COLUMNS, 8, 4, rate_limiter=gx.MinSize(4, timeout=60.0))
     errors = []

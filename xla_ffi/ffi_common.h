@@ -68,12 +68,19 @@ inline xla::ffi::Error Fail(const std::string& what) {
   return xla::ffi::Error(xla::ffi::ErrorCode::kInvalidArgument, "gearjax: " + what);
 }
 
+// Error codes: a rate-limiter timeout and a closed table are
+// FAILED_PRECONDITION (the table is not in a state that allows the call),
+// everything else INVALID_ARGUMENT; the message says which. Never
+// DEADLINE_EXCEEDED: jax 0.11's GPU runtime took that code from a custom call
+// for its own collective timeouts and crashed the process (SIGSEGV; the first
+// GPU run, 2026-11-26), while the codes used here came back as Python errors.
+// One code per failure on every platform, so the CPU and the GPU agree.
 inline xla::ffi::Error FromException(std::exception_ptr p) {
   namespace ffi = xla::ffi;
   try {
     std::rethrow_exception(p);
   } catch (const Timeout& e) {
-    return ffi::Error(ffi::ErrorCode::kDeadlineExceeded, std::string("gearjax: ") + e.what());
+    return ffi::Error(ffi::ErrorCode::kFailedPrecondition, std::string("gearjax: ") + e.what());
   } catch (const Closed& e) {
     return ffi::Error(ffi::ErrorCode::kFailedPrecondition, std::string("gearjax: ") + e.what());
   } catch (const std::exception& e) {
