@@ -10,6 +10,7 @@ import sys
 
 import jax
 import numpy as np
+from jax.extend import core as jax_core
 
 import gearjax as gx
 from gearjax.sharded import exchange, local
@@ -60,6 +61,18 @@ def check_rows(batch, inserted, shift, batch_size, errors):
         if not np.array_equal(ident[row][mask[row]], want[mask[row]]):
             errors.append(f"row {row}: window {ident[row].tolist()} is not key {key}'s")
     return keys.tolist(), probability.tolist(), counts
+
+
+def ragged_dtypes(jaxpr) -> list[tuple[str, str]]:
+    """(operand dtype, output dtype) of every ragged_all_to_all in the jaxpr and
+    the jaxprs nested in it."""
+    found, stack = [], [jaxpr]
+    while stack:
+        for eqn in stack.pop().eqns:  # Jaxpr and ClosedJaxpr alike
+            if eqn.primitive.name == "ragged_all_to_all":
+                found.append((str(eqn.invars[0].aval.dtype), str(eqn.invars[1].aval.dtype)))
+            stack.extend(jax_core.jaxprs_in_params(eqn.params))
+    return found
 
 
 def main(shards: int, calls: int, batch_size: int, window: int) -> dict:
@@ -133,6 +146,11 @@ def main(shards: int, calls: int, batch_size: int, window: int) -> dict:
     text = ragged.lower(next_seeds()).as_text()
     out["ragged_lowering"] = {"ragged": text.count("ragged_all_to_all"),
                               "blocked": text.count("all_to_all") - text.count("ragged_all_to_all")}
+    # XLA:CPU cannot run a ragged all-to-all, so what the GPU runs is checked
+    # here in its program: each one's operand and output buffer must agree in
+    # dtype (int64 keys into an int32 buffer gave garbage keys on a GPU).
+    out["ragged_dtypes"] = sorted({f"{operand}->{output}" for operand, output in
+                                   ragged_dtypes(jax.make_jaxpr(ragged)(next_seeds()))})
     out["errors"] = errors[:20]
     for table in tables:
         table.close()

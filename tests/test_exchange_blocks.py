@@ -183,6 +183,9 @@ def test_the_ragged_path_lowers_to_ragged_all_to_alls_and_is_not_the_cpu_default
     # keys, start, probability, table_size, valid and one column: six results,
     # in round 0 and in the loop of later rounds.
     assert eight_devices["ragged_lowering"] == {"ragged": 12, "blocked": 0}
+    # Each moves a result into a buffer of its own dtype (int64 keys included).
+    assert eight_devices["ragged_dtypes"] == sorted(
+        {"int64->int64", "int32->int32", "float32->float32"})
     assert not exchange.ragged_default()  # this is a CPU backend
 
 

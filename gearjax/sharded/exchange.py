@@ -325,7 +325,10 @@ def sample(rng_key: jax.Array, *, spec: ShardSpec | tuple[ShardSpec, ...], batch
                                                             shard_of_row, rank)
 
         def receive_ragged(x: jax.Array) -> jax.Array:
-            output = jnp.zeros((batch_size, *x.shape[1:]), x.dtype)
+            # full_like keeps x's dtype: jnp.zeros(..., int64) is int32 without
+            # x64, and a ragged all-to-all from int64 keys into an int32 buffer
+            # delivered garbage keys on the GPU (the first GPU run).
+            output = jax.lax.full_like(x, 0, shape=(batch_size, *x.shape[1:]))
             return jax.lax.ragged_all_to_all(x, output, *sizes, axis_name=axis_name)[index]
 
         return taken, tuple(receive_ragged(x) for x in serve(cap, True, served_now, seeds))
