@@ -31,6 +31,25 @@ def _gpu_missing_reason() -> str | None:
     return "needs a CUDA GPU visible to JAX; this machine has none (jax.devices('gpu') is empty)"
 
 
+def pythonpath(*first: str) -> str:
+    """PYTHONPATH for a test's subprocess: ``first``, then the folder gearjax
+    was imported from (the venv's site-packages, or a private folder where the
+    package is only on PYTHONPATH, as on some GPU machines), then the caller's."""
+    from pathlib import Path
+    here = str(Path(gx.__file__).resolve().parents[1])
+    parts = [*first, here, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return os.pathsep.join(dict.fromkeys(parts))
+
+
+def cpu_only_env(**extra: str) -> dict[str, str]:
+    """The environment of a subprocess that tests the CPU path on any machine
+    (several processes over gloo, host-device meshes, CPU benchmarks): JAX on
+    its CPU backend and no GPU visible to gearjax either (its tables then go to
+    host memory, which the CPU handlers read), gearjax importable."""
+    return {**os.environ, "JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": "",
+            "PYTHONPATH": pythonpath(), **extra}
+
+
 def nixl_missing() -> str | None:
     """Why NIXL cannot be used here (gearjax.sharded.nixl's own message), or
     None where it can."""
@@ -68,17 +87,28 @@ def native_testing():
 
 
 @pytest.fixture
-def emulated_gpu_memory(native_testing):
-    """Lets tables take placement "device" on machines without a GPU: their
-    bytes go to emulated GPU memory that host code can reach only through the
-    core's copy hooks. Yields the testing submodule, whose
-    ``emulate_device_memory(True, free_bytes, copies_fail)`` retunes it."""
+def cpu_device(monkeypatch):
+    """The test's JAX work runs on the CPU device, also on a machine with a
+    GPU, and its tables of placement "auto" go to host memory (which the CPU
+    handlers read): tests of what the CPU promises where the GPU documents
+    otherwise, and of GPU code emulated on the CPU (whose tables no real GPU
+    kernel may read). Request it before fixtures that make tables."""
+    monkeypatch.setattr(gx.table, "AUTO_DEVICE_FRACTION", 0.0)
+    with jax.default_device(jax.devices("cpu")[0]):
+        yield
+
+
+@pytest.fixture
+def emulated_gpu_memory(native_testing, cpu_device):
+    """Lets tables take placement "device" in emulated GPU memory that host
+    code can reach only through the core's copy hooks, on every machine (on
+    one with a GPU the emulation stands in for the real GPU memory while the
+    test runs, and the test's JAX work runs on the CPU). Yields the testing
+    submodule, whose ``emulate_device_memory(True, free_bytes, copies_fail)``
+    retunes it."""
     from gearjax import _gearjax
     if _gearjax.gpu_free_bytes() is not None and not _gearjax.cuda_memory:
         pytest.fail("device memory emulation was left on by an earlier test")
-    if _gearjax.cuda_memory:
-        yield native_testing  # a real GPU: nothing to emulate
-        return
     native_testing.emulate_device_memory(True, free_bytes=1 << 30)
     try:
         yield native_testing

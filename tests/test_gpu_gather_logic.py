@@ -22,10 +22,15 @@ COLUMNS = {
 STRATEGIES = [gx.Uniform(), gx.Timestep(), gx.Prioritized(0.5), gx.TopK(3), gx.Recent(4)]
 
 
+# The kernel's code runs on the CPU beside the CPU handler, on any machine: a
+# host table, sampled on the CPU device.
+pytestmark = pytest.mark.usefixtures("cpu_device")
+
+
 @pytest.fixture(scope="module")
 def table():
     rng = np.random.default_rng(0)
-    t = gx.Table(COLUMNS, capacity=12, max_length=30)
+    t = gx.Table(COLUMNS, capacity=12, max_length=30, placement="host")
     for length in rng.integers(1, 31, size=16):  # evicts 4
         t.insert(random_trajectory(rng, COLUMNS, int(length)), priority=float(rng.uniform(0, 2)))
     yield t

@@ -20,9 +20,13 @@ COLUMNS = {"x": gx.Column((), "float32")}
 DEFERRED = "a priority update from an earlier GPU program failed and changed nothing"
 
 
+# The GPU's staged update run by hand on the CPU, on any machine.
+pytestmark = pytest.mark.usefixtures("cpu_device")
+
+
 @pytest.fixture
 def table():
-    t = gx.Table(COLUMNS, capacity=16, max_length=4)
+    t = gx.Table(COLUMNS, capacity=16, max_length=4, placement="host")
     for i in range(12):
         t.insert({"x": np.zeros(2, np.float32)}, priority=1.0 + i)
     yield t

@@ -21,6 +21,10 @@ from reference import random_trajectory
 COLUMNS = {"x": gx.Column((3,), "float32"), "r": gx.Column((), "int32")}
 
 
+# Emulated tables are sampled by the CPU handler, on any machine.
+pytestmark = pytest.mark.usefixtures("cpu_device")
+
+
 @pytest.fixture
 def emulated_mapping(native_testing):
     """As in a CUDA build with a GPU, the mapping stays on while tables live
@@ -32,7 +36,7 @@ def emulated_mapping(native_testing):
 
 @pytest.fixture
 def mapped_table(emulated_mapping):
-    table = gx.Table(COLUMNS, capacity=16, max_length=20)
+    table = gx.Table(COLUMNS, capacity=16, max_length=20, placement="host")
     rng = np.random.default_rng(0)
     for length in rng.integers(1, 21, size=24):  # evicts 8
         table.insert(random_trajectory(rng, COLUMNS, int(length)), priority=float(rng.uniform(0, 3)))
@@ -78,7 +82,12 @@ def test_full_windows_and_no_replacement_are_not_selected_on_the_gpu(mapped_tabl
 
 
 def test_tables_without_gpu_mapping_refuse_gpu_samples(native_testing):
-    with gx.Table(COLUMNS, capacity=2, max_length=2) as table:
+    native_testing.hide_gpu_mapping(True)  # as on a machine without a GPU
+    try:
+        table = gx.Table(COLUMNS, capacity=2, max_length=2, placement="host")
+    finally:
+        native_testing.hide_gpu_mapping(False)
+    with table:
         table.insert({"x": np.zeros((1, 3)), "r": np.zeros(1, np.int32)})
         with pytest.raises(ValueError, match="not GPU-mapped"):
             native_testing.begin_gpu_sample(table.handle, 1, 0)
@@ -118,7 +127,8 @@ def test_later_gpu_samples_do_not_hold_a_writer_back(mapped_table, native_testin
 
 def test_gpu_samples_count_for_the_rate_limiter(emulated_mapping):
     testing = emulated_mapping
-    with gx.Table(COLUMNS, 4, 4, rate_limiter=gx.MinSize(2, timeout=0.1)) as table:
+    with gx.Table(COLUMNS, 4, 4, rate_limiter=gx.MinSize(2, timeout=0.1),
+                  placement="host") as table:
         table.insert({"x": np.zeros((1, 3)), "r": np.zeros(1, np.int32)})
         with pytest.raises(TimeoutError, match="min_size=2"):
             testing.begin_gpu_sample(table.handle, 4, 0)

@@ -2,7 +2,8 @@
 // calls are not allowed) are queued, not done, and the next drain outside a
 // callback does them; a table whose last reference dies in a callback releases
 // nothing there; a device arena remembers its GPU and its table refuses
-// programs on another; Close frees memory without holding the table's
+// programs on another; a table's memory is handed to GPU kernels only when
+// the given hooks made it; Close frees memory without holding the table's
 // mutex.
 #include "core/memory.h"
 
@@ -146,6 +147,55 @@ TEST(DeviceArena, ATableInGpuMemoryServesOnlyItsGpu) {
   Table host(spec);
   host.CheckDevice(0);  // host arenas serve every GPU
   host.CheckDevice(3);
+  SetDeviceMemory(nullptr);
+}
+
+TableSpec SmallSpec(bool on_device) {
+  TableSpec spec;
+  spec.columns.push_back({"x", 4, std::vector<uint8_t>(4, 0)});
+  spec.capacity = 2;
+  spec.max_length = 2;
+  spec.gpu_mapped = true;
+  spec.on_device = on_device;
+  return spec;
+}
+
+void ExpectUnreachable(const Table& table, const MappedAllocator* mapped,
+                       const DeviceMemory* device) {
+  try {
+    table.CheckGpuReachable(mapped, device);
+    ADD_FAILURE() << "a kernel was allowed to read memory the GPU cannot reach";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("not reachable from the GPU"), std::string::npos)
+        << e.what();
+  }
+}
+
+// A CUDA handler hands a table to its kernels only if this build's CUDA hooks
+// made its memory: a test's emulated mapping (host memory claiming a device
+// address) once reached a real kernel and faulted it (CUDA_ERROR_ILLEGAL_ADDRESS).
+TEST(GpuReachable, OnlyMemoryMadeByTheGivenHooks) {
+  const MappedAllocator other{fake_pinned::Allocate, fake_pinned::Release};
+  SetMappedAllocator(&kFake);
+  SetDeviceMemory(&kFakeDevice);
+  {
+    Table mapped(SmallSpec(false));
+    mapped.CheckGpuReachable(&kFake, &kFakeDevice);
+    mapped.CheckGpuReachable(&kFake, nullptr);  // a host table needs no GPU memory hooks
+    ExpectUnreachable(mapped, &other, &kFakeDevice);  // mapped, but by other hooks
+    ExpectUnreachable(mapped, nullptr, &kFakeDevice);
+    Table device(SmallSpec(true));
+    device.CheckGpuReachable(&kFake, &kFakeDevice);
+    ExpectUnreachable(device, &kFake, nullptr);
+    SetMappedAllocator(&other);  // an emulation switched on after these were made
+    mapped.CheckGpuReachable(&kFake, &kFakeDevice);
+  }
+  SetMappedAllocator(nullptr);
+  {
+    Table plain(SmallSpec(false));  // no mapping: ordinary host memory
+    ExpectUnreachable(plain, &kFake, &kFakeDevice);
+    ExpectUnreachable(plain, nullptr, nullptr);
+  }
   SetDeviceMemory(nullptr);
 }
 

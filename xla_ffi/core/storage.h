@@ -43,6 +43,10 @@ class Arena {
   bool on_device() const { return device_memory_ != nullptr; }
   // The GPU a device arena lives on; -1 for host arenas.
   int device_ordinal() const { return device_ordinal_; }
+  // The hooks that made the memory (memory.h): the mapped allocator of a
+  // GPU-mapped host arena, the GPU memory of a device arena; nullptr else.
+  const MappedAllocator* mapped_by() const { return mapped_by_; }
+  const DeviceMemory* device_memory() const { return device_memory_; }
   size_t bytes() const { return bytes_; }
   // Host <-> arena copies that work for every kind of arena.
   void Write(size_t offset, const void* src, size_t n);

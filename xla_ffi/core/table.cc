@@ -50,6 +50,14 @@ Table::Table(TableSpec spec)
                   static_cast<size_t>(step_bytes(c)));
   }
   slots_ = std::make_unique<Slots>(spec_.capacity, spec_.gpu_mapped, spec_.key_bits);
+  // The selection state is mapped by the allocator current now (Slots,
+  // UniformSelector; trees made later take the one current then); a host
+  // arena by the same one when it got mapped memory.
+  const MappedAllocator* state_mapped = slots_->device_info() != nullptr ? GetMappedAllocator()
+                                                                         : nullptr;
+  mapped_by_ = arena_->on_device() || arena_->mapped_by() == state_mapped ? state_mapped : nullptr;
+  device_memory_ = arena_->device_memory();
+  device_ordinal_ = arena_->device_ordinal();
   stamps_.assign(static_cast<size_t>(spec_.capacity), -1);
   times_sampled_.assign(static_cast<size_t>(spec_.capacity), 0);
   freed_at_.assign(static_cast<size_t>(spec_.capacity), 0);
@@ -66,12 +74,25 @@ Table::Table(TableSpec spec)
 Table::~Table() = default;
 
 void Table::CheckDevice(int device) const {
-  const int home = arena_->device_ordinal();
-  if (!arena_->on_device() || device == home) return;
+  const int home = device_ordinal_;
+  if (device_memory_ == nullptr || device == home) return;
   throw InvalidArgument("this table lives in the memory of GPU " + std::to_string(home) +
                         " (placement 'device'), and this program runs on GPU " +
                         std::to_string(device) + "; give each GPU its own table, or use "
                         "placement 'host', which every GPU reads");
+}
+
+void Table::CheckGpuReachable(const MappedAllocator* mapped, const DeviceMemory* device) const {
+  const bool arena = device_memory_ != nullptr ? device_memory_ == device
+                                               : mapped != nullptr && mapped_by_ == mapped;
+  const bool state = mapped != nullptr && mapped_by_ == mapped;
+  if (arena && state) return;
+  throw InvalidArgument(
+      "this table's memory is not reachable from the GPU: it was made without a GPU mapping "
+      "(no GPU was visible when the table was made, pinning its memory failed, or a test "
+      "emulated the mapping), so no GPU kernel may read it; sample it from a CPU program "
+      "(jax.default_device(jax.devices('cpu')[0])), or make the table on a process that sees "
+      "the GPU");
 }
 
 std::string Table::Describe(int64_t handle) const {

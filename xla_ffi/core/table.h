@@ -97,6 +97,13 @@ class Table {
   // portable) serve every GPU; a device arena only the GPU it was allocated
   // on. Throws InvalidArgument naming both otherwise.
   void CheckDevice(int device) const;
+  // GPU kernels may read this table: its arena and selection state were made
+  // by `mapped` (GPU-mapped host memory) or its arena by `device` (GPU
+  // memory), the hooks a CUDA build registers. Throws InvalidArgument
+  // otherwise: memory made without a GPU mapping (no GPU when the table was
+  // made, pinning failed, or a test's emulated mapping) is never handed to a
+  // kernel, which would fault on it.
+  void CheckGpuReachable(const MappedAllocator* mapped, const DeviceMemory* device) const;
   // Where GPU kernels see the arena; nullptr when it is neither GPU-mapped
   // nor on the GPU.
   const uint8_t* device_arena() const { return arena_->device_data(); }
@@ -348,6 +355,12 @@ class Table {
   std::atomic<bool> closed_{false};
   bool released_ = false;
   int64_t waiting_ = 0;  // see waiting()
+
+  // Which hooks made the memory (CheckGpuReachable, CheckDevice): fixed at
+  // construction, so the checks need no lock while Close swaps the arena.
+  const MappedAllocator* mapped_by_ = nullptr;  // arena (host) and selection state
+  const DeviceMemory* device_memory_ = nullptr;  // a device arena
+  int device_ordinal_ = -1;
 
   // Memory, released at close (see TakeMemoryLocked).
   std::unique_ptr<Arena> arena_;

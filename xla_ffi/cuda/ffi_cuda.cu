@@ -136,10 +136,6 @@ std::string CudaError(const char* what, cudaError_t error) {
   return std::string(what) + ": " + cudaGetErrorString(error);
 }
 
-constexpr char kUnreachable[] =
-    "this table's memory is not reachable from the GPU (pinning it failed when the table was "
-    "created, or no GPU was visible then)";
-
 // Selection and gather both on the GPU (sum-tree strategies).
 ffi::Error SampleOnDevice(cudaStream_t stream, ffi::ScratchAllocator& scratch,
                           const uint32_t* seed, const std::shared_ptr<Table>& table,
@@ -173,9 +169,6 @@ ffi::Error Sample(cudaStream_t stream, ffi::ScratchAllocator& scratch,
                   const SampleAttrs& attrs) {
   std::shared_ptr<Table> table = LookUpTableForThisGpu(attrs.table_handle);
   const bool pad_left = attrs.pad_left != 0;
-  if (table->device_arena() == nullptr) {
-    return Fail(kUnreachable);
-  }
   const SampleCall call =
       BindSampleCall(*table, seed.element_count(), rets, first, attrs, /*host_results=*/false);
   const SampleRequest& request = call.request;
@@ -318,10 +311,7 @@ ffi::Error InsertBatchCudaImpl(cudaStream_t stream, Order, ffi::AnyBuffer length
                                ffi::Result<Order>, ffi::Result<ffi::Buffer<ffi::S64>> keys,
                                int64_t table_handle, int64_t rows, int64_t steps) {
   std::shared_ptr<Table> table = LookUpTableForThisGpu(table_handle);
-  uint8_t* arena = const_cast<uint8_t*>(table->device_arena());
-  if (arena == nullptr) {
-    return Fail(kUnreachable);
-  }
+  uint8_t* arena = const_cast<uint8_t*>(table->device_arena());  // reachable: looked up
   std::vector<uint8_t> raw_lengths, raw_priorities;
   if (!CopyToHost(lengths, raw_lengths, stream) ||
       !CopyToHost(priorities, raw_priorities, stream)) {
@@ -366,6 +356,7 @@ ffi::Error InsertBatchCudaImpl(cudaStream_t stream, Order, ffi::AnyBuffer length
 
 std::shared_ptr<Table> LookUpTableForThisGpu(int64_t handle) {
   std::shared_ptr<Table> table = LookUpTable(handle);
+  table->CheckGpuReachable(&kMappedAllocator, &kDeviceMemory);
   table->CheckDevice(CurrentDevice());
   return table;
 }

@@ -11,9 +11,10 @@
 
 namespace gearjax {
 
-// LookUpTable for a CUDA handler: also refuses a table in another GPU's
-// memory than the calling thread's current GPU (the one XLA runs the program
-// on; Table::CheckDevice).
+// LookUpTable for a CUDA handler: also refuses a table whose memory the GPU
+// cannot reach (Table::CheckGpuReachable: not made by this build's CUDA
+// memory hooks) and one in another GPU's memory than the calling thread's
+// current GPU (the one XLA runs the program on; Table::CheckDevice).
 std::shared_ptr<Table> LookUpTableForThisGpu(int64_t handle);
 
 // Registers GPU-mapped pinned memory and GPU memory for table arenas if a

@@ -152,11 +152,7 @@ ffi::Error ShardServeCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch
                               double alpha, int64_t window, int64_t pad_left, int64_t shard,
                               int64_t shard_shift, int64_t ragged) {
   std::shared_ptr<Table> table = LookUpTableForThisGpu(table_handle);
-  const uint8_t* arena = table->device_arena();
-  if (arena == nullptr) {
-    return Fail("this shard's memory is not reachable from the GPU (pinning it failed when "
-                "the table was created, or no GPU was visible then)");
-  }
+  const uint8_t* arena = table->device_arena();  // reachable: LookUpTableForThisGpu checked
   const int64_t shards = static_cast<int64_t>(counts.element_count());
   if (shards < 1 || static_cast<int64_t>(seeds.element_count()) != 2 * shards ||
       static_cast<int64_t>(summaries.element_count()) != shards * kSummaryWords) {

@@ -4,6 +4,8 @@
 //  * Emulated GPU mapping: tables created while it is on get ordinary host
 //    memory that claims to be GPU-mapped at its own address, so the GPU
 //    selection's code, which only reads "device" addresses, runs on the CPU.
+//    On a machine with a GPU the emulation replaces the real hooks while it
+//    is on (and restores them after); the CUDA handlers refuse its tables.
 //  * Emulated GPU memory: placement "device" gets real host memory handed
 //    out at an address with bit 62 set, which is not canonical on x86-64 or
 //    AArch64, so any host code that dereferences a "device" address instead of
@@ -70,6 +72,35 @@ const MappedAllocator kHostAsMapped{
       return p;
     },
     [](void* p) { std::free(p); }};
+
+// The hooks an emulation replaced (a real GPU's, or none), put back when it
+// is switched off: never none where a GPU's were.
+const MappedAllocator* saved_mapped = nullptr;
+bool mapped_replaced = false;
+const DeviceMemory* saved_device = nullptr;
+bool device_replaced = false;
+
+void ReplaceMapped(bool on, const MappedAllocator* replacement) {
+  if (on) {
+    if (!mapped_replaced) saved_mapped = GetMappedAllocator();
+    mapped_replaced = true;
+    SetMappedAllocator(replacement);
+  } else if (mapped_replaced) {
+    SetMappedAllocator(saved_mapped);
+    mapped_replaced = false;
+  }
+}
+
+void ReplaceDeviceMemory(bool on, const DeviceMemory* replacement) {
+  if (on) {
+    if (!device_replaced) saved_device = GetDeviceMemory();
+    device_replaced = true;
+    SetDeviceMemory(replacement);
+  } else if (device_replaced) {
+    SetDeviceMemory(saved_device);
+    device_replaced = false;
+  }
+}
 
 std::shared_ptr<Table> Find(int64_t handle) { return LookUpTable(handle); }
 
@@ -194,14 +225,20 @@ int32_t StagedUpdateLikeTheGpu(int64_t handle, AnyArray keys, AnyArray prioritie
 }  // namespace
 
 void DefineModule(nb::module_ m) {
-  m.def("emulate_gpu_mapping", [](bool on) { SetMappedAllocator(on ? &kHostAsMapped : nullptr); },
-        "on"_a, "Tables created while on get host memory that claims to be GPU-mapped.");
+  m.def(
+      "emulate_gpu_mapping", [](bool on) { ReplaceMapped(on, &kHostAsMapped); }, "on"_a,
+      "Tables created while on get host memory that claims to be GPU-mapped (no real GPU "
+      "kernel accepts them: Table::CheckGpuReachable); off restores the previous hooks.");
+  m.def(
+      "hide_gpu_mapping", [](bool on) { ReplaceMapped(on, nullptr); }, "on"_a,
+      "Tables created while on get plain host memory, as without a GPU; off restores the "
+      "previous hooks.");
   m.def(
       "emulate_device_memory",
       [](bool on, size_t free_bytes, bool copies_fail) {
         emulated_free_bytes = free_bytes;
         emulated_copy_fails.store(copies_fail);
-        SetDeviceMemory(on ? &kEmulatedDeviceMemory : nullptr);
+        ReplaceDeviceMemory(on, &kEmulatedDeviceMemory);
       },
       "on"_a, "free_bytes"_a = 0, "copies_fail"_a = false,
       "Tables created while on may take placement 'device' in emulated GPU memory reporting "
