@@ -33,31 +33,16 @@ def clear_failed_token() -> bool:
 
     JAX threads an ordered effect's token from each dispatched program into the
     next; when a program fails (a rate-limiter timeout, a bad priority inside
-    jit, a closed table), its token carries the error, and JAX fails every later
-    program with ordered table calls on the same thread with that error,
+    jit, a closed table), its token carries the error, and JAX would fail every
+    later program with ordered table calls on the same thread with that error,
     without running it (JAX issue #37587). Dropping the token makes JAX start a
-    fresh one. Only a finished, failed token is dropped: one still in flight is
-    kept, so program order is never given up. (Threaded calls have no token:
-    a failed program fails only its own results.)
+    fresh one. Only a finished, failed token is dropped here: one still in
+    flight is kept, so program order is never given up. Every ordered program
+    also drops a failed token before it starts (gearjax/_jax_fixes.py), so a
+    failed program fails only its own results. (Threaded calls have no token.)
     """
-    tokens = dispatch.runtime_tokens.current_tokens
-    token = tokens.get(TABLE_EFFECT)
-    if token is None or not token._buf.is_ready():
-        return False
-    try:
-        token._buf.block_until_ready()
-        return False
-    except Exception:  # noqa: BLE001 - whatever error the failed program raised
-        del tokens[TABLE_EFFECT]
-    # effects_barrier() waits on the last program's runtime tokens: forget the
-    # failed ones too, so it does not raise the old error again.
-    runtime = dispatch.runtime_tokens.output_runtime_tokens
-    for device, runtime_token in list(runtime.items()):
-        try:
-            runtime_token.block_until_ready()
-        except Exception:  # noqa: BLE001
-            del runtime[device]
-    return True
+    from gearjax import _jax_fixes
+    return _jax_fixes.drop_failed_table_token(dispatch.runtime_tokens, wait=False)
 
 
 def wait_for_dispatched_calls() -> None:

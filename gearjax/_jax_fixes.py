@@ -1,5 +1,5 @@
-"""Closes four holes that JAX (0.10) leaves around side-effecting primitives,
-for programs with gearjax table calls only.
+"""Closes five holes that JAX (0.10 and 0.11) leaves around side-effecting
+primitives, for programs with gearjax table calls only.
 
 1. **Hoisting out of a loop under differentiation.** Scan's partial evaluation
    moves loop-invariant computations out of the loop (``_scan_known_hoisting``
@@ -19,22 +19,31 @@ for programs with gearjax table calls only.
    is done. Either would run table calls that the program does not take, so
    programs with table calls there are refused, with the reason, as JAX
    refuses its own IO effects there.
+5. **A failed program's token.** JAX hands the token of a program whose
+   ordered table call failed to the next such program, which then fails with
+   the old error without running; the failed token is dropped first, so an
+   error fails only its own program's results.
 
 Each fix wraps a JAX internal and changes nothing for programs without table
-calls; ``tests/test_jax_fixes.py`` checks every one on the JAX installed.
+calls; ``tests/test_jax_fixes.py`` checks every one on the JAX installed. An
+internal whose signature changed in a JAX gearjax does not know is refused at
+import (UnsupportedJaxError), never patched by guess or silently skipped.
 """
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Iterable
 
+import jax
 from jax._src import core as jax_core
+from jax._src import dispatch
 from jax._src.interpreters import batching, pxla
 from jax._src.interpreters import partial_eval as pe
 from jax._src.lax.control_flow import conditionals, loops
 
-from gearjax._primitives import TABLE_PRIMITIVES, TableEffect
+from gearjax._primitives import TABLE_EFFECT, TABLE_PRIMITIVES, TableEffect
 
 VMAP_REFUSED = (
     "gearjax table calls inside lax.cond, lax.switch or lax.while_loop under vmap with a "
@@ -44,7 +53,9 @@ VMAP_REFUSED = (
 
 
 def has_table_call(jaxprs: Iterable[jax_core.Jaxpr]) -> bool:
-    """Whether any of the jaxprs (or a jaxpr nested in them) has a table call."""
+    """Whether any of the jaxprs (or a jaxpr nested in them) has a table call.
+    Takes Jaxprs and ClosedJaxprs alike (in jax 0.11 they are one type; both
+    have ``eqns``)."""
     stack = list(jaxprs)
     while stack:
         jaxpr = stack.pop()
@@ -83,33 +94,120 @@ def _while_hoisting(hoist):
     return wrapped
 
 
+# The signatures of JAX's scan hoisting this fix wraps, by JAX version: the
+# counts after (jaxpr_known, known_consts) are passed through unchanged.
+KNOWN_HOISTING_SIGNATURES = {
+    ("jaxpr_known", "known_consts", "num_res"): "jax 0.10, 0.11.0",
+    ("jaxpr_known", "known_consts", "num_ures", "num_sres"): "jax 0.11.1 and later 0.11",
+}
+
+
+class UnsupportedJaxError(ImportError):
+    """The installed JAX changed an internal that gearjax patches."""
+
+
+def require_signature(function, expected: tuple[str, ...], what: str) -> None:
+    """Refuses (UnsupportedJaxError) a JAX whose internal ``what`` no longer
+    takes the parameters ``expected`` that its wrapper passes on."""
+    params = tuple(inspect.signature(function).parameters)
+    if params != expected:
+        raise UnsupportedJaxError(
+            f"gearjax does not support jax {jax.__version__}: {what} takes {params}, where "
+            f"gearjax wraps it as taking {expected} (jax 0.10 and 0.11). Install a supported "
+            f"jax (pyproject.toml: jax>=0.10,<0.12)")
+
+
+def wrap_known_hoisting(original):
+    """Wraps scan's ``_scan_known_hoisting`` so that while it hoists a loop
+    with a table call, the call stays in the loop. Refuses (UnsupportedJaxError)
+    a signature it does not know rather than guess what the arguments mean."""
+    params = tuple(inspect.signature(original).parameters)
+    if params not in KNOWN_HOISTING_SIGNATURES:
+        raise UnsupportedJaxError(
+            f"gearjax does not support jax {jax.__version__}: its scan hoisting "
+            f"(jax._src.lax.control_flow.loops._scan_known_hoisting) takes {params}, and "
+            f"gearjax knows only {sorted(KNOWN_HOISTING_SIGNATURES)} "
+            f"({', '.join(KNOWN_HOISTING_SIGNATURES.values())}); without its fix a table call "
+            f"in a lax.scan under grad could run once instead of once per step. Install a "
+            f"supported jax (pyproject.toml: jax>=0.10,<0.12)")
+    guarded = _while_hoisting(original)
+
+    def scan_known_hoisting(jaxpr_known, known_consts, *counts):
+        # Jaxpr (0.11) and ClosedJaxpr (0.10) both have .eqns.
+        hoist = guarded if has_table_call([jaxpr_known]) else original
+        return hoist(jaxpr_known, known_consts, *counts)
+
+    scan_known_hoisting.__wrapped__ = original
+    return scan_known_hoisting
+
+
 def _install_hoisting_fix() -> None:
     for primitive in TABLE_PRIMITIVES:
         pe.custom_partial_eval_rules[primitive] = _stay_in_loop(primitive)
-    original_known = loops._scan_known_hoisting
-    guarded_known = _while_hoisting(original_known)
-
-    def scan_known_hoisting(jaxpr_known, known_consts, num_res):
-        if not has_table_call([jaxpr_known.jaxpr]):
-            return original_known(jaxpr_known, known_consts, num_res)
-        return guarded_known(jaxpr_known, known_consts, num_res)
-
-    loops._scan_known_hoisting = scan_known_hoisting
+    loops._scan_known_hoisting = wrap_known_hoisting(loops._scan_known_hoisting)
 
     original_custom = pe.partial_eval_jaxpr_custom_rules[loops.scan_p]
+    require_signature(original_custom, ("saveable", "unks_in", "inst_in", "eqn"),
+                      "scan's partial_eval_jaxpr_custom rule")
     guarded_custom = _while_hoisting(original_custom)
 
     def scan_partial_eval_custom(saveable, unks_in, inst_in, eqn):
-        if not has_table_call([eqn.params["jaxpr"].jaxpr]):
+        if not has_table_call([eqn.params["jaxpr"]]):
             return original_custom(saveable, unks_in, inst_in, eqn)
         return guarded_custom(saveable, unks_in, inst_in, eqn)
 
     pe.partial_eval_jaxpr_custom_rules[loops.scan_p] = scan_partial_eval_custom
 
 
+# ---------------------------------------------------------- 5. failed tokens
+def drop_failed_table_token(tokens, wait: bool) -> bool:
+    """Drops the table effect's token from JAX's RuntimeTokenSet ``tokens``
+    when the program that made it failed (its buffer holds the error), and the
+    failed runtime tokens with it, so that JAX starts a fresh token instead of
+    failing every later ordered program with the old error (JAX issue 37587).
+    ``wait``: block until the token is ready (JAX blocks on it anyway before
+    the next ordered program runs); else a token still in flight is kept."""
+    token = tokens.current_tokens.get(TABLE_EFFECT)
+    if token is None or (not wait and not token._buf.is_ready()):
+        return False
+    try:
+        token._buf.block_until_ready()
+        return False
+    except Exception:  # noqa: BLE001 - whatever error the failed program raised
+        del tokens.current_tokens[TABLE_EFFECT]
+    # effects_barrier() waits on the last program's runtime tokens: forget the
+    # failed ones too, so it does not raise the old error again.
+    for device, runtime_token in list(tokens.output_runtime_tokens.items()):
+        try:
+            runtime_token.block_until_ready()
+        except Exception:  # noqa: BLE001
+            del tokens.output_runtime_tokens[device]
+    return True
+
+
+def _install_failed_token_fix() -> None:
+    """Before each program with ordered table calls takes its token, a token
+    left by a failed program is dropped: the failure belongs to that program's
+    results. On the CPU the failing program raised at dispatch and left no
+    token; on a GPU, whose programs fail asynchronously, the failed token went
+    on to fail programs compiled before the failure (which never ask a table
+    method, where gearjax dropped it before)."""
+    original = dispatch.RuntimeTokenSet.get_token_input
+    require_signature(original, ("self", "eff", "devices"),
+                      "dispatch.RuntimeTokenSet.get_token_input")
+
+    def get_token_input(self, eff, devices):
+        if isinstance(eff, TableEffect):
+            drop_failed_table_token(self, wait=True)
+        return original(self, eff, devices)
+
+    dispatch.RuntimeTokenSet.get_token_input = get_token_input
+
+
 # ------------------------------------------------------------------ 2. AOT
 def _install_aot_fix() -> None:
     original = pxla.MeshExecutable.create_cpp_call
+    require_signature(original, ("self", "params"), "pxla.MeshExecutable.create_cpp_call")
 
     def create_cpp_call(self, params):
         ordered = getattr(self.unsafe_call, "ordered_effects", None) or ()
@@ -123,20 +221,24 @@ def _install_aot_fix() -> None:
 # ----------------------------------------------------------- 3, 4. vmap
 def _install_vmap_fixes() -> None:
     cond_rule = batching.fancy_primitive_batchers[conditionals.cond_p]
+    require_signature(cond_rule, ("axis_data", "args", "dims", "branches", "params"),
+                      "cond's batching rule")
 
     def cond_batching_rule(axis_data, args, dims, *, branches, **params):
-        if dims[0] is not None and has_table_call(b.jaxpr for b in branches):
+        if dims[0] is not None and has_table_call(branches):
             raise NotImplementedError(VMAP_REFUSED)
         return cond_rule(axis_data, args, dims, branches=branches, **params)
 
     batching.fancy_primitive_batchers[conditionals.cond_p] = cond_batching_rule
 
     while_rule = batching.fancy_primitive_batchers[loops.while_p]
+    require_signature(while_rule, ("axis_data", "args", "dims", "cond_nconsts", "cond_jaxpr",
+                                   "body_nconsts", "body_jaxpr"), "while's batching rule")
 
     def while_batching_rule(axis_data, args, dims, *, cond_nconsts, cond_jaxpr, body_nconsts,
                             body_jaxpr):
         if any(d is not None for d in dims) and \
-                has_table_call([cond_jaxpr.jaxpr, body_jaxpr.jaxpr]) and \
+                has_table_call([cond_jaxpr, body_jaxpr]) and \
                 _while_predicate_batched(axis_data, dims, cond_nconsts, cond_jaxpr,
                                          body_nconsts, body_jaxpr):
             raise NotImplementedError(VMAP_REFUSED)
@@ -170,3 +272,4 @@ def _while_predicate_batched(axis_data, dims, cond_nconsts, cond_jaxpr, body_nco
 _install_hoisting_fix()
 _install_aot_fix()
 _install_vmap_fixes()
+_install_failed_token_fix()

@@ -7,6 +7,7 @@ JAX's fast dispatch path."""
 
 from __future__ import annotations
 
+import inspect
 import os
 import subprocess
 import sys
@@ -19,6 +20,8 @@ import numpy as np
 import pytest
 
 import gearjax as gx
+from conftest import pythonpath
+from gearjax import _jax_fixes
 from test_effects import MODES, Calls, finish
 
 N = 32
@@ -84,6 +87,121 @@ def test_invariant_work_beside_a_table_call_still_hoists(table):
     jaxpr = str(jax.make_jaxpr(jax.grad(loss))(1.0, calls.start()))
     assert "gearjax_sample_threaded" in jaxpr and "f32[4,64,64]" not in jaxpr
     assert np.isfinite(float(jax.jit(jax.grad(loss))(1.0, calls.start())))
+
+
+# ----------------------------------------------- which JAX versions are fixed
+def _hoisting_calls(original_params: str):
+    """A stand-in for JAX's _scan_known_hoisting with the given parameters,
+    wrapped by gearjax: returns (the wrapper, what each call saw)."""
+    seen = []
+
+    def record(*args):
+        seen.append((args, getattr(_jax_fixes._hoisting, "depth", 0)))
+        return "hoisted"
+
+    namespace = {"record": record}
+    exec(f"def original({original_params}):\n    return record({original_params})", namespace)
+    return _jax_fixes.wrap_known_hoisting(namespace["original"]), seen
+
+
+@pytest.mark.parametrize("params", ["jaxpr_known, known_consts, num_res",            # 0.10
+                                    "jaxpr_known, known_consts, num_ures, num_sres"])  # 0.11
+def test_the_hoisting_fix_passes_every_count_through_on_each_known_jax(table, params):
+    # jax 0.11.2 calls it with (jaxpr, consts, num_ures, num_sres): the fix for
+    # 0.10's (jaxpr, consts, num_res) once failed every scan under grad there.
+    wrapper, seen = _hoisting_calls(params)
+    counts = (2, 1)[:params.count(",") - 1]
+    with_call = jax.make_jaxpr(lambda s, k: table.sample(s, k, 2, 1)[0])(
+        table.state(), jax.random.key(0))
+    without = jax.make_jaxpr(jnp.sin)(1.0)
+    assert wrapper(with_call, [], *counts) == "hoisted"
+    assert wrapper(without, [], *counts) == "hoisted"
+    # The table call's jaxpr is hoisted with the call kept in the loop (depth
+    # 1); other jaxprs as JAX does it.
+    assert [(args[2:], depth) for args, depth in seen] == [(counts, 1), (counts, 0)]
+
+
+@pytest.mark.parametrize("params", ["jaxpr_known, known_consts",
+                                    "jaxpr_known, known_consts, num_res, extra, more",
+                                    "jaxpr, consts, num_res"])
+def test_a_jax_whose_hoisting_gearjax_does_not_know_is_refused_loudly(params):
+    with pytest.raises(_jax_fixes.UnsupportedJaxError,
+                       match=f"does not support jax {jax.__version__}.*jax>=0.10,<0.12"):
+        _hoisting_calls(params)
+    assert issubclass(_jax_fixes.UnsupportedJaxError, ImportError)  # import gearjax fails
+
+
+def test_every_patched_internal_of_the_installed_jax_is_one_gearjax_knows():
+    from jax._src.lax.control_flow import loops
+    original = loops._scan_known_hoisting.__wrapped__  # gearjax's wrapper is installed
+    assert tuple(inspect.signature(original).parameters) in _jax_fixes.KNOWN_HOISTING_SIGNATURES
+    with pytest.raises(_jax_fixes.UnsupportedJaxError, match="takes \\('a',\\)"):
+        _jax_fixes.require_signature(lambda a: a, ("self", "params"), "an internal")
+
+
+def test_the_supported_jax_versions_are_declared_and_installed():
+    import tomllib
+    from importlib.metadata import version
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    declared = [d for d in pyproject["project"]["dependencies"] if d.startswith("jax")]
+    assert declared == ["jax>=0.10,<0.12", "jaxlib>=0.10,<0.12"]
+    major, minor = (int(x) for x in version("jax").split(".")[:2])
+    assert (major, minor) in ((0, 10), (0, 11))
+
+
+# ----------------------------------------------------------- failed tokens
+class FailedBuffer:
+    """What a program that failed after its dispatch leaves as its token."""
+
+    def __init__(self, ready: bool = True):
+        self.ready, self.waited = ready, 0
+
+    def is_ready(self):
+        return self.ready
+
+    def block_until_ready(self):
+        self.waited += 1
+        raise RuntimeError("an earlier program failed")
+
+
+def test_a_failed_programs_token_fails_no_program_compiled_before_it(table):
+    """On a GPU a failing program returns at once and leaves its token failed;
+    a program compiled earlier (no table method runs when it is called) once
+    failed with that old error instead of running (the first GPU run:
+    test_lifecycle's static-argument program after a closed table's). The
+    token is dropped before JAX hands it to the next program: JAX then starts
+    a fresh one."""
+    from jax._src import core as jax_core
+    from jax._src import dispatch
+    from gearjax._primitives import TABLE_EFFECT
+
+    program = jax.jit(lambda k: table.sample(k, 2, 1).keys)  # ordered: it takes the token
+    finish(program(jax.random.key(0)))
+    failed = FailedBuffer()
+    dispatch.runtime_tokens.current_tokens[TABLE_EFFECT] = jax_core.Token(failed)
+    dispatch.runtime_tokens.get_token_input(TABLE_EFFECT, jax.devices()[:1])
+    assert dispatch.runtime_tokens.current_tokens[TABLE_EFFECT]._buf is not failed
+    dispatch.runtime_tokens.current_tokens[TABLE_EFFECT] = jax_core.Token(FailedBuffer())
+    before = table.stats()["samples"]
+    assert jax.block_until_ready(program(jax.random.key(1))).shape == (2,)
+    assert table.stats()["samples"] == before + 2
+
+
+def test_a_token_in_flight_is_kept_unless_asked_to_wait():
+    from jax._src import core as jax_core
+    from gearjax._primitives import TABLE_EFFECT
+
+    class Tokens:  # JAX's RuntimeTokenSet, as the fix reads it
+        def __init__(self, buffer):
+            self.current_tokens = {TABLE_EFFECT: jax_core.Token(buffer)}
+            self.output_runtime_tokens = {"device": FailedBuffer()}
+
+    flying = Tokens(FailedBuffer(ready=False))
+    assert not _jax_fixes.drop_failed_table_token(flying, wait=False)  # gx.clear_errors()
+    assert TABLE_EFFECT in flying.current_tokens
+    assert _jax_fixes.drop_failed_table_token(flying, wait=True)  # before the next program
+    assert flying.current_tokens == {} and flying.output_runtime_tokens == {}
+    assert not _jax_fixes.drop_failed_table_token(flying, wait=True)  # nothing left
 
 
 # --------------------------------------------------------------------- AOT
@@ -262,7 +380,7 @@ def test_a_jit_over_several_devices_runs_each_table_call_once(tmp_path, devices)
     script = tmp_path / "several_devices.py"
     script.write_text(SEVERAL_DEVICES)
     env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
-           "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(Path(__file__).parent)}
+           "JAX_PLATFORMS": "cpu", "PYTHONPATH": pythonpath(str(Path(__file__).parent))}
     result = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
