@@ -415,6 +415,19 @@ class Table:
         _ffi.wait_for_dispatched_calls()
         self._native.raise_deferred_error()
 
+    def _eager(self, result: Any) -> Any:
+        """An eager call (its results are arrays, not tracers) waits for its
+        own results before it returns, so its errors are raised at the call on
+        every platform: a GPU reports a custom call's error only when its
+        results are read, and a GPU priority update's bad value only once the
+        stream has applied it (kept for the next call: raised here instead).
+        Traced calls return at once."""
+        leaves = jax.tree_util.tree_leaves(result)
+        if leaves and not any(isinstance(x, jax.core.Tracer) for x in leaves):
+            jax.block_until_ready(leaves)
+            self._native.raise_deferred_error()
+        return result
+
     # ---------------------------------------------------------------- insert
     def insert(self, trajectory: Mapping[str, Any], priority: float = 1.0) -> int:
         """Copies one trajectory into the table and returns its key.
@@ -734,7 +747,7 @@ class Table:
         arrays = [a.astype(c.dtype) for a, c in zip(arrays, self._columns.values())]
         order, keys = _ffi.insert_batch_call(arrays, lengths, priorities,
                                              handle=self._native.handle, state=order)
-        return keys if state is None else (order, keys)
+        return self._eager(keys if state is None else (order, keys))
 
     def _batch_lengths(self, lengths: Any, rows: int, steps: int) -> jax.Array:
         if not isinstance(lengths, jax.core.Tracer):
@@ -885,7 +898,9 @@ class Table:
             sampling back past its timeout, and when the eligible trajectories
             cannot serve the batch (``cut="full"``, ``replace=False``,
             ``max_times_sampled``, or ``Prioritized(alpha > 0)`` with every
-            priority 0).
+            priority 0). An eager call waits for its batch, so it raises at
+            the call on every platform; a compiled one raises where its
+            program's results are read (on a GPU, not before).
 
         A trajectory is chosen by ``strategy``, then a window in it by ``cut``:
 
@@ -989,7 +1004,7 @@ class Table:
                                       batch_size=args.batch_size, window=args.window,
                                       strategy=args.strategy, pad=args.pad, cut=args.cut_code,
                                       replace=args.replace, ordered=ordered)
-        return batch if state is None else (order, batch)
+        return self._eager(batch if state is None else (order, batch))
 
     # ------------------------------------------------------------ priorities
     @overload
@@ -1087,7 +1102,7 @@ class Table:
                 priorities = priorities.astype(_widest_float())
             order, count = _ffi.update_priorities_call(keys, priorities,
                                                        handle=self._native.handle, state=order)
-            return count if state is None else (order, count)
+            return self._eager(count if state is None else (order, count))
         return self._native.update_priorities(np.ascontiguousarray(keys, np.int64),
                                               _checks.priorities(priorities))
 

@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from conftest import cpu_only_env, pythonpath
+
 HERE = Path(__file__).resolve().parent
 RESULT_MARK = "MULTIHOST-RESULT "
 
@@ -43,9 +45,10 @@ def run(body: str, processes: int, tmp_path: Path, timeout: float = 120.0,
     each one's result (None for those in ``expect_failure``, which may end any
     way but must end within the timeout)."""
     port = free_port()
-    env = dict(os.environ, PYTHONPATH=str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1",
-               **(env or {}))
+    # CPU processes on any machine (a GPU machine's one GPU cannot be shared
+    # between NCCL ranks): gloo collectives, host tables.
+    env = cpu_only_env(PYTHONPATH=pythonpath(str(HERE)),
+                       XLA_FLAGS="--xla_force_host_platform_device_count=1", **(env or {}))
     procs = []
     logs = []
     for i in range(processes):

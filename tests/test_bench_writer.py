@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import pythonpath
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "bench_writer.py"
 GEARJAX_CASES = {"insert", "writer", "writer_split", "writer_jax"}
@@ -41,7 +43,7 @@ def test_gearjax_cases_run_and_reverb_is_skipped_with_a_reason(tmp_path):
     # cwd is not the repository: the script must not depend on it.
     done = subprocess.run([sys.executable, str(SCRIPT), *TINY, "--out", str(out)],
                           capture_output=True, text=True, timeout=120, cwd=tmp_path,
-                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+                          env={**os.environ, "PYTHONPATH": pythonpath()})  # not this tree
     assert done.returncode == 0, done.stderr
     result = json.loads(out.read_text())
     check_gearjax_cases(result)

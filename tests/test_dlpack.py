@@ -4,6 +4,7 @@ jax arrays go the same way. (cupy arrays in GPU memory: tests/test_gpu.py.)"""
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -34,8 +35,9 @@ def table() -> gx.Table:
 def test_host_memory_is_read_in_place():
     backing = np.arange(12, dtype=np.float32).reshape(4, 3)
     assert np.shares_memory(host_array(DLPackOnly(backing)), backing)
-    x = jnp.arange(6.0, dtype=jnp.float32)
-    # jax's own buffer (a CPU jax array's view, not a copy)
+    x = jax.device_put(jnp.arange(6.0, dtype=jnp.float32), jax.devices("cpu")[0])
+    # jax's own buffer (a CPU jax array's view, not a copy; one in GPU memory
+    # is copied: test_gpu.py::test_cupy_arrays_in_gpu_memory_insert_and_append)
     assert host_array(x).ctypes.data == x.unsafe_buffer_pointer()
     assert host_array(backing) is backing
     assert host_array([1, 2]).tolist() == [1, 2]  # neither: numpy.asarray

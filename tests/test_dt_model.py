@@ -11,6 +11,7 @@ import pytest
 from flax import nnx
 
 import gearjax as gx
+from conftest import pythonpath
 from gearjax.dt import data as D
 from gearjax.dt.model import SIZES, DecisionTransformer, DTConfig, act, squashed_gaussian_log_prob
 from gearjax.dt.train import Learner, Normalizer, TrainConfig
@@ -249,7 +250,7 @@ def test_data_parallel_over_two_cpu_devices(tmp_path):
     script.write_text(DATA_PARALLEL)
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
            "JAX_PLATFORMS": "cpu",
-           "PYTHONPATH": str(pathlib.Path(__file__).parent)}
+           "PYTHONPATH": pythonpath(str(pathlib.Path(__file__).parent))}
     result = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
                             text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]

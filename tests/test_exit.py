@@ -41,8 +41,9 @@ def blocked():
     try:
         if mode == "insert":
             table.insert({"x": np.ones(1, np.float32)})
-        elif mode == "jit":
-            jax.jit(lambda s, k: table.sample(s, k, 2, 1)[1]["x"])(table.state(), jax.random.key(0))
+        elif mode == "jit":  # a GPU raises where the result is read
+            jax.block_until_ready(jax.jit(lambda s, k: table.sample(s, k, 2, 1)[1]["x"])(
+                table.state(), jax.random.key(0)))
         else:
             table.sample(jax.random.key(0), 2, 1)
     except Exception as e:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import nixl_missing
+from conftest import nixl_missing, pythonpath
 from gearjax.sharded import install_nixl, nixl
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,7 +68,7 @@ def test_check_only_in_a_python_without_nixl_exits_1(tmp_path):
     for name in ("nixl_cu12", "nixl"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "__init__.py").write_text("raise ImportError('not installed')\n")
-    env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    env = {"PYTHONPATH": pythonpath(str(tmp_path)), "PATH": "/usr/bin:/bin"}
     done = subprocess.run([sys.executable, "-m", "gearjax.sharded.install_nixl", "--check-only"],
                           capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
     assert done.returncode == 1

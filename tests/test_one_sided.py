@@ -60,6 +60,12 @@ class LocalReader(OneSidedReader):
         return layout
 
 
+# The one-sided protocol reads other processes' host memory: host tables,
+# sampled on the CPU, on any machine (a GPU machine's "auto" tables would go to
+# GPU memory, which other hosts cannot read).
+pytestmark = pytest.mark.usefixtures("cpu_device")
+
+
 def shards(capacities=(700, 300), seed=0):
     """Two tables of unequal size; trajectory i of shard k holds 1000 k + i at
     every step (plus the step number), with priority 1 + (i mod 7)."""

@@ -68,7 +68,9 @@ def test_traced_update_returns_count_and_applies(table, keys):
     np.testing.assert_array_equal(table.contents()["priority"][[0, 5]], [3.0, 2.0])
 
 
-def test_traced_update_with_bad_values_fails_and_changes_nothing(table, keys):
+def test_traced_update_with_bad_values_fails_and_changes_nothing(cpu_device, table, keys):
+    # On the CPU; a GPU update returns -1 and the next call raises instead
+    # (test_gpu.py::test_gpu_priority_updates_count_and_defer_a_bad_value).
     update = jax.jit(lambda k, p: table.update_priorities(k, p))
     with pytest.raises(Exception, match="entry 1 is -2; priorities must be finite, >= 0 and"):
         jax.block_until_ready(update(jnp.array(keys[:2]), jnp.array([1.0, -2.0])))

@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import cpu_only_env
+
 ROOT = Path(__file__).resolve().parents[1]
 CORE_SOURCES = sorted(str(p) for p in (ROOT / "xla_ffi" / "core").rglob("*.cc")
                       if not p.name.endswith("_test.cc"))
@@ -41,7 +43,7 @@ def test_bench_sample_runs(tmp_path):
     subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_sample.py"), "--repeats", "2",
                     "--cases", "A", "--scale", "0.1", "--scan-repeats", "2",
                     "--prioritized-sizes", "1000", "--out", str(out)], check=True,
-                   capture_output=True)
+                   capture_output=True, env=cpu_only_env())
     result = json.loads(out.read_text())
     assert result["settings"]["sections"] == ["per-call", "in-scan", "prioritized"]
     assert result["cases"]["A"]["systems"]["gearjax"]["status"] == "ok"
@@ -138,7 +140,7 @@ def test_bench_nixl_reader_smoke_reads_and_samples(tmp_path):
 def test_sharded_demo_runs_two_processes_on_one_global_table():
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "sharded_demo.py"),
                           "--timeout", "120"], check=True, capture_output=True, text=True,
-                         timeout=180).stdout
+                         timeout=180, env=cpu_only_env()).stdout
     lines = [line for line in out.splitlines() if line.startswith("process ")]
     assert len(lines) == 4, out
     assert sum("200 trajectories in 2 shards" in line for line in lines) == 2
@@ -151,7 +153,8 @@ def test_bench_exchange_runs_and_models(tmp_path):
     out = tmp_path / "exchange.json"
     subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_exchange.py"), "--processes",
                     "1", "2", "--cases", "A", "--steps", "2", "--repeats", "1", "--out", str(out)],
-                   check=True, capture_output=True, timeout=300, cwd=tmp_path)
+                   check=True, capture_output=True, timeout=300, cwd=tmp_path,
+                   env=cpu_only_env())
     result = json.loads(out.read_text())
     assert set(result["runs"]) == {"1", "2"} and len(result["runs"]["2"]) == 2
     rates = result["runs"]["2"][0]["A"]["gb_per_s_per_process"]
@@ -187,7 +190,7 @@ def test_bench_exchange_scaling_measures_both_policies(tmp_path):
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_exchange_scaling.py"),
                            "--shards", "2", "--batches", "16", "--calls", "2", "--repeats", "2",
                            "--trajectories", "8", "--out", str(out)], capture_output=True,
-                          text=True, timeout=300, cwd=tmp_path)
+                          text=True, timeout=300, cwd=tmp_path, env=cpu_only_env())
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     result = json.loads(out.read_text())
     cases = [c for c in result["runs"] if c["batch"] == 16]
