@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Set-up command 2: install gearjax into .venv, build and run the native core's
 # C++ unit tests (GoogleTest, under AddressSanitizer and UBSan, through ctest),
-# then run the Python test suite against the installed package. Extra
-# arguments go to pytest. The C++ tests build in the background while _env.sh
+# then run the Python test suite against the installed package, and the tests
+# of the JAX internals it patches once more on the oldest JAX it supports
+# (scripts/test_oldest_jax.sh). Extra arguments go to pytest (and then only the
+# suite runs, with them). The C++ tests build in the background while _env.sh
 # installs the package (the two overlap: most of an install is not compiling).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -66,4 +68,11 @@ fi
 # The test-only submodule is built in (see _env.sh): tests that need it must
 # not skip here.
 export GEARJAX_REQUIRE_TESTING_MODULE=1
-exec pytest "$@"
+if [ $# -gt 0 ]; then
+  exec pytest "$@"
+fi
+pytest
+# The whole suite ran on the newest JAX 0.10; the tests of the JAX internals
+# gearjax patches run once more on the oldest JAX it claims (0.10.0). (JAX 0.11
+# needs Python 3.12: scripts/gpu_check.sh runs the suite on it.)
+bash scripts/test_oldest_jax.sh
