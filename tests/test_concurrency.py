@@ -10,6 +10,7 @@ import time
 
 import jax
 import numpy as np
+import pytest
 
 import gearjax as gx
 
@@ -19,10 +20,20 @@ COLUMNS = {"id": gx.Column((), "int32", pad=PAD), "payload": gx.Column((WIDTH,),
 MAX_LENGTH = 32
 
 
+MAX_ID = (2**31 - 1) // MAX_LENGTH  # every payload value fits int32
+
+
+def payload_of(traj_id, step):
+    """The value every payload entry of a step holds: id and step in one int32."""
+    return traj_id * MAX_LENGTH + step
+
+
 def trajectory(traj_id: int, length: int) -> dict:
-    steps = np.arange(length, dtype=np.int32)
+    if not 0 <= traj_id <= MAX_ID:
+        raise ValueError(f"trajectory ids go up to {MAX_ID}, got {traj_id}")
+    steps = np.arange(length, dtype=np.int64)
     return {"id": np.full(length, traj_id, np.int32),
-            "payload": np.repeat((traj_id * 1000 + steps)[:, None], WIDTH, axis=1)}
+            "payload": np.repeat(payload_of(traj_id, steps).astype(np.int32)[:, None], WIDTH, axis=1)}
 
 
 def check_rows(batch: dict, window: int) -> list[tuple[int, int]]:
@@ -36,7 +47,7 @@ def check_rows(batch: dict, window: int) -> list[tuple[int, int]]:
         traj_id = int(ids[real[0]])
         assert (ids[real] == traj_id).all(), f"row {b} mixes trajectories: {ids}"
         np.testing.assert_array_equal(timestep[real], batch["start"][b] + np.arange(len(real)))
-        expected = traj_id * 1000 + timestep[real]
+        expected = payload_of(traj_id, timestep[real])
         assert (payload[real] == expected[:, None]).all(), f"row {b} is torn"
         assert (ids[~mask] == PAD).all() and (payload[~mask] == PAD).all()
         pairs.append((int(batch["keys"][b]), traj_id))
@@ -124,6 +135,54 @@ def test_sampling_never_sees_torn_or_foreign_windows():
         assert key_to_id[key] == traj_id
     assert stats["pinned_slots"] == 0 and stats["writers_in_flight"] == 0
     table.close()
+
+
+def sample_while_a_thread_inserts(table: gx.Table, samples: int, min_inserts: int,
+                                  first_id: int = 100_000) -> int:
+    """Samples `samples` batches with a jitted sample on JAX's default device
+    while a Python thread inserts (evicting) trajectories with ids from
+    `first_id` on until both are done, checking every row; returns the inserts
+    made. Shared with test_gpu.py, which runs it on the GPU, where the inserter
+    once made 2 million inserts during 200 samples and overflowed the
+    payload's int32 (ids above 2,147,483 with the earlier encoding)."""
+    for i in range(table.capacity):
+        table.insert(trajectory(i, MAX_LENGTH))
+    stop, errors, inserted = threading.Event(), [], [0]
+
+    def inserter():
+        try:
+            while not stop.is_set() or inserted[0] < min_inserts:
+                table.insert(trajectory(first_id + inserted[0] % (MAX_ID + 1 - first_id),  # ids cycle
+                                        inserted[0] % MAX_LENGTH + 1))
+                inserted[0] += 1
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    thread = threading.Thread(target=inserter)
+    thread.start()
+    sample = jax.jit(lambda k: table.sample(k, 256, 8, gx.Uniform(), pad="right"))
+    try:
+        for i in range(samples):
+            b = sample(jax.random.key(i))
+            host = {name: np.asarray(b[name]) for name in COLUMNS}
+            host.update(keys=np.asarray(b.keys), start=np.asarray(b.start),
+                        mask=np.asarray(b.mask), timestep=np.asarray(b.timestep))
+            check_rows(host, 8)
+    finally:
+        stop.set()
+        thread.join()
+    assert not errors, errors
+    return inserted[0]
+
+
+def test_sampling_while_a_thread_inserts_millions_of_ids_never_tears():
+    with gx.Table(COLUMNS, capacity=8, max_length=MAX_LENGTH) as table:
+        # Ids as high as a fast GPU run reaches (and far beyond): up to MAX_ID.
+        assert sample_while_a_thread_inserts(table, samples=20, min_inserts=3000,
+                                             first_id=MAX_ID - 3000) >= 3000
+    assert payload_of(MAX_ID, MAX_LENGTH - 1) <= 2**31 - 1 < payload_of(MAX_ID + 1, 0)
+    with pytest.raises(ValueError, match="ids go up to"):
+        trajectory(MAX_ID + 1, 1)
 
 
 def test_inserts_of_many_threads_get_unique_increasing_keys():

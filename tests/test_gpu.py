@@ -66,32 +66,11 @@ def test_auto_placement_follows_free_gpu_memory():
 
 @pytest.mark.parametrize("placement", ["host", "device"])
 def test_gpu_insert_batch_inside_jit(placement):
-    columns = {"obs": gx.Column((3,), "float32", pad=-1.0), "step": gx.Column((), "int32")}
-    table = gx.Table(columns, capacity=4, max_length=6, placement=placement)
+    """What test_insert_batch.py checks on the CPU, through the CUDA handler."""
+    from test_insert_batch import COLUMNS as ROLLOUT, insert_batch_twice_in_jit_and_check
 
-    @jax.jit
-    def rollout_and_insert(key):
-        obs = jax.random.normal(key, (3, 5, 3))
-        step = jnp.broadcast_to(jnp.arange(5, dtype=jnp.int32), (3, 5))
-        keys = table.insert_batch({"obs": obs, "step": step}, jnp.array([5, 2, 4]),
-                                  jnp.array([1.0, 2.0, 0.5]))
-        return keys, obs
-
-    with on("gpu"):
-        keys, obs = rollout_and_insert(jax.random.key(0))
-        keys2, obs2 = rollout_and_insert(jax.random.key(1))  # 6 into 4 slots: evicts 2
-    assert np.asarray(keys).tolist() == [0, 1, 2] and np.asarray(keys2).tolist() == [3, 4, 5]
-    assert table.contents()["key"].tolist() == [2, 3, 4, 5]
-    np.testing.assert_array_equal(table.get(2)["obs"], np.asarray(obs)[2, :4])
-    for i, length in enumerate([5, 2, 4]):
-        got = table.get(3 + i)
-        np.testing.assert_array_equal(got["obs"], np.asarray(obs2)[i, :length])
-        np.testing.assert_array_equal(got["step"], np.arange(length))
-    assert table.contents()["priority"].tolist() == [0.5, 1.0, 2.0, 0.5]
-    with on("gpu"), pytest.raises(Exception, match="outside \\[1, 5\\]; nothing was inserted"):
-        jax.block_until_ready(table.insert_batch(
-            {"obs": jnp.zeros((1, 5, 3)), "step": jnp.zeros((1, 5), jnp.int32)}, jnp.array([6])))
-    assert table.contents()["key"].tolist() == [2, 3, 4, 5]
+    with gx.Table(ROLLOUT, capacity=4, max_length=6, placement=placement) as table, on("gpu"):
+        insert_batch_twice_in_jit_and_check(table)
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda s: type(s).__name__)
@@ -255,38 +234,11 @@ def test_a_gpu_sample_after_updates_in_the_same_program_sees_them(placement):
 
 @pytest.mark.parametrize("placement", ["host", "device"])
 def test_gpu_sampling_while_threads_insert_never_tears(placement):
-    from test_concurrency import COLUMNS as SELF_DESCRIBING, check_rows, trajectory
+    from test_concurrency import COLUMNS as SELF_DESCRIBING, sample_while_a_thread_inserts
 
-    table = gx.Table(SELF_DESCRIBING, capacity=8, max_length=32, placement=placement)
-    for i in range(8):
-        table.insert(trajectory(i, 32))
-    stop, errors = threading.Event(), []
-
-    def inserter():
-        n = 0
-        try:
-            while not stop.is_set():
-                table.insert(trajectory(100_000 + n, int(n % 32) + 1))
-                n += 1
-        except Exception as e:  # noqa: BLE001
-            errors.append(e)
-
-    thread = threading.Thread(target=inserter)
-    thread.start()
-    sample = jax.jit(lambda k: table.sample(k, 256, 8, gx.Uniform(), pad="right"))
-    try:
+    with gx.Table(SELF_DESCRIBING, capacity=8, max_length=32, placement=placement) as table:
         with on("gpu"):
-            for i in range(200):
-                b = sample(jax.random.key(i))
-                host = {name: np.asarray(b[name]) for name in SELF_DESCRIBING}
-                host.update(keys=np.asarray(b.keys), start=np.asarray(b.start),
-                            mask=np.asarray(b.mask), timestep=np.asarray(b.timestep))
-                check_rows(host, 8)
-    finally:
-        stop.set()
-        thread.join()
-        table.close()
-    assert not errors
+            sample_while_a_thread_inserts(table, samples=200, min_inserts=3000)
 
 
 @pytest.mark.parametrize("placement", ["host", "device"])

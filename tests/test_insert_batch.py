@@ -27,6 +27,43 @@ def rollout(key, rows=3, steps=5):
     return {"obs": obs, "step": step}
 
 
+def insert_batch_twice_in_jit_and_check(table: gx.Table) -> None:
+    """Two jitted rollouts of 3 trajectories (lengths 5, 2, 4) into a table of
+    4 slots, on JAX's default device: keys in insertion order (key = sequence
+    << slot_bits | slot, so the sequences are 0..5, never the raw keys),
+    evictions, contents, priorities, and a bad length refused with nothing
+    inserted. Shared with test_gpu.py (the CUDA handler)."""
+
+    @jax.jit
+    def rollout_and_insert(key):
+        columns = rollout(key)
+        keys = table.insert_batch(columns, jnp.array([5, 2, 4]), jnp.array([1.0, 2.0, 0.5]))
+        return keys, columns["obs"]
+
+    keys, obs = rollout_and_insert(jax.random.key(0))
+    keys2, obs2 = rollout_and_insert(jax.random.key(1))  # 6 into 4 slots: evicts 2
+    sequence = lambda k: (np.asarray(k) >> table.slot_bits).tolist()  # noqa: E731
+    assert sequence(keys) == [0, 1, 2] and sequence(keys2) == [3, 4, 5]
+    stored = np.concatenate([np.asarray(keys), np.asarray(keys2)])[2:]
+    assert table.contents()["key"].tolist() == stored.tolist()
+    np.testing.assert_array_equal(table.get(int(stored[0]))["obs"], np.asarray(obs)[2, :4])
+    for i, length in enumerate([5, 2, 4]):
+        got = table.get(int(np.asarray(keys2)[i]))
+        np.testing.assert_array_equal(got["obs"], np.asarray(obs2)[i, :length])
+        np.testing.assert_array_equal(got["step"], np.arange(length))
+    assert table.contents()["priority"].tolist() == [0.5, 1.0, 2.0, 0.5]
+    with pytest.raises(Exception, match="outside \\[1, 5\\]; nothing was inserted"):
+        jax.block_until_ready(jax.jit(lambda: table.insert_batch(
+            {"obs": jnp.zeros((1, 5, 3)), "step": jnp.zeros((1, 5), jnp.int32)},
+            jnp.array([6])))())
+    assert table.contents()["key"].tolist() == stored.tolist()
+
+
+def test_two_rollouts_inside_jit_go_in_with_their_keys_and_evict():
+    with gx.Table(COLUMNS, capacity=4, max_length=6) as table:
+        insert_batch_twice_in_jit_and_check(table)
+
+
 def test_inside_jit_inserts_the_real_steps(table):
     key = jax.random.key(0)
     columns = rollout(key)
