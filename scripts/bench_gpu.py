@@ -1,14 +1,24 @@
-"""GPU benchmark for gearjax (issue 3), all sections in one run.
+"""GPU benchmark for gearjax, every section in one run, each printed as it comes.
 
-1. Ceilings, measured with CuPy: pinned host-to-device copy bandwidth and a
-   device-to-device copy (bytes read plus bytes written).
-2. gearjax gather bandwidth from host placement (GPU-mapped pinned memory) and
-   from device placement (GPU memory) across window sizes (1 KiB to 1 MiB)
-   and batches (32 to 4096), sampled inside jax.jit, against the pinned
-   host-to-device and the device-to-device ceilings.
-3. Flashbax's trajectory-buffer sampling of the same shapes in HBM.
-4. Selection time for B=1024 over N trajectories and update time for B=1024.
-5. A table larger than GPU memory (when host memory allows) sampled inside jit.
+1. ceilings: with CuPy, a pinned host-to-device copy and a device-to-device
+   copy (bytes counted once, and read plus written).
+2. per_step: where a small sample's time goes, 1 KiB windows at batch 32 and
+   1024 from a device and a host table: one sample per step of a jitted
+   lax.scan, for gearjax, a pure-JAX random gather of the same bytes from a
+   device array (Flashbax's way) and Flashbax's trajectory buffer; and one
+   jitted call dispatched from Python (table-state form, ordered, unordered)
+   against a jitted pure-JAX gather.
+3. gather_host / gather_device / pure_jax / flashbax: bandwidth across window
+   sizes (1 KiB to 1 MiB) and batches (32 to 4096), sampled inside jax.jit,
+   against the pinned and the device-to-device ceilings.
+4. selection: Uniform and Prioritized selection of B=1024 over N trajectories
+   (10^5, 10^6, and 10^7 with --with-1e7; filled by insert_batch) and a
+   priority update of 1024 keys, each in a scan.
+5. prioritized: a prioritized sample and update of 256 at 10^6 in one scan
+   step, against Flashbax's prioritised buffer on the GPU.
+6. big: a host table larger than GPU memory (as large as 1.25 x the card
+   where host memory allows, else 0.75 x host memory: the result says which)
+   sampled inside jit.
 
 Timing: each measurement runs a jitted lax.scan of --steps samples (so Python
 dispatch is paid once per scan, not per sample), repeated --repeats times after
@@ -19,13 +29,15 @@ pure-JAX gather (measured on the CPU: the same time for 64 KB and 1 MB
 batches), while a custom call always writes its whole batch. On a GPU the sum
 re-reads the batch from HBM, which is cheap next to the gather it follows.
 
-Run on a GPU machine (results name the device, driver, CUDA and jax versions):
+The results file is rewritten after every section, so a run cut short keeps
+what it measured. Run on a GPU machine (results name the device, driver, CUDA
+and jax versions):
 
-    python scripts/bench_gpu.py --out benchmarks/results/bench_gpu_h200.json
+    python scripts/bench_gpu.py --with-1e7 --out benchmarks/results/bench_gpu_h100.json
 
 `--smoke` shrinks every size so the script's logic can be checked anywhere; on a
-machine without a GPU it runs the gearjax and Flashbax sections on the CPU and
-skips the CuPy ceilings. Smoke numbers are not results.
+machine without a GPU it runs the gearjax, pure-JAX and Flashbax sections on
+the CPU and skips the CuPy ceilings. Smoke numbers are not results.
 """
 
 from __future__ import annotations
@@ -34,6 +46,7 @@ import argparse
 import datetime
 import json
 import os
+import sys
 import time
 import traceback
 from pathlib import Path
@@ -46,25 +59,14 @@ import numpy as np
 import gearjax as gx
 from gearjax import _gearjax
 
-from _machine import machine_info
-
-KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
-WINDOW_STEPS = 16  # steps per window; the step size sets the window's bytes
-
-
-def median_seconds(fn: Callable[[], object], repeats: int) -> float:
-    jax.block_until_ready(fn())  # compile and warm up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn())
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
-
-
-def consume(x: jax.Array) -> jax.Array:
-    """Reads every byte of a sampled batch (see the module docstring)."""
-    return jnp.sum(x, dtype=jnp.uint32)
+# Its helpers beside it, also under python -P (which leaves the script's
+# folder off sys.path).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _gpu_bench_common import (GIB, KIB, MIB, WINDOW_STEPS, case_steps,  # noqa: E402
+                               consume, gather_cases, median_seconds, pure_jax_scan,
+                               stored_trajectories)
+from _gpu_bench_references import flashbax, flashbax_prioritized, pure_jax  # noqa: E402
+from _machine import machine_info  # noqa: E402
 
 
 def scan_sampler(table: gx.Table, batch: int, window: int, strategy: gx.Strategy, steps: int):
@@ -82,14 +84,6 @@ def scan_sampler(table: gx.Table, batch: int, window: int, strategy: gx.Strategy
         return total
 
     return run
-
-
-def stored_trajectories(args, window_bytes: int, length: int) -> int:
-    """Trajectories stored for a gather case: the same for gearjax and Flashbax,
-    so both read from a table of the same size (--table-gb)."""
-    table_bytes = 64 * MIB if args.smoke else args.table_gb * GIB
-    step = window_bytes // WINDOW_STEPS
-    return int(max(64, min(65536, table_bytes // (length * step))))
 
 
 def fill(table: gx.Table, count: int, length: int, step_bytes: int, seed: int = 0) -> None:
@@ -148,27 +142,29 @@ def ceilings(args) -> dict:
     d2d = timed(lambda: cupy.copyto(dev_b, dev_a))
     # A gather's rate counts each byte once (read from the table, written to the
     # batch), as d2d_copy_GBps does; read_plus_write is the HBM traffic.
-    return {"bytes": n, "pinned_h2d_GBps": n / h2d / 1e9, "d2d_copy_GBps": n / d2d / 1e9,
-            "d2d_read_plus_write_GBps": 2 * n / d2d / 1e9}
+    result = {"bytes": n, "pinned_h2d_GBps": n / h2d / 1e9, "d2d_copy_GBps": n / d2d / 1e9,
+              "d2d_read_plus_write_GBps": 2 * n / d2d / 1e9}
+    print(f"  pinned host-to-device copy {result['pinned_h2d_GBps']:7.2f} GB/s, device-to-device "
+          f"copy {result['d2d_copy_GBps']:7.2f} GB/s (read + write "
+          f"{result['d2d_read_plus_write_GBps']:7.2f})", flush=True)
+    return result
 
 
 def gather(args, placement: str, ceiling_gbps: float | None) -> list[dict]:
-    windows = [1 * KIB, 4 * KIB] if args.smoke else [1 * KIB, 4 * KIB, 16 * KIB, 64 * KIB, 256 * KIB, MIB]
-    batches = [32, 256] if args.smoke else [32, 256, 1024, 4096]
     length = 64
     rows = []
-    for window_bytes in windows:
+    cases = gather_cases(args)
+    for window_bytes in sorted({w for w, _ in cases}):
         step = window_bytes // WINDOW_STEPS
         capacity = stored_trajectories(args, window_bytes, length)
         table = gx.Table({"x": gx.Column((step,), "uint8")}, capacity=capacity, max_length=length,
                          placement=placement)
         try:
             fill(table, capacity, length, step)
-            for batch in batches:
-                if batch * window_bytes > (64 * MIB if args.smoke else 4 * GIB):
-                    continue
-                run = scan_sampler(table, batch, WINDOW_STEPS, gx.Uniform(), args.steps)
-                t = median_seconds(lambda: run(jax.random.key(1)), args.repeats) / args.steps
+            for batch in [b for w, b in cases if w == window_bytes]:
+                steps = case_steps(args, batch * window_bytes)
+                run = scan_sampler(table, batch, WINDOW_STEPS, gx.Uniform(), steps)
+                t = median_seconds(lambda: run(jax.random.key(1)), args.repeats) / steps
                 gbps = batch * window_bytes / t / 1e9
                 rows.append({"window_bytes": window_bytes, "batch": batch, "seconds": t,
                              "GBps": gbps, "memory": table.stats()["memory"],
@@ -180,35 +176,66 @@ def gather(args, placement: str, ceiling_gbps: float | None) -> list[dict]:
     return rows
 
 
-def flashbax(args) -> list[dict]:
-    import flashbax as fbx
+def per_step(args) -> dict:
+    """Where a small sample's time goes (module docstring, section 2)."""
+    count, length, step = (256 if args.smoke else 4096), 16, 64  # 1 KiB windows of 16 steps
+    block = np.random.default_rng(0).integers(1, 255, (count, length, step), dtype=np.uint8)
+    data = jnp.asarray(block)
+    out: dict = {}
+    placements = ["host"] + (["device"] if _gearjax.gpu_free_bytes() is not None else [])
+    for placement in placements:
+        table = gx.Table({"x": gx.Column((step,), "uint8")}, capacity=count, max_length=length,
+                         placement=placement)
+        try:
+            table.insert_batch({"x": block}, np.full(count, length))
+            for batch in (32, 1024):
+                row: dict = {}
+                run = scan_sampler(table, batch, length, gx.Uniform(), args.steps)
+                row["gearjax_scan_step_s"] = median_seconds(
+                    lambda: run(jax.random.key(1)), args.repeats) / args.steps
+                pure = pure_jax_scan(data, batch, length, args.steps)
+                row["pure_jax_scan_step_s"] = median_seconds(
+                    lambda: pure(jax.random.key(1)), args.repeats) / args.steps
+                state = table.state()
+                taught = jax.jit(lambda s, k: table.sample(s, k, batch, length))
+                ordered = jax.jit(lambda k: table.sample(k, batch, length)["x"])
+                unordered = jax.jit(lambda k: table.sample(k, batch, length, ordered=False)["x"])
+                gather = jax.jit(lambda k: data[jax.random.randint(k, (batch,), 0, count)])
+                calls = 20 if args.smoke else 200
+                row["call_state_form_s"] = median_seconds(
+                    lambda: taught(state, jax.random.key(2))[1]["x"], calls)
+                row["call_ordered_s"] = median_seconds(lambda: ordered(jax.random.key(2)), calls)
+                row["call_unordered_s"] = median_seconds(lambda: unordered(jax.random.key(2)),
+                                                         calls)
+                row["call_pure_jax_s"] = median_seconds(lambda: gather(jax.random.key(2)), calls)
+                row["scan_step_over_pure_jax"] = (row["gearjax_scan_step_s"]
+                                                  / row["pure_jax_scan_step_s"])
+                row["call_over_pure_jax"] = row["call_state_form_s"] / row["call_pure_jax_s"]
+                out[f"{placement}_B{batch}"] = row
+                print(f"  {placement} B={batch:4d}: scan step gearjax "
+                      f"{row['gearjax_scan_step_s'] * 1e6:7.1f} us, pure JAX "
+                      f"{row['pure_jax_scan_step_s'] * 1e6:7.1f} us "
+                      f"({row['scan_step_over_pure_jax']:.2f}x); one call: state form "
+                      f"{row['call_state_form_s'] * 1e6:7.1f} us, ordered "
+                      f"{row['call_ordered_s'] * 1e6:7.1f}, unordered "
+                      f"{row['call_unordered_s'] * 1e6:7.1f}, pure JAX "
+                      f"{row['call_pure_jax_s'] * 1e6:7.1f} ({row['call_over_pure_jax']:.2f}x)",
+                      flush=True)
+        finally:
+            table.close()
+    return out
 
-    windows = [1 * KIB, 4 * KIB] if args.smoke else [1 * KIB, 4 * KIB, 16 * KIB, 64 * KIB, 256 * KIB, MIB]
-    batches = [32, 256] if args.smoke else [32, 256, 1024, 4096]
-    length, rows = 64, []
-    for window_bytes in windows:
-        step = window_bytes // WINDOW_STEPS
-        count = stored_trajectories(args, window_bytes, length)
-        data = jax.random.randint(jax.random.key(0), (count, length, step), 1, 255, jnp.uint8)
-        for batch in batches:
-            if batch * window_bytes > (64 * MIB if args.smoke else 4 * GIB):
-                continue
-            buffer = fbx.make_trajectory_buffer(
-                add_batch_size=count, sample_batch_size=batch, sample_sequence_length=WINDOW_STEPS,
-                period=1, min_length_time_axis=WINDOW_STEPS, max_length_time_axis=length)
-            state = buffer.add(buffer.init({"x": data[0, 0]}), {"x": data})
 
-            def body(carry, key, state=state, buffer=buffer):
-                return carry + consume(buffer.sample(state, key).experience["x"]), None
-
-            run = jax.jit(lambda key, body=body: jax.lax.scan(
-                body, jnp.uint32(0), jax.random.split(key, args.steps))[0])
-            t = median_seconds(lambda: run(jax.random.key(1)), args.repeats) / args.steps
-            rows.append({"window_bytes": window_bytes, "batch": batch, "seconds": t,
-                         "GBps": batch * window_bytes / t / 1e9})
-            print(f"  flashbax window {window_bytes // KIB:5d} KiB batch {batch:5d}: "
-                  f"{t * 1e6:9.1f} us  {rows[-1]['GBps']:7.2f} GB/s", flush=True)
-    return rows
+def fill_one_step(table: gx.Table, n: int, rng: np.random.Generator) -> None:
+    """n one-step trajectories with priorities in [0.1, 10), by insert_batch in
+    chunks (one Python insert each took over 5 minutes for 10^7 on the first
+    GPU run)."""
+    chunk = 1 << 18
+    for first in range(0, n, chunk):
+        m = min(chunk, n - first)
+        table.insert_batch({name: np.ones((m, 1, *c.shape), c.dtype)
+                            for name, c in table.columns.items()},
+                           np.ones(m, np.int32), rng.uniform(0.1, 10.0, m).astype(np.float32))
 
 
 def selection_and_update(args) -> list[dict]:
@@ -217,11 +244,10 @@ def selection_and_update(args) -> list[dict]:
     for n in sizes:
         table = gx.Table({"x": gx.Column((), "uint8")}, capacity=n, max_length=1)
         try:
-            ones = np.ones(1, np.uint8)
             rng = np.random.default_rng(0)
-            for p in rng.uniform(0.1, 10.0, n):
-                table.insert({"x": ones}, priority=float(p))
-            row = {"n": n}
+            start = time.perf_counter()
+            fill_one_step(table, n, rng)
+            row = {"n": n, "fill_seconds": time.perf_counter() - start}
             for name, strategy in (("uniform", gx.Uniform()), ("prioritized", gx.Prioritized(1.0))):
                 run = scan_sampler(table, 1024, 1, strategy, args.steps)
                 row[f"select_{name}_seconds"] = (
@@ -249,15 +275,54 @@ def selection_and_update(args) -> list[dict]:
     return rows
 
 
+def prioritized(args) -> dict:
+    """A prioritized sample and update of 256 at N per scan step (section 5)."""
+    n, batch = (4096 if args.smoke else 10**6), 256
+    result: dict = {"n": n, "batch": batch}
+    table = gx.Table({"x": gx.Column((), "float32")}, capacity=n, max_length=1)
+    try:
+        fill_one_step(table, n, np.random.default_rng(0))
+
+        @jax.jit
+        def run(key):
+            def step(carry, k):
+                total, state = carry
+                state, b = table.sample(state, k, batch, 1, gx.Prioritized(0.6))
+                state, _ = table.update_priorities(state, b.keys, b["x"][:, 0] + 0.5)
+                return (total + b["x"].sum(), state), None
+            return jax.lax.scan(step, (0.0, table.state()), jax.random.split(key, args.steps))[0][0]
+
+        result["gearjax_seconds"] = median_seconds(lambda: run(jax.random.key(0)),
+                                                   args.repeats) / args.steps
+    finally:
+        table.close()
+    print(f"  gearjax prioritized sample + update of {batch} at N={n}: "
+          f"{result['gearjax_seconds'] * 1e6:.1f} us", flush=True)
+    result.update(flashbax_prioritized(args, n, batch, result["gearjax_seconds"]))
+    return result
+
+def big_table_bytes(gpu_bytes: int | None, host_bytes: int) -> tuple[int, str]:
+    """The big table's size: 1.25 x the card where 0.75 x host memory allows
+    it, else 0.75 x host memory; and why."""
+    room = int(0.75 * host_bytes)
+    if not gpu_bytes:
+        return room, "no GPU memory size known: 0.75 x host memory"
+    if 1.25 * gpu_bytes <= room:
+        return int(1.25 * gpu_bytes), "1.25 x GPU memory"
+    if room > gpu_bytes:
+        return room, "0.75 x host memory (more than GPU memory, less than 1.25 x)"
+    return room, "0.75 x host memory, which is not more than GPU memory: not larger than the card"
+
+
 def big_table(args, info: dict) -> dict:
     gpu_bytes = info.get("gpu_memory_bytes")
     host_bytes = info["host_memory_bytes"]
     if args.smoke:
-        target = 64 * MIB
+        target, why = 64 * MIB, "smoke"
     elif args.big_table_gb:
-        target = int(args.big_table_gb * GIB)
+        target, why = int(args.big_table_gb * GIB), "--big-table-gb"
     else:
-        target = int(min(1.5 * (gpu_bytes or 0), 0.6 * host_bytes))
+        target, why = big_table_bytes(gpu_bytes, host_bytes)
     step, length = 4096, 256  # 1 MiB a slot
     capacity = max(2, target // (step * length))
     table = gx.Table({"x": gx.Column((step,), "uint8")}, capacity=capacity, max_length=length,
@@ -267,10 +332,13 @@ def big_table(args, info: dict) -> dict:
         fill(table, capacity, length, step)
         fill_seconds = time.perf_counter() - start
         batch = 64 if args.smoke else 1024
-        run = scan_sampler(table, batch, WINDOW_STEPS, gx.Uniform(), args.steps)
-        t = median_seconds(lambda: run(jax.random.key(4)), args.repeats) / args.steps
-        result = {"table_bytes": capacity * step * length, "gpu_memory_bytes": gpu_bytes,
-                  "larger_than_gpu_memory": bool(gpu_bytes and capacity * step * length > gpu_bytes),
+        steps = case_steps(args, batch * WINDOW_STEPS * step)
+        run = scan_sampler(table, batch, WINDOW_STEPS, gx.Uniform(), steps)
+        t = median_seconds(lambda: run(jax.random.key(4)), args.repeats) / steps
+        result = {"table_bytes": capacity * step * length, "sized_by": why,
+                  "gpu_memory_bytes": gpu_bytes,
+                  "larger_than_gpu_memory": bool(gpu_bytes
+                                                 and capacity * step * length > gpu_bytes),
                   "fill_seconds": fill_seconds, "batch": batch, "window_bytes": WINDOW_STEPS * step,
                   "seconds": t, "GBps": batch * WINDOW_STEPS * step / t / 1e9,
                   "memory": table.stats()["memory"]}
@@ -292,37 +360,45 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--table-gb", type=float, default=2.0, help="table size for the gather")
     parser.add_argument("--big-table-gb", type=float, default=None)
     parser.add_argument("--with-1e7", action="store_true", help="also select over 10^7 items")
-    parser.add_argument("--sections", default="ceilings,gather,flashbax,selection,big",
+    parser.add_argument("--sections",
+                        default="ceilings,per_step,gather,pure_jax,flashbax,selection,"
+                                "prioritized,big",
                         help="comma-separated; 'gather' runs both placements")
     args = parser.parse_args(argv)
 
     info = machine()
     print(json.dumps(info, indent=1), flush=True)
-    results: dict = {"machine": info, "args": vars(args) | {"out": str(args.out)}, "smoke": args.smoke}
+    results: dict = {"machine": info, "args": vars(args) | {"out": str(args.out)},
+                     "smoke": args.smoke}
     sections = args.sections.split(",")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
 
-    def run(name: str, fn: Callable[[], object]) -> None:
-        if name.split("_")[0] not in sections:
+    def run(name: str, section: str, fn: Callable[[], object]) -> None:
+        if section not in sections:
             return
         print(f"{name}:", flush=True)
+        start = time.perf_counter()
         try:
             results[name] = fn()
         except Exception as e:  # noqa: BLE001 - record, keep going
             results[name] = {"error": f"{type(e).__name__}: {e}",
                              "traceback": traceback.format_exc(limit=4)}
             print(f"  {name} failed: {type(e).__name__}: {e}", flush=True)
+        results.setdefault("section_seconds", {})[name] = time.perf_counter() - start
+        args.out.write_text(json.dumps(results, indent=1))  # a cut-short run keeps this much
 
-    run("ceilings", lambda: ceilings(args))
+    run("ceilings", "ceilings", lambda: ceilings(args))
     ceiling = results.get("ceilings", {})
-    run("gather_host", lambda: gather(args, "host", ceiling.get("pinned_h2d_GBps")))
+    run("per_step", "per_step", lambda: per_step(args))
+    run("gather_host", "gather", lambda: gather(args, "host", ceiling.get("pinned_h2d_GBps")))
     if _gearjax.gpu_free_bytes() is not None:  # device tables need a GPU
-        run("gather_device",
+        run("gather_device", "gather",
             lambda: gather(args, "device", ceiling.get("d2d_copy_GBps")))
-    run("flashbax", lambda: flashbax(args))
-    run("selection", lambda: selection_and_update(args))
-    run("big", lambda: big_table(args, info))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=1))
+    run("pure_jax", "pure_jax", lambda: pure_jax(args, ceiling.get("d2d_copy_GBps")))
+    run("flashbax", "flashbax", lambda: flashbax(args))
+    run("selection", "selection", lambda: selection_and_update(args))
+    run("prioritized", "prioritized", lambda: prioritized(args))
+    run("big", "big", lambda: big_table(args, info))
     print(f"results written to {args.out}")
 
 

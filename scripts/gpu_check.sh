@@ -1,32 +1,41 @@
 #!/usr/bin/env bash
-# Proves the GPU path on a lent GPU machine in one command (issue 13):
+# Proves the GPU path on a GPU machine, in two commands of under 10 minutes
+# each on a 16-core H100 machine:
 #
-#   bash scripts/gpu_check.sh [--wheels DIR] [--stage STAGE]... [RESULTS_DIR]
+#   bash scripts/gpu_check.sh --wheels DIR --stage check [RESULTS_DIR]
+#   bash scripts/gpu_check.sh --wheels DIR --stage bench [RESULTS_DIR]
 #
-# Stages, in order, each callable alone (--stage build, test, sanitize, bench;
-# default: all four) and each meant to fit in 10 minutes of wall time:
-#   build     builds and installs gearjax for this card's architecture only
-#             (nvidia-smi's compute capability), with the test-only module;
-#             the CMake build folder (build/) is kept, so later stages and
-#             later calls on the same machine rebuild only what changed;
-#   test      the whole test suite, GPU tests included (pytest -m gpu first,
-#             then everything);
-#   sanitize  the GPU tests under compute-sanitizer (memcheck, racecheck,
-#             synccheck), zero errors required; where the machine refuses
-#             compute-sanitizer, that is recorded and the other stages go on;
-#   bench     scripts/bench_gpu.py at full size (10^7 selection included) and
-#             scripts/bench_dt_step.py.
+# check = build, test, sanitize; bench = build, bench (each command builds:
+# a GPU machine may be a fresh one by the second call; the build takes ~20 s).
+# Each command ends with one screen of results (scripts/gpu_summary.py: each
+# stage's outcome and the GPU goal figures). Stages, each callable alone with
+# --stage NAME:
+#   build     gearjax for this card's architecture only (nvidia-smi's compute
+#             capability) with the test-only module, as a wheel installed into
+#             a private folder on PYTHONPATH (never over the machine's
+#             packages); the CMake build folder (build/) is kept;
+#   test      the whole suite on the GPU jax: in parallel (pytest-xdist, each
+#             file in one worker, XLA_PYTHON_CLIENT_PREALLOCATE=false so the
+#             workers share the card) but for the notebooks and the
+#             benchmark scripts, which then run two at a time; JUnit reports
+#             for the summary; then scripts/gpu_diagnose.py;
+#   sanitize  compute-sanitizer memcheck on tests/test_gpu.py, racecheck and
+#             synccheck on its sample, shard and error-path tests, zero errors
+#             required; a machine that refuses the sanitizer is recorded;
+#   bench     scripts/bench_gpu.py at full size (10^7 selection, a host table
+#             larger than the card where host memory allows) and
+#             scripts/bench_dt_step.py;
+#   summary   the table alone.
 # Everything lands in RESULTS_DIR (default benchmarks/results/): one log per
-# stage, the benchmark JSON files, and gpu_check_facts.txt (nvidia-smi, driver,
-# CUDA, jax and Python versions).
+# stage, gpu_check_stages.jsonl, the JUnit and benchmark JSON files, and
+# gpu_check_facts.txt (nvidia-smi, driver, CUDA, jax and Python versions).
 #
 # The machine is expected to reach no registry and to have Python 3.12 with
 # jax (CUDA), flax, optax, orbax, h5py, cupy, nanobind, scikit-build-core,
-# cmake and ninja. What it lacks (flashbax, gymnasium, mujoco, nbclient,
-# ipykernel) comes as wheels in --wheels DIR (fetched elsewhere by
-# `python scripts/fetch_gpu_wheels.py DIR`), installed
-# with --no-index into a private folder; without them the tests and benchmark
-# sections that need them skip, saying so.
+# cmake, ninja, pytest-xdist and pytest-timeout. What it lacks (flashbax,
+# gymnasium, mujoco, nbclient, ipykernel) comes as wheels in --wheels DIR
+# (made on a machine with PyPI by `python scripts/fetch_gpu_wheels.py DIR`);
+# without them what needs them skips, saying so.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -37,15 +46,20 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --wheels) WHEELS="$2"; shift 2 ;;
     --stage) STAGES+=("$2"); shift 2 ;;
-    -h|--help) sed -n '2,30p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) sed -n '2,40p' "${BASH_SOURCE[0]}"; exit 0 ;;
     -*) echo "gpu_check.sh: unknown option $1" >&2; exit 2 ;;
     *) RESULTS="$1"; shift ;;
   esac
 done
-[ ${#STAGES[@]} -eq 0 ] && STAGES=(build test sanitize bench)
+[ ${#STAGES[@]} -eq 0 ] && STAGES=(check)
+EXPANDED=()
 for stage in "${STAGES[@]}"; do
-  case "$stage" in build|test|sanitize|bench) ;;
-    *) echo "gpu_check.sh: unknown stage '$stage' (build, test, sanitize, bench)" >&2; exit 2 ;;
+  case "$stage" in
+    check) EXPANDED+=(build test sanitize) ;;
+    bench-all|bench) EXPANDED+=(build bench) ;;
+    build|test|sanitize|summary) EXPANDED+=("$stage") ;;
+    *) echo "gpu_check.sh: unknown stage '$stage' (check, bench; build, test, sanitize," \
+            "summary)" >&2; exit 2 ;;
   esac
 done
 mkdir -p "$RESULTS"
@@ -54,21 +68,20 @@ PYTHON="${PYTHON:-python3}"
 export PYTHONUNBUFFERED=1
 STATUS=0
 
-say() { echo "== gpu_check: $*" | tee -a "$RESULTS/gpu_check_summary.txt"; }
-
 if ! command -v nvidia-smi >/dev/null || ! nvidia-smi >/dev/null 2>&1; then
   echo "gpu_check.sh: no NVIDIA GPU here (nvidia-smi is missing or fails): nothing to check" >&2
   exit 3
 fi
 
-# Wheels the machine lacks: into a private folder on PYTHONPATH, never over
-# the machine's own packages.
+# Private folder for gearjax and the wheels the machine lacks, on PYTHONPATH
+# for this script and every process it starts (tests keep it for theirs).
+SITE="${TMPDIR:-/tmp}/gearjax-gpu-check-site"
+mkdir -p "$SITE"
+export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 if [ -n "$WHEELS" ]; then
-  SITE="${TMPDIR:-/tmp}/gearjax-gpu-check-site"
   if ls "$WHEELS"/*.whl >/dev/null 2>&1; then
     "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
       --target "$SITE" "$WHEELS"/*.whl || { echo "gpu_check.sh: installing $WHEELS failed" >&2; exit 4; }
-    export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
   else
     echo "gpu_check.sh: no wheels in $WHEELS; what needs them will skip" >&2
   fi
@@ -83,6 +96,8 @@ ARCH="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n1 | tr
   command -v nvcc >/dev/null && nvcc --version
   "$PYTHON" -c 'import sys, jax, jaxlib; print("python", sys.version); print("jax", jax.__version__, "jaxlib", jaxlib.__version__); print(jax.devices())'
   echo "CUDA architecture built: $ARCH"
+  nproc
+  free -g
 } > "$RESULTS/gpu_check_facts.txt" 2>&1
 
 run_stage() {  # name, command...: runs it with its log in RESULTS, records the outcome
@@ -90,23 +105,40 @@ run_stage() {  # name, command...: runs it with its log in RESULTS, records the 
   local start=$SECONDS
   "$@" > "$RESULTS/gpu_check_$name.log" 2>&1
   local rc=$?
-  say "$name: exit $rc in $((SECONDS - start)) s (log: gpu_check_$name.log)"
+  printf '{"stage": "%s", "exit": %d, "seconds": %d}\n' "$name" "$rc" "$((SECONDS - start))" \
+    >> "$RESULTS/gpu_check_stages.jsonl"
+  echo "== gpu_check: $name: exit $rc in $((SECONDS - start)) s (log: gpu_check_$name.log)"
   return $rc
 }
 
 stage_build() {
+  rm -rf build/wheel
   GEARJAX_CUDA=ON GEARJAX_CUDA_ARCHITECTURES="$ARCH" GEARJAX_TESTING=ON \
-    "$PYTHON" -m pip install --no-build-isolation --no-deps -v . &&
-    "$PYTHON" -c 'import gearjax, jax; from gearjax import _gearjax;
-print("cuda targets:", _gearjax.cuda_ffi_targets()); print("gpu free bytes:", _gearjax.gpu_free_bytes())'
+    "$PYTHON" -m pip wheel --no-build-isolation --no-deps -w build/wheel -v . &&
+    "$PYTHON" -m pip install -q --no-index --no-deps --upgrade --target "$SITE" build/wheel/*.whl &&
+    "$PYTHON" -P -c 'import gearjax, jax; from gearjax import _gearjax
+print("gearjax from", gearjax.__file__)
+print("cuda targets:", sorted(_gearjax.cuda_ffi_targets()))
+print("architectures:", _gearjax.cuda_architectures, "| kernel problem:",
+      repr(_gearjax.cuda_kernel_problem(0)))
+print("gpu free bytes:", _gearjax.gpu_free_bytes())'
 }
+
+SERIAL_FILES=(tests/test_notebooks.py tests/test_scripts.py)
 
 stage_test() {
   # -P: the source tree (no compiled extension) stays off sys.path, so the
-  # installed package is the one imported. The docs build skips, saying so,
-  # where mkdocs is not installed.
-  GEARJAX_REQUIRE_TESTING_MODULE=1 "$PYTHON" -P -m pytest -m gpu -q -rs tests &&
-    GEARJAX_REQUIRE_TESTING_MODULE=1 "$PYTHON" -P -m pytest -q -rs tests
+  # installed package is the one imported. Parallel workers share the card.
+  local ignore=() rc=0
+  for f in "${SERIAL_FILES[@]}"; do ignore+=(--ignore "$f"); done
+  XLA_PYTHON_CLIENT_PREALLOCATE=false GEARJAX_REQUIRE_TESTING_MODULE=1 \
+    "$PYTHON" -P -m pytest -q -rs -n 12 --dist loadfile --timeout 600 \
+      --junitxml "$RESULTS/gpu_check_test.xml" "${ignore[@]}" tests || rc=1
+  XLA_PYTHON_CLIENT_PREALLOCATE=false GEARJAX_REQUIRE_TESTING_MODULE=1 \
+    "$PYTHON" -P -m pytest -q -rs -n 2 --timeout 600 \
+      --junitxml "$RESULTS/gpu_check_serial.xml" "${SERIAL_FILES[@]}" || rc=1
+  "$PYTHON" -P scripts/gpu_diagnose.py || rc=1
+  return $rc
 }
 
 stage_sanitize() {
@@ -114,13 +146,18 @@ stage_sanitize() {
     echo "compute-sanitizer is not installed on this machine: sanitize stage not run"
     return 0
   fi
-  local tool rc=0
+  local tool rc=0 select
   for tool in memcheck racecheck synccheck; do
     echo "--- compute-sanitizer --tool $tool"
+    # memcheck: every GPU test; racecheck and synccheck (slower): the tests of
+    # the kernels, the shard handlers and the error paths.
+    select=()
+    [ "$tool" != memcheck ] && select=(-k "sample or shard or error or refused or insert_batch")
     # XLA's own allocator pools memory: memcheck sees gearjax's kernels
     # writing into XLA buffers, which is what must be checked.
-    compute-sanitizer --tool "$tool" --error-exitcode 99 --target-processes all \
-      "$PYTHON" -P -m pytest -m gpu -q -x tests/test_gpu.py
+    XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 170 compute-sanitizer --tool "$tool" \
+      --error-exitcode 99 --target-processes all \
+      "$PYTHON" -P -m pytest -m gpu -q -p no:cacheprovider "${select[@]}" tests/test_gpu.py
     local code=$?
     echo "--- $tool: exit $code"
     if [ $code -ne 0 ]; then rc=$code; fi
@@ -129,15 +166,17 @@ stage_sanitize() {
 }
 
 stage_bench() {
-  "$PYTHON" scripts/bench_gpu.py --with-1e7 --out "$RESULTS/bench_gpu_$(nvidia-smi \
-      --query-gpu=name --format=csv,noheader | head -n1 | tr -c 'A-Za-z0-9\n' '_' | tr -d '\n').json" &&
-    "$PYTHON" scripts/bench_dt_step.py --out "$RESULTS/bench_dt_step_gpu.json"
+  local gpu
+  gpu="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1 | tr -c 'A-Za-z0-9\n' '_' |
+         tr -d '\n')"
+  "$PYTHON" -P scripts/bench_gpu.py --with-1e7 --out "$RESULTS/bench_gpu_$gpu.json" &&
+    "$PYTHON" -P scripts/bench_dt_step.py --out "$RESULTS/bench_dt_step_gpu.json"
 }
 
-say "stages: ${STAGES[*]}; results in $RESULTS; architecture $ARCH"
-for stage in "${STAGES[@]}"; do
+echo "== gpu_check: stages ${EXPANDED[*]}; results in $RESULTS; architecture $ARCH"
+for stage in "${EXPANDED[@]}"; do
   case "$stage" in
-    build) run_stage build stage_build || STATUS=1 ;;
+    build) run_stage build stage_build || { STATUS=1; break; } ;;
     test) run_stage test stage_test || STATUS=1 ;;
     sanitize)
       # A machine that refuses the sanitizer (no permission to profile, say)
@@ -145,13 +184,14 @@ for stage in "${STAGES[@]}"; do
       if run_stage sanitize stage_sanitize; then :; else
         if grep -qiE "ERR_NVGPUCTRPERM|permission denied|is not supported on this" \
             "$RESULTS/gpu_check_sanitize.log"; then
-          say "sanitize: refused on this machine (see its log); not counted as a failure"
+          echo "== gpu_check: sanitize: refused on this machine (see its log); not a failure"
         else
           STATUS=1
         fi
       fi ;;
     bench) run_stage bench stage_bench || STATUS=1 ;;
+    summary) ;;
   esac
 done
-say "done: exit $STATUS"
+"$PYTHON" -P scripts/gpu_summary.py "$RESULTS" | tee "$RESULTS/gpu_check_summary.txt"
 exit $STATUS

@@ -75,9 +75,54 @@ def test_gpu_check_refuses_bad_stages_and_machines_without_a_gpu(tmp_path):
     bad = subprocess.run(["bash", script, "--stage", "deploy", str(tmp_path)],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown stage 'deploy'" in bad.stderr
+    usage = subprocess.run(["bash", script, "--help"], capture_output=True, text=True).stdout
+    assert "--stage check" in usage and "--stage bench" in usage  # the two commands
     if shutil.which("nvidia-smi") is None:
         none = subprocess.run(["bash", script, str(tmp_path)], capture_output=True, text=True)
         assert none.returncode == 3 and "no NVIDIA GPU here" in none.stderr
+
+
+def test_gpu_summary_shows_stages_and_goal_figures_on_one_screen(tmp_path):
+    """scripts/gpu_summary.py over a made-up results folder: each stage's
+    outcome with its test and sanitizer counts, every goal figure against its
+    goal, "-" for what was not measured; smoke results are not figures."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import gpu_summary
+    finally:
+        sys.path.pop(0)
+    (tmp_path / "gpu_check_stages.jsonl").write_text(
+        '{"stage": "build", "exit": 0, "seconds": 21}\n'
+        '{"stage": "test", "exit": 1, "seconds": 240}\n'
+        '{"stage": "sanitize", "exit": 0, "seconds": 300}\n')
+    (tmp_path / "gpu_check_test.xml").write_text(
+        '<testsuites><testsuite tests="10" failures="1" errors="0" skipped="2"/></testsuites>')
+    (tmp_path / "gpu_check_sanitize.log").write_text(
+        "--- compute-sanitizer --tool memcheck\n========= ERROR SUMMARY: 0 errors\n"
+        "--- compute-sanitizer --tool racecheck\n========= RACECHECK SUMMARY: 0 hazards\n")
+    bench = {"smoke": False, "per_step": {
+        "device_B32": {"scan_step_over_pure_jax": 1.1, "call_over_pure_jax": 1.3},
+        "device_B1024": {"scan_step_over_pure_jax": 1.5}},
+        "gather_host": [{"window_bytes": 4096, "batch": 1024, "of_ceiling": 0.8}],
+        "big": {"table_bytes": 100, "gpu_memory_bytes": 80}}
+    (tmp_path / "bench_gpu_NVIDIA_H100.json").write_text(json.dumps(bench))
+    text = gpu_summary.report(tmp_path)
+    lines = text.splitlines()
+    assert len(lines) <= 25 and max(map(len, lines)) <= 100  # one screen
+    assert any(line.startswith("test       FAIL 1") and "7 passed, 1 failed" in line
+               for line in lines), text
+    assert "memcheck 0, racecheck 0" in text
+    row = {line[:44].strip(): line[44:].split() for line in lines}
+    assert row["sample in scan, 32 x 1 KiB, device table"][0] == "1.1"
+    assert row["sample in scan, 32 x 1 KiB, device table"][-1] == "yes"
+    assert row["sample in scan, 1024 x 1 KiB, device table"][-1] == "NO"
+    assert row["one jitted call, batch 32 (state form)"][-1] == "NO"
+    assert row["host gather, 4 KiB x 1024"][-1] == "yes"
+    assert row["host table larger than the card"][0] == "1.25"
+    assert row["select 1024 of 10^7 in scan, Uniform"][0] == "-"  # not measured
+    bench["smoke"] = True
+    (tmp_path / "bench_gpu_NVIDIA_H100.json").write_text(json.dumps(bench))
+    assert "yes" not in gpu_summary.report(tmp_path).split("goal figure")[1]
 
 
 def test_fetch_gpu_wheels_keeps_only_what_the_gpu_image_lacks():
@@ -103,14 +148,37 @@ def test_fetch_gpu_wheels_keeps_only_what_the_gpu_image_lacks():
     assert {"flax", "jax", "chex", "cupy-cuda13x"} <= fetch.DEVICE_PACKAGES
 
 
-def test_bench_gpu_smoke_runs_without_a_gpu(tmp_path):
+def test_bench_gpu_smoke_runs_every_section_it_can_without_a_gpu(tmp_path):
     out = tmp_path / "bench_gpu.json"
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_gpu.py"), "--smoke",
-                    "--repeats", "1", "--steps", "2", "--sections", "gather,selection",
-                    "--out", str(out)], check=True, capture_output=True)
+    # -P, as the first GPU run called it: the script finds its helpers itself.
+    subprocess.run([sys.executable, "-P", str(ROOT / "scripts" / "bench_gpu.py"), "--smoke",
+                    "--repeats", "1", "--steps", "2", "--sections",
+                    "per_step,gather,pure_jax,selection,prioritized,big", "--out", str(out)],
+                   check=True, capture_output=True, cwd=tmp_path, env=cpu_only_env())
     result = json.loads(out.read_text())
-    assert result["smoke"] and len(result["gather_host"]) == 4
+    assert result["smoke"] and len(result["gather_host"]) == len(result["pure_jax"]) == 4
     assert "update_seconds" in result["selection"][0]
+    assert result["selection"][0]["fill_seconds"] > 0  # insert_batch, not one insert each
+    for row in result["per_step"].values():
+        assert row["scan_step_over_pure_jax"] > 0 and row["call_over_pure_jax"] > 0
+    assert result["prioritized"]["gearjax_seconds"] > 0
+    assert result["big"]["sized_by"] == "smoke"
+    assert set(result["section_seconds"]) >= {"per_step", "gather_host", "big"}
+
+
+def test_the_big_table_is_larger_than_the_card_where_host_memory_allows():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import bench_gpu
+    finally:
+        sys.path.pop(0)
+    gib = 1 << 30
+    # The first GPU run: 80 GB card, 125 GiB of host memory (75 GB was chosen).
+    size, why = bench_gpu.big_table_bytes(85_017_493_504, 135_148_564_480)
+    assert size > 85_017_493_504 and "0.75 x host memory (more than GPU memory" in why
+    assert bench_gpu.big_table_bytes(80 * gib, 1024 * gib) == (100 * gib, "1.25 x GPU memory")
+    size, why = bench_gpu.big_table_bytes(80 * gib, 64 * gib)
+    assert size == 48 * gib and "not larger than the card" in why
 
 
 def test_bench_nixl_reader_smoke_reads_and_samples(tmp_path):
