@@ -322,3 +322,118 @@ def test_the_xla_exchange_over_every_local_gpu_ragged_and_blocked(ragged):
         assert all(s["rows_sent"] == s["rows_asked"] for s in served)
     for t in tables:
         t.close()
+
+
+# ------------------------------------------------------------- error paths
+def test_this_builds_kernels_run_on_this_gpu():
+    """A kernel without an image for the GPU launches nothing; the handlers
+    refuse to run instead (KernelImageProblem), and this says why up front."""
+    from gearjax import _gearjax
+    assert _gearjax.cuda_kernel_problem(0) == ""
+    major, minor = jax.devices("gpu")[0].compute_capability.split(".")
+    assert f"{major}{minor}" in _gearjax.cuda_architectures.split(",")
+
+
+ERROR_PATHS = """
+import jax, jax.numpy as jnp, numpy as np
+import gearjax as gx
+
+def expect(name, call, match):
+    try:
+        jax.block_until_ready(call())
+    except Exception as e:  # noqa: BLE001
+        assert match in str(e), (name, str(e)[:300])
+        gx.clear_errors()
+        print("raised", name, flush=True)
+        return
+    raise AssertionError(f"{name} did not raise")
+
+for placement in ("host", "device"):
+    limited = gx.Table({"x": gx.Column((), "float32")}, 8, 4, placement=placement,
+                       rate_limiter=gx.MinSize(5, timeout=0.05))
+    limited.insert({"x": np.zeros(2)})
+    held = "rate limiter held sampling back"
+    expect("eager timeout", lambda: limited.sample(jax.random.key(0), 2, 1), held)
+    expect("jit timeout", lambda: jax.jit(lambda k: limited.sample(k, 2, 1))(jax.random.key(0)),
+           held)
+    expect("state timeout", lambda: jax.jit(lambda s, k: limited.sample(s, k, 2, 1))(
+        limited.state(), jax.random.key(0)), held)
+    ratio = gx.Table({"x": gx.Column((), "float32")}, 8, 4, placement=placement,
+                     rate_limiter=gx.SampleToInsertRatio(1.0, 1, 1.0, timeout=0.05))
+    expect("insert_batch timeout", lambda: jax.jit(lambda l: ratio.insert_batch(
+        {"x": jnp.zeros((4, 2))}, l))(jnp.array([2, 2, 2, 2])), "insert_batch stopped after")
+    table = gx.Table({"x": gx.Column((), "float32")}, 8, 4, placement=placement)
+    expect("empty table", lambda: table.sample(jax.random.key(0), 2, 1), "the table is empty")
+    keys = jnp.asarray([table.insert({"x": np.zeros(2)}) for _ in range(3)], jnp.int32)
+    expect("bad length", lambda: jax.jit(lambda l: table.insert_batch(
+        {"x": jnp.zeros((1, 3))}, l))(jnp.array([9])), "nothing was inserted")
+    update = jax.jit(lambda k, p: table.update_priorities(k, p))
+    assert int(update(keys, jnp.array([1.0, jnp.nan, 1.0]))) == -1  # never fails its program
+    expect("deferred NaN", lambda: table.contents(), "earlier GPU program failed")
+    expect("replace=False shortfall", lambda: table.sample(jax.random.key(1), 5, 1,
+                                                         replace=False), "can serve only")
+    sample = jax.jit(lambda k: table.sample(k, 2, 1).keys)
+    jax.block_until_ready(sample(jax.random.key(2)))
+    table.close()
+    expect("closed table", lambda: sample(jax.random.key(3)), "is closed")
+    limited.close()
+    ratio.close()
+    print("alive", placement, flush=True)
+"""
+
+
+def test_every_cuda_error_path_raises_its_error_and_the_process_lives(tmp_path):
+    """Timeouts (which once crashed the process: DEADLINE_EXCEEDED), an empty
+    table, a bad length, a deferred bad priority, a shortfall and a closed
+    table, through each CUDA handler, eager and compiled, in a process of its
+    own: each raises its error and the process goes on to the end."""
+    import os
+    import subprocess
+    import sys
+    from conftest import pythonpath
+
+    script = tmp_path / "error_paths.py"
+    script.write_text(ERROR_PATHS)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": pythonpath(),
+                                            "XLA_PYTHON_CLIENT_PREALLOCATE": "false"})
+    out = done.stdout + done.stderr[-3000:]
+    assert done.returncode == 0, out
+    assert "alive host" in out and "alive device" in out, out
+    assert out.count("raised ") == 2 * 9, out
+
+
+def test_a_table_the_gpu_cannot_reach_is_refused_and_nothing_faults(native_testing):
+    """A table made under the test-only emulated mapping (host memory that
+    claims a device address) once reached a kernel: CUDA_ERROR_ILLEGAL_ADDRESS,
+    and every later GPU call in the process failed."""
+    native_testing.emulate_gpu_mapping(True)
+    try:
+        emulated = gx.Table(COLUMNS, capacity=4, max_length=4, placement="host")
+    finally:
+        native_testing.emulate_gpu_mapping(False)
+    real = gx.Table(COLUMNS, capacity=4, max_length=4, placement="host")
+    try:
+        rng = np.random.default_rng(0)
+        fill(emulated, rng, 2)
+        fill(real, rng, 2)
+        with on("gpu"), pytest.raises(Exception, match="not reachable from the GPU"):
+            jax.block_until_ready(jax.jit(lambda k: emulated.sample(k, 2, 1).keys)(
+                jax.random.key(0)))
+        gx.clear_errors()
+        with on("gpu"):  # the context is intact: real tables still sample
+            assert jax.jit(lambda k: real.sample(k, 2, 1).keys)(jax.random.key(0)).shape == (2,)
+        with on("cpu"):  # the CPU handler reads it as host memory, which it is
+            assert emulated.sample(on_cpu(jax.random.key(0)), 2, 1).keys.shape == (2,)
+    finally:
+        emulated.close()
+        real.close()
+
+
+def test_an_eager_gpu_sample_raises_at_the_call():
+    """GPU programs report errors when their results are read; an eager table
+    call waits for its own, so it raises where it is written, as on the CPU."""
+    with gx.Table(COLUMNS, capacity=4, max_length=4) as table, on("gpu"):
+        with pytest.raises(Exception, match="the table is empty"):
+            table.sample(jax.random.key(0), 2, 1)
+        gx.clear_errors()

@@ -483,6 +483,12 @@ NB_MODULE(_gearjax, m) {
   // here (harmless without one); table arenas are GPU-mapped only if one is.
   m.attr("cuda_built") = true;
   m.attr("cuda_memory") = gearjax::InitCudaMemory();
+  m.attr("cuda_architectures") = nb::str(gearjax::kCudaArchitecturesBuilt);
+  m.def(
+      "cuda_kernel_problem",
+      [](int device) { return gearjax::KernelImageProblemOn(device); },
+      "device"_a = 0,
+      "Empty when gearjax's CUDA kernels run on GPU `device`; else why not.");
   m.def("cuda_ffi_targets", []() {
     nb::dict targets;
     targets["gearjax_sample"] = gearjax::Capsule(gearjax::SampleCuda);
@@ -502,6 +508,7 @@ NB_MODULE(_gearjax, m) {
 #else
   m.attr("cuda_built") = false;
   m.attr("cuda_memory") = false;
+  m.attr("cuda_architectures") = nb::str("");
 #endif
 
 #if defined(GEARJAX_TESTING)

@@ -36,6 +36,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -51,7 +52,14 @@
 
 namespace ffi = xla::ffi;
 
+#ifndef GEARJAX_CUDA_ARCHITECTURES_BUILT
+#define GEARJAX_CUDA_ARCHITECTURES_BUILT "unknown"
+#endif
+
 namespace gearjax {
+
+const char kCudaArchitecturesBuilt[] = GEARJAX_CUDA_ARCHITECTURES_BUILT;
+
 namespace {
 
 void* AllocateMapped(size_t bytes, void** device_address) {
@@ -352,12 +360,53 @@ ffi::Error InsertBatchCudaImpl(cudaStream_t stream, Order, ffi::AnyBuffer length
   return error == cudaSuccess ? ffi::Error::Success() : Fail(CudaError("copying the keys", error));
 }
 
+// Per GPU (up to 64): 0 unchecked, 1 this build's kernels run there, 2 not.
+std::atomic<int> kernels_run_on[64];
+
 }  // namespace
+
+std::string KernelImageProblem(int device) {
+  cudaError_t error = GatherKernelRunsHere();
+  if (error == cudaSuccess) error = SelectKernelRunsHere();
+  if (error == cudaSuccess) return "";
+  cudaGetLastError();  // the probe's own error is not sticky: clear it
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  return std::string("gearjax's CUDA kernels cannot run on GPU ") + std::to_string(device) +
+         " (compute capability " + std::to_string(major) + "." + std::to_string(minor) +
+         "): this build has kernels for the architectures " + kCudaArchitecturesBuilt +
+         " only (" + cudaGetErrorString(error) + "); reinstall gearjax with "
+         "GEARJAX_CUDA_ARCHITECTURES=" + std::to_string(major) + std::to_string(minor) +
+         " set (docs: Installation)";
+}
+
+std::string KernelImageProblemOn(int device) {
+  int previous = 0;
+  if (cudaGetDevice(&previous) != cudaSuccess || cudaSetDevice(device) != cudaSuccess) {
+    cudaGetLastError();
+    return "no CUDA device " + std::to_string(device);
+  }
+  std::string problem = KernelImageProblem(device);
+  cudaSetDevice(previous);
+  return problem;
+}
 
 std::shared_ptr<Table> LookUpTableForThisGpu(int64_t handle) {
   std::shared_ptr<Table> table = LookUpTable(handle);
   table->CheckGpuReachable(&kMappedAllocator, &kDeviceMemory);
-  table->CheckDevice(CurrentDevice());
+  const int device = CurrentDevice();
+  table->CheckDevice(device);
+  // A kernel without an image for this GPU launches nothing: the handler
+  // must fail rather than hand XLA's buffers back unwritten.
+  int known = device >= 0 && device < 64 ? kernels_run_on[device].load() : 0;
+  if (known == 0) {
+    const std::string problem = KernelImageProblem(device);
+    known = problem.empty() ? 1 : 2;
+    if (device >= 0 && device < 64) kernels_run_on[device].store(known);
+    if (known == 2) throw InvalidArgument(problem);
+  }
+  if (known == 2) throw InvalidArgument(KernelImageProblem(device));
   return table;
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "core/table.h"
 #include "xla/ffi/api/ffi.h"
@@ -20,6 +21,16 @@ std::shared_ptr<Table> LookUpTableForThisGpu(int64_t handle);
 // Registers GPU-mapped pinned memory and GPU memory for table arenas if a
 // CUDA device is usable; returns whether one is.
 bool InitCudaMemory();
+
+// The CUDA architectures this build's kernels were compiled for ("90;100").
+extern const char kCudaArchitecturesBuilt[];
+
+// Empty when this build's kernels have an image for GPU `device` (the
+// current one); else why not, saying how to rebuild. Every CUDA handler that
+// looks up a table checks it once per GPU (LookUpTableForThisGpu).
+std::string KernelImageProblem(int device);
+// The same for any GPU, from any thread (its current GPU is restored).
+std::string KernelImageProblemOn(int device);
 
 XLA_FFI_DECLARE_HANDLER_SYMBOL(SampleCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(SamplePureCuda);

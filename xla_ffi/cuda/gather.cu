@@ -21,8 +21,16 @@ cudaError_t LaunchGather(const GatherParams& params, cudaStream_t stream) {
   }
   const dim3 grid(static_cast<unsigned>(params.batch), static_cast<unsigned>(params.num_columns),
                   static_cast<unsigned>(parts));
+  // A non-sticky error another library left on this thread is not this
+  // launch's: clear it, so the check below reports this launch alone.
+  cudaGetLastError();
   GatherKernel<<<grid, kThreadsPerBlock, 0, stream>>>(params);
   return cudaGetLastError();
+}
+
+cudaError_t GatherKernelRunsHere() {
+  cudaFuncAttributes attributes;
+  return cudaFuncGetAttributes(&attributes, GatherKernel);
 }
 
 }  // namespace gearjax

@@ -11,4 +11,8 @@ namespace gearjax {
 // 64 KiB parts of the widest row), 256 threads a block.
 cudaError_t LaunchGather(const GatherParams& params, cudaStream_t stream);
 
+// cudaSuccess when the gather kernel has an image for the current GPU (this
+// build's architectures include it); cudaErrorNoKernelImageForDevice else.
+cudaError_t GatherKernelRunsHere();
+
 }  // namespace gearjax

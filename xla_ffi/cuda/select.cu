@@ -23,9 +23,15 @@ cudaError_t LaunchSelect(const GpuSelection& selection, const uint32_t* seed, in
                          int64_t batch, Draw* draws, cudaStream_t stream) {
   const int64_t blocks = (batch + kThreadsPerBlock - 1) / kThreadsPerBlock;
   if (batch < 1 || blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
+  cudaGetLastError();  // not this launch's (see LaunchGather)
   SelectKernel<<<static_cast<unsigned>(blocks), kThreadsPerBlock, 0, stream>>>(
       selection, seed, window, batch, draws);
   return cudaGetLastError();
+}
+
+cudaError_t SelectKernelRunsHere() {
+  cudaFuncAttributes attributes;
+  return cudaFuncGetAttributes(&attributes, SelectKernel);
 }
 
 }  // namespace gearjax

@@ -13,4 +13,7 @@ namespace gearjax {
 cudaError_t LaunchSelect(const GpuSelection& selection, const uint32_t* seed, int64_t window,
                          int64_t batch, Draw* draws, cudaStream_t stream);
 
+// cudaSuccess when the selection kernel has an image for the current GPU.
+cudaError_t SelectKernelRunsHere();
+
 }  // namespace gearjax
