@@ -1,8 +1,10 @@
 """The native core's building blocks seen from Python: the Philox4x32-10
 generator that expands sampling seeds (known-answer vectors from Random123's
-tests/kat_vectors), and table handles."""
+tests/kat_vectors), table handles, and the CUDA build's kernel architectures."""
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
@@ -39,3 +41,18 @@ def test_handles_are_unique_and_die_with_close():
     a.close()  # idempotent
     assert a.closed and not b.closed
     b.close()
+
+
+def test_a_cuda_build_names_its_kernel_architectures_and_checks_them():
+    """The CUDA handlers refuse a GPU their kernels have no image for, naming
+    the architectures built (the default list includes sm_90 and sm_100)."""
+    from gearjax import _gearjax
+    if not _gearjax.cuda_built:
+        assert _gearjax.cuda_architectures == ""
+        return
+    built = _gearjax.cuda_architectures.split(",")
+    assert built and all(a.isdigit() for a in built)
+    if os.environ.get("GEARJAX_CUDA_ARCHITECTURES") is None:
+        assert {"90", "100"} <= set(built)
+    if not _gearjax.cuda_memory:  # no GPU here: nothing to run a kernel on
+        assert _gearjax.cuda_kernel_problem(0).startswith("no CUDA device")
