@@ -60,12 +60,15 @@ def pure_jax_scan(data: jax.Array, batch: int, window_steps: int, steps: int):
     as Flashbax's does), every byte summed like the others."""
     count, length = data.shape[:2]
 
-    def body(total, key):
-        rows, starts = jax.random.split(key)
-        row = jax.random.randint(rows, (batch,), 0, count)
-        start = jax.random.randint(starts, (batch,), 0, length - window_steps + 1)
-        index = start[:, None] + jnp.arange(window_steps)[None, :]
-        return total + consume(data[row[:, None], index]), None
+    @jax.jit
+    def run(data, key):  # data an argument: closed over, XLA would embed it as a constant
+        def body(total, key):
+            rows, starts = jax.random.split(key)
+            row = jax.random.randint(rows, (batch,), 0, count)
+            start = jax.random.randint(starts, (batch,), 0, length - window_steps + 1)
+            index = start[:, None] + jnp.arange(window_steps)[None, :]
+            return total + consume(data[row[:, None], index]), None
 
-    return jax.jit(lambda key: jax.lax.scan(body, jnp.uint32(0),
-                                            jax.random.split(key, steps))[0])
+        return jax.lax.scan(body, jnp.uint32(0), jax.random.split(key, steps))[0]
+
+    return lambda key: run(data, key)

@@ -200,14 +200,15 @@ def per_step(args) -> dict:
                 taught = jax.jit(lambda s, k: table.sample(s, k, batch, length))
                 ordered = jax.jit(lambda k: table.sample(k, batch, length)["x"])
                 unordered = jax.jit(lambda k: table.sample(k, batch, length, ordered=False)["x"])
-                gather = jax.jit(lambda k: data[jax.random.randint(k, (batch,), 0, count)])
+                gather = jax.jit(lambda d, k: d[jax.random.randint(k, (batch,), 0, count)])
                 calls = 20 if args.smoke else 200
                 row["call_state_form_s"] = median_seconds(
                     lambda: taught(state, jax.random.key(2))[1]["x"], calls)
                 row["call_ordered_s"] = median_seconds(lambda: ordered(jax.random.key(2)), calls)
                 row["call_unordered_s"] = median_seconds(lambda: unordered(jax.random.key(2)),
                                                          calls)
-                row["call_pure_jax_s"] = median_seconds(lambda: gather(jax.random.key(2)), calls)
+                row["call_pure_jax_s"] = median_seconds(lambda: gather(data, jax.random.key(2)),
+                                                        calls)
                 row["scan_step_over_pure_jax"] = (row["gearjax_scan_step_s"]
                                                   / row["pure_jax_scan_step_s"])
                 row["call_over_pure_jax"] = row["call_state_form_s"] / row["call_pure_jax_s"]

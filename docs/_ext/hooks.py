@@ -6,7 +6,7 @@ go stale:
 
 * every ``notebooks/*.ipynb`` becomes the page ``notebooks/<name>.ipynb``
   (mkdocs-jupyter renders it, from its committed outputs; never executed);
-* every file in ``benchmarks/results/`` is published as
+* every file in ``benchmarks/results/`` (and its folders) is published as
   ``results/files/<name>``, and the generated page ``results/files.md`` lists
   them all: which script made each, the machine the file records, and the
   file itself (text and small JSON shown inline, plots shown, every file
@@ -98,11 +98,31 @@ SOURCES: list[tuple[str, str]] = [
     ("online_dt_mountaincar_cpu.json", "`python scripts/dt_results.py`"),
     ("tune_dt_cpu.json", "`python scripts/tune_dt.py` (its defaults)"),
     ("tune_dt_cpu.txt", "the printed report of `scripts/tune_dt.py` (same run)"),
+    ("gpu_h100_2026-11-26/*",
+     "the project's first GPU run (an H100 80GB, jax 0.11.2, main 8178ead, 2026-11-26), made "
+     "for the project by hand with the probes kept beside the logs; `README.txt` in the same "
+     "folder says which file shows what"),
+    # What `bash scripts/gpu_check.sh --stage check` and `--stage bench` write.
+    ("gpu_check_*", "`bash scripts/gpu_check.sh` (its stage logs, JUnit reports, facts and "
+     "summary)"),
+    ("bench_gpu_*.json", "`python scripts/bench_gpu.py --with-1e7`, run by "
+     "`scripts/gpu_check.sh --stage bench`"),
+    ("bench_dt_step_gpu.json", "`python scripts/bench_dt_step.py`, run by "
+     "`scripts/gpu_check.sh --stage bench`"),
 ]
 
 
 def result_files() -> list[Path]:
-    return sorted(p for p in RESULTS.iterdir() if p.is_file() and not p.name.startswith("."))
+    """Every committed results file, in folders too (a GPU run keeps its logs
+    in one of its own)."""
+    return sorted(p for p in RESULTS.rglob("*")
+                  if p.is_file() and not any(part.startswith(".")
+                                             for part in p.relative_to(RESULTS).parts))
+
+
+def _name(path: Path) -> str:
+    """A results file's name under benchmarks/results/ ("dir/file" in a folder)."""
+    return path.relative_to(RESULTS).as_posix()
 
 
 def notebook_files() -> list[Path]:
@@ -173,9 +193,9 @@ def _listing() -> str:
         "",
     ]
     for path in result_files():
-        link = f"files/{path.name}"
-        lines += [f"## `{path.name}`", "",
-                  f"Source: {_source(path.name)}; {_machine_line(path)}.", "",
+        link = f"files/{_name(path)}"
+        lines += [f"## `{_name(path)}`", "",
+                  f"Source: {_source(_name(path))}; {_machine_line(path)}.", "",
                   f"[Download `{path.name}`]({link}) ({path.stat().st_size:,} bytes)", ""]
         if path.suffix == ".png":
             lines += [f"![{path.name}]({link})", ""]
@@ -200,9 +220,9 @@ def on_files(files: Files, config) -> Files:
                           use_directory_urls=config.use_directory_urls))
     unknown = []
     for path in result_files():
-        if _source(path.name) is None:
-            unknown.append(path.name)
-        files.append(File.generated(config, f"{RESULTS_URI}/{path.name}",
+        if _source(_name(path)) is None:
+            unknown.append(_name(path))
+        files.append(File.generated(config, f"{RESULTS_URI}/{_name(path)}",
                                     abs_src_path=str(path)))
     for name in unknown:
         log.warning("benchmarks/results/%s: no entry in SOURCES (docs/_ext/hooks.py) says "
