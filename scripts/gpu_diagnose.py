@@ -5,8 +5,8 @@ what was seen and "ok" or "PROBLEM"; the exit status is 1 if any is a problem.
 1. This build's kernels have an image for the GPU (architectures built).
 2. A threaded sample whose results a program discards entirely still runs
    (tests/test_effects.py failed there on jax 0.11.2 and the GPU, passes on
-   jax 0.10.2 and the CPU): whether the custom call is still in the program
-   JAX lowers and in the one XLA compiles, and whether it ran.
+   jax 0.10.2 and the CPU): whether the call is still in the jaxpr, in the
+   program JAX lowers and in the one XLA compiles, and whether it ran.
 
     python scripts/gpu_diagnose.py
 """
@@ -45,6 +45,8 @@ def discarded_results() -> bool:
             return 0
 
         jitted = jax.jit(program)
+        traced = jax.make_jaxpr(program)(table.state(), jax.random.key(0))
+        in_jaxpr = "gearjax_sample" in str(traced)
         lowered = jitted.lower(table.state(), jax.random.key(0))
         in_lowered = "gearjax_sample" in lowered.as_text()
         in_compiled = "gearjax_sample" in lowered.compile().as_text()
@@ -52,8 +54,9 @@ def discarded_results() -> bool:
         jax.block_until_ready(jitted(table.state(), jax.random.key(0)))
         ran = int(table.stats()["samples"] - before)
     return report(f"a threaded sample with discarded results on {jax.default_backend()}",
-                  f"in the lowered program {in_lowered}, in the compiled one {in_compiled}, "
-                  f"rows drawn {ran} of 4", in_lowered and in_compiled and ran == 4)
+                  f"in the jaxpr {in_jaxpr}, the lowered program {in_lowered}, the compiled "
+                  f"one {in_compiled}; rows drawn {ran} of 4",
+                  in_jaxpr and in_lowered and in_compiled and ran == 4)
 
 
 def main() -> None:

@@ -99,7 +99,14 @@ def cpu_device(monkeypatch):
 
 
 @pytest.fixture
-def emulated_gpu_memory(native_testing, cpu_device):
+def cpu_default_device():
+    """The test's JAX work runs on the CPU device (tables placed as usual)."""
+    with jax.default_device(jax.devices("cpu")[0]):
+        yield
+
+
+@pytest.fixture
+def emulated_gpu_memory(native_testing, cpu_default_device):
     """Lets tables take placement "device" in emulated GPU memory that host
     code can reach only through the core's copy hooks, on every machine (on
     one with a GPU the emulation stands in for the real GPU memory while the
