@@ -1,15 +1,16 @@
-"""Fetches, on a machine with PyPI, the wheels a lent GPU machine lacks, for
-``bash scripts/gpu_check.sh --wheels DIR`` (issue 13).
+"""Fetches, on a machine with PyPI, the wheels a GPU machine without a
+registry lacks, for ``bash scripts/gpu_check.sh --wheels DIR``.
 
-The GPU machines reach no registry. Their image (Python 3.12, CUDA jax, flax,
-cupy, ...) lacks flashbax (scripts/bench_gpu.py's baseline), gymnasium with
-MuJoCo (the locomotion tests), and nbclient, nbformat and ipykernel (the
-notebook tests). This resolves those with their dependencies for CPython 3.12
-on manylinux x86-64 (``pip download --only-binary=:all:``), then keeps only
-the wheels of projects the image does not have (DEVICE_PACKAGES, its package
-list as read on 2026-11-17 in /work/.library/device/KINDS.md), one version of
-each: a second copy of a package the image has would shadow it. It refuses
-more than 64 MiB in all, what one device call can carry.
+The GPU machines this project checks on reach no registry. Their image (Python
+3.12, CUDA jax, flax, cupy, ...) lacks flashbax (scripts/bench_gpu.py's
+baseline), gymnasium with MuJoCo (the locomotion tests), and nbclient,
+nbformat and ipykernel (the notebook tests). This resolves those with their
+dependencies for CPython 3.12 on manylinux x86-64 (``pip download
+--only-binary=:all:``), then keeps only the wheels of projects the image does
+not have (DEVICE_PACKAGES, the image's package list as read on 2026-11-17),
+one version of each: a second copy of a package the image has would shadow
+it. It refuses more than 64 MiB in all, as much as the working tree may carry
+to such a machine.
 
     python scripts/fetch_gpu_wheels.py [DIR]     # default .whl (git-ignored)
 """
@@ -31,7 +32,7 @@ PLATFORMS = ["manylinux_2_39_x86_64", "manylinux_2_35_x86_64", "manylinux_2_34_x
              "manylinux1_x86_64"]
 LIMIT_BYTES = 64 << 20
 
-# The device image's packages (KINDS.md, 2026-11-17), normalised (PEP 503).
+# The GPU image's packages (as read on 2026-11-17), normalised (PEP 503).
 DEVICE_PACKAGES = frozenset("""
 absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs
 botorch build certifi charset-normalizer chex click cloudpickle cmake colorama contourpy
@@ -98,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         kept = select([p.name for p in Path(tmp).glob("*.whl")])
         total = sum((Path(tmp) / w).stat().st_size for w in kept)
         if total > LIMIT_BYTES:
-            print(f"fetch_gpu_wheels: {total / 2**20:.1f} MiB is more than one device call "
-                  f"carries ({LIMIT_BYTES >> 20} MiB)", file=sys.stderr)
+            print(f"fetch_gpu_wheels: {total / 2**20:.1f} MiB is more than the working tree "
+                  f"may carry to a GPU machine ({LIMIT_BYTES >> 20} MiB)", file=sys.stderr)
             return 1
         args.dir.mkdir(parents=True, exist_ok=True)
         for old in args.dir.glob("*.whl"):
