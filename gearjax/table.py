@@ -1052,7 +1052,8 @@ class Table:
         Raises:
           TypeError: ``keys`` are not integers (or are uint64);
             ``priorities`` are not real numbers; ``state`` is not a table
-            state.
+            state; two arguments whose first is a uint32 scalar (a state
+            with its priorities forgotten, or a key that reads as one).
           ValueError: ``keys`` and ``priorities`` differ in size; a priority
             is out of range (outside jit; nothing changes); ``state`` was
             already given to another table call of the function being traced;
@@ -1076,8 +1077,17 @@ class Table:
           ...                                        td_error + 1e-6)
         """
         # The stateful form has one argument more (keys may be any integers,
-        # so their type cannot tell the forms apart).
+        # so their type cannot tell the forms apart). Two arguments whose first
+        # looks like a state are refused: (state, keys) with the priorities
+        # forgotten once set key 0's priority to the keys' values.
         given = len(args) + sum(name in kwargs for name in ("keys", "priorities"))
+        if given == 2 and args and is_state(args[0]) and "keys" not in kwargs:
+            raise TypeError(
+                "update_priorities got two arguments and the first is a uint32 scalar, which "
+                "reads as a table state: the state form takes three, update_priorities(state, "
+                "keys, priorities); the stateless form takes (keys, priorities) with keys an "
+                "integer array of shape [n] or a Python int (pass a uint32 scalar key as "
+                "np.array([key]))")
         state, args = (args[0], args[1:]) if given == 3 and args else (None, args)
         return self._update_priorities(state, *args, **kwargs)
 

@@ -47,6 +47,23 @@ def test_the_stateful_and_stateless_forms_are_told_apart(table):
     assert isinstance(table.sample(legacy_key, 2, 1), gx.Batch)
 
 
+def test_a_state_with_its_priorities_forgotten_is_refused_not_read_as_keys(table):
+    """update_priorities(state, keys) once read the state as keys (uint32 0)
+    and the keys as priorities: key 0's priority became the other key's value,
+    eagerly and inside jit."""
+    keys = table.contents()["key"]
+    before = table.contents()["priority"].copy()
+    with pytest.raises(TypeError, match="reads as a table state.*three"):
+        table.update_priorities(table.state(), np.array([keys[3]]))
+    with pytest.raises(TypeError, match="reads as a table state"):
+        jax.jit(lambda s: table.update_priorities(s, jnp.array([keys[3]], jnp.int32)))(
+            table.state())
+    np.testing.assert_array_equal(table.contents()["priority"], before)
+    # A key given as a uint32 array of shape [1], or a Python int, is not a state.
+    assert table.update_priorities(np.array([keys[3]], np.uint32), [2.0]) == 1
+    assert table.update_priorities(int(keys[4]), 3.0) == 1
+
+
 def test_giving_one_state_to_two_calls_in_one_function_is_refused(table):
     def forked(state, key):
         a, _ = table.sample(state, key, 1, 1)
