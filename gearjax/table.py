@@ -1166,8 +1166,10 @@ class Table:
 
         The loaded table is a new table with a new handle: programs compiled
         against another table keep using that one (and fail, naming it, once
-        it is closed). Re-create jitted functions that close over a table, or
-        pass the table to them as a static argument, after loading.
+        it is closed). Make jitted functions that close over a table again
+        after loading; do not pass tables as static arguments, which jit's
+        cache keeps, with their memory, until ``jax.clear_caches()`` (docs:
+        Semantics in jit, "After Table.load").
 
         Args:
           path: the checkpoint file (``str``, ``bytes`` or ``os.PathLike``).

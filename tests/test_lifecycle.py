@@ -2,7 +2,8 @@
 have finished, even while compiled functions that sampled it are alive; a
 table nobody holds is freed at once (no reference cycle); compiled programs
 that touch a closed table fail naming it; what happens to compiled functions
-after Table.load (they keep the table they were traced with)."""
+after Table.load (they keep the table they were traced with), and the memory
+of reloading the taught way against passing tables as static arguments."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import os
 import threading
 import time
 import weakref
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -114,18 +116,21 @@ def test_close_is_idempotent_and_everything_after_it_is_refused():
     assert table.closed and "closed" in repr(table)
 
 
+def make_step(table):
+    """The pattern the docs teach after Table.load: a function that makes the
+    jitted step closing over the table it is given."""
+    return jax.jit(lambda k: table.sample(k, 4)["x"].sum())
+
+
 def test_functions_compiled_against_a_table_keep_it_after_load(tmp_path):
     """What the docs prescribe after Table.load: programs keep the table they
-    were traced with; re-create the jitted function, or pass the table as a
-    static argument so each table gets its own trace."""
+    were traced with; make the jitted function again for the new table."""
     old = gx.Table({"x": gx.Column((), "float32")}, 8, 4, name="old")
     for i in range(3):
         old.insert({"x": np.full(2, float(i))})
     old.save(tmp_path / "t.gx")
     closure = jax.jit(lambda k: old.sample(k, 4).keys)
-    static = jax.jit(lambda t, k: t.sample(k, 4)["x"].sum(), static_argnums=0)
     closure(jax.random.key(0)).block_until_ready()
-    static(old, jax.random.key(0)).block_until_ready()
 
     new = gx.Table.load(tmp_path / "t.gx")
     assert new.handle != old.handle and new.name == "old"
@@ -133,10 +138,70 @@ def test_functions_compiled_against_a_table_keep_it_after_load(tmp_path):
     old_samples = old.stats()["samples"]
     closure(jax.random.key(1)).block_until_ready()
     assert old.stats()["samples"] == old_samples + 4  # still the old table
-    assert float(static(new, jax.random.key(2))) == \
+    step = make_step(new)
+    assert float(step(jax.random.key(2))) == \
         float(jax.jit(lambda k: new.sample(k, 4)["x"].sum())(jax.random.key(2)))
     old.close()
     with pytest.raises(Exception, match="table 'old'.*is closed"):
         closure(jax.random.key(3)).block_until_ready()
-    assert static(new, jax.random.key(4)).shape == ()  # the loaded table's trace still works
+    assert step(jax.random.key(4)).shape == ()  # the loaded table's program still works
     new.close()
+
+
+RELOAD = """
+import gc, os, sys
+import jax, numpy as np
+import gearjax as gx
+from test_lifecycle import make_step
+
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+path, pattern = sys.argv[1], sys.argv[2]
+static = jax.jit(lambda t, k: t.sample(k, 4, 8)["x"].sum(), static_argnums=0)
+grown = []
+for n in range(6):
+    table = gx.Table.load(path)  # 64 MiB
+    step = make_step(table) if pattern == "taught" else lambda k, t=table: static(t, k)
+    jax.block_until_ready(step(jax.random.key(n)))
+    del table, step
+    gc.collect()
+    grown.append(rss())
+print(" ".join(str((r - grown[0]) >> 20) for r in grown))
+jax.clear_caches()
+gc.collect()
+print((rss() - grown[0]) >> 20)
+"""
+
+
+@pytest.mark.parametrize("pattern", ["taught", "static"])
+def test_reloading_a_table_the_taught_way_frees_each_replaced_one(tmp_path, pattern):
+    """Six loads of a 64 MiB table, each with its jitted step, the old ones
+    dropped: the taught pattern (a step made anew, closing over the table)
+    holds one table at a time; a table passed as a static argument stays in
+    jit's cache with its memory (what the docs warn of) until
+    jax.clear_caches()."""
+    import subprocess
+    import sys
+    from conftest import cpu_only_env, pythonpath
+
+    table = gx.Table({"x": gx.Column((1024,), "uint8")}, capacity=1024, max_length=64)
+    rows = np.ones((64, 1024), np.uint8)
+    for _ in range(1024):
+        table.insert({"x": rows})
+    table.save(tmp_path / "big.gx")
+    table.close()
+    script = tmp_path / "reload.py"
+    script.write_text(RELOAD)
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "big.gx"), pattern], capture_output=True,
+        text=True, timeout=300,
+        env=cpu_only_env(PYTHONPATH=pythonpath(str(Path(__file__).parent))))
+    assert done.returncode == 0, done.stderr[-3000:]
+    growth, after_clear = done.stdout.splitlines()
+    growth = [int(g) for g in growth.split()]
+    if pattern == "taught":
+        assert max(growth) < 32, growth  # MiB: no table kept
+    else:
+        assert growth[-1] >= 4 * 64, growth  # a table kept per load
+        assert int(after_clear) < 32
