@@ -1,4 +1,4 @@
-"""Closes five holes that JAX (0.10 and 0.11) leaves around side-effecting
+"""Closes six holes that JAX (0.10 and 0.11) leaves around side-effecting
 primitives, for programs with gearjax table calls only.
 
 1. **Hoisting out of a loop under differentiation.** Scan's partial evaluation
@@ -23,6 +23,10 @@ primitives, for programs with gearjax table calls only.
    ordered table call failed to the next such program, which then fails with
    the old error without running; the failed token is dropped first, so an
    error fails only its own program's results.
+6. **Dead-code elimination of blocks.** JAX drops a ``cond``, loop, nested
+   ``jit``, ``checkpoint`` or custom-derivative block none of whose results
+   is used, asking only whether it has effects: a block with a table call
+   inside now counts as having one, so its calls run.
 
 Each fix wraps a JAX internal and changes nothing for programs without table
 calls; ``tests/test_jax_fixes.py`` checks every one on the JAX installed. An
@@ -204,6 +208,31 @@ def _install_failed_token_fix() -> None:
     dispatch.RuntimeTokenSet.get_token_input = get_token_input
 
 
+# ------------------------------------------------------ 6. dead-code removal
+def _install_dce_fix() -> None:
+    """JAX's dead-code elimination drops an eqn none of whose outputs is used
+    unless ``pe.has_effects(eqn)``; every rule for a block (cond, scan, nested
+    jit, checkpoint, custom_jvp/vjp, shard_map) asks it the same way, before
+    looking inside. Table calls of the threaded form declare no JAX effect
+    (that keeps JAX's fast dispatch path), so a block whose results were all
+    unused lost its table calls: a cond branch returning its input state, a
+    scan or fori_loop whose carry was dropped. ``has_effects`` now also says
+    yes for a block with a table call inside: the block stays, and the rules
+    then keep the calls in it (their own DCE rule) and what they read."""
+    original = pe.has_effects
+    require_signature(original, ("eqn",), "partial_eval.has_effects")
+
+    def has_effects(eqn) -> bool:
+        if original(eqn):
+            return True
+        if eqn.primitive in TABLE_PRIMITIVES:
+            return True
+        nested = list(jax_core.jaxprs_in_params(eqn.params))
+        return bool(nested) and has_table_call(nested)
+
+    pe.has_effects = has_effects
+
+
 # ------------------------------------------------------------------ 2. AOT
 def _install_aot_fix() -> None:
     original = pxla.MeshExecutable.create_cpp_call
@@ -273,3 +302,4 @@ _install_hoisting_fix()
 _install_aot_fix()
 _install_vmap_fixes()
 _install_failed_token_fix()
+_install_dce_fix()

@@ -27,10 +27,10 @@ target:
   - under a jit over several devices, one logical call (see
     :func:`_one_logical_call`).
 
-  Its limit, stated in the docs: JAX's own dead-code elimination drops a whole
-  ``cond``, loop or nested ``jit`` none of whose results is used, table calls
-  inside included (before any rule of ours is asked). A block that returns
-  something used (its state, say) keeps its calls.
+  JAX's own dead-code elimination drops a whole ``cond``, loop, nested
+  ``jit`` or ``checkpoint`` none of whose results is used, asking only
+  whether it has effects: gearjax/_jax_fixes.py makes a block with a table
+  call inside count as having one, so its calls run.
 
 * **Ordered** (``table.sample(key, ...)``, no state): the call carries the
   :class:`TableEffect`, an ordered effect; JAX threads a token through every

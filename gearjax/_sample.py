@@ -27,8 +27,8 @@ class SampleSpec:
 
 
 # inline=True: inside a caller's jit the call's equations join the caller's
-# program rather than forming a nested jit, which JAX would drop whole when
-# none of its results is used (before the table call's own DCE rule is asked).
+# program rather than forming a nested jit (one block less for JAX's passes
+# to look through; the table call is what must stay, gearjax/_jax_fixes.py).
 @functools.partial(jax.jit, inline=True,
                    static_argnames=("spec", "batch_size", "window", "strategy", "pad", "cut",
                                     "replace", "ordered"))

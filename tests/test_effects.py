@@ -210,6 +210,73 @@ def test_a_call_whose_results_are_all_discarded_still_runs(calls, table):
     assert table.stats()["samples"] - before == 4
 
 
+def _custom_vjp_of(f):
+    g = jax.custom_vjp(f)
+    g.defvjp(lambda s: (f(s), None), lambda _, cotangent: (cotangent,))
+    return g
+
+
+def _custom_jvp_of(f):
+    g = jax.custom_jvp(f)
+    g.defjvp(lambda primals, tangents: (f(*primals), tangents[0]))
+    return g
+
+
+# Blocks all of whose results a program discards, each holding one update of
+# one key (threaded through the block as it must be): JAX's dead-code
+# elimination once dropped them, table calls included.
+DISCARDED_BLOCKS = {
+    "cond": lambda u, s: jax.lax.cond(True, u, lambda s: s, s),
+    "cond returning its input state": lambda u, s: jax.lax.cond(
+        True, lambda s: (u(s), s)[1], lambda s: s, s),
+    "switch": lambda u, s: jax.lax.switch(1, [lambda s: s, u], s),
+    "fori_loop": lambda u, s: jax.lax.fori_loop(0, 3, lambda i, s: u(s), s),
+    "scan": lambda u, s: jax.lax.scan(lambda c, _: (u(c), None), s, None, length=3),
+    "while_loop": lambda u, s: jax.lax.while_loop(lambda c: c[0] < 3,
+                                                  lambda c: (c[0] + 1, u(c[1])), (0, s)),
+    "nested jit": lambda u, s: jax.jit(u)(s),
+    "checkpoint": lambda u, s: jax.checkpoint(u)(s),
+    "custom_jvp": lambda u, s: _custom_jvp_of(u)(s),
+    "custom_vjp": lambda u, s: _custom_vjp_of(u)(s),
+}
+RUNS = {"fori_loop": 3, "scan": 3, "while_loop": 3}
+
+
+@pytest.mark.parametrize("block", list(DISCARDED_BLOCKS))
+def test_a_block_whose_results_are_all_discarded_still_runs_its_calls(table, block):
+    calls = Calls(table, "threaded")  # ordered calls carry a JAX effect: always kept
+    keys = jnp.asarray(table.contents()["key"][:1])
+
+    def update(state):
+        return calls.update(state, keys, jnp.ones(1))[0]
+
+    @jax.jit
+    def program(state):
+        DISCARDED_BLOCKS[block](update, state)  # every result dropped
+        return state
+
+    before = table.stats()["priority_updates"]
+    finish(program(calls.start()))
+    assert table.stats()["priority_updates"] - before == RUNS.get(block, 1)
+
+
+def test_a_sampling_scan_under_grad_of_grad_runs_once_per_step(table):
+    """grad of grad of a loss linear in the sampled data once dropped the scan
+    entirely (the same call outside a loop ran)."""
+    calls = Calls(table, "threaded")
+
+    def loss(w, state):
+        def body(state, key):
+            state, batch = calls.sample(state, key, 2, 1)
+            return state, jnp.sum(batch["x"]) * w
+        _, ys = jax.lax.scan(body, state, jax.random.split(jax.random.key(1), 4))
+        return ys.sum()
+
+    before = table.stats()["samples"]
+    finish(jax.jit(jax.grad(jax.grad(loss)))(1.0, calls.start()))
+    assert table.stats()["samples"] - before == 8
+
+
 def test_unused_updates_and_inserts_run(calls, table):
     keys = jnp.asarray(table.contents()["key"][:3])
 
