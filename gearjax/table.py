@@ -491,11 +491,11 @@ class Table:
         The insert of transition replay (one transition per trajectory, in a
         table of ``max_length=1``; see "Transition replay" in the docs).
 
-        Python numbers, and NumPy arrays and scalars of a column's own dtype
-        and shape (NumPy integer and float scalars of other widths too), go
-        straight to native code, at about the cost of a NumPy ring-buffer
-        write; anything else is checked and converted as :meth:`insert` does,
-        and refused as it refuses.
+        Python numbers and NumPy scalars for columns of step shape ``()``,
+        and NumPy arrays of a column's own dtype and shape, go straight to
+        native code, at about the cost of a NumPy ring-buffer write; anything
+        else is checked and converted as :meth:`insert` does, and refused as
+        it refuses: every path takes and refuses the same values.
 
         Args:
           step: column name -> a value of the column's step shape, with no

@@ -151,3 +151,57 @@ def test_the_writer_s_fast_path_stores_what_its_general_path_stores(rng):
             fast.append({**steps[0], "action": 0.5})  # refused; the episode goes on
         fast.append(steps[1])
         assert fast.steps == 1
+
+
+# Values for columns of shape (1,), (1, 1) and (3,): scalars of every kind,
+# arrays of the right and wrong shapes, and buffers that are not NumPy's.
+SHAPED_VALUES = [2.5, 3, True, np.float32(2.5), np.array(2.5, np.float32), jnp.float32(2.5),
+                 np.ones(1, np.float32), np.ones((1, 1), np.float32), np.ones(3, np.float32),
+                 np.ones(3, np.uint8), b"abc", bytearray(b"abc"), memoryview(b"abc"),
+                 __import__("array").array("f", [1.0, 2.0, 3.0]),
+                 __import__("array").array("B", [1, 2, 3])]
+
+
+def outcome(call, table, column):
+    """What a path stored for one step (its bytes), or the exception type."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            key = call()
+    except (TypeError, ValueError) as e:
+        return type(e).__name__
+    return table.get(key)[column][0].tobytes()
+
+
+@pytest.mark.parametrize("shape, dtype", [((1,), "float32"), ((1, 1), "float32"),
+                                          ((3,), "float32"), ((3,), "uint8")])
+def test_every_insert_path_takes_or_refuses_each_value_alike(shape, dtype):
+    """One rule, every path: insert_step (its native fast path), insert_step
+    with a priority that routes it the general way, insert of a length-1
+    trajectory, and a writer's first and later appends (its first append
+    builds its buffers; the later ones take the fast path). A scalar for a
+    (1,) column and bytes for a uint8 one once went in by the fast path and
+    were refused by the others."""
+    with gx.Table({"x": gx.Column(shape, dtype)}, capacity=64, max_length=2) as t:
+        for value in SHAPED_VALUES:
+            def through_writer(later: bool):
+                w = t.writer()
+                if later:
+                    w.append({"x": np.zeros(shape, dtype)})
+                w.append({"x": value})
+                key = w.end_episode()
+                return key
+
+            paths = {
+                "insert_step": outcome(lambda: t.insert_step({"x": value}), t, "x"),
+                "insert_step, general": outcome(
+                    lambda: t.insert_step({"x": value}, priority=np.float32(1.0)), t, "x"),
+                "insert": outcome(lambda: t.insert({"x": np.asarray(value)[None]}), t, "x"),
+                "writer, first append": outcome(lambda: through_writer(False), t, "x"),
+            }
+            later = outcome(lambda: through_writer(True), t, "x")
+            # The later append's step is the trajectory's second one.
+            if isinstance(later, bytes):
+                later = t.get(t.contents()["key"][-1])["x"][1].tobytes()
+            paths["writer, later append"] = later
+            assert len(set(paths.values())) == 1, (shape, dtype, value, paths)

@@ -58,11 +58,40 @@ bool StoreFloat(double value, const StepFormat& f, uint8_t* dst) {
   return false;
 }
 
-// A Python number into a scalar column, as NumPy converts it under
-// cast_to_column's rules: bool into any of bool/int/float; int into int (in
-// range) or float; float into float. Anything else: false.
+// Whether `value` is a NumPy array or scalar (numpy.ndarray, numpy.generic:
+// the types looked up once). Only these are taken as buffers: bytes,
+// bytearray, memoryview, array.array and JAX arrays expose the buffer
+// protocol too, and the general path decides for them (NumPy reads bytes as
+// strings, say), so both paths take the same values.
+bool IsNumpyValue(PyObject* value) {
+  static PyObject* ndarray = nullptr;
+  static PyObject* generic = nullptr;
+  if (ndarray == nullptr || generic == nullptr) {
+    PyObject* numpy = PyImport_ImportModule("numpy");
+    if (numpy != nullptr) {
+      ndarray = PyObject_GetAttrString(numpy, "ndarray");  // kept for the process
+      generic = PyObject_GetAttrString(numpy, "generic");
+      Py_DECREF(numpy);
+    }
+    if (ndarray == nullptr || generic == nullptr || !PyType_Check(ndarray) ||
+        !PyType_Check(generic)) {
+      PyErr_Clear();
+      Py_CLEAR(ndarray);
+      Py_CLEAR(generic);
+      return false;
+    }
+  }
+  return PyObject_TypeCheck(value, reinterpret_cast<PyTypeObject*>(ndarray)) ||
+         PyObject_TypeCheck(value, reinterpret_cast<PyTypeObject*>(generic));
+}
+
+// A Python number into a scalar column (step shape ()), as NumPy converts it
+// under cast_to_column's rules: bool into any of bool/int/float; int into int
+// (in range) or float; float into float. Anything else, and any column of
+// another shape (the general path refuses a number for a (1,) column):
+// false.
 bool ConvertNumber(PyObject* value, const StepFormat& f, uint8_t* dst) {
-  if (f.elements != 1) return false;
+  if (!f.shape.empty()) return false;
   if (PyBool_Check(value)) {
     const bool b = value == Py_True;
     if (f.kind == 'b') {
@@ -102,7 +131,7 @@ char KindOfFormat(const char* format) {
 // A scalar buffer's value as a Python number would hold it: integers (up to
 // 2**63 - 1) and float32/float64 values, stored under ConvertNumber's rules.
 bool ConvertScalarBuffer(const Py_buffer& view, char kind, const StepFormat& f, uint8_t* dst) {
-  if (f.elements != 1) return false;
+  if (!f.shape.empty()) return false;
   if (kind == 'i' || kind == 'u') {
     long long v = 0;
     if (kind == 'i') {
@@ -135,11 +164,11 @@ bool ConvertScalarBuffer(const Py_buffer& view, char kind, const StepFormat& f, 
   return false;
 }
 
-// A buffer (a NumPy array or scalar): of exactly the column's dtype and shape,
-// copied; or a scalar (NumPy integer or float scalar, 0-d array) of another
-// width, converted as a Python number would be.
+// A NumPy array or scalar: of exactly the column's dtype and shape, copied; or
+// a scalar (NumPy integer or float scalar, 0-d array) of another width, into
+// a scalar column, converted as a Python number would be.
 bool ConvertBuffer(PyObject* value, const StepFormat& f, uint8_t* dst) {
-  if (!PyObject_CheckBuffer(value)) return false;
+  if (!IsNumpyValue(value) || !PyObject_CheckBuffer(value)) return false;
   Py_buffer view;
   if (PyObject_GetBuffer(value, &view, PyBUF_RECORDS_RO) != 0) {
     PyErr_Clear();

@@ -4,9 +4,9 @@
 //
 // It takes only what it can convert exactly as the general Python path would
 // (gearjax/columns.py cast_to_column): Python bools, ints and floats
-// (numpy.float64 included) into columns whose conversion NumPy allows without
-// loss of kind, and buffers (NumPy arrays and scalars) of the column's own
-// dtype and shape. Anything else (JAX arrays, other dtypes, values out of
+// (numpy.float64 included) into scalar columns whose conversion NumPy allows
+// without loss of kind, NumPy scalars likewise, and NumPy arrays of the
+// column's own dtype and shape. Anything else (JAX arrays, other dtypes, values out of
 // range, a float that would overflow float32) makes ConvertStep return false
 // and write nothing: the caller then takes the general path, which converts or
 // refuses with the same rules and a clear error.
