@@ -41,7 +41,7 @@ def clear_failed_token() -> bool:
     also drops a failed token before it starts (gearjax/_jax_fixes.py), so a
     failed program fails only its own results. (Threaded calls have no token.)
     """
-    from gearjax import _jax_fixes
+    # _jax_fixes is imported at the end of this module (it needs the primitives).
     return _jax_fixes.drop_failed_table_token(dispatch.runtime_tokens, wait=False)
 
 

@@ -216,6 +216,8 @@ def cast_to_column(name: str, value: np.ndarray, dtype: np.dtype) -> np.ndarray:
     convert nothing."""
     if value.dtype == dtype:
         return np.ascontiguousarray(value)
+    if value.dtype == object:  # NumPy holds integers beyond int64 and uint64 as objects
+        return _from_python_integers(name, value, dtype)
     have, want = _kind(value.dtype), _kind(dtype)
     if not have or want not in _KINDS_INTO[have]:
         raise _unsafe(name, value.dtype, dtype)
@@ -238,6 +240,46 @@ def cast_to_column(name: str, value: np.ndarray, dtype: np.dtype) -> np.ndarray:
                              f"{value.dtype}) would be stored as {becomes}; nothing was "
                              f"inserted (clip or scale it first, or use a wider column)")
     return converted
+
+
+def numeric_host_array(name: str, value: Any) -> np.ndarray:
+    """A column's value as a host NumPy array (host_array) of numeric data:
+    numbers, bools, or Python integers beyond int64 and uint64, which NumPy
+    holds as objects and cast_to_column converts under the rule; TypeError for
+    anything else (strings, bytes, None)."""
+    array = host_array(value)
+    if array.dtype == object:
+        if not all(isinstance(x, int) and not isinstance(x, bool) for x in array.ravel().tolist()):
+            raise TypeError(f"column {name!r} must hold numeric data, got dtype object")
+    elif not is_numeric(array.dtype):
+        raise TypeError(f"column {name!r} must hold numeric data, got dtype {array.dtype}")
+    return array
+
+
+def _from_python_integers(name: str, value: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """An object array of Python ints (one at least beyond int64 and uint64:
+    NumPy keeps those as objects) under the same rule: refused by integer
+    columns, naming the value; rounded into float columns unless it would
+    become inf. Anything else is not numeric data."""
+    flat = value.ravel().tolist()
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in flat):
+        raise TypeError(f"column {name!r} must hold numeric data, got dtype object")
+    want = _kind(dtype)
+    if want not in _KINDS_INTO["i"]:
+        raise _unsafe(name, np.dtype(object), dtype)
+    if want == "i":
+        lo, hi = _integer_bounds(dtype)
+        outside = next(x for x in flat if not lo <= x <= hi)
+        raise ValueError(f"column {name!r}: the value {outside} is outside the range of "
+                         f"{dtype}; nothing was inserted")
+    floats = []
+    for x in flat:
+        try:
+            floats.append(float(x))
+        except OverflowError:
+            raise ValueError(f"column {name!r} holds {dtype}: the value {x} would be stored as "
+                             f"inf; nothing was inserted (clip or scale it first)") from None
+    return cast_to_column(name, np.asarray(floats, np.float64).reshape(value.shape), dtype)
 
 
 def check_traced_conversion(name: str, value_dtype: Any, dtype: np.dtype) -> None:

@@ -24,7 +24,7 @@ from gearjax import state as table_state
 from gearjax._gearjax import NativeTable
 from gearjax.batch import Batch
 from gearjax.columns import (Column, cast_to_column, check_traced_conversion, host_array,
-                              is_numeric)
+                              is_numeric, numeric_host_array)
 from gearjax.state import TableState, is_state
 from gearjax.strategies import Prioritized, Strategy, Uniform
 
@@ -805,9 +805,7 @@ class Table:
             raise ValueError(f"unknown column(s) {extra}; the table has {list(self._columns)}")
         arrays, lengths = [], {}
         for n, column in self._columns.items():
-            value = host_array(trajectory[n])
-            if not is_numeric(value.dtype):
-                raise TypeError(f"column {n!r} must hold numeric data, got dtype {value.dtype}")
+            value = numeric_host_array(n, trajectory[n])
             if value.ndim != 1 + len(column.shape) or value.shape[1:] != column.shape:
                 raise ValueError(f"column {n!r} must have shape [T, "
                                  f"{', '.join(map(str, column.shape))}], got {value.shape}"
@@ -1258,8 +1256,10 @@ def _split_state(args: tuple) -> tuple[TableState | None, tuple]:
     told apart by the first argument's type (gearjax.state.is_state)."""
     if args and is_state(args[0]):
         return args[0], args[1:]
-    if len(args) > 1 and getattr(args[0], "shape", None) == () and _is_key(args[1]):
-        table_state.consume(args[0], "")  # a scalar before a key: a state of the wrong dtype
+    if len(args) > 1 and _is_key(args[1]):
+        # Something before a key: meant as a state (an int, a uint32[2], a
+        # float scalar); refused as one, not read as a key.
+        table_state.consume(args[0], "")
     return None, args
 
 

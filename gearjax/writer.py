@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from gearjax import _checks
-from gearjax.columns import cast_to_column, host_array, is_numeric
+from gearjax.columns import cast_to_column, numeric_host_array
 
 OVERFLOWS = ("error", "split")
 # The priority of the pieces of a split episode inserted before it ends (the
@@ -258,10 +258,7 @@ class Writer:
             raise ValueError(f"unknown column(s) {extra}; the table has {list(columns)}")
         values = {}
         for name, column in columns.items():
-            value = host_array(step[name])
-            if not is_numeric(value.dtype):
-                raise TypeError(f"column {name!r} must hold numeric data, got dtype "
-                                f"{value.dtype}")
+            value = numeric_host_array(name, step[name])
             if value.shape != column.shape:
                 raise ValueError(f"column {name!r}: a step has shape {column.shape}, got "
                                  f"{value.shape}")

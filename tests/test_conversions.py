@@ -31,6 +31,14 @@ REFUSED = [
     ("int32", 1.5, TypeError, "float64 data would be converted unsafely"),
     ("int32", 2**40, ValueError, "outside the range of int32"),
     ("uint8", -1, ValueError, "outside the range of uint8"),
+    # Integers beyond int64 and uint64 (NumPy holds them as objects): named, not
+    # "must hold numeric data".
+    ("int64", -2**63 - 1, ValueError, "the value -9223372036854775809 is outside the range"),
+    ("uint64", 2**64, ValueError, "the value 18446744073709551616 is outside the range"),
+    ("int32", 2**200, ValueError, "outside the range of int32"),
+    ("float32", 2**200, ValueError, "would be stored as inf"),
+    ("float64", 2**1024, ValueError, "the value 1797693134862315907729.* would be stored as inf"),
+    ("bool", 2**64, TypeError, "converted unsafely"),
 ]
 # Values the rule stores (rounded to the nearest the column holds).
 STORED = [
@@ -43,6 +51,10 @@ STORED = [
     ("float32", 2**40, np.float32(2**40)),
     ("complex64", 1 + 2j, np.complex64(1 + 2j)),
     ("int8", True, np.int8(1)),
+    ("float32", 2**64, np.float32(2**64)),      # rounded, as any integer into a float
+    ("float32", 2**100, np.float32(2**100)),
+    ("float64", 2**1023, np.float64(2**1023)),
+    ("float64", -2**70, np.float64(-2**70)),
 ]
 PATHS = ["insert", "insert_many", "writer", "insert_step", "insert_batch_numpy"]
 
@@ -64,7 +76,8 @@ def put(t: gx.Table, path: str, value) -> int:
         return w.end_episode()
     if path == "insert_step":
         return t.insert_step({"x": value})
-    return int(t.insert_batch({"x": np.asarray([[value]])}, np.asarray([1]))[0])
+    with jax.enable_x64(t.columns["x"].dtype.itemsize == 8):  # 64-bit columns need x64 here
+        return int(t.insert_batch({"x": np.asarray([[value]])}, np.asarray([1]))[0])
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -139,3 +152,16 @@ def test_insert_batch_in_jit_converts_what_always_fits(dtype, given):
     data = jnp.asarray([[1, 0]], given)
     _, keys = jax.jit(lambda s, v: t.insert_batch(s, {"x": v}, jnp.asarray([2])))(t.state(), data)
     np.testing.assert_array_equal(t.get(int(keys[0]))["x"], np.asarray(data[0]).astype(dtype))
+
+
+def test_what_is_not_a_step_or_a_state_is_refused_saying_what_was_expected():
+    t = table("float32")
+    t.insert({"x": np.ones(1, np.float32)})
+    for step in (None, 3, [1.0]):
+        with pytest.raises(TypeError, match="a step must be a mapping of column name"):
+            t.insert_step(step)  # not the binding's signature text
+    key = jax.random.key(0)
+    for not_a_state in (5, 1.5, jnp.zeros(2, jnp.uint32), np.float32(0)):
+        with pytest.raises(TypeError, match="a table state is a uint32 scalar array"):
+            t.sample(not_a_state, key, 2)  # once: "batch_size must be an integer, got key"
+    assert len(t) == 1 and t.stats()["samples"] == 0

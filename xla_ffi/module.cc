@@ -420,8 +420,11 @@ NB_MODULE(_gearjax, m) {
       .def("insert", &NativeTable::Insert, "sources"_a, "length"_a, "priority"_a,
            "restore_key"_a = -1, "restore_slot"_a = -1, "restore_stamp"_a = -1)
       .def("set_step_formats", &NativeTable::SetStepFormats, "formats"_a)
-      .def("insert_step", &NativeTable::InsertStep, "step"_a, "priority"_a)
-      .def("write_step", &NativeTable::WriteStep, "step"_a, "addresses"_a, "row"_a)
+      // .none(): None (or any object) reaches the fast path, which declines it,
+      // and the general path refuses it saying why, not with the binding's
+      // signature.
+      .def("insert_step", &NativeTable::InsertStep, "step"_a.none(), "priority"_a.none())
+      .def("write_step", &NativeTable::WriteStep, "step"_a.none(), "addresses"_a, "row"_a)
       .def("update_priorities", &NativeTable::UpdatePriorities, "keys"_a, "priorities"_a)
       .def("raise_deferred_error", &NativeTable::RaiseDeferredError)
       .def("pin_items", &NativeTable::PinItems, "keys"_a = nb::none())
