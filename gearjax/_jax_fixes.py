@@ -1,4 +1,4 @@
-"""Closes six holes that JAX (0.10 and 0.11) leaves around side-effecting
+"""Closes seven holes that JAX (0.10 and 0.11) leaves around side-effecting
 primitives, for programs with gearjax table calls only.
 
 1. **Hoisting out of a loop under differentiation.** Scan's partial evaluation
@@ -27,6 +27,10 @@ primitives, for programs with gearjax table calls only.
    ``jit``, ``checkpoint`` or custom-derivative block none of whose results
    is used, asking only whether it has effects: a block with a table call
    inside now counts as having one, so its calls run.
+7. **Forked table states** pass JAX unseen (data flow has no notion of
+   one use): every program with threaded table calls is checked when it is
+   lowered, and one that gives a state to two unordered calls is refused
+   (gearjax/_forks.py).
 
 Each fix wraps a JAX internal and changes nothing for programs without table
 calls; ``tests/test_jax_fixes.py`` checks every one on the JAX installed. An
@@ -43,11 +47,11 @@ from collections.abc import Iterable
 import jax
 from jax._src import core as jax_core
 from jax._src import dispatch
-from jax._src.interpreters import batching, pxla
+from jax._src.interpreters import batching, mlir, pxla
 from jax._src.interpreters import partial_eval as pe
 from jax._src.lax.control_flow import conditionals, loops
 
-from gearjax._primitives import TABLE_EFFECT, TABLE_PRIMITIVES, TableEffect
+from gearjax._primitives import TABLE_EFFECT, TABLE_PRIMITIVES, THREADED_PRIMITIVES, TableEffect
 
 VMAP_REFUSED = (
     "gearjax table calls inside lax.cond, lax.switch or lax.while_loop under vmap with a "
@@ -233,6 +237,39 @@ def _install_dce_fix() -> None:
     pe.has_effects = has_effects
 
 
+# ------------------------------------------------------------------ 7. forks
+def _install_fork_check() -> None:
+    """Every program is checked for forked table states (gearjax/_forks.py)
+    when JAX lowers it to XLA: once per compilation, for programs with
+    threaded table calls only."""
+    from gearjax import _forks
+
+    original = mlir.lower_jaxpr_to_module
+    params = tuple(inspect.signature(original).parameters)
+    if params[:2] != ("module_name", "jaxpr"):
+        raise UnsupportedJaxError(
+            f"gearjax does not support jax {jax.__version__}: mlir.lower_jaxpr_to_module takes "
+            f"{params}, where gearjax wraps it as taking (module_name, jaxpr, ...) (jax 0.10 "
+            f"and 0.11). Install a supported jax (pyproject.toml: jax>=0.10,<0.12)")
+
+    def lower_jaxpr_to_module(module_name, jaxpr, *args, **kwargs):
+        if _has_threaded_call(jaxpr):
+            _forks.check(jaxpr)
+        return original(module_name, jaxpr, *args, **kwargs)
+
+    mlir.lower_jaxpr_to_module = lower_jaxpr_to_module
+
+
+def _has_threaded_call(jaxpr) -> bool:
+    stack = [jaxpr]
+    while stack:
+        for eqn in stack.pop().eqns:
+            if eqn.primitive in THREADED_PRIMITIVES:
+                return True
+            stack.extend(jax_core.jaxprs_in_params(eqn.params))
+    return False
+
+
 # ------------------------------------------------------------------ 2. AOT
 def _install_aot_fix() -> None:
     original = pxla.MeshExecutable.create_cpp_call
@@ -303,3 +340,4 @@ _install_aot_fix()
 _install_vmap_fixes()
 _install_failed_token_fix()
 _install_dce_fix()
+_install_fork_check()

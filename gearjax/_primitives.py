@@ -80,8 +80,10 @@ effects.shardable_ordered_effects.add_type(TableEffect)
 # Deliberately not in effects.remat_allowed_effects: jax.checkpoint under
 # differentiation raises, naming this effect (see TableEffect.__str__).
 
-# Every table primitive of both modes, for gearjax/_jax_fixes.py.
+# Every table primitive of both modes, for gearjax/_jax_fixes.py; the
+# threaded ones (state first in, successor first out), for gearjax/_forks.py.
 TABLE_PRIMITIVES: set[core.Primitive] = set()
+THREADED_PRIMITIVES: set[core.Primitive] = set()
 
 
 def _primitive(name: str) -> core.Primitive:
@@ -283,6 +285,7 @@ def threaded_primitive(name: str, target: str, abstract_eval: AbstractEval,
     first. ``abstract_eval(*operands, **params)`` gives the avals of the
     results after the state (``operands`` exclude the state)."""
     primitive = _primitive(name)
+    THREADED_PRIMITIVES.add(primitive)
 
     def abstract(state, *operands, **params):
         if state.shape != () or state.dtype != STATE_DTYPE:

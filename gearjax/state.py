@@ -47,6 +47,11 @@ Examples:
 # Tracers already given to a table call, by id: (the tracer, weakly; the trace
 # of the call). See consume().
 _consumed: dict[int, tuple[weakref.ref, Any]] = {}
+# States made by table.state() while tracing, by id: (the tracer, weakly; the
+# trace); and, per (trace, table), the fresh state its calls started from.
+_fresh: dict[int, tuple[weakref.ref, Any]] = {}
+_started: list[tuple[Any, int, weakref.ref]] = []  # (trace, handle, the state): traces
+# compare by equality only (not hashable); entries of finished traces are pruned.
 
 
 def initial() -> jax.Array:
@@ -56,7 +61,10 @@ def initial() -> jax.Array:
     Returns:
       A uint32 scalar ``jax.Array`` of value 0.
     """
-    return jnp.zeros((), STATE_DTYPE)
+    state = jnp.zeros((), STATE_DTYPE)
+    if isinstance(state, jax.core.Tracer):  # made while tracing: see consume()
+        _remember(_fresh, state, jax.extend.core.get_opaque_trace_state(convention="flax"))
+    return state
 
 
 def is_state(value: Any) -> bool:
@@ -79,7 +87,7 @@ def is_state(value: Any) -> bool:
     return np.dtype(dtype) == STATE_DTYPE
 
 
-def consume(state: Any, table: str) -> Any:
+def consume(state: Any, table: str, handle: int | None = None) -> Any:
     """The state, checked, for a call on ``table``.
 
     While tracing, refuses a state that another table call of the same
@@ -89,9 +97,14 @@ def consume(state: Any, table: str) -> Any:
     once in each branch's own trace, and only one branch runs: that is
     allowed.
 
+    Also refuses a second state made by ``table.state()`` in the same trace
+    for calls on the same table: the two chains would not be ordered against
+    each other either (a program makes one and passes it on).
+
     Args:
       state: what the call was given as its state.
       table: the table's ``repr``, for the error message.
+      handle: the table's handle (None: the fresh-state rule is not applied).
 
     Returns:
       ``state`` itself.
@@ -114,15 +127,27 @@ def consume(state: Any, table: str) -> Any:
                 f"(now: {table}): two calls given the same state are not ordered against each "
                 f"other. Pass each call the state the previous call returned "
                 f"(state, batch = table.sample(state, ...))")
-        _remember(state, trace)
+        _remember(_consumed, state, trace)
+        fresh = _fresh.get(id(state))
+        if handle is not None and fresh is not None and fresh[0]() is state and fresh[1] == trace:
+            _started[:] = [e for e in _started if e[2]() is not None]
+            for started_trace, started_handle, first in _started:
+                if started_handle == handle and started_trace == trace and first() is not state:
+                    raise ValueError(
+                        f"a second table.state() gave a call on {table} a new chain in this "
+                        f"function: calls on one table from two fresh states are not ordered "
+                        f"against each other. Make one state per program and pass it from "
+                        f"call to call")
+            _started.append((trace, handle, weakref.ref(state)))
     return state
 
 
-def _remember(tracer: jax.core.Tracer, trace: Any) -> None:
+def _remember(registry: dict[int, tuple[weakref.ref, Any]], tracer: jax.core.Tracer,
+              trace: Any) -> None:
     key = id(tracer)
 
     def forget(ref: weakref.ref) -> None:  # unless a newer tracer took the id
-        if _consumed.get(key, (None,))[0] is ref:
-            del _consumed[key]
+        if registry.get(key, (None,))[0] is ref:
+            del registry[key]
 
-    _consumed[key] = (weakref.ref(tracer, forget), trace)
+    registry[key] = (weakref.ref(tracer, forget), trace)

@@ -710,7 +710,8 @@ class Table:
     def _insert_batch(self, state: TableState | None, columns: Mapping[str, Any], lengths: Any,
                       priorities: Any = None) -> Any:
         self._check_open()
-        order = None if state is None else table_state.consume(state, repr(self))
+        order = None if state is None else table_state.consume(state, repr(self),
+                                                              self._native.handle)
         if not isinstance(columns, Mapping):
             raise TypeError("columns must be a mapping of column name -> [N, T, *shape] array")
         missing = [n for n in self._columns if n not in columns]
@@ -980,7 +981,8 @@ class Table:
                 pad: str | None = None, *, cut: str = "start", replace: bool = True,
                 ordered: bool = True) -> Any:
         self._check_open()
-        order = None if state is None else table_state.consume(state, repr(self))
+        order = None if state is None else table_state.consume(state, repr(self),
+                                                              self._native.handle)
         args = _sample_args.check(rng_key, batch_size, window, strategy, pad, cut, replace,
                                   max_length=self._max_length)
         ordered = _checks.flag("ordered", ordered)
@@ -1091,7 +1093,8 @@ class Table:
 
     def _update_priorities(self, state: TableState | None, keys: Any, priorities: Any) -> Any:
         self._check_open()
-        order = None if state is None else table_state.consume(state, repr(self))
+        order = None if state is None else table_state.consume(state, repr(self),
+                                                              self._native.handle)
         traced = isinstance(keys, jax.core.Tracer) or isinstance(priorities, jax.core.Tracer) \
             or state is not None
         xp = jnp if traced else np
