@@ -16,6 +16,7 @@ from gearjax._ffi import clear_failed_token as clear_errors
 from gearjax.batch import Batch
 from gearjax.checkpoint import CheckpointError
 from gearjax.columns import Column
+from gearjax.errors import table_error
 from gearjax.rate_limiters import MinSize, SampleToInsertRatio
 from gearjax.sharded import ShardedBatch, ShardedTable
 from gearjax.state import TableState
@@ -25,7 +26,7 @@ from gearjax.table import Table
 __all__ = [
     "Batch", "CheckpointError", "Column", "MinSize", "Prioritized", "Recent",
     "SampleToInsertRatio", "ShardedBatch", "ShardedTable", "Strategy", "Table", "TableState",
-    "Timestep", "TopK", "Uniform", "clear_errors",
+    "Timestep", "TopK", "Uniform", "clear_errors", "table_error",
 ]
 # pyproject.toml holds the version; the installed package's metadata carries it here.
 __version__ = importlib.metadata.version("gearjax")

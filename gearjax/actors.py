@@ -41,6 +41,8 @@ from typing import Any
 
 import numpy as np
 
+from gearjax.errors import table_error
+
 # An actor that dies this many times in a row without finishing an episode
 # stops the feeder instead of being replaced again.
 MAX_RESTARTS_IN_A_ROW = 3
@@ -282,7 +284,7 @@ class RayFeeder:
 
 def _is_closed(error: BaseException) -> bool:
     """Whether `error` is the table's own, because it was closed under us."""
-    return isinstance(error, RuntimeError) and "closed" in str(error)
+    return table_error(error) == "closed"
 
 
 def _default_trajectory(episode: dict) -> dict[str, np.ndarray]:

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gearjax import (_checks, _exit, _ffi, _gearjax, _sample, _sample_args, checkpoint,
+from gearjax import (_checks, _exit, _ffi, _gearjax, _sample, _sample_args, checkpoint, errors,
                      rate_limiters)
 from gearjax import state as table_state
 from gearjax._gearjax import NativeTable
@@ -403,7 +403,7 @@ class Table:
     def _check_open(self) -> None:
         _ffi.clear_failed_token()  # see _ffi.clear_failed_token: a retry after an error works
         if self._native.closed:
-            raise RuntimeError(f"{self!r} is closed")
+            raise errors.ClosedError(f"{self!r} is closed")
         # A priority update applied by a GPU stream callback cannot fail its
         # own program; a bad value there is kept and raised (ValueError) by the
         # next call on the table, once (docs: Semantics in jit).
@@ -672,8 +672,11 @@ class Table:
             given to another table call of the function being traced.
           RuntimeError: the table is closed. Errors found when the call runs
             (traced lengths or priorities out of range, a rate-limiter
-            timeout) are raised by XLA (``jax.errors.JaxRuntimeError``, a
-            ``RuntimeError``).
+            timeout) are raised by XLA: ``jax.errors.JaxRuntimeError`` (a
+            ``RuntimeError``), or ``ValueError`` with the same message from a
+            later call of a compiled table-state program on JAX's fast path;
+            :func:`gearjax.table_error` names either (docs: Semantics in jit,
+            "Errors in compiled code").
 
         Shapes, dtypes and columns are checked when traced, and lengths and
         priorities too when they are concrete (NumPy or Python values);
@@ -746,9 +749,12 @@ class Table:
         for (n, column), array in zip(self._columns.items(), arrays):
             check_traced_conversion(n, array.dtype, column.dtype)
         arrays = [a.astype(c.dtype) for a, c in zip(arrays, self._columns.values())]
-        order, keys = _ffi.insert_batch_call(arrays, lengths, priorities,
-                                             handle=self._native.handle, state=order)
-        return self._eager(keys if state is None else (order, keys))
+        try:
+            order, keys = _ffi.insert_batch_call(arrays, lengths, priorities,
+                                                 handle=self._native.handle, state=order)
+            return self._eager(keys if state is None else (order, keys))
+        except ValueError as e:
+            errors.reraise(e)
 
     def _batch_lengths(self, lengths: Any, rows: int, steps: int) -> jax.Array:
         if not isinstance(lengths, jax.core.Tracer):
@@ -899,7 +905,11 @@ class Table:
             ``max_times_sampled``, or ``Prioritized(alpha > 0)`` with every
             priority 0). An eager call waits for its batch, so it raises at
             the call on every platform; a compiled one raises where its
-            program's results are read (on a GPU, not before).
+            program's results are read (on a GPU, not before), and a later
+            call of a compiled table-state program that fails at launch
+            raises ``ValueError`` with the same message (JAX's fast path):
+            :func:`gearjax.table_error` names either (docs: Semantics in jit,
+            "Errors in compiled code").
 
         A trajectory is chosen by ``strategy``, then a window in it by ``cut``:
 
@@ -1000,11 +1010,15 @@ class Table:
                 raise ValueError(f"this table keeps sum trees for at most "
                                  f"{_checks.MAX_PRIORITY_TREES} Prioritized alphas ({alphas}); "
                                  f"Prioritized({args.strategy.alpha}) would be one more")
-        order, batch = _sample.sample(rng_key, order, spec=self._spec,
-                                      batch_size=args.batch_size, window=args.window,
-                                      strategy=args.strategy, pad=args.pad, cut=args.cut_code,
-                                      replace=args.replace, ordered=ordered)
-        return self._eager(batch if state is None else (order, batch))
+        try:
+            order, batch = _sample.sample(rng_key, order, spec=self._spec,
+                                          batch_size=args.batch_size, window=args.window,
+                                          strategy=args.strategy, pad=args.pad,
+                                          cut=args.cut_code, replace=args.replace,
+                                          ordered=ordered)
+            return self._eager(batch if state is None else (order, batch))
+        except ValueError as e:
+            errors.reraise(e)
 
     # ------------------------------------------------------------ priorities
     @overload
@@ -1061,7 +1075,9 @@ class Table:
             table, once).
           RuntimeError: the table is closed. In compiled code on the CPU, a
             priority out of range fails the program when it runs
-            (``jax.errors.JaxRuntimeError``, a ``RuntimeError``; nothing
+            (``jax.errors.JaxRuntimeError``, a ``RuntimeError``, or
+            ``ValueError`` from a later call on JAX's fast path;
+            :func:`gearjax.table_error` says ``"failed"`` for both; nothing
             changes).
 
         Compiled updates run in order with the program's samples and inserts
@@ -1111,9 +1127,13 @@ class Table:
                 keys = keys.astype(jnp.int32)  # int8/int16/uint8/uint16 widen exactly
             if priorities.dtype not in (jnp.float32, jnp.float64):
                 priorities = priorities.astype(_widest_float())
-            order, count = _ffi.update_priorities_call(keys, priorities,
-                                                       handle=self._native.handle, state=order)
-            return self._eager(count if state is None else (order, count))
+            try:
+                order, count = _ffi.update_priorities_call(keys, priorities,
+                                                           handle=self._native.handle,
+                                                           state=order)
+                return self._eager(count if state is None else (order, count))
+            except ValueError as e:
+                errors.reraise(e)
         return self._native.update_priorities(np.ascontiguousarray(keys, np.int64),
                                               _checks.priorities(priorities))
 

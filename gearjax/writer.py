@@ -27,6 +27,7 @@ import numpy as np
 
 from gearjax import _checks
 from gearjax.columns import cast_to_column, numeric_host_array
+from gearjax.errors import ClosedError
 
 OVERFLOWS = ("error", "split")
 # The priority of the pieces of a split episode inserted before it ends (the
@@ -238,10 +239,10 @@ class Writer:
     # ------------------------------------------------------------------ inside
     def _check_open(self) -> None:
         if self._closed:
-            raise RuntimeError("this writer is closed")
+            raise ClosedError("this writer is closed")
         if self._table.closed:
-            raise RuntimeError(f"this writer's table {self._table!r} is closed: its steps "
-                               f"could never be inserted")
+            raise ClosedError(f"this writer's table {self._table!r} is closed: its steps "
+                              f"could never be inserted")
 
     def _validate(self, step: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """The step's values, checked and converted, before anything is

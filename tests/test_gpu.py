@@ -338,11 +338,12 @@ ERROR_PATHS = """
 import jax, jax.numpy as jnp, numpy as np
 import gearjax as gx
 
-def expect(name, call, match):
+def expect(name, call, match, kind):
     try:
         jax.block_until_ready(call())
     except Exception as e:  # noqa: BLE001
         assert match in str(e), (name, str(e)[:300])
+        assert gx.table_error(e) == kind, (name, gx.table_error(e), str(e)[:300])
         gx.clear_errors()
         print("raised", name, flush=True)
         return
@@ -353,29 +354,39 @@ for placement in ("host", "device"):
                        rate_limiter=gx.MinSize(5, timeout=0.05))
     limited.insert({"x": np.zeros(2)})
     held = "rate limiter held sampling back"
-    expect("eager timeout", lambda: limited.sample(jax.random.key(0), 2, 1), held)
+    expect("eager timeout", lambda: limited.sample(jax.random.key(0), 2, 1), held, "timeout")
     expect("jit timeout", lambda: jax.jit(lambda k: limited.sample(k, 2, 1))(jax.random.key(0)),
-           held)
+           held, "timeout")
     expect("state timeout", lambda: jax.jit(lambda s, k: limited.sample(s, k, 2, 1))(
-        limited.state(), jax.random.key(0)), held)
+        limited.state(), jax.random.key(0)), held, "timeout")
     ratio = gx.Table({"x": gx.Column((), "float32")}, 8, 4, placement=placement,
                      rate_limiter=gx.SampleToInsertRatio(1.0, 1, 1.0, timeout=0.05))
     expect("insert_batch timeout", lambda: jax.jit(lambda l: ratio.insert_batch(
-        {"x": jnp.zeros((4, 2))}, l))(jnp.array([2, 2, 2, 2])), "insert_batch stopped after")
+        {"x": jnp.zeros((4, 2))}, l))(jnp.array([2, 2, 2, 2])), "insert_batch stopped after",
+           "timeout")
     table = gx.Table({"x": gx.Column((), "float32")}, 8, 4, placement=placement)
-    expect("empty table", lambda: table.sample(jax.random.key(0), 2, 1), "the table is empty")
+    expect("empty table", lambda: table.sample(jax.random.key(0), 2, 1), "the table is empty",
+           "timeout")
     keys = jnp.asarray([table.insert({"x": np.zeros(2)}) for _ in range(3)], jnp.int32)
     expect("bad length", lambda: jax.jit(lambda l: table.insert_batch(
-        {"x": jnp.zeros((1, 3))}, l))(jnp.array([9])), "nothing was inserted")
+        {"x": jnp.zeros((1, 3))}, l))(jnp.array([9])), "nothing was inserted", "failed")
     update = jax.jit(lambda k, p: table.update_priorities(k, p))
     assert int(update(keys, jnp.array([1.0, jnp.nan, 1.0]))) == -1  # never fails its program
-    expect("deferred NaN", lambda: table.contents(), "earlier GPU program failed")
+    expect("deferred NaN", lambda: table.contents(), "earlier GPU program failed", "failed")
     expect("replace=False shortfall", lambda: table.sample(jax.random.key(1), 5, 1,
-                                                         replace=False), "can serve only")
+                                                         replace=False), "can serve only",
+           "timeout")
     sample = jax.jit(lambda k: table.sample(k, 2, 1).keys)
     jax.block_until_ready(sample(jax.random.key(2)))
     table.close()
-    expect("closed table", lambda: sample(jax.random.key(3)), "is closed")
+    expect("closed table", lambda: sample(jax.random.key(3)), "is closed", "closed")
+    threaded = gx.Table({"x": gx.Column((), "float32")}, 8, 4, placement=placement)
+    threaded.insert({"x": np.zeros(2)})
+    step = jax.jit(lambda s, k: threaded.sample(s, k, 2, 1))
+    state = jax.block_until_ready(step(threaded.state(), jax.random.key(4)))[0]
+    threaded.close()  # the next call is on JAX's C++ fast path
+    expect("closed table, a later table-state call", lambda: step(state, jax.random.key(5)),
+           "is closed", "closed")
     limited.close()
     ratio.close()
     print("alive", placement, flush=True)

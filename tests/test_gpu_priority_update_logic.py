@@ -71,6 +71,7 @@ def test_a_bad_value_changes_nothing_counts_minus_one_and_is_raised_once(table, 
     with pytest.raises(ValueError, match=DEFERRED) as raised:
         table.contents()
     assert "entry 1" in str(raised.value)
+    assert gx.table_error(raised.value) == "failed"
     assert priorities(table) == before  # raised once; the good entries were not applied either
     assert table.stats()["priority_updates"] == 0
 
@@ -82,8 +83,9 @@ def test_the_next_program_on_the_table_raises_it(table, native_testing):
 
     sample(jax.random.key(0))  # traced and compiled now: the FFI handler raises it below
     native_testing.staged_update(table.handle, np.array([0], np.int64), np.array([np.nan]))
-    with pytest.raises(jax.errors.JaxRuntimeError, match=DEFERRED):
+    with pytest.raises(jax.errors.JaxRuntimeError, match=DEFERRED) as raised:
         jax.block_until_ready(sample(jax.random.key(0)))
+    assert gx.table_error(raised.value) == "failed"
     gx.clear_errors()  # the failed program's token (docs: Semantics in jit, "Errors in compiled code")
     assert sample(jax.random.key(0)).shape == (4,)  # once only
 

@@ -68,8 +68,8 @@ def test_a_timeout_is_a_failed_precondition_never_deadline_exceeded(form):
         with pytest.raises(jax.errors.JaxRuntimeError) as error:
             jax.block_until_ready(calls[form]())
         message = str(error.value)
-        assert message.startswith("FAILED_PRECONDITION: gearjax: cannot sample 2 items: the rate "
-                                  "limiter held sampling back"), message
+        assert message.startswith("FAILED_PRECONDITION: gearjax [timeout]: cannot sample 2 items: "
+                                  "the rate limiter held sampling back"), message
         assert "DEADLINE_EXCEEDED" not in message
         gx.clear_errors()
 

@@ -74,15 +74,22 @@ inline xla::ffi::Error Fail(const std::string& what) {
 // DEADLINE_EXCEEDED: jax 0.11's GPU runtime took that code from a custom call
 // for its own collective timeouts and crashed the process (SIGSEGV; the first
 // GPU run, 2026-11-26), while the codes used here came back as Python errors.
-// One code per failure on every platform, so the CPU and the GPU agree.
+// One code per failure on every platform, so the CPU and the GPU agree. The
+// two FAILED_PRECONDITION kinds carry a tag, "gearjax [timeout]:" and
+// "gearjax [closed]:", because JAX hands a failure to Python as one of two
+// classes depending on how the program was dispatched (docs: Semantics in
+// jit, "Errors in compiled code"): gearjax.table_error reads the kind from the
+// tag, never from the rest of the message, which may hold a table's name.
 inline xla::ffi::Error FromException(std::exception_ptr p) {
   namespace ffi = xla::ffi;
   try {
     std::rethrow_exception(p);
   } catch (const Timeout& e) {
-    return ffi::Error(ffi::ErrorCode::kFailedPrecondition, std::string("gearjax: ") + e.what());
+    return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
+                      std::string("gearjax [timeout]: ") + e.what());
   } catch (const Closed& e) {
-    return ffi::Error(ffi::ErrorCode::kFailedPrecondition, std::string("gearjax: ") + e.what());
+    return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
+                      std::string("gearjax [closed]: ") + e.what());
   } catch (const std::exception& e) {
     return Fail(e.what());
   }

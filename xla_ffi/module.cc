@@ -391,15 +391,12 @@ nb::dict Enums() {
 
 NB_MODULE(_gearjax, m) {
   using gearjax::NativeTable;
-  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
-    try {
-      std::rethrow_exception(p);
-    } catch (const gearjax::Timeout& e) {
-      PyErr_SetString(PyExc_TimeoutError, e.what());
-    } catch (const gearjax::Closed& e) {
-      PyErr_SetString(PyExc_RuntimeError, e.what());
-    }
-  });
+  // The core's failures, as subclasses of the built-in classes the docs name
+  // (TimeoutError, RuntimeError, ValueError), so gearjax.table_error tells
+  // them from other errors of those classes by type, never by message.
+  nb::exception<gearjax::Timeout>(m, "TableTimeoutError", PyExc_TimeoutError);
+  nb::exception<gearjax::Closed>(m, "TableClosedError", PyExc_RuntimeError);
+  nb::exception<gearjax::FailedEarlier>(m, "TableFailedEarlierError", PyExc_ValueError);
 
   nb::class_<NativeTable>(m, "NativeTable")
       .def(nb::init<const std::string&,

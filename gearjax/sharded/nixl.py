@@ -43,6 +43,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from gearjax.errors import ClosedError
 from gearjax.sharded import coordination
 from gearjax.sharded.one_sided import (MAX_UPDATE_ENTRIES, OneSidedReader, aligned_zeros,
                                        ShardUnavailable, strategy_key, update_message)
@@ -188,7 +189,7 @@ class Transport(OneSidedReader):
     # ------------------------------------------------------------ the reader
     def _check_open(self) -> None:
         if self._agent is None:
-            raise RuntimeError("this sharded table is closed")
+            raise ClosedError("this sharded table is closed")
 
     def _peer(self, shard: int, version: int = 1) -> str:
         """The agent name of a shard's owner, with its metadata of at least

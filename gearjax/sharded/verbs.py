@@ -52,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from gearjax.errors import ClosedError
 from gearjax.sharded import coordination
 from gearjax.sharded.one_sided import (OneSidedReader, ShardUnavailable, aligned_zeros,
                                        strategy_key, update_message)
@@ -353,7 +354,7 @@ class Transport(OneSidedReader):
     # ------------------------------------------------------------ the reader
     def _check_open(self) -> None:
         if self._ctx is None:
-            raise RuntimeError("this sharded table is closed")
+            raise ClosedError("this sharded table is closed")
 
     def _staging(self, name: str, size: int) -> np.ndarray:
         with self._lock:

@@ -41,4 +41,12 @@ class Closed : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A call that failed after it returned (a GPU priority update applied by a
+// stream callback), raised by the next call on the table: surfaces as
+// ValueError in Python, a class gearjax.table_error knows.
+class FailedEarlier : public InvalidArgument {
+ public:
+  using InvalidArgument::InvalidArgument;
+};
+
 }  // namespace gearjax

@@ -27,7 +27,7 @@ void DeferredError::Raise(const std::string& what) {
     first_.clear();
     pending_.store(false, std::memory_order_relaxed);
   }
-  throw InvalidArgument(message);
+  throw FailedEarlier(message);
 }
 
 }  // namespace gearjax

@@ -111,23 +111,26 @@ TEST(TableModes, FullWindowsDrawOnlyLongEnoughTrajectories) {
   }
 }
 
+// A shortfall that does not wait (no rate limiter) is a Timeout, as an empty
+// table is: the kind gearjax.table_error calls "timeout".
 TEST(TableModes, ShortfallsRaiseAndTakeNoTicket) {
   Table table(Spec(8));
   Put(table, 2);
   Put(table, 3);
-  EXPECT_THROW(Sample(table, Request(Strategy::kUniform, 1, 4, Cut::kFull)), InvalidArgument);
+  EXPECT_THROW(Sample(table, Request(Strategy::kUniform, 1, 4, Cut::kFull)), Timeout);
   EXPECT_THROW(Sample(table, Request(Strategy::kUniform, 3, 2, Cut::kStart, false)),
-               InvalidArgument);
+               Timeout);
   EXPECT_THROW(Sample(table, Request(Strategy::kRecent, 2, 2, Cut::kStart, false, 1)),
-               InvalidArgument);
+               Timeout);
   EXPECT_EQ(table.GetStats().samples_in_flight, 0);
   EXPECT_EQ(table.GetStats().counters.samples, 0);
   try {
     Sample(table, Request(Strategy::kUniform, 3, 3, Cut::kFull, false));
     FAIL();
-  } catch (const InvalidArgument& e) {
+  } catch (const Timeout& e) {
     EXPECT_NE(std::string(e.what()).find("at least window=3"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("only 1 draws"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("does not wait"), std::string::npos) << e.what();
   }
 }
 
@@ -170,7 +173,7 @@ TEST(TableModes, MaxTimesSampledCountsAcrossSamplesAndRestores) {
   Sample(table, Request(Strategy::kUniform, 2, 2, Cut::kStart));
   EXPECT_EQ(table.PinItems()[0].times_sampled, 2);
   table.UnpinSlots({table.key_layout().Slot(a)});
-  EXPECT_THROW(Sample(table, Request(Strategy::kUniform, 2, 2, Cut::kStart)), InvalidArgument);
+  EXPECT_THROW(Sample(table, Request(Strategy::kUniform, 2, 2, Cut::kStart)), Timeout);
   EXPECT_EQ(table.GetStats().size, 1);  // a refused sample counts nothing
   EXPECT_THROW(table.RestoreTimesSampled(a, 3), InvalidArgument);
   EXPECT_THROW(table.RestoreTimesSampled(a + 1, 0), InvalidArgument);

@@ -129,7 +129,10 @@ uint64_t Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* dra
     int64_t servable = CandidatesLocked(r);
     if (servable < n) {
       const double timeout = spec_.limiter.timeout_seconds;
-      if (timeout == 0) throw InvalidArgument(ShortfallLocked(r, servable));
+      // Too few items and no waiting: a Timeout, as an empty table is, so a
+      // caller that retries a timed-out sample retries this one too.
+      if (timeout == 0) throw Timeout(ShortfallLocked(r, servable) + " (sampling does not wait "
+                                      "here: the table has no rate limiter, or its timeout is 0)");
       const CountedWait counted(waiting_);
       const auto deadline = Clock::now() + std::chrono::duration<double>(timeout);
       if (!changed_.wait_until(lock, deadline, [&] {

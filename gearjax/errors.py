@@ -1,0 +1,98 @@
+"""What a failed table call raises, and ``table_error``, which names the failure
+whatever class carried it.
+
+A table call can fail as it runs, after its arguments were accepted, in three
+ways: the table is closed (``"closed"``), the call could not go ahead in time
+(``"timeout"``: a rate limiter held it past its timeout, or a sample found too
+few items and does not wait), or it failed for a reason its message gives
+(``"failed"``: a NaN priority computed inside the program, a GPU error).
+
+The class that carries such a failure depends on how the call ran, and for
+compiled programs that is JAX's choice, not gearjax's:
+
+- ``Table`` methods called eagerly raise ``jax.errors.JaxRuntimeError`` (a
+  ``RuntimeError``) for a failure of the call's program, ``RuntimeError`` for a
+  table closed before the call, ``TimeoutError`` for a host insert held back,
+  ``ValueError`` for a GPU priority update that failed after its program
+  returned (raised by the next call).
+- A program you compile raises ``jax.errors.JaxRuntimeError`` when JAX runs it
+  through its Python dispatch (the first call, and every call of a program
+  with the stateless form's ordered effect) or when the failure surfaces as
+  its results are read, but ``ValueError`` with the same message when JAX's
+  C++ fast dispatch path (later calls of a table-state program) sees the
+  failure while launching it: jaxlib turns every failed launch there into a
+  ``ValueError``. On the CPU, XLA runs programs it judges cheap at launch, so
+  a small program's failures show at the call as ``ValueError`` and a large
+  one's at the read as ``JaxRuntimeError``.
+
+So ``except RuntimeError`` around a compiled step misses some failures, and
+``except ValueError`` would also catch argument errors raised while tracing.
+Catch both and ask ``table_error`` whether the error is a table's::
+
+    try:
+        state, batch = step(state, key)
+    except (jax.errors.JaxRuntimeError, ValueError) as e:
+        if gx.table_error(e) != "timeout":
+            raise
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal, NoReturn
+
+import jax
+
+from gearjax import _gearjax
+
+TableErrorKind = Literal["closed", "timeout", "failed"]
+
+# A failure XLA carries: its status code, then the handler's own prefix
+# (xla_ffi/ffi_common.h: FromException), whose tag says the kind.
+_CARRIED = re.compile(r"\b(FAILED_PRECONDITION|INVALID_ARGUMENT): gearjax(?: \[(closed|timeout)\])?: ")
+
+# Raised by the Python layer for a table, writer or sharded table closed
+# before the call: the native class, so one class means "closed" everywhere.
+ClosedError = _gearjax.TableClosedError
+
+
+def table_error(error: BaseException) -> TableErrorKind | None:
+    """Names a table's failure, whichever class carried it.
+
+    Args:
+      error: any exception.
+
+    Returns:
+      ``"closed"`` for a call on a closed table (or writer, or sharded
+      table), ``"timeout"`` for a call that could not go ahead in time (a rate
+      limiter's timeout, a sample of too few items that does not wait, an
+      insert held back), ``"failed"`` for a call that failed as it ran for
+      another reason its message gives (a NaN priority inside a program, a
+      GPU error, a GPU priority update that failed after its program
+      returned); ``None`` for any other error, including the ``ValueError``
+      and ``TypeError`` that refuse bad arguments before anything runs.
+    """
+    if isinstance(error, _gearjax.TableClosedError):
+        return "closed"
+    if isinstance(error, _gearjax.TableTimeoutError):
+        return "timeout"
+    if isinstance(error, _gearjax.TableFailedEarlierError):
+        return "failed"
+    if not isinstance(error, (RuntimeError, ValueError)):
+        return None
+    match = _CARRIED.search(str(error))
+    if match is None:
+        return None
+    if match.group(1) == "INVALID_ARGUMENT":
+        return "failed"
+    return match.group(2) or "failed"  # type: ignore[return-value]
+
+
+def reraise(error: ValueError) -> NoReturn:
+    """Raises `error` as an eager ``Table`` call does: a table failure that
+    JAX's fast dispatch path carried as a ``ValueError`` becomes the
+    ``jax.errors.JaxRuntimeError`` its Python path raises, with the same
+    message and traceback; anything else is raised as it is."""
+    if table_error(error) is None or isinstance(error, _gearjax.TableFailedEarlierError):
+        raise error
+    raise jax.errors.JaxRuntimeError(str(error)).with_traceback(error.__traceback__) from None
