@@ -64,6 +64,29 @@ def test_auto_placement_follows_free_gpu_memory():
     assert not _resolve_placement("auto", int(AUTO_DEVICE_FRACTION * free) + (1 << 30))
 
 
+@pytest.mark.parametrize("strategy", [gx.Uniform(), gx.Prioritized(0.7), gx.TopK(5)],
+                         ids=lambda s: type(s).__name__)
+def test_gpu_samples_report_themselves_done_through_the_ring(gpu_table, strategy):
+    """Nothing but the kernels goes on the stream for a sample: its ticket
+    comes back when the gather's last block writes it into the table's
+    completion ring (xla_ffi/core/gpu_completions.h), which the host reads
+    when asked. Once the results are ready no sample is in flight, and a
+    writer that evicts, in a thread, gets its slot."""
+    table, _ = gpu_table
+    with on("gpu"):
+        step = jax.jit(lambda s, k: table.sample(s, k, 16, 3, strategy))
+        state = table.state()
+        for i in range(50):
+            state, batch = step(state, jax.random.key(i))
+        jax.block_until_ready(batch)
+    assert table.stats()["samples_in_flight"] == 0
+    done = threading.Event()
+    threading.Thread(target=lambda: (table.insert(
+        {name: np.zeros((2, *c.shape), c.dtype) for name, c in COLUMNS.items()}),
+        done.set()), daemon=True).start()
+    assert done.wait(30), "an insert waited on samples the ring had reported done"
+
+
 @pytest.mark.parametrize("placement", ["host", "device"])
 def test_gpu_insert_batch_inside_jit(placement):
     """What test_insert_batch.py checks on the CPU, through the CUDA handler."""

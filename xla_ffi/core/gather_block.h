@@ -13,6 +13,7 @@
 
 #include "common.h"
 #include "draw.h"
+#include "completion_block.h"
 #include "window.h"
 
 namespace gearjax {
@@ -37,6 +38,9 @@ struct GatherParams {
   float* probability;
   int64_t* table_size;
   int32_t* valid;
+  // Where the gather's blocks report the sample done (gpu_completions.h);
+  // done == nullptr: its ticket is returned some other way.
+  CompletionView completion;
   GatherColumn columns[kMaxGpuColumns];
 };
 

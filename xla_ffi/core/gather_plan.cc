@@ -32,10 +32,12 @@ GatherParams PlanGather(const Table& table, const Draw* draws, int64_t batch, in
 
 void EmulateGather(const GatherParams& params, int64_t threads) {
   const int64_t parts = GatherParts(params);
+  const uint64_t blocks = static_cast<uint64_t>(params.batch * params.num_columns * parts);
   for (int64_t b = 0; b < params.batch; ++b) {
     for (int c = 0; c < params.num_columns; ++c) {
       for (int64_t z = 0; z < parts; ++z) {
         for (int64_t t = 0; t < threads; ++t) GatherBlock(params, b, c, z, t, threads);
+        CompleteBlock(params.completion, blocks);  // as the kernel's thread 0 does
       }
     }
   }

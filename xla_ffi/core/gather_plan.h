@@ -19,7 +19,8 @@ GatherParams PlanGather(const Table& table, const Draw* draws, int64_t batch, in
                         bool pad_left, const SampleOutputs& out, const uint8_t* arena);
 
 // Runs every block of the gather, emulating `threads` threads per block one
-// after another (blocks and threads write disjoint bytes, so order is free).
+// after another (blocks and threads write disjoint bytes, so order is free),
+// each block reporting itself done as the kernel's do (CompleteBlock).
 void EmulateGather(const GatherParams& params, int64_t threads);
 
 }  // namespace gearjax

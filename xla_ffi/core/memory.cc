@@ -60,6 +60,8 @@ void ReleaseDevice(const DeviceMemory* memory, void* device) {
 StreamCallbackScope::StreamCallbackScope() { ++callback_depth; }
 StreamCallbackScope::~StreamCallbackScope() { --callback_depth; }
 
+bool InStreamCallback() { return callback_depth > 0; }
+
 size_t DrainDeferredReleases() {
   DeferredQueue& q = Queue();
   if (callback_depth > 0 || q.size.load() == 0) return 0;

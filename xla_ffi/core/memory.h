@@ -65,6 +65,9 @@ class StreamCallbackScope {
   StreamCallbackScope& operator=(const StreamCallbackScope&) = delete;
 };
 
+// Whether this thread is inside a StreamCallbackScope.
+bool InStreamCallback();
+
 // Does the queued releases (none when called inside a StreamCallbackScope);
 // returns how many. Cheap when the queue is empty (one atomic load).
 size_t DrainDeferredReleases();

@@ -1,13 +1,17 @@
 // Tests of the sample tickets: tickets increase, QuietSince sees exactly the
 // samples that drew at or before a ticket, returns from other threads (in
 // any order, with no table mutex) are all drained, and a ticket returned
-// twice or never given changes nothing.
+// twice or never given changes nothing. Tickets handed to the device come back
+// only when the GPU completion ring says so, never from a stale report, and a
+// ticket is told which earlier ticket in flight shares its ring place.
 #include "core/sample_tickets.h"
 
 #include <gtest/gtest.h>
 
 #include <thread>
 #include <vector>
+
+#include "core/gpu_completions.h"
 
 namespace gearjax {
 namespace {
@@ -67,6 +71,68 @@ TEST(SampleTickets, ReturnsFromManyThreadsAreAllDrained) {
   for (std::thread& th : threads) th.join();
   EXPECT_EQ(t.in_flight(), 0);
   EXPECT_TRUE(t.QuietSince(tickets.back()));
+}
+
+TEST(SampleTickets, ATicketOnTheDeviceComesBackWhenTheRingSaysSo) {
+  GpuCompletions ring;
+  SampleTickets tickets;
+  tickets.SetCompletions(&ring);
+  const uint64_t a = tickets.Take(), b = tickets.Take();
+  tickets.HandToDevice(a);
+  tickets.Return(b);
+  EXPECT_EQ(tickets.in_flight(), 1);
+  EXPECT_EQ(tickets.on_device(), 1);
+  EXPECT_FALSE(tickets.QuietSince(a));
+  CompleteBlock(ring.View(a, GpuCompletions::kEmulated), 1);
+  EXPECT_TRUE(tickets.QuietSince(b));
+  EXPECT_EQ(tickets.on_device(), 0);
+  EXPECT_EQ(tickets.in_flight(), 0);
+}
+
+TEST(SampleTickets, AStaleReportInThePlaceIsNotThisTickets) {
+  GpuCompletions ring;
+  SampleTickets tickets;
+  tickets.SetCompletions(&ring);
+  const uint64_t first = tickets.Take();
+  tickets.HandToDevice(first);
+  CompleteBlock(ring.View(first, GpuCompletions::kEmulated), 1);
+  EXPECT_EQ(tickets.in_flight(), 0);
+  for (uint64_t i = 1; i < GpuCompletions::kSize; ++i) tickets.Return(tickets.Take());
+  const uint64_t again = tickets.Take();
+  ASSERT_EQ(again, first + GpuCompletions::kSize);
+  tickets.HandToDevice(again);
+  EXPECT_EQ(tickets.on_device(), 1);  // the place holds `first`, not `again`
+  CompleteBlock(ring.View(again, GpuCompletions::kEmulated), 1);
+  EXPECT_EQ(tickets.on_device(), 0);
+}
+
+TEST(SampleTickets, SharesPlaceWithNamesTheEarlierTicketStillInFlight) {
+  SampleTickets tickets;
+  constexpr uint64_t kRing = 8;
+  const uint64_t first = tickets.Take();  // 1
+  for (int i = 0; i < 7; ++i) tickets.Return(tickets.Take());
+  const uint64_t ninth = tickets.Take();  // 9: place 1, like `first`
+  EXPECT_EQ(tickets.SharesPlaceWith(ninth, kRing), first);
+  EXPECT_EQ(tickets.SharesPlaceWith(first, kRing), 0u);  // nothing before it
+  tickets.Return(first);
+  EXPECT_EQ(tickets.SharesPlaceWith(ninth, kRing), 0u);
+  for (int i = 0; i < 7; ++i) tickets.Return(tickets.Take());
+  const uint64_t seventeenth = tickets.Take();  // place 1 again: 9 is still in flight
+  EXPECT_EQ(tickets.SharesPlaceWith(seventeenth, kRing), ninth);
+  EXPECT_EQ(tickets.SharesPlaceWith(seventeenth, 0), 0u);  // no ring
+}
+
+TEST(SampleTickets, ATicketHandedOverAndReturnedByHandIsBackOnce) {
+  GpuCompletions ring;
+  SampleTickets tickets;
+  tickets.SetCompletions(&ring);
+  const uint64_t a = tickets.Take();
+  tickets.HandToDevice(a);
+  tickets.Return(a);  // e.g. a handler that waited for its stream after all
+  EXPECT_EQ(tickets.in_flight(), 0);
+  EXPECT_EQ(tickets.on_device(), 0);
+  CompleteBlock(ring.View(a, GpuCompletions::kEmulated), 1);  // a late report changes nothing
+  EXPECT_EQ(tickets.in_flight(), 0);
 }
 
 }  // namespace

@@ -71,7 +71,60 @@ Table::Table(TableSpec spec)
   }
 }
 
-Table::~Table() = default;
+Table::~Table() { WaitForDeviceTickets(); }
+
+void Table::WaitForDeviceTickets() {
+  // Kernels handed tickets (HandToDevice) may still read the arena and the
+  // selection state: they were enqueued by handlers that no longer hold the
+  // table. Wait for the GPU to say they are done; if it never does (a hung
+  // or failed stream), keep the memory rather than free it under a kernel.
+  if (completions_.load(std::memory_order_acquire) == nullptr) return;
+  std::unique_lock<std::mutex> lock(mu_);
+  // Inside a stream callback (a sharded sample's host function dropped the
+  // last reference) the kernels still to report may be queued behind the
+  // callback itself: do not wait there.
+  const auto deadline = Clock::now() + std::chrono::seconds(InStreamCallback() ? 0 : 60);
+  if (WaitForTickets(lock, deadline, [&] { return tickets_.on_device() == 0; })) return;
+  // Kept for the life of the process (reachable, so no leak checker flags it).
+  static std::mutex kept_mu;
+  static std::vector<std::shared_ptr<void>> kept;
+  std::lock_guard<std::mutex> keep(kept_mu);
+  for (std::shared_ptr<void>& block : TakeMemoryLocked()) kept.push_back(std::move(block));
+  kept.push_back(std::shared_ptr<GpuCompletions>(std::move(completions_owner_)));
+}
+
+void Table::UseGpuCompletions(const DeviceMemory* memory, int device) {
+  const GpuCompletions* made = completions_.load(std::memory_order_acquire);
+  if (made != nullptr && made->HasDevice(device)) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckOpenLocked();
+  if (completions_owner_ == nullptr) {
+    auto completions = std::make_unique<GpuCompletions>();
+    completions->AddDevice(device, memory);
+    completions_owner_ = std::move(completions);
+    tickets_.SetCompletions(completions_owner_.get());
+    completions_.store(completions_owner_.get(), std::memory_order_release);
+  } else {
+    completions_owner_->AddDevice(device, memory);
+  }
+}
+
+uint64_t Table::TakeTicketLocked(std::unique_lock<std::mutex>& lock) {
+  const uint64_t ticket = tickets_.Take();
+  if (completions_.load(std::memory_order_relaxed) == nullptr) return ticket;
+  // Almost never waits: only when GpuCompletions::kSize later tickets were
+  // taken while an earlier one in the same place is still in flight.
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  if (!WaitForTickets(lock, deadline, [&] {
+        return tickets_.SharesPlaceWith(ticket, GpuCompletions::kSize) == 0;
+      })) {
+    tickets_.Return(ticket);
+    throw Timeout("a GPU sample " + std::to_string(GpuCompletions::kSize) +
+                  " samples earlier has not finished in 60 s (a GPU stream that does not "
+                  "progress?)");
+  }
+  return ticket;
+}
 
 void Table::CheckDevice(int device) const {
   const int home = device_ordinal_;

@@ -50,6 +50,7 @@
 #include "deferred_error.h"
 #include "draw.h"
 #include "exchange_counters.h"
+#include "gpu_completions.h"
 #include "gpu_selection.h"
 #include "limits.h"
 #include "rate_limiter.h"
@@ -194,6 +195,29 @@ class Table {
   // the request is selected on the host (SelectsOnHost).
   uint64_t BeginGpuSample(const SampleRequest& request, GpuSelection* selection);
   void EndSample(uint64_t ticket);
+  // Instead of EndSample: the ticket comes back when the GPU writes it into
+  // the completion ring (gpu_completions.h), after the kernels enqueued for
+  // the sample, which were given CompletionFor(ticket). From any thread.
+  void HandToDevice(uint64_t ticket) { tickets_.HandToDevice(ticket); }
+  // The completion ring of this table's GPU samples, made on first use, and
+  // GPU `device`'s block counts in `memory` (the CUDA handlers' GPU memory,
+  // `device` current on this thread; GpuCompletions::kEmulated with nullptr
+  // for emulations on the CPU). One atomic load once both exist. Throws
+  // Closed after Close. Tickets taken after this call can be handed to the
+  // device.
+  void UseGpuCompletions(const DeviceMemory* memory, int device);
+  // Tickets handed to the device that its kernels have not reported yet.
+  int64_t TicketsOnDevice() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return tickets_.on_device();
+  }
+  // What the last kernel of the sample with `ticket`, on GPU `device`,
+  // reports through (UseGpuCompletions first).
+  CompletionView CompletionFor(uint64_t ticket, int device) const {
+    const GpuCompletions* completions = completions_.load(std::memory_order_acquire);
+    if (completions == nullptr) throw InvalidArgument("this table has no GPU completion ring");
+    return completions->View(ticket, device);
+  }
 
   // The totals of a Uniform, Timestep or Prioritized request, in one
   // consistent snapshot. Creates the Prioritized alpha's sum tree if the table
@@ -305,14 +329,17 @@ class Table {
   void CountDrawLocked(int64_t slot, uint64_t ticket);
   // changed_.wait_until in slices of at most 1 ms: EndSample
   // notifies without the table's mutex, so a waiter for tickets may miss one
-  // notification and would otherwise sleep to its deadline.
+  // notification and would otherwise sleep to its deadline. While tickets are
+  // on the device, which notifies nobody, in slices of 50 us: the waiter
+  // reads the completion ring that often.
   template <typename TimePoint, typename Predicate>
   bool WaitForTickets(std::unique_lock<std::mutex>& lock, TimePoint deadline, Predicate done) {
-    constexpr auto kSlice = std::chrono::milliseconds(1);
     while (!done()) {
       const auto now = Clock::now();
       if (now >= deadline) return false;
-      const auto slice_end = now + kSlice;
+      const auto slice_end =
+          now + (tickets_.has_on_device() ? std::chrono::microseconds(50)
+                                          : std::chrono::microseconds(1000));
       if (deadline < slice_end) {
         changed_.wait_until(lock, deadline);
       } else {
@@ -322,6 +349,11 @@ class Table {
     return true;
   }
   bool InsideLocked() const;  // a sample, reader or writer is inside the table
+  // Takes the next sample ticket; with a completion ring, first waits until
+  // no earlier ticket in flight shares its place (gpu_completions.h).
+  uint64_t TakeTicketLocked(std::unique_lock<std::mutex>& lock);
+  // ~Table: waits for the GPU samples still reading the table's memory.
+  void WaitForDeviceTickets();
   int64_t AcquireSlotLocked(std::unique_lock<std::mutex>& lock, bool* evicted);
   // An insert's slot: waits on the limiter (not for restores,
   // restore_slot >= 0), takes a slot (evicting by the remover), and waits for
@@ -387,6 +419,9 @@ class Table {
   // Samples in flight: taken under mu_, returned by EndSample without it (it
   // runs in GPU stream callbacks, which must not wait behind the table's).
   mutable SampleTickets tickets_;
+  // Made by UseGpuCompletions (under mu_; read without it once made).
+  std::unique_ptr<GpuCompletions> completions_owner_;
+  std::atomic<GpuCompletions*> completions_{nullptr};
   std::atomic<int64_t> staged_updates_{0};
   DeferredError deferred_;  // DeferError's, raised by RaiseDeferredError
   Counters counters_;

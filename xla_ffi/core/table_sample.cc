@@ -185,7 +185,7 @@ uint64_t Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* dra
   }
   counters_.samples += static_cast<double>(n);
   changed_.notify_all();  // inserters and other samplers may be waiting
-  return tickets_.Take();
+  return TakeTicketLocked(lock);
 }
 
 bool Table::SelectFullLocked(const SampleRequest& r, const uint32_t seed[2], const double* u,
@@ -366,7 +366,7 @@ uint64_t Table::BeginGpuSample(const SampleRequest& r, GpuSelection* selection) 
   *selection = s;
   counters_.samples += static_cast<double>(r.batch);
   changed_.notify_all();  // inserters may be waiting on the limiter
-  return tickets_.Take();
+  return TakeTicketLocked(lock);
 }
 
 void Table::EndSample(uint64_t ticket) {

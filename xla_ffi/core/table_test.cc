@@ -13,7 +13,9 @@
 #include <thread>
 #include <vector>
 
+#include "core/gpu_completions.h"
 #include "core/limits.h"
+#include "core/memory.h"
 
 namespace gearjax {
 namespace {
@@ -429,6 +431,74 @@ TEST(Table, TicketsReturnedFromManyThreadsReleaseEveryWaitingWriter) {
   EXPECT_EQ(table.GetStats().samples_in_flight, 0);
   EXPECT_EQ(table.GetStats().counters.inserts, 8);
   EXPECT_TRUE(table.Close(1.0));
+}
+
+// A sample handed to the device (the CUDA handlers' way) holds the table's
+// memory until its kernel reports it in the completion ring: a table dropped
+// meanwhile waits for the report before it frees anything.
+TEST(Table, ATableDroppedWithASampleOnTheDeviceWaitsForItsReport) {
+  auto table = std::make_unique<Table>(Spec(4));
+  Put(*table, 3, 1.0, 7);
+  table->UseGpuCompletions(nullptr, GpuCompletions::kEmulated);
+  const uint64_t ticket = HoldSample(*table, 2);
+  const CompletionView kernel = table->CompletionFor(ticket, GpuCompletions::kEmulated);
+  table->HandToDevice(ticket);
+  EXPECT_EQ(table->TicketsOnDevice(), 1);
+  std::atomic<bool> freed{false};
+  std::thread dropper([&] {
+    table.reset();
+    freed = true;
+  });
+  std::this_thread::sleep_for(100ms);
+  EXPECT_FALSE(freed) << "the table was freed under a kernel still reading it";
+  CompleteBlock(kernel, 1);
+  dropper.join();
+  EXPECT_TRUE(freed);
+}
+
+// Inside a stream callback the report may be queued behind the callback: the
+// table does not wait there, and keeps its memory (and the ring the kernel
+// still writes) for the life of the process instead.
+TEST(Table, ATableDroppedInAStreamCallbackKeepsItsMemoryForTheKernel) {
+  auto table = std::make_unique<Table>(Spec(4));
+  Put(*table, 3, 1.0, 7);
+  table->UseGpuCompletions(nullptr, GpuCompletions::kEmulated);
+  const uint64_t ticket = HoldSample(*table, 2);
+  const CompletionView kernel = table->CompletionFor(ticket, GpuCompletions::kEmulated);
+  table->HandToDevice(ticket);
+  const auto started = std::chrono::steady_clock::now();
+  {
+    StreamCallbackScope callback;
+    table.reset();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 5s);
+  CompleteBlock(kernel, 1);  // the ring is still there to write
+  EXPECT_EQ(kernel.done[ticket % kernel.size], ticket);
+}
+
+// A writer that needs a slot a device sample may read reads the ring for it
+// (no one notifies it) and goes on soon after the report.
+TEST(Table, AWriterGoesOnSoonAfterTheRingReportsTheSample) {
+  Table table(Spec(2));
+  Put(table, 2, 1.0, 1);
+  Put(table, 2, 1.0, 2);  // full: the next insert evicts
+  table.UseGpuCompletions(nullptr, GpuCompletions::kEmulated);
+  const uint64_t ticket = HoldSample(table, 2);
+  const CompletionView kernel = table.CompletionFor(ticket, GpuCompletions::kEmulated);
+  table.HandToDevice(ticket);
+  std::atomic<bool> inserted{false};
+  std::thread writer([&] {
+    Put(table, 2, 1.0, 3);
+    inserted = true;
+  });
+  std::this_thread::sleep_for(100ms);
+  EXPECT_FALSE(inserted);
+  const auto reported = std::chrono::steady_clock::now();
+  CompleteBlock(kernel, 1);
+  writer.join();
+  // Polled every 50 us: far sooner than the 1 ms slices of returned tickets.
+  EXPECT_LT(std::chrono::steady_clock::now() - reported, 500ms);
+  EXPECT_EQ(table.TicketsOnDevice(), 0);
 }
 
 }  // namespace

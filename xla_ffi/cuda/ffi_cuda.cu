@@ -6,13 +6,16 @@
 //   and the sum trees, keys and lengths in mapped memory (select.cu); no host
 //   synchronisation. Slot protocol: the handler takes a ticket
 //   (Table::BeginGpuSample, which also applies the rate limiter) before
-//   enqueueing the kernels, and a host function enqueued after them returns
-//   it (Table::EndSample). A writer that evicts a slot waits for every ticket
-//   taken before the eviction; samples enqueued later never draw the slot.
-// * TopK, Recent (order statistics, host-only structures): selected on the
-//   host. The seed is copied back with a stream synchronisation, the rows are
-//   drawn (Table::Select, which takes a ticket), the draws are uploaded, and
-//   a host function returns the ticket after the gather.
+//   enqueueing the kernels, and the gather kernel's last block writes it into
+//   the table's completion ring when every block has read its rows
+//   (core/gpu_completions.h): nothing but the two kernels goes on the stream.
+//   A writer that evicts a slot waits for every ticket taken before the
+//   eviction (reading the ring); samples enqueued later never draw the slot.
+// * TopK, Recent and constrained samples (order statistics, host-only
+//   structures): selected on the host. The seed is copied back with a stream
+//   synchronisation, the rows are drawn (Table::Select, which takes a
+//   ticket), the draws are uploaded, and the gather returns the ticket
+//   through the ring as above.
 //
 // Priority updates never wait for the stream: the keys and priorities are
 // copied into pinned host memory and a host function applies them in stream
@@ -145,15 +148,12 @@ std::string CudaError(const char* what, cudaError_t error) {
 }
 
 // Selection and gather both on the GPU (sum-tree strategies).
-ffi::Error SampleOnDevice(cudaStream_t stream, ffi::ScratchAllocator& scratch,
+ffi::Error SampleOnDevice(cudaStream_t stream, ffi::ScratchAllocator& scratch, int device,
                           const uint32_t* seed, const std::shared_ptr<Table>& table,
                           const SampleRequest& request, int64_t width, bool pad_left,
                           const SampleOutputs& out) {
   GpuSelection selection;
-  auto pending = std::make_unique<PendingTicket>();
-  pending->table = table;
-  pending->tickets.push_back(table->BeginGpuSample(request, &selection));
-  TicketGuard ticket(std::move(pending), stream);
+  DeviceTicket ticket(table, table->BeginGpuSample(request, &selection), device, stream);
 
   const std::optional<void*> draws = scratch.Allocate(request.batch * sizeof(Draw), 16);
   if (!draws.has_value()) return Fail("could not allocate scratch memory for the draws");
@@ -161,12 +161,13 @@ ffi::Error SampleOnDevice(cudaStream_t stream, ffi::ScratchAllocator& scratch,
   cudaError_t error =
       LaunchSelect(selection, seed, request.window, request.batch, device_draws, stream);
   if (error == cudaSuccess) {
-    error = LaunchGather(PlanGather(*table, device_draws, request.batch, width, pad_left, out,
-                                    table->device_arena()),
-                         stream);
+    GatherParams params = PlanGather(*table, device_draws, request.batch, width, pad_left, out,
+                                     table->device_arena());
+    params.completion = ticket.completion();
+    error = LaunchGather(params, stream);
   }
-  if (error == cudaSuccess) error = ticket.HandToStream();
   if (error != cudaSuccess) return Fail(CudaError("launching the sample", error));
+  ticket.HandToDevice();
   return ffi::Error::Success();
 }
 
@@ -183,6 +184,9 @@ ffi::Error Sample(cudaStream_t stream, ffi::ScratchAllocator& scratch,
   const int64_t batch = request.batch, width = call.width;
   const SampleOutputs& out = call.out;
 
+  // Tickets taken from here on come back through the completion ring.
+  const int device = CurrentDevice();
+  table->UseGpuCompletions(&kDeviceMemory, device);
   if (table->num_columns() > kMaxGpuColumns) {
     return Fail("the GPU gather handles at most " + std::to_string(kMaxGpuColumns) +
                 " columns; this table has " + std::to_string(table->num_columns()));
@@ -194,8 +198,8 @@ ffi::Error Sample(cudaStream_t stream, ffi::ScratchAllocator& scratch,
       const cudaError_t synced = cudaStreamSynchronize(stream);
       if (synced != cudaSuccess) return Fail(CudaError("waiting for priority updates", synced));
     }
-    return SampleOnDevice(stream, scratch, seed.typed_data(), table, request, width, pad_left,
-                          out);
+    return SampleOnDevice(stream, scratch, device, seed.typed_data(), table, request, width,
+                          pad_left, out);
   }
 
   // TopK, Recent and constrained samples (cut="full", replace=False,
@@ -206,27 +210,24 @@ ffi::Error Sample(cudaStream_t stream, ffi::ScratchAllocator& scratch,
   if (error == cudaSuccess) error = cudaStreamSynchronize(stream);
   if (error != cudaSuccess) return Fail(CudaError("copying the seed", error));
 
-  auto pending = std::make_unique<PendingTicket>();
-  pending->table = table;
-  pending->draws.resize(batch);
-  pending->tickets.push_back(table->Select(request, host_seed, pending->draws.data()));
-  TicketGuard ticket(std::move(pending), stream);
-  const std::vector<Draw>& draws = ticket.pending().draws;
+  std::vector<Draw> draws(static_cast<size_t>(batch));
+  DeviceTicket ticket(table, table->Select(request, host_seed, draws.data()), device, stream);
 
   const std::optional<void*> device_draws = scratch.Allocate(batch * sizeof(Draw), 16);
   if (!device_draws.has_value()) return Fail("could not allocate scratch memory for the draws");
   // From pageable memory: returns once the bytes are staged, so the host
-  // vector may be released by the callback later without racing the copy.
+  // vector may go when this returns, with the copy still in flight.
   error = cudaMemcpyAsync(*device_draws, draws.data(), batch * sizeof(Draw),
                           cudaMemcpyHostToDevice, stream);
   if (error == cudaSuccess) {
-    const GatherParams params =
+    GatherParams params =
         PlanGather(*table, static_cast<const Draw*>(*device_draws), batch, width, pad_left, out,
                    table->device_arena());
+    params.completion = ticket.completion();
     error = LaunchGather(params, stream);
   }
-  if (error == cudaSuccess) error = ticket.HandToStream();
   if (error != cudaSuccess) return Fail(CudaError("launching the gather", error));
+  ticket.HandToDevice();
   return ffi::Error::Success();
 }
 

@@ -173,13 +173,13 @@ ffi::Error ShardServeCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch
   const std::vector<ShardSummary> s =
       ToHost<ShardSummary>(summaries.typed_data(), static_cast<size_t>(shards), stream);
 
-  auto pending = std::make_unique<PendingTicket>();
+  auto pending = std::make_unique<PendingTickets>();
   pending->table = table;
   pending->draws.resize(static_cast<size_t>(rows));
   pending->tickets = ServeDraws(*table, call.request, shard, static_cast<int>(shard_shift),
                                 s.data(), shards, seed.data(), asked.data(), block,
                                 pending->draws.data());
-  TicketGuard tickets(std::move(pending), stream);
+  StreamTickets tickets(std::move(pending), stream);
   const std::vector<Draw>& draws = tickets.pending().draws;
 
   const std::optional<void*> device_draws = scratch.Allocate(rows * sizeof(Draw), 16);

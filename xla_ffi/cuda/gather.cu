@@ -10,6 +10,12 @@ constexpr int kThreadsPerBlock = 256;
 __global__ void GatherKernel(const GatherParams params) {
   GatherBlock(params, blockIdx.x, static_cast<int>(blockIdx.y), blockIdx.z, threadIdx.x,
               blockDim.x);
+  if (params.completion.done == nullptr) return;
+  __syncthreads();  // every thread of the block has read what it copies
+  if (threadIdx.x == 0) {
+    CompleteBlock(params.completion,
+                  static_cast<uint64_t>(gridDim.x) * gridDim.y * gridDim.z);
+  }
 }
 
 }  // namespace

@@ -1,6 +1,11 @@
-// A sample's tickets (Table::Select, BeginGpuSample, ServeDraws) held until
-// XLA's stream has passed the kernels that read the drawn slots, and returned
-// there by a host function. Shared by the CUDA sample handlers.
+// How the CUDA sample handlers give their tickets (Table::Select,
+// BeginGpuSample, ServeDraws) back once XLA's stream has passed the kernels
+// that read the drawn slots:
+//  * DeviceTicket (one table's sample): the gather kernel writes the ticket
+//    into the table's completion ring (core/gpu_completions.h); nothing but
+//    the kernels goes on the stream.
+//  * StreamTickets (a shard serving several requesters, several tickets and
+//    gathers): a host function after the last gather returns them.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -16,9 +21,38 @@
 
 namespace gearjax {
 
+// A sample's ticket until its gather is enqueued with completion() and
+// HandToDevice() hands it over; any way out before then (an error or an
+// exception) waits for what was enqueued and returns the ticket itself.
+class DeviceTicket {
+ public:
+  DeviceTicket(std::shared_ptr<Table> table, uint64_t ticket, int device, cudaStream_t stream)
+      : table_(std::move(table)), ticket_(ticket), device_(device), stream_(stream) {}
+  DeviceTicket(const DeviceTicket&) = delete;
+  DeviceTicket& operator=(const DeviceTicket&) = delete;
+  ~DeviceTicket() {
+    if (handed_) return;
+    cudaStreamSynchronize(stream_);
+    table_->EndSample(ticket_);
+  }
+
+  CompletionView completion() const { return table_->CompletionFor(ticket_, device_); }
+  void HandToDevice() {
+    table_->HandToDevice(ticket_);
+    handed_ = true;
+  }
+
+ private:
+  std::shared_ptr<Table> table_;
+  uint64_t ticket_;
+  int device_;
+  cudaStream_t stream_;
+  bool handed_ = false;
+};
+
 // What the stream's host function releases: the table's tickets, and the host
 // draws the kernels' uploads were staged from (kept alive until then).
-struct PendingTicket {
+struct PendingTickets {
   std::shared_ptr<Table> table;
   std::vector<uint64_t> tickets;
   std::vector<Draw> draws;
@@ -28,26 +62,26 @@ struct PendingTicket {
 // the table's last reference, its memory's release is deferred (memory.h).
 inline void CUDART_CB EndTicketsAfterKernels(void* data) {
   StreamCallbackScope no_cuda_calls_here;
-  std::unique_ptr<PendingTicket> pending(static_cast<PendingTicket*>(data));
+  std::unique_ptr<PendingTickets> pending(static_cast<PendingTickets*>(data));
   for (uint64_t ticket : pending->tickets) pending->table->EndSample(ticket);
 }
 
-// Holds a sample's tickets until the stream takes them: any way out before
-// then (an error or an exception) waits for what was enqueued and returns the
-// tickets itself.
-class TicketGuard {
+// Holds tickets until the stream takes them: any way out before then (an
+// error or an exception) waits for what was enqueued and returns the tickets
+// itself.
+class StreamTickets {
  public:
-  TicketGuard(std::unique_ptr<PendingTicket> pending, cudaStream_t stream)
+  StreamTickets(std::unique_ptr<PendingTickets> pending, cudaStream_t stream)
       : pending_(std::move(pending)), stream_(stream) {}
-  TicketGuard(const TicketGuard&) = delete;
-  TicketGuard& operator=(const TicketGuard&) = delete;
-  ~TicketGuard() {
+  StreamTickets(const StreamTickets&) = delete;
+  StreamTickets& operator=(const StreamTickets&) = delete;
+  ~StreamTickets() {
     if (pending_ == nullptr) return;
     cudaStreamSynchronize(stream_);
     for (uint64_t ticket : pending_->tickets) pending_->table->EndSample(ticket);
   }
 
-  PendingTicket& pending() { return *pending_; }
+  PendingTickets& pending() { return *pending_; }
 
   // Enqueues the tickets' return after the kernels enqueued so far; once that
   // succeeds, the stream's host function owns them.
@@ -58,7 +92,7 @@ class TicketGuard {
   }
 
  private:
-  std::unique_ptr<PendingTicket> pending_;
+  std::unique_ptr<PendingTickets> pending_;
   cudaStream_t stream_;
 };
 

@@ -28,7 +28,9 @@
 #include <tuple>
 #include <vector>
 
+#include "core/completion_block.h"
 #include "core/gather_plan.h"
+#include "core/gpu_completions.h"
 #include "core/memory.h"
 #include "core/registry.h"
 #include "core/select_block.h"
@@ -104,6 +106,12 @@ void ReplaceDeviceMemory(bool on, const DeviceMemory* replacement) {
 
 std::shared_ptr<Table> Find(int64_t handle) { return LookUpTable(handle); }
 
+// The completion ring's view an emulated "kernel" reports through: the
+// emulation's block counts, in host memory.
+CompletionView EmulatedView(const Table& table, uint64_t ticket) {
+  return table.CompletionFor(ticket, GpuCompletions::kEmulated);
+}
+
 SampleRequest Request(int64_t batch, int strategy, double alpha, int64_t count, int64_t window,
                       int cut = 0, bool replace = true) {
   if (cut < 0 || cut >= kNumCuts) throw InvalidArgument("unknown cut");
@@ -116,7 +124,8 @@ SampleRequest Request(int64_t batch, int strategy, double alpha, int64_t count, 
 // valid, [column bytes as uint8 [batch, width * step_bytes]]).
 nb::tuple EmulateGpuSample(int64_t handle, std::tuple<uint32_t, uint32_t> seed, int64_t batch,
                            int strategy, double alpha, int64_t count, int64_t window,
-                           bool pad_left, int64_t threads, int cut, bool replace) {
+                           bool pad_left, int64_t threads, int cut, bool replace,
+                           bool device_completion) {
   if (batch < 1 || threads < 1) throw InvalidArgument("batch and threads must be >= 1");
   std::shared_ptr<Table> table = Find(handle);
   const int64_t width = window == 0 ? table->spec().max_length : window;
@@ -141,8 +150,16 @@ nb::tuple EmulateGpuSample(int64_t handle, std::tuple<uint32_t, uint32_t> seed, 
   const uint64_t ticket =
       table->Select(Request(batch, strategy, alpha, count, window, cut, replace), words,
                     draws.data());
-  EmulateGather(params, threads);
-  table->EndSample(ticket);
+  if (device_completion) {
+    // As the CUDA handler: the gather reports the ticket through the ring,
+    // handed over before the "kernel" runs.
+    params.completion = EmulatedView(*table, ticket);
+    table->HandToDevice(ticket);
+    EmulateGather(params, threads);
+  } else {
+    EmulateGather(params, threads);
+    table->EndSample(ticket);
+  }
   return nb::make_tuple(keys.array, start.array, probability.array, table_size.array,
                         valid.array, columns);
 }
@@ -265,7 +282,49 @@ void DefineModule(nb::module_ m) {
         "alpha"_a, "count"_a, "window"_a, "cut"_a = 0);
   m.def("emulate_gpu_sample", &EmulateGpuSample, "handle"_a, "seed"_a, "batch"_a, "strategy"_a,
         "alpha"_a, "count"_a, "window"_a, "pad_left"_a, "threads"_a, "cut"_a = 0,
-        "replace"_a = true);
+        "replace"_a = true, "device_completion"_a = false,
+        "With device_completion, the ticket comes back as the CUDA handler's does: handed "
+        "to the device before the emulated gather runs, written into the completion ring by "
+        "its last block (use_gpu_completions first).");
+  m.def(
+      "use_gpu_completions",
+      [](int64_t handle) {
+        Find(handle)->UseGpuCompletions(nullptr, GpuCompletions::kEmulated);
+      },
+      "handle"_a,
+      "Gives the table its GPU completion ring (block counts beside it), as the CUDA "
+      "handlers do on their first sample.");
+  m.def(
+      "hand_to_device",
+      [](int64_t handle, uint64_t ticket) { Find(handle)->HandToDevice(ticket); }, "handle"_a,
+      "ticket"_a, "Hands a ticket to the device: it comes back when complete_blocks reports it.");
+  m.def(
+      "kernel_report",
+      [](int64_t handle, uint64_t ticket, int64_t of) {
+        if (of < 1) throw InvalidArgument("a kernel has at least one block");
+        // The view as the kernel gets it at launch: it reports with no
+        // lookup, also after the table is closed.
+        const CompletionView view = EmulatedView(*Find(handle), ticket);
+        return nb::cpp_function([view, of](int64_t blocks) {
+          if (blocks < 0 || blocks > of) throw InvalidArgument("need 0 <= blocks <= of");
+          for (int64_t b = 0; b < blocks; ++b) CompleteBlock(view, static_cast<uint64_t>(of));
+        }, "blocks"_a);
+      },
+      "handle"_a, "ticket"_a, "of"_a,
+      "The end of the kernel that reports `ticket`, with `of` blocks: calling the result "
+      "with n runs CompleteBlock for n more of its blocks (the last writes the ring).");
+  m.def(
+      "completion_ring",
+      [](int64_t handle, uint64_t ticket) {
+        const CompletionView view = EmulatedView(*Find(handle), ticket);
+        const uint64_t place = ticket % view.size;
+        return nb::make_tuple(view.done[place], view.blocks[place], view.size);
+      },
+      "handle"_a, "ticket"_a, "(what the ring holds in ticket's place, its block count, size).");
+  m.def(
+      "tickets_on_device",
+      [](int64_t handle) { return Find(handle)->TicketsOnDevice(); }, "handle"_a,
+      "Tickets handed to the device that the ring has not reported yet.");
 }
 
 }  // namespace gearjax::testing
