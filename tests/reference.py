@@ -51,22 +51,28 @@ def check_batch(batch: gx.Batch, stored: dict[int, dict[str, np.ndarray]],
 def assert_emulated_gpu_sample_equals(table: gx.Table, key, batch: gx.Batch, strategy,
                                       window: int | None, pad: str, threads: int,
                                       cut: str = "start", replace: bool = True,
-                                      device_completion: bool = False) -> None:
-    """Samples `table` with the GPU kernels' code run on the CPU
-    (emulate_gpu_sample) for the same key, and asserts it equals `batch` (what
-    the CPU handler drew for that key) field by field. With
-    `device_completion`, the ticket comes back through the completion ring."""
-    import jax
-    import jax.numpy as jnp
-
+                                      device_completion: bool = False,
+                                      fused: bool = False) -> None:
+    """Samples `table` with the GPU kernels' code run on the CPU for the same
+    key, and asserts it equals `batch` (what the CPU handler drew for that key)
+    field by field: the host selection and the gather kernel
+    (emulate_gpu_sample), or with `fused` the one kernel that selects on the
+    GPU and gathers (emulate_fused_gpu_sample). With `device_completion`, the
+    ticket comes back through the completion ring."""
     from gearjax import _gearjax
     from gearjax._sample import seed_words
 
     seed = np.asarray(seed_words(key))
-    *fixed, columns = _gearjax.testing.emulate_gpu_sample(
-        table.handle, (int(seed[0]), int(seed[1])), len(batch.keys), strategy.code,
-        strategy.alpha, min(strategy.count, table.capacity), window or 0, pad == "left", threads,
-        cut=gx.table.CUTS[cut], replace=replace, device_completion=device_completion)
+    words = (int(seed[0]), int(seed[1]))
+    if fused:
+        *fixed, columns = _gearjax.testing.emulate_fused_gpu_sample(
+            table.handle, words, len(batch.keys), strategy.code, strategy.alpha, window or 0,
+            pad == "left", threads, cut=gx.table.CUTS[cut], device_completion=device_completion)
+    else:
+        *fixed, columns = _gearjax.testing.emulate_gpu_sample(
+            table.handle, words, len(batch.keys), strategy.code, strategy.alpha,
+            min(strategy.count, table.capacity), window or 0, pad == "left", threads,
+            cut=gx.table.CUTS[cut], replace=replace, device_completion=device_completion)
     for name, got in zip(("keys", "start", "probability", "table_size"), fixed):
         np.testing.assert_array_equal(got, getattr(batch, name), err_msg=name)
     np.testing.assert_array_equal(fixed[4], np.asarray(batch.mask).sum(axis=1), err_msg="valid")

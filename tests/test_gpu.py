@@ -112,6 +112,31 @@ def test_gpu_sample_equals_cpu_sample(gpu_table, strategy, window, pad, tmp_path
     check_batch(gpu, stored, COLUMNS, window or table.max_length, pad)
 
 
+@pytest.mark.parametrize("placement", ["host", "device"])
+@pytest.mark.parametrize("strategy", [gx.Uniform(), gx.Prioritized(0.7)],
+                         ids=lambda s: type(s).__name__)
+@pytest.mark.parametrize("window", [9, 10])
+def test_both_gpu_sample_kernels_equal_the_cpu(placement, strategy, window, rng, tmp_path):
+    """Windows of 9 steps of 6912 bytes fit one gather part: the fused kernel
+    selects and gathers. 10 steps do not: the select kernel, then the gather
+    kernel split over the row (xla_ffi/core/sample_block.h)."""
+    wide = {"frame": gx.Column((48, 48, 3), "uint8", pad=3), "r": gx.Column((), "float32")}
+    with gx.Table(wide, capacity=8, max_length=12, placement=placement) as table:
+        for length in rng.integers(1, 13, size=10):
+            table.insert({"frame": rng.integers(0, 255, (length, 48, 48, 3), np.uint8),
+                          "r": rng.normal(size=length).astype(np.float32)},
+                         priority=float(rng.uniform(0.5, 2)))
+        key = jax.random.key(6)
+        reference = reference_table(table, tmp_path)
+        with on("gpu"):
+            gpu = jax.jit(lambda k: table.sample(k, 33, window, strategy))(key)
+        with on("cpu"):
+            cpu = jax.jit(lambda k: reference.sample(k, 33, window, strategy))(on_cpu(key))
+        for g, c in zip(jax.tree.leaves(gpu), jax.tree.leaves(cpu)):
+            np.testing.assert_array_equal(np.asarray(g), np.asarray(c))
+        assert table.stats()["samples_in_flight"] == 0
+
+
 @pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda s: type(s).__name__)
 @pytest.mark.parametrize("cut, replace", [("end", True), ("full", True), ("start", False)])
 def test_gpu_sample_modes_equal_cpu_sample_modes(gpu_table, strategy, cut, replace, tmp_path):

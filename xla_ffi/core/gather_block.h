@@ -102,12 +102,12 @@ GEARJAX_HD void BlockPad(uint8_t* row, int64_t lo, int64_t hi, const uint8_t* pa
   }
 }
 
-// The work of block (row b, column c, part z): row bytes [z * kBytesPerGatherBlock,
-// (z + 1) * kBytesPerGatherBlock) of column c of row b. Part 0 of column 0 also
-// writes the row's keys, start, probability, table size and valid steps.
-GEARJAX_HD void GatherBlock(const GatherParams& p, int64_t b, int c, int64_t z, int64_t thread,
-                            int64_t threads) {
-  const Draw d = p.draws[b];
+// The work of block (row b, column c, part z) for row b's draw d: row bytes
+// [z * kBytesPerGatherBlock, (z + 1) * kBytesPerGatherBlock) of column c of
+// row b. Part 0 of column 0 also writes the row's keys, start, probability,
+// table size and valid steps.
+GEARJAX_HD void GatherBlockOf(const GatherParams& p, const Draw& d, int64_t b, int c, int64_t z,
+                              int64_t thread, int64_t threads) {
   const int64_t offset = WindowOffset(d.valid, p.width, p.pad_left);
   if (c == 0 && z == 0 && thread == 0) {
     p.keys[b] = d.key;
@@ -133,6 +133,23 @@ GEARJAX_HD void GatherBlock(const GatherParams& p, int64_t b, int c, int64_t z, 
     BlockCopy(row + copy_lo, src + (copy_lo - real_lo), copy_hi - copy_lo, thread, threads);
   }
   BlockPad(row, copy_hi > lo ? copy_hi : lo, hi, col.pad, col.step_bytes, thread, threads);
+}
+
+// The gather kernel's block (b, c, z): row b's draw from p.draws.
+GEARJAX_HD void GatherBlock(const GatherParams& p, int64_t b, int c, int64_t z, int64_t thread,
+                            int64_t threads) {
+  GatherBlockOf(p, p.draws[b], b, c, z, thread, threads);
+}
+
+// All of row b, every column and part, for its draw d: what one block of the
+// fused sample kernel copies (sample_block.h).
+GEARJAX_HD void GatherRow(const GatherParams& p, const Draw& d, int64_t b, int64_t thread,
+                          int64_t threads) {
+  for (int c = 0; c < p.num_columns; ++c) {
+    const int64_t row_bytes = p.width * p.columns[c].step_bytes;
+    const int64_t parts = (row_bytes + kBytesPerGatherBlock - 1) / kBytesPerGatherBlock;
+    for (int64_t z = 0; z < parts; ++z) GatherBlockOf(p, d, b, c, z, thread, threads);
+  }
 }
 
 // Blocks along z needed for the widest row of the batch.

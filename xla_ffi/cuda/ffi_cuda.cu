@@ -3,8 +3,10 @@
 // host memory into XLA's output buffers on XLA's stream. Selection:
 //
 // * Uniform, Timestep, Prioritized: on the GPU, from the seed in device memory
-//   and the sum trees, keys and lengths in mapped memory (select.cu); no host
-//   synchronisation. Slot protocol: the handler takes a ticket
+//   and the sum trees, keys and lengths in mapped memory; no host
+//   synchronisation. One kernel selects and gathers (sample.cu) where every
+//   column's window fits one gather part, else a select kernel (select.cu)
+//   writes the draws to scratch memory for the gather kernel. Slot protocol: the handler takes a ticket
 //   (Table::BeginGpuSample, which also applies the rate limiter) before
 //   enqueueing the kernels, and the gather kernel's last block writes it into
 //   the table's completion ring when every block has read its rows
@@ -49,6 +51,7 @@
 #include "core/memory.h"
 #include "core/staged_update.h"
 #include "cuda/gather.cuh"
+#include "cuda/sample.cuh"
 #include "cuda/select.cuh"
 #include "cuda/tickets.h"
 #include "ffi_common.h"
@@ -147,24 +150,28 @@ std::string CudaError(const char* what, cudaError_t error) {
   return std::string(what) + ": " + cudaGetErrorString(error);
 }
 
-// Selection and gather both on the GPU (sum-tree strategies).
+// Selection and gather both on the GPU (sum-tree strategies): one fused
+// kernel where every column's window fits one gather part (FusesSample), else
+// the select kernel into scratch draws and the gather kernel.
 ffi::Error SampleOnDevice(cudaStream_t stream, ffi::ScratchAllocator& scratch, int device,
                           const uint32_t* seed, const std::shared_ptr<Table>& table,
                           const SampleRequest& request, int64_t width, bool pad_left,
                           const SampleOutputs& out) {
   GpuSelection selection;
   DeviceTicket ticket(table, table->BeginGpuSample(request, &selection), device, stream);
-
-  const std::optional<void*> draws = scratch.Allocate(request.batch * sizeof(Draw), 16);
-  if (!draws.has_value()) return Fail("could not allocate scratch memory for the draws");
-  auto* device_draws = static_cast<Draw*>(*draws);
-  cudaError_t error =
-      LaunchSelect(selection, seed, request.window, request.batch, device_draws, stream);
-  if (error == cudaSuccess) {
-    GatherParams params = PlanGather(*table, device_draws, request.batch, width, pad_left, out,
-                                     table->device_arena());
-    params.completion = ticket.completion();
-    error = LaunchGather(params, stream);
+  GatherParams params = PlanGather(*table, /*draws=*/nullptr, request.batch, width, pad_left,
+                                   out, table->device_arena());
+  params.completion = ticket.completion();
+  cudaError_t error;
+  if (FusesSample(params)) {
+    error = LaunchFusedSample(selection, seed, request.window, params, stream);
+  } else {
+    const std::optional<void*> draws = scratch.Allocate(request.batch * sizeof(Draw), 16);
+    if (!draws.has_value()) return Fail("could not allocate scratch memory for the draws");
+    params.draws = static_cast<Draw*>(*draws);
+    error = LaunchSelect(selection, seed, request.window, request.batch,
+                         static_cast<Draw*>(*draws), stream);
+    if (error == cudaSuccess) error = LaunchGather(params, stream);
   }
   if (error != cudaSuccess) return Fail(CudaError("launching the sample", error));
   ticket.HandToDevice();
@@ -369,6 +376,7 @@ std::atomic<int> kernels_run_on[64];
 std::string KernelImageProblem(int device) {
   cudaError_t error = GatherKernelRunsHere();
   if (error == cudaSuccess) error = SelectKernelRunsHere();
+  if (error == cudaSuccess) error = FusedSampleKernelRunsHere();
   if (error == cudaSuccess) return "";
   cudaGetLastError();  // the probe's own error is not sticky: clear it
   int major = 0, minor = 0;

@@ -33,6 +33,7 @@
 #include "core/gpu_completions.h"
 #include "core/memory.h"
 #include "core/registry.h"
+#include "core/sample_block.h"
 #include "core/select_block.h"
 #include "core/staged_update.h"
 #include "core/table.h"
@@ -164,6 +165,50 @@ nb::tuple EmulateGpuSample(int64_t handle, std::tuple<uint32_t, uint32_t> seed, 
                         valid.array, columns);
 }
 
+// The fused GPU sample (core/sample_block.h) run on the CPU as the CUDA
+// handler runs it for Uniform, Timestep and Prioritized: BeginGpuSample, the
+// kernel's blocks (each selecting its row once and copying all of it), the
+// ticket back through the completion ring or by hand. Same results as
+// EmulateGpuSample. Refuses a batch whose windows the handler would not fuse.
+nb::tuple EmulateFusedGpuSample(int64_t handle, std::tuple<uint32_t, uint32_t> seed,
+                                int64_t batch, int strategy, double alpha, int64_t window,
+                                bool pad_left, int64_t threads, int cut,
+                                bool device_completion) {
+  if (batch < 1 || threads < 1) throw InvalidArgument("batch and threads must be >= 1");
+  std::shared_ptr<Table> table = Find(handle);
+  const int64_t width = window == 0 ? table->spec().max_length : window;
+  const size_t b = static_cast<size_t>(batch), w = static_cast<size_t>(width);
+  NewArray<int64_t> keys({b}), table_size({b});
+  NewArray<int32_t> start({b}), valid({b});
+  NewArray<float> probability({b});
+  SampleOutputs out{keys.data, start.data, probability.data, table_size.data, valid.data, {}};
+  nb::list columns;
+  for (int c = 0; c < table->num_columns(); ++c) {
+    NewArray<uint8_t> column({b, w * static_cast<size_t>(table->step_bytes(c))});
+    columns.append(column.array);
+    out.columns.push_back(column.data);
+  }
+  const uint8_t* arena = table->on_device() ? ToHost(table->device_arena()) : table->arena_data();
+  GatherParams params = PlanGather(*table, nullptr, batch, width, pad_left, out, arena);
+  if (!FusesSample(params)) {
+    throw InvalidArgument("these windows do not fit one gather part: the handler would not fuse");
+  }
+  GpuSelection selection;
+  const uint64_t ticket =
+      table->BeginGpuSample(Request(batch, strategy, alpha, 0, window, cut), &selection);
+  const uint32_t words[2] = {std::get<0>(seed), std::get<1>(seed)};
+  if (device_completion) {
+    params.completion = EmulatedView(*table, ticket);
+    table->HandToDevice(ticket);
+    EmulateFusedSample(selection, words, window, params, threads);
+  } else {
+    EmulateFusedSample(selection, words, window, params, threads);
+    table->EndSample(ticket);
+  }
+  return nb::make_tuple(keys.array, start.array, probability.array, table_size.array,
+                        valid.array, columns);
+}
+
 // Runs the GPU selection's row code on the CPU, reading the selection state
 // through its "device" addresses (with the emulated mapping, the host ones):
 // (keys, start, probability, table_size, slots, lengths, valid) for the same
@@ -286,6 +331,9 @@ void DefineModule(nb::module_ m) {
         "With device_completion, the ticket comes back as the CUDA handler's does: handed "
         "to the device before the emulated gather runs, written into the completion ring by "
         "its last block (use_gpu_completions first).");
+  m.def("emulate_fused_gpu_sample", &EmulateFusedGpuSample, "handle"_a, "seed"_a, "batch"_a,
+        "strategy"_a, "alpha"_a, "window"_a, "pad_left"_a, "threads"_a, "cut"_a = 0,
+        "device_completion"_a = false);
   m.def(
       "use_gpu_completions",
       [](int64_t handle) {
