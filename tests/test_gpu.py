@@ -112,6 +112,49 @@ def test_gpu_sample_equals_cpu_sample(gpu_table, strategy, window, pad, tmp_path
     check_batch(gpu, stored, COLUMNS, window or table.max_length, pad)
 
 
+# Per call of each CUDA path: (launches, copies, host functions, syncs,
+# scratch allocations) the handler asks of the host (xla_ffi/cuda/host_work.h).
+HOST_WORK_PER_CALL = {
+    "fused sample": (1, 0, 0, 0, 0),            # one kernel selects and gathers
+    "two-kernel sample": (2, 0, 0, 0, 1),       # rows wider than one gather part
+    "host-selected sample": (1, 2, 0, 1, 1),    # TopK: seed down, draws up, gather
+    "priority update": (0, 3, 2, 0, 0),         # staged through pinned host memory
+}
+
+
+@pytest.mark.parametrize("path", sorted(HOST_WORK_PER_CALL))
+def test_each_cuda_path_asks_the_host_for_no_more_than_its_counts(path, rng):
+    """The first GPU run found a sample's cost in the handler's host work
+    (47 us of it a call, a host function stalling the stream), not in its 7 us
+    of kernels: each path's host work is counted and held to what it is."""
+    from gearjax import _gearjax
+    columns = ({"frame": gx.Column((48, 48, 3), "uint8")} if path == "two-kernel sample"
+               else {"x": gx.Column((8,), "float32")})
+    with gx.Table(columns, capacity=16, max_length=12, placement="device") as table:
+        for _ in range(16):
+            table.insert({n: np.ones((12, *c.shape), c.dtype) for n, c in columns.items()})
+        keys = jnp.asarray(table.contents()["key"][:8], jnp.int32)
+        strategy = gx.TopK(4) if path == "host-selected sample" else gx.Uniform()
+
+        def call(state, key):
+            if path == "priority update":
+                return table.update_priorities(state, keys, jnp.ones(8))
+            return table.sample(state, key, 4, 10, strategy)
+
+        with on("gpu"):
+            step = jax.jit(call)
+            state = jax.block_until_ready(step(table.state(), jax.random.key(0)))[0]
+            before = _gearjax.cuda_host_work()
+            calls = 20
+            for i in range(calls):
+                state = step(state, jax.random.key(i + 1))[0]
+            jax.block_until_ready(state)
+        after = _gearjax.cuda_host_work()
+    per_call = tuple((after[k] - before[k]) / calls for k in (
+        "launches", "copies", "host_functions", "syncs", "scratch_allocations"))
+    assert per_call == HOST_WORK_PER_CALL[path]
+
+
 @pytest.mark.parametrize("placement", ["host", "device"])
 @pytest.mark.parametrize("strategy", [gx.Uniform(), gx.Prioritized(0.7)],
                          ids=lambda s: type(s).__name__)

@@ -29,6 +29,7 @@
 #include "step_values.h"
 #if defined(GEARJAX_WITH_CUDA)
 #include "cuda/ffi_cuda.h"
+#include "cuda/host_work.h"
 #endif
 #if defined(GEARJAX_TESTING)
 #include "testing/testing_module.h"
@@ -489,6 +490,21 @@ NB_MODULE(_gearjax, m) {
       [](int device) { return gearjax::KernelImageProblemOn(device); },
       "device"_a = 0,
       "Empty when gearjax's CUDA kernels run on GPU `device`; else why not.");
+  m.def(
+      "cuda_host_work",
+      []() {
+        using gearjax::HostWork;
+        nb::dict counts;
+        counts["launches"] = gearjax::HostWorkCount(HostWork::kLaunch);
+        counts["copies"] = gearjax::HostWorkCount(HostWork::kCopy);
+        counts["host_functions"] = gearjax::HostWorkCount(HostWork::kHostFunction);
+        counts["syncs"] = gearjax::HostWorkCount(HostWork::kSync);
+        counts["scratch_allocations"] = gearjax::HostWorkCount(HostWork::kScratch);
+        return counts;
+      },
+      "What the CUDA sample and update handlers have asked of the host since import "
+      "(cuda/host_work.h): kernel launches, copies, host functions, stream "
+      "synchronisations, scratch allocations.");
   m.def("cuda_ffi_targets", []() {
     nb::dict targets;
     targets["gearjax_sample"] = gearjax::Capsule(gearjax::SampleCuda);

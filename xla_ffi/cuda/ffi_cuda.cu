@@ -51,6 +51,7 @@
 #include "core/memory.h"
 #include "core/staged_update.h"
 #include "cuda/gather.cuh"
+#include "cuda/host_work.h"
 #include "cuda/sample.cuh"
 #include "cuda/select.cuh"
 #include "cuda/tickets.h"
@@ -164,11 +165,14 @@ ffi::Error SampleOnDevice(cudaStream_t stream, ffi::ScratchAllocator& scratch, i
   params.completion = ticket.completion();
   cudaError_t error;
   if (FusesSample(params)) {
+    Count(HostWork::kLaunch);
     error = LaunchFusedSample(selection, seed, request.window, params, stream);
   } else {
+    Count(HostWork::kScratch);
     const std::optional<void*> draws = scratch.Allocate(request.batch * sizeof(Draw), 16);
     if (!draws.has_value()) return Fail("could not allocate scratch memory for the draws");
     params.draws = static_cast<Draw*>(*draws);
+    Count(HostWork::kLaunch, 2);
     error = LaunchSelect(selection, seed, request.window, request.batch,
                          static_cast<Draw*>(*draws), stream);
     if (error == cudaSuccess) error = LaunchGather(params, stream);
@@ -202,6 +206,7 @@ ffi::Error Sample(cudaStream_t stream, ffi::ScratchAllocator& scratch,
     // Prioritized finds every priority 0: an update still on the stream
     // may change that (staged_update.h), so let the stream apply it first.
     if (table->WaitsForStagedUpdates(request)) {
+      Count(HostWork::kSync);
       const cudaError_t synced = cudaStreamSynchronize(stream);
       if (synced != cudaSuccess) return Fail(CudaError("waiting for priority updates", synced));
     }
@@ -212,6 +217,8 @@ ffi::Error Sample(cudaStream_t stream, ffi::ScratchAllocator& scratch,
   // TopK, Recent and constrained samples (cut="full", replace=False,
   // max_times_sampled): select on the host, gather on the GPU.
   uint32_t host_seed[2];
+  Count(HostWork::kCopy);
+  Count(HostWork::kSync);
   cudaError_t error = cudaMemcpyAsync(host_seed, seed.typed_data(), sizeof(host_seed),
                                       cudaMemcpyDeviceToHost, stream);
   if (error == cudaSuccess) error = cudaStreamSynchronize(stream);
@@ -220,10 +227,13 @@ ffi::Error Sample(cudaStream_t stream, ffi::ScratchAllocator& scratch,
   std::vector<Draw> draws(static_cast<size_t>(batch));
   DeviceTicket ticket(table, table->Select(request, host_seed, draws.data()), device, stream);
 
+  Count(HostWork::kScratch);
   const std::optional<void*> device_draws = scratch.Allocate(batch * sizeof(Draw), 16);
   if (!device_draws.has_value()) return Fail("could not allocate scratch memory for the draws");
   // From pageable memory: returns once the bytes are staged, so the host
   // vector may go when this returns, with the copy still in flight.
+  Count(HostWork::kCopy);
+  Count(HostWork::kLaunch);
   error = cudaMemcpyAsync(*device_draws, draws.data(), batch * sizeof(Draw),
                           cudaMemcpyHostToDevice, stream);
   if (error == cudaSuccess) {
@@ -297,6 +307,10 @@ ffi::Error UpdatePrioritiesCudaImpl(cudaStream_t stream, Order, ffi::AnyBuffer k
     return Fail("could not allocate pinned host memory for a priority update");
   }
   cudaError_t error = cudaSuccess;
+  // Two copies to the host (when there are keys), Apply, the count's copy
+  // back, Recycle.
+  Count(HostWork::kCopy, n > 0 ? 3 : 1);
+  Count(HostWork::kHostFunction, 2);
   if (n > 0) {
     error = cudaMemcpyAsync(update->keys(), keys.untyped_data(), keys.size_bytes(),
                             cudaMemcpyDeviceToHost, stream);
