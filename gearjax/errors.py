@@ -49,7 +49,8 @@ TableErrorKind = Literal["closed", "timeout", "failed"]
 
 # A failure XLA carries: its status code, then the handler's own prefix
 # (xla_ffi/ffi_common.h: FromException), whose tag says the kind.
-_CARRIED = re.compile(r"\b(FAILED_PRECONDITION|INVALID_ARGUMENT): gearjax(?: \[(closed|timeout)\])?: ")
+_CARRIED = re.compile(
+    r"\b(FAILED_PRECONDITION|INVALID_ARGUMENT): gearjax(?: \[(closed|timeout)\])?: ")
 
 # Raised by the Python layer for a table, writer or sharded table closed
 # before the call: the native class, so one class means "closed" everywhere.

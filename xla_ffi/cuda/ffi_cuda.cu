@@ -6,11 +6,12 @@
 //   and the sum trees, keys and lengths in mapped memory; no host
 //   synchronisation. One kernel selects and gathers (sample.cu) where every
 //   column's window fits one gather part, else a select kernel (select.cu)
-//   writes the draws to scratch memory for the gather kernel. Slot protocol: the handler takes a ticket
-//   (Table::BeginGpuSample, which also applies the rate limiter) before
-//   enqueueing the kernels, and the gather kernel's last block writes it into
-//   the table's completion ring when every block has read its rows
-//   (core/gpu_completions.h): nothing but the two kernels goes on the stream.
+//   writes the draws to scratch memory for the gather kernel. Slot protocol:
+//   the handler takes a ticket (Table::BeginGpuSample, which also applies the
+//   rate limiter) before enqueueing the kernels, and the last kernel's last
+//   block writes it into the table's completion ring when every block has
+//   read its rows (core/gpu_completions.h): nothing but the kernels goes on
+//   the stream.
 //   A writer that evicts a slot waits for every ticket taken before the
 //   eviction (reading the ring); samples enqueued later never draw the slot.
 // * TopK, Recent and constrained samples (order statistics, host-only
