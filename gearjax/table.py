@@ -275,7 +275,7 @@ class Table:
             ``num_steps``), counts (``inserts``, ``samples``, ``evictions``,
             ``priority_updates``, ``skipped_updates``), ``next_sequence``,
             what is in flight (``writers_in_flight``, ``samples_in_flight``,
-            ``pinned_slots``), bytes (``bytes_reserved``, ``bytes_used``,
+            which counts GPU priority-update kernels too, ``pinned_slots``), bytes (``bytes_reserved``, ``bytes_used``,
             ``bytes_per_step``), ``seconds_alive`` and the rates
             ``insert_rate`` and ``sample_rate`` (per second), ``alphas``, and
             the configuration: ``columns`` (name -> the column as JSON values),

@@ -15,7 +15,7 @@ import pytest
 
 import gearjax as gx
 from conftest import COLUMNS, fill
-from reference import check_batch
+from reference import check_batch, random_trajectory
 
 pytestmark = pytest.mark.gpu
 STRATEGIES = [gx.Uniform(), gx.Timestep(), gx.Prioritized(0.7), gx.TopK(5), gx.Recent(4)]
@@ -118,7 +118,8 @@ HOST_WORK_PER_CALL = {
     "fused sample": (1, 0, 0, 0, 0),            # one kernel selects and gathers
     "two-kernel sample": (2, 0, 0, 0, 1),       # rows wider than one gather part
     "host-selected sample": (1, 2, 0, 1, 1),    # TopK: seed down, draws up, gather
-    "priority update": (0, 3, 2, 0, 0),         # staged through pinned host memory
+    "priority update": (1, 0, 0, 0, 0),         # one kernel (core/update_block.h)
+    "staged priority update": (0, 3, 2, 0, 0),  # a TopK heap: through pinned host memory
 }
 
 
@@ -135,9 +136,12 @@ def test_each_cuda_path_asks_the_host_for_no_more_than_its_counts(path, rng):
             table.insert({n: np.ones((12, *c.shape), c.dtype) for n, c in columns.items()})
         keys = jnp.asarray(table.contents()["key"][:8], jnp.int32)
         strategy = gx.TopK(4) if path == "host-selected sample" else gx.Uniform()
+        if path == "staged priority update":  # TopK's heap keeps priorities in host memory
+            with on("gpu"):
+                table.sample(jax.random.key(0), 2, strategy=gx.TopK(2))
 
         def call(state, key):
-            if path == "priority update":
+            if path.endswith("priority update"):
                 return table.update_priorities(state, keys, jnp.ones(8))
             return table.sample(state, key, 4, 10, strategy)
 
@@ -267,10 +271,9 @@ def test_gpu_threaded_calls_keep_the_fast_dispatch_path(gpu_table, monkeypatch):
 
 
 def test_gpu_priority_updates_count_and_defer_a_bad_value(gpu_table):
-    """The CUDA update never waits for the stream (core/staged_update.h): the
-    count comes back through a stream-ordered copy, and a bad value, found
-    by the stream callback, changes nothing, counts -1 and fails the next call
-    on the table, once."""
+    """The CUDA update never waits for the stream: one kernel applies it
+    (core/update_block.h) and writes the count; a bad value changes nothing,
+    counts -1 and fails the next call on the table, once."""
     table, _ = gpu_table
     keys = table.contents()["key"]
     update = jax.jit(lambda k, p: table.update_priorities(k, p))
@@ -321,6 +324,96 @@ def test_a_gpu_sample_after_updates_in_the_same_program_sees_them(placement):
                 assert np.all(np.asarray(drawn) == -1) and not np.asarray(mask).any()
     finally:
         table.close()
+
+
+@pytest.mark.parametrize("placement", ["host", "device"])
+@pytest.mark.parametrize("staged", [False, True], ids=["kernel", "staged"])
+def test_gpu_updates_leave_the_table_as_cpu_updates_do(placement, staged, rng):
+    """Records and Prioritized trees after updates applied on the GPU (the
+    kernel, or staged where a TopK heap keeps priorities on the host) equal
+    those of the same updates on the CPU: the same draws, the same
+    probabilities (alphas 1 and 0, whose weights need no pow)."""
+    tables = [gx.Table(COLUMNS, capacity=32, max_length=12, placement=p)
+              for p in (placement, "host")]
+    try:
+        for t in tables:
+            fill(t, np.random.default_rng(3), 40)  # evicts: stale keys exist
+            for alpha in (1.0, 0.0):
+                t.sample(jax.random.key(0), 4, strategy=gx.Prioritized(alpha))
+            if staged:
+                t.sample(jax.random.key(0), 2, strategy=gx.TopK(2))
+        live = tables[0].contents()["key"]
+        batches = [(rng.choice(np.concatenate([live, [0, 1, 10**9]]), 64),
+                    rng.uniform(0, 4, 64)) for _ in range(20)]
+        gpu_update = jax.jit(lambda k, p: tables[0].update_priorities(k, p))
+        with on("gpu"):
+            counts = [int(gpu_update(jnp.asarray(k, jnp.int32), jnp.asarray(p, jnp.float32)))
+                      for k, p in batches]
+        with on("cpu"):
+            expected = [tables[1].update_priorities(k, np.float32(p)) for k, p in batches]
+        assert counts == expected
+        for field in ("priority_updates", "skipped_updates"):
+            assert tables[0].stats()[field] == tables[1].stats()[field]
+        np.testing.assert_array_equal(tables[0].contents()["priority"],
+                                      tables[1].contents()["priority"])
+        with on("cpu"):
+            for alpha in (1.0, 0.0):
+                a, b = (t.sample(jax.random.key(5), 128, strategy=gx.Prioritized(alpha))
+                        for t in tables)
+                np.testing.assert_array_equal(np.asarray(a.keys), np.asarray(b.keys))
+                np.testing.assert_array_equal(np.asarray(a.probability), np.asarray(b.probability))
+    finally:
+        for t in tables:
+            t.close()
+
+
+@pytest.mark.parametrize("placement", ["host", "device"])
+def test_gpu_update_kernels_and_inserting_threads_keep_the_trees_exact(placement):
+    """A scan samples and updates on the GPU while threads insert (evicting)
+    and update on the host: host writers wait for the kernels in flight
+    (Table::OwnPrioritiesLocked), so every tree node stays the sum of its
+    children: each drawn key's probability is its priority over the total."""
+    with gx.Table(COLUMNS, capacity=64, max_length=12, placement=placement) as table:
+        fill(table, np.random.default_rng(4), 64)
+        stop, errors = threading.Event(), []
+
+        def actor(seed):
+            r = np.random.default_rng(seed)
+            try:
+                while not stop.is_set():
+                    table.insert(random_trajectory(r, COLUMNS, 3), priority=float(r.uniform(0, 3)))
+                    keys = table.contents()["key"][:4]
+                    table.update_priorities(keys, r.uniform(0, 3, len(keys)))
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        @jax.jit
+        def steps(state, key):
+            def step(state, key):
+                state, batch = table.sample(state, key, 32, 1, gx.Prioritized(1.0))
+                state, _ = table.update_priorities(state, batch.keys,
+                                                   jax.random.uniform(key, (32,), maxval=3.0))
+                return state, None
+            return jax.lax.scan(step, state, jax.random.split(key, 50))[0]
+
+        threads = [threading.Thread(target=actor, args=(s,)) for s in range(2)]
+        for t in threads:
+            t.start()
+        with on("gpu"):
+            state = table.state()
+            for i in range(20):
+                state = steps(state, jax.random.key(i))
+            jax.block_until_ready(state)
+        stop.set()
+        for t in threads:
+            t.join(timeout=60)
+        assert not errors
+        c = table.contents()
+        priority = dict(zip(c["key"].tolist(), c["priority"].tolist()))
+        with on("cpu"):
+            batch = table.sample(jax.random.key(99), 256, strategy=gx.Prioritized(1.0))
+        expected = [priority[int(k)] / sum(priority.values()) for k in np.asarray(batch.keys)]
+        np.testing.assert_allclose(np.asarray(batch.probability), expected, rtol=1e-6)
 
 
 @pytest.mark.parametrize("placement", ["host", "device"])

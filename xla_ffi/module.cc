@@ -218,10 +218,13 @@ class NativeTable {
   // NumPy arrays.
   nb::tuple PinItems(nb::object keys) {
     std::vector<ItemInfo> items;
+    // Without the GIL: it may wait for a GPU priority update in flight.
     if (keys.is_none()) {
+      nb::gil_scoped_release release;
       items = table_->PinItems();
     } else {
       auto wanted = nb::cast<Int64Array>(keys);
+      nb::gil_scoped_release release;
       items = table_->PinItems(wanted.data(), static_cast<int64_t>(wanted.shape(0)));
     }
     const size_t n = items.size();
@@ -266,6 +269,7 @@ class NativeTable {
 
   void RestoreState(int64_t next_sequence, int64_t inserts, double samples, int64_t evictions,
                     int64_t priority_updates, const std::vector<int64_t>& free_slots) {
+    nb::gil_scoped_release release;  // it may wait for a GPU priority update in flight
     table_->RestoreState({next_sequence, inserts, samples, evictions, priority_updates},
                          free_slots);
   }
@@ -273,7 +277,11 @@ class NativeTable {
   // Addresses and layout for one-sided readers in other processes (the nixl
   // exchange registers these spans with its transport, read-only).
   nb::dict RemoteLayout(int strategy, double alpha) {
-    const gearjax::RemoteLayout r = table_->Remote(ShardRequest(strategy, alpha));
+    gearjax::RemoteLayout r;
+    {
+      nb::gil_scoped_release release;  // it may wait for a GPU priority update in flight
+      r = table_->Remote(ShardRequest(strategy, alpha));
+    }
     nb::dict d;
     d["arena"] = reinterpret_cast<uintptr_t>(r.arena);
     d["arena_bytes"] = r.arena_bytes;

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <vector>
 
+#include "common.h"
+
 namespace gearjax {
 
 enum class KeyFormat { kInt32, kUInt32, kInt64 };
@@ -30,8 +32,9 @@ inline void DecodeKeys(KeyFormat format, const void* data, size_t n, std::vector
 
 // A float32 as the float64 of the same value, decoded from its bits: XLA's
 // threads treat subnormal inputs as zero, so a plain conversion would turn a
-// small positive priority into 0.
-inline double Float32ToDouble(uint32_t bits) {
+// small positive priority into 0. GPU priority updates decode with it too
+// (update_block.h).
+GEARJAX_HD double Float32ToDouble(uint32_t bits) {
   const uint32_t mantissa = bits & 0x7fffff;
   if ((bits & 0x7f800000) != 0 || mantissa == 0) {  // normal, zero, inf or NaN: exact as is
     float value;

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "common.h"
+
 namespace gearjax {
 
 // Slots per table and steps per slot. Slots and steps index int32 outputs
@@ -42,15 +44,15 @@ inline constexpr double kMinWeight = DBL_MIN;
 
 // Whether v is a subnormal float64, judged on its bits, so that the answer is
 // the same where the CPU treats subnormal inputs as zero (XLA's threads do).
-inline bool IsSubnormal(double v) {
+GEARJAX_HD bool IsSubnormal(double v) {
   uint64_t bits;
   std::memcpy(&bits, &v, sizeof(bits));
   return (bits & 0x7ff0000000000000ull) == 0 && (bits & 0x000fffffffffffffull) != 0;
 }
 
 // Whether `priority` is 0 or a normal float64 in [kMinPriority, kMaxPriority].
-// Inline: every priority of every update passes here.
-inline bool ValidPriority(double priority) {
+// Inline, and for GPU kernels too: every priority of every update passes here.
+GEARJAX_HD bool ValidPriority(double priority) {
   return !IsSubnormal(priority) && priority >= 0.0 && priority <= kMaxPriority;
 }
 

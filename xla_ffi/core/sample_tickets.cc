@@ -26,6 +26,11 @@ bool SampleTickets::QuietSince(uint64_t ticket) {
   return in_flight_.empty() || in_flight_.front() > ticket;
 }
 
+bool SampleTickets::InFlight(uint64_t ticket) {
+  Drain();
+  return std::binary_search(in_flight_.begin(), in_flight_.end(), ticket);
+}
+
 int64_t SampleTickets::in_flight() {
   Drain();
   return static_cast<int64_t>(in_flight_.size());

@@ -32,6 +32,7 @@ class SampleTickets {
   uint64_t next() const { return last_ + 1; }      // the ticket Take will give
   uint64_t last() const { return last_; }          // the last ticket given (0: none yet)
   bool QuietSince(uint64_t ticket);                // no ticket <= `ticket` in flight
+  bool InFlight(uint64_t ticket);                  // `ticket` given and not back
   int64_t in_flight();                             // tickets given and not back
   int64_t on_device();                             // of those, handed to the device
   bool has_on_device() const { return !on_device_.empty(); }  // as of the last drain

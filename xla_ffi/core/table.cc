@@ -91,6 +91,7 @@ void Table::WaitForDeviceTickets() {
   std::lock_guard<std::mutex> keep(kept_mu);
   for (std::shared_ptr<void>& block : TakeMemoryLocked()) kept.push_back(std::move(block));
   kept.push_back(std::shared_ptr<GpuCompletions>(std::move(completions_owner_)));
+  kept.push_back(std::shared_ptr<MappedArray<GpuUpdateReport>>(std::move(gpu_report_owner_)));
 }
 
 void Table::UseGpuCompletions(const DeviceMemory* memory, int device) {
@@ -243,9 +244,13 @@ TimestepSelector& Table::TimestepLocked() {
 }
 
 PrioritizedSelector& Table::PrioritizedLocked(double alpha) {
-  for (auto& selector : prioritized_) {
-    if (selector->alpha() == alpha) return *selector;
-  }
+  // A new tree is filled from the records' priorities: first no GPU update
+  // may be writing them (and the lock may be released meanwhile: look again).
+  do {
+    for (auto& selector : prioritized_) {
+      if (selector->alpha() == alpha) return *selector;
+    }
+  } while (OwnPrioritiesLocked());
   if (prioritized_.size() >= static_cast<size_t>(kMaxPriorityTrees)) {
     std::string alphas;
     for (auto& selector : prioritized_) alphas += (alphas.empty() ? "" : ", ") + Number(selector->alpha());

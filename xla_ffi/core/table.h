@@ -68,6 +68,7 @@
 #include "table_reports.h"
 #include "table_spec.h"
 #include "sum_tree.h"
+#include "update_block.h"
 #include "window.h"
 
 namespace gearjax {
@@ -259,8 +260,26 @@ class Table {
   // now and updates are in flight, the handler waits for the stream first
   // (WaitsForStagedUpdates).
   void StagedUpdateEnqueued() { staged_updates_.fetch_add(1, std::memory_order_relaxed); }
+  // Updates staged and not yet applied.
+  int64_t StagedUpdatesInFlight() const { return staged_updates_.load(std::memory_order_acquire); }
   void StagedUpdateApplied() { staged_updates_.fetch_sub(1, std::memory_order_release); }
   bool WaitsForStagedUpdates(const SampleRequest& request) const;
+
+  // A priority update applied on the GPU by one kernel (update_block.h), for
+  // the CUDA handler: takes a ticket for the kernel enqueued on `stream` (an
+  // identity only), which reports it through the completion ring
+  // (UseGpuCompletions first; the caller hands it to the device), and fills `update`'s table part (device
+  // addresses; the report made on first use). Returns 0 instead, taking
+  // nothing, where the update must be staged (staged_update.h): more than
+  // kMaxGpuUpdateKeys keys, selection state not GPU-mapped, a TopK heap
+  // (host memory) keeping priorities, or a staged update in flight (its host
+  // function may wait for the priorities, so no kernel may queue behind it).
+  // Waits first while the host claims the priorities (OwnPrioritiesLocked),
+  // and for GPU updates in flight on another stream: one stream writes the
+  // trees at a time, in its own order. Throws Closed.
+  uint64_t BeginGpuUpdate(const void* stream, int64_t n, GpuUpdate* update);
+  // The report's counts so far (zeros before the first GPU update).
+  GpuUpdateReport GpuUpdateCounts() const;
 
   // Pins live slots and lists them in key order (for checkpoints and reads);
   // UnpinSlots releases them. With keys == nullptr, every live item;
@@ -349,6 +368,19 @@ class Table {
     return true;
   }
   bool InsideLocked() const;  // a sample, reader or writer is inside the table
+  // Every reader and writer of the records' priorities, the Prioritized
+  // trees or the selectors filled from them calls this first, under mu_:
+  // waits (mu_ released meanwhile, so state read before may be stale) until
+  // no GPU priority update is in flight, keeping new ones from starting
+  // meanwhile; while the caller keeps mu_, none starts. Returns whether it
+  // waited. Nothing to do for tables never updated on the GPU. Throws Closed
+  // if the table closed meanwhile.
+  bool OwnPrioritiesLocked();
+  // The same before an insert publishes its reserved slots: never throws
+  // (the caller then finds closed_ set and abandons them).
+  void OwnPrioritiesDuringInsertLocked();
+  // Live items with priority > 0: the host's count and the GPU updates'.
+  int64_t PositiveLocked() const;
   // Takes the next sample ticket; with a completion ring, first waits until
   // no earlier ticket in flight shares its place (gpu_completions.h).
   uint64_t TakeTicketLocked(std::unique_lock<std::mutex>& lock);
@@ -415,7 +447,7 @@ class Table {
   std::vector<Selector*> priority_selectors_;  // those whose UsesPriority()
 
   int64_t live_ = 0, writers_ = 0, num_steps_ = 0;
-  int64_t positive_ = 0;  // live items with priority > 0
+  int64_t positive_ = 0;  // live items with priority > 0, as the host changed them
   // Samples in flight: taken under mu_, returned by EndSample without it (it
   // runs in GPU stream callbacks, which must not wait behind the table's).
   mutable SampleTickets tickets_;
@@ -423,6 +455,16 @@ class Table {
   std::unique_ptr<GpuCompletions> completions_owner_;
   std::atomic<GpuCompletions*> completions_{nullptr};
   std::atomic<int64_t> staged_updates_{0};
+  // GPU priority updates (BeginGpuUpdate): the kernels' report (made under
+  // mu_, read without it once made), the last update's ticket (0: none in
+  // flight as of the last look) and stream, and the callers of
+  // OwnPrioritiesLocked waiting for it.
+  std::unique_ptr<MappedArray<GpuUpdateReport>> gpu_report_owner_;
+  std::atomic<GpuUpdateReport*> gpu_report_{nullptr};
+  uint64_t gpu_update_last_ = 0;
+  const void* gpu_update_stream_ = nullptr;
+  int64_t priority_claims_ = 0;
+  std::atomic<unsigned long long> gpu_failures_raised_{0};
   DeferredError deferred_;  // DeferError's, raised by RaiseDeferredError
   Counters counters_;
   ExchangeCounters exchange_counters_;  // its own lock: not under mu_

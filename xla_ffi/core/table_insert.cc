@@ -24,6 +24,7 @@ int64_t Table::AcquireSlotLocked(std::unique_lock<std::mutex>& lock, bool* evict
     if (free >= 0) return free;
     const int64_t victim = ChooseVictim(spec_.remover, *order_, min_heap_.get());
     if (victim >= 0) {
+      if (OwnPrioritiesLocked()) continue;  // waited: look again
       EvictLocked(victim);
       *evicted = true;
       return victim;
@@ -129,6 +130,7 @@ int64_t Table::InsertWith(int64_t length, double priority, const Fill& fill,
     throw;
   }
   lock.lock();
+  if (!closed_) OwnPrioritiesDuringInsertLocked();
   if (closed_) {
     AbandonLocked(slot, restoring);
     throw Closed("the table was closed during the insert");
@@ -178,6 +180,7 @@ int64_t Table::InsertManyWith(int64_t n, const int64_t* lengths, const double* p
         throw;
       }
       std::lock_guard<std::mutex> lock(mu_);
+      if (!closed_) OwnPrioritiesDuringInsertLocked();
       if (closed_) {
         for (int64_t slot : slots) AbandonLocked(slot, false);
         throw Closed("the table was closed during the insert");
@@ -258,6 +261,14 @@ int64_t Table::ReserveLocked(std::unique_lock<std::mutex>& lock, int64_t restore
                   " (a GPU stream that does not progress?)");
   }
   return slot;
+}
+
+void Table::OwnPrioritiesDuringInsertLocked() {
+  try {
+    OwnPrioritiesLocked();
+  } catch (const Closed&) {
+    // closed_ is set: the caller abandons its slots.
+  }
 }
 
 void Table::AbandonLocked(int64_t slot, bool restoring) {

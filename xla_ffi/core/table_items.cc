@@ -25,6 +25,7 @@ void Table::ReadSteps(int c, int64_t slot, int64_t steps, void* dst) const {
 std::vector<ItemInfo> Table::PinItems(const int64_t* keys, int64_t count) {
   std::lock_guard<std::mutex> lock(mu_);
   CheckOpenLocked();
+  OwnPrioritiesLocked();  // the priorities as the programs before left them
   std::vector<ItemInfo> items;
   auto pin = [&](int64_t slot) {
     const SlotInfo& info = (*slots_)[slot];
@@ -72,6 +73,7 @@ std::vector<int64_t> Table::FreeSlots() const {
 void Table::RestoreState(const Counters& counters, const std::vector<int64_t>& free_slots) {
   std::lock_guard<std::mutex> lock(mu_);
   CheckOpenLocked();
+  OwnPrioritiesLocked();
   if (counters.next_sequence < counters_.next_sequence ||
       counters.next_sequence - 1 > key_layout_.max_sequence()) {
     throw InvalidArgument("restored next_sequence is below a key already in the table or "
@@ -93,6 +95,8 @@ void Table::RestoreState(const Counters& counters, const std::vector<int64_t>& f
     throw InvalidArgument("restored free slots do not match the slots in use");
   }
   counters_ = counters;
+  // Stats add what GPU updates counted (GpuUpdateCounts) to the host's count.
+  counters_.priority_updates -= static_cast<int64_t>(GpuUpdateCounts().updated);
   slots_->SetFree(free_slots);
   changed_.notify_all();
 }
@@ -116,12 +120,14 @@ Stats Table::GetStats() const {
   s.writers = writers_;
   s.pinned_slots = released_ ? 0 : slots_->pinned();
   s.samples_in_flight = tickets_.in_flight();
+  const GpuUpdateReport gpu = GpuUpdateCounts();
   s.counters = counters_;
+  s.counters.priority_updates += static_cast<int64_t>(gpu.updated);
   s.bytes_reserved = released_ ? 0 : static_cast<int64_t>(arena_->bytes());
   s.bytes_used = num_steps_ * bytes_per_step;
   s.seconds_alive = std::chrono::duration<double>(Clock::now() - created_at_).count();
   for (const auto& selector : prioritized_) s.alphas.push_back(selector->alpha());
-  s.skipped_updates = skipped_updates_;
+  s.skipped_updates = skipped_updates_ + static_cast<int64_t>(gpu.skipped);
   return s;
 }
 

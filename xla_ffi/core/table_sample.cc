@@ -72,7 +72,7 @@ void Table::WaitToSampleLocked(std::unique_lock<std::mutex>& lock, const SampleR
   }
   // Checked before PrioritizedLocked may create a tree, so a refused sample
   // takes no alpha's place.
-  if (r.strategy == Strategy::kPrioritized && r.alpha > 0 && positive_ == 0) {
+  if (r.strategy == Strategy::kPrioritized && r.alpha > 0 && PositiveLocked() == 0) {
     throw InvalidArgument("cannot sample with Prioritized: every stored trajectory has priority 0");
   }
 }
@@ -120,6 +120,8 @@ uint64_t Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* dra
   for (int64_t b = 0; b < n; ++b) u[b] = UniformFromBits(words[b].w[0], words[b].w[1]);
   std::unique_lock<std::mutex> lock(mu_);
   WaitToSampleLocked(lock, r);
+  // Draws read (and max_times_sampled removals write) the priority trees.
+  OwnPrioritiesLocked();
   const bool constrained = Constrained(r);
   const bool fast_full = r.cut == Cut::kFull && r.window > 0 && r.replace &&
                          spec_.max_times_sampled == 0 &&

@@ -18,6 +18,7 @@ StrategyTotals Table::Totals(const SampleRequest& r) {
   CheckRequest(r);
   std::lock_guard<std::mutex> lock(mu_);
   CheckOpenLocked();
+  OwnPrioritiesLocked();
   StrategyTotals totals{live_, num_steps_, 0.0};
   switch (r.strategy) {
     case Strategy::kUniform:
@@ -29,7 +30,7 @@ StrategyTotals Table::Totals(const SampleRequest& r) {
     case Strategy::kPrioritized:
       // With no positive priority, alpha > 0 draws nothing here (as Select
       // refuses); asking for the tree then would only take an alpha's place.
-      totals.weight = r.alpha > 0 && positive_ == 0 ? 0.0 : PrioritizedLocked(r.alpha).Total();
+      totals.weight = r.alpha > 0 && PositiveLocked() == 0 ? 0.0 : PrioritizedLocked(r.alpha).Total();
       break;
     default:
       throw InvalidArgument("TopK and Recent have no totals to draw shards by");
@@ -41,6 +42,7 @@ RemoteLayout Table::Remote(const SampleRequest& r) {
   CheckRequest(r);
   std::lock_guard<std::mutex> lock(mu_);
   CheckOpenLocked();
+  OwnPrioritiesLocked();
   if (arena_->host_data() == nullptr) {
     throw InvalidArgument("a table in GPU memory cannot be read by other processes' hosts");
   }
@@ -74,6 +76,7 @@ StrategyTotals Table::Tops(const SampleRequest& r, TopEntry* out) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   CheckOpenLocked();
+  OwnPrioritiesLocked();
   const std::vector<int64_t> slots =
       r.strategy == Strategy::kTopK ? TopKLocked().Highest(r.count) : RecentLocked().Newest(r.count);
   for (size_t i = 0; i < slots.size(); ++i) {

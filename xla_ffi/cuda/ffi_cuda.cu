@@ -20,10 +20,15 @@
 //   ticket), the draws are uploaded, and the gather returns the ticket
 //   through the ring as above.
 //
-// Priority updates never wait for the stream: the keys and priorities are
-// copied into pinned host memory and a host function applies them in stream
-// order (core/staged_update.h); a bad value found there is raised by the next
-// call on the table.
+// Priority updates never wait for the stream. Where the table allows
+// (Table::BeginGpuUpdate: up to kMaxGpuUpdateKeys keys, no TopK heap or
+// min-priority remover keeping priorities in host memory), one kernel
+// (update.cu) applies them to the slot records and Prioritized trees in
+// mapped memory and reports its ticket through the ring; host writers keep
+// out of the priorities until it has (Table::OwnPrioritiesLocked). Otherwise
+// the keys and priorities are copied into pinned host memory and a host
+// function applies them in stream order (core/staged_update.h). Either way a
+// bad value is raised by the next call on the table.
 //
 // insert_batch copies device arrays into the table on XLA's stream: the
 // lengths and priorities come to the host first (one synchronisation), the
@@ -56,6 +61,7 @@
 #include "cuda/sample.cuh"
 #include "cuda/select.cuh"
 #include "cuda/tickets.h"
+#include "cuda/update.cuh"
 #include "ffi_common.h"
 
 namespace ffi = xla::ffi;
@@ -282,9 +288,32 @@ void CUDART_CB RecycleStagedUpdate(void* data) {
   StagedUpdate::Recycle(static_cast<StagedUpdate*>(data));
 }
 
-// Enqueues the update without waiting for the stream (see staged_update.h):
-// copies of keys and priorities into pinned host memory, Apply, the count's
-// copy into `updated`, Recycle. Types and sizes fail here, values later.
+// One kernel applies the update on the GPU (core/update_block.h) and reports
+// its ticket through the completion ring: nothing else on the stream.
+ffi::Error UpdateOnDevice(cudaStream_t stream, int device, const std::shared_ptr<Table>& table,
+                          uint64_t ticket, GpuUpdate& update, const ffi::AnyBuffer& keys,
+                          KeyFormat key_format, const ffi::AnyBuffer& priorities,
+                          PriorityFormat priority_format, int32_t* updated) {
+  DeviceTicket held(table, ticket, device, stream);
+  update.completion = held.completion();
+  update.keys = keys.untyped_data();
+  update.key_format = key_format;
+  update.priorities = priorities.untyped_data();
+  update.priority_format = priority_format;
+  update.n = static_cast<int64_t>(keys.element_count());
+  update.updated = updated;
+  Count(HostWork::kLaunch);
+  const cudaError_t error = LaunchPriorityUpdate(update, stream);
+  if (error != cudaSuccess) return Fail(CudaError("launching the priority update", error));
+  held.HandToDevice();
+  return ffi::Error::Success();
+}
+
+// Enqueues the update without waiting for the stream: on the GPU
+// (UpdateOnDevice) where the table allows it (Table::BeginGpuUpdate), else
+// staged (see staged_update.h): copies of keys and priorities into pinned
+// host memory, Apply, the count's copy into `updated`, Recycle. Types and
+// sizes fail here, values later.
 ffi::Error UpdatePrioritiesCudaImpl(cudaStream_t stream, Order, ffi::AnyBuffer keys,
                                     ffi::AnyBuffer priorities, ffi::Result<Order>,
                                     ffi::Result<ffi::Buffer<ffi::S32>> updated,
@@ -302,6 +331,13 @@ ffi::Error UpdatePrioritiesCudaImpl(cudaStream_t stream, Order, ffi::AnyBuffer k
     return Fail("keys and priorities differ in size");
   }
   const int64_t n = static_cast<int64_t>(keys.element_count());
+  const int device = CurrentDevice();
+  table->UseGpuCompletions(&kDeviceMemory, device);
+  GpuUpdate on_device;
+  if (const uint64_t ticket = table->BeginGpuUpdate(stream, n, &on_device)) {
+    return UpdateOnDevice(stream, device, table, ticket, on_device, keys, key_format, priorities,
+                          priority_format, updated->typed_data());
+  }
   StagedUpdate* update = StagedUpdate::Take(std::move(table), key_format, priority_format, n);
   if (!update->pinned()) {
     StagedUpdate::Recycle(update);
@@ -392,6 +428,7 @@ std::string KernelImageProblem(int device) {
   cudaError_t error = GatherKernelRunsHere();
   if (error == cudaSuccess) error = SelectKernelRunsHere();
   if (error == cudaSuccess) error = FusedSampleKernelRunsHere();
+  if (error == cudaSuccess) error = PriorityUpdateKernelRunsHere();
   if (error == cudaSuccess) return "";
   cudaGetLastError();  // the probe's own error is not sticky: clear it
   int major = 0, minor = 0;

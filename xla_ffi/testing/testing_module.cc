@@ -14,7 +14,8 @@
 //    on the CPU for a table given by handle, and the GPU-sample tickets taken
 //    and returned by hand (tests of the slot protocol).
 //  * A GPU priority update staged and applied as the CUDA handler's host
-//    functions do it (staged_update.h).
+//    functions do it (staged_update.h), or applied by the update kernel's
+//    code (update_emulation.cc).
 #include "testing/testing_module.h"
 
 #include <nanobind/ndarray.h>
@@ -373,6 +374,7 @@ void DefineModule(nb::module_ m) {
       "tickets_on_device",
       [](int64_t handle) { return Find(handle)->TicketsOnDevice(); }, "handle"_a,
       "Tickets handed to the device that the ring has not reported yet.");
+  DefineUpdateEmulation(m);
 }
 
 }  // namespace gearjax::testing

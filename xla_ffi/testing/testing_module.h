@@ -7,5 +7,7 @@
 namespace gearjax::testing {
 
 void DefineModule(nanobind::module_ m);
+// GPU priority updates emulated (update_emulation.cc); DefineModule calls it.
+void DefineUpdateEmulation(nanobind::module_ m);
 
 }  // namespace gearjax::testing

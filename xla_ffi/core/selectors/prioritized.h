@@ -5,15 +5,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/priority_weight.h"
 #include "core/selectors/weight_tree.h"
 
 namespace gearjax {
-
-// The weight of a priority under alpha: 1 for alpha == 0 (uniform, priority 0
-// included), 0 for priority 0, otherwise priority ** alpha raised to at least
-// kMinWeight, so a positive priority never becomes undrawable (see limits.h,
-// which also bounds priority and alpha so the weight stays finite).
-double PriorityWeight(double priority, double alpha);
 
 class PrioritizedSelector final : public WeightTreeSelector {
  public:

@@ -1,0 +1,330 @@
+// A priority update applied by one GPU kernel (one block), with nothing else
+// on the stream: what the kernel reads and writes, and its phases, written
+// once for nvcc and the host compiler (the CPU emulator runs them thread by
+// thread: EmulateGpuUpdate), like sample_block.h.
+//
+// The kernel does what Table::UpdatePriorities does on the host, with the
+// same result bit for bit (where the device's pow agrees with the host's):
+//  1. Check: every priority decoded (Float32ToDouble) and checked
+//     (ValidPriority); every key looked up in the slot records (live, same
+//     key: a stale key's slot holds another key or none); live keys entered in
+//     a hash table in shared memory keeping each slot's last entry.
+//  2. If any priority is bad, nothing changes: the first bad entry goes to the
+//     table's report (GpuUpdateReport), the next call on the table raises it
+//     (Table::RaiseDeferredError), and the result is -1.
+//  3. Leaves: each slot's last entry (later duplicates win) sets its record's
+//     priority and its leaf in every Prioritized tree (PriorityWeight).
+//  4. Parents, level by level: each changed leaf's ancestor at that level is
+//     recomputed from its children (SumTreeLineSum), as SumTree::SetMany does.
+//     Two threads may write one parent; they write the same value.
+//  5. Counts (entries naming a live key, stale keys, the change in positive
+//     priorities) added to the report, the result written, the ticket
+//     reported through the completion ring (completion_block.h).
+// The host keeps out of the records' priorities and the Prioritized trees
+// while the kernel may run (Table::OwnPrioritiesLocked).
+#pragma once
+
+#include <cstdint>
+
+#include "common.h"
+#include "completion_block.h"
+#include "decode.h"
+#include "limits.h"
+#include "priority_weight.h"
+#include "slots.h"
+#include "sum_tree.h"
+
+namespace gearjax {
+
+// At most this many keys a GPU update (its shared memory: 20 bytes a key at
+// most); larger updates are staged on the host (staged_update.h).
+inline constexpr int64_t kMaxGpuUpdateKeys = 4096;
+
+// What kernels add up for the host, in GPU-mapped pinned memory; the host
+// only reads it (one per table, made on the first GPU update).
+struct GpuUpdateReport {
+  unsigned long long updated;   // entries that named a live key (Stats::priority_updates)
+  unsigned long long skipped;   // entries naming no live key, negative keys not counted
+  unsigned long long positive;  // change in the count of positive priorities (two's complement)
+  unsigned long long failed;    // updates refused for a bad priority
+  // The first refused update since the host last looked: its first bad entry
+  // and value, written by the kernel that sets `held` (0 -> 1); the host
+  // resets `held` once it has read them (Table::RaiseDeferredError).
+  unsigned long long held;
+  long long bad_entry;
+  double bad_value;
+};
+
+// One Prioritized tree, at device addresses.
+struct GpuUpdateTree {
+  double* nodes;
+  double alpha;
+};
+
+// What the kernel updates: the table's state at device addresses (filled by
+// Table::BeginGpuUpdate) and the call's operands.
+struct GpuUpdate {
+  SlotInfo* info;       // per-slot records
+  int64_t capacity;
+  int64_t slot_mask;    // a key's slot bits (KeyLayout)
+  int32_t levels;       // every tree has the same shape (one leaf per slot)
+  int64_t offsets[kSumTreeMaxLevels];
+  int32_t trees;
+  GpuUpdateTree tree[kMaxPriorityTrees];
+  GpuUpdateReport* report;
+  CompletionView completion;
+  // The call's.
+  const void* keys;
+  KeyFormat key_format;
+  const void* priorities;
+  PriorityFormat priority_format;
+  int64_t n;
+  int32_t* updated;  // the result: entries that named a live key, or -1
+};
+
+// The kernel's shared memory, carved from one buffer of GpuUpdateSharedBytes.
+struct GpuUpdateShared {
+  int32_t* slot;      // [n]: the entry's live slot, -1; after Leaves, -1 unless it won
+  int32_t* hash_slot; // [hash_size]: -1 = empty
+  int32_t* hash_last; // [hash_size]: the slot's last entry
+  int64_t hash_size;  // a power of two >= 2n
+  long long* first_bad;  // n when none
+  unsigned long long* live;
+  unsigned long long* skipped;
+  long long* positive;
+};
+
+GEARJAX_HD int64_t GpuUpdateHashSize(int64_t n) {
+  int64_t size = 16;
+  while (size < 2 * n) size *= 2;
+  return size;
+}
+
+GEARJAX_HD size_t GpuUpdateSharedBytes(int64_t n) {
+  return 64 + static_cast<size_t>(n) * 4 + static_cast<size_t>(GpuUpdateHashSize(n)) * 8;
+}
+
+// Carves `memory` (GpuUpdateSharedBytes(n), 8-byte aligned).
+GEARJAX_HD GpuUpdateShared CarveGpuUpdateShared(void* memory, int64_t n) {
+  GpuUpdateShared s;
+  auto* words = static_cast<long long*>(memory);
+  s.first_bad = words;
+  s.live = reinterpret_cast<unsigned long long*>(words + 1);
+  s.skipped = reinterpret_cast<unsigned long long*>(words + 2);
+  s.positive = words + 3;
+  s.hash_size = GpuUpdateHashSize(n);
+  s.hash_slot = reinterpret_cast<int32_t*>(words + 8);
+  s.hash_last = s.hash_slot + s.hash_size;
+  s.slot = s.hash_last + s.hash_size;
+  return s;
+}
+
+// Shared-memory atomics: the device's, or plain steps where the emulator runs
+// one thread at a time.
+namespace update_atomic {
+GEARJAX_HD int32_t Cas(int32_t* p, int32_t expected, int32_t desired) {
+#ifdef __CUDA_ARCH__
+  return atomicCAS(p, expected, desired);
+#else
+  const int32_t old = *p;
+  if (old == expected) *p = desired;
+  return old;
+#endif
+}
+GEARJAX_HD void Max(int32_t* p, int32_t v) {
+#ifdef __CUDA_ARCH__
+  atomicMax(p, v);
+#else
+  if (v > *p) *p = v;
+#endif
+}
+GEARJAX_HD void Min(long long* p, long long v) {
+#ifdef __CUDA_ARCH__
+  atomicMin(p, v);
+#else
+  if (v < *p) *p = v;
+#endif
+}
+GEARJAX_HD void Add(unsigned long long* p, unsigned long long v) {
+#ifdef __CUDA_ARCH__
+  atomicAdd(p, v);
+#else
+  *p += v;
+#endif
+}
+// Into the report, which the host reads meanwhile (and other GPUs' kernels
+// never write: one GPU updates a table at a time, Table::BeginGpuUpdate).
+GEARJAX_HD void AddToReport(unsigned long long* p, unsigned long long v) {
+#ifdef __CUDA_ARCH__
+  atomicAdd_system(p, v);
+#else
+  __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+#endif
+}
+// Whether this call turned *p from 0 to 1 (the host resets it).
+GEARJAX_HD bool HoldInReport(unsigned long long* p) {
+#ifdef __CUDA_ARCH__
+  return atomicCAS_system(p, 0ull, 1ull) == 0ull;
+#else
+  unsigned long long expected = 0;
+  return __atomic_compare_exchange_n(p, &expected, 1ull, false, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE);
+#endif
+}
+}  // namespace update_atomic
+
+GEARJAX_HD int64_t GpuUpdateKey(const GpuUpdate& u, int64_t i) {
+  switch (u.key_format) {
+    case KeyFormat::kInt32: return static_cast<const int32_t*>(u.keys)[i];
+    case KeyFormat::kUInt32: return static_cast<const uint32_t*>(u.keys)[i];
+    default: return static_cast<const int64_t*>(u.keys)[i];
+  }
+}
+
+GEARJAX_HD double GpuUpdatePriority(const GpuUpdate& u, int64_t i) {
+  if (u.priority_format == PriorityFormat::kFloat64) {
+    return static_cast<const double*>(u.priorities)[i];
+  }
+  return Float32ToDouble(static_cast<const uint32_t*>(u.priorities)[i]);
+}
+
+// Slots::Find at device addresses.
+GEARJAX_HD int64_t GpuUpdateFind(const GpuUpdate& u, int64_t key) {
+  if (key < 0) return -1;
+  const int64_t slot = key & u.slot_mask;
+  if (slot >= u.capacity) return -1;
+  const SlotInfo& info = u.info[slot];
+  return info.state == SlotState::kLive && info.key == key ? slot : -1;
+}
+
+// Where `slot` sits in the hash table (linear probing from a multiplicative
+// hash); inserts it when `insert` and absent. -1 when absent and not inserted.
+GEARJAX_HD int64_t GpuUpdateHashPlace(const GpuUpdateShared& s, int32_t slot, bool insert) {
+  const uint64_t mask = static_cast<uint64_t>(s.hash_size) - 1;
+  uint64_t place = (static_cast<uint64_t>(static_cast<uint32_t>(slot)) * 0x9E3779B97F4A7C15ull) >> 40;
+  for (;;) {
+    place &= mask;
+    const int32_t held = insert ? update_atomic::Cas(&s.hash_slot[place], -1, slot)
+                                : s.hash_slot[place];
+    if (held == slot || (insert && held == -1)) return static_cast<int64_t>(place);
+    if (held == -1) return -1;
+    ++place;
+  }
+}
+
+// Phase 0, before the check: the hash table empty, the counters zero.
+GEARJAX_HD void GpuUpdateClear(const GpuUpdate& u, const GpuUpdateShared& s, int64_t t,
+                               int64_t threads) {
+  for (int64_t h = t; h < s.hash_size; h += threads) {
+    s.hash_slot[h] = -1;
+    s.hash_last[h] = -1;
+  }
+  if (t == 0) {
+    *s.first_bad = u.n;
+    *s.live = *s.skipped = 0;
+    *s.positive = 0;
+  }
+}
+
+// Phase 1 (see the top).
+GEARJAX_HD void GpuUpdateCheck(const GpuUpdate& u, const GpuUpdateShared& s, int64_t t,
+                               int64_t threads) {
+  unsigned long long live = 0, skipped = 0;
+  for (int64_t i = t; i < u.n; i += threads) {
+    if (!ValidPriority(GpuUpdatePriority(u, i))) update_atomic::Min(s.first_bad, i);
+    const int64_t key = GpuUpdateKey(u, i);
+    const int64_t slot = GpuUpdateFind(u, key);
+    s.slot[i] = static_cast<int32_t>(slot);
+    if (slot < 0) {
+      skipped += key >= 0 ? 1 : 0;
+      continue;
+    }
+    ++live;
+    update_atomic::Max(&s.hash_last[GpuUpdateHashPlace(s, static_cast<int32_t>(slot), true)],
+                       static_cast<int32_t>(i));
+  }
+  if (live > 0) update_atomic::Add(s.live, live);
+  if (skipped > 0) update_atomic::Add(s.skipped, skipped);
+}
+
+// Phase 2, when every priority is good: each slot's last entry sets the
+// record and the leaves; other entries are dropped (slot -1).
+GEARJAX_HD void GpuUpdateLeaves(const GpuUpdate& u, const GpuUpdateShared& s, int64_t t,
+                                int64_t threads) {
+  long long positive = 0;
+  for (int64_t i = t; i < u.n; i += threads) {
+    const int32_t slot = s.slot[i];
+    if (slot < 0) continue;
+    if (s.hash_last[GpuUpdateHashPlace(s, slot, false)] != i) {
+      s.slot[i] = -1;
+      continue;
+    }
+    const double priority = GpuUpdatePriority(u, i) + 0.0;  // -0.0 -> 0.0
+    SlotInfo& info = u.info[slot];
+    positive += (priority > 0 ? 1 : 0) - (info.priority > 0 ? 1 : 0);
+    info.priority = priority;
+    for (int32_t k = 0; k < u.trees; ++k) {
+      u.tree[k].nodes[u.offsets[0] + slot] = PriorityWeight(priority, u.tree[k].alpha);
+    }
+  }
+  if (positive != 0) update_atomic::Add(reinterpret_cast<unsigned long long*>(s.positive),
+                                        static_cast<unsigned long long>(positive));
+}
+
+// Phase 3, once per level from 1 to levels - 1, after the level below.
+GEARJAX_HD void GpuUpdateParents(const GpuUpdate& u, const GpuUpdateShared& s, int32_t level,
+                                 int64_t t, int64_t threads) {
+  for (int64_t i = t; i < u.n; i += threads) {
+    const int32_t slot = s.slot[i];
+    if (slot < 0) continue;
+    const int64_t node = static_cast<int64_t>(slot) >> (3 * level);  // eight children a node
+    for (int32_t k = 0; k < u.trees; ++k) {
+      double* nodes = u.tree[k].nodes;
+      nodes[u.offsets[level] + node] =
+          SumTreeLineSum(nodes + u.offsets[level - 1] + node * kSumTreeFanout);
+    }
+  }
+}
+static_assert(kSumTreeFanout == 8, "GpuUpdateParents shifts by 3 bits a level");
+
+// Phase 4, by one thread once every other phase is done: the report, the
+// result, the ticket.
+GEARJAX_HD void GpuUpdateFinish(const GpuUpdate& u, const GpuUpdateShared& s) {
+  GpuUpdateReport* r = u.report;
+  if (*s.first_bad < u.n) {
+    if (update_atomic::HoldInReport(&r->held)) {  // the first refused since the host looked
+      r->bad_entry = *s.first_bad;
+      r->bad_value = GpuUpdatePriority(u, *s.first_bad);
+    }
+#ifdef __CUDA_ARCH__
+    __threadfence_system();  // the entry and value before the count that announces them
+#else
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+#endif
+    update_atomic::AddToReport(&r->failed, 1);
+    *u.updated = -1;
+  } else {
+    update_atomic::AddToReport(&r->updated, *s.live);
+    update_atomic::AddToReport(&r->skipped, *s.skipped);
+    update_atomic::AddToReport(&r->positive, static_cast<unsigned long long>(*s.positive));
+    *u.updated = static_cast<int32_t>(*s.live);
+  }
+  CompleteBlock(u.completion, 1);
+}
+
+// The kernel's phases on the CPU, thread by thread, a barrier between
+// phases as the kernel has (`shared`: GpuUpdateSharedBytes(u.n)).
+inline void EmulateGpuUpdate(const GpuUpdate& u, void* shared, int64_t threads) {
+  const GpuUpdateShared s = CarveGpuUpdateShared(shared, u.n);
+  for (int64_t t = 0; t < threads; ++t) GpuUpdateClear(u, s, t, threads);
+  for (int64_t t = 0; t < threads; ++t) GpuUpdateCheck(u, s, t, threads);
+  if (*s.first_bad == u.n) {
+    for (int64_t t = 0; t < threads; ++t) GpuUpdateLeaves(u, s, t, threads);
+    for (int32_t level = 1; level < u.levels; ++level) {
+      for (int64_t t = 0; t < threads; ++t) GpuUpdateParents(u, s, level, t, threads);
+    }
+  }
+  GpuUpdateFinish(u, s);
+}
+
+}  // namespace gearjax

@@ -1,0 +1,127 @@
+// Test-only hooks for GPU priority updates (core/update_block.h): the CUDA
+// handler's path with the kernel's phases run on the CPU, thread by thread,
+// so the update kernel's code is checked against Table::UpdatePriorities on
+// machines without a GPU, and the protocol that keeps host writers out of
+// the priorities while a kernel may run is tested with the kernel held back.
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/unique_ptr.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "core/decode.h"
+#include "core/gpu_completions.h"
+#include "core/registry.h"
+#include "core/table.h"
+#include "core/update_block.h"
+#include "testing/testing_module.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace gearjax::testing {
+namespace {
+
+using AnyArray = nb::ndarray<nb::numpy, nb::c_contig, nb::device::cpu, nb::ndim<1>>;
+
+// An update begun as the CUDA handler begins it (ticket taken, table part
+// filled) whose "kernel" runs when the test says: run() hands the ticket to
+// the device and runs the phases, the last reporting through the ring.
+class PendingGpuUpdate {
+ public:
+  PendingGpuUpdate(std::shared_ptr<Table> table, uint64_t ticket, const GpuUpdate& update,
+                   std::vector<uint8_t> keys, std::vector<uint8_t> priorities)
+      : table_(std::move(table)), ticket_(ticket), update_(update), keys_(std::move(keys)),
+        priorities_(std::move(priorities)) {
+    update_.keys = keys_.data();
+    update_.priorities = priorities_.data();
+    update_.updated = &updated_;
+    update_.completion = table_->CompletionFor(ticket_, GpuCompletions::kEmulated);
+    table_->HandToDevice(ticket_);  // as the handler does once the kernel is enqueued
+  }
+
+  int32_t Run(int64_t threads) {
+    if (ran_) throw InvalidArgument("this update has run");
+    if (threads < 1) throw InvalidArgument("a block has at least one thread");
+    ran_ = true;
+    std::vector<long long> shared(GpuUpdateSharedBytes(update_.n) / sizeof(long long) + 1);
+    {
+      nb::gil_scoped_release release;
+      EmulateGpuUpdate(update_, shared.data(), threads);
+    }
+    return updated_;
+  }
+  uint64_t ticket() const { return ticket_; }
+
+ private:
+  std::shared_ptr<Table> table_;
+  uint64_t ticket_;
+  GpuUpdate update_;
+  std::vector<uint8_t> keys_, priorities_;
+  int32_t updated_ = -2;
+  bool ran_ = false;
+};
+
+KeyFormat KeyFormatOf(const AnyArray& keys) {
+  if (keys.dtype() == nb::dtype<int32_t>()) return KeyFormat::kInt32;
+  if (keys.dtype() == nb::dtype<uint32_t>()) return KeyFormat::kUInt32;
+  if (keys.dtype() == nb::dtype<int64_t>()) return KeyFormat::kInt64;
+  throw InvalidArgument("keys must be int32, uint32 or int64");
+}
+
+PriorityFormat PriorityFormatOf(const AnyArray& priorities) {
+  if (priorities.dtype() == nb::dtype<float>()) return PriorityFormat::kFloat32;
+  if (priorities.dtype() == nb::dtype<double>()) return PriorityFormat::kFloat64;
+  throw InvalidArgument("priorities must be float32 or float64");
+}
+
+std::vector<uint8_t> Bytes(const AnyArray& a) {
+  const auto* data = static_cast<const uint8_t*>(a.data());
+  return std::vector<uint8_t>(data, data + a.nbytes());
+}
+
+// The handler's steps up to the launch: look-up (raising a deferred error),
+// formats and sizes, BeginGpuUpdate. None when the table stages the update.
+std::unique_ptr<PendingGpuUpdate> BeginGpuUpdate(int64_t handle, AnyArray keys,
+                                                 AnyArray priorities, int64_t stream) {
+  std::shared_ptr<Table> table = LookUpTable(handle);
+  const KeyFormat key_format = KeyFormatOf(keys);
+  const PriorityFormat priority_format = PriorityFormatOf(priorities);
+  if (keys.shape(0) != priorities.shape(0)) {
+    throw InvalidArgument("keys and priorities differ in size");
+  }
+  GpuUpdate update;
+  uint64_t ticket;
+  {
+    nb::gil_scoped_release release;
+    table->UseGpuCompletions(nullptr, GpuCompletions::kEmulated);
+    ticket = table->BeginGpuUpdate(reinterpret_cast<const void*>(stream),
+                                   static_cast<int64_t>(keys.shape(0)), &update);
+  }
+  if (ticket == 0) return nullptr;
+  update.key_format = key_format;
+  update.priority_format = priority_format;
+  update.n = static_cast<int64_t>(keys.shape(0));
+  return std::make_unique<PendingGpuUpdate>(std::move(table), ticket, update, Bytes(keys),
+                                            Bytes(priorities));
+}
+
+}  // namespace
+
+void DefineUpdateEmulation(nb::module_ m) {
+  nb::class_<PendingGpuUpdate>(m, "PendingGpuUpdate")
+      .def("run", &PendingGpuUpdate::Run, "threads"_a,
+           "Runs the update kernel's phases with `threads` threads on the CPU; returns what "
+           "the kernel writes as the result (the count, or -1).")
+      .def_prop_ro("ticket", &PendingGpuUpdate::ticket);
+  m.def("begin_gpu_update", &BeginGpuUpdate, "handle"_a, "keys"_a, "priorities"_a,
+        "stream"_a = 1,
+        "A priority update begun as the CUDA handler begins it on `stream` (any integer, "
+        "an identity): a PendingGpuUpdate whose run() is the kernel, or None where the "
+        "table stages the update instead (Table::BeginGpuUpdate). use_gpu_mapping's tables "
+        "only.");
+}
+
+}  // namespace gearjax::testing
