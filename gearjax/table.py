@@ -283,6 +283,9 @@ class Table:
             ``memory`` (where the bytes went), ``name`` and ``closed``.
         """
         s = self._native.stats()
+        # Rows, a whole number like the other counts (the core keeps it in
+        # float64 for the rate limiter's arithmetic; exact below 2^53).
+        s["samples"] = int(s["samples"])
         alive = max(s["seconds_alive"], 1e-9)
         s["insert_rate"] = s["inserts"] / alive
         s["sample_rate"] = s["samples"] / alive

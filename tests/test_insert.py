@@ -108,6 +108,7 @@ def test_empty_table_stats():
     for field in ("size", "num_steps", "inserts", "samples", "evictions", "priority_updates",
                   "next_sequence", "bytes_used", "pinned_slots", "writers_in_flight"):
         assert s[field] == 0, field
+        assert type(s[field]) is int, field  # counts are ints, samples included
     assert (s["capacity"], s["max_length"]) == (5, MAX_LENGTH)
     assert s["bytes_per_step"] == BYTES_PER_STEP
     assert s["bytes_reserved"] >= 5 * MAX_LENGTH * BYTES_PER_STEP

@@ -112,3 +112,19 @@ def test_notebook_runs(name, kernel_path, tmp_path, monkeypatch):
     problems = _checks(nb)
     assert problems == [], "\n".join(problems)
     assert _image_cells(nb) >= EXPECTED[name]
+
+
+# What would show a reader the machine a notebook's outputs were made on.
+MACHINE_PATHS = ("site-packages", "/work/", "/home/", "/root/", "/tmp/", ".venv", "/usr/")
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_committed_outputs_carry_no_machine_paths(name):
+    """Warnings and tracebacks name the interpreter's files: none may be
+    committed (the outputs are for every reader)."""
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    for index, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []):
+            text = json.dumps(out)
+            found = [p for p in MACHINE_PATHS if p in text]
+            assert not found, f"cell {index} of {name} shows {found}: {text[:300]}"
