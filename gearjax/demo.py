@@ -87,16 +87,20 @@ class Progress:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gearjax-demo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--trajectories", type=int, default=500, help="initial fill")
-    parser.add_argument("--capacity", type=int, default=1000)
-    parser.add_argument("--max-length", type=int, default=200)
+    parser = argparse.ArgumentParser(prog="gearjax-demo", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--trajectories", type=int, default=500,
+                        help="synthetic expert trajectories inserted before training")
+    parser.add_argument("--capacity", type=int, default=1000,
+                        help="the table's trajectory slots (FIFO eviction beyond them)")
+    parser.add_argument("--max-length", type=int, default=200,
+                        help="the table's longest trajectory, in steps")
     parser.add_argument("--steps", type=int, default=2000, help="training steps")
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--window", type=int, default=20)
+    parser.add_argument("--batch-size", type=int, default=64, help="windows per training step")
+    parser.add_argument("--window", type=int, default=20, help="steps per sampled window")
     parser.add_argument("--steps-per-call", type=int, default=50,
                         help="training steps fused into one jitted lax.scan")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the data and the sampling")
     args = parser.parse_args(argv)
 
     rng = np.random.default_rng(args.seed)

@@ -1,14 +1,67 @@
-# Sourced by demo.sh and test.sh: creates .venv once, then (re)installs gearjax
-# with its test extras into it, so both commands work on a fresh machine. The
-# extension is built with its test-only submodule (GEARJAX_TESTING=ON), so one
-# build serves both commands.
+# Sourced by demo.sh (GEARJAX_EXTRA=rl: what the main job needs) and test.sh
+# (GEARJAX_EXTRA=test, the default): creates the virtual environment once, then
+# installs gearjax with that extra, doing only what changed since the last run:
+#  * the wheel (the native extension's build, the slow part) is built only when
+#    the sources or build settings changed: $venv/gearjax-wheel/<fingerprint>/;
+#  * it is installed, with the extra's dependencies, only when the wheel or the
+#    extra is new to this environment (a stamp beside the wheel).
+# GEARJAX_TESTING=ON (the default) builds the test-only submodule in, so one
+# build serves both commands. GEARJAX_VENV picks the environment (.venv).
+# With GEARJAX_ENV_DRY_RUN=1 it only says what it would do (tests/test_scripts.py).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PYTHON="${PYTHON:-python3}"
-if [ ! -x .venv/bin/python ]; then
-  "$PYTHON" -m venv .venv
+GEARJAX_EXTRA="${GEARJAX_EXTRA:-test}"
+export GEARJAX_TESTING="${GEARJAX_TESTING:-ON}"
+venv="${GEARJAX_VENV:-.venv}"
+dry_run="${GEARJAX_ENV_DRY_RUN:-}"
+
+say() { echo "gearjax: $*" >&2; }
+
+# Everything a build depends on: the package's and native sources, the build
+# configuration, the settings the build reads, the interpreter, nvcc.
+fingerprint() {
+  {
+    find gearjax xla_ffi pyproject.toml -type f ! -path '*/__pycache__/*' ! -name '*.so' \
+      ! -name '*.pyc' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
+    echo "testing=$GEARJAX_TESTING archs=${GEARJAX_CUDA_ARCHITECTURES:-}"
+    "$PYTHON" --version 2>&1
+    command -v nvcc || true
+  } | sha256sum | cut -c1-16
+}
+
+fresh=""
+if [ ! -x "$venv/bin/python" ]; then
+  say "creating the virtual environment $venv (once)"
+  if [ -z "$dry_run" ]; then "$PYTHON" -m venv "$venv"; fi
+  fresh=1
 fi
-# shellcheck disable=SC1091
-. .venv/bin/activate
-python -m pip install --quiet --upgrade pip
-GEARJAX_TESTING="${GEARJAX_TESTING:-ON}" python -m pip install --quiet ".[test]"
+if [ -z "$dry_run" ]; then
+  # shellcheck disable=SC1091
+  . "$venv/bin/activate"
+fi
+
+wheel_dir="$venv/gearjax-wheel/$(fingerprint)"
+if ! compgen -G "$wheel_dir/gearjax-*.whl" >/dev/null; then
+  say "building gearjax's native extension (a minute or two on 2 cores, longer where nvcc" \
+      "is found: the CUDA handlers are compiled too)"
+  if [ -z "$dry_run" ]; then
+    if [ -n "$fresh" ]; then python -m pip install --quiet --upgrade pip; fi
+    rm -rf "$venv/gearjax-wheel"
+    python -m pip wheel --quiet --no-deps --wheel-dir "$wheel_dir" .
+  fi
+fi
+stamp="$wheel_dir/installed-$GEARJAX_EXTRA"
+if [ -f "$stamp" ] && "$venv/bin/python" -P -c \
+     "import importlib.util, sys; sys.exit(importlib.util.find_spec('gearjax') is None)"; then
+  say "$venv is up to date (gearjax[$GEARJAX_EXTRA]; nothing changed since it was installed)"
+else
+  say "installing gearjax[$GEARJAX_EXTRA] and its dependencies into $venv"
+  if [ -z "$dry_run" ]; then
+    wheel=$(compgen -G "$wheel_dir/gearjax-*.whl" | head -n 1)
+    # The same version may be installed from other sources: replace it.
+    python -m pip install --quiet --force-reinstall --no-deps "$wheel"
+    python -m pip install --quiet "$wheel[$GEARJAX_EXTRA]"
+    touch "$stamp"
+  fi
+fi

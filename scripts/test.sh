@@ -35,6 +35,7 @@ else
        "tests of the native core" >&2
 fi
 
+GEARJAX_EXTRA=test
 source scripts/_env.sh
 
 # NIXL for the nixl exchange's tests, by the one command the docs give

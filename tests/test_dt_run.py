@@ -20,8 +20,11 @@ def test_run_writes_results_plot_and_checkpoints(tmp_path):
     results = R.run(R.RunConfig(out=str(tmp_path), **QUICK), progress=False)
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["curve"] == results["curve"]
-    assert [p["step"] for p in saved["curve"]] == [10, 20]
-    assert all(np.isfinite(p["loss"]) and p["eval_score"] is not None for p in saved["curve"])
+    # The untrained model first (no loss yet), so the curve shows what training did.
+    assert [p["step"] for p in saved["curve"]] == [0, 10, 20]
+    assert saved["curve"][0]["loss"] is None
+    assert all(np.isfinite(p["loss"]) for p in saved["curve"][1:])
+    assert all(p["eval_score"] is not None for p in saved["curve"])
     labels = [label for label, _, _ in G.DEFAULT.parts]
     assert list(saved["final"]) == labels          # one evaluation per behaviour policy
     for label in labels:
@@ -38,10 +41,10 @@ def test_resume_continues_the_curve_and_a_fresh_run_replaces_it(tmp_path):
     first = json.loads((tmp_path / "results.json").read_text())["curve"]
     resumed = R.run(R.RunConfig(out=str(tmp_path), resume=True, **{**QUICK, "steps": 30}),
                     progress=False)
-    assert resumed["curve"][:2] == first
-    assert [p["step"] for p in resumed["curve"]] == [10, 20, 30]
+    assert resumed["curve"][:3] == first
+    assert [p["step"] for p in resumed["curve"]] == [0, 10, 20, 30]
     fresh = R.run(R.RunConfig(out=str(tmp_path), **QUICK), progress=False)
-    assert [p["step"] for p in fresh["curve"]] == [10, 20]
+    assert [p["step"] for p in fresh["curve"]] == [0, 10, 20]
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["10", "20"]
 
 
@@ -104,7 +107,7 @@ def test_online_fine_tuning_after_offline_training(tmp_path):
     assert online["target"] == results["best_target"]
     assert len(online["episodes"]) == 4                 # 2 actors x 2 learner dispatches
     assert all(e["length"] == QUICK["eval_max_steps"] for e in online["episodes"])
-    assert [p["step"] for p in results["curve"]] == [10, 20, 40]
+    assert [p["step"] for p in results["curve"]] == [0, 10, 20, 40]
     assert results["curve"][-1]["online"]
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["10", "20", "40"]
     # The last step holds the replay as Online DT left it (its episodes in),
@@ -116,7 +119,7 @@ def test_online_fine_tuning_after_offline_training(tmp_path):
     resumed = R.run(R.RunConfig(out=str(tmp_path), stochastic=True, resume=True,
                                 **{**QUICK, "steps": 50}), progress=False)
     assert [p["step"] for p in resumed["curve"]][-1] == 50
-    assert [p["step"] for p in resumed["curve"]][:3] == [10, 20, 40]
+    assert [p["step"] for p in resumed["curve"]][:4] == [0, 10, 20, 40]
     again = latest_table(tmp_path / "checkpoints")
     assert again.contents()["key"].tolist() == keys  # the same replay, saved with step 50
 
@@ -129,3 +132,55 @@ def test_a_tune_trial_config_becomes_a_run_config_and_unknown_fields_are_refused
     assert config.learning_rate == 3e-4 and config.steps == 40 and config.out == "/tmp/x"
     with pytest.raises(ValueError, match="unknown RunConfig fields \\['lr'\\]"):
         run_config({"lr": 1e-3}, out="/tmp/x")
+
+
+@pytest.mark.parametrize("module", ["gearjax.dt.run", "gearjax.demo"])
+def test_every_option_of_the_commands_says_what_it_does(module, capsys):
+    """--help explains every option, and shows its default where it has one."""
+    import argparse
+    import importlib
+
+    main = importlib.import_module(module).main
+    parsers: list[argparse.ArgumentParser] = []
+    original = argparse.ArgumentParser.parse_args
+
+    def capture(self, *args, **kwargs):
+        parsers.append(self)
+        raise SystemExit(0)
+
+    argparse.ArgumentParser.parse_args = capture
+    try:
+        with pytest.raises(SystemExit):
+            main([])
+    finally:
+        argparse.ArgumentParser.parse_args = original
+    (parser,) = parsers
+    for action in parser._actions:
+        if action.dest == "help":
+            continue
+        assert action.help, f"{module}: {action.option_strings} has no help text"
+    text = parser.format_help()
+    assert "(default: None)" not in text
+    if module == "gearjax.dt.run":
+        assert "(default: 1500)" in text and "(default: tiny)" in text
+    else:
+        assert "(default: 2000)" in text
+
+
+def test_a_rerun_says_it_replaces_the_previous_checkpoints(tmp_path, capsys):
+    R.run(R.RunConfig(out=str(tmp_path), **QUICK), progress=False)
+    R.run(R.RunConfig(out=str(tmp_path), **QUICK), progress=True)
+    err = capsys.readouterr().err
+    assert "replacing the previous run's checkpoints" in err and "--resume" in err
+    assert "generating the dataset" in err and "evaluating the trained model" in err
+
+
+def test_the_summary_says_what_its_lines_mean(tmp_path, capsys):
+    args = ["--out", str(tmp_path), "--quiet", "--size", "tiny", "--steps", "10",
+            "--eval-every", "10", "--steps-per-call", "10", "--episodes", "1",
+            "--eval-max-steps", "5", "--batch-size", "4", "--context", "4"]
+    assert R.main(args) == 0
+    out = capsys.readouterr().out
+    assert "0 is a random policy's return, 100 the best behaviour policy's" in out
+    assert out.count("<- the result") == 1
+    assert "(good): return" in out.split("<- the result")[0].splitlines()[-1]

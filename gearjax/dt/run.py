@@ -27,6 +27,7 @@ import dataclasses
 import json
 import os
 import shutil
+import sys
 import time
 from collections.abc import Callable
 from collections.abc import Sequence
@@ -138,6 +139,9 @@ def run(config: RunConfig = RunConfig(), progress: bool = True,
     point of the learning curve as it is made (step, loss, evaluation at the
     best target): how a Ray Tune trainable reports (gearjax.dt.tune)."""
     start = time.perf_counter()
+    say = _Say(progress)
+    say("generating the dataset (a few seconds)" if config.data is None
+        else f"loading the dataset {config.data}")
     data = load_data(config)
     env_id = config.env_id or data.metadata.get("env_id")
     if not env_id:
@@ -154,8 +158,11 @@ def run(config: RunConfig = RunConfig(), progress: bool = True,
     out = config.out_dir
     out.mkdir(parents=True, exist_ok=True)
     checkpoints = out / "checkpoints"
-    if not config.resume:
-        shutil.rmtree(checkpoints, ignore_errors=True)  # a fresh run replaces an old one
+    if not config.resume and checkpoints.exists():
+        # A fresh run replaces an old one: say so, and how to keep it.
+        say(f"replacing the previous run's checkpoints in {checkpoints} (--resume continues "
+            f"that run instead; --out writes elsewhere)")
+        shutil.rmtree(checkpoints, ignore_errors=True)
     # Resuming restores the replay too (Online DT changed it), from the same
     # checkpoint step as the model.
     table = (config.resume and latest_table(checkpoints)) or dt_data.make_table(data)
@@ -185,10 +192,24 @@ def run(config: RunConfig = RunConfig(), progress: bool = True,
     bar = _Progress(config.steps, learner.step, enabled=progress)
     train_seconds, first_step = 0.0, learner.step
     with bar:
+        if not curve:
+            # The untrained model first, so the curve shows what training did.
+            bar.note(f"evaluating the untrained model ({config.episodes} episodes)")
+            curve.append({"step": learner.step, "loss": None,
+                          **{f"eval_{k}": v for k, v in evaluate_at(best).items()
+                             if k != "returns"}})
         while learner.step < config.steps:
             tick = time.perf_counter()
-            metrics = learner.train(config.eval_every)
+            # One fused call at a time, so the bar moves with each.
+            calls = []
+            for _ in range(config.eval_every // config.steps_per_call):
+                if learner.step == first_step:
+                    bar.note("compiling the training step (the first call only)")
+                calls.append(learner.train(config.steps_per_call))
+                bar.step(learner.step, float(np.mean(calls[-1]["loss"])))
+            metrics = {k: np.concatenate([m[k] for m in calls]) for k in calls[0]}
             train_seconds += time.perf_counter() - tick
+            bar.note(f"evaluating ({config.episodes} episodes)")
             point = curve_point(metrics)
             curve.append(point)
             if on_evaluation is not None:
@@ -209,6 +230,8 @@ def run(config: RunConfig = RunConfig(), progress: bool = True,
         curve.append({**curve_point(result.metrics), "online": True})
         learner.save(checkpoints, table)
 
+    say(f"evaluating the trained model at each of its {len(targets)} target returns "
+        f"({config.episodes} episodes each)")
     final = {label: {"target": target, **evaluate_at(target)} for label, target in targets.items()}
     results = {
         "config": dataclasses.asdict(config),
@@ -240,15 +263,20 @@ def plot(results: dict, path: str | os.PathLike) -> None:
     steps = [p["step"] for p in curve]
     fig = Figure(figsize=(15, 4))
     ax_loss, ax_return, ax_target = fig.subplots(1, 3)
-    ax_loss.plot(steps, [p["loss"] for p in curve], marker="o")
+    trained = [p for p in curve if p["loss"] is not None]  # step 0 has no loss yet
+    ax_loss.plot([p["step"] for p in trained], [p["loss"] for p in trained], marker="o")
     ax_loss.set(xlabel="training step", ylabel="training loss", title="loss")
     mean = np.array([p["eval_mean"] for p in curve])
     std = np.array([p["eval_std"] for p in curve])
     ax_return.plot(steps, mean, marker="o", label=results["config"]["policy"].upper())
     ax_return.fill_between(steps, mean - std, mean + std, alpha=0.2)
-    for label, value in (results["dataset"]["policy_returns"] or {}).items():
+    policies = sorted((results["dataset"]["policy_returns"] or {}).items(), key=lambda i: i[1])
+    for i, (label, value) in enumerate(policies):
         ax_return.axhline(value, linestyle="--", linewidth=0.8, color="gray")
-        ax_return.annotate(label, (steps[0] if steps else 0, value), fontsize=8, color="gray")
+        # Alternately above and below their lines: close returns do not overprint.
+        ax_return.annotate(f"{label} policy", (steps[0] if steps else 0, value), fontsize=8,
+                           color="gray", xytext=(2, 3 if i % 2 else -9),
+                           textcoords="offset points")
     ax_return.set(xlabel="training step", ylabel="return",
                   title=f"evaluation (target {results['best_target']:.1f})")
     ax_return.legend(loc="lower right")
@@ -258,8 +286,9 @@ def plot(results: dict, path: str | os.PathLike) -> None:
     ax_target.errorbar(targets, achieved, yerr=[v["std"] for v in final.values()], fmt="o")
     lo, hi = min(targets + achieved), max(targets + achieved)
     ax_target.plot([lo, hi], [lo, hi], linestyle=":", color="gray", label="achieved = target")
-    for label, v in final.items():
-        ax_target.annotate(label, (v["target"], v["mean"]), fontsize=8)
+    for i, (label, v) in enumerate(sorted(final.items(), key=lambda i: i[1]["target"])):
+        ax_target.annotate(label, (v["target"], v["mean"]), fontsize=8,
+                           xytext=(4, 4 if i % 2 else -10), textcoords="offset points")
     ax_target.set(xlabel="target return", ylabel="achieved return", title="conditioning")
     ax_target.legend()
     fig.suptitle(f"{results['dataset']['env_id']}: {results['config']['policy'].upper()}, "
@@ -300,7 +329,18 @@ class _Progress:
         if self.enabled:
             self.progress.__exit__(*exc)
 
+    def note(self, text: str) -> None:
+        """What the run is doing now (shown beside the bar)."""
+        if self.enabled:
+            self.progress.update(self.task, note=text)
+
+    def step(self, step: int, loss: float) -> None:
+        """After each fused training call."""
+        if self.enabled:
+            self.progress.update(self.task, completed=step, note=f"training, loss {loss:.4f}")
+
     def update(self, step: int, point: dict) -> None:
+        """After each evaluation."""
         if not self.enabled:
             return
         score = point.get("eval_score")
@@ -310,29 +350,75 @@ class _Progress:
         self.progress.update(self.task, completed=step, note=note)
 
 
+class _Say:
+    """One line on stderr about a phase with no progress bar; silent when
+    the progress display is off."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+
+    def __call__(self, text: str) -> None:
+        if self.enabled:
+            print(f"gearjax-train: {text}", file=sys.stderr, flush=True)
+
+
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's default in --help, unless its text says it (or it has none)."""
+
+    def _get_help_string(self, action):
+        if action.default in (None, False) or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     defaults = RunConfig()
-    parser = argparse.ArgumentParser(prog="gearjax-train", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="gearjax-train", description=__doc__.split("\n\n")[0],
+        formatter_class=_Help)
     parser.add_argument("--data", help="dataset: .npz, D4RL .hdf5 or a Minari directory "
                         "(default: generate the built-in mixture)")
-    parser.add_argument("--mixture", choices=generate.MIXTURE_NAMES, default=defaults.mixture)
+    parser.add_argument("--mixture", choices=generate.MIXTURE_NAMES, default=defaults.mixture,
+                        help="built-in dataset generated when --data is not given: its "
+                        "environment and behaviour policies (gearjax.dt.generate)")
     parser.add_argument("--env", dest="env_id", help="evaluation environment (default: the "
                         "dataset's env_id)")
-    parser.add_argument("--policy", choices=("dt", "bc"), default=defaults.policy)
-    parser.add_argument("--size", choices=tuple(SIZES), default=defaults.size)
-    parser.add_argument("--stochastic", action="store_true", help="Online DT's Gaussian head")
+    parser.add_argument("--policy", choices=("dt", "bc"), default=defaults.policy,
+                        help="dt: a decision transformer conditioned on a target return; "
+                        "bc: the same model without it (behaviour cloning)")
+    parser.add_argument("--size", choices=tuple(SIZES), default=defaults.size,
+                        help="model size (layers, width, heads: gearjax.dt.model.SIZES)")
+    parser.add_argument("--stochastic", action="store_true",
+                        help="a Gaussian action head, as Online DT uses")
+    helps = {
+        "context": "steps of history the model sees (the sampled window)",
+        "steps": "training steps in all",
+        "eval_every": "training steps between evaluations (a point of the learning curve)",
+        "episodes": "evaluation episodes per target return",
+        "eval_max_steps": "cut evaluation episodes after this many steps (default: the "
+                          "environment's own limit)",
+        "batch_size": "windows sampled per training step",
+        "warmup_steps": "learning-rate warm-up steps",
+        "steps_per_call": "training steps per jitted call (a lax.scan that samples its own "
+                          "batches); divides --eval-every",
+        "seed": "seed of the dataset, the model and the sampling",
+        "dropout": "dropout rate",
+        "learning_rate": "peak learning rate (AdamW)",
+    }
     for name in ("context", "steps", "eval_every", "episodes", "eval_max_steps", "batch_size",
                  "warmup_steps", "steps_per_call", "seed"):
         parser.add_argument("--" + name.replace("_", "-"), type=int,
-                            default=getattr(defaults, name))
+                            default=getattr(defaults, name), help=helps[name])
     for name in ("dropout", "learning_rate"):
         parser.add_argument("--" + name.replace("_", "-"), type=float,
-                            default=getattr(defaults, name))
+                            default=getattr(defaults, name), help=helps[name])
     parser.add_argument("--online-calls", type=int, default=0, help="Online DT fine-tuning "
-                        "after offline training: learner dispatches while actors insert")
-    parser.add_argument("--actors", type=int, default=defaults.actors)
-    parser.add_argument("--online-target", type=float, help="actors' target return "
-                        "(default: the best behaviour return)")
+                        "after offline training: learner dispatches while actors insert "
+                        "(0: offline only)")
+    parser.add_argument("--actors", type=int, default=defaults.actors,
+                        help="Online DT: actor threads stepping the environment")
+    parser.add_argument("--online-target", type=float, help="Online DT: the actors' target "
+                        "return (default: the best behaviour return)")
     parser.add_argument("--out", help="output directory (default runs/<policy>)")
     parser.add_argument("--resume", action="store_true",
                         help="continue from the latest checkpoint in the output directory")
@@ -347,10 +433,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = config.out_dir
     print(f"\n{results['dataset']['env_id']}, {config.policy.upper()} ({config.size}), "
           f"{config.steps} steps in {results['wall_seconds']:.0f} s")
+    print(f"The trained model's mean return over {config.episodes} episodes when told to aim "
+          f"at each behaviour policy's return{' (a BC model ignores the target)' if config.policy == 'bc' else ''}:")
     for label, r in results["final"].items():
         score = "" if r["score"] is None else f"  (normalised score {r['score']:.1f})"
+        mark = "  <- the result: the best target" if r["target"] == results["best_target"] else ""
         print(f"  target {r['target']:8.1f} ({label}): return {r['mean']:8.1f} "
-              f"± {r['std']:.1f}{score}")
+              f"± {r['std']:.1f}{score}{mark}")
+    if any(r["score"] is not None for r in results["final"].values()):
+        print("Normalised score: 0 is a random policy's return, 100 the best behaviour "
+              "policy's. Lower targets are meant to give lower returns: a return-conditioned "
+              "model does what it is asked.")
     print(f"results: {out / 'results.json'}")
     print(f"plot:    {out / 'learning_curve.png'}")
     print(f"model:   {out / 'checkpoints'}")

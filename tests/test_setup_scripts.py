@@ -1,0 +1,107 @@
+"""The README's two set-up commands install what each needs, redo only what
+changed (scripts/_env.sh) and say what they do. Run dry
+(GEARJAX_ENV_DRY_RUN=1: the script says what it would do and does nothing)
+against a scratch environment, faking what a real run leaves behind."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(command: str, venv: Path, **env: str) -> str:
+    """What `command` (bash, in the repository root) says it does, dry."""
+    done = subprocess.run(
+        ["bash", "-c", command],
+        env={**os.environ, "GEARJAX_ENV_DRY_RUN": "1", "GEARJAX_VENV": str(venv),
+             "PYTHON": sys.executable, **env},
+        capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    return done.stderr
+
+
+def env_sh(venv: Path, extra: str, **env: str) -> str:
+    """scripts/_env.sh as a command sources it, with `extra`."""
+    return run(f"GEARJAX_EXTRA={extra}; source scripts/_env.sh", venv, **env)
+
+
+def wheel_folder(venv: Path) -> Path:
+    """Where _env.sh builds the wheel for these sources and settings."""
+    done = subprocess.run(
+        ["bash", "-c", 'source scripts/_env.sh 2>/dev/null; echo "$wheel_dir"'],
+        env={**os.environ, "GEARJAX_ENV_DRY_RUN": "1", "GEARJAX_VENV": str(venv),
+             "PYTHON": sys.executable},
+        capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    return Path(done.stdout.strip())
+
+
+@pytest.fixture
+def venv(tmp_path) -> Path:
+    """An environment whose python is this interpreter (which finds gearjax)."""
+    path = tmp_path / "venv"
+    (path / "bin").mkdir(parents=True)
+    (path / "bin" / "python").symlink_to(sys.executable)
+    return path
+
+
+def test_a_fresh_machine_creates_builds_and_installs_saying_so(tmp_path):
+    said = run("bash scripts/demo.sh", tmp_path / "none-yet")
+    assert "creating the virtual environment" in said
+    assert "building gearjax's native extension (a minute or two" in said
+    assert "installing gearjax[rl] and its dependencies" in said  # the demo's extra
+
+
+def test_each_command_installs_only_its_own_extra():
+    demo = (ROOT / "scripts" / "demo.sh").read_text()
+    test = (ROOT / "scripts" / "test.sh").read_text()
+    assert "GEARJAX_EXTRA=rl\nsource" in demo  # flax, optax, gymnasium...: not the test tools
+    assert "GEARJAX_EXTRA=test\nsource scripts/_env.sh" in test
+
+
+def test_nothing_is_rebuilt_or_reinstalled_when_nothing_changed(venv):
+    said = run("bash scripts/demo.sh", venv)
+    assert "creating" not in said and "building" in said and "installing gearjax[rl]" in said
+    # What the real run leaves: the wheel under the sources' fingerprint, a stamp.
+    folder = wheel_folder(venv)
+    assert folder.parent == venv / "gearjax-wheel"
+    folder.mkdir(parents=True)
+    (folder / "gearjax-0.0.0-cp311-cp311-linux_x86_64.whl").touch()
+    (folder / "installed-rl").touch()
+    said = run("bash scripts/demo.sh", venv)
+    assert "building" not in said and "installing" not in said
+    assert "up to date (gearjax[rl]; nothing changed since it was installed)" in said
+    # The test extra is new to the environment: installed, not rebuilt.
+    said = env_sh(venv, "test")
+    assert "building" not in said and "installing gearjax[test]" in said
+    # Other build settings are another build.
+    assert "building" in env_sh(venv, "rl", GEARJAX_TESTING="OFF")
+    assert "building" in env_sh(venv, "rl", GEARJAX_CUDA_ARCHITECTURES="90")
+
+
+def test_the_fingerprint_follows_the_sources(venv, tmp_path):
+    """A copy of the sources with one byte changed gets another wheel folder."""
+    copy = tmp_path / "copy"
+    (copy / "scripts").mkdir(parents=True)
+    for part in ("gearjax", "xla_ffi", "pyproject.toml", "scripts/_env.sh"):
+        subprocess.run(["cp", "-r", str(ROOT / part), str(copy / part)], check=True)
+
+    def folder() -> str:
+        done = subprocess.run(
+            ["bash", "-c", 'source scripts/_env.sh 2>/dev/null; echo "$wheel_dir"'],
+            env={**os.environ, "GEARJAX_ENV_DRY_RUN": "1", "GEARJAX_VENV": str(venv),
+                 "PYTHON": sys.executable},
+            capture_output=True, text=True, timeout=120, cwd=copy, check=True)
+        return Path(done.stdout.strip()).name
+
+    before = folder()
+    assert before == wheel_folder(venv).name  # the same sources, the same build
+    (copy / "xla_ffi" / "core" / "limits.h").write_text(
+        (copy / "xla_ffi" / "core" / "limits.h").read_text() + "\n")
+    assert folder() != before
