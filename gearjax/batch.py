@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import ItemsView, Iterator, ValuesView
+from typing import Any
 
 import jax
 
@@ -26,8 +28,13 @@ class Batch:
         weights need: ``w = (table_size * probability) ** -beta``, usually
         divided by its maximum.
 
-    :meth:`gearjax.Table.sample` makes it; ``name in batch`` says whether it
-    has a column.
+    :meth:`gearjax.Table.sample` makes it. Its columns read like a mapping's:
+    ``batch["obs"]``, ``name in batch``, ``batch.get(name)``, ``iter(batch)``
+    and ``len(batch)`` (column names), ``batch.items()``, ``batch.values()``.
+    But ``batch.keys`` is the trajectory keys (an array, for
+    :meth:`gearjax.Table.update_priorities`), not ``dict.keys()``: for the
+    column names as a dict's, use ``batch.columns`` (a ``dict``), e.g.
+    ``batch.columns.keys()`` or ``dict(batch.columns)``.
 
     Examples:
       >>> state, batch = table.sample(state, key, 32, window=8)
@@ -51,6 +58,21 @@ class Batch:
 
     def __contains__(self, name: str) -> bool:
         return name in self.columns
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.columns)
+
+    def __len__(self) -> int:
+        return len(self.columns)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.columns.get(name, default)
+
+    def items(self) -> ItemsView[str, jax.Array]:
+        return self.columns.items()
+
+    def values(self) -> ValuesView[jax.Array]:
+        return self.columns.values()
 
     def _repr_html_(self) -> str:
         """What Jupyter shows: shapes, padding, where the rows came from

@@ -22,6 +22,7 @@ from gearjax import (_checks, _exit, _ffi, _gearjax, _sample, _sample_args, chec
                      rate_limiters)
 from gearjax import state as table_state
 from gearjax._gearjax import NativeTable
+from gearjax._signatures import first_overload
 from gearjax.batch import Batch
 from gearjax.columns import (Column, cast_to_column, check_traced_conversion, host_array,
                               is_numeric, numeric_host_array)
@@ -633,6 +634,7 @@ class Table:
     def insert_batch(self, columns: Mapping[str, Any], lengths: Any,
                      priorities: Any = None) -> jax.Array: ...
 
+    @first_overload
     def insert_batch(self, *args: Any, **kwargs: Any) -> Any:
         """Inserts N trajectories given as padded arrays, from inside jit too.
 
@@ -844,6 +846,7 @@ class Table:
                strategy: Strategy = Uniform(), pad: str | None = None, *,
                cut: str = "start", replace: bool = True, ordered: bool = True) -> Batch: ...
 
+    @first_overload
     def sample(self, *args: Any, **kwargs: Any) -> Any:
         """Samples ``batch_size`` windows of ``window`` steps.
 
@@ -1031,6 +1034,7 @@ class Table:
     @overload
     def update_priorities(self, keys: Any, priorities: Any) -> Any: ...
 
+    @first_overload
     def update_priorities(self, *args: Any, **kwargs: Any) -> Any:
         """Sets the priorities of trajectories by key.
 

@@ -11,6 +11,7 @@ kernel has reported."""
 from __future__ import annotations
 
 import threading
+import time
 
 import jax
 import numpy as np
@@ -219,6 +220,9 @@ def test_an_update_waits_while_a_writer_claims_the_priorities(mapping):
         first = mapping.begin_gpu_update(table.handle, live[:4], np.full(4, 2.0), 1)
         inserted = insert_in_thread(table)
         assert not inserted.wait(0.2)
+        deadline = time.monotonic() + 30  # the writer has reserved: it now waits for the kernel
+        while table.stats()["writers_in_flight"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
         second: list = []
         began = threading.Event()
 

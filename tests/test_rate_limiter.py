@@ -48,8 +48,11 @@ def test_min_size_times_out_with_a_clear_error():
     with gx.Table(COLUMNS, 8, 4, rate_limiter=gx.MinSize(5, timeout=0.2)) as table:
         table.insert(one())
         start = time.monotonic()
-        with pytest.raises(Exception, match="rate limiter held sampling back.*size=1, min_size=5"):
+        with pytest.raises(Exception, match="rate limiter held sampling back.*size=1, min_size=5"
+                           ) as raised:
             sample_now(table)
+        # The timeout as written, not 0.20000000000000001.
+        assert "held sampling back for 0.2 s" in str(raised.value)
         assert time.monotonic() - start < 10
         assert table.stats()["samples"] == 0
 

@@ -28,4 +28,7 @@ def test_quick_start_runs_and_prints_what_the_docs_say(page, capsys):
     assert printed[0] == "6400", "the printed count must be every step's (100 x 64 rows)"
     assert math.isfinite(float(printed[1]))
     assert table.stats()["samples"] == 100 * 64
+    # The memory the comment beside capacity says is reserved.
+    assert table.stats()["bytes_reserved"] >= 960_000_000
+    assert "960 MB reserved now" in (ROOT / page).read_text()
     table.close()

@@ -15,13 +15,14 @@ import os
 import time
 import types
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, overload
 
 import jax
 import numpy as np
 from jax.experimental import io_callback
 
 from gearjax import _checks, _ffi, _gearjax, _sample_args, checkpoint, rate_limiters
+from gearjax._signatures import first_overload
 from gearjax import state as table_state
 from gearjax.columns import Column
 from gearjax.sharded import coordination, exchange, keys as keys_of, nixl, verbs
@@ -479,6 +480,20 @@ class ShardedTable:
         return found
 
     # ---------------------------------------------------------------- sample
+    @overload
+    def sample(self, rng_key: jax.Array, batch_size: int, window: int | None = None,
+               strategy: Strategy = Uniform(), pad: str | None = None, *,
+               cut: str = "start", replace: bool = True, axis_name: str | None = None,
+               prefetch: bool = False) -> ShardedBatch: ...
+
+    @overload
+    def sample(self, state: TableState, rng_key: jax.Array, batch_size: int,
+               window: int | None = None, strategy: Strategy = Uniform(),
+               pad: str | None = None, *, cut: str = "start", replace: bool = True,
+               axis_name: str | None = None,
+               prefetch: bool = False) -> tuple[TableState, ShardedBatch]: ...
+
+    @first_overload
     def sample(self, *args: Any, **kwargs: Any) -> Any:
         """Samples ``batch_size`` rows for this process from the global distribution.
 

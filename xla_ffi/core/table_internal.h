@@ -2,17 +2,18 @@
 // table_sample.cc, ...): not part of the table's interface.
 #pragma once
 
+#include <charconv>
 #include <cstdint>
-#include <cstdio>
 #include <string>
 
 namespace gearjax::table_internal {
 
-// A double as text that reads back to the same value.
+// A double as the shortest text that reads back to the same value, as
+// Python's repr writes it (0.2, not 0.20000000000000001).
 inline std::string Number(double v) {
   char buffer[32];
-  std::snprintf(buffer, sizeof(buffer), "%.17g", v);
-  return buffer;
+  const std::to_chars_result end = std::to_chars(buffer, buffer + sizeof(buffer), v);
+  return std::string(buffer, end.ptr);
 }
 
 // Counts a call as waiting (Table::waiting) for as long as it lives; made
