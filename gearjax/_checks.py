@@ -35,7 +35,7 @@ MAX_TIMEOUT_SECONDS: float = LIMITS["max_timeout_seconds"]
 MAX_STAMP: int = LIMITS["max_stamp"]   # insertion stamps are below this
 INT64_MAX = 2**63 - 1
 
-# The native core's enum codes by name (strategies.h/window.h/removers.h through
+# The native core's enum codes by name (sample_request.h/window.h/removers.h through
 # the extension): Python passes these numbers and never writes them itself.
 ENUMS: dict[str, dict[str, int]] = _gearjax.enums()
 STRATEGY_CODES: dict[str, int] = ENUMS["strategy"]

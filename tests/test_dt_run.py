@@ -169,9 +169,12 @@ def test_every_option_of_the_commands_says_what_it_does(module, capsys):
 
 def test_a_rerun_says_it_replaces_the_previous_checkpoints(tmp_path, capsys):
     R.run(R.RunConfig(out=str(tmp_path), **QUICK), progress=False)
-    R.run(R.RunConfig(out=str(tmp_path), **QUICK), progress=True)
+    assert "replacing" not in capsys.readouterr().err  # nothing to replace yet
+    R.run(R.RunConfig(out=str(tmp_path), **QUICK), progress=False)  # --quiet says it too
     err = capsys.readouterr().err
     assert "replacing the previous run's checkpoints" in err and "--resume" in err
+    R.run(R.RunConfig(out=str(tmp_path), **QUICK), progress=True)
+    err = capsys.readouterr().err
     assert "generating the dataset" in err and "evaluating the trained model" in err
 
 

@@ -44,10 +44,14 @@ def wheel_folder(venv: Path) -> Path:
 
 @pytest.fixture
 def venv(tmp_path) -> Path:
-    """An environment whose python is this interpreter (which finds gearjax)."""
+    """An environment whose python runs this interpreter (which finds gearjax):
+    a script, not a symlink, since Python finds its own virtual environment
+    from the path it was started by."""
     path = tmp_path / "venv"
     (path / "bin").mkdir(parents=True)
-    (path / "bin" / "python").symlink_to(sys.executable)
+    python = path / "bin" / "python"
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
     return path
 
 

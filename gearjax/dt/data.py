@@ -28,7 +28,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -335,9 +334,3 @@ def make_table(data: Episodes, capacity: int | None = None, max_length: int | No
     table.insert_many([episode_to_trajectory(e) for e in data.episodes])
     return table
 
-
-def concat(parts: Sequence[Episodes]) -> Episodes:
-    """One dataset of several (labels concatenated; other metadata from the first)."""
-    metadata = dict(parts[0].metadata)
-    metadata["labels"] = [label for p in parts for label in p.labels()]
-    return Episodes([e for p in parts for e in p.episodes], metadata)

@@ -159,9 +159,10 @@ def run(config: RunConfig = RunConfig(), progress: bool = True,
     out.mkdir(parents=True, exist_ok=True)
     checkpoints = out / "checkpoints"
     if not config.resume and checkpoints.exists():
-        # A fresh run replaces an old one: say so, and how to keep it.
-        say(f"replacing the previous run's checkpoints in {checkpoints} (--resume continues "
-            f"that run instead; --out writes elsewhere)")
+        # A fresh run replaces an old one: say so, and how to keep it (--quiet too).
+        print(f"gearjax-train: replacing the previous run's checkpoints in {checkpoints} "
+              f"(--resume continues that run instead; --out writes elsewhere)",
+              file=sys.stderr, flush=True)
         shutil.rmtree(checkpoints, ignore_errors=True)
     # Resuming restores the replay too (Online DT changed it), from the same
     # checkpoint step as the model.

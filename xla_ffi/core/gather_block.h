@@ -3,7 +3,7 @@
 // steps from the table, padding elsewhere) with its threads striding over
 // 16-byte words, so neighbouring lanes touch neighbouring words. The CUDA
 // kernel (cuda/gather.cu) runs GatherBlock with CUDA's block and thread
-// indices; EmulateGather (gather_emulator.cc) runs the very same code on the
+// indices; EmulateGather (gather_plan.cc) runs the very same code on the
 // CPU block by block, which is how the kernel's logic is tested on machines
 // without a GPU.
 #pragma once

@@ -34,13 +34,6 @@ int64_t RegisterTable(std::shared_ptr<Table> table) {
   return handle;
 }
 
-std::shared_ptr<Table> FindTable(int64_t handle) {
-  Registry& r = GetRegistry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  auto it = r.tables.find(handle);
-  return it == r.tables.end() ? nullptr : it->second;
-}
-
 std::shared_ptr<Table> LookUpTable(int64_t handle) {
   DrainDeferredReleases();  // memory whose release a stream callback deferred (memory.h)
   Registry& r = GetRegistry();

@@ -12,7 +12,6 @@
 namespace gearjax {
 
 int64_t RegisterTable(std::shared_ptr<Table> table);  // returns a new handle (>= 1)
-std::shared_ptr<Table> FindTable(int64_t handle);     // nullptr if closed or unknown
 // The table of `handle`, or throws Closed naming it: "table 'name' (handle h)
 // is closed" for a table closed in this process, "no table has handle h"
 // otherwise. Raises the table's deferred error first, if it has one
