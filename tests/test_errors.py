@@ -248,3 +248,19 @@ def test_the_documented_retry_loop_catches_a_timeout_on_every_call(cpu_device):
         except (jax.errors.JaxRuntimeError, ValueError) as e:
             if gx.table_error(e) != "timeout":
                 raise
+
+
+def test_an_empty_table_says_so_and_what_to_do(cpu_device):
+    """Sampling an empty table eagerly: the class every eager table failure
+    has (JaxRuntimeError, kind "timeout": it does not wait), a message that
+    says the table is empty and how to wait for inserts, never the XLA
+    runtime's DEADLINE_EXCEEDED."""
+    with gx.Table({"x": gx.Column((), "float32")}, capacity=4, max_length=2) as table:
+        for _ in range(2):  # the first call and the later ones alike
+            with pytest.raises(JaxRuntimeError) as raised:
+                table.sample(jax.random.key(0), 2)
+            message = str(raised.value)
+            assert "the table is empty" in message and "MinSize(1, timeout=60)" in message
+            assert "DEADLINE_EXCEEDED" not in message
+            assert gx.table_error(raised.value) == "timeout"
+            gx.clear_errors()
