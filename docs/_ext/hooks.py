@@ -93,6 +93,10 @@ SOURCES: list[tuple[str, str]] = [
     ("bench_dqn_cpu.txt", "the printed report of `scripts/bench_dqn.py` (same run)"),
     ("bench_dt_step_cpu.json", "`python scripts/bench_dt_step.py`"),
     ("dt_vs_bc_mountaincar_cpu.*", "`python scripts/dt_results.py`"),
+    ("demo_setup_cpu.txt",
+     "`bash scripts/demo.sh --out /tmp/demo_out`, twice on a fresh clone, under "
+     "`/usr/bin/time`: the set-up command's first run (creates the environment, builds, "
+     "installs the `rl` extra) against its second (nothing rebuilt or reinstalled)"),
     ("dt_halfcheetah_cpu.*", "`python scripts/dt_results.py`"),
     ("dt_vs_bc_pendulum_cpu.json", "`python scripts/dt_results.py`"),
     ("online_dt_mountaincar_cpu.json", "`python scripts/dt_results.py`"),
