@@ -121,6 +121,33 @@ SampleRequest Request(int64_t batch, int strategy, double alpha, int64_t count, 
           replace};
 }
 
+// An emulated sample's results, as NumPy arrays its SampleOutputs write into:
+// returned as (keys, start, probability, table_size, valid, [column bytes as
+// uint8 [batch, width * step_bytes]]).
+struct EmulatedOutputs {
+  EmulatedOutputs(const Table& table, int64_t batch, int64_t width)
+      : b(static_cast<size_t>(batch)), keys({b}), table_size({b}), start({b}), valid({b}),
+        probability({b}) {
+    out = {keys.data, start.data, probability.data, table_size.data, valid.data, {}};
+    for (int c = 0; c < table.num_columns(); ++c) {
+      NewArray<uint8_t> column({b, static_cast<size_t>(width * table.step_bytes(c))});
+      columns.append(column.array);
+      out.columns.push_back(column.data);
+    }
+  }
+  nb::tuple Results() const {
+    return nb::make_tuple(keys.array, start.array, probability.array, table_size.array,
+                          valid.array, columns);
+  }
+
+  size_t b;
+  NewArray<int64_t> keys, table_size;
+  NewArray<int32_t> start, valid;
+  NewArray<float> probability;
+  nb::list columns;
+  SampleOutputs out;
+};
+
 // Samples like the CPU handler but gathers with the GPU kernel's block code
 // run on the CPU (EmulateGather): (keys, start, probability, table_size,
 // valid, [column bytes as uint8 [batch, width * step_bytes]]).
@@ -131,17 +158,8 @@ nb::tuple EmulateGpuSample(int64_t handle, std::tuple<uint32_t, uint32_t> seed, 
   if (batch < 1 || threads < 1) throw InvalidArgument("batch and threads must be >= 1");
   std::shared_ptr<Table> table = Find(handle);
   const int64_t width = window == 0 ? table->spec().max_length : window;
-  const size_t b = static_cast<size_t>(batch), w = static_cast<size_t>(width);
-  NewArray<int64_t> keys({b}), table_size({b});
-  NewArray<int32_t> start({b}), valid({b});
-  NewArray<float> probability({b});
-  SampleOutputs out{keys.data, start.data, probability.data, table_size.data, valid.data, {}};
-  nb::list columns;
-  for (int c = 0; c < table->num_columns(); ++c) {
-    NewArray<uint8_t> column({b, w * static_cast<size_t>(table->step_bytes(c))});
-    columns.append(column.array);
-    out.columns.push_back(column.data);
-  }
+  EmulatedOutputs results(*table, batch, width);
+  const SampleOutputs& out = results.out;
   const uint32_t words[2] = {std::get<0>(seed), std::get<1>(seed)};
   std::vector<Draw> draws(batch);
   // Plan first (it checks the column limit) so nothing is pinned on error.
@@ -162,8 +180,7 @@ nb::tuple EmulateGpuSample(int64_t handle, std::tuple<uint32_t, uint32_t> seed, 
     EmulateGather(params, threads);
     table->EndSample(ticket);
   }
-  return nb::make_tuple(keys.array, start.array, probability.array, table_size.array,
-                        valid.array, columns);
+  return results.Results();
 }
 
 // The fused GPU sample (core/sample_block.h) run on the CPU as the CUDA
@@ -178,17 +195,8 @@ nb::tuple EmulateFusedGpuSample(int64_t handle, std::tuple<uint32_t, uint32_t> s
   if (batch < 1 || threads < 1) throw InvalidArgument("batch and threads must be >= 1");
   std::shared_ptr<Table> table = Find(handle);
   const int64_t width = window == 0 ? table->spec().max_length : window;
-  const size_t b = static_cast<size_t>(batch), w = static_cast<size_t>(width);
-  NewArray<int64_t> keys({b}), table_size({b});
-  NewArray<int32_t> start({b}), valid({b});
-  NewArray<float> probability({b});
-  SampleOutputs out{keys.data, start.data, probability.data, table_size.data, valid.data, {}};
-  nb::list columns;
-  for (int c = 0; c < table->num_columns(); ++c) {
-    NewArray<uint8_t> column({b, w * static_cast<size_t>(table->step_bytes(c))});
-    columns.append(column.array);
-    out.columns.push_back(column.data);
-  }
+  EmulatedOutputs results(*table, batch, width);
+  const SampleOutputs& out = results.out;
   const uint8_t* arena = table->on_device() ? ToHost(table->device_arena()) : table->arena_data();
   GatherParams params = PlanGather(*table, nullptr, batch, width, pad_left, out, arena);
   if (!FusesSample(params)) {
@@ -206,8 +214,7 @@ nb::tuple EmulateFusedGpuSample(int64_t handle, std::tuple<uint32_t, uint32_t> s
     EmulateFusedSample(selection, words, window, params, threads);
     table->EndSample(ticket);
   }
-  return nb::make_tuple(keys.array, start.array, probability.array, table_size.array,
-                        valid.array, columns);
+  return results.Results();
 }
 
 // Runs the GPU selection's row code on the CPU, reading the selection state
