@@ -87,6 +87,17 @@ def native_testing():
 
 
 @pytest.fixture
+def emulated_mapping(native_testing):
+    """Tables made during the test get selection state at emulated "device"
+    addresses (the hooks' own host memory), as in a CUDA build with a GPU;
+    the mapping stays on while they live (trees for new Prioritized alphas
+    are allocated at first use). Yields the testing module."""
+    native_testing.emulate_gpu_mapping(True)
+    yield native_testing
+    native_testing.emulate_gpu_mapping(False)
+
+
+@pytest.fixture
 def cpu_device(monkeypatch):
     """The test's JAX work runs on the CPU device, also on a machine with a
     GPU, and its tables of placement "auto" go to host memory (which the CPU

@@ -27,13 +27,6 @@ pytestmark = pytest.mark.usefixtures("cpu_device")
 
 
 @pytest.fixture
-def emulated_mapping(native_testing):
-    native_testing.emulate_gpu_mapping(True)
-    yield native_testing
-    native_testing.emulate_gpu_mapping(False)
-
-
-@pytest.fixture
 def full_table(emulated_mapping):
     """A full table (the next insert evicts) with its completion ring."""
     table = gx.Table(COLUMNS, capacity=8, max_length=6, placement="host")

@@ -10,7 +10,6 @@ import threading
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -23,15 +22,6 @@ COLUMNS = {"x": gx.Column((3,), "float32"), "r": gx.Column((), "int32")}
 
 # Emulated tables are sampled by the CPU handler, on any machine.
 pytestmark = pytest.mark.usefixtures("cpu_device")
-
-
-@pytest.fixture
-def emulated_mapping(native_testing):
-    """As in a CUDA build with a GPU, the mapping stays on while tables live
-    (trees for new Prioritized alphas are allocated at first use)."""
-    native_testing.emulate_gpu_mapping(True)
-    yield native_testing
-    native_testing.emulate_gpu_mapping(False)
 
 
 @pytest.fixture

@@ -27,13 +27,6 @@ ALPHAS = [(), (1.0,), (0.6, 1.0, 0.0)]
 pytestmark = pytest.mark.usefixtures("cpu_device")
 
 
-@pytest.fixture
-def mapping(native_testing):
-    native_testing.emulate_gpu_mapping(True)
-    yield native_testing
-    native_testing.emulate_gpu_mapping(False)
-
-
 def make_table(capacity: int = 16, inserts: int = 20, seed: int = 0, **kwargs) -> gx.Table:
     """A table whose first inserts were evicted (stale keys exist), with
     priorities drawn at random (some 0)."""
@@ -65,7 +58,7 @@ def gpu_update(native_testing, table, keys, priorities, threads=64, stream=1):
 @pytest.mark.parametrize("threads", [1, 7, 512])
 @pytest.mark.parametrize("key_dtype", [np.int32, np.uint32, np.int64])
 @pytest.mark.parametrize("priority_dtype", [np.float32, np.float64])
-def test_the_kernel_leaves_the_table_as_the_host_update_does(mapping, alphas, threads,
+def test_the_kernel_leaves_the_table_as_the_host_update_does(emulated_mapping, alphas, threads,
                                                              key_dtype, priority_dtype):
     gpu, host = make_table(), make_table()
     try:
@@ -90,7 +83,7 @@ def test_the_kernel_leaves_the_table_as_the_host_update_does(mapping, alphas, th
         keys, new = keys.astype(key_dtype), new.astype(priority_dtype)
 
         expected = host.update_priorities(keys.astype(np.int64), new.astype(np.float64))
-        assert gpu_update(mapping, gpu, keys, new, threads) == expected
+        assert gpu_update(emulated_mapping, gpu, keys, new, threads) == expected
         assert contents(gpu) == contents(host)
         assert np.signbit(list(contents(gpu).values())).sum() == 0
         for field in ("priority_updates", "skipped_updates"):
@@ -105,32 +98,32 @@ def test_the_kernel_leaves_the_table_as_the_host_update_does(mapping, alphas, th
         host.close()
 
 
-def test_every_priority_zero_is_seen_by_the_next_sample(mapping):
+def test_every_priority_zero_is_seen_by_the_next_sample(emulated_mapping):
     """The count of positive priorities the kernel changed reaches the host:
     Prioritized refuses a table whose every priority is 0, and accepts it
     again once one is positive."""
     with make_table() as table:
         prioritized_draws(table, 1.0)
         live = np.array(list(contents(table)), np.int64)
-        assert gpu_update(mapping, table, live, np.zeros(len(live))) == len(live)
+        assert gpu_update(emulated_mapping, table, live, np.zeros(len(live))) == len(live)
         with pytest.raises(jax.errors.JaxRuntimeError,
                            match="every stored trajectory has priority 0"):
             prioritized_draws(table, 1.0)
         gx.clear_errors()  # the failed call's token (docs: "Errors in compiled code")
-        assert gpu_update(mapping, table, live[:1], np.array([2.0])) == 1
+        assert gpu_update(emulated_mapping, table, live[:1], np.array([2.0])) == 1
         keys, probability = prioritized_draws(table, 1.0)
         assert set(keys.tolist()) == {int(live[0])} and np.all(probability == 1.0)
 
 
 @pytest.mark.parametrize("bad", [np.nan, -1.0, np.inf, 1e31, 1e-320])
-def test_a_bad_value_changes_nothing_and_is_raised_once_as_staged(mapping, bad):
+def test_a_bad_value_changes_nothing_and_is_raised_once_as_staged(emulated_mapping, bad):
     with make_table() as table, make_table() as staged:
         prioritized_draws(table, 1.0)
         before = contents(table)
         keys = np.array(list(before)[:3], np.int64)
         values = np.array([5.0, bad, 6.0])
-        assert gpu_update(mapping, table, keys, values) == -1
-        assert mapping.staged_update(staged.handle, keys, values) == -1
+        assert gpu_update(emulated_mapping, table, keys, values) == -1
+        assert emulated_mapping.staged_update(staged.handle, keys, values) == -1
         with pytest.raises(ValueError, match=DEFERRED) as raised:
             table.contents()
         with pytest.raises(ValueError, match=DEFERRED) as raised_staged:
@@ -141,38 +134,38 @@ def test_a_bad_value_changes_nothing_and_is_raised_once_as_staged(mapping, bad):
         assert table.stats()["priority_updates"] == 0
 
 
-def test_the_first_bad_entry_is_reported(mapping):
+def test_the_first_bad_entry_is_reported(emulated_mapping):
     with make_table() as table:
         keys = np.array(list(contents(table))[:8], np.int64)
         values = np.ones(8)
         values[[6, 3, 7]] = [np.nan, -2.0, np.inf]
-        assert gpu_update(mapping, table, keys, values, threads=3) == -1
+        assert gpu_update(emulated_mapping, table, keys, values, threads=3) == -1
         with pytest.raises(ValueError, match=DEFERRED + ": entry 3 is -2"):
             len(table.contents())
 
 
-def test_failures_before_a_look_are_raised_together_naming_the_first(mapping):
+def test_failures_before_a_look_are_raised_together_naming_the_first(emulated_mapping):
     with make_table() as table:
         keys = np.array(list(contents(table))[:3], np.int64)
         # Two kernels enqueued back to back, both refused before any call looks.
-        first = mapping.begin_gpu_update(table.handle, keys, np.array([1.0, -3.0, 1.0]))
-        second = mapping.begin_gpu_update(table.handle, keys, np.array([np.nan, 1.0, 1.0]))
+        first = emulated_mapping.begin_gpu_update(table.handle, keys, np.array([1.0, -3.0, 1.0]))
+        second = emulated_mapping.begin_gpu_update(table.handle, keys, np.array([np.nan, 1.0, 1.0]))
         assert first.run(4) == second.run(4) == -1
         with pytest.raises(ValueError, match=DEFERRED + r": entry 1 is -3.*\(and 1 later "
                                              r"updates failed too\)"):
             table.contents()
-        assert gpu_update(mapping, table, keys, np.array([1.0, 1.0, np.inf])) == -1
+        assert gpu_update(emulated_mapping, table, keys, np.array([1.0, 1.0, np.inf])) == -1
         with pytest.raises(ValueError, match=DEFERRED + ": entry 2 is inf") as raised:
             table.contents()  # the next refusal has the report's place again
         assert "later updates" not in str(raised.value)
-        assert gpu_update(mapping, table, keys, np.array([4.0, 4.0, 4.0])) == 3
+        assert gpu_update(emulated_mapping, table, keys, np.array([4.0, 4.0, 4.0])) == 3
 
 
-def test_the_next_compiled_call_raises_it(mapping):
+def test_the_next_compiled_call_raises_it(emulated_mapping):
     with make_table() as table:
         sample = jax.jit(lambda k: table.sample(k, 4).keys)
         sample(jax.random.key(0))  # compiled now: the FFI handler raises it below
-        assert gpu_update(mapping, table, np.array([0], np.int64), np.array([np.nan])) == -1
+        assert gpu_update(emulated_mapping, table, np.array([0], np.int64), np.array([np.nan])) == -1
         with pytest.raises(jax.errors.JaxRuntimeError, match=DEFERRED):
             jax.block_until_ready(sample(jax.random.key(0)))
         gx.clear_errors()
@@ -191,11 +184,11 @@ def insert_in_thread(table) -> threading.Event:
 
 
 @pytest.mark.parametrize("writer", ["insert", "update_priorities", "contents", "sample"])
-def test_host_writers_wait_until_the_kernel_reports(mapping, writer):
+def test_host_writers_wait_until_the_kernel_reports(emulated_mapping, writer):
     with make_table() as table:  # full: an insert evicts
         prioritized_draws(table, 1.0)
         live = np.array(list(contents(table)), np.int64)
-        pending = mapping.begin_gpu_update(table.handle, live, np.full(len(live), 2.0), 1)
+        pending = emulated_mapping.begin_gpu_update(table.handle, live, np.full(len(live), 2.0), 1)
         done = threading.Event()
         calls = {
             "insert": lambda: table.insert({"x": np.ones(2, np.float32)}, priority=3.0),
@@ -212,12 +205,12 @@ def test_host_writers_wait_until_the_kernel_reports(mapping, writer):
         assert table.stats()["samples_in_flight"] == 0
 
 
-def test_an_update_waits_while_a_writer_claims_the_priorities(mapping):
+def test_an_update_waits_while_a_writer_claims_the_priorities(emulated_mapping):
     """No new kernel starts while a host writer waits for the last one: the
     writer would otherwise wait forever behind a busy stream."""
     with make_table() as table:
         live = np.array(list(contents(table)), np.int64)
-        first = mapping.begin_gpu_update(table.handle, live[:4], np.full(4, 2.0), 1)
+        first = emulated_mapping.begin_gpu_update(table.handle, live[:4], np.full(4, 2.0), 1)
         inserted = insert_in_thread(table)
         assert not inserted.wait(0.2)
         deadline = time.monotonic() + 30  # the writer has reserved: it now waits for the kernel
@@ -227,7 +220,7 @@ def test_an_update_waits_while_a_writer_claims_the_priorities(mapping):
         began = threading.Event()
 
         def begin():
-            second.append(mapping.begin_gpu_update(table.handle, live[4:6], np.ones(2), 1))
+            second.append(emulated_mapping.begin_gpu_update(table.handle, live[4:6], np.ones(2), 1))
             began.set()
 
         threading.Thread(target=begin, daemon=True).start()
@@ -237,15 +230,15 @@ def test_an_update_waits_while_a_writer_claims_the_priorities(mapping):
         assert second[0].run(16) in (1, 2)  # the insert may have evicted one of the two keys
 
 
-def test_another_stream_waits_for_the_updates_in_flight(mapping):
+def test_another_stream_waits_for_the_updates_in_flight(emulated_mapping):
     with make_table() as table:
         live = np.array(list(contents(table)), np.int64)
-        first = mapping.begin_gpu_update(table.handle, live[:2], np.full(2, 2.0), stream=1)
-        same = mapping.begin_gpu_update(table.handle, live[2:4], np.full(2, 3.0), stream=1)
+        first = emulated_mapping.begin_gpu_update(table.handle, live[:2], np.full(2, 2.0), stream=1)
+        same = emulated_mapping.begin_gpu_update(table.handle, live[2:4], np.full(2, 3.0), stream=1)
         assert same is not None  # the same stream queues behind it, no wait
         began = threading.Event()
         other: list = []
-        threading.Thread(target=lambda: (other.append(mapping.begin_gpu_update(
+        threading.Thread(target=lambda: (other.append(emulated_mapping.begin_gpu_update(
             table.handle, live[:2], np.full(2, 4.0), stream=2)), began.set()),
             daemon=True).start()
         assert not began.wait(0.2), "two streams would write the trees at once"
@@ -258,14 +251,14 @@ def test_another_stream_waits_for_the_updates_in_flight(mapping):
 
 
 @pytest.mark.parametrize("why", ["topk", "min-priority remover", "too many keys"])
-def test_what_the_gpu_cannot_update_is_staged(mapping, why):
+def test_what_the_gpu_cannot_update_is_staged(emulated_mapping, why):
     kwargs = {"remover": "min_priority"} if why == "min-priority remover" else {}
     with make_table(**kwargs) as table:
         if why == "topk":
             table.sample(jax.random.key(0), 2, strategy=gx.TopK(3))  # a heap in host memory
         n = 4097 if why == "too many keys" else 2
         keys = np.zeros(n, np.int64)
-        assert mapping.begin_gpu_update(table.handle, keys, np.ones(n)) is None
+        assert emulated_mapping.begin_gpu_update(table.handle, keys, np.ones(n)) is None
         assert table.stats()["samples_in_flight"] == 0  # no ticket taken
 
 
@@ -275,18 +268,18 @@ def test_unmapped_tables_are_staged(native_testing):
                                                np.ones(1)) is None
 
 
-def test_the_pending_update_runs_once(mapping):
+def test_the_pending_update_runs_once(emulated_mapping):
     with make_table() as table:
-        pending = mapping.begin_gpu_update(table.handle, np.zeros(1, np.int64), np.ones(1))
+        pending = emulated_mapping.begin_gpu_update(table.handle, np.zeros(1, np.int64), np.ones(1))
         assert pending.run(4) == 0  # key 0 was evicted: skipped
         with pytest.raises(ValueError, match="has run"):
             pending.run(4)
 
 
-def test_close_waits_for_the_update_kernel(mapping):
+def test_close_waits_for_the_update_kernel(emulated_mapping):
     table = make_table()
     live = np.array(list(contents(table)), np.int64)
-    pending = mapping.begin_gpu_update(table.handle, live, np.ones(len(live)))
+    pending = emulated_mapping.begin_gpu_update(table.handle, live, np.ones(len(live)))
     closed = threading.Event()
     threading.Thread(target=lambda: (table.close(), closed.set()), daemon=True).start()
     assert not closed.wait(0.3), "close freed the trees an update kernel may still write"
@@ -294,7 +287,7 @@ def test_close_waits_for_the_update_kernel(mapping):
     assert closed.wait(10)
 
 
-def test_kernels_and_writers_together_keep_the_trees_exact(mapping):
+def test_kernels_and_writers_together_keep_the_trees_exact(emulated_mapping):
     """Actors insert (evicting) and update on the host while a learner's
     updates run as kernels: at the end every Prioritized probability is the
     key's priority over the sum of all, as a tree rebuilt from the records
@@ -322,7 +315,7 @@ def test_kernels_and_writers_together_keep_the_trees_exact(mapping):
         for _ in range(150):
             keys = np.array(list(contents(table)), np.int64)
             keys = rng.choice(keys, 48)
-            pending = mapping.begin_gpu_update(table.handle, keys, rng.uniform(0, 3, 48),
+            pending = emulated_mapping.begin_gpu_update(table.handle, keys, rng.uniform(0, 3, 48),
                                                int(rng.integers(1, 3)))
             counts.append(pending.run(int(rng.integers(1, 64))))
         stop.set()
