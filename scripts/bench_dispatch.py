@@ -1,7 +1,7 @@
 """Benchmark: what a table call costs when Python dispatches it, in each form of
 the effect contract, against Reverb, Flashbax and a pre-staged batch.
 
-    python scripts/bench_dispatch.py [--reverb-python /work/reverb-venv/bin/python]
+    python scripts/bench_dispatch.py [--reverb-python path/to/reverb-venv/bin/python]
         [--calls 3000] [--steps 1500] [--out benchmarks/results/bench_dispatch_cpu.json]
 
 Section ``per-call``: one jitted sample of 256 windows of 20 steps of one

@@ -3,7 +3,7 @@ streaming writer (one step at a time) against ``insert`` of whole trajectories
 and against Reverb's TrajectoryWriter, all on the same steps.
 
     python scripts/bench_writer.py                                   # gearjax only
-    python scripts/bench_writer.py --reverb-python /work/reverb-venv/bin/python \\
+    python scripts/bench_writer.py --reverb-python path/to/reverb-venv/bin/python \\
         --out benchmarks/results/bench_writer_cpu.json
 
 Steps are HalfCheetah-sized (obs float32[17], action float32[6], reward

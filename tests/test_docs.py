@@ -123,3 +123,14 @@ def test_every_committed_result_is_published_and_described(site):
         assert any(link.search(text) for text in described.values()), (
             f"benchmarks/results/{result.name} is linked from no page but the generated "
             f"listing: say what it shows in docs/results/")
+
+
+def test_committed_results_name_no_machine_paths():
+    """Results files are for every reader: no path of the machine that made
+    them (an absolute checkout, a virtual environment's site-packages)."""
+    for result in sorted((ROOT / "benchmarks" / "results").rglob("*")):
+        if not result.is_file() or result.suffix in (".png", ".gz"):
+            continue
+        text = result.read_text(errors="replace")
+        for path in ("/work/", "/root/", "/home/", "/opt/", "site-packages/"):
+            assert path not in text, f"{result.relative_to(ROOT)} names {path}"
