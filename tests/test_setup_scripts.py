@@ -15,15 +15,20 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run(command: str, venv: Path, **env: str) -> str:
-    """What `command` (bash, in the repository root) says it does, dry."""
+def dry(command: str, venv: Path, root: Path = ROOT, **env: str) -> subprocess.CompletedProcess:
+    """`command` (bash, in `root`) run dry against `venv`."""
     done = subprocess.run(
         ["bash", "-c", command],
         env={**os.environ, "GEARJAX_ENV_DRY_RUN": "1", "GEARJAX_VENV": str(venv),
              "PYTHON": sys.executable, **env},
-        capture_output=True, text=True, timeout=120, cwd=ROOT)
+        capture_output=True, text=True, timeout=120, cwd=root)
     assert done.returncode == 0, done.stderr
-    return done.stderr
+    return done
+
+
+def run(command: str, venv: Path, **env: str) -> str:
+    """What `command` says it does (its stderr), dry."""
+    return dry(command, venv, **env).stderr
 
 
 def env_sh(venv: Path, extra: str, **env: str) -> str:
@@ -31,14 +36,9 @@ def env_sh(venv: Path, extra: str, **env: str) -> str:
     return run(f"GEARJAX_EXTRA={extra}; source scripts/_env.sh", venv, **env)
 
 
-def wheel_folder(venv: Path) -> Path:
-    """Where _env.sh builds the wheel for these sources and settings."""
-    done = subprocess.run(
-        ["bash", "-c", 'source scripts/_env.sh 2>/dev/null; echo "$wheel_dir"'],
-        env={**os.environ, "GEARJAX_ENV_DRY_RUN": "1", "GEARJAX_VENV": str(venv),
-             "PYTHON": sys.executable},
-        capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert done.returncode == 0, done.stderr
+def wheel_folder(venv: Path, root: Path = ROOT) -> Path:
+    """Where _env.sh in `root` builds the wheel for its sources and settings."""
+    done = dry('source scripts/_env.sh 2>/dev/null; echo "$wheel_dir"', venv, root)
     return Path(done.stdout.strip())
 
 
@@ -96,16 +96,8 @@ def test_the_fingerprint_follows_the_sources(venv, tmp_path):
     for part in ("gearjax", "xla_ffi", "pyproject.toml", "scripts/_env.sh"):
         subprocess.run(["cp", "-r", str(ROOT / part), str(copy / part)], check=True)
 
-    def folder() -> str:
-        done = subprocess.run(
-            ["bash", "-c", 'source scripts/_env.sh 2>/dev/null; echo "$wheel_dir"'],
-            env={**os.environ, "GEARJAX_ENV_DRY_RUN": "1", "GEARJAX_VENV": str(venv),
-                 "PYTHON": sys.executable},
-            capture_output=True, text=True, timeout=120, cwd=copy, check=True)
-        return Path(done.stdout.strip()).name
-
-    before = folder()
+    before = wheel_folder(venv, copy).name
     assert before == wheel_folder(venv).name  # the same sources, the same build
     (copy / "xla_ffi" / "core" / "limits.h").write_text(
         (copy / "xla_ffi" / "core" / "limits.h").read_text() + "\n")
-    assert folder() != before
+    assert wheel_folder(venv, copy).name != before
