@@ -39,6 +39,7 @@
 #include "core/staged_update.h"
 #include "core/table.h"
 #include "new_array.h"
+#include "testing/array_formats.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -248,32 +249,14 @@ nb::tuple EmulateGpuSelect(int64_t handle, std::tuple<uint32_t, uint32_t> seed, 
                         slots.array, lengths.array, valid.array);
 }
 
-using AnyArray = nb::ndarray<nb::numpy, nb::c_contig, nb::device::cpu, nb::ndim<1>>;
-
 // What the CUDA priority-update handler does, with its copies as memcpy and
 // its two host functions run here, in order, inside a stream-callback scope
 // (core/staged_update.h): looks the table up (raising its deferred error),
 // checks types and sizes, stages, applies, recycles; returns the count.
 int32_t StagedUpdateLikeTheGpu(int64_t handle, AnyArray keys, AnyArray priorities) {
   std::shared_ptr<Table> table = Find(handle);
-  KeyFormat key_format;
-  if (keys.dtype() == nb::dtype<int32_t>()) {
-    key_format = KeyFormat::kInt32;
-  } else if (keys.dtype() == nb::dtype<uint32_t>()) {
-    key_format = KeyFormat::kUInt32;
-  } else if (keys.dtype() == nb::dtype<int64_t>()) {
-    key_format = KeyFormat::kInt64;
-  } else {
-    throw InvalidArgument("keys must be int32, uint32 or int64");
-  }
-  PriorityFormat priority_format;
-  if (priorities.dtype() == nb::dtype<float>()) {
-    priority_format = PriorityFormat::kFloat32;
-  } else if (priorities.dtype() == nb::dtype<double>()) {
-    priority_format = PriorityFormat::kFloat64;
-  } else {
-    throw InvalidArgument("priorities must be float32 or float64");
-  }
+  const KeyFormat key_format = KeyFormatOf(keys);
+  const PriorityFormat priority_format = PriorityFormatOf(priorities);
   if (keys.shape(0) != priorities.shape(0)) {
     throw InvalidArgument("keys and priorities differ in size");
   }

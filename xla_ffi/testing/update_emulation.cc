@@ -16,6 +16,7 @@
 #include "core/registry.h"
 #include "core/table.h"
 #include "core/update_block.h"
+#include "testing/array_formats.h"
 #include "testing/testing_module.h"
 
 namespace nb = nanobind;
@@ -23,8 +24,6 @@ using namespace nb::literals;
 
 namespace gearjax::testing {
 namespace {
-
-using AnyArray = nb::ndarray<nb::numpy, nb::c_contig, nb::device::cpu, nb::ndim<1>>;
 
 // An update begun as the CUDA handler begins it (ticket taken, table part
 // filled) whose "kernel" runs when the test says: run() hands the ticket to
@@ -63,19 +62,6 @@ class PendingGpuUpdate {
   int32_t updated_ = -2;
   bool ran_ = false;
 };
-
-KeyFormat KeyFormatOf(const AnyArray& keys) {
-  if (keys.dtype() == nb::dtype<int32_t>()) return KeyFormat::kInt32;
-  if (keys.dtype() == nb::dtype<uint32_t>()) return KeyFormat::kUInt32;
-  if (keys.dtype() == nb::dtype<int64_t>()) return KeyFormat::kInt64;
-  throw InvalidArgument("keys must be int32, uint32 or int64");
-}
-
-PriorityFormat PriorityFormatOf(const AnyArray& priorities) {
-  if (priorities.dtype() == nb::dtype<float>()) return PriorityFormat::kFloat32;
-  if (priorities.dtype() == nb::dtype<double>()) return PriorityFormat::kFloat64;
-  throw InvalidArgument("priorities must be float32 or float64");
-}
 
 std::vector<uint8_t> Bytes(const AnyArray& a) {
   const auto* data = static_cast<const uint8_t*>(a.data());
