@@ -12,6 +12,8 @@ types (int64, float64) and calls are cached by attribute value.
 
 from __future__ import annotations
 
+import os
+
 import jax
 import numpy as np
 from jax._src import dispatch
@@ -59,15 +61,66 @@ def wait_for_dispatched_calls() -> None:
     clear_failed_token()
 
 
-def _register() -> None:
-    for name, capsule in _gearjax.ffi_targets().items():
-        jax.ffi.register_ffi_target(name, capsule, platform="cpu")
+def _stages_wanted() -> bool:
+    """Whether GEARJAX_FFI_STAGES (default "1") asks for the staged targets."""
+    value = os.environ.get("GEARJAX_FFI_STAGES", "1")
+    if value not in ("0", "1"):
+        raise ValueError(f"GEARJAX_FFI_STAGES must be 0 or 1, got {value!r}")
+    return value == "1"
+
+
+def _cpu_types_register_at_once() -> bool:
+    """Lets a CPU state type register before the CPU backend starts; returns
+    whether it can.
+
+    jax 0.10's CPU client, when it starts, registers the targets waiting for
+    it before the types waiting for it, and refuses a target whose handler
+    names a type not yet registered: a staged target registered before the
+    backend started would make every CPU computation fail to start ("Types
+    used by FFI handlers must be registered before the handler
+    registration"). Installing the type handler the CPU client installs
+    anyway registers types at once; where this JAX has no such handler, the
+    CPU targets are registered per call instead. (The CUDA plugin installs
+    its type handler first.)
+    """
+    from jax._src.lib import xla_client
+
+    register = getattr(getattr(xla_client, "_xla", None), "register_custom_type", None)
+    handler_installer = getattr(xla_client, "register_custom_type_handler", None)
+    if register is None or handler_installer is None:
+        return False
+    handler_installer("cpu", register)  # a no-op where the CPU client installed it
+    return True
+
+
+def _register() -> dict[str, bool]:
+    """Registers the targets per platform, staged where it can (see
+    STAGED); returns which platforms got staged targets."""
+    wanted = _stages_wanted()
+    staged = {"cpu": wanted and _cpu_types_register_at_once(), "CUDA": False}
+    if staged["cpu"]:
+        for name, registration in _gearjax.ffi_types().items():
+            jax.ffi.register_ffi_type(name, registration, platform="cpu")
+    for name, target in _gearjax.ffi_targets(staged["cpu"]).items():
+        jax.ffi.register_ffi_target(name, target, platform="cpu")
     if _gearjax.cuda_built:  # harmless where there is no GPU
-        for name, capsule in _gearjax.cuda_ffi_targets().items():
-            jax.ffi.register_ffi_target(name, capsule, platform="CUDA")
+        staged["CUDA"] = wanted
+        if wanted:
+            for name, registration in _gearjax.cuda_ffi_types().items():
+                jax.ffi.register_ffi_type(name, registration, platform="CUDA")
+        for name, target in _gearjax.cuda_ffi_targets(wanted).items():
+            jax.ffi.register_ffi_target(name, target, platform="CUDA")
+    return staged
 
 
-_register()
+#: Per platform ("cpu", "CUDA"), whether sample and update_priorities are
+#: registered with XLA FFI execution stages: an instantiate stage resolves the
+#: table, decodes the attributes and checks the request once per call site of
+#: a compiled program, and each execution only selects and gathers
+#: (xla_ffi/call_site.h). GEARJAX_FFI_STAGES=0 registers them per call
+#: instead (each call looks its table up and checks its attributes); results
+#: and errors are the same either way.
+STAGED: dict[str, bool] = _register()
 
 
 def _avals(types: list[jax.ShapeDtypeStruct]) -> list[jax.core.ShapedArray]:

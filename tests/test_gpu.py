@@ -128,7 +128,7 @@ def test_each_cuda_path_asks_the_host_for_no_more_than_its_counts(path, rng):
     """The first GPU run found a sample's cost in the handler's host work
     (47 us of it a call, a host function stalling the stream), not in its 7 us
     of kernels: each path's host work is counted and held to what it is."""
-    from gearjax import _gearjax
+    from gearjax import _ffi, _gearjax
     columns = ({"frame": gx.Column((48, 48, 3), "uint8")} if path == "two-kernel sample"
                else {"x": gx.Column((8,), "float32")})
     with gx.Table(columns, capacity=16, max_length=12, placement="device") as table:
@@ -149,6 +149,7 @@ def test_each_cuda_path_asks_the_host_for_no_more_than_its_counts(path, rng):
             step = jax.jit(call)
             state = jax.block_until_ready(step(table.state(), jax.random.key(0)))[0]
             before = _gearjax.cuda_host_work()
+            sites = _gearjax.call_site_counts()
             calls = 20
             for i in range(calls):
                 state = step(state, jax.random.key(i + 1))[0]
@@ -157,6 +158,10 @@ def test_each_cuda_path_asks_the_host_for_no_more_than_its_counts(path, rng):
     per_call = tuple((after[k] - before[k]) / calls for k in (
         "launches", "copies", "host_functions", "syncs", "scratch_allocations"))
     assert per_call == HOST_WORK_PER_CALL[path]
+    # Registered with stages (gearjax/_ffi.py STAGED): the executions found
+    # their table through the call site, not the registry.
+    assert _ffi.STAGED["CUDA"] is True
+    assert _gearjax.call_site_counts() == sites
 
 
 @pytest.mark.parametrize("placement", ["host", "device"])

@@ -181,8 +181,25 @@ auto BindInsertBatch(Binding binding) {
       .template Attr<int64_t>("steps");
 }
 
-// update_priorities' operands (order, keys, priorities), results (order,
-// count) and attribute after each handler's context.
+// update_priorities' operands (order, keys, priorities) and results (order,
+// count) after each handler's context; its attribute follows them where the
+// handler reads it per call (BindUpdatePriorities), else its instantiate stage
+// reads it (BindUpdateAttrs; call_site.h).
+template <typename Binding>
+auto BindUpdateOperands(Binding binding) {
+  return std::move(binding)
+      .template Arg<Order>()
+      .template Arg<xla::ffi::AnyBuffer>()
+      .template Arg<xla::ffi::AnyBuffer>()
+      .template Ret<Order>()
+      .template Ret<xla::ffi::Buffer<xla::ffi::S32>>();
+}
+
+template <typename Binding>
+auto BindUpdateAttrs(Binding binding) {
+  return std::move(binding).template Attr<int64_t>("table_handle");
+}
+
 template <typename Binding>
 auto BindUpdatePriorities(Binding binding) {
   return std::move(binding)
@@ -316,38 +333,16 @@ inline SampleOutputs BindSampleOutputs(const Table& table, xla::ffi::RemainingRe
   return out;
 }
 
-// What every sample handler checks and binds before selecting: the request,
-// the window width (max_length for whole trajectories) and the results. The
-// Python layer checked every value already; these checks stop a hand-built
-// call from reaching the core with values it would misread.
+// What a sample handler has bound before selecting (call_site.h,
+// BindSampleCall): the request, the window width (max_length for whole
+// trajectories) and the results. The Python layer checked every value
+// already; the checks stop a hand-built call from reaching the core with
+// values it would misread.
 struct SampleCall {
   SampleRequest request;
   int64_t width;
   SampleOutputs out;
 };
-
-inline SampleCall BindSampleCall(const Table& table, size_t seed_words,
-                                 xla::ffi::RemainingRets& rets, size_t first,
-                                 const SampleAttrs& a, bool host_results) {
-  if (seed_words != 2) throw InvalidArgument("the seed must be two uint32 words");
-  // XLA's attributes are int64 and the enums int32: codes that do not fit are
-  // refused here rather than narrowed into some other code; the rest is the
-  // table's one check of a request (Table::CheckRequest), before the buffers.
-  if (a.strategy < 0 || a.strategy > INT32_MAX) {
-    throw InvalidArgument("unknown sampling strategy " + std::to_string(a.strategy));
-  }
-  if (a.cut < 0 || a.cut > INT32_MAX) {
-    throw InvalidArgument("unknown window cut " + std::to_string(a.cut));
-  }
-  if (a.replace != 0 && a.replace != 1) throw InvalidArgument("replace must be 0 or 1");
-  if (a.pad_left != 0 && a.pad_left != 1) throw InvalidArgument("pad_left must be 0 or 1");
-  const SampleRequest request{static_cast<Strategy>(a.strategy), a.alpha, a.count, a.batch_size,
-                              a.window, static_cast<Cut>(a.cut), a.replace != 0};
-  table.CheckRequest(request);
-  const int64_t width = a.window == 0 ? table.spec().max_length : a.window;
-  return {request, width,
-          BindSampleOutputs(table, rets, first, a.batch_size, width, host_results)};
-}
 
 // One column's part of copying a trajectory into its slot: `bytes` bytes from
 // `src` (the caller's buffer) to arena offset `dst_offset`.

@@ -1,4 +1,5 @@
-// CPU XLA FFI handlers. They are thin: find the table by handle, check the
+// CPU XLA FFI handlers. They are thin: resolve the table (through the call
+// site an instantiate stage made, call_site.h, or by handle), check the
 // buffers against it, let the core select and pin rows, gather the rows (in
 // parallel on XLA's intra-op thread pool when the batch is large), end the
 // sample.
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "call_site.h"
 #include "core/gather_cpu.h"
 #include "core/sharding.h"
 #include "core/table.h"
@@ -84,17 +86,20 @@ void GatherParallel(ffi::ThreadPool& pool, int64_t rows, int64_t bytes, RunRows&
 // Selects (taking a ticket), gathers and returns the ticket; `first` is the
 // index of the keys result (1 when the call returns an order result first).
 ffi::Error Sample(ffi::ThreadPool& pool, const ffi::Buffer<ffi::U32>& seed,
-                  ffi::RemainingRets& rets, size_t first, const SampleAttrs& attrs) {
-  std::shared_ptr<Table> table = LookUpTable(attrs.table_handle);
+                  ffi::RemainingRets& rets, size_t first, const SampleSite& at) {
+  SampleSite fresh;
+  const SampleSite& site = Current(at, fresh);
+  std::shared_ptr<Table> table = site.table.Resolve();
   if (table->on_device()) {
     return Fail("this table lives in GPU memory (placement 'device'): sample it from a "
                 "program on the GPU");
   }
   const SampleCall call =
-      BindSampleCall(*table, seed.element_count(), rets, first, attrs, /*host_results=*/true);
+      BindSampleCall(*table, site, seed.element_count(), rets, first, /*host_results=*/true);
   const SampleRequest& request = call.request;
   const int64_t batch = request.batch, width = call.width;
   const SampleOutputs& out = call.out;
+  const bool pad_left = site.attrs.pad_left != 0;
   int64_t row_bytes = 0;
   for (int c = 0; c < table->num_columns(); ++c) row_bytes += width * table->step_bytes(c);
 
@@ -110,19 +115,39 @@ ffi::Error Sample(ffi::ThreadPool& pool, const ffi::Buffer<ffi::U32>& seed,
     ~EndSample() { table.EndSample(ticket); }
   } end{*table, table->Select(request, seed.typed_data(), draws.data())};
   GatherParallel(pool, batch, batch * row_bytes, [&](int64_t begin, int64_t end) {
-    GatherRows(*table, draws.data(), begin, end, width, attrs.pad_left != 0, out);
+    GatherRows(*table, draws.data(), begin, end, width, pad_left, out);
   });
   return ffi::Error::Success();
 }
 
+// The sample handlers in their two registrations (gearjax/_ffi.py): staged
+// (an instantiate stage makes the call site once, execute reads it) and per
+// call (the site made from the attributes on every call).
+using SampleState = SampleStateCpu;
+using UpdateState = UpdateStateCpu;
+
+ffi::ErrorOr<std::unique_ptr<SampleState>> SampleInstantiate(SampleAttrs attrs) {
+  return Instantiated<SampleState>(MakeSampleSite(attrs));
+}
+
 ffi::Error SampleOrderedImpl(ffi::ThreadPool pool, Order, ffi::Buffer<ffi::U32> seed,
                              ffi::RemainingRets rets, SampleAttrs attrs) {
-  return Sample(pool, seed, rets, /*first=*/1, attrs);
+  return Sample(pool, seed, rets, /*first=*/1, MakeSampleSite(attrs));
+}
+
+ffi::Error SampleOrderedStagedImpl(ffi::ThreadPool pool, SampleState* state, Order,
+                                   ffi::Buffer<ffi::U32> seed, ffi::RemainingRets rets) {
+  return Sample(pool, seed, rets, /*first=*/1, state->site);
 }
 
 ffi::Error SamplePureImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::U32> seed,
                           ffi::RemainingRets rets, SampleAttrs attrs) {
-  return Sample(pool, seed, rets, /*first=*/0, attrs);
+  return Sample(pool, seed, rets, /*first=*/0, MakeSampleSite(attrs));
+}
+
+ffi::Error SamplePureStagedImpl(ffi::ThreadPool pool, SampleState* state,
+                                ffi::Buffer<ffi::U32> seed, ffi::RemainingRets rets) {
+  return Sample(pool, seed, rets, /*first=*/0, state->site);
 }
 
 // The buffer's elements as keys / priorities (host memory: this is the CPU).
@@ -136,10 +161,9 @@ bool ReadPriorities(const ffi::AnyBuffer& buffer, std::vector<double>& out) {
                                  buffer.element_count(), out);
 }
 
-ffi::Error UpdatePrioritiesImpl(Order, ffi::AnyBuffer keys, ffi::AnyBuffer priorities,
-                                ffi::Result<Order>,
-                                ffi::Result<ffi::Buffer<ffi::S32>> updated, int64_t table_handle) {
-  std::shared_ptr<Table> table = LookUpTable(table_handle);
+ffi::Error UpdatePriorities(const ffi::AnyBuffer& keys, const ffi::AnyBuffer& priorities,
+                            ffi::Result<ffi::Buffer<ffi::S32>>& updated, const TableSite& site) {
+  std::shared_ptr<Table> table = site.Resolve();
   // Reused by every update on this thread: no allocation per call.
   thread_local std::vector<int64_t> key_values;
   thread_local std::vector<double> priority_values;
@@ -153,6 +177,22 @@ ffi::Error UpdatePrioritiesImpl(Order, ffi::AnyBuffer keys, ffi::AnyBuffer prior
   *updated->typed_data() = static_cast<int32_t>(table->UpdatePriorities(
       key_values.data(), priority_values.data(), static_cast<int64_t>(key_values.size())));
   return ffi::Error::Success();
+}
+
+ffi::ErrorOr<std::unique_ptr<UpdateState>> UpdateInstantiate(int64_t table_handle) {
+  return Instantiated<UpdateState>(MakeTableSite(table_handle));
+}
+
+ffi::Error UpdatePrioritiesImpl(Order, ffi::AnyBuffer keys, ffi::AnyBuffer priorities,
+                                ffi::Result<Order>,
+                                ffi::Result<ffi::Buffer<ffi::S32>> updated, int64_t table_handle) {
+  return UpdatePriorities(keys, priorities, updated, MakeTableSite(table_handle));
+}
+
+ffi::Error UpdatePrioritiesStagedImpl(UpdateState* state, Order, ffi::AnyBuffer keys,
+                                      ffi::AnyBuffer priorities, ffi::Result<Order>,
+                                      ffi::Result<ffi::Buffer<ffi::S32>> updated) {
+  return UpdatePriorities(keys, priorities, updated, state->site);
 }
 
 // Inserts N trajectories given as padded arrays [N, T, *step] per column (the
@@ -396,10 +436,35 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SamplePureCpu, Guarded<&SamplePureImpl>::Run,
                                                   .Arg<ffi::Buffer<ffi::U32>>()
                                                   .RemainingRets()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(InsertBatchCpu, Guarded<&InsertBatchImpl>::Run,
-                              BindInsertBatch(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SampleInstantiateCpu, SampleInstantiate,
+                              BindSampleAttrs(ffi::Ffi::BindInstantiate()));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SampleExecuteCpu, Guarded<&SampleOrderedStagedImpl>::Run,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Ctx<ffi::State<SampleState>>()
+                                  .Arg<Order>()
+                                  .Arg<ffi::Buffer<ffi::U32>>()
+                                  .RemainingRets());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SamplePureExecuteCpu, Guarded<&SamplePureStagedImpl>::Run,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Ctx<ffi::State<SampleState>>()
+                                  .Arg<ffi::Buffer<ffi::U32>>()
+                                  .RemainingRets());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(UpdatePrioritiesCpu, Guarded<&UpdatePrioritiesImpl>::Run,
                               BindUpdatePriorities(ffi::Ffi::Bind()));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(UpdateInstantiateCpu, UpdateInstantiate,
+                              BindUpdateAttrs(ffi::Ffi::BindInstantiate()));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(UpdateExecuteCpu, Guarded<&UpdatePrioritiesStagedImpl>::Run,
+                              BindUpdateOperands(
+                                  ffi::Ffi::Bind().Ctx<ffi::State<UpdateState>>()));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(InsertBatchCpu, Guarded<&InsertBatchImpl>::Run,
+                              BindInsertBatch(ffi::Ffi::Bind()));
 
 }  // namespace gearjax

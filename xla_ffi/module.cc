@@ -23,6 +23,7 @@
 #include "core/sharding.h"
 #include "core/table.h"
 #include "ffi_cpu.h"
+#include "ffi_targets.h"
 #include "ffi_one_sided.h"
 #include "new_array.h"
 #include "nixl_module.h"
@@ -351,12 +352,6 @@ class NativeTable {
   std::vector<StepColumn> step_columns_;
 };
 
-template <typename T>
-nb::capsule Capsule(T* fn) {
-  static_assert(std::is_invocable_r_v<XLA_FFI_Error*, T, XLA_FFI_CallFrame*>);
-  return nb::capsule(reinterpret_cast<void*>(fn));
-}
-
 nb::dict Limits() {
   nb::dict d;
   d["max_capacity"] = kMaxCapacity;
@@ -469,23 +464,7 @@ NB_MODULE(_gearjax, m) {
     return nb::int_(memory->free_bytes());
   }, "Free GPU memory in bytes, or None where gearjax has no GPU memory.");
 
-  m.def("ffi_targets", []() {
-    nb::dict targets;
-    targets["gearjax_sample"] = gearjax::Capsule(gearjax::SampleCpu);
-    targets["gearjax_sample_pure"] = gearjax::Capsule(gearjax::SamplePureCpu);
-    targets["gearjax_update_priorities"] = gearjax::Capsule(gearjax::UpdatePrioritiesCpu);
-    targets["gearjax_insert_batch"] = gearjax::Capsule(gearjax::InsertBatchCpu);
-    targets["gearjax_shard_totals"] = gearjax::Capsule(gearjax::ShardTotalsCpu);
-    targets["gearjax_shard_plan"] = gearjax::Capsule(gearjax::ShardPlanCpu);
-    targets["gearjax_shard_tops"] = gearjax::Capsule(gearjax::ShardTopsCpu);
-    targets["gearjax_shard_rank"] = gearjax::Capsule(gearjax::ShardRankCpu);
-    targets["gearjax_shard_serve"] = gearjax::Capsule(gearjax::ShardServeCpu);
-    targets["gearjax_shard_keys"] = gearjax::Capsule(gearjax::ShardKeysCpu);
-    targets["gearjax_int64_from_words"] = gearjax::Capsule(gearjax::Int64FromWordsCpu);
-    targets["gearjax_zeros"] = gearjax::Capsule(gearjax::ZerosCpu);
-    targets["gearjax_one_sided_sample"] = gearjax::Capsule(gearjax::OneSidedSampleCpu);
-    return targets;
-  });
+  gearjax::DefineFfiTargets(m);
 
 #if defined(GEARJAX_WITH_CUDA)
   // Built with CUDA handlers. They are registered whether or not a GPU is
@@ -513,22 +492,6 @@ NB_MODULE(_gearjax, m) {
       "What the CUDA sample and update handlers have asked of the host since import "
       "(cuda/host_work.h): kernel launches, copies, host functions, stream "
       "synchronisations, scratch allocations.");
-  m.def("cuda_ffi_targets", []() {
-    nb::dict targets;
-    targets["gearjax_sample"] = gearjax::Capsule(gearjax::SampleCuda);
-    targets["gearjax_sample_pure"] = gearjax::Capsule(gearjax::SamplePureCuda);
-    targets["gearjax_update_priorities"] = gearjax::Capsule(gearjax::UpdatePrioritiesCuda);
-    targets["gearjax_insert_batch"] = gearjax::Capsule(gearjax::InsertBatchCuda);
-    targets["gearjax_shard_totals"] = gearjax::Capsule(gearjax::ShardTotalsCuda);
-    targets["gearjax_shard_tops"] = gearjax::Capsule(gearjax::ShardTopsCuda);
-    targets["gearjax_shard_rank"] = gearjax::Capsule(gearjax::ShardRankCuda);
-    targets["gearjax_shard_plan"] = gearjax::Capsule(gearjax::ShardPlanCuda);
-    targets["gearjax_shard_serve"] = gearjax::Capsule(gearjax::ShardServeCuda);
-    targets["gearjax_shard_keys"] = gearjax::Capsule(gearjax::ShardKeysCuda);
-    targets["gearjax_int64_from_words"] = gearjax::Capsule(gearjax::Int64FromWordsCuda);
-    targets["gearjax_zeros"] = gearjax::Capsule(gearjax::ZerosCuda);
-    return targets;
-  });
 #else
   m.attr("cuda_built") = false;
   m.attr("cuda_memory") = false;

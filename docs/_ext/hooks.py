@@ -87,6 +87,11 @@ SOURCES: list[tuple[str, str]] = [
      "`python scripts/bench_dispatch.py --reverb-python REVERB_VENV/bin/python` "
      "(Reverb in its own virtual environment)"),
     ("bench_dispatch_cpu.txt", "the printed report of `scripts/bench_dispatch.py` (same run)"),
+    ("bench_call_sites_cpu.json",
+     "`python scripts/bench_call_sites.py --baseline BUILD_OF_25be2b8 --baseline-name "
+     "\"main 25be2b8\"` (2-core dev VM)"),
+    ("bench_call_sites_cpu.txt",
+     "the printed report of `scripts/bench_call_sites.py` (same run)"),
     ("bench_dqn_cpu.json", "`python scripts/bench_dqn.py --seeds 0,1,2`"),
     ("bench_insert_step_cpu.json", "`python scripts/bench_insert_step.py`"),
     ("bench_insert_step_cpu.txt", "the printed report of `scripts/bench_insert_step.py` (same run)"),

@@ -1,6 +1,7 @@
 // Process-wide map from table handle to table (see registry.h).
 #include "registry.h"
 
+#include <atomic>
 #include <mutex>
 #include <unordered_map>
 
@@ -18,6 +19,8 @@ struct Registry {
   std::unordered_map<int64_t, std::string> closed;
 };
 
+std::atomic<int64_t> lookups{0};
+
 Registry& GetRegistry() {
   static Registry* registry = new Registry();  // never destroyed: handlers may outlive statics
   return *registry;
@@ -34,7 +37,17 @@ int64_t RegisterTable(std::shared_ptr<Table> table) {
   return handle;
 }
 
+std::shared_ptr<Table> RegisteredTable(int64_t handle) {
+  Registry& r = GetRegistry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.tables.find(handle);
+  return it == r.tables.end() ? nullptr : it->second;
+}
+
+int64_t RegistryLookUps() { return lookups.load(std::memory_order_relaxed); }
+
 std::shared_ptr<Table> LookUpTable(int64_t handle) {
+  lookups.fetch_add(1, std::memory_order_relaxed);
   DrainDeferredReleases();  // memory whose release a stream callback deferred (memory.h)
   Registry& r = GetRegistry();
   std::unique_lock<std::mutex> lock(r.mu);

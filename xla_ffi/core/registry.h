@@ -17,6 +17,13 @@ int64_t RegisterTable(std::shared_ptr<Table> table);  // returns a new handle (>
 // otherwise. Raises the table's deferred error first, if it has one
 // (Table::RaiseDeferredError).
 std::shared_ptr<Table> LookUpTable(int64_t handle);
+// The table registered under `handle`, or null; nothing else (no deferred
+// error raised, no look-up counted): what a call site resolves once
+// (call_site.h), before its executions.
+std::shared_ptr<Table> RegisteredTable(int64_t handle);
+// LookUpTable calls since the process started (the tests hold a compiled
+// call's executions to none: call_site.h).
+int64_t RegistryLookUps();
 // Forgets the handle; later look-ups say the table is closed.
 void UnregisterTable(int64_t handle);
 

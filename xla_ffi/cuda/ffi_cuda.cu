@@ -39,6 +39,11 @@
 // host memory), and the stream is synchronised once per chunk before its
 // slots are published.
 //
+// sample and update_priorities are registered with an instantiate stage
+// where gearjax/_ffi.py can (call_site.h): the table, the attributes and the
+// request's checks once per call site; an execution only resolves the table
+// (no registry), binds its buffers and enqueues.
+//
 // No handler is command-buffer compatible: each keeps host-side state (tickets,
 // pins, the limiter, publication) that must run on every execution, and a
 // recorded command buffer would replay only the kernels.
@@ -53,11 +58,13 @@
 #include <string>
 #include <vector>
 
+#include "call_site.h"
 #include "core/gather_plan.h"
 #include "core/memory.h"
 #include "core/staged_update.h"
 #include "cuda/gather.cuh"
 #include "cuda/host_work.h"
+#include "cuda/memory_hooks.h"
 #include "cuda/sample.cuh"
 #include "cuda/select.cuh"
 #include "cuda/tickets.h"
@@ -75,88 +82,6 @@ namespace gearjax {
 const char kCudaArchitecturesBuilt[] = GEARJAX_CUDA_ARCHITECTURES_BUILT;
 
 namespace {
-
-void* AllocateMapped(size_t bytes, void** device_address) {
-  void* host = nullptr;
-  if (cudaHostAlloc(&host, bytes, cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky-free error state
-    return nullptr;
-  }
-  if (cudaHostGetDevicePointer(device_address, host, 0) != cudaSuccess) {
-    cudaFreeHost(host);
-    cudaGetLastError();
-    return nullptr;
-  }
-  return host;
-}
-
-void ReleaseMapped(void* host) { cudaFreeHost(host); }
-
-const MappedAllocator kMappedAllocator{AllocateMapped, ReleaseMapped};
-
-// GPU memory for placement "device", from cudaMalloc, beside XLA's own pool:
-// XLA preallocates 75% of the GPU by default, so device tables need
-// XLA_PYTHON_CLIENT_MEM_FRACTION lowered (or XLA_PYTHON_CLIENT_PREALLOCATE=false);
-// see gearjax/table.py.
-void* AllocateDevice(size_t bytes) {
-  void* device = nullptr;
-  if (cudaMalloc(&device, bytes) != cudaSuccess) {
-    cudaGetLastError();
-    return nullptr;
-  }
-  return device;
-}
-
-void ReleaseDevice(void* device) { cudaFree(device); }
-
-// Host writes and reads of device tables (inserts, get, save): synchronous
-// copies. cudaMemcpy runs on the legacy default stream, which XLA's
-// non-blocking streams do not wait for; the slot protocol (pins, tickets)
-// keeps the two apart: a slot is written only once no enqueued kernel may
-// read it, and published only after CopyIn returns. So CopyIn must not return
-// before the bytes have landed: from pageable memory cudaMemcpy may return
-// once they are staged, with the DMA still in flight, so the legacy stream is
-// synchronised after it (a slot published earlier could be gathered half
-// written).
-void CopyIn(void* device_dst, const void* host_src, size_t bytes) {
-  cudaError_t error = cudaMemcpy(device_dst, host_src, bytes, cudaMemcpyHostToDevice);
-  if (error == cudaSuccess) error = cudaStreamSynchronize(cudaStreamLegacy);
-  if (error != cudaSuccess) {
-    throw std::runtime_error(std::string("copying into GPU memory: ") + cudaGetErrorString(error));
-  }
-}
-
-void CopyOut(void* host_dst, const void* device_src, size_t bytes) {
-  const cudaError_t error = cudaMemcpy(host_dst, device_src, bytes, cudaMemcpyDeviceToHost);
-  if (error != cudaSuccess) {
-    throw std::runtime_error(std::string("copying from GPU memory: ") + cudaGetErrorString(error));
-  }
-}
-
-size_t FreeDeviceBytes() {
-  size_t free = 0, total = 0;
-  if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return free;
-}
-
-int CurrentDevice() {
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return device;
-}
-
-const DeviceMemory kDeviceMemory{AllocateDevice, ReleaseDevice, CopyIn,
-                                 CopyOut,        FreeDeviceBytes, CurrentDevice};
-
-std::string CudaError(const char* what, cudaError_t error) {
-  return std::string(what) + ": " + cudaGetErrorString(error);
-}
 
 // Selection and gather both on the GPU (sum-tree strategies): one fused
 // kernel where every column's window fits one gather part (FusesSample), else
@@ -193,18 +118,20 @@ ffi::Error SampleOnDevice(cudaStream_t stream, ffi::ScratchAllocator& scratch, i
 // first).
 ffi::Error Sample(cudaStream_t stream, ffi::ScratchAllocator& scratch,
                   const ffi::Buffer<ffi::U32>& seed, ffi::RemainingRets& rets, size_t first,
-                  const SampleAttrs& attrs) {
-  std::shared_ptr<Table> table = LookUpTableForThisGpu(attrs.table_handle);
-  const bool pad_left = attrs.pad_left != 0;
+                  const SampleSite& at) {
+  SampleSite fresh;
+  const SampleSite& site = Current(at, fresh);
+  std::shared_ptr<Table> table = ForThisGpu(site.table.Resolve());
+  const bool pad_left = site.attrs.pad_left != 0;
   const SampleCall call =
-      BindSampleCall(*table, seed.element_count(), rets, first, attrs, /*host_results=*/false);
+      BindSampleCall(*table, site, seed.element_count(), rets, first, /*host_results=*/false);
   const SampleRequest& request = call.request;
   const int64_t batch = request.batch, width = call.width;
   const SampleOutputs& out = call.out;
 
   // Tickets taken from here on come back through the completion ring.
   const int device = CurrentDevice();
-  table->UseGpuCompletions(&kDeviceMemory, device);
+  table->UseGpuCompletions(&kCudaDeviceMemory, device);
   if (table->num_columns() > kMaxGpuColumns) {
     return Fail("the GPU gather handles at most " + std::to_string(kMaxGpuColumns) +
                 " columns; this table has " + std::to_string(table->num_columns()));
@@ -255,16 +182,35 @@ ffi::Error Sample(cudaStream_t stream, ffi::ScratchAllocator& scratch,
   return ffi::Error::Success();
 }
 
+// The sample handlers in their two registrations (gearjax/_ffi.py): staged
+// (an instantiate stage makes the call site once, execute reads it) and per
+// call (the site made from the attributes on every call).
+ffi::ErrorOr<std::unique_ptr<SampleStateCuda>> SampleInstantiate(SampleAttrs attrs) {
+  return Instantiated<SampleStateCuda>(MakeSampleSite(attrs));
+}
+
 ffi::Error SampleOrderedCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, Order,
                                  ffi::Buffer<ffi::U32> seed, ffi::RemainingRets rets,
                                  SampleAttrs attrs) {
-  return Sample(stream, scratch, seed, rets, /*first=*/1, attrs);
+  return Sample(stream, scratch, seed, rets, /*first=*/1, MakeSampleSite(attrs));
+}
+
+ffi::Error SampleOrderedStagedImpl(cudaStream_t stream, ffi::ScratchAllocator scratch,
+                                   SampleStateCuda* state, Order, ffi::Buffer<ffi::U32> seed,
+                                   ffi::RemainingRets rets) {
+  return Sample(stream, scratch, seed, rets, /*first=*/1, state->site);
 }
 
 ffi::Error SamplePureCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch,
                               ffi::Buffer<ffi::U32> seed, ffi::RemainingRets rets,
                               SampleAttrs attrs) {
-  return Sample(stream, scratch, seed, rets, /*first=*/0, attrs);
+  return Sample(stream, scratch, seed, rets, /*first=*/0, MakeSampleSite(attrs));
+}
+
+ffi::Error SamplePureStagedImpl(cudaStream_t stream, ffi::ScratchAllocator scratch,
+                                SampleStateCuda* state, ffi::Buffer<ffi::U32> seed,
+                                ffi::RemainingRets rets) {
+  return Sample(stream, scratch, seed, rets, /*first=*/0, state->site);
 }
 
 // Enqueues a copy of the buffer's bytes into `out` (sized first: it must not
@@ -314,11 +260,10 @@ ffi::Error UpdateOnDevice(cudaStream_t stream, int device, const std::shared_ptr
 // staged (see staged_update.h): copies of keys and priorities into pinned
 // host memory, Apply, the count's copy into `updated`, Recycle. Types and
 // sizes fail here, values later.
-ffi::Error UpdatePrioritiesCudaImpl(cudaStream_t stream, Order, ffi::AnyBuffer keys,
-                                    ffi::AnyBuffer priorities, ffi::Result<Order>,
-                                    ffi::Result<ffi::Buffer<ffi::S32>> updated,
-                                    int64_t table_handle) {
-  std::shared_ptr<Table> table = LookUpTableForThisGpu(table_handle);
+ffi::Error UpdatePriorities(cudaStream_t stream, const ffi::AnyBuffer& keys,
+                            const ffi::AnyBuffer& priorities,
+                            ffi::Result<ffi::Buffer<ffi::S32>>& updated, const TableSite& site) {
+  std::shared_ptr<Table> table = ForThisGpu(site.Resolve());
   KeyFormat key_format;
   PriorityFormat priority_format;
   if (!KeyFormatOf(keys.element_type(), &key_format)) {
@@ -332,7 +277,7 @@ ffi::Error UpdatePrioritiesCudaImpl(cudaStream_t stream, Order, ffi::AnyBuffer k
   }
   const int64_t n = static_cast<int64_t>(keys.element_count());
   const int device = CurrentDevice();
-  table->UseGpuCompletions(&kDeviceMemory, device);
+  table->UseGpuCompletions(&kCudaDeviceMemory, device);
   GpuUpdate on_device;
   if (const uint64_t ticket = table->BeginGpuUpdate(stream, n, &on_device)) {
     return UpdateOnDevice(stream, device, table, ticket, on_device, keys, key_format, priorities,
@@ -369,6 +314,24 @@ ffi::Error UpdatePrioritiesCudaImpl(cudaStream_t stream, Order, ffi::AnyBuffer k
     return Fail(CudaError("enqueueing the priority update", error));
   }
   return ffi::Error::Success();
+}
+
+ffi::ErrorOr<std::unique_ptr<UpdateStateCuda>> UpdateInstantiate(int64_t table_handle) {
+  return Instantiated<UpdateStateCuda>(MakeTableSite(table_handle));
+}
+
+ffi::Error UpdatePrioritiesCudaImpl(cudaStream_t stream, Order, ffi::AnyBuffer keys,
+                                    ffi::AnyBuffer priorities, ffi::Result<Order>,
+                                    ffi::Result<ffi::Buffer<ffi::S32>> updated,
+                                    int64_t table_handle) {
+  return UpdatePriorities(stream, keys, priorities, updated, MakeTableSite(table_handle));
+}
+
+ffi::Error UpdatePrioritiesStagedImpl(cudaStream_t stream, UpdateStateCuda* state, Order,
+                                      ffi::AnyBuffer keys, ffi::AnyBuffer priorities,
+                                      ffi::Result<Order>,
+                                      ffi::Result<ffi::Buffer<ffi::S32>> updated) {
+  return UpdatePriorities(stream, keys, priorities, updated, state->site);
 }
 
 // Inserts N trajectories given as device arrays [N, T, *step] per column (see
@@ -454,8 +417,11 @@ std::string KernelImageProblemOn(int device) {
 }
 
 std::shared_ptr<Table> LookUpTableForThisGpu(int64_t handle) {
-  std::shared_ptr<Table> table = LookUpTable(handle);
-  table->CheckGpuReachable(&kMappedAllocator, &kDeviceMemory);
+  return ForThisGpu(LookUpTable(handle));
+}
+
+std::shared_ptr<Table> ForThisGpu(std::shared_ptr<Table> table) {
+  table->CheckGpuReachable(&kCudaMappedAllocator, &kCudaDeviceMemory);
   const int device = CurrentDevice();
   table->CheckDevice(device);
   // A kernel without an image for this GPU launches nothing: the handler
@@ -469,17 +435,6 @@ std::shared_ptr<Table> LookUpTableForThisGpu(int64_t handle) {
   }
   if (known == 2) throw InvalidArgument(KernelImageProblem(device));
   return table;
-}
-
-bool InitCudaMemory() {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    cudaGetLastError();
-    return false;
-  }
-  SetMappedAllocator(&kMappedAllocator);
-  SetDeviceMemory(&kDeviceMemory);
-  return true;
 }
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SampleCuda, Guarded<&SampleOrderedCudaImpl>::Run,
@@ -497,9 +452,37 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SamplePureCuda, Guarded<&SamplePureCudaImpl>::Run,
                                                   .Arg<ffi::Buffer<ffi::U32>>()
                                                   .RemainingRets()));
 
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SampleInstantiateCuda, SampleInstantiate,
+                              BindSampleAttrs(ffi::Ffi::BindInstantiate()));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SampleExecuteCuda, Guarded<&SampleOrderedStagedImpl>::Run,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Ctx<ffi::ScratchAllocator>()
+                                  .Ctx<ffi::State<SampleStateCuda>>()
+                                  .Arg<Order>()
+                                  .Arg<ffi::Buffer<ffi::U32>>()
+                                  .RemainingRets());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SamplePureExecuteCuda, Guarded<&SamplePureStagedImpl>::Run,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Ctx<ffi::ScratchAllocator>()
+                                  .Ctx<ffi::State<SampleStateCuda>>()
+                                  .Arg<ffi::Buffer<ffi::U32>>()
+                                  .RemainingRets());
+
 XLA_FFI_DEFINE_HANDLER_SYMBOL(UpdatePrioritiesCuda, Guarded<&UpdatePrioritiesCudaImpl>::Run,
                               BindUpdatePriorities(ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(UpdateInstantiateCuda, UpdateInstantiate,
+                              BindUpdateAttrs(ffi::Ffi::BindInstantiate()));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(UpdateExecuteCuda, Guarded<&UpdatePrioritiesStagedImpl>::Run,
+                              BindUpdateOperands(ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Ctx<ffi::State<UpdateStateCuda>>()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(InsertBatchCuda, Guarded<&InsertBatchCudaImpl>::Run,
                               BindInsertBatch(ffi::Ffi::Bind()

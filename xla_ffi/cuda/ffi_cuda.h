@@ -17,9 +17,11 @@ namespace gearjax {
 // memory hooks) and one in another GPU's memory than the calling thread's
 // current GPU (the one XLA runs the program on; Table::CheckDevice).
 std::shared_ptr<Table> LookUpTableForThisGpu(int64_t handle);
+// The same checks of a table already resolved (a call site's: call_site.h).
+std::shared_ptr<Table> ForThisGpu(std::shared_ptr<Table> table);
 
-// Registers GPU-mapped pinned memory and GPU memory for table arenas if a
-// CUDA device is usable; returns whether one is.
+// Registers GPU-mapped pinned memory and GPU memory for table arenas
+// (memory_hooks.cu) if a CUDA device is usable; returns whether one is.
 bool InitCudaMemory();
 
 // The CUDA architectures this build's kernels were compiled for ("90;100").
@@ -35,6 +37,12 @@ std::string KernelImageProblemOn(int device);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(SampleCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(SamplePureCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(UpdatePrioritiesCuda);
+// The same as instantiate and execute stages (call_site.h).
+XLA_FFI_DECLARE_HANDLER_SYMBOL(SampleInstantiateCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(SampleExecuteCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(SamplePureExecuteCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(UpdateInstantiateCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(UpdateExecuteCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(InsertBatchCuda);
 // The xla exchange's steps of a ShardedTable (ffi_cuda_shard.cu).
 XLA_FFI_DECLARE_HANDLER_SYMBOL(ShardTotalsCuda);

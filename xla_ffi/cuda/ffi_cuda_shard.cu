@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "call_site.h"
 #include "core/gather_plan.h"
 #include "core/sharding.h"
 #include "cuda/ffi_cuda.h"
