@@ -8,6 +8,9 @@
    device array (Flashbax's way) and Flashbax's trajectory buffer; and one
    jitted call dispatched from Python (table-state form, ordered, unordered)
    against a jitted pure-JAX gather.
+2b. host_selected: what a sample that selects on the host (TopK, Recent,
+   replace=False, cut="full") costs a scan step, batch 32 of 1 KiB windows,
+   against the same sample of Uniform, selected on the GPU.
 3. gather_host / gather_device / pure_jax / flashbax: bandwidth across window
    sizes (1 KiB to 1 MiB) and batches (32 to 4096), sampled inside jax.jit,
    against the pinned and the device-to-device ceilings.
@@ -227,6 +230,48 @@ def per_step(args) -> dict:
     return out
 
 
+HOST_SELECTED = {  # what selects on the host in a CUDA build, and the GPU-selected reference
+    "Uniform (GPU-selected)": (gx.Uniform(), {}),
+    "TopK(64)": (gx.TopK(64), {}),
+    "Recent(64)": (gx.Recent(64), {}),
+    "Uniform, replace=False": (gx.Uniform(), {"replace": False}),
+    "Uniform, cut='full'": (gx.Uniform(), {"cut": "full"}),
+}
+
+
+def host_selected(args) -> dict:
+    """What a sample that selects on the host costs on the GPU (docs:
+    Strategies, "Where selection runs"): batch 32 of 1 KiB windows from a
+    device table (else a host one), one sample per step of a jitted scan,
+    against the same sample selected on the GPU."""
+    count, length, step = (256 if args.smoke else 4096), 16, 64
+    block = np.random.default_rng(0).integers(1, 255, (count, length, step), dtype=np.uint8)
+    placement = "device" if _gearjax.gpu_free_bytes() is not None else "host"
+    out: dict = {"placement": placement, "batch": 32, "window_bytes": length * step}
+    table = gx.Table({"x": gx.Column((step,), "uint8")}, capacity=count, max_length=length,
+                     placement=placement)
+    try:
+        table.insert_batch({"x": block}, np.full(count, length))
+        for name, (strategy, options) in HOST_SELECTED.items():
+            def body(carry, key, strategy=strategy, options=options):
+                total, state = carry
+                state, batch = table.sample(state, key, 32, length, strategy, **options)
+                return (total + consume(batch["x"]), state), None
+
+            run = jax.jit(lambda key, body=body: jax.lax.scan(
+                body, (jnp.uint32(0), table.state()), jax.random.split(key, args.steps))[0][0])
+            seconds = median_seconds(lambda: run(jax.random.key(1)), args.repeats) / args.steps
+            out[name] = {"scan_step_s": seconds}
+        reference = out["Uniform (GPU-selected)"]["scan_step_s"]
+        for name in HOST_SELECTED:
+            out[name]["over_gpu_selected"] = out[name]["scan_step_s"] / reference
+            print(f"  {name:24s} {out[name]['scan_step_s'] * 1e6:8.1f} us a step "
+                  f"({out[name]['over_gpu_selected']:.2f}x GPU-selected Uniform)", flush=True)
+    finally:
+        table.close()
+    return out
+
+
 def fill_one_step(table: gx.Table, n: int, rng: np.random.Generator) -> None:
     """n one-step trajectories with priorities in [0.1, 10), by insert_batch in
     chunks (one Python insert each took over 5 minutes for 10^7 on the first
@@ -362,8 +407,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--big-table-gb", type=float, default=None)
     parser.add_argument("--with-1e7", action="store_true", help="also select over 10^7 items")
     parser.add_argument("--sections",
-                        default="ceilings,per_step,gather,pure_jax,flashbax,selection,"
-                                "prioritized,big",
+                        default="ceilings,per_step,host_selected,gather,pure_jax,flashbax,"
+                                "selection,prioritized,big",
                         help="comma-separated; 'gather' runs both placements")
     args = parser.parse_args(argv)
 
@@ -391,6 +436,7 @@ def main(argv: list[str] | None = None) -> None:
     run("ceilings", "ceilings", lambda: ceilings(args))
     ceiling = results.get("ceilings", {})
     run("per_step", "per_step", lambda: per_step(args))
+    run("host_selected", "host_selected", lambda: host_selected(args))
     run("gather_host", "gather", lambda: gather(args, "host", ceiling.get("pinned_h2d_GBps")))
     if _gearjax.gpu_free_bytes() is not None:  # device tables need a GPU
         run("gather_device", "gather",

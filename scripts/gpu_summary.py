@@ -143,6 +143,15 @@ def report(results: Path) -> str:
         shown = "-" if value is None else f"{value:9.3g}"
         verdict = "-" if value is None else ("yes" if met(value) else "NO")
         lines.append(f"{what:44s} {shown:>9s} {unit:22s} {goal:>7s} {verdict}")
+    # What selecting on the host costs (no goal: the docs state it): one line,
+    # each host-selected case's scan step over the GPU-selected one's.
+    selected = {name.split(",")[-1].split("(")[0].strip(): row["over_gpu_selected"]
+                for name, row in (bench or {}).get("host_selected", {}).items()
+                if isinstance(row, dict) and "over_gpu_selected" in row
+                and "GPU-selected" not in name}
+    if selected:
+        lines.append("host-selected x GPU-selected, 32 x 1 KiB: " + ", ".join(
+            f"{name} {ratio:.2f}" for name, ratio in selected.items()))
     dt = results / "bench_dt_step_gpu.json"
     share = None
     if dt.exists():

@@ -104,7 +104,11 @@ def test_gpu_summary_shows_stages_and_goal_figures_on_one_screen(tmp_path):
         "device_B32": {"scan_step_over_pure_jax": 1.1, "call_over_pure_jax": 1.3},
         "device_B1024": {"scan_step_over_pure_jax": 1.5}},
         "gather_host": [{"window_bytes": 4096, "batch": 1024, "of_ceiling": 0.8}],
-        "big": {"table_bytes": 100, "gpu_memory_bytes": 80}}
+        "big": {"table_bytes": 100, "gpu_memory_bytes": 80},
+        "host_selected": {"placement": "device",
+                          "Uniform (GPU-selected)": {"scan_step_s": 1e-5, "over_gpu_selected": 1},
+                          "TopK(64)": {"scan_step_s": 3e-5, "over_gpu_selected": 3.0},
+                          "Uniform, cut='full'": {"scan_step_s": 2e-5, "over_gpu_selected": 2.0}}}
     (tmp_path / "bench_gpu_NVIDIA_H100.json").write_text(json.dumps(bench))
     text = gpu_summary.report(tmp_path)
     lines = text.splitlines()
@@ -120,6 +124,7 @@ def test_gpu_summary_shows_stages_and_goal_figures_on_one_screen(tmp_path):
     assert row["host gather, 4 KiB x 1024"][-1] == "yes"
     assert row["host table larger than the card"][0] == "1.25"
     assert row["select 1024 of 10^7 in scan, Uniform"][0] == "-"  # not measured
+    assert "host-selected x GPU-selected, 32 x 1 KiB: TopK 3.00, cut='full' 2.00" in lines
     bench["smoke"] = True
     (tmp_path / "bench_gpu_NVIDIA_H100.json").write_text(json.dumps(bench))
     assert "yes" not in gpu_summary.report(tmp_path).split("goal figure")[1]
