@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -13,7 +13,9 @@ import numpy as np
 
 from gearjax import _ffi
 from gearjax.batch import Batch
-from gearjax.strategies import Strategy
+
+if TYPE_CHECKING:  # _sample_args imports this module
+    from gearjax._sample_args import SampleArgs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,11 +31,8 @@ class SampleSpec:
 # inline=True: inside a caller's jit the call's equations join the caller's
 # program rather than forming a nested jit (one block less for JAX's passes
 # to look through; the table call is what must stay, gearjax/_jax_fixes.py).
-@functools.partial(jax.jit, inline=True,
-                   static_argnames=("spec", "batch_size", "window", "strategy", "pad", "cut",
-                                    "replace", "ordered"))
-def sample(rng_key: jax.Array, state: jax.Array | None, *, spec: SampleSpec, batch_size: int,
-           window: int | None, strategy: Strategy, pad: str, cut: int, replace: bool,
+@functools.partial(jax.jit, inline=True, static_argnames=("spec", "args", "ordered"))
+def sample(rng_key: jax.Array, state: jax.Array | None, *, spec: SampleSpec, args: SampleArgs,
            ordered: bool) -> tuple[jax.Array | None, Batch]:
     """Returns the successor of ``state`` (None when it is None: an ordered
     or ``ordered=False`` sample) and the batch."""
@@ -41,14 +40,14 @@ def sample(rng_key: jax.Array, state: jax.Array | None, *, spec: SampleSpec, bat
     # per row: no random numbers are computed in XLA (the key is a threefry
     # output already; other key kinds are hashed to two words first).
     seed = seed_words(rng_key)
-    width = window or spec.max_length
+    strategy = args.strategy
     state, (keys, start, probability, table_size, valid, *columns) = _ffi.sample_call(
-        seed, handle=spec.handle, batch=batch_size, strategy=strategy.code,
+        seed, handle=spec.handle, batch=args.batch_size, strategy=strategy.code,
         alpha=strategy.alpha, count=min(strategy.count, spec.capacity),
-        window=window or 0, width=width, pad_left=pad == "left", cut=cut, replace=replace,
-        columns=tuple((shape, dtype) for _, shape, dtype in spec.columns), ordered=ordered,
-        state=state)
-    mask, timestep = window_steps(start, valid, width, pad == "left")
+        window=args.window_code, width=args.width, pad_left=args.pad_left, cut=args.cut_code,
+        replace=args.replace, columns=tuple((shape, dtype) for _, shape, dtype in spec.columns),
+        ordered=ordered, state=state)
+    mask, timestep = window_steps(start, valid, args.width, args.pad_left)
     return state, Batch(columns={n: c for (n, _, _), c in zip(spec.columns, columns)}, mask=mask,
                         timestep=timestep, keys=keys, start=start, probability=probability,
                         table_size=table_size)

@@ -23,27 +23,40 @@ CUTS = _checks.CUT_CODES
 
 @dataclasses.dataclass(frozen=True)
 class SampleArgs:
-    """A sample's arguments, checked: ``pad`` resolved ("left" unless a
-    ``cut="start"`` sample asked for "right")."""
+    """A sample's arguments, checked and normalised once: ``pad`` resolved
+    ("left" unless a ``cut="start"`` sample asked for "right") and ``width``,
+    the steps a row of the batch holds, derived; the compiled sample, the
+    exchanges and the memory check read them from here (hashable: a static
+    jit argument)."""
 
     batch_size: int
-    window: int | None
+    window: int | None   # None: whole trajectories, from step 0
     strategy: Strategy
     pad: str
     cut: str
     replace: bool
+    width: int           # window, or the table's max_length for whole trajectories
 
     @property
     def cut_code(self) -> int:
         return CUTS[self.cut]
 
+    @property
+    def window_code(self) -> int:
+        """The window as the native calls take it: 0 for whole trajectories."""
+        return self.window or 0
 
-def check(rng_key: Any, batch_size: Any, window: Any, strategy: Any, pad: Any, cut: Any,
-          replace: Any, *, max_length: int, rows: int = 1) -> SampleArgs:
+    @property
+    def pad_left(self) -> bool:
+        return self.pad == "left"
+
+
+def normalise(batch_size: Any, window: Any, strategy: Any, pad: Any = None, cut: Any = "start",
+              replace: Any = True, *, max_length: int, rows: int = 1) -> SampleArgs:
     """Checks a sample's arguments (``rows`` samples of ``batch_size`` rows
-    are drawn at once: a sharded table's processes) and resolves ``pad``.
-    Raises ``TypeError`` or ``ValueError`` naming the argument; checks
-    nothing of a table's state."""
+    are drawn at once: a sharded table's processes), resolves ``pad`` and
+    derives ``width``. Raises ``TypeError`` or ``ValueError`` naming the
+    argument; checks nothing of a table's state."""
     batch_size = _checks.integer("batch_size", batch_size, 1, _checks.MAX_BATCH)
     if batch_size > _checks.MAX_BATCH // rows:
         raise ValueError(f"batch_size {batch_size} x {rows} shards exceeds "
@@ -69,15 +82,25 @@ def check(rng_key: Any, batch_size: Any, window: Any, strategy: Any, pad: Any, c
     if not replace and isinstance(strategy, (TopK, Recent)) and batch_size > strategy.count:
         raise ValueError(f"cannot sample {batch_size} distinct trajectories (replace=False) "
                          f"from the {strategy!r} best")
+    return SampleArgs(batch_size, window, strategy, pad, cut, replace,
+                      window if window is not None else max_length)
+
+
+def check(rng_key: Any, batch_size: Any, window: Any, strategy: Any, pad: Any, cut: Any,
+          replace: Any, *, max_length: int, rows: int = 1) -> SampleArgs:
+    """``normalise``, and then ``rng_key`` checked: what the tables' sample
+    methods take."""
+    args = normalise(batch_size, window, strategy, pad, cut, replace, max_length=max_length,
+                     rows=rows)
     check_rng_key(rng_key)
-    return SampleArgs(batch_size, window, strategy, pad, cut, replace)
+    return args
 
 
-def check_room(what: str, args: SampleArgs, columns: Mapping[str, Column], max_length: int,
-               rate_limiter: Any, rows: int = 1) -> None:
+def check_room(what: str, args: SampleArgs, columns: Mapping[str, Column], rate_limiter: Any,
+               rows: int = 1) -> None:
     """Refuses a sample whose results would not fit in this machine's memory,
     or whose batch the table's rate limiter could never admit."""
-    width = args.window or max_length
+    width = args.width
     _checks.result_bytes(f"{what} of {'' if rows == 1 else f'{rows} x '}{args.batch_size} x "
                          f"{width} steps", [
         *(((rows * args.batch_size, width, *c.shape), c.dtype.itemsize)

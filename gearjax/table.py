@@ -1008,8 +1008,7 @@ class Table:
         if not ordered and self._max_times_sampled:
             raise ValueError("ordered=False cannot sample a table with max_times_sampled: a "
                              "sample that removes trajectories must run exactly once")
-        _sample_args.check_room("a sample", args, self._columns, self._max_length,
-                                self._rate_limiter)
+        _sample_args.check_room("a sample", args, self._columns, self._rate_limiter)
         if isinstance(args.strategy, Prioritized):
             alphas = self._native.alphas()
             if args.strategy.alpha not in alphas and len(alphas) >= _checks.MAX_PRIORITY_TREES:
@@ -1017,10 +1016,7 @@ class Table:
                                  f"{_checks.MAX_PRIORITY_TREES} Prioritized alphas ({alphas}); "
                                  f"Prioritized({args.strategy.alpha}) would be one more")
         try:
-            order, batch = _sample.sample(rng_key, order, spec=self._spec,
-                                          batch_size=args.batch_size, window=args.window,
-                                          strategy=args.strategy, pad=args.pad,
-                                          cut=args.cut_code, replace=args.replace,
+            order, batch = _sample.sample(rng_key, order, spec=self._spec, args=args,
                                           ordered=ordered)
             return self._eager(batch if state is None else (order, batch))
         except ValueError as e:

@@ -4,6 +4,8 @@
 #include <atomic>
 #include <string>
 
+#include "core/window.h"
+
 namespace gearjax {
 namespace {
 
@@ -32,7 +34,7 @@ SampleRequest CheckedRequest(const Table& table, const SampleAttrs& a) {
 void CheckSite(const Table& table, SampleSite& site) {
   try {
     site.request = CheckedRequest(table, site.attrs);
-    site.width = site.attrs.window == 0 ? table.spec().max_length : site.attrs.window;
+    site.width = WindowWidth(site.attrs.window, table.spec().max_length);
   } catch (...) {
     site.invalid = std::current_exception();
   }

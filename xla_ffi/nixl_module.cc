@@ -24,6 +24,7 @@
 #include "core/one_sided_plan.h"
 #include "core/slots.h"
 #include "core/sum_tree.h"
+#include "core/window.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -124,7 +125,7 @@ std::tuple<int, std::string, int, int64_t> OneSidedSample(
   std::vector<one_sided::ShardLayout> shards = ShardsOf(layouts);
   if (shards.empty()) throw InvalidArgument("a one-sided sample needs a shard");
   const size_t rows = static_cast<size_t>(batch);
-  const int64_t width = window > 0 ? window : shards[0].max_length;
+  const int64_t width = WindowWidth(window, shards[0].max_length);
   bool sized = batch >= 1 && keys.shape(0) == rows && start.shape(0) == rows &&
                probability.shape(0) == rows && table_size.shape(0) == rows &&
                valid.shape(0) == rows && shard.shape(0) == rows &&

@@ -73,8 +73,9 @@ from jax.sharding import PartitionSpec as P
 from gearjax import _ffi
 from gearjax.batch import Batch
 from gearjax.sharded import keys as keys_of
-from gearjax.strategies import Recent, Strategy, TopK
+from gearjax.strategies import Recent, TopK
 from gearjax._sample import seed_words, window_steps
+from gearjax._sample_args import SampleArgs
 
 # The mesh axis of the programs that eager calls run.
 AXIS = "gearjax_shards"
@@ -228,12 +229,12 @@ def ragged_default() -> bool:
     return jax.default_backend() in ("gpu", "tpu")
 
 
-def sample(rng_key: jax.Array, *, spec: ShardSpec | tuple[ShardSpec, ...], batch_size: int,
-           window: int | None, strategy: Strategy, pad: str, axis_name: str,
-           min_block: int | jax.Array = 0, ragged: bool | None = None,
+def sample(rng_key: jax.Array, *, spec: ShardSpec | tuple[ShardSpec, ...], args: SampleArgs,
+           axis_name: str, min_block: int | jax.Array = 0, ragged: bool | None = None,
            max_block: int | None = None) -> ShardedBatch:
     """A global sample, traced inside shard_map over ``axis_name``: this
-    device's ``batch_size`` rows. ``spec`` is the local shard's, or a tuple
+    device's ``args.batch_size`` rows (``args``: the sample's arguments,
+    checked; gearjax/_sample_args.py). ``spec`` is the local shard's, or a tuple
     of every shard's when the shards are the devices of one process (see the
     module docstring). ``min_block`` (an int, or a traced int32 scalar, the
     same in every process) forces a block of at least that many rows: the
@@ -242,6 +243,7 @@ def sample(rng_key: jax.Array, *, spec: ShardSpec | tuple[ShardSpec, ...], batch
     block (default :func:`block_cap`; B gives one round for every plan, as
     the exchange was before rounds). ``ragged`` chooses the ragged all-to-all
     (default: :func:`ragged_default`); ``min_block`` then does nothing."""
+    batch_size, strategy = args.batch_size, args.strategy
     specs = spec if isinstance(spec, tuple) else (spec,)
     first = specs[0]
     shards = first.shards
@@ -292,7 +294,7 @@ def sample(rng_key: jax.Array, *, spec: ShardSpec | tuple[ShardSpec, ...], batch
     # of a cumulative sum over a [B, P] one-hot).
     shard_of_row, rank = shard_of_rows[me], ranks[me]
     asked = counts[:, me]  # rows each process asks of this shard
-    width = window or first.max_length
+    width = args.width
 
     def round_seeds(r: jax.Array) -> jax.Array:
         """Each requester's seed in round r >= 1 (round 0 takes serve_seeds)."""
@@ -302,8 +304,8 @@ def sample(rng_key: jax.Array, *, spec: ShardSpec | tuple[ShardSpec, ...], batch
     def serve(block: int, is_ragged: bool, asked_now: jax.Array, seeds: jax.Array):
         return own(lambda s: tuple(_ffi.shard_serve_call(
             seeds, asked_now, summaries, handle=s.handle, block=block,
-            strategy=strategy.code, alpha=strategy.alpha, window=window or 0, width=width,
-            pad_left=pad == "left", shard=s.shard, shard_shift=s.shard_shift,
+            strategy=strategy.code, alpha=strategy.alpha, window=args.window_code, width=width,
+            pad_left=args.pad_left, shard=s.shard, shard_shift=s.shard_shift,
             columns=tuple((shape, dtype) for _, shape, dtype in s.columns), ragged=is_ragged)))
 
     def blocked_round(block: int, offset: jax.Array, seeds: jax.Array):
@@ -358,7 +360,7 @@ def sample(rng_key: jax.Array, *, spec: ShardSpec | tuple[ShardSpec, ...], batch
     # Rounds 1 ...: only plans whose largest pair count is above the cap.
     received = jax.lax.fori_loop(1, rounds_needed(need, cap), next_round, received)
     keys, start, probability, table_size, valid, *columns = received
-    mask, timestep = window_steps(start, valid, width, pad == "left")
+    mask, timestep = window_steps(start, valid, width, args.pad_left)
     return ShardedBatch(columns={n: c for (n, _, _), c in zip(first.columns, columns)},
                         mask=mask, timestep=timestep, keys=keys, start=start,
                         probability=probability, table_size=table_size, shard=shard_of_row)
@@ -414,22 +416,19 @@ def gather_words(local: np.ndarray) -> np.ndarray:
 
 
 @functools.cache
-def _eager_sample_program(spec: ShardSpec, batch_size: int, window: int | None,
-                          strategy: Strategy, pad: str):
+def _eager_sample_program(spec: ShardSpec, args: SampleArgs):
     def body(seed):
-        return sample(seed[0], spec=spec, batch_size=batch_size, window=window,
-                      strategy=strategy, pad=pad, axis_name=AXIS)
+        return sample(seed[0], spec=spec, args=args, axis_name=AXIS)
 
     return jax.jit(jax.shard_map(body, mesh=process_mesh(), in_specs=P(AXIS), out_specs=P(AXIS)))
 
 
-def eager_sample(rng_key: jax.Array, *, spec: ShardSpec, batch_size: int, window: int | None,
-                 strategy: Strategy, pad: str) -> ShardedBatch:
+def eager_sample(rng_key: jax.Array, *, spec: ShardSpec, args: SampleArgs) -> ShardedBatch:
     """A global sample called eagerly: runs the collective program that every
     process runs at the same call (in the same order), and returns this
     process's rows as arrays on its own device."""
     seed = np.asarray(seed_words(rng_key), dtype=np.uint32)
-    program = _eager_sample_program(spec, batch_size, window, strategy, pad)
+    program = _eager_sample_program(spec, args)
     return jax.tree.map(_local_block, program(_global_rows(seed)))
 
 

@@ -19,6 +19,7 @@ import numpy as np
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
+from gearjax import _sample_args
 from gearjax.columns import Column
 from gearjax.sharded import exchange
 from gearjax.sharded import keys as keys_of
@@ -62,9 +63,11 @@ def sample_program(tables: Sequence[Table], batch_size: int, window: int | None 
     mesh = Mesh(np.array(devices), (exchange.AXIS,))
     every_spec = specs(tables)
 
+    args = _sample_args.normalise(batch_size, window, strategy, pad,
+                                  max_length=tables[0].max_length, rows=len(tables))
+
     def body(seed, min_block):
-        return exchange.sample(seed[0], spec=every_spec, batch_size=batch_size, window=window,
-                               strategy=strategy, pad=pad, axis_name=exchange.AXIS,
+        return exchange.sample(seed[0], spec=every_spec, args=args, axis_name=exchange.AXIS,
                                min_block=min_block, ragged=ragged, max_block=max_block)
 
     mapped = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(exchange.AXIS), P()),

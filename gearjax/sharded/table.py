@@ -623,18 +623,13 @@ class ShardedTable:
                              f"(got cut={args.cut!r}, replace={args.replace}): sample one "
                              f"process's table (table.local) for the other modes")
         _sample_args.check_room("a sharded sample", args, self._local.columns,
-                                self._local.max_length, self._local.rate_limiter,
-                                rows=self._processes)
-        batch_size, window, strategy, pad = args.batch_size, args.window, args.strategy, args.pad
+                                self._local.rate_limiter, rows=self._processes)
         if self._transport is not None:
-            return self._sample_one_sided(state, rng_key, batch_size, window, strategy, pad,
-                                          axis_name, prefetch)
+            return self._sample_one_sided(state, rng_key, args, axis_name, prefetch)
         _check_platform()
         if axis_name is not None:
             exchange.check_axis(axis_name, self._spec)
-            return exchange.sample(rng_key, spec=self._spec, batch_size=batch_size,
-                                   window=window, strategy=strategy, pad=pad,
-                                   axis_name=axis_name)
+            return exchange.sample(rng_key, spec=self._spec, args=args, axis_name=axis_name)
         if isinstance(rng_key, jax.core.Tracer):
             raise ValueError("ShardedTable.sample with exchange='xla' and axis_name=None runs a "
                              "collective program of its own, which cannot run inside a "
@@ -644,15 +639,14 @@ class ShardedTable:
         self._eager_calls += 1
         coordination.check_same_call(
             self._path, self._eager_calls,
-            {"call": "sample", "batch_size": batch_size, "window": window,
-             "strategy": repr(strategy), "pad": pad}, self._shard, self._processes,
+            {"call": "sample", "batch_size": args.batch_size, "window": args.window,
+             "strategy": repr(args.strategy), "pad": args.pad}, self._shard, self._processes,
             exchange.gather_words)
-        batch = exchange.eager_sample(rng_key, spec=self._spec, batch_size=batch_size,
-                                      window=window, strategy=strategy, pad=pad)
+        batch = exchange.eager_sample(rng_key, spec=self._spec, args=args)
         self._publish()
         return batch
 
-    def _sample_one_sided(self, state, rng_key, batch_size, window, strategy, pad, axis_name,
+    def _sample_one_sided(self, state, rng_key, args: _sample_args.SampleArgs, axis_name,
                           prefetch) -> Any:
         """nixl, verbs: eagerly, the reads run now; inside a per-process
         jax.jit (the data-loader pattern) or inside shard_map (each process
@@ -662,7 +656,8 @@ class ShardedTable:
         state's successor when given a state."""
         if axis_name is not None:  # mode 2: this process reads its block itself
             exchange.check_axis(axis_name, self._spec)
-        width = window or self._local.max_length
+        batch_size, window, strategy, pad = args.batch_size, args.window, args.strategy, args.pad
+        width = args.width
         columns = list(self._local.columns.values())
         shapes = {"keys": ((batch_size, 2), np.uint32), "start": ((batch_size,), np.int32),
                   "probability": ((batch_size,), np.float32),

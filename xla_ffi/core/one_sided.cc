@@ -9,6 +9,7 @@
 #include "random.h"
 #include "slots.h"
 #include "sum_tree.h"
+#include "window.h"
 
 namespace gearjax::one_sided {
 namespace {
@@ -41,7 +42,7 @@ class Sampler {
   Sampler(Reader& reader, const std::vector<ShardLayout>& shards, const Request& request,
           const Outputs& out)
       : reader_(reader), shards_(shards), r_(request), out_(out) {
-    width_ = r_.window > 0 ? r_.window : shards_[0].max_length;
+    width_ = WindowWidth(r_.window, shards_[0].max_length);
     seed_[0] = r_.seed[0];  // the caller mixes in its process, so processes differ
     seed_[1] = r_.seed[1];
   }

@@ -38,6 +38,7 @@
 #include "core/select_block.h"
 #include "core/staged_update.h"
 #include "core/table.h"
+#include "core/window.h"
 #include "new_array.h"
 #include "testing/array_formats.h"
 
@@ -158,7 +159,7 @@ nb::tuple EmulateGpuSample(int64_t handle, std::tuple<uint32_t, uint32_t> seed, 
                            bool device_completion) {
   if (batch < 1 || threads < 1) throw InvalidArgument("batch and threads must be >= 1");
   std::shared_ptr<Table> table = Find(handle);
-  const int64_t width = window == 0 ? table->spec().max_length : window;
+  const int64_t width = WindowWidth(window, table->spec().max_length);
   EmulatedOutputs results(*table, batch, width);
   const SampleOutputs& out = results.out;
   const uint32_t words[2] = {std::get<0>(seed), std::get<1>(seed)};
@@ -195,7 +196,7 @@ nb::tuple EmulateFusedGpuSample(int64_t handle, std::tuple<uint32_t, uint32_t> s
                                 bool device_completion) {
   if (batch < 1 || threads < 1) throw InvalidArgument("batch and threads must be >= 1");
   std::shared_ptr<Table> table = Find(handle);
-  const int64_t width = window == 0 ? table->spec().max_length : window;
+  const int64_t width = WindowWidth(window, table->spec().max_length);
   EmulatedOutputs results(*table, batch, width);
   const SampleOutputs& out = results.out;
   const uint8_t* arena = table->on_device() ? ToHost(table->device_arena()) : table->arena_data();
