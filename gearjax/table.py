@@ -18,15 +18,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gearjax import (_checks, _exit, _ffi, _gearjax, _sample, _sample_args, checkpoint, errors,
-                     rate_limiters)
+from gearjax import (_call_forms, _checks, _exit, _ffi, _gearjax, _inserts, _sample,
+                     _sample_args, checkpoint, errors, rate_limiters)
 from gearjax import state as table_state
 from gearjax._gearjax import NativeTable
 from gearjax._signatures import first_overload
 from gearjax.batch import Batch
-from gearjax.columns import (Column, cast_to_column, check_traced_conversion, host_array,
-                              is_numeric, numeric_host_array)
-from gearjax.state import TableState, is_state
+from gearjax.columns import Column, host_array
+from gearjax.state import TableState
 from gearjax.strategies import Prioritized, Strategy, Uniform
 
 if TYPE_CHECKING:
@@ -165,7 +164,7 @@ class Table:
         _exit.track(self)  # blocked calls are woken at interpreter exit
         # The one-step fast path (insert_step, Writer.append): each column's
         # element kind and step shape (xla_ffi/step_values.h).
-        self._native.set_step_formats([(_fast_kind(c.dtype), c.dtype.itemsize, c.shape)
+        self._native.set_step_formats([(_inserts.fast_kind(c.dtype), c.dtype.itemsize, c.shape)
                                        for c in self._columns.values()])
         # What compiled samples need to know: no reference back to this object,
         # so a table nobody holds is freed at once (not by the cycle collector).
@@ -479,7 +478,7 @@ class Table:
           (10,)
         """
         self._check_open()
-        arrays, length = self._validate_trajectory(trajectory)
+        arrays, length = _inserts.trajectory_bytes(self._columns, self._max_length, trajectory)
         return self._native.insert(arrays, length, _checks.priority(priority))
 
     def _insert_checked(self, arrays: Sequence[np.ndarray], length: int, priority: float) -> int:
@@ -614,7 +613,8 @@ class Table:
         checked = []
         for i, (t, p) in enumerate(zip(trajectories, priorities)):
             try:
-                checked.append((*self._validate_trajectory(t), _checks.priority(p)))
+                checked.append((*_inserts.trajectory_bytes(self._columns, self._max_length, t),
+                                _checks.priority(p)))
             except (TypeError, ValueError) as e:
                 raise type(e)(f"trajectory {i}: {e}") from None
         keys = []
@@ -683,22 +683,13 @@ class Table:
             :func:`gearjax.table_error` names either (docs: Semantics in jit,
             "Errors in compiled code").
 
-        Shapes, dtypes and columns are checked when traced, and lengths and
-        priorities too when they are concrete (NumPy or Python values);
-        traced lengths (in ``[1, T]``) and priorities are checked when it runs,
-        all before the first insert, so bad values insert nothing and fail the
-        computation with a message naming the row. It may evict, and it may
-        wait on the rate limiter; a limiter timeout stops it part-way, and the
-        error says how many went in. Data is converted to each column's dtype
-        under the rule ``insert`` applies (docs: Tables, "Conversions"): NumPy data
-        value by value; JAX arrays, whose values cannot be looked at when
-        traced, only where every value of their dtype fits (int8 into int32,
-        float16 into float32; float32 into int32 or bfloat16 is refused when
-        traced: ``astype`` first if you mean it); 64-bit columns need
-        ``jax_enable_x64`` (JAX has no 64-bit arrays without it;
-        ``insert``/``insert_many`` take them from the host either way). On a GPU the data is copied on XLA's stream
-        straight into the table; the lengths and priorities are read on the
-        host first, so the call synchronises once.
+        Shapes, dtypes and columns are checked when traced, concrete lengths
+        and priorities at once, traced ones when it runs: before the first
+        insert, so bad values insert nothing. Data converts under the rule of
+        every insert path, JAX arrays only where every value of their dtype
+        fits (docs: Tables, "Conversions"). On a GPU the data is copied on
+        XLA's stream straight into the table; the lengths and priorities are
+        read on the host first, so the call synchronises once.
 
         Examples:
           >>> @jax.jit
@@ -709,10 +700,7 @@ class Table:
           ...                     jax.numpy.zeros((4, 20)),
           ...                     jax.numpy.array([20, 5, 12, 1]))
         """
-        # A mapping of columns after the first argument: that one is a state.
-        stateful = (len(args) > 1 and isinstance(args[1], Mapping)) or \
-            (len(args) == 1 and "columns" in kwargs)
-        state, args = (args[0], args[1:]) if stateful else (None, args)
+        state, args = _call_forms.split_insert_batch_state(args, kwargs)
         return self._insert_batch(state, *args, **kwargs)
 
     def _insert_batch(self, state: TableState | None, columns: Mapping[str, Any], lengths: Any,
@@ -720,119 +708,17 @@ class Table:
         self._check_open()
         order = None if state is None else table_state.consume(state, repr(self),
                                                               self._native.handle)
-        if not isinstance(columns, Mapping):
-            raise TypeError("columns must be a mapping of column name -> [N, T, *shape] array")
-        missing = [n for n in self._columns if n not in columns]
-        extra = [n for n in columns if n not in self._columns]
-        if missing or extra:
-            raise ValueError(f"insert_batch needs exactly the table's columns; missing {missing}, "
-                             f"unknown {extra}")
-        for n, column in self._columns.items():
-            if jax.dtypes.canonicalize_dtype(column.dtype) != column.dtype:
-                raise TypeError(f"column {n!r} is {column.dtype}, which JAX represents only with "
-                                f"jax_enable_x64 on; turn it on, or insert from the host with "
-                                f"insert/insert_many")
-        # Host data converts as insert() converts it (refusing values that do not
-        # fit the column); JAX arrays as astype does.
-        arrays = [jnp.asarray(cast_to_column(n, np.asarray(columns[n]), c.dtype))
-                  if not isinstance(columns[n], (jax.Array, jax.core.Tracer))
-                  else columns[n] for n, c in self._columns.items()]
-        rows, steps = arrays[0].shape[:2] if arrays[0].ndim >= 2 else (None, None)
-        for (n, column), array in zip(self._columns.items(), arrays):
-            if array.shape != (rows, steps, *column.shape):
-                raise ValueError(f"column {n!r} must have shape [N, T, "
-                                 f"{', '.join(map(str, column.shape))}] with the same N and T "
-                                 f"as the others, got {array.shape}".replace("T, ]", "T]"))
-            if not is_numeric(np.dtype(array.dtype)):
-                raise TypeError(f"column {n!r} must hold numeric data, got {array.dtype}")
-        if rows < 1:
-            raise ValueError("insert_batch needs at least one trajectory")
-        if not 1 <= steps <= self._max_length:
-            raise ValueError(f"the time axis T={steps} must be in [1, max_length={self._max_length}]")
-        lengths = self._batch_lengths(lengths, rows, steps)
-        priorities = self._batch_priorities(priorities, rows)
-        for (n, column), array in zip(self._columns.items(), arrays):
-            check_traced_conversion(n, array.dtype, column.dtype)
-        arrays = [a.astype(c.dtype) for a, c in zip(arrays, self._columns.values())]
+        arrays = _inserts.batch_columns(self._columns, self._max_length, columns)
+        rows, steps = arrays[0].shape[:2]
+        lengths = _inserts.batch_lengths(lengths, rows, steps)
+        priorities = _inserts.batch_priorities(priorities, rows)
+        arrays = _inserts.convert_batch_columns(self._columns, arrays)
         try:
             order, keys = _ffi.insert_batch_call(arrays, lengths, priorities,
                                                  handle=self._native.handle, state=order)
             return self._eager(keys if state is None else (order, keys))
         except ValueError as e:
             errors.reraise(e)
-
-    def _batch_lengths(self, lengths: Any, rows: int, steps: int) -> jax.Array:
-        if not isinstance(lengths, jax.core.Tracer):
-            host = np.asarray(lengths)
-            if host.shape != (rows,) or not np.issubdtype(host.dtype, np.integer):
-                raise ValueError(f"lengths must be integers of shape ({rows},), got "
-                                 f"{host.dtype}{list(host.shape)}")
-            bad = (host < 1) | (host > steps)
-            if bad.any():
-                i = int(np.argmax(bad))
-                raise ValueError(f"lengths must be in [1, T={steps}]; entry {i} is {host[i]}; "
-                                 f"nothing was inserted")
-            return jnp.asarray(host.astype(np.int32))  # exact: 1 <= length <= T < 2**31
-        if lengths.shape != (rows,) or not jnp.issubdtype(lengths.dtype, jnp.integer):
-            raise ValueError(f"lengths must be integers of shape ({rows},), got "
-                             f"{lengths.dtype}{list(lengths.shape)}")
-        if lengths.dtype in (jnp.int32, jnp.int64):
-            return lengths
-        if lengths.dtype == jnp.uint32 or lengths.dtype == jnp.uint64:
-            # Values above 2**31 would wrap in int32: clip, so they stay out of [1, T].
-            return jnp.minimum(lengths, jnp.iinfo(jnp.int32).max).astype(jnp.int32)
-        return lengths.astype(jnp.int32)  # int8/int16/uint8/uint16 widen exactly
-
-    def _batch_priorities(self, priorities: Any, rows: int) -> jax.Array:
-        if priorities is None:
-            return jnp.ones(rows, jnp.float32)
-        if not isinstance(priorities, jax.core.Tracer):
-            host = np.asarray(priorities)
-            if host.shape != (rows,):
-                raise ValueError(f"priorities must have shape ({rows},), got {list(host.shape)}")
-            checked = _checks.priorities(host)
-            narrowed = checked.astype(_widest_float())
-            lost = (checked > 0) & (narrowed == 0)
-            if lost.any():
-                i = int(np.argmax(lost))
-                raise ValueError(f"priority {checked[i]!r} (entry {i}) would become 0 in "
-                                 f"float32; turn on jax_enable_x64 to pass it as float64")
-            return jnp.asarray(narrowed)
-        if priorities.shape != (rows,) or not _is_real(priorities.dtype):
-            raise ValueError(f"priorities must be real numbers of shape ({rows},), got "
-                             f"{priorities.dtype}{list(priorities.shape)}")
-        if priorities.dtype not in (jnp.float32, jnp.float64):
-            priorities = priorities.astype(_widest_float())
-        return priorities
-
-    def _validate_trajectory(self, trajectory: Mapping[str, Any]) -> tuple[list[np.ndarray], int]:
-        if not isinstance(trajectory, Mapping):
-            raise TypeError(f"a trajectory must be a mapping of column name -> array, "
-                            f"got {type(trajectory).__name__}")
-        missing = [n for n in self._columns if n not in trajectory]
-        extra = [n for n in trajectory if n not in self._columns]
-        if missing:
-            raise ValueError(f"missing column(s) {missing}")
-        if extra:
-            raise ValueError(f"unknown column(s) {extra}; the table has {list(self._columns)}")
-        arrays, lengths = [], {}
-        for n, column in self._columns.items():
-            value = numeric_host_array(n, trajectory[n])
-            if value.ndim != 1 + len(column.shape) or value.shape[1:] != column.shape:
-                raise ValueError(f"column {n!r} must have shape [T, "
-                                 f"{', '.join(map(str, column.shape))}], got {value.shape}"
-                                 .replace("[T, ]", "[T]"))
-            arrays.append(cast_to_column(n, value, column.dtype))
-            lengths[n] = value.shape[0]
-        if len(set(lengths.values())) != 1:
-            raise ValueError(f"columns differ in length: {lengths}")
-        length = next(iter(lengths.values()))
-        if not 1 <= length <= self._max_length:
-            raise ValueError(f"trajectory length {length} is outside [1, max_length="
-                             f"{self._max_length}]")
-        # The core copies bytes; handing it uint8 views lets any dtype through
-        # (bfloat16 included, which the binding layer cannot type).
-        return [a.reshape(-1).view(np.uint8) for a in arrays], length
 
     # ---------------------------------------------------------------- sample
     @overload
@@ -878,7 +764,9 @@ class Table:
         * ``pad`` (``str | None``, default ``None``): ``"left"`` (when unset)
           or ``"right"``, for ``cut="start"``.
         * ``cut`` (``str``, keyword, default ``"start"``): where the window
-          lies in its trajectory (below).
+          lies in its trajectory: ``"start"`` (cut at the trajectory's end,
+          padded on the ``pad`` side), ``"end"`` (ends at a drawn step, padded
+          at the start) or ``"full"`` (only windows inside the trajectory).
         * ``replace`` (``bool``, keyword, default ``True``): False draws
           distinct trajectories within the batch.
         * ``ordered`` (``bool``, keyword, default ``True``; stateless form
@@ -895,7 +783,8 @@ class Table:
             ``state`` (or a scalar before a key) is not a table state.
           ValueError: an argument is out of range; an unknown ``cut`` or
             ``pad``; ``cut="end"`` or ``"full"`` without a ``window``; a
-            ``pad`` that contradicts ``cut`` (below); ``replace=False`` with
+            ``pad`` that contradicts ``cut`` (``"right"`` with ``"end"``, any
+            with ``"full"``); ``replace=False`` with
             ``TopK(k)`` or ``Recent(n)`` and a batch larger than ``k`` (``n``);
             ``ordered=False`` with a state, or on a table with
             ``max_times_sampled``; a ``Prioritized`` alpha beyond the 8 the
@@ -917,68 +806,11 @@ class Table:
             :func:`gearjax.table_error` names either (docs: Semantics in jit,
             "Errors in compiled code").
 
-        A trajectory is chosen by ``strategy``, then a window in it by ``cut``:
-
-        * ``"start"`` (default; decision-transformer training windows): the
-          start is uniform in ``[0, length - 1]``, the window is cut at the
-          trajectory's end and padded to ``window`` steps on the ``pad`` side
-          (``"left"``, the default, or ``"right"``) with each column's pad
-          value.
-        * ``"end"`` (what a decision transformer sees at evaluation): the last
-          step is uniform in ``[0, length - 1]``; the window ends there, is cut
-          at the trajectory's start and padded at the start.
-        * ``"full"``: only windows inside the trajectory, start uniform in
-          ``[0, length - window]``, never padded. Trajectories shorter than
-          ``window`` are never drawn: Uniform is uniform over the eligible
-          ones, Timestep in proportion to their number of full windows
-          (``length - window + 1``), Prioritized by priority among them, and
-          TopK and Recent choose the best ``k`` among them.
-
-        ``pad`` applies to ``cut="start"`` only: an explicit ``pad`` that
-        contradicts ``"end"`` (``"right"``) or ``"full"`` raises.
-        ``window=None`` gives whole trajectories from step 0, padded to
-        ``max_length`` (with ``cut="start"`` only). The same ``rng_key`` and
-        the same table state give the same batch.
-
-        ``replace=False`` draws distinct trajectories within the batch (rows
-        drawn one after another, each among the eligible trajectories not yet
-        drawn, by the strategy's weights). A batch larger than the eligible
-        set raises (eagerly, and at run time inside jit, through XLA).
-
-        ``batch.probability`` is each row's true probability under the chosen
-        mode: with replacement (and no ``max_times_sampled``), the
-        probability of drawing that trajectory, the same for every row; with
-        ``replace=False`` or a table's ``max_times_sampled``, where rows are
-        not independent, the probability of that row given the rows before it
-        in the batch (its weight over the weight left when it was drawn).
-
-        Cost: ``cut="start"``/``"end"`` with replacement draw from the
-        table's incremental selectors (O(log size) per row; on the GPU for
-        Uniform, Timestep and Prioritized). ``cut="full"`` with replacement by
-        Uniform or Timestep draws from the same selectors and keeps the rows
-        whose window fits, normalised by an index of lengths (it lists
-        instead where fewer than 1 draw in 16 would fit). Other ``"full"``
-        strategies, ``replace=False`` and tables with ``max_times_sampled``
-        list the eligible trajectories on the host at each sample (O(size),
-        then O(log size) per row). GPU programs select all of these on the
-        host and gather on the GPU. The docs' Benchmarks page gives the
-        measured cost.
-
-        Works inside ``jax.jit``, ``lax.scan`` and other loops (one XLA FFI
-        custom call; no host callback) and eagerly. Each sample written in a
-        program runs exactly once each time that part of the program runs,
-        whether or not its result is used, in program order with every other
-        table call (see the docs' Semantics in jit page). Under ``vmap`` each mapped
-        key samples its own batch, one after another.
-
-        ``ordered=False`` gives that up for a faster dispatch: XLA may then drop
-        the sample when its result is unused, merge it with an identical one
-        (same key), and move it across updates and inserts; it keeps JAX's fast
-        dispatch path (programs with table effects take JAX's slower Python
-        path; the docs' Semantics in jit page has the measured difference).
-
-        ``ordered=False`` is refused for tables with ``max_times_sampled``: a
-        sample that removes trajectories must run exactly once.
+        A trajectory is chosen by ``strategy``, then a window in it by
+        ``cut``; what each mode draws, pads and costs, and what
+        ``batch.probability`` means without replacement: docs, Windows and
+        padding. How calls are ordered, under ``vmap`` too, and what
+        ``ordered=False`` gives up: docs, Semantics in jit.
 
         Examples:
           >>> state = table.state()
@@ -989,7 +821,7 @@ class Table:
           >>> state, full = table.sample(state, jax.random.key(1), 16, 5,
           ...                            cut="full", replace=False)
         """
-        state, args = _split_state(args)
+        state, args = _call_forms.split_state(args)
         return self._sample(state, *args, **kwargs)
 
     def _sample(self, state: TableState | None, rng_key: jax.Array, batch_size: int,
@@ -1095,19 +927,7 @@ class Table:
           >>> state, count = table.update_priorities(state, batch.keys,
           ...                                        td_error + 1e-6)
         """
-        # The stateful form has one argument more (keys may be any integers,
-        # so their type cannot tell the forms apart). Two arguments whose first
-        # looks like a state are refused: (state, keys) with the priorities
-        # forgotten once set key 0's priority to the keys' values.
-        given = len(args) + sum(name in kwargs for name in ("keys", "priorities"))
-        if given == 2 and args and is_state(args[0]) and "keys" not in kwargs:
-            raise TypeError(
-                "update_priorities got two arguments and the first is a uint32 scalar, which "
-                "reads as a table state: the state form takes three, update_priorities(state, "
-                "keys, priorities); the stateless form takes (keys, priorities) with keys an "
-                "integer array of shape [n] or a Python int (pass a uint32 scalar key as "
-                "np.array([key]))")
-        state, args = (args[0], args[1:]) if given == 3 and args else (None, args)
+        state, args = _call_forms.split_update_state(args, kwargs)
         return self._update_priorities(state, *args, **kwargs)
 
     def _update_priorities(self, state: TableState | None, keys: Any, priorities: Any) -> Any:
@@ -1121,7 +941,7 @@ class Table:
         if keys.dtype == object or not jnp.issubdtype(keys.dtype, np.integer) or \
                 keys.dtype == np.uint64:
             raise TypeError(f"keys must be int32, uint32 or int64 (or narrower), got {keys.dtype}")
-        if priorities.dtype == object or not _is_real(priorities.dtype):
+        if priorities.dtype == object or not _inserts.is_real(priorities.dtype):
             raise TypeError(f"priorities must be real numbers, got {priorities.dtype}")
         if keys.shape != priorities.shape:
             raise ValueError(f"got {priorities.shape[0]} priorities for {keys.shape[0]} keys")
@@ -1129,7 +949,7 @@ class Table:
             if keys.dtype not in (jnp.int32, jnp.uint32, jnp.int64):
                 keys = keys.astype(jnp.int32)  # int8/int16/uint8/uint16 widen exactly
             if priorities.dtype not in (jnp.float32, jnp.float64):
-                priorities = priorities.astype(_widest_float())
+                priorities = priorities.astype(_inserts.widest_float())
             try:
                 order, count = _ffi.update_priorities_call(keys, priorities,
                                                            handle=self._native.handle,
@@ -1258,37 +1078,3 @@ def _check_fits_in_memory(table_bytes: int) -> None:
     if memory is not None and table_bytes > memory:
         raise ValueError(f"this table needs {table_bytes} bytes, more than this machine's "
                          f"{memory} bytes of memory; lower capacity or max_length")
-
-
-def _fast_kind(dtype: np.dtype) -> str:
-    """The element kind the one-step fast path takes for a column ("" for
-    none: ml_dtypes floats, complex, non-native byte order)."""
-    if dtype.kind in "biu" or (dtype.kind == "f" and dtype.itemsize in (2, 4, 8)):
-        return dtype.kind if dtype.isnative else ""
-    return ""
-
-
-def _widest_float() -> np.dtype:
-    return np.dtype(np.float64) if jax.config.jax_enable_x64 else np.dtype(np.float32)
-
-
-def _is_real(dtype: Any) -> bool:
-    """Integer or floating (bfloat16 included); not bool, not complex."""
-    return jnp.issubdtype(dtype, np.integer) or jnp.issubdtype(dtype, np.floating)
-
-
-def _split_state(args: tuple) -> tuple[TableState | None, tuple]:
-    """(the state, the other arguments) of a call written with or without one,
-    told apart by the first argument's type (gearjax.state.is_state)."""
-    if args and is_state(args[0]):
-        return args[0], args[1:]
-    if len(args) > 1 and _is_key(args[1]):
-        # Something before a key: meant as a state (an int, a uint32[2], a
-        # float scalar); refused as one, not read as a key.
-        table_state.consume(args[0], "")
-    return None, args
-
-
-def _is_key(value: Any) -> bool:
-    dtype = getattr(value, "dtype", None)
-    return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)

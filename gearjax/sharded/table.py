@@ -21,7 +21,8 @@ import jax
 import numpy as np
 from jax.experimental import io_callback
 
-from gearjax import _checks, _ffi, _gearjax, _sample_args, checkpoint, rate_limiters
+from gearjax import (_call_forms, _checks, _ffi, _gearjax, _sample_args, checkpoint,
+                     rate_limiters)
 from gearjax._signatures import first_overload
 from gearjax import state as table_state
 from gearjax.columns import Column
@@ -31,7 +32,7 @@ from gearjax.sharded.prefetch import Prefetcher
 from gearjax.strategies import Strategy, Uniform
 from gearjax._sample import seed_words, window_steps
 from gearjax.state import TableState
-from gearjax.table import Table, _split_state
+from gearjax.table import Table
 
 EXCHANGES = ("xla", "nixl", "verbs")
 # The one-sided transports: the check that they can run here, and the class.
@@ -583,7 +584,7 @@ class ShardedTable:
         ``prefetch=True``, more than 5 columns and other backends read through
         an ordered ``io_callback`` (the state, if given, is passed through).
         """
-        state, args = _split_state(args)
+        state, args = _call_forms.split_state(args)
         return self._sample(state, *args, **kwargs)
 
     def state(self) -> TableState:
