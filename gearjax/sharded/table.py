@@ -542,47 +542,15 @@ class ShardedTable:
             ``RuntimeError``) for a dead or unreachable shard with
             ``on_dead_shard="raise"``; errors found when the sample runs.
 
-        Samples ``batch_size`` rows for this process from the global
-        distribution: each row's trajectory is drawn with exactly the
-        probability it would have in one table holding every shard, rows are
-        independent, and ``probability``, ``table_size`` and ``keys`` are
-        global (``batch.shard`` says which shard owned each row). Arguments
-        are checked as :meth:`gearjax.Table.sample` checks them (one contract,
-        ``gearjax/_sample_args.py``); windows are cut at their start
-        (``cut="start"``, ``pad`` "left" unless "right") and rows are drawn
-        with replacement: another ``cut`` or ``replace=False`` raises
-        ``ValueError``. Every strategy is global: TopK(k)
-        and Recent(n) draw uniformly over the k (n) best items of all shards,
-        ordered by priority and then insertion stamp (Recent: by stamp), the
-        shard number breaking ties (see the docs' Multi-host page on clocks).
-
-        Two modes:
-
-        * ``axis_name=None``: called eagerly, in every process at the same
-          call, in the same order (it runs a collective program). Inside a
-          per-process ``jax.jit`` it raises: no collective can reach the
-          other processes from there.
-        * ``axis_name="..."``: inside ``jax.shard_map`` over a mesh axis with
-          one device per process, in process order; it returns this
-          process's block of the global batch. Every table call of that
-          program keeps the effect contract of :class:`gearjax.Table`.
-
-        Processes that pass the same key still get different rows.
-
-        ``prefetch=True`` (``nixl`` and ``verbs``, opt-in): the call returns
-        the batch its previous call (asking for the same batch size, window,
-        strategy and pad) started reading in the background, and starts
-        reading the next one, so reads overlap the training step. Such a
-        batch was drawn after the previous call returned: at most one step
-        old (see :mod:`gearjax.sharded.prefetch`).
-
-        One-sided samples inside a per-process ``jax.jit`` or ``lax.scan``
-        on the CPU backend (Uniform, Timestep and Prioritized through
-        ``nixl``) are one XLA FFI custom call running the native sampler: no
-        host callback. With a state they keep JAX's fast dispatch path, like
-        a table's calls given a state. TopK and Recent, ``verbs``,
-        ``prefetch=True``, more than 5 columns and other backends read through
-        an ordered ``io_callback`` (the state, if given, is passed through).
+        Each row's trajectory is drawn with exactly the probability it would
+        have in one table holding every shard; ``probability``,
+        ``table_size`` and ``keys`` are global, and processes that pass the
+        same key still get different rows (docs: Multi-host, "The global
+        distribution"). ``axis_name=None`` runs a collective program, called
+        eagerly in every process at the same call; ``axis_name="..."`` runs
+        inside ``jax.shard_map`` over one device per process (docs:
+        Multi-host). Compiled one-sided samples, ``prefetch=True`` and what
+        reads through a host callback: docs, Exchanges.
         """
         state, args = _call_forms.split_state(args)
         return self._sample(state, *args, **kwargs)
