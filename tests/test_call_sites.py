@@ -181,3 +181,39 @@ def test_per_call_and_staged_targets_agree_on_results_and_errors():
     assert staged["samples"] == per_call["samples"]
     assert staged["errors"] == per_call["errors"]
     assert all(staged["errors"].values())  # every bad attribute failed, in both
+
+
+_CACHED = textwrap.dedent("""
+    import json, sys
+    import jax, numpy as np
+    jax.config.update("jax_compilation_cache_dir", sys.argv[1])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    hits = []
+    jax.monitoring.register_event_listener(
+        lambda event, **kw: hits.append(event) if event.endswith("cache_hits") else None)
+    import gearjax as gx
+    from gearjax import _gearjax
+    table = gx.Table({"x": gx.Column((2,), "float32")}, capacity=8, max_length=4)
+    for i in range(4):
+        table.insert({"x": np.full((4, 2), i, np.float32)})
+    run = jax.jit(lambda k: table.sample(k, 3, 2)["x"])
+    x = run(jax.random.key(0))
+    print(json.dumps({"x": np.asarray(x).tolist(), "hits": len(hits),
+                      **_gearjax.call_site_counts()}))
+""")
+
+
+def test_a_program_from_the_persistent_compilation_cache_instantiates_its_sites(tmp_path):
+    """JAX's persistent cache hands back a serialized executable: XLA runs the
+    instantiate stage for it as for a fresh one, and it samples the same."""
+    outs = []
+    for _ in range(2):  # the second process loads the program from the cache
+        result = subprocess.run([sys.executable, "-c", _CACHED, str(tmp_path)],
+                                capture_output=True, text=True, timeout=300,
+                                env=cpu_only_env())
+        assert result.returncode == 0, result.stderr[-3000:]
+        outs.append(json.loads(result.stdout.strip().splitlines()[-1]))
+    assert outs[0]["hits"] == 0 and outs[1]["hits"] > 0  # the second one did load it
+    assert outs[0]["x"] == outs[1]["x"]
+    assert outs[1]["instantiated"] == 1 and outs[1]["registry_lookups"] == 0
