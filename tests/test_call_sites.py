@@ -119,7 +119,7 @@ def test_a_handle_no_table_has_fails_as_a_closed_table():
 
 
 def test_a_wrong_value_of_gearjax_ffi_stages_is_refused_at_import():
-    result = subprocess.run([sys.executable, "-c", "import gearjax"], capture_output=True,
+    result = subprocess.run([sys.executable, "-P", "-c", "import gearjax"], capture_output=True,
                             text=True, timeout=120,
                             env=cpu_only_env(GEARJAX_FFI_STAGES="yes"))
     assert result.returncode != 0
@@ -167,7 +167,7 @@ _SCRIPT = textwrap.dedent("""
 def _run_script(stages: str) -> dict:
     from pathlib import Path
     root = str(Path(__file__).resolve().parent)
-    result = subprocess.run([sys.executable, "-c", _SCRIPT.format(root=root)],
+    result = subprocess.run([sys.executable, "-P", "-c", _SCRIPT.format(root=root)],
                             capture_output=True, text=True, timeout=300,
                             env=cpu_only_env(GEARJAX_FFI_STAGES=stages))
     assert result.returncode == 0, result.stderr[-3000:]
@@ -209,7 +209,7 @@ def test_a_program_from_the_persistent_compilation_cache_instantiates_its_sites(
     instantiate stage for it as for a fresh one, and it samples the same."""
     outs = []
     for _ in range(2):  # the second process loads the program from the cache
-        result = subprocess.run([sys.executable, "-c", _CACHED, str(tmp_path)],
+        result = subprocess.run([sys.executable, "-P", "-c", _CACHED, str(tmp_path)],
                                 capture_output=True, text=True, timeout=300,
                                 env=cpu_only_env())
         assert result.returncode == 0, result.stderr[-3000:]

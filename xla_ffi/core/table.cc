@@ -235,6 +235,18 @@ std::unique_ptr<S> Table::FilledLocked(std::unique_ptr<S> selector) const {
   return selector;
 }
 
+SamplingSelector& Table::SamplingSelectorLocked(const SampleRequest& r) {
+  switch (r.strategy) {
+    case Strategy::kUniform: return *uniform_;
+    case Strategy::kTimestep: return TimestepLocked();
+    case Strategy::kPrioritized: return PrioritizedLocked(r.alpha);
+    case Strategy::kTopK: return TopKLocked();
+    case Strategy::kRecent: return RecentLocked();
+  }
+  throw InvalidArgument("unknown sampling strategy " +
+                        std::to_string(static_cast<int32_t>(r.strategy)));
+}
+
 TimestepSelector& Table::TimestepLocked() {
   if (!timestep_) {
     timestep_ = FilledLocked(std::make_unique<TimestepSelector>(spec_.capacity, spec_.gpu_mapped));

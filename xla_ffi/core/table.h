@@ -322,7 +322,11 @@ class Table {
   LimiterState LimiterStateLocked() const;
   // Waits until the limiter admits the request (or throws Timeout/Closed).
   void WaitToSampleLocked(std::unique_lock<std::mutex>& lock, const SampleRequest& request);
-  // The selector a strategy draws from, created (and filled) on first use.
+  // The selector a sample's strategy draws from, created (and filled) on
+  // first use: where strategies are registered, the one place the table
+  // maps a strategy to its selector.
+  SamplingSelector& SamplingSelectorLocked(const SampleRequest& request);
+  // Each strategy's selector (SamplingSelectorLocked), created on first use.
   TimestepSelector& TimestepLocked();
   PrioritizedSelector& PrioritizedLocked(double alpha);
   RecentSelector& RecentLocked();

@@ -79,30 +79,9 @@ void Table::WaitToSampleLocked(std::unique_lock<std::mutex>& lock, const SampleR
 
 void Table::SelectLocked(const SampleRequest& r, const uint32_t seed[2], const double* u,
                          Selection* out) {
-  const int64_t n = r.batch;
   // Select reads each drawn slot's record next: tree draws prefetch it.
   const LeafPrefetch records{&(*slots_)[0], sizeof(SlotInfo)};
-  switch (r.strategy) {
-    case Strategy::kUniform:
-      uniform_->SelectMany(seed, u, n, out);
-      return;
-    case Strategy::kTimestep:
-      TimestepLocked().SelectMany(u, n, out, records);
-      return;
-    case Strategy::kPrioritized:
-      PrioritizedLocked(r.alpha).SelectMany(u, n, out, records);
-      return;
-    case Strategy::kTopK: {
-      const TopKSelector& topk = TopKLocked();
-      for (int64_t b = 0; b < n; ++b) out[b] = topk.Select(u[b], r.count);
-      return;
-    }
-    case Strategy::kRecent: {
-      const RecentSelector& recent = RecentLocked();
-      for (int64_t b = 0; b < n; ++b) out[b] = recent.Select(u[b], r.count);
-      return;
-    }
-  }
+  SamplingSelectorLocked(r).SelectMany({seed, u, r.batch, r.count, records}, out);
 }
 
 uint64_t Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* draws) {
@@ -349,22 +328,9 @@ uint64_t Table::BeginGpuSample(const SampleRequest& r, GpuSelection* selection) 
   s.info = slots_->device_info();
   s.table_size = live_;
   s.cut = r.cut;
-  switch (r.strategy) {
-    case Strategy::kUniform:
-      s.uniform = true;
-      s.live = uniform_->device_view();
-      if (s.live.live == nullptr || s.live.ones.nodes == nullptr) {
-        throw InvalidArgument("the live-slot bitmap is not GPU-mapped");
-      }
-      break;
-    case Strategy::kTimestep:
-      s.tree = TimestepLocked().tree().device_view();
-      break;
-    default:  // Prioritized
-      s.tree = PrioritizedLocked(r.alpha).tree().device_view();
-      break;
+  if (!SamplingSelectorLocked(r).DescribeForGpu(&s)) {
+    throw InvalidArgument("this strategy is not selected on the GPU");
   }
-  if (!s.uniform && s.tree.nodes == nullptr) throw InvalidArgument("the sum tree is not GPU-mapped");
   *selection = s;
   counters_.samples += static_cast<double>(r.batch);
   changed_.notify_all();  // inserters may be waiting on the limiter

@@ -46,20 +46,10 @@ RemoteLayout Table::Remote(const SampleRequest& r) {
   if (arena_->host_data() == nullptr) {
     throw InvalidArgument("a table in GPU memory cannot be read by other processes' hosts");
   }
-  const SumTree* tree = nullptr;
-  switch (r.strategy) {
-    case Strategy::kUniform:
-      tree = &uniform_->ones();
-      break;
-    case Strategy::kTimestep:
-      tree = &TimestepLocked().tree();
-      break;
-    case Strategy::kPrioritized:
-      tree = &PrioritizedLocked(r.alpha).tree();
-      break;
-    default:
-      break;  // TopK and Recent: readers rank the records and stamps
-  }
+  // TopK and Recent have none (readers rank the records and stamps), and
+  // asking would make their selector here, for nothing.
+  const bool ranks = r.strategy == Strategy::kTopK || r.strategy == Strategy::kRecent;
+  const SumTree* tree = ranks ? nullptr : SamplingSelectorLocked(r).DrawTree();
   RemoteLayout layout{arena_->host_data(), arena_->bytes(), &(*slots_)[0]};
   if (tree != nullptr) {
     layout.tree = tree->view();

@@ -45,6 +45,10 @@ Selection RecentSelector::Select(double u, int64_t n) const {
   return {by_key_.find_by_order(size - 1 - rank)->second, 1.0 / static_cast<double>(m)};
 }
 
+void RecentSelector::SelectMany(const SelectionBatch& batch, Selection* out) const {
+  for (int64_t b = 0; b < batch.n; ++b) out[b] = Select(batch.u[b], batch.count);
+}
+
 std::vector<int64_t> RecentSelector::Newest(int64_t n) const {
   std::vector<int64_t> slots;
   slots.reserve(static_cast<size_t>(std::min(std::max<int64_t>(n, 0), size())));

@@ -32,7 +32,7 @@ class InsertionOrder final : public Selector {
 };
 
 // Order statistics over keys: the r-th newest item in O(log N).
-class RecentSelector final : public Selector {
+class RecentSelector final : public SamplingSelector {
  public:
   void Insert(const Item& item) override;
   void Delete(const Item& item) override;
@@ -40,6 +40,8 @@ class RecentSelector final : public Selector {
   int64_t size() const { return static_cast<int64_t>(by_key_.size()); }
   // Uniform over the min(n, size) newest items (n >= 1; the table is not empty).
   Selection Select(double u, int64_t n) const;
+  // Select for each row, with batch.count as `n`.
+  void SelectMany(const SelectionBatch& batch, Selection* out) const override;
   // The slots of the min(n, size) newest, the newest first.
   std::vector<int64_t> Newest(int64_t n) const;
 

@@ -90,6 +90,10 @@ Selection TopKSelector::Select(double u, int64_t k) const {
   return {by_priority_.find_by_order(size - 1 - rank)->second, 1.0 / static_cast<double>(m)};
 }
 
+void TopKSelector::SelectMany(const SelectionBatch& batch, Selection* out) const {
+  for (int64_t b = 0; b < batch.n; ++b) out[b] = Select(batch.u[b], batch.count);
+}
+
 std::vector<int64_t> TopKSelector::Highest(int64_t k) const {
   std::vector<int64_t> slots;
   slots.reserve(static_cast<size_t>(std::min(std::max<int64_t>(k, 0), size())));

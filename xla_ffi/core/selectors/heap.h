@@ -44,7 +44,7 @@ class MinPriorityHeap final : public Selector {
 };
 
 // Order statistics over (priority, key): the r-th highest in O(log N).
-class TopKSelector final : public Selector {
+class TopKSelector final : public SamplingSelector {
  public:
   void Insert(const Item& item) override;
   void Delete(const Item& item) override;
@@ -54,6 +54,8 @@ class TopKSelector final : public Selector {
   int64_t size() const { return static_cast<int64_t>(by_priority_.size()); }
   // Uniform over the min(k, size) highest (k >= 1; the table is not empty).
   Selection Select(double u, int64_t k) const;
+  // Select for each row, with batch.count as `k`.
+  void SelectMany(const SelectionBatch& batch, Selection* out) const override;
   // The slots of the min(k, size) highest, the highest first (what Select
   // draws from, in rank order).
   std::vector<int64_t> Highest(int64_t k) const;

@@ -33,7 +33,7 @@ TEST(PrioritizedSelector, DrawsInProportionToPriorityToTheAlpha) {
   std::vector<double> u(m);
   for (int i = 0; i < m; ++i) u[i] = (i + 0.5) / m;
   std::vector<Selection> out(m);
-  selector.SelectMany(u.data(), m, out.data());
+  selector.SelectMany({nullptr, u.data(), m, 0, {}}, out.data());
   std::map<int64_t, int> counts;
   for (const Selection& s : out) ++counts[s.slot];
   EXPECT_EQ(counts, (std::map<int64_t, int>{{3, 400}, {9, 600}}));

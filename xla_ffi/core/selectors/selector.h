@@ -7,12 +7,19 @@
 //
 // A table creates the selectors a strategy needs when a sample with that
 // strategy is first admitted, and keeps them up to date from then on, so a
-// table pays only for the selection it uses.
+// table pays only for the selection it uses. The selectors users choose
+// (SamplingSelector) also draw: the table asks the strategy's selector for a
+// batch (Table::SamplingSelectorLocked, where strategies are registered)
+// and never switches on the strategy to select.
 #pragma once
 
 #include <cstdint>
 
+#include "core/sum_tree.h"
+
 namespace gearjax {
+
+struct GpuSelection;  // gpu_selection.h
 
 // What a selector may key on: a live item's slot, key, length and priority.
 struct Item {
@@ -43,6 +50,36 @@ class Selector {
     (void)before;
     (void)priorities;
     (void)n;
+  }
+};
+
+// What a sampling selector draws a batch from: the batch's seed and each
+// row's attempt-0 uniform (u[b] for row b of n), the strategy's count (TopK's
+// k, Recent's n), and the slot records each drawn slot's row reads next
+// (prefetched by tree descents as soon as the slot is known).
+struct SelectionBatch {
+  const uint32_t* seed;  // two words
+  const double* u;
+  int64_t n;
+  int64_t count;
+  LeafPrefetch then;
+};
+
+// A selector users choose (Uniform, Timestep, Prioritized, TopK, Recent).
+class SamplingSelector : public Selector {
+ public:
+  // Draws batch.n rows into out, each with the probability it was drawn
+  // with; the table holds at least one item this selector can draw.
+  virtual void SelectMany(const SelectionBatch& batch, Selection* out) const = 0;
+  // The sum tree a draw descends (what one-sided readers of other processes
+  // descend too), or null for selectors that rank instead (TopK, Recent).
+  virtual const SumTree* DrawTree() const { return nullptr; }
+  // Fills the strategy's part of what the GPU selection kernel reads (the
+  // live bitmap, or the sum tree, at device addresses); false for selectors
+  // that select on the host only.
+  virtual bool DescribeForGpu(GpuSelection* selection) const {
+    (void)selection;
+    return false;
   }
 };
 

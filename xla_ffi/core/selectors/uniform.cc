@@ -3,6 +3,8 @@
 
 #include <vector>
 
+#include "core/gpu_selection.h"
+
 namespace gearjax {
 
 UniformSelector::UniformSelector(int64_t capacity, bool gpu_mapped)
@@ -22,11 +24,21 @@ void UniformSelector::Delete(const Item& item) {
   --size_;
 }
 
-void UniformSelector::SelectMany(const uint32_t seed[2], const double* u, int64_t n,
-                                 Selection* out) const {
+void UniformSelector::SelectMany(const SelectionBatch& batch, Selection* out) const {
   const UniformView v = view();
   const double probability = 1.0 / static_cast<double>(size_);
-  for (int64_t b = 0; b < n; ++b) out[b] = {UniformDraw(v, seed, b, u[b]), probability};
+  for (int64_t b = 0; b < batch.n; ++b) {
+    out[b] = {UniformDraw(v, batch.seed, b, batch.u[b]), probability};
+  }
+}
+
+bool UniformSelector::DescribeForGpu(GpuSelection* selection) const {
+  selection->uniform = true;
+  selection->live = device_view();
+  if (selection->live.live == nullptr || selection->live.ones.nodes == nullptr) {
+    throw InvalidArgument("the live-slot bitmap is not GPU-mapped");
+  }
+  return true;
 }
 
 }  // namespace gearjax

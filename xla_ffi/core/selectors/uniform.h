@@ -52,15 +52,18 @@ GEARJAX_HD int64_t UniformDraw(const UniformView& v, const uint32_t seed[2], int
   return SumTreeDraw(v.ones, UniformFromBits(w.w[0], w.w[1]));
 }
 
-class UniformSelector final : public Selector {
+class UniformSelector final : public SamplingSelector {
  public:
   UniformSelector(int64_t capacity, bool gpu_mapped);
   void Insert(const Item& item) override;
   void Delete(const Item& item) override;
 
   int64_t size() const { return size_; }
-  // Row b of n (b = 0..n-1) draws with u[b], its attempt-0 uniform from `seed`.
-  void SelectMany(const uint32_t seed[2], const double* u, int64_t n, Selection* out) const;
+  // Row b of n (b = 0..n-1) draws with u[b], its attempt-0 uniform from the
+  // seed (UniformDraw).
+  void SelectMany(const SelectionBatch& batch, Selection* out) const override;
+  const SumTree* DrawTree() const override { return &ones_; }
+  bool DescribeForGpu(GpuSelection* selection) const override;
   UniformView view() const { return {live_.data(), capacity_, ones_.view()}; }
   // The weight-1-per-live-slot tree (what one-sided readers descend).
   const SumTree& ones() const { return ones_; }

@@ -28,7 +28,7 @@ std::map<int64_t, int> Counts(const UniformSelector& uniform, int64_t n, uint32_
   const uint32_t seed[2] = {seed0, 9};
   const std::vector<double> u = RowUniforms(seed, n);
   std::vector<Selection> out(static_cast<size_t>(n));
-  uniform.SelectMany(seed, u.data(), n, out.data());
+  uniform.SelectMany({seed, u.data(), n, 0, {}}, out.data());
   std::map<int64_t, int> counts;
   for (const Selection& s : out) {
     EXPECT_DOUBLE_EQ(s.probability, 1.0 / static_cast<double>(uniform.size()));
@@ -70,8 +70,8 @@ TEST(UniformSelector, DrawsDependOnlyOnWhichSlotsAreLive) {
   const uint32_t seed[2] = {1, 2};
   const std::vector<double> u = RowUniforms(seed, 500);
   std::vector<Selection> x(500), y(500);
-  a.SelectMany(seed, u.data(), 500, x.data());
-  b.SelectMany(seed, u.data(), 500, y.data());
+  a.SelectMany({seed, u.data(), 500, 0, {}}, x.data());
+  b.SelectMany({seed, u.data(), 500, 0, {}}, y.data());
   for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i].slot, y[i].slot);
 }
 
@@ -92,7 +92,7 @@ TEST(TimestepSelector, DrawsInProportionToLength) {
   std::vector<double> u(m);
   for (int i = 0; i < m; ++i) u[i] = (i + 0.5) / m;
   std::vector<Selection> out(m);
-  timestep.SelectMany(u.data(), m, out.data());
+  timestep.SelectMany({nullptr, u.data(), m, 0, {}}, out.data());
   std::map<int64_t, int> counts;
   for (const Selection& s : out) {
     ++counts[s.slot];

@@ -11,22 +11,17 @@
 
 namespace gearjax {
 
-class WeightTreeSelector : public Selector {
+class WeightTreeSelector : public SamplingSelector {
  public:
   WeightTreeSelector(int64_t capacity, bool gpu_mapped) : weights_(capacity, gpu_mapped) {}
   void Insert(const Item& item) override { weights_.Set(item.slot, Weight(item)); }
   void Delete(const Item& item) override { weights_.Set(item.slot, 0.0); }
 
-  // Draws n rows at once (SumTree::DrawMany, prefetching `then` for each
-  // drawn slot); probability = weight / total.
-  void SelectMany(const double* u, int64_t n, Selection* out, LeafPrefetch then = {}) const {
-    drawn_.resize(static_cast<size_t>(n));
-    weights_.DrawMany(u, n, drawn_.data(), then);
-    const double total = weights_.Total();
-    for (int64_t i = 0; i < n; ++i) {
-      out[i] = {drawn_[i], drawn_[i] < 0 ? 0.0 : weights_.Get(drawn_[i]) / total};
-    }
-  }
+  // Draws the rows at once (SumTree::DrawMany, prefetching batch.then for
+  // each drawn slot); probability = weight / total. The seed is not read.
+  void SelectMany(const SelectionBatch& batch, Selection* out) const override;
+  const SumTree* DrawTree() const override { return &weights_; }
+  bool DescribeForGpu(GpuSelection* selection) const override;
   double Total() const { return weights_.Total(); }
   const SumTree& tree() const { return weights_; }
 
