@@ -1,13 +1,11 @@
-// The insertion-order family: items in the order they were published, which is
-// key order (keys increase with publication). InsertionOrder gives the FIFO
-// and LIFO removers their victims and lists items oldest first; RecentSelector
-// draws uniformly over the n newest (Recent(n)).
+// InsertionOrder: items in the order they were published, which is key order
+// (keys increase with publication): the FIFO and LIFO removers' victims, and
+// the items oldest first. Recent(n) draws by the same order, in recent.h.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "core/selectors/order_statistics.h"
 #include "core/selectors/selector.h"
 
 namespace gearjax {
@@ -29,24 +27,6 @@ class InsertionOrder final : public Selector {
  private:
   std::vector<int32_t> prev_, next_;
   int64_t head_ = -1, tail_ = -1;
-};
-
-// Order statistics over keys: the r-th newest item in O(log N).
-class RecentSelector final : public SamplingSelector {
- public:
-  void Insert(const Item& item) override;
-  void Delete(const Item& item) override;
-
-  int64_t size() const { return static_cast<int64_t>(by_key_.size()); }
-  // Uniform over the min(n, size) newest items (n >= 1; the table is not empty).
-  Selection Select(double u, int64_t n) const;
-  // Select for each row, with batch.count as `n`.
-  void SelectMany(const SelectionBatch& batch, Selection* out) const override;
-  // The slots of the min(n, size) newest, the newest first.
-  std::vector<int64_t> Newest(int64_t n) const;
-
- private:
-  OrderStatistics<int64_t> by_key_;  // key -> slot
 };
 
 }  // namespace gearjax

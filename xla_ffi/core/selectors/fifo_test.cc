@@ -1,4 +1,4 @@
-// Tests of insertion order (FIFO/LIFO victims, key order) and Recent(n).
+// Tests of insertion order (FIFO/LIFO victims, key order).
 #include "core/selectors/fifo.h"
 
 #include <gtest/gtest.h>
@@ -34,21 +34,6 @@ TEST(InsertionOrder, KeepsPublicationOrderThroughRemovals) {
   order.Delete(ItemAt(7, 0));
   order.Delete(ItemAt(2, 0));
   EXPECT_EQ(order.Oldest(), -1);
-}
-
-TEST(RecentSelector, DrawsUniformlyOverTheNNewest) {
-  RecentSelector recent;
-  for (int64_t k = 0; k < 6; ++k) recent.Insert(ItemAt(10 + k, k * 4));
-  recent.Delete(ItemAt(15, 20));  // the newest leaves
-  std::map<int64_t, int> counts;
-  for (int i = 0; i < 300; ++i) {
-    const Selection s = recent.Select((i + 0.5) / 300, 3);
-    ++counts[s.slot];
-    EXPECT_DOUBLE_EQ(s.probability, 1.0 / 3);
-  }
-  EXPECT_EQ(counts, (std::map<int64_t, int>{{12, 100}, {13, 100}, {14, 100}}));
-  // n beyond the size: all of them.
-  EXPECT_DOUBLE_EQ(recent.Select(0.5, int64_t{1} << 40).probability, 1.0 / 5);
 }
 
 }  // namespace

@@ -1,13 +1,11 @@
-// The priority-order family. MinPriorityHeap gives the min-priority remover
-// its victim (the lowest priority, the oldest among ties); TopKSelector draws
-// uniformly over the k highest priorities (the newer first among ties).
+// MinPriorityHeap: the min-priority remover's victim (the lowest priority,
+// the oldest among ties). TopK(k) ranks priorities too, in topk.h.
 #pragma once
 
 #include <cstdint>
 #include <utility>
 #include <vector>
 
-#include "core/selectors/order_statistics.h"
 #include "core/selectors/selector.h"
 
 namespace gearjax {
@@ -41,27 +39,6 @@ class MinPriorityHeap final : public Selector {
 
   std::vector<Entry> heap_;
   std::vector<int64_t> position_;  // slot -> index in heap_, or -1
-};
-
-// Order statistics over (priority, key): the r-th highest in O(log N).
-class TopKSelector final : public SamplingSelector {
- public:
-  void Insert(const Item& item) override;
-  void Delete(const Item& item) override;
-  bool UsesPriority() const override { return true; }
-  void UpdatePriorities(const Item* before, const double* priorities, int64_t n) override;
-
-  int64_t size() const { return static_cast<int64_t>(by_priority_.size()); }
-  // Uniform over the min(k, size) highest (k >= 1; the table is not empty).
-  Selection Select(double u, int64_t k) const;
-  // Select for each row, with batch.count as `k`.
-  void SelectMany(const SelectionBatch& batch, Selection* out) const override;
-  // The slots of the min(k, size) highest, the highest first (what Select
-  // draws from, in rank order).
-  std::vector<int64_t> Highest(int64_t k) const;
-
- private:
-  OrderStatistics<std::pair<double, int64_t>> by_priority_;  // (priority, key) -> slot
 };
 
 }  // namespace gearjax

@@ -14,9 +14,10 @@
 
 #include "core/gpu_selection.h"
 #include "core/random.h"
-#include "core/selectors/fifo.h"
-#include "core/selectors/heap.h"
 #include "core/selectors/prioritized.h"
+#include "core/selectors/recent.h"
+#include "core/selectors/timestep.h"
+#include "core/selectors/topk.h"
 #include "core/selectors/uniform.h"
 
 namespace gearjax {

@@ -1,4 +1,4 @@
-// The uniform family (see uniform.h).
+// Uniform() (see uniform.h).
 #include "core/selectors/uniform.h"
 
 #include <vector>

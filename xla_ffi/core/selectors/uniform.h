@@ -1,8 +1,7 @@
-// The uniform family: Uniform draws every live trajectory with the same
-// probability; Timestep draws trajectories in proportion to their length, so
-// every stored step is equally likely as a window start.
+// Uniform(): draws every live trajectory with the same probability
+// (Timestep, by length, is in timestep.h).
 //
-// Timestep is a sum tree of lengths. Uniform keeps a bitmap of live slots and
+// Uniform keeps a bitmap of live slots and
 // draws by rejection: a slot uniform in [0, capacity), kept if live, else
 // another with the row's next attempt words (random.h), up to
 // kUniformAttempts; a row that finds no live slot that way (a table mostly
@@ -21,7 +20,6 @@
 #include "core/random.h"
 #include "core/sum_tree.h"
 #include "core/selectors/selector.h"
-#include "core/selectors/weight_tree.h"
 
 namespace gearjax {
 
@@ -75,14 +73,6 @@ class UniformSelector final : public SamplingSelector {
   int64_t size_ = 0;
   MappedArray<uint64_t> live_;
   SumTree ones_;
-};
-
-class TimestepSelector final : public WeightTreeSelector {
- public:
-  using WeightTreeSelector::WeightTreeSelector;
-
- private:
-  double Weight(const Item& item) const override { return static_cast<double>(item.length); }
 };
 
 }  // namespace gearjax

@@ -1,6 +1,6 @@
-// Tests of Uniform (rejection over the live bitmap, sum-tree fallback) and
-// Timestep: draws follow the weights, removed slots are never drawn, and a draw
-// depends only on which slots are live.
+// Tests of Uniform (rejection over the live bitmap, sum-tree fallback): draws
+// follow the weights, removed slots are never drawn, and a draw depends only
+// on which slots are live.
 #include "core/selectors/uniform.h"
 
 #include <gtest/gtest.h>
@@ -79,26 +79,6 @@ TEST(UniformSelector, AnEmptyTableDrawsNothing) {
   UniformSelector uniform(100, false);
   const uint32_t seed[2] = {0, 0};
   EXPECT_EQ(UniformDraw(uniform.view(), seed, 0, 0.5), -1);
-}
-
-TEST(TimestepSelector, DrawsInProportionToLength) {
-  TimestepSelector timestep(8, false);
-  timestep.Insert(ItemAt(1, 10));
-  timestep.Insert(ItemAt(5, 30));
-  timestep.Insert(ItemAt(6, 60));
-  timestep.Delete(ItemAt(6, 60));
-  timestep.Insert(ItemAt(2, 60));
-  const int m = 1000;
-  std::vector<double> u(m);
-  for (int i = 0; i < m; ++i) u[i] = (i + 0.5) / m;
-  std::vector<Selection> out(m);
-  timestep.SelectMany({nullptr, u.data(), m, 0, {}}, out.data());
-  std::map<int64_t, int> counts;
-  for (const Selection& s : out) {
-    ++counts[s.slot];
-    EXPECT_DOUBLE_EQ(s.probability, s.slot == 1 ? 0.1 : s.slot == 5 ? 0.3 : 0.6);
-  }
-  EXPECT_EQ(counts, (std::map<int64_t, int>{{1, 100}, {2, 600}, {5, 300}}));
 }
 
 }  // namespace
