@@ -226,66 +226,16 @@ int64_t Table::CandidatesLocked(const SampleRequest& r) {
     const int64_t left = limit > 0 ? limit - times_sampled_[slot] : r.batch;
     return r.replace ? left : std::min<int64_t>(left, 1);
   };
-  auto eligible = [&](const SlotInfo& info) {
-    return r.cut != Cut::kFull || info.length >= r.window;
-  };
-  // Candidates in slot order: a sequential scan of the slot records, and, like
-  // every draw, dependent on which slots hold what rather than on history.
-  const int64_t capacity = spec_.capacity;
-  switch (r.strategy) {
-    case Strategy::kUniform:
-    case Strategy::kTimestep:
-      for (int64_t s = 0; s < capacity; ++s) {
-        const SlotInfo& info = (*slots_)[s];
-        if (info.state != SlotState::kLive || !eligible(info)) continue;
-        const int64_t weight = r.strategy == Strategy::kUniform ? 1
-                               : r.cut == Cut::kFull && r.window > 0
-                                   ? info.length - r.window + 1
-                                   : info.length;
-        candidates_.push_back({s, static_cast<double>(weight), budget(s)});
-      }
-      break;
-    case Strategy::kPrioritized: {
-      // The weights priority ** alpha as the strategy's sum tree holds them.
-      const SumTree& tree = PrioritizedLocked(r.alpha).tree();
-      for (int64_t s = 0; s < capacity; ++s) {
-        const SlotInfo& info = (*slots_)[s];
-        if (info.state != SlotState::kLive || !eligible(info)) continue;
-        const double weight = tree.Get(s);
-        if (weight > 0) candidates_.push_back({s, weight, budget(s)});
-      }
-      break;
-    }
-    case Strategy::kRecent:
-      for (int64_t s = order_->Newest(); s >= 0 && static_cast<int64_t>(candidates_.size()) <
-                                                        r.count;
-           s = order_->Previous(s)) {
-        if (eligible((*slots_)[s])) candidates_.push_back({s, 1.0, budget(s)});
-      }
-      break;
-    case Strategy::kTopK: {
-      for (int64_t s = 0; s < capacity; ++s) {
-        const SlotInfo& info = (*slots_)[s];
-        if (info.state == SlotState::kLive && eligible(info)) {
-          candidates_.push_back({s, 1.0, budget(s)});
-        }
-      }
-      // The best `count` by priority, newer (larger key) first among ties.
-      const auto better = [&](const Candidate& a, const Candidate& b) {
-        const SlotInfo& x = (*slots_)[a.slot];
-        const SlotInfo& y = (*slots_)[b.slot];
-        return x.priority != y.priority ? x.priority > y.priority : x.key > y.key;
-      };
-      const size_t k = static_cast<size_t>(
-          std::min<int64_t>(r.count, static_cast<int64_t>(candidates_.size())));
-      std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<ptrdiff_t>(k),
-                        candidates_.end(), better);
-      candidates_.resize(k);
-      break;
-    }
-  }
-  // TopK and Recent rank every eligible item but draw only from the best
-  // `count`: an item left out has weight 0 (it is simply not listed).
+  // The strategy's selector lists the eligible items with their weights:
+  // slot order (a sequential scan of the slot records; like every draw,
+  // dependent on which slots hold what rather than on history), or TopK's
+  // and Recent's best `count` first (an item left out has weight 0).
+  thread_local std::vector<Weighted> listed;
+  listed.clear();
+  const int64_t full_window = r.cut == Cut::kFull && r.window > 0 ? r.window : 0;
+  SamplingSelectorLocked(r).ListCandidates({&(*slots_)[0], spec_.capacity, full_window, r.count},
+                                           &listed);
+  for (const Weighted& w : listed) candidates_.push_back({w.slot, w.weight, budget(w.slot)});
   return TotalBudget(candidates_, r.batch);
 }
 

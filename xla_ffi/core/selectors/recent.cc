@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "core/selectors/candidate_scan.h"
+
 namespace gearjax {
 
 void RecentSelector::Insert(const Item& item) { by_key_.insert({item.key, item.slot}); }
@@ -27,6 +29,15 @@ std::vector<int64_t> RecentSelector::Newest(int64_t n) const {
     slots.push_back(it->second);
   }
   return slots;
+}
+
+void RecentSelector::ListCandidates(const CandidateScan& scan, std::vector<Weighted>* out) const {
+  int64_t listed = 0;
+  for (auto it = by_key_.rbegin(); it != by_key_.rend() && listed < scan.count; ++it) {
+    if (!Eligible(scan, scan.slots[it->second])) continue;
+    out->push_back({it->second, 1.0});
+    ++listed;
+  }
 }
 
 }  // namespace gearjax

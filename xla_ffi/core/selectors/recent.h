@@ -21,6 +21,8 @@ class RecentSelector final : public SamplingSelector {
   Selection Select(double u, int64_t n) const;
   // Select for each row, with batch.count as `n`.
   void SelectMany(const SelectionBatch& batch, Selection* out) const override;
+  // The best scan.count eligible items, newest first, weight 1.
+  void ListCandidates(const CandidateScan& scan, std::vector<Weighted>* out) const override;
   // The slots of the min(n, size) newest, the newest first.
   std::vector<int64_t> Newest(int64_t n) const;
 

@@ -14,12 +14,14 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/sum_tree.h"
 
 namespace gearjax {
 
 struct GpuSelection;  // gpu_selection.h
+struct SlotInfo;      // slots.h
 
 // What a selector may key on: a live item's slot, key, length and priority.
 struct Item {
@@ -65,6 +67,23 @@ struct SelectionBatch {
   LeafPrefetch then;
 };
 
+// What a constrained sample lists (Table::CandidatesLocked): the table's
+// slot records, and what makes a live item eligible: at least `full_window`
+// steps (cut="full"; 0: any length), among the best `count` for TopK and
+// Recent.
+struct CandidateScan {
+  const SlotInfo* slots;  // `capacity` of them
+  int64_t capacity;
+  int64_t full_window;
+  int64_t count;
+};
+
+// An eligible item and its weight under the strategy (> 0).
+struct Weighted {
+  int64_t slot;
+  double weight;
+};
+
 // A selector users choose (Uniform, Timestep, Prioritized, TopK, Recent).
 class SamplingSelector : public Selector {
  public:
@@ -81,7 +100,12 @@ class SamplingSelector : public Selector {
     (void)selection;
     return false;
   }
+  // Appends the items a constrained sample may draw, with their weights, in
+  // the order the draw takes them: slot order, or best first for TopK and
+  // Recent, which list their best `count` eligible items only.
+  virtual void ListCandidates(const CandidateScan& scan, std::vector<Weighted>* out) const = 0;
 };
+
 
 // A uniform index in [0, n) from u in [0, 1): the rank TopK and Recent draw.
 inline int64_t UniformIndex(double u, int64_t n) {

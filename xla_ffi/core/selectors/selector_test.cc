@@ -2,12 +2,14 @@
 // interface alone, as Table::SelectLocked uses it: every strategy's selector
 // draws a batch with SelectMany (TopK and Recent as their Select row by row,
 // with the batch's count), names the tree it descends (none for the ranking
-// ones) and says whether the GPU kernels can draw from it (on a table not
+// ones), lists a constrained sample's candidates with their weights and says
+// whether the GPU kernels can draw from it (on a table not
 // GPU-mapped: refused with the reason, or false for the host-only ones).
 #include "core/selectors/selector.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <memory>
 #include <stdexcept>
 #include <vector>
@@ -19,6 +21,7 @@
 #include "core/selectors/timestep.h"
 #include "core/selectors/topk.h"
 #include "core/selectors/uniform.h"
+#include "core/slots.h"
 
 namespace gearjax {
 namespace {
@@ -101,6 +104,48 @@ TEST(SamplingSelector, OnlyTreeAndUniformStrategiesDescribeThemselvesToTheGpu) {
       EXPECT_THROW(all[i]->DescribeForGpu(&selection), InvalidArgument) << i;
     }
   }
+}
+
+// Slot records for All()'s items (slots 0..9 live, slot s of length s + 1,
+// key s), the other slots empty.
+std::vector<SlotInfo> Records() {
+  std::vector<SlotInfo> slots(kCapacity, SlotInfo{0, 0, 0.0, 0, SlotState::kFree});
+  for (int64_t s = 0; s < 10; ++s) slots[s] = {s, s + 1, static_cast<double>(s + 1), 0,
+                                               SlotState::kLive};
+  return slots;
+}
+
+TEST(SamplingSelector, ListsTheEligibleCandidatesWithTheStrategysWeights) {
+  const std::vector<SlotInfo> slots = Records();
+  const CandidateScan scan{slots.data(), kCapacity, /*full_window=*/4, /*count=*/3};
+  const auto all = All();
+  std::vector<std::vector<Weighted>> lists(all.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i]->ListCandidates(scan, &lists[i]);
+  // Slots 3..9 hold at least 4 steps. Uniform: weight 1, slot order.
+  ASSERT_EQ(lists[0].size(), 7u);
+  for (size_t j = 0; j < 7; ++j) {
+    EXPECT_EQ(lists[0][j].slot, static_cast<int64_t>(3 + j));
+    EXPECT_EQ(lists[0][j].weight, 1.0);
+  }
+  // Timestep: full windows, length - 4 + 1.
+  ASSERT_EQ(lists[1].size(), 7u);
+  for (const Weighted& w : lists[1]) EXPECT_EQ(w.weight, static_cast<double>(w.slot + 1 - 3));
+  // Prioritized (alpha 0.5): priority ** 0.5, as its tree holds it.
+  ASSERT_EQ(lists[2].size(), 7u);
+  for (const Weighted& w : lists[2]) {
+    EXPECT_DOUBLE_EQ(w.weight, std::pow(static_cast<double>(w.slot + 1), 0.5));
+  }
+  // TopK(3) and Recent(3): the three best eligible, best first.
+  ASSERT_EQ(lists[3].size(), 3u);
+  ASSERT_EQ(lists[4].size(), 3u);
+  for (size_t j = 0; j < 3; ++j) {
+    EXPECT_EQ(lists[3][j].slot, static_cast<int64_t>(9 - j));  // highest priority first
+    EXPECT_EQ(lists[4][j].slot, static_cast<int64_t>(9 - j));  // newest first
+  }
+  // Without cut="full" every live item is eligible; the ranked lists stop at count.
+  std::vector<Weighted> any;
+  all[0]->ListCandidates({slots.data(), kCapacity, 0, 3}, &any);
+  EXPECT_EQ(any.size(), 10u);
 }
 
 }  // namespace

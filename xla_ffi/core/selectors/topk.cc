@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "core/selectors/candidate_scan.h"
+
 namespace gearjax {
 
 void TopKSelector::Insert(const Item& item) {
@@ -36,6 +38,15 @@ std::vector<int64_t> TopKSelector::Highest(int64_t k) const {
     slots.push_back(it->second);
   }
   return slots;
+}
+
+void TopKSelector::ListCandidates(const CandidateScan& scan, std::vector<Weighted>* out) const {
+  int64_t listed = 0;
+  for (auto it = by_priority_.rbegin(); it != by_priority_.rend() && listed < scan.count; ++it) {
+    if (!Eligible(scan, scan.slots[it->second])) continue;
+    out->push_back({it->second, 1.0});
+    ++listed;
+  }
 }
 
 }  // namespace gearjax

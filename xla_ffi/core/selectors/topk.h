@@ -24,6 +24,8 @@ class TopKSelector final : public SamplingSelector {
   Selection Select(double u, int64_t k) const;
   // Select for each row, with batch.count as `k`.
   void SelectMany(const SelectionBatch& batch, Selection* out) const override;
+  // The best scan.count eligible items, highest priority first, the newer first among ties, weight 1.
+  void ListCandidates(const CandidateScan& scan, std::vector<Weighted>* out) const override;
   // The slots of the min(k, size) highest, the highest first (what Select
   // draws from, in rank order).
   std::vector<int64_t> Highest(int64_t k) const;

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/gpu_selection.h"
+#include "core/selectors/candidate_scan.h"
 
 namespace gearjax {
 
@@ -39,6 +40,11 @@ bool UniformSelector::DescribeForGpu(GpuSelection* selection) const {
     throw InvalidArgument("the live-slot bitmap is not GPU-mapped");
   }
   return true;
+}
+
+void UniformSelector::ListCandidates(const CandidateScan& scan,
+                                     std::vector<Weighted>* out) const {
+  ListInSlotOrder(scan, [](int64_t, const SlotInfo&) { return 1.0; }, out);
 }
 
 }  // namespace gearjax

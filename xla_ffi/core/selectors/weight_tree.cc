@@ -3,6 +3,7 @@
 
 #include "core/common.h"
 #include "core/gpu_selection.h"
+#include "core/selectors/candidate_scan.h"
 
 namespace gearjax {
 
@@ -20,6 +21,11 @@ bool WeightTreeSelector::DescribeForGpu(GpuSelection* selection) const {
   selection->tree = weights_.device_view();
   if (selection->tree.nodes == nullptr) throw InvalidArgument("the sum tree is not GPU-mapped");
   return true;
+}
+
+void WeightTreeSelector::ListCandidates(const CandidateScan& scan,
+                                        std::vector<Weighted>* out) const {
+  ListInSlotOrder(scan, [this](int64_t slot, const SlotInfo&) { return weights_.Get(slot); }, out);
 }
 
 }  // namespace gearjax

@@ -22,6 +22,9 @@ class WeightTreeSelector : public SamplingSelector {
   void SelectMany(const SelectionBatch& batch, Selection* out) const override;
   const SumTree* DrawTree() const override { return &weights_; }
   bool DescribeForGpu(GpuSelection* selection) const override;
+  // Every eligible item of positive weight (as the tree holds it), in slot
+  // order.
+  void ListCandidates(const CandidateScan& scan, std::vector<Weighted>* out) const override;
   double Total() const { return weights_.Total(); }
   const SumTree& tree() const { return weights_; }
 
