@@ -14,7 +14,7 @@ from typing import Any
 from gearjax import _checks
 from gearjax._sample import check_rng_key
 from gearjax.columns import Column
-from gearjax.strategies import Recent, Strategy, TopK
+from gearjax.strategies import Strategy
 
 PADS = ("left", "right")
 # Where a window lies in its trajectory (xla_ffi/core/window.h).
@@ -79,7 +79,7 @@ def normalise(batch_size: Any, window: Any, strategy: Any, pad: Any = None, cut:
     if not isinstance(strategy, Strategy) or type(strategy) is Strategy:
         raise TypeError(f"strategy must be gearjax.Uniform(), Timestep(), Prioritized(alpha), "
                         f"TopK(k) or Recent(n), got {strategy!r}")
-    if not replace and isinstance(strategy, (TopK, Recent)) and batch_size > strategy.count:
+    if not replace and strategy.ranks and batch_size > strategy.count:
         raise ValueError(f"cannot sample {batch_size} distinct trajectories (replace=False) "
                          f"from the {strategy!r} best")
     return SampleArgs(batch_size, window, strategy, pad, cut, replace,

@@ -24,6 +24,9 @@ class Strategy:
     """
 
     code = -1  # the native core's code of the strategy (``_checks.STRATEGY_CODES``)
+    # Draws among the best ``count`` items it ranks (no weights, no sum tree):
+    # what the exchanges, the one-sided readers and replace=False treat apart.
+    ranks = False
 
     @property
     def alpha(self) -> float:
@@ -126,6 +129,7 @@ class TopK(Strategy):
 
     k: int
     code = _checks.STRATEGY_CODES["topk"]
+    ranks = True
 
     def __post_init__(self):
         object.__setattr__(self, "k", _check_count("TopK k", self.k))
@@ -156,6 +160,7 @@ class Recent(Strategy):
 
     n: int
     code = _checks.STRATEGY_CODES["recent"]
+    ranks = True
 
     def __post_init__(self):
         object.__setattr__(self, "n", _check_count("Recent n", self.n))

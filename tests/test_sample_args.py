@@ -69,3 +69,13 @@ def test_the_local_shards_program_checks_its_arguments():
         for t in tables:
             t.close()
 
+
+
+def test_only_the_ranking_strategies_rank():
+    """TopK and Recent draw among their best count (what replace=False and the
+    exchanges treat apart); the weighted ones do not."""
+    assert [s.ranks for s in (gx.Uniform(), gx.Timestep(), gx.Prioritized(1.0), gx.TopK(2),
+                              gx.Recent(2))] == [False, False, False, True, True]
+    with pytest.raises(ValueError, match="distinct trajectories"):
+        _sample_args.normalise(3, 2, gx.TopK(2), replace=False, max_length=4)
+    assert _sample_args.normalise(3, 2, gx.Uniform(), replace=False, max_length=4).batch_size == 3

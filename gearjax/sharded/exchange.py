@@ -73,7 +73,6 @@ from jax.sharding import PartitionSpec as P
 from gearjax import _ffi
 from gearjax.batch import Batch
 from gearjax.sharded import keys as keys_of
-from gearjax.strategies import Recent, TopK
 from gearjax._sample import seed_words, window_steps
 from gearjax._sample_args import SampleArgs
 
@@ -268,7 +267,7 @@ def sample(rng_key: jax.Array, *, spec: ShardSpec | tuple[ShardSpec, ...], args:
     # One vectorised op for every requester's seed, not P of them.
     requesters = jnp.arange(shards, dtype=jnp.uint32)
     serve_seeds = jax.vmap(lambda j: seed_words(jax.random.fold_in(serve_key, j)))(requesters)
-    ranked = isinstance(strategy, (TopK, Recent))
+    ranked = strategy.ranks
     if ranked:
         per_shard = min(strategy.count, first.capacity)
         summary, entries = own(lambda s: tuple(_ffi.shard_tops_call(

@@ -18,6 +18,11 @@ enum class Strategy : int32_t {
   kRecent = 4,       // uniformly over the n newest
 };
 
+// Whether a strategy draws among the best `count` items it ranks (TopK,
+// Recent) rather than by weights: it has no sum tree, is selected on the
+// host, and weighs shards by their best lists rather than their totals.
+inline bool Ranks(Strategy s) { return s == Strategy::kTopK || s == Strategy::kRecent; }
+
 struct SampleRequest {
   Strategy strategy = Strategy::kUniform;
   double alpha = 0.0;  // Prioritized

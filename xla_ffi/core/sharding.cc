@@ -33,7 +33,7 @@ SampleRequest ShardRequest(int64_t strategy, double alpha, int64_t count) {
 void RankShards(Strategy strategy, int64_t count, const TopEntry* entries, int64_t per_shard,
                 ShardSummary* summaries, int64_t shards) {
   CheckSummaries(summaries, shards);
-  if (!RanksShards(strategy)) throw InvalidArgument("only TopK and Recent rank shards");
+  if (!Ranks(strategy)) throw InvalidArgument("only TopK and Recent rank shards");
   if (count < 1 || per_shard < 1) throw InvalidArgument("TopK and Recent need a count >= 1");
   const bool by_priority = strategy == Strategy::kTopK;
   // (priority, stamp, shard), compared as the global order: higher is better.
@@ -159,7 +159,7 @@ void PlanShards(const ShardSummary* summaries, int64_t shards, const uint32_t se
 SampleRequest TopsRequest(int64_t strategy, int64_t count, int64_t entry_words,
                           int64_t capacity) {
   const SampleRequest request = ShardRequest(strategy, 0.0, count);
-  if (!RanksShards(request.strategy)) throw InvalidArgument("only TopK and Recent rank shards");
+  if (!Ranks(request.strategy)) throw InvalidArgument("only TopK and Recent rank shards");
   if (entry_words != std::min(count, capacity) * kEntryWords) {
     throw InvalidArgument("the best list must hold min(count, capacity) entries");
   }
@@ -218,7 +218,7 @@ std::vector<uint64_t> ServeDraws(Table& table, const SampleRequest& request, int
         r.batch = counts[j];
         // Ranked strategies draw among this shard's own best g_me (a shard
         // is asked for rows only when g_me >= 1).
-        if (RanksShards(r.strategy)) r.count = static_cast<int64_t>(summaries[me].weight);
+        if (Ranks(r.strategy)) r.count = static_cast<int64_t>(summaries[me].weight);
         tickets.push_back(table.Select(r, seeds + 2 * j, rows));
       }
       for (int64_t b = 0; b < counts[j]; ++b) {

@@ -55,19 +55,12 @@ ShardSummary Summarize(int64_t shard, const StrategyTotals& totals);
 // count (TopK, Recent; >= 1); throws InvalidArgument for an unknown code.
 SampleRequest ShardRequest(int64_t strategy, double alpha, int64_t count = 1);
 
-// Whether a strategy weighs shards by their ranked best lists (TopK, Recent)
-// rather than by totals.
-inline bool RanksShards(Strategy s) { return s == Strategy::kTopK || s == Strategy::kRecent; }
-
 // The count a shard's serve request carries when it is checked, before
 // ServeDraws gives each requester's its own (the owner's share g_me of the
 // global best, at least 1 whenever rows are asked): 1 for ranked strategies,
 // unused by the others.
 inline int64_t ServeRequestCount(int64_t strategy) {
-  return strategy == static_cast<int64_t>(Strategy::kTopK) ||
-                 strategy == static_cast<int64_t>(Strategy::kRecent)
-             ? 1
-             : 0;
+  return strategy >= 0 && strategy <= INT32_MAX && Ranks(static_cast<Strategy>(strategy)) ? 1 : 0;
 }
 
 // For TopK(count) or Recent(count): replaces each summary's weight by g_m,

@@ -188,8 +188,7 @@ class Table {
   // Whether the GPU handler must select `request` on the host: TopK, Recent
   // and constrained requests.
   bool SelectsOnHost(const SampleRequest& request) const {
-    return request.strategy == Strategy::kTopK || request.strategy == Strategy::kRecent ||
-           Constrained(request);
+    return Ranks(request.strategy) || Constrained(request);
   }
 
   // GPU sampling for Uniform, Timestep and Prioritized: waits on the rate

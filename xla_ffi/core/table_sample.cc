@@ -247,7 +247,7 @@ std::string Table::ShortfallLocked(const SampleRequest& r, int64_t servable) con
   } else {
     why += "trajectories";
   }
-  if (r.strategy == Strategy::kTopK || r.strategy == Strategy::kRecent) {
+  if (Ranks(r.strategy)) {
     why += std::string(" among the ") + (r.strategy == Strategy::kTopK ? "TopK" : "Recent") +
            " " + std::to_string(r.count);
   }

@@ -48,8 +48,7 @@ RemoteLayout Table::Remote(const SampleRequest& r) {
   }
   // TopK and Recent have none (readers rank the records and stamps), and
   // asking would make their selector here, for nothing.
-  const bool ranks = r.strategy == Strategy::kTopK || r.strategy == Strategy::kRecent;
-  const SumTree* tree = ranks ? nullptr : SamplingSelectorLocked(r).DrawTree();
+  const SumTree* tree = Ranks(r.strategy) ? nullptr : SamplingSelectorLocked(r).DrawTree();
   RemoteLayout layout{arena_->host_data(), arena_->bytes(), &(*slots_)[0]};
   if (tree != nullptr) {
     layout.tree = tree->view();
@@ -61,7 +60,7 @@ RemoteLayout Table::Remote(const SampleRequest& r) {
 
 StrategyTotals Table::Tops(const SampleRequest& r, TopEntry* out) {
   CheckRequest(r);
-  if (r.strategy != Strategy::kTopK && r.strategy != Strategy::kRecent) {
+  if (!Ranks(r.strategy)) {
     throw InvalidArgument("only TopK and Recent rank their items");
   }
   std::lock_guard<std::mutex> lock(mu_);
