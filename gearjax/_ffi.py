@@ -99,16 +99,22 @@ def _register() -> dict[str, bool]:
     wanted = _stages_wanted()
     staged = {"cpu": wanted and _cpu_types_register_at_once(), "CUDA": False}
     if staged["cpu"]:
-        for name, registration in _gearjax.ffi_types().items():
-            jax.ffi.register_ffi_type(name, registration, platform="cpu")
+        try:
+            for name, registration in _gearjax.ffi_types().items():
+                jax.ffi.register_ffi_type(name, registration, platform="cpu")
+        except Exception:  # noqa: BLE001 - a JAX whose type registration differs
+            staged["cpu"] = False  # per-call targets need no type
     for name, target in _gearjax.ffi_targets(staged["cpu"]).items():
         jax.ffi.register_ffi_target(name, target, platform="cpu")
     if _gearjax.cuda_built:  # harmless where there is no GPU
         staged["CUDA"] = wanted
         if wanted:
-            for name, registration in _gearjax.cuda_ffi_types().items():
-                jax.ffi.register_ffi_type(name, registration, platform="CUDA")
-        for name, target in _gearjax.cuda_ffi_targets(wanted).items():
+            try:
+                for name, registration in _gearjax.cuda_ffi_types().items():
+                    jax.ffi.register_ffi_type(name, registration, platform="CUDA")
+            except Exception:  # noqa: BLE001 - as for the CPU above
+                staged["CUDA"] = False
+        for name, target in _gearjax.cuda_ffi_targets(staged["CUDA"]).items():
             jax.ffi.register_ffi_target(name, target, platform="CUDA")
     return staged
 

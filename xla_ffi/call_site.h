@@ -45,10 +45,11 @@ SampleSite MakeSampleSite(const SampleAttrs& attrs);
 // table had), one made now into `fresh`, so no request goes unchecked.
 const SampleSite& Current(const SampleSite& site, SampleSite& fresh);
 
-// What every sample handler binds per execution, from its site: the table
-// (Resolve), then the seed's size, the site's verdict on the attributes, and
-// the results (BindSampleOutputs). `table` is the resolved table the caller
-// checked further (a CUDA handler: reachable from this GPU).
+// What every sample handler binds per execution, from its site, once it has
+// resolved the table (site.table.Resolve(), which fails first for a closed
+// table or a deferred error) and checked it further (a CUDA handler: that
+// this GPU reaches it): the seed's size, the site's verdict on the
+// attributes, then the results (BindSampleOutputs).
 SampleCall BindSampleCall(const Table& table, const SampleSite& site, size_t seed_words,
                           xla::ffi::RemainingRets& rets, size_t first, bool host_results);
 
@@ -76,8 +77,8 @@ using UpdateStateCpu = SiteState<TableSite, Platform::kCpu>;
 using SampleStateCuda = SiteState<SampleSite, Platform::kCuda>;
 using UpdateStateCuda = SiteState<TableSite, Platform::kCuda>;
 
-// Call sites instantiated since import (the testing module reports it beside
-// RegistryLookUps: the tests hold an execution to neither).
+// Call sites instantiated since import (_gearjax.call_site_counts() reports
+// it beside RegistryLookUps: the tests hold an execution to neither).
 int64_t SitesInstantiated();
 void CountSiteInstantiated();
 
