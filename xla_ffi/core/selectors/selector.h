@@ -106,7 +106,6 @@ class SamplingSelector : public Selector {
   virtual void ListCandidates(const CandidateScan& scan, std::vector<Weighted>* out) const = 0;
 };
 
-
 // A uniform index in [0, n) from u in [0, 1): the rank TopK and Recent draw.
 inline int64_t UniformIndex(double u, int64_t n) {
   const int64_t i = static_cast<int64_t>(u * static_cast<double>(n));
