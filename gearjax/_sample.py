@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from gearjax import _ffi
+from gearjax._sample_args import SampleArgs
 from gearjax.batch import Batch
-
-if TYPE_CHECKING:  # _sample_args imports this module
-    from gearjax._sample_args import SampleArgs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,29 +71,3 @@ def seed_words(key: jax.Array) -> jax.Array:
     if data.shape == (2,) and data.dtype == jnp.uint32:
         return data
     return jax.random.bits(key, (2,), jnp.uint32)
-
-
-def check_rng_key(key: Any) -> None:
-    """A JAX PRNG key: a typed key array of shape () or a legacy uint32[2]."""
-    dtype = getattr(key, "dtype", None)
-    shape = getattr(key, "shape", None)
-    typed = False
-    try:
-        typed = dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
-    except TypeError:
-        pass
-    if typed and shape == ():
-        return
-    if typed:
-        raise TypeError(f"rng_key must be one JAX PRNG key, of shape (); got an array of keys "
-                        f"of shape {shape} (one call draws one batch from one key: pass one, "
-                        f"e.g. keys[0], or call once per key)")
-    try:
-        uint32_pair = dtype is not None and np.dtype(dtype) == np.uint32 and shape == (2,)
-    except TypeError:
-        uint32_pair = False
-    if uint32_pair:
-        return
-    raise TypeError(f"rng_key must be one JAX PRNG key (jax.random.key(...), or a legacy "
-                    f"jax.random.PRNGKey), got {type(key).__name__} with dtype {dtype} and "
-                    f"shape {shape}")

@@ -11,8 +11,10 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+import jax
+import numpy as np
+
 from gearjax import _checks
-from gearjax._sample import check_rng_key
 from gearjax.columns import Column
 from gearjax.strategies import Strategy
 
@@ -109,3 +111,29 @@ def check_room(what: str, args: SampleArgs, columns: Mapping[str, Column], rate_
         ((rows * args.batch_size,), 24)])       # keys, start, probability, table size, valid
     if rate_limiter is not None:
         rate_limiter.check_batch(args.batch_size)
+
+
+def check_rng_key(key: Any) -> None:
+    """A JAX PRNG key: a typed key array of shape () or a legacy uint32[2]."""
+    dtype = getattr(key, "dtype", None)
+    shape = getattr(key, "shape", None)
+    typed = False
+    try:
+        typed = dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+    except TypeError:
+        pass
+    if typed and shape == ():
+        return
+    if typed:
+        raise TypeError(f"rng_key must be one JAX PRNG key, of shape (); got an array of keys "
+                        f"of shape {shape} (one call draws one batch from one key: pass one, "
+                        f"e.g. keys[0], or call once per key)")
+    try:
+        uint32_pair = dtype is not None and np.dtype(dtype) == np.uint32 and shape == (2,)
+    except TypeError:
+        uint32_pair = False
+    if uint32_pair:
+        return
+    raise TypeError(f"rng_key must be one JAX PRNG key (jax.random.key(...), or a legacy "
+                    f"jax.random.PRNGKey), got {type(key).__name__} with dtype {dtype} and "
+                    f"shape {shape}")
