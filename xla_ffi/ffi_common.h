@@ -185,8 +185,10 @@ auto BindInsertBatch(Binding binding) {
 // count) after each handler's context; its attribute follows them where the
 // handler reads it per call (BindUpdatePriorities), else its instantiate stage
 // reads it (BindUpdateAttrs; call_site.h).
+// (They take the binding by rvalue reference: XLA's bindings cannot be
+// moved from outside, so one helper can feed another.)
 template <typename Binding>
-auto BindUpdateOperands(Binding binding) {
+auto BindUpdateOperands(Binding&& binding) {
   return std::move(binding)
       .template Arg<Order>()
       .template Arg<xla::ffi::AnyBuffer>()
@@ -196,19 +198,13 @@ auto BindUpdateOperands(Binding binding) {
 }
 
 template <typename Binding>
-auto BindUpdateAttrs(Binding binding) {
+auto BindUpdateAttrs(Binding&& binding) {
   return std::move(binding).template Attr<int64_t>("table_handle");
 }
 
 template <typename Binding>
-auto BindUpdatePriorities(Binding binding) {
-  return std::move(binding)
-      .template Arg<Order>()
-      .template Arg<xla::ffi::AnyBuffer>()
-      .template Arg<xla::ffi::AnyBuffer>()
-      .template Ret<Order>()
-      .template Ret<xla::ffi::Buffer<xla::ffi::S32>>()
-      .template Attr<int64_t>("table_handle");
+auto BindUpdatePriorities(Binding&& binding) {
+  return BindUpdateAttrs(BindUpdateOperands(std::move(binding)));
 }
 
 // The sharded table's calls (sharding.h), after each handler's context: the
