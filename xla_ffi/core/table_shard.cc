@@ -67,7 +67,7 @@ StrategyTotals Table::Tops(const SampleRequest& r, TopEntry* out) {
   CheckOpenLocked();
   OwnPrioritiesLocked();
   const std::vector<int64_t> slots =
-      r.strategy == Strategy::kTopK ? TopKLocked().Highest(r.count) : RecentLocked().Newest(r.count);
+      r.strategy == Strategy::kTopK ? TopKLocked().Best(r.count) : RecentLocked().Best(r.count);
   for (size_t i = 0; i < slots.size(); ++i) {
     out[i] = {(*slots_)[slots[i]].priority, stamps_[slots[i]]};
   }

@@ -1,33 +1,17 @@
-// Recent(n): draws uniformly over the n newest items (the n largest keys),
-// from order statistics over keys.
+// Recent(n): draws uniformly over the n newest items (the n largest keys): a
+// RankingSelector ranked by key.
 #pragma once
 
 #include <cstdint>
-#include <vector>
 
-#include "core/selectors/order_statistics.h"
-#include "core/selectors/selector.h"
+#include "core/selectors/ranking.h"
 
 namespace gearjax {
 
-// Order statistics over keys: the r-th newest item in O(log N).
-class RecentSelector final : public SamplingSelector {
+class RecentSelector final : public RankingSelector<int64_t> {
  public:
-  void Insert(const Item& item) override;
-  void Delete(const Item& item) override;
-
-  int64_t size() const { return static_cast<int64_t>(by_key_.size()); }
-  // Uniform over the min(n, size) newest items (n >= 1; the table is not empty).
-  Selection Select(double u, int64_t n) const;
-  // Select for each row, with batch.count as `n`.
-  void SelectMany(const SelectionBatch& batch, Selection* out) const override;
-  // The best scan.count eligible items, newest first, weight 1.
-  void ListCandidates(const CandidateScan& scan, std::vector<Weighted>* out) const override;
-  // The slots of the min(n, size) newest, the newest first.
-  std::vector<int64_t> Newest(int64_t n) const;
-
- private:
-  OrderStatistics<int64_t> by_key_;  // key -> slot
+  void Insert(const Item& item) override { ranked_.insert({item.key, item.slot}); }
+  void Delete(const Item& item) override { ranked_.erase(item.key); }
 };
 
 }  // namespace gearjax
