@@ -19,20 +19,26 @@ from gearjax.columns import (Column, cast_to_column, check_traced_conversion, is
                              numeric_host_array)
 
 
+def check_column_names(what: str, columns: Mapping[str, Column], given: Any) -> None:
+    """``given`` (``what``: "a trajectory", "a step") is a mapping with every
+    column of the table and no other."""
+    if not isinstance(given, Mapping):
+        raise TypeError(f"{what} must be a mapping of column name -> array, "
+                        f"got {type(given).__name__}")
+    missing = [n for n in columns if n not in given]
+    extra = [n for n in given if n not in columns]
+    if missing:
+        raise ValueError(f"missing column(s) {missing}")
+    if extra:
+        raise ValueError(f"unknown column(s) {extra}; the table has {list(columns)}")
+
+
 def trajectory_bytes(columns: Mapping[str, Column], max_length: int,
                      trajectory: Mapping[str, Any]) -> tuple[list[np.ndarray], int]:
     """One trajectory as the core takes it: each column converted to its
     dtype (columns.cast_to_column) and viewed as bytes, in column order, and
     its length."""
-    if not isinstance(trajectory, Mapping):
-        raise TypeError(f"a trajectory must be a mapping of column name -> array, "
-                        f"got {type(trajectory).__name__}")
-    missing = [n for n in columns if n not in trajectory]
-    extra = [n for n in trajectory if n not in columns]
-    if missing:
-        raise ValueError(f"missing column(s) {missing}")
-    if extra:
-        raise ValueError(f"unknown column(s) {extra}; the table has {list(columns)}")
+    check_column_names("a trajectory", columns, trajectory)
     arrays, lengths = [], {}
     for n, column in columns.items():
         value = numeric_host_array(n, trajectory[n])

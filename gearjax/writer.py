@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from gearjax import _checks
+from gearjax import _checks, _inserts
 from gearjax.columns import cast_to_column, numeric_host_array
 from gearjax.errors import ClosedError
 
@@ -247,16 +247,8 @@ class Writer:
     def _validate(self, step: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """The step's values, checked and converted, before anything is
         written (so a bad step leaves the episode as it was)."""
-        if not isinstance(step, Mapping):
-            raise TypeError(f"a step must be a mapping of column name -> array, got "
-                            f"{type(step).__name__}")
         columns = self._table.columns
-        missing = [n for n in columns if n not in step]
-        extra = [n for n in step if n not in columns]
-        if missing:
-            raise ValueError(f"missing column(s) {missing}")
-        if extra:
-            raise ValueError(f"unknown column(s) {extra}; the table has {list(columns)}")
+        _inserts.check_column_names("a step", columns, step)
         values = {}
         for name, column in columns.items():
             value = numeric_host_array(name, step[name])
