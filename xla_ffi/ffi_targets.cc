@@ -46,6 +46,59 @@ nb::dict TypeRegistration() {
   return registration;
 }
 
+// One platform's handlers. sample, sample_pure and update_priorities come
+// per call or as stages; one_sided_sample is the CPU's only (null elsewhere).
+struct PlatformHandlers {
+  XLA_FFI_Handler *sample, *sample_pure, *update;
+  XLA_FFI_Handler *sample_instantiate, *sample_execute, *sample_pure_execute;
+  XLA_FFI_Handler *update_instantiate, *update_execute;
+  XLA_FFI_Handler *insert_batch, *shard_totals, *shard_plan, *shard_tops, *shard_rank,
+      *shard_serve, *shard_keys, *int64_from_words, *zeros, *one_sided_sample;
+};
+
+// The targets gearjax/_ffi.py registers for a platform, by name.
+nb::dict Targets(const PlatformHandlers& h, bool stages) {
+  nb::dict targets;
+  if (stages) {
+    targets["gearjax_sample"] = Stages(h.sample_instantiate, h.sample_execute);
+    targets["gearjax_sample_pure"] = Stages(h.sample_instantiate, h.sample_pure_execute);
+    targets["gearjax_update_priorities"] = Stages(h.update_instantiate, h.update_execute);
+  } else {
+    targets["gearjax_sample"] = Capsule(h.sample);
+    targets["gearjax_sample_pure"] = Capsule(h.sample_pure);
+    targets["gearjax_update_priorities"] = Capsule(h.update);
+  }
+  targets["gearjax_insert_batch"] = Capsule(h.insert_batch);
+  targets["gearjax_shard_totals"] = Capsule(h.shard_totals);
+  targets["gearjax_shard_plan"] = Capsule(h.shard_plan);
+  targets["gearjax_shard_tops"] = Capsule(h.shard_tops);
+  targets["gearjax_shard_rank"] = Capsule(h.shard_rank);
+  targets["gearjax_shard_serve"] = Capsule(h.shard_serve);
+  targets["gearjax_shard_keys"] = Capsule(h.shard_keys);
+  targets["gearjax_int64_from_words"] = Capsule(h.int64_from_words);
+  targets["gearjax_zeros"] = Capsule(h.zeros);
+  if (h.one_sided_sample != nullptr) {
+    targets["gearjax_one_sided_sample"] = Capsule(h.one_sided_sample);
+  }
+  return targets;
+}
+
+const PlatformHandlers kCpuHandlers{
+    SampleCpu, SamplePureCpu, UpdatePrioritiesCpu,
+    SampleInstantiateCpu, SampleExecuteCpu, SamplePureExecuteCpu,
+    UpdateInstantiateCpu, UpdateExecuteCpu,
+    InsertBatchCpu, ShardTotalsCpu, ShardPlanCpu, ShardTopsCpu, ShardRankCpu,
+    ShardServeCpu, ShardKeysCpu, Int64FromWordsCpu, ZerosCpu, OneSidedSampleCpu};
+
+#if defined(GEARJAX_WITH_CUDA)
+const PlatformHandlers kCudaHandlers{
+    SampleCuda, SamplePureCuda, UpdatePrioritiesCuda,
+    SampleInstantiateCuda, SampleExecuteCuda, SamplePureExecuteCuda,
+    UpdateInstantiateCuda, UpdateExecuteCuda,
+    InsertBatchCuda, ShardTotalsCuda, ShardPlanCuda, ShardTopsCuda, ShardRankCuda,
+    ShardServeCuda, ShardKeysCuda, Int64FromWordsCuda, ZerosCuda, nullptr};
+#endif
+
 }  // namespace
 
 void DefineFfiTargets(nb::module_& m) {
@@ -56,30 +109,9 @@ void DefineFfiTargets(nb::module_& m) {
     return types;
   }, "The CPU targets' state types, to register before the targets with stages.");
 
-  m.def("ffi_targets", [](bool stages) {
-    nb::dict targets;
-    if (stages) {
-      targets["gearjax_sample"] = Stages(SampleInstantiateCpu, SampleExecuteCpu);
-      targets["gearjax_sample_pure"] = Stages(SampleInstantiateCpu, SamplePureExecuteCpu);
-      targets["gearjax_update_priorities"] = Stages(UpdateInstantiateCpu, UpdateExecuteCpu);
-    } else {
-      targets["gearjax_sample"] = Capsule(SampleCpu);
-      targets["gearjax_sample_pure"] = Capsule(SamplePureCpu);
-      targets["gearjax_update_priorities"] = Capsule(UpdatePrioritiesCpu);
-    }
-    targets["gearjax_insert_batch"] = Capsule(InsertBatchCpu);
-    targets["gearjax_shard_totals"] = Capsule(ShardTotalsCpu);
-    targets["gearjax_shard_plan"] = Capsule(ShardPlanCpu);
-    targets["gearjax_shard_tops"] = Capsule(ShardTopsCpu);
-    targets["gearjax_shard_rank"] = Capsule(ShardRankCpu);
-    targets["gearjax_shard_serve"] = Capsule(ShardServeCpu);
-    targets["gearjax_shard_keys"] = Capsule(ShardKeysCpu);
-    targets["gearjax_int64_from_words"] = Capsule(Int64FromWordsCpu);
-    targets["gearjax_zeros"] = Capsule(ZerosCpu);
-    targets["gearjax_one_sided_sample"] = Capsule(OneSidedSampleCpu);
-    return targets;
-  }, nb::arg("stages"), "The CPU targets; sample and update_priorities with instantiate "
-     "and execute stages if `stages`, else per call.");
+  m.def("ffi_targets", [](bool stages) { return Targets(kCpuHandlers, stages); },
+        nb::arg("stages"), "The CPU targets; sample and update_priorities with instantiate "
+        "and execute stages if `stages`, else per call.");
 
   m.def("call_site_counts", []() {
     nb::dict counts;
@@ -97,28 +129,8 @@ void DefineFfiTargets(nb::module_& m) {
     return types;
   }, "The CUDA targets' state types, to register before the targets with stages.");
 
-  m.def("cuda_ffi_targets", [](bool stages) {
-    nb::dict targets;
-    if (stages) {
-      targets["gearjax_sample"] = Stages(SampleInstantiateCuda, SampleExecuteCuda);
-      targets["gearjax_sample_pure"] = Stages(SampleInstantiateCuda, SamplePureExecuteCuda);
-      targets["gearjax_update_priorities"] = Stages(UpdateInstantiateCuda, UpdateExecuteCuda);
-    } else {
-      targets["gearjax_sample"] = Capsule(SampleCuda);
-      targets["gearjax_sample_pure"] = Capsule(SamplePureCuda);
-      targets["gearjax_update_priorities"] = Capsule(UpdatePrioritiesCuda);
-    }
-    targets["gearjax_insert_batch"] = Capsule(InsertBatchCuda);
-    targets["gearjax_shard_totals"] = Capsule(ShardTotalsCuda);
-    targets["gearjax_shard_tops"] = Capsule(ShardTopsCuda);
-    targets["gearjax_shard_rank"] = Capsule(ShardRankCuda);
-    targets["gearjax_shard_plan"] = Capsule(ShardPlanCuda);
-    targets["gearjax_shard_serve"] = Capsule(ShardServeCuda);
-    targets["gearjax_shard_keys"] = Capsule(ShardKeysCuda);
-    targets["gearjax_int64_from_words"] = Capsule(Int64FromWordsCuda);
-    targets["gearjax_zeros"] = Capsule(ZerosCuda);
-    return targets;
-  }, nb::arg("stages"), "The CUDA targets, as ffi_targets.");
+  m.def("cuda_ffi_targets", [](bool stages) { return Targets(kCudaHandlers, stages); },
+        nb::arg("stages"), "The CUDA targets, as ffi_targets.");
 #endif
 }
 
