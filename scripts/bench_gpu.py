@@ -179,10 +179,18 @@ def gather(args, placement: str, ceiling_gbps: float | None) -> list[dict]:
     return rows
 
 
+def small_windows(args) -> np.ndarray:
+    """The trajectories of the small-sample sections (per_step,
+    host_selected): 4096 (smoke: 256) of 16 steps of 64 bytes, so a whole
+    trajectory is one 1 KiB window."""
+    count, length, step = (256 if args.smoke else 4096), 16, 64
+    return np.random.default_rng(0).integers(1, 255, (count, length, step), dtype=np.uint8)
+
+
 def per_step(args) -> dict:
     """Where a small sample's time goes (module docstring, section 2)."""
-    count, length, step = (256 if args.smoke else 4096), 16, 64  # 1 KiB windows of 16 steps
-    block = np.random.default_rng(0).integers(1, 255, (count, length, step), dtype=np.uint8)
+    block = small_windows(args)
+    count, length, step = block.shape
     data = jnp.asarray(block)
     out: dict = {}
     placements = ["host"] + (["device"] if _gearjax.gpu_free_bytes() is not None else [])
@@ -244,8 +252,8 @@ def host_selected(args) -> dict:
     Strategies, "Where selection runs"): batch 32 of 1 KiB windows from a
     device table (else a host one), one sample per step of a jitted scan,
     against the same sample selected on the GPU."""
-    count, length, step = (256 if args.smoke else 4096), 16, 64
-    block = np.random.default_rng(0).integers(1, 255, (count, length, step), dtype=np.uint8)
+    block = small_windows(args)
+    count, length, step = block.shape
     placement = "device" if _gearjax.gpu_free_bytes() is not None else "host"
     out: dict = {"placement": placement, "batch": 32, "window_bytes": length * step}
     table = gx.Table({"x": gx.Column((step,), "uint8")}, capacity=count, max_length=length,
