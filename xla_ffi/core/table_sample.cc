@@ -230,12 +230,10 @@ int64_t Table::CandidatesLocked(const SampleRequest& r) {
   // slot order (a sequential scan of the slot records; like every draw,
   // dependent on which slots hold what rather than on history), or TopK's
   // and Recent's best `count` first (an item left out has weight 0).
-  thread_local std::vector<Weighted> listed;
-  listed.clear();
   const int64_t full_window = r.cut == Cut::kFull && r.window > 0 ? r.window : 0;
   SamplingSelectorLocked(r).ListCandidates({&(*slots_)[0], spec_.capacity, full_window, r.count},
-                                           &listed);
-  for (const Weighted& w : listed) candidates_.push_back({w.slot, w.weight, budget(w.slot)});
+                                           &candidates_);
+  for (Candidate& c : candidates_) c.budget = budget(c.slot);
   return TotalBudget(candidates_, r.batch);
 }
 

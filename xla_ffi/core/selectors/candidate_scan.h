@@ -18,12 +18,12 @@ inline bool Eligible(const CandidateScan& scan, const SlotInfo& info) {
 
 // Every eligible item in slot order whose weight(slot, record) is > 0.
 template <typename WeightOf>
-void ListInSlotOrder(const CandidateScan& scan, WeightOf weight, std::vector<Weighted>* out) {
+void ListInSlotOrder(const CandidateScan& scan, WeightOf weight, std::vector<Candidate>* out) {
   for (int64_t s = 0; s < scan.capacity; ++s) {
     const SlotInfo& info = scan.slots[s];
     if (!Eligible(scan, info)) continue;
     const double w = weight(s, info);
-    if (w > 0) out->push_back({s, w});
+    if (w > 0) out->push_back({s, w, 0});
   }
 }
 

@@ -28,12 +28,6 @@
 
 namespace gearjax {
 
-struct Candidate {
-  int64_t slot;
-  double weight;   // > 0
-  int64_t budget;  // >= 1 draws this batch may take of it
-};
-
 // The sum of the candidates' budgets, saturating at `cap` (a batch never
 // needs more than its size).
 int64_t TotalBudget(const std::vector<Candidate>& candidates, int64_t cap);

@@ -32,11 +32,11 @@ class RankingSelector : public SamplingSelector {
   }
 
   // The best scan.count eligible items, the best first, weight 1.
-  void ListCandidates(const CandidateScan& scan, std::vector<Weighted>* out) const override {
+  void ListCandidates(const CandidateScan& scan, std::vector<Candidate>* out) const override {
     int64_t listed = 0;
     for (auto it = ranked_.rbegin(); it != ranked_.rend() && listed < scan.count; ++it) {
       if (!Eligible(scan, scan.slots[it->second])) continue;
-      out->push_back({it->second, 1.0});
+      out->push_back({it->second, 1.0, 0});
       ++listed;
     }
   }

@@ -78,10 +78,13 @@ struct CandidateScan {
   int64_t count;
 };
 
-// An eligible item and its weight under the strategy (> 0).
-struct Weighted {
+// An item a constrained sample may draw: its weight under the strategy,
+// and the draws this batch may take of it (set by the table: the selector
+// that lists it leaves 0).
+struct Candidate {
   int64_t slot;
-  double weight;
+  double weight;   // > 0
+  int64_t budget;  // >= 1 draws this batch may take of it
 };
 
 // A selector users choose (Uniform, Timestep, Prioritized, TopK, Recent).
@@ -103,7 +106,7 @@ class SamplingSelector : public Selector {
   // Appends the items a constrained sample may draw, with their weights, in
   // the order the draw takes them: slot order, or best first for TopK and
   // Recent, which list their best `count` eligible items only.
-  virtual void ListCandidates(const CandidateScan& scan, std::vector<Weighted>* out) const = 0;
+  virtual void ListCandidates(const CandidateScan& scan, std::vector<Candidate>* out) const = 0;
 };
 
 // A uniform index in [0, n) from u in [0, 1): the rank TopK and Recent draw.

@@ -119,7 +119,7 @@ TEST(SamplingSelector, ListsTheEligibleCandidatesWithTheStrategysWeights) {
   const std::vector<SlotInfo> slots = Records();
   const CandidateScan scan{slots.data(), kCapacity, /*full_window=*/4, /*count=*/3};
   const auto all = All();
-  std::vector<std::vector<Weighted>> lists(all.size());
+  std::vector<std::vector<Candidate>> lists(all.size());
   for (size_t i = 0; i < all.size(); ++i) all[i]->ListCandidates(scan, &lists[i]);
   // Slots 3..9 hold at least 4 steps. Uniform: weight 1, slot order.
   ASSERT_EQ(lists[0].size(), 7u);
@@ -129,10 +129,10 @@ TEST(SamplingSelector, ListsTheEligibleCandidatesWithTheStrategysWeights) {
   }
   // Timestep: full windows, length - 4 + 1.
   ASSERT_EQ(lists[1].size(), 7u);
-  for (const Weighted& w : lists[1]) EXPECT_EQ(w.weight, static_cast<double>(w.slot + 1 - 3));
+  for (const Candidate& w : lists[1]) EXPECT_EQ(w.weight, static_cast<double>(w.slot + 1 - 3));
   // Prioritized (alpha 0.5): priority ** 0.5, as its tree holds it.
   ASSERT_EQ(lists[2].size(), 7u);
-  for (const Weighted& w : lists[2]) {
+  for (const Candidate& w : lists[2]) {
     EXPECT_DOUBLE_EQ(w.weight, std::pow(static_cast<double>(w.slot + 1), 0.5));
   }
   // TopK(3) and Recent(3): the three best eligible, best first.
@@ -143,7 +143,7 @@ TEST(SamplingSelector, ListsTheEligibleCandidatesWithTheStrategysWeights) {
     EXPECT_EQ(lists[4][j].slot, static_cast<int64_t>(9 - j));  // newest first
   }
   // Without cut="full" every live item is eligible; the ranked lists stop at count.
-  std::vector<Weighted> any;
+  std::vector<Candidate> any;
   all[0]->ListCandidates({slots.data(), kCapacity, 0, 3}, &any);
   EXPECT_EQ(any.size(), 10u);
 }

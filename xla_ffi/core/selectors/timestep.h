@@ -11,7 +11,7 @@ class TimestepSelector final : public WeightTreeSelector {
   using WeightTreeSelector::WeightTreeSelector;
   // Every eligible item in slot order, weighed by its windows: its length,
   // or under cut="full" its full windows, length - window + 1.
-  void ListCandidates(const CandidateScan& scan, std::vector<Weighted>* out) const override;
+  void ListCandidates(const CandidateScan& scan, std::vector<Candidate>* out) const override;
 
  private:
   double Weight(const Item& item) const override { return static_cast<double>(item.length); }

@@ -43,7 +43,7 @@ bool UniformSelector::DescribeForGpu(GpuSelection* selection) const {
 }
 
 void UniformSelector::ListCandidates(const CandidateScan& scan,
-                                     std::vector<Weighted>* out) const {
+                                     std::vector<Candidate>* out) const {
   ListInSlotOrder(scan, [](int64_t, const SlotInfo&) { return 1.0; }, out);
 }
 

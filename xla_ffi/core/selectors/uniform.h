@@ -63,7 +63,7 @@ class UniformSelector final : public SamplingSelector {
   const SumTree* DrawTree() const override { return &ones_; }
   bool DescribeForGpu(GpuSelection* selection) const override;
   // Every eligible live item, weight 1, in slot order.
-  void ListCandidates(const CandidateScan& scan, std::vector<Weighted>* out) const override;
+  void ListCandidates(const CandidateScan& scan, std::vector<Candidate>* out) const override;
   UniformView view() const { return {live_.data(), capacity_, ones_.view()}; }
   // The weight-1-per-live-slot tree (what one-sided readers descend).
   const SumTree& ones() const { return ones_; }

@@ -24,7 +24,7 @@ bool WeightTreeSelector::DescribeForGpu(GpuSelection* selection) const {
 }
 
 void WeightTreeSelector::ListCandidates(const CandidateScan& scan,
-                                        std::vector<Weighted>* out) const {
+                                        std::vector<Candidate>* out) const {
   ListInSlotOrder(scan, [this](int64_t slot, const SlotInfo&) { return weights_.Get(slot); }, out);
 }
 

@@ -24,7 +24,7 @@ class WeightTreeSelector : public SamplingSelector {
   bool DescribeForGpu(GpuSelection* selection) const override;
   // Every eligible item of positive weight (as the tree holds it), in slot
   // order.
-  void ListCandidates(const CandidateScan& scan, std::vector<Weighted>* out) const override;
+  void ListCandidates(const CandidateScan& scan, std::vector<Candidate>* out) const override;
   double Total() const { return weights_.Total(); }
   const SumTree& tree() const { return weights_; }
 
