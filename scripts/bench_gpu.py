@@ -301,7 +301,11 @@ def selection_and_update(args) -> list[dict]:
             rng = np.random.default_rng(0)
             start = time.perf_counter()
             fill_one_step(table, n, rng)
-            row = {"n": n, "fill_seconds": time.perf_counter() - start}
+            # On a device table the trees the GPU draws from and updates are
+            # copies in GPU memory (core/tree_mirror.h); on a host table the
+            # mapped host trees.
+            row = {"n": n, "fill_seconds": time.perf_counter() - start,
+                   "placement": table.placement}
             for name, strategy in (("uniform", gx.Uniform()), ("prioritized", gx.Prioritized(1.0))):
                 run = scan_sampler(table, 1024, 1, strategy, args.steps)
                 row[f"select_{name}_seconds"] = (
@@ -321,7 +325,7 @@ def selection_and_update(args) -> list[dict]:
             row["update_seconds"] = median_seconds(lambda: update(jax.random.key(3)),
                                                    args.repeats) / args.steps
             rows.append(row)
-            print(f"  N={n:>9d}: select uniform {row['select_uniform_seconds'] * 1e6:8.1f} us, "
+            print(f"  N={n:>9d} ({row['placement']}): select uniform {row['select_uniform_seconds'] * 1e6:8.1f} us, "
                   f"prioritized {row['select_prioritized_seconds'] * 1e6:8.1f} us, "
                   f"update {row['update_seconds'] * 1e6:8.1f} us", flush=True)
         finally:
@@ -334,6 +338,7 @@ def prioritized(args) -> dict:
     n, batch = (4096 if args.smoke else 10**6), 256
     result: dict = {"n": n, "batch": batch}
     table = gx.Table({"x": gx.Column((), "float32")}, capacity=n, max_length=1)
+    result["placement"] = table.placement
     try:
         fill_one_step(table, n, np.random.default_rng(0))
 

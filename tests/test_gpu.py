@@ -119,6 +119,11 @@ HOST_WORK_PER_CALL = {
     "two-kernel sample": (2, 0, 0, 0, 1),       # rows wider than one gather part
     "host-selected sample": (1, 2, 0, 1, 1),    # TopK: seed down, draws up, gather
     "priority update": (1, 0, 0, 0, 0),         # one kernel (core/update_block.h)
+    # A device table's Prioritized tree has a copy in GPU memory
+    # (core/tree_mirror.h): nothing written on the host between calls,
+    # nothing to copy into it.
+    "mirrored prioritized sample": (1, 0, 0, 0, 0),
+    "mirrored priority update": (1, 0, 0, 0, 0),
     "staged priority update": (0, 3, 2, 0, 0),  # a TopK heap: through pinned host memory
 }
 
@@ -135,10 +140,14 @@ def test_each_cuda_path_asks_the_host_for_no_more_than_its_counts(path, rng):
         for _ in range(16):
             table.insert({n: np.ones((12, *c.shape), c.dtype) for n, c in columns.items()})
         keys = jnp.asarray(table.contents()["key"][:8], jnp.int32)
-        strategy = gx.TopK(4) if path == "host-selected sample" else gx.Uniform()
+        strategy = (gx.TopK(4) if path == "host-selected sample"
+                    else gx.Prioritized(1.0) if path.startswith("mirrored") else gx.Uniform())
         if path == "staged priority update":  # TopK's heap keeps priorities in host memory
             with on("gpu"):
                 table.sample(jax.random.key(0), 2, strategy=gx.TopK(2))
+        if path == "mirrored priority update":  # the tree the update keeps, and its mirror
+            with on("gpu"):
+                jax.block_until_ready(table.sample(jax.random.key(0), 2, strategy=strategy))
 
         def call(state, key):
             if path.endswith("priority update"):
@@ -419,6 +428,19 @@ def test_gpu_update_kernels_and_inserting_threads_keep_the_trees_exact(placement
             batch = table.sample(jax.random.key(99), 256, strategy=gx.Prioritized(1.0))
         expected = [priority[int(k)] / sum(priority.values()) for k in np.asarray(batch.keys)]
         np.testing.assert_allclose(np.asarray(batch.probability), expected, rtol=1e-6)
+        # The GPU's draws too: on a device table they read the tree's copy in
+        # GPU memory (core/tree_mirror.h), which this call brings up to date.
+        with on("gpu"):
+            batch = jax.jit(lambda k: table.sample(k, 256, 1, gx.Prioritized(1.0)))(
+                jax.random.key(98))
+        expected = [priority[int(k)] / sum(priority.values()) for k in np.asarray(batch.keys)]
+        np.testing.assert_allclose(np.asarray(batch.probability), expected, rtol=1e-6)
+        from gearjax import _gearjax
+        if placement == "device" and hasattr(_gearjax, "testing"):
+            mirrors = _gearjax.testing.tree_mirrors(table.handle)
+            assert len(mirrors) == 1
+            for host, mirror in mirrors:
+                np.testing.assert_array_equal(mirror.view(np.uint64), host.view(np.uint64))
 
 
 @pytest.mark.parametrize("placement", ["host", "device"])

@@ -5,6 +5,7 @@
 
 #include "common.h"
 #include "prefetch.h"
+#include "tree_mirror.h"
 
 namespace gearjax {
 namespace {
@@ -43,6 +44,19 @@ SumTree::SumTree(int64_t num_leaves, bool gpu_mapped)
   Plan(leaves_, &levels_, offsets_);
 }
 
+SumTree::~SumTree() = default;
+
+TreeMirror* SumTree::Mirror(const DeviceMemory* memory) const {
+  if (mirror_ != nullptr || mirror_refused_) return mirror_.get();
+  if (memory == nullptr || nodes_.device_data() == nullptr) return nullptr;
+  try {
+    mirror_ = std::make_unique<TreeMirror>(nodes_.size(), memory);
+  } catch (const std::bad_alloc&) {
+    mirror_refused_ = true;  // the mapped tree serves
+  }
+  return mirror_.get();
+}
+
 SumTreeView SumTree::View(const double* nodes) const {
   SumTreeView v{};
   v.nodes = nodes;
@@ -53,10 +67,12 @@ SumTreeView SumTree::View(const double* nodes) const {
 
 void SumTree::Recompute(int level, int64_t node) {
   nodes_[offsets_[level] + node] = SumTreeLineSum(&nodes_[offsets_[level - 1] + node * kFanout]);
+  if (mirror_ != nullptr) mirror_->Wrote(offsets_[level] + node);
 }
 
 void SumTree::Set(int64_t leaf, double weight) {
   nodes_[leaf] = weight;
+  if (mirror_ != nullptr) mirror_->Wrote(leaf);
   int64_t node = leaf;
   for (int level = 1; level < levels_; ++level) {
     node /= kFanout;
@@ -72,6 +88,9 @@ void SumTree::SetMany(const int64_t* leaves, const double* weights, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     if (i + kLeavesAhead < n) PrefetchForRead(&nodes_[leaves[i + kLeavesAhead]]);
     nodes_[leaves[i]] = weights[i];
+  }
+  if (mirror_ != nullptr) {
+    for (int64_t i = 0; i < n; ++i) mirror_->Wrote(leaves[i]);
   }
   if (levels_ == 1) return;
   // Each level's distinct parents of the nodes changed below, found with one
@@ -109,6 +128,7 @@ void SumTree::SetMany(const int64_t* leaves, const double* weights, int64_t n) {
       if (i + kAhead < parents) PrefetchForRead(below + dirty_[i + kAhead] * kFanout);
       const int64_t node = dirty_[i];
       here[node] = SumTreeLineSum(below + node * kFanout);
+      if (mirror_ != nullptr) mirror_->Wrote(offsets_[level] + node);
       const int64_t bit = bit_base + node;
       seen_[static_cast<size_t>(bit / 64)] &= ~(uint64_t{1} << (bit % 64));
     }

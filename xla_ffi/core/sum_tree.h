@@ -16,10 +16,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "common.h"
 #include "mapped_array.h"
+#include "memory.h"
 
 namespace gearjax {
 
@@ -110,6 +112,8 @@ struct LeafPrefetch {
   size_t stride = 0;
 };
 
+class TreeMirror;
+
 class SumTree {
  public:
   // A tree over `num_leaves` leaves (>= 1), all of weight 0.
@@ -139,6 +143,16 @@ class SumTree {
   SumTreeView view() const { return View(nodes_.data()); }
   SumTreeView device_view() const { return View(nodes_.device_data()); }
 
+  // The tree's copy in GPU memory (tree_mirror.h), made by the first call
+  // from `memory` (when the tree is GPU-mapped); from then on every write
+  // is logged for the next copy. nullptr when there is none and none can be
+  // made (asked once: a failed allocation is not retried). The mirror is a
+  // cache of the nodes in another memory, not part of the tree's value,
+  // hence const (the caller holds the table's lock).
+  TreeMirror* Mirror(const DeviceMemory* memory) const;
+  TreeMirror* mirror() const { return mirror_.get(); }
+  ~SumTree();
+
  private:
   SumTreeView View(const double* nodes) const;
   void Recompute(int level, int64_t node);  // node of `level` >= 1 from its line
@@ -150,6 +164,8 @@ class SumTree {
   std::vector<int64_t> dirty_;            // SetMany's scratch: the nodes of one level to sum
   std::vector<uint64_t> seen_;            // SetMany's scratch: one bit per inner node, all 0
   mutable std::vector<double> targets_;  // DrawMany's scratch (callers hold the table's lock)
+  mutable std::unique_ptr<TreeMirror> mirror_;
+  mutable bool mirror_refused_ = false;
 };
 
 }  // namespace gearjax

@@ -204,6 +204,8 @@ std::vector<std::shared_ptr<void>> Table::TakeMemoryLocked() {
   take(min_heap_);
   take(uniform_);
   take(order_);
+  for (auto& staging : mirror_staging_) take(staging);
+  mirror_staging_.clear();
   take(slots_);
   take(arena_);
   arena_ = std::make_unique<Arena>(0, /*gpu_mapped=*/false, /*on_device=*/false);  // empty

@@ -53,6 +53,8 @@
 #include "gpu_completions.h"
 #include "gpu_selection.h"
 #include "limits.h"
+#include "mapped_array.h"
+#include "mirror_block.h"
 #include "rate_limiter.h"
 #include "removers.h"
 #include "sample_request.h"
@@ -196,7 +198,26 @@ class Table {
   // the strategy's selector and a ticket to hand back with EndSample once the
   // stream has passed the kernels. Throws if the table is not GPU-mapped or
   // the request is selected on the host (SelectsOnHost).
-  uint64_t BeginGpuSample(const SampleRequest& request, GpuSelection* selection);
+  //
+  // With `copies` (the CUDA handler's, enqueuing on `stream`), a device
+  // table's Timestep and Prioritized draws read the tree's copy in GPU
+  // memory (tree_mirror.h), and *copies says what the caller must copy into
+  // it, on that stream, before the kernel that draws (mirror_block.h;
+  // copies->n == 0: nothing), as part of the same ticket. Without `copies`,
+  // and where the mirror cannot serve (no GPU memory for it; a Prioritized
+  // draw while a staged update, or a GPU update on another stream, may
+  // still write the host tree), the kernel reads the GPU-mapped host tree.
+  uint64_t BeginGpuSample(const SampleRequest& request, GpuSelection* selection,
+                          MirrorCopies* copies = nullptr, const void* stream = nullptr);
+  // The caller could not enqueue the copies a Begin gave it: every mirror
+  // is copied whole next time.
+  void MirrorCopiesLost();
+  // The trees that have a mirror, host copy and mirror side by side (for
+  // tests and diagnostics: mirror bytes copied out through the hooks).
+  struct MirroredTree {
+    std::vector<double> host, mirror;
+  };
+  std::vector<MirroredTree> MirroredTrees() const;
   void EndSample(uint64_t ticket);
   // Instead of EndSample: the ticket comes back when the GPU writes it into
   // the completion ring (gpu_completions.h), after the kernels enqueued for
@@ -277,9 +298,13 @@ class Table {
   // (host memory) keeping priorities, or a staged update in flight (its host
   // function may wait for the priorities, so no kernel may queue behind it).
   // Waits first while the host claims the priorities (OwnPrioritiesLocked),
-  // and for GPU updates in flight on another stream: one stream writes the
-  // trees at a time, in its own order. Throws Closed.
-  uint64_t BeginGpuUpdate(const void* stream, int64_t n, GpuUpdate* update);
+  // and for GPU updates and mirror copies in flight on another stream: one
+  // stream writes the trees at a time, in its own order. On a device table
+  // the kernel reads and writes the trees' copies in GPU memory and writes
+  // the host trees too; *copies says what the caller must copy into those
+  // mirrors first, on `stream` (see BeginGpuSample). Throws Closed.
+  uint64_t BeginGpuUpdate(const void* stream, int64_t n, GpuUpdate* update,
+                          MirrorCopies* copies);
   // The report's counts so far (zeros before the first GPU update).
   GpuUpdateReport GpuUpdateCounts() const;
 
@@ -408,6 +433,20 @@ class Table {
   void RemoveFromSelectorsLocked(int64_t slot);
   void PublishLocked(int64_t slot, int64_t key, int64_t length, double priority,
                      int64_t stamp);
+  // The trees GPU kernels may draw from: Timestep's, then each Prioritized.
+  std::vector<const SumTree*> DrawTreesLocked() const;
+  // Whether this table's trees get copies in GPU memory (a device table, its
+  // hooks' current GPU the arena's).
+  bool MirrorsTreesLocked() const;
+  // Adds to *copies what brings the mirrors of `trees` up to date (each
+  // made on first use), the logged nodes staged in pinned memory held until
+  // `ticket` ends; writes each tree's mirror address to mirrors[i], or
+  // nullptr where the mapped tree must serve.
+  void CopyMirrorsLocked(const SumTree* const* trees, int n, uint64_t ticket,
+                         const void* stream, MirrorCopies* copies, double** mirrors);
+  // Pinned memory for `entries` logged nodes, free once its ticket ended;
+  // nullptr when none can be had.
+  MappedArray<int64_t>* MirrorStagingLocked(int64_t entries, uint64_t ticket);
   // Moves the table's memory (arena, slots, selectors) out, for Close to free
   // once it has released the mutex; the arena left behind is empty.
   std::vector<std::shared_ptr<void>> TakeMemoryLocked();
@@ -470,6 +509,18 @@ class Table {
   uint64_t gpu_update_last_ = 0;
   const void* gpu_update_stream_ = nullptr;
   int64_t priority_claims_ = 0;
+  // Mirror copies (CopyMirrorsLocked): their staging lists, each held until
+  // its ticket ends, the last copy's ticket and stream, and whether copies
+  // ever came from two streams (then every copy in flight is foreign to a
+  // GPU update: BeginGpuUpdate).
+  struct MirrorStaging {
+    uint64_t ticket;
+    MappedArray<int64_t> list;
+  };
+  std::vector<std::shared_ptr<MirrorStaging>> mirror_staging_;
+  uint64_t mirror_copy_last_ = 0;
+  const void* mirror_copy_stream_ = nullptr;
+  bool mirror_copy_streams_mixed_ = false;
   std::atomic<unsigned long long> gpu_failures_raised_{0};
   DeferredError deferred_;  // DeferError's, raised by RaiseDeferredError
   Counters counters_;

@@ -261,7 +261,9 @@ std::string Table::ShortfallLocked(const SampleRequest& r, int64_t servable) con
          (limits.empty() ? "" : " (" + limits + ")");
 }
 
-uint64_t Table::BeginGpuSample(const SampleRequest& r, GpuSelection* selection) {
+uint64_t Table::BeginGpuSample(const SampleRequest& r, GpuSelection* selection,
+                               MirrorCopies* copies, const void* stream) {
+  if (copies != nullptr) copies->n = 0;
   CheckRequest(r);
   if (SelectsOnHost(r)) {
     throw InvalidArgument("TopK, Recent and constrained samples are not selected on the GPU");
@@ -276,13 +278,29 @@ uint64_t Table::BeginGpuSample(const SampleRequest& r, GpuSelection* selection) 
   s.info = slots_->device_info();
   s.table_size = live_;
   s.cut = r.cut;
-  if (!SamplingSelectorLocked(r).DescribeForGpu(&s)) {
+  const SamplingSelector& selector = SamplingSelectorLocked(r);
+  if (!selector.DescribeForGpu(&s)) {
     throw InvalidArgument("this strategy is not selected on the GPU");
   }
-  *selection = s;
   counters_.samples += static_cast<double>(r.batch);
   changed_.notify_all();  // inserters may be waiting on the limiter
-  return TakeTicketLocked(lock);
+  const uint64_t ticket = TakeTicketLocked(lock);
+  // The tree's mirror serves unless the host tree may still be written in
+  // stream order (a staged update's host function) or by another stream's
+  // GPU update, which the mirror would miss.
+  const bool priorities_settled =
+      !selector.UsesPriority() ||
+      (staged_updates_.load(std::memory_order_acquire) == 0 &&
+       (gpu_update_last_ == 0 || gpu_update_stream_ == stream ||
+        !tickets_.InFlight(gpu_update_last_)));
+  if (copies != nullptr && !s.uniform && priorities_settled && MirrorsTreesLocked()) {
+    const SumTree* tree = selector.DrawTree();
+    double* mirror = nullptr;
+    CopyMirrorsLocked(&tree, 1, ticket, stream, copies, &mirror);
+    if (mirror != nullptr) s.tree.nodes = mirror;
+  }
+  *selection = s;
+  return ticket;
 }
 
 void Table::EndSample(uint64_t ticket) {

@@ -98,12 +98,24 @@ bool Table::OwnPrioritiesLocked() {
   return true;
 }
 
-uint64_t Table::BeginGpuUpdate(const void* stream, int64_t n, GpuUpdate* update) {
+uint64_t Table::BeginGpuUpdate(const void* stream, int64_t n, GpuUpdate* update,
+                               MirrorCopies* copies) {
+  copies->n = 0;
   std::unique_lock<std::mutex> lock(mu_);
   CheckOpenLocked();
   for (;;) {
     changed_.wait(lock, [&] { return priority_claims_ == 0 || closed(); });
     CheckOpenLocked();
+    if (mirror_copy_last_ != 0 && (stream != mirror_copy_stream_ || mirror_copy_streams_mixed_) &&
+        tickets_.InFlight(mirror_copy_last_)) {
+      // A copy into the mirrors on another stream may still run: it could
+      // write a node this kernel writes after reading the host's. Wait for
+      // it, then look again (the lock was released).
+      WaitForTickets(lock, Clock::time_point::max(),
+                     [&] { return closed() || !tickets_.InFlight(mirror_copy_last_); });
+      CheckOpenLocked();
+      continue;
+    }
     if (gpu_update_last_ == 0 || stream == gpu_update_stream_) break;
     // Another stream's updates may still be writing: wait for them, then
     // look again (the lock was released).
@@ -128,16 +140,29 @@ uint64_t Table::BeginGpuUpdate(const void* stream, int64_t n, GpuUpdate* update)
   u.capacity = spec_.capacity;
   u.slot_mask = (int64_t{1} << key_layout_.slot_bits()) - 1;
   u.report = const_cast<GpuUpdateReport*>(gpu_report_owner_->device_data());
+  const SumTree* trees[kMaxPriorityTrees];
   for (const auto& selector : prioritized_) {
     const SumTreeView view = selector->tree().device_view();
     if (view.nodes == nullptr) return 0;
     u.levels = view.levels;
     std::copy(view.offsets, view.offsets + kSumTreeMaxLevels, u.offsets);
-    u.tree[u.trees++] = {const_cast<double*>(view.nodes), selector->alpha()};
+    trees[u.trees] = &selector->tree();
+    u.tree[u.trees++] = {const_cast<double*>(view.nodes), nullptr, selector->alpha()};
   }
   const uint64_t ticket = TakeTicketLocked(lock);  // the caller hands it to the device
   gpu_update_last_ = std::max(gpu_update_last_, ticket);  // (TakeTicketLocked may wait)
   gpu_update_stream_ = stream;
+  if (MirrorsTreesLocked()) {
+    // The kernel reads and writes the mirrors, brought up to date first,
+    // and writes the host trees too.
+    double* mirrors[kMaxPriorityTrees];
+    CopyMirrorsLocked(trees, u.trees, ticket, stream, copies, mirrors);
+    for (int32_t k = 0; k < u.trees; ++k) {
+      if (mirrors[k] == nullptr) continue;
+      u.tree[k].host_nodes = u.tree[k].nodes;
+      u.tree[k].nodes = mirrors[k];
+    }
+  }
   *update = u;
   return ticket;
 }

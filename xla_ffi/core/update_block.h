@@ -55,11 +55,21 @@ struct GpuUpdateReport {
   double bad_value;
 };
 
-// One Prioritized tree, at device addresses.
+// One Prioritized tree, at device addresses: the nodes the kernel reads and
+// writes (the tree's mirror in GPU memory on a device table, else the
+// GPU-mapped host tree) and, beside a mirror, the host tree, which it also
+// writes (never reads).
 struct GpuUpdateTree {
   double* nodes;
+  double* host_nodes;  // nullptr without a mirror
   double alpha;
 };
+
+// Sets node `i` of tree `t` in both its copies.
+GEARJAX_HD void GpuUpdateWrite(const GpuUpdateTree& t, int64_t i, double value) {
+  t.nodes[i] = value;
+  if (t.host_nodes != nullptr) t.host_nodes[i] = value;
+}
 
 // What the kernel updates: the table's state at device addresses (filled by
 // Table::BeginGpuUpdate) and the call's operands.
@@ -264,7 +274,7 @@ GEARJAX_HD void GpuUpdateLeaves(const GpuUpdate& u, const GpuUpdateShared& s, in
     positive += (priority > 0 ? 1 : 0) - (info.priority > 0 ? 1 : 0);
     info.priority = priority;
     for (int32_t k = 0; k < u.trees; ++k) {
-      u.tree[k].nodes[u.offsets[0] + slot] = PriorityWeight(priority, u.tree[k].alpha);
+      GpuUpdateWrite(u.tree[k], u.offsets[0] + slot, PriorityWeight(priority, u.tree[k].alpha));
     }
   }
   if (positive != 0) update_atomic::Add(reinterpret_cast<unsigned long long*>(s.positive),
@@ -279,9 +289,8 @@ GEARJAX_HD void GpuUpdateParents(const GpuUpdate& u, const GpuUpdateShared& s, i
     if (slot < 0) continue;
     const int64_t node = static_cast<int64_t>(slot) >> (3 * level);  // eight children a node
     for (int32_t k = 0; k < u.trees; ++k) {
-      double* nodes = u.tree[k].nodes;
-      nodes[u.offsets[level] + node] =
-          SumTreeLineSum(nodes + u.offsets[level - 1] + node * kSumTreeFanout);
+      const double* below = u.tree[k].nodes + u.offsets[level - 1] + node * kSumTreeFanout;
+      GpuUpdateWrite(u.tree[k], u.offsets[level] + node, SumTreeLineSum(below));
     }
   }
 }

@@ -45,8 +45,8 @@ struct Fixture {
     u.levels = view.levels;
     std::memcpy(u.offsets, view.offsets, sizeof(u.offsets));
     u.trees = 2;
-    u.tree[0] = {const_cast<double*>(tree_a.view().nodes), 1.0};
-    u.tree[1] = {const_cast<double*>(tree_b.view().nodes), 0.5};
+    u.tree[0] = {const_cast<double*>(tree_a.view().nodes), nullptr, 1.0};
+    u.tree[1] = {const_cast<double*>(tree_b.view().nodes), nullptr, 0.5};
     u.report = &report;
     u.keys = keys.data();
     u.key_format = KeyFormat::kInt64;

@@ -68,6 +68,7 @@
 #include "cuda/sample.cuh"
 #include "cuda/select.cuh"
 #include "cuda/tickets.h"
+#include "cuda/mirror.cuh"
 #include "cuda/update.cuh"
 #include "ffi_common.h"
 
@@ -83,6 +84,18 @@ const char kCudaArchitecturesBuilt[] = GEARJAX_CUDA_ARCHITECTURES_BUILT;
 
 namespace {
 
+// The copies a Begin asked for into the table's tree mirrors
+// (core/tree_mirror.h), ahead of the kernel that reads them: one launch,
+// none when nothing changed since the last.
+ffi::Error CopyMirrors(Table& table, const MirrorCopies& copies, cudaStream_t stream) {
+  if (copies.n == 0) return ffi::Error::Success();
+  Count(HostWork::kLaunch);
+  const cudaError_t error = LaunchMirrorCopies(copies, stream);
+  if (error == cudaSuccess) return ffi::Error::Success();
+  table.MirrorCopiesLost();  // the logs were taken: copy everything next time
+  return Fail(CudaError("copying into the sum trees' GPU copies", error));
+}
+
 // Selection and gather both on the GPU (sum-tree strategies): one fused
 // kernel where every column's window fits one gather part (FusesSample), else
 // the select kernel into scratch draws and the gather kernel.
@@ -91,10 +104,15 @@ ffi::Error SampleOnDevice(cudaStream_t stream, ffi::ScratchAllocator& scratch, i
                           const SampleRequest& request, int64_t width, bool pad_left,
                           const SampleOutputs& out) {
   GpuSelection selection;
-  DeviceTicket ticket(table, table->BeginGpuSample(request, &selection), device, stream);
+  MirrorCopies copies;
+  DeviceTicket ticket(table, table->BeginGpuSample(request, &selection, &copies, stream), device,
+                      stream);
   GatherParams params = PlanGather(*table, /*draws=*/nullptr, request.batch, width, pad_left,
                                    out, table->device_arena());
   params.completion = ticket.completion();
+  if (const ffi::Error copied = CopyMirrors(*table, copies, stream); copied.failure()) {
+    return copied;
+  }
   cudaError_t error;
   if (FusesSample(params)) {
     Count(HostWork::kLaunch);
@@ -237,11 +255,15 @@ void CUDART_CB RecycleStagedUpdate(void* data) {
 // One kernel applies the update on the GPU (core/update_block.h) and reports
 // its ticket through the completion ring: nothing else on the stream.
 ffi::Error UpdateOnDevice(cudaStream_t stream, int device, const std::shared_ptr<Table>& table,
-                          uint64_t ticket, GpuUpdate& update, const ffi::AnyBuffer& keys,
+                          uint64_t ticket, GpuUpdate& update, const MirrorCopies& copies,
+                          const ffi::AnyBuffer& keys,
                           KeyFormat key_format, const ffi::AnyBuffer& priorities,
                           PriorityFormat priority_format, int32_t* updated) {
   DeviceTicket held(table, ticket, device, stream);
   update.completion = held.completion();
+  if (const ffi::Error copied = CopyMirrors(*table, copies, stream); copied.failure()) {
+    return copied;
+  }
   update.keys = keys.untyped_data();
   update.key_format = key_format;
   update.priorities = priorities.untyped_data();
@@ -279,8 +301,10 @@ ffi::Error UpdatePriorities(cudaStream_t stream, const ffi::AnyBuffer& keys,
   const int device = CurrentDevice();
   table->UseGpuCompletions(&kCudaDeviceMemory, device);
   GpuUpdate on_device;
-  if (const uint64_t ticket = table->BeginGpuUpdate(stream, n, &on_device)) {
-    return UpdateOnDevice(stream, device, table, ticket, on_device, keys, key_format, priorities,
+  MirrorCopies copies;
+  if (const uint64_t ticket = table->BeginGpuUpdate(stream, n, &on_device, &copies)) {
+    return UpdateOnDevice(stream, device, table, ticket, on_device, copies, keys, key_format,
+                          priorities,
                           priority_format, updated->typed_data());
   }
   StagedUpdate* update = StagedUpdate::Take(std::move(table), key_format, priority_format, n);
@@ -392,6 +416,7 @@ std::string KernelImageProblem(int device) {
   if (error == cudaSuccess) error = SelectKernelRunsHere();
   if (error == cudaSuccess) error = FusedSampleKernelRunsHere();
   if (error == cudaSuccess) error = PriorityUpdateKernelRunsHere();
+  if (error == cudaSuccess) error = MirrorKernelRunsHere();
   if (error == cudaSuccess) return "";
   cudaGetLastError();  // the probe's own error is not sticky: clear it
   int major = 0, minor = 0;

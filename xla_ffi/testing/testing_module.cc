@@ -21,6 +21,7 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/tuple.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -109,6 +110,9 @@ void ReplaceDeviceMemory(bool on, const DeviceMemory* replacement) {
 }
 
 std::shared_ptr<Table> Find(int64_t handle) { return LookUpTable(handle); }
+
+// The stream identity the emulated sample handlers pass (one stream).
+const void* const kEmulatedStream = reinterpret_cast<const void*>(1);
 
 // The completion ring's view an emulated "kernel" reports through: the
 // emulation's block counts, in host memory.
@@ -205,8 +209,11 @@ nb::tuple EmulateFusedGpuSample(int64_t handle, std::tuple<uint32_t, uint32_t> s
     throw InvalidArgument("these windows do not fit one gather part: the handler would not fuse");
   }
   GpuSelection selection;
-  const uint64_t ticket =
-      table->BeginGpuSample(Request(batch, strategy, alpha, 0, window, cut), &selection);
+  MirrorCopies copies;
+  const uint64_t ticket = table->BeginGpuSample(Request(batch, strategy, alpha, 0, window, cut),
+                                                &selection, &copies, kEmulatedStream);
+  RunMirrorCopies(copies);
+  selection.tree.nodes = EmulatedHost(const_cast<double*>(selection.tree.nodes));
   const uint32_t words[2] = {std::get<0>(seed), std::get<1>(seed)};
   if (device_completion) {
     params.completion = EmulatedView(*table, ticket);
@@ -232,8 +239,12 @@ nb::tuple EmulateGpuSelect(int64_t handle, std::tuple<uint32_t, uint32_t> seed, 
   NewArray<int32_t> start({b}), valid({b});
   NewArray<float> probability({b});
   GpuSelection selection;
+  MirrorCopies copies;
   const uint64_t ticket =
-      table->BeginGpuSample(Request(batch, strategy, alpha, count, window, cut), &selection);
+      table->BeginGpuSample(Request(batch, strategy, alpha, count, window, cut), &selection,
+                            &copies, kEmulatedStream);
+  RunMirrorCopies(copies);
+  selection.tree.nodes = EmulatedHost(const_cast<double*>(selection.tree.nodes));
   const uint32_t words[2] = {std::get<0>(seed), std::get<1>(seed)};
   for (int64_t i = 0; i < batch; ++i) {
     const Draw d = SelectRow(selection, words, window, i);
@@ -278,6 +289,17 @@ int32_t StagedUpdateLikeTheGpu(int64_t handle, AnyArray keys, AnyArray prioritie
 
 }  // namespace
 
+double* EmulatedHost(double* device) {
+  return reinterpret_cast<uintptr_t>(device) & kEmulatedDeviceBit
+             ? reinterpret_cast<double*>(ToHost(device))
+             : device;
+}
+
+void RunMirrorCopies(MirrorCopies copies) {
+  for (int32_t k = 0; k < copies.n; ++k) copies.copy[k].to = EmulatedHost(copies.copy[k].to);
+  EmulateMirrorCopies(copies);
+}
+
 void DefineModule(nb::module_ m) {
   m.def(
       "emulate_gpu_mapping", [](bool on) { ReplaceMapped(on, &kHostAsMapped); }, "on"_a,
@@ -309,6 +331,21 @@ void DefineModule(nb::module_ m) {
       },
       "handle"_a, "batch"_a, "strategy"_a, "alpha"_a = 0.0, "count"_a = 0, "window"_a = 1,
       "cut"_a = 0, "replace"_a = true);
+  m.def(
+      "tree_mirrors",
+      [](int64_t handle) {
+        nb::list out;
+        for (const Table::MirroredTree& tree : Find(handle)->MirroredTrees()) {
+          NewArray<double> host({tree.host.size()}), mirror({tree.mirror.size()});
+          std::copy(tree.host.begin(), tree.host.end(), host.data);
+          std::copy(tree.mirror.begin(), tree.mirror.end(), mirror.data);
+          out.append(nb::make_tuple(host.array, mirror.array));
+        }
+        return out;
+      },
+      "handle"_a,
+      "(host nodes, mirror nodes) of every tree with a copy in GPU memory (Timestep's "
+      "first, then each Prioritized alpha's).");
   m.def(
       "end_gpu_sample",
       [](int64_t handle, uint64_t ticket) { Find(handle)->EndSample(ticket); }, "handle"_a,

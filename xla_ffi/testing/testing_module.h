@@ -4,10 +4,19 @@
 
 #include <nanobind/nanobind.h>
 
+#include "core/mirror_block.h"
+
 namespace gearjax::testing {
 
 void DefineModule(nanobind::module_ m);
 // GPU priority updates emulated (update_emulation.cc); DefineModule calls it.
 void DefineUpdateEmulation(nanobind::module_ m);
+
+// The host address behind an emulated GPU-memory address (the address itself
+// when it is not one).
+double* EmulatedHost(double* device);
+// The copies into tree mirrors a Begin asked for, run on the CPU as the
+// CUDA handler's launch runs them (mirrors in emulated GPU memory).
+void RunMirrorCopies(MirrorCopies copies);
 
 }  // namespace gearjax::testing

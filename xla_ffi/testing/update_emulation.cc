@@ -31,9 +31,13 @@ namespace {
 class PendingGpuUpdate {
  public:
   PendingGpuUpdate(std::shared_ptr<Table> table, uint64_t ticket, const GpuUpdate& update,
-                   std::vector<uint8_t> keys, std::vector<uint8_t> priorities)
-      : table_(std::move(table)), ticket_(ticket), update_(update), keys_(std::move(keys)),
-        priorities_(std::move(priorities)) {
+                   const MirrorCopies& copies, std::vector<uint8_t> keys,
+                   std::vector<uint8_t> priorities)
+      : table_(std::move(table)), ticket_(ticket), update_(update), copies_(copies),
+        keys_(std::move(keys)), priorities_(std::move(priorities)) {
+    for (int32_t k = 0; k < update_.trees; ++k) {
+      update_.tree[k].nodes = EmulatedHost(update_.tree[k].nodes);
+    }
     update_.keys = keys_.data();
     update_.priorities = priorities_.data();
     update_.updated = &updated_;
@@ -48,6 +52,7 @@ class PendingGpuUpdate {
     std::vector<long long> shared(GpuUpdateSharedBytes(update_.n) / sizeof(long long) + 1);
     {
       nb::gil_scoped_release release;
+      RunMirrorCopies(copies_);  // enqueued before the kernel, on its stream
       EmulateGpuUpdate(update_, shared.data(), threads);
     }
     return updated_;
@@ -58,6 +63,7 @@ class PendingGpuUpdate {
   std::shared_ptr<Table> table_;
   uint64_t ticket_;
   GpuUpdate update_;
+  MirrorCopies copies_;
   std::vector<uint8_t> keys_, priorities_;
   int32_t updated_ = -2;
   bool ran_ = false;
@@ -79,19 +85,20 @@ std::unique_ptr<PendingGpuUpdate> BeginGpuUpdate(int64_t handle, AnyArray keys,
     throw InvalidArgument("keys and priorities differ in size");
   }
   GpuUpdate update;
+  MirrorCopies copies;
   uint64_t ticket;
   {
     nb::gil_scoped_release release;
     table->UseGpuCompletions(nullptr, GpuCompletions::kEmulated);
     ticket = table->BeginGpuUpdate(reinterpret_cast<const void*>(stream),
-                                   static_cast<int64_t>(keys.shape(0)), &update);
+                                   static_cast<int64_t>(keys.shape(0)), &update, &copies);
   }
   if (ticket == 0) return nullptr;
   update.key_format = key_format;
   update.priority_format = priority_format;
   update.n = static_cast<int64_t>(keys.shape(0));
-  return std::make_unique<PendingGpuUpdate>(std::move(table), ticket, update, Bytes(keys),
-                                            Bytes(priorities));
+  return std::make_unique<PendingGpuUpdate>(std::move(table), ticket, update, copies,
+                                            Bytes(keys), Bytes(priorities));
 }
 
 }  // namespace

@@ -1,0 +1,203 @@
+"""Sum trees' copies in GPU memory for device tables (xla_ffi/core/tree_mirror.h),
+run on the CPU: a device table's Timestep and Prioritized GPU draws and GPU
+priority updates read the tree's mirror, which each GPU call first brings up
+to date with a copy of the nodes the host wrote since the last (the whole
+tree the first time). The emulated kernels (selection, fused sample, update,
+copy) run on the CPU with the mirror in emulated GPU memory; after every GPU
+call the mirror must equal the host tree bit for bit, and every GPU sample
+of the device table must equal the CPU handler's sample of a host twin (the
+same writes) for the same key, whatever inserts, evictions, host updates and
+GPU updates came between."""
+
+from __future__ import annotations
+
+import threading
+
+import jax
+import numpy as np
+import pytest
+
+import gearjax as gx
+from reference import assert_emulated_gpu_sample_equals
+
+COLUMNS = {"x": gx.Column((3,), "float32")}
+
+# The kernels' code runs on the CPU beside the CPU handler, on any machine.
+pytestmark = pytest.mark.usefixtures("cpu_device")
+
+
+@pytest.fixture
+def device_mapping(emulated_gpu_memory):
+    """Device tables (emulated GPU memory) whose selection state is
+    GPU-mapped (emulated), as on a machine with a GPU."""
+    emulated_gpu_memory.emulate_gpu_mapping(True)
+    try:
+        yield emulated_gpu_memory
+    finally:
+        emulated_gpu_memory.emulate_gpu_mapping(False)
+
+
+def make_table(native, placement="device", capacity=24, inserts=30, seed=0) -> gx.Table:
+    table = gx.Table(COLUMNS, capacity=capacity, max_length=6, placement=placement)
+    rng = np.random.default_rng(seed)
+    for i in range(inserts):  # evicts the first ones
+        table.insert({"x": rng.standard_normal((1 + i % 6, 3)).astype(np.float32)},
+                     priority=0.0 if i % 7 == 0 else float(rng.uniform(0.1, 4)))
+    native.use_gpu_completions(table.handle)
+    return table
+
+
+def assert_mirrors_equal_trees(native, table, expected_trees):
+    trees = native.tree_mirrors(table.handle)
+    assert len(trees) == expected_trees
+    for host, mirror in trees:
+        np.testing.assert_array_equal(mirror.view(np.uint64), host.view(np.uint64))
+
+
+def gpu_sample_equals_cpu(native, device, host, strategy, seed):
+    """The device table's fused GPU sample (emulated) equals the host twin's
+    CPU sample for the same key."""
+    key = jax.random.key(seed)
+    batch = host.sample(key, 16, 4, strategy)
+    assert_emulated_gpu_sample_equals(device, key, batch, strategy, 4, "left", 8, fused=True)
+
+
+def keys_of(table):
+    return np.asarray(table.contents()["key"], np.int64)
+
+
+@pytest.fixture
+def twins(device_mapping):
+    """A device table and a host table given the same writes."""
+    device = make_table(device_mapping)
+    host = make_table(device_mapping, placement="host")
+    yield device, host
+    device.close()
+    host.close()
+
+
+@pytest.mark.parametrize("strategy", [gx.Timestep(), gx.Prioritized(0.6)],
+                         ids=lambda s: type(s).__name__)
+def test_gpu_draws_equal_the_cpu_handler_through_every_kind_of_write(device_mapping, twins,
+                                                                     strategy):
+    native, (device, host) = device_mapping, twins
+    assert native.tree_mirrors(device.handle) == []  # made by the first GPU call
+    gpu_sample_equals_cpu(native, device, host, strategy, 0)
+    assert_mirrors_equal_trees(native, device, 1)
+    rng = np.random.default_rng(1)
+    for step in range(12):
+        kind = step % 4
+        if kind == 0:  # inserts, evicting
+            for _ in range(3):
+                length, priority = int(rng.integers(1, 7)), float(rng.uniform(0, 3))
+                for table in (device, host):
+                    table.insert({"x": np.ones((length, 3), np.float32)}, priority=priority)
+        elif kind == 1:  # host updates
+            keys, priorities = rng.choice(keys_of(host), 5), rng.uniform(0, 3, 5)
+            for table in (device, host):
+                table.update_priorities(keys, priorities)
+        elif kind == 2:  # a GPU update kernel on the device table
+            keys, priorities = rng.choice(keys_of(host), 9), rng.uniform(0, 3, 9)
+            pending = native.begin_gpu_update(device.handle, keys, priorities)
+            assert pending is not None
+            assert pending.run(16) == host.update_priorities(keys, priorities)
+        # kind 3: nothing written, nothing to copy
+        gpu_sample_equals_cpu(native, device, host, strategy, step + 1)
+        assert_mirrors_equal_trees(native, device, 1)
+
+
+def test_the_update_kernel_writes_mirror_and_host_tree(device_mapping, twins):
+    native, (device, host) = device_mapping, twins
+    gpu_sample_equals_cpu(native, device, host, gx.Prioritized(1.0), 0)
+    gpu_sample_equals_cpu(native, device, host, gx.Prioritized(0.5), 0)
+    keys = keys_of(host)
+    for table in (device, host):
+        table.update_priorities(keys[:4], np.full(4, 2.5))  # logged, not yet copied
+    trees = native.tree_mirrors(device.handle)
+    assert any((h != m).any() for h, m in trees), "a host write reached the mirror without a copy"
+    priorities = np.linspace(0, 5, len(keys[::2]))
+    pending = native.begin_gpu_update(device.handle, keys[::2], priorities)
+    assert pending.run(7) == host.update_priorities(keys[::2], priorities)
+    # The copy ran first, then the kernel wrote both copies of both trees.
+    assert_mirrors_equal_trees(native, device, 2)
+    gpu_sample_equals_cpu(native, device, host, gx.Prioritized(1.0), 1)
+    gpu_sample_equals_cpu(native, device, host, gx.Prioritized(0.5), 2)
+
+
+def test_host_tables_and_unmapped_device_tables_have_no_mirror(device_mapping):
+    native = device_mapping
+    with make_table(native, placement="host") as table:
+        gpu_sample_equals_cpu(native, table, table, gx.Prioritized(1.0), 0)
+        assert native.tree_mirrors(table.handle) == []
+    native.emulate_gpu_mapping(False)  # selection state in plain memory: no GPU kernel reads it
+    with gx.Table(COLUMNS, capacity=4, max_length=6, placement="device") as table:
+        table.insert({"x": np.ones((2, 3), np.float32)})
+        with pytest.raises(ValueError, match="not GPU-mapped"):
+            native.emulate_fused_gpu_sample(table.handle, (1, 2), 2, gx.Timestep().code, 0.0,
+                                            2, True, 4)
+        assert native.tree_mirrors(table.handle) == []
+
+
+def test_a_log_past_its_limit_copies_the_whole_tree(device_mapping, twins):
+    native, (device, host) = device_mapping, twins
+    gpu_sample_equals_cpu(native, device, host, gx.Timestep(), 0)
+    for i in range(10):  # more nodes written than an eighth of the tree's
+        for table in (device, host):
+            table.insert({"x": np.ones((1 + i % 6, 3), np.float32)})
+    gpu_sample_equals_cpu(native, device, host, gx.Timestep(), 1)
+    assert_mirrors_equal_trees(native, device, 1)
+
+
+def test_writers_and_gpu_calls_together_leave_mirror_equal_to_tree(device_mapping):
+    """Actors insert and update on the host while a learner runs GPU samples
+    and GPU updates: once everyone stops, one more GPU call brings the
+    mirrors exactly to the host trees, and the GPU draws' probabilities are
+    each key's weight over the total the records give."""
+    native = device_mapping
+    with make_table(native, capacity=48, inserts=48) as table:
+        strategies = [gx.Prioritized(1.0), gx.Timestep()]
+        for strategy in strategies:
+            native.emulate_fused_gpu_sample(table.handle, (0, 1), 8, strategy.code,
+                                            strategy.alpha, 2, True, 4)
+        errors: list[BaseException] = []
+        stop = threading.Event()
+
+        def actor(seed):
+            rng = np.random.default_rng(seed)
+            try:
+                while not stop.is_set():
+                    table.insert({"x": np.ones((2, 3), np.float32)},
+                                 priority=float(rng.uniform(0, 3)))
+                    table.update_priorities(keys_of(table)[:3], rng.uniform(0, 3, 3))
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        actors = [threading.Thread(target=actor, args=(s,)) for s in range(2)]
+        for t in actors:
+            t.start()
+        rng = np.random.default_rng(5)
+        for i in range(120):
+            if i % 2:
+                keys = rng.choice(keys_of(table), 16)
+                pending = native.begin_gpu_update(table.handle, keys, rng.uniform(0, 3, 16))
+                pending.run(int(rng.integers(1, 32)))
+            else:
+                strategy = strategies[i % 4 // 2]
+                native.emulate_fused_gpu_sample(table.handle, (i, 7), 8, strategy.code,
+                                                strategy.alpha, 2, True, 4)
+        stop.set()
+        for t in actors:
+            t.join(timeout=60)
+        assert not errors
+        contents = table.contents()
+        weights = {"Prioritized": dict(zip(contents["key"].tolist(), contents["priority"])),
+                   "Timestep": dict(zip(contents["key"].tolist(), contents["length"]))}
+        for strategy in strategies:
+            keys, _, probability, *_ = native.emulate_fused_gpu_sample(
+                table.handle, (3, 4), 64, strategy.code, strategy.alpha, 2, True, 4)
+            w = weights[type(strategy).__name__]
+            total = sum(float(v) for v in w.values())
+            expected = np.array([float(w[int(k)]) / total for k in keys])
+            # float32 probabilities; a stale node would be off by a whole weight
+            np.testing.assert_allclose(probability, expected, rtol=1e-6)
+        assert_mirrors_equal_trees(native, table, 2)

@@ -1,0 +1,106 @@
+// Table's sum-tree mirrors in GPU memory (see tree_mirror.h and
+// Table::BeginGpuSample): which tables have them, what a GPU call copies into
+// them first, and the pinned lists those copies read.
+#include <algorithm>
+
+#include "table.h"
+#include "tree_mirror.h"
+
+namespace gearjax {
+
+bool Table::MirrorsTreesLocked() const {
+  if (!spec_.on_device || device_memory_ == nullptr) return false;
+  const int current =
+      device_memory_->current_device != nullptr ? device_memory_->current_device() : 0;
+  return current == device_ordinal_;  // mirrors live on the arena's GPU
+}
+
+MappedArray<int64_t>* Table::MirrorStagingLocked(int64_t entries, uint64_t ticket) {
+  const size_t needed = static_cast<size_t>(entries);
+  std::shared_ptr<MirrorStaging>* free = nullptr;
+  for (auto& staging : mirror_staging_) {
+    if (tickets_.InFlight(staging->ticket)) continue;
+    if (staging->list.size() >= needed) {
+      staging->ticket = ticket;
+      return &staging->list;
+    }
+    free = &staging;
+  }
+  // None large enough: a new list, twice the size asked (a log grows), in
+  // place of a free one that is too small, or beside the others (as many as
+  // copies in flight at once).
+  auto made = std::make_shared<MirrorStaging>(
+      MirrorStaging{ticket, MappedArray<int64_t>(std::max<size_t>(needed * 2, 1024), true)});
+  if (made->list.device_data() == nullptr) return nullptr;
+  if (free == nullptr) free = &mirror_staging_.emplace_back();
+  *free = std::move(made);
+  return &(*free)->list;
+}
+
+void Table::CopyMirrorsLocked(const SumTree* const* trees, int n, uint64_t ticket,
+                              const void* stream, MirrorCopies* copies, double** mirrors) {
+  TreeMirror* mirror[kMaxMirrorCopies] = {};
+  int64_t logged = 0;
+  for (int i = 0; i < n; ++i) {
+    mirrors[i] = nullptr;
+    if (copies->n + i >= kMaxMirrorCopies) continue;
+    mirror[i] = trees[i]->Mirror(device_memory_);
+    if (mirror[i] != nullptr) logged += std::max<int64_t>(mirror[i]->logged(), 0);
+  }
+  MappedArray<int64_t>* list = nullptr;
+  if (logged > 0) {
+    try {
+      list = MirrorStagingLocked(logged, ticket);
+    } catch (const std::bad_alloc&) {
+      list = nullptr;
+    }
+  }
+  int64_t used = 0;
+  for (int i = 0; i < n; ++i) {
+    if (mirror[i] == nullptr) continue;
+    mirrors[i] = mirror[i]->device();
+    const int64_t entries = mirror[i]->logged();
+    if (entries == 0) continue;
+    if (entries > 0 && list == nullptr) mirror[i]->WroteAll();  // no list: copy every node
+    const double* from = trees[i]->device_view().nodes;
+    copies->copy[copies->n++] =
+        list == nullptr ? mirror[i]->Take(from, nullptr, nullptr)
+                        : mirror[i]->Take(from, list->data() + used, list->device_data() + used);
+    used += std::max<int64_t>(entries, 0);
+  }
+  if (copies->n > 0) {
+    if (mirror_copy_last_ != 0 && stream != mirror_copy_stream_) mirror_copy_streams_mixed_ = true;
+    mirror_copy_last_ = std::max(mirror_copy_last_, ticket);
+    mirror_copy_stream_ = stream;
+  }
+}
+
+std::vector<const SumTree*> Table::DrawTreesLocked() const {
+  std::vector<const SumTree*> trees;
+  if (timestep_ != nullptr) trees.push_back(&timestep_->tree());
+  for (const auto& selector : prioritized_) trees.push_back(&selector->tree());
+  return trees;
+}
+
+void Table::MirrorCopiesLost() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const SumTree* tree : DrawTreesLocked()) {
+    if (TreeMirror* mirror = tree->mirror()) mirror->WroteAll();
+  }
+}
+
+std::vector<Table::MirroredTree> Table::MirroredTrees() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<MirroredTree> out;
+  for (const SumTree* tree : DrawTreesLocked()) {
+    const TreeMirror* mirror = tree->mirror();
+    if (mirror == nullptr) continue;
+    MirroredTree& t = out.emplace_back();
+    t.host.assign(tree->view().nodes, tree->view().nodes + tree->node_count());
+    t.mirror.resize(tree->node_count());
+    device_memory_->copy_out(t.mirror.data(), mirror->device(), t.mirror.size() * sizeof(double));
+  }
+  return out;
+}
+
+}  // namespace gearjax
