@@ -201,3 +201,46 @@ def test_writers_and_gpu_calls_together_leave_mirror_equal_to_tree(device_mappin
             # float32 probabilities; a stale node would be off by a whole weight
             np.testing.assert_allclose(probability, expected, rtol=1e-6)
         assert_mirrors_equal_trees(native, table, 2)
+
+
+def test_a_mirror_takes_the_gpu_memory_the_placement_page_states(device_mapping):
+    """docs/concepts/placement.md: about 9.1 bytes a slot a tree, 35 MiB for
+    one tree of 4 million slots."""
+    native = device_mapping
+    with gx.Table({"x": gx.Column((), "uint8")}, capacity=4_000_000, max_length=1,
+                  placement="device") as table:
+        table.insert({"x": np.ones(1, np.uint8)})
+        native.use_gpu_completions(table.handle)
+        native.emulate_fused_gpu_sample(table.handle, (0, 1), 1, gx.Timestep().code, 0.0, 1,
+                                        True, 1)
+        (host, mirror), = native.tree_mirrors(table.handle)
+        assert mirror.nbytes == host.nbytes
+        assert 9.1 <= mirror.nbytes / 4_000_000 < 9.2
+        assert round(mirror.nbytes / 2**20) == 35
+
+
+def test_an_update_waits_for_a_copy_in_flight_on_another_stream(device_mapping):
+    """A copy into the mirrors enqueued on another stream could write, with
+    the host's older value, a node the update kernel writes: the update
+    waits until that copy's sample has ended (Table::BeginGpuUpdate)."""
+    native = device_mapping
+    with make_table(native) as table:
+        ticket = native.begin_gpu_sample(table.handle, 4, gx.Prioritized(1.0).code, alpha=1.0,
+                                         stream=2)  # copies the whole tree: in flight
+        keys = keys_of(table)[:3]
+        begun = []
+        t = threading.Thread(target=lambda: begun.append(
+            native.begin_gpu_update(table.handle, keys, np.ones(3), 1)))
+        t.start()
+        t.join(timeout=0.3)
+        assert t.is_alive(), "the update began while another stream's copy was in flight"
+        native.end_gpu_sample(table.handle, ticket)
+        t.join(timeout=10)
+        assert not t.is_alive()
+        assert begun[0].run(4) == 3
+        assert_mirrors_equal_trees(native, table, 1)
+        # On its own stream nothing waits.
+        ticket = native.begin_gpu_sample(table.handle, 4, gx.Prioritized(1.0).code, alpha=1.0,
+                                         stream=1)
+        native.begin_gpu_update(table.handle, keys, np.ones(3), 1).run(4)
+        native.end_gpu_sample(table.handle, ticket)

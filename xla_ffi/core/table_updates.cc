@@ -106,16 +106,6 @@ uint64_t Table::BeginGpuUpdate(const void* stream, int64_t n, GpuUpdate* update,
   for (;;) {
     changed_.wait(lock, [&] { return priority_claims_ == 0 || closed(); });
     CheckOpenLocked();
-    if (mirror_copy_last_ != 0 && (stream != mirror_copy_stream_ || mirror_copy_streams_mixed_) &&
-        tickets_.InFlight(mirror_copy_last_)) {
-      // A copy into the mirrors on another stream may still run: it could
-      // write a node this kernel writes after reading the host's. Wait for
-      // it, then look again (the lock was released).
-      WaitForTickets(lock, Clock::time_point::max(),
-                     [&] { return closed() || !tickets_.InFlight(mirror_copy_last_); });
-      CheckOpenLocked();
-      continue;
-    }
     if (gpu_update_last_ == 0 || stream == gpu_update_stream_) break;
     // Another stream's updates may still be writing: wait for them, then
     // look again (the lock was released).
@@ -153,6 +143,21 @@ uint64_t Table::BeginGpuUpdate(const void* stream, int64_t n, GpuUpdate* update,
   gpu_update_last_ = std::max(gpu_update_last_, ticket);  // (TakeTicketLocked may wait)
   gpu_update_stream_ = stream;
   if (MirrorsTreesLocked()) {
+    // A copy into the mirrors enqueued on another stream may still run: it
+    // could write a node this kernel writes after reading the host's. Wait
+    // for it. With gpu_update_last_ set, no new copy of a Prioritized tree
+    // starts on another stream (BeginGpuSample) and host writers wait
+    // (OwnPrioritiesLocked) meanwhile.
+    const auto foreign_copy = [&] {
+      return mirror_copy_last_ != 0 &&
+             (stream != mirror_copy_stream_ || mirror_copy_streams_mixed_) &&
+             tickets_.InFlight(mirror_copy_last_);
+    };
+    WaitForTickets(lock, Clock::time_point::max(), [&] { return closed() || !foreign_copy(); });
+    if (closed()) {
+      tickets_.Return(ticket);
+      CheckOpenLocked();  // throws Closed
+    }
     // The kernel reads and writes the mirrors, brought up to date first,
     // and writes the host trees too.
     double* mirrors[kMaxPriorityTrees];

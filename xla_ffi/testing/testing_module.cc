@@ -322,15 +322,22 @@ void DefineModule(nb::module_ m) {
   m.def(
       "begin_gpu_sample",
       [](int64_t handle, int64_t batch, int strategy, double alpha, int64_t count, int64_t window,
-         int cut, bool replace) {
+         int cut, bool replace, int64_t stream) {
         std::shared_ptr<Table> table = Find(handle);
         const SampleRequest request = Request(batch, strategy, alpha, count, window, cut, replace);
         GpuSelection selection;
         nb::gil_scoped_release release;
-        return table->BeginGpuSample(request, &selection);
+        if (stream == 0) return table->BeginGpuSample(request, &selection);
+        MirrorCopies copies;
+        const uint64_t ticket = table->BeginGpuSample(request, &selection, &copies,
+                                                      reinterpret_cast<const void*>(stream));
+        RunMirrorCopies(copies);
+        return ticket;
       },
       "handle"_a, "batch"_a, "strategy"_a, "alpha"_a = 0.0, "count"_a = 0, "window"_a = 1,
-      "cut"_a = 0, "replace"_a = true);
+      "cut"_a = 0, "replace"_a = true, "stream"_a = 0,
+      "Takes a GPU sample's ticket (end_gpu_sample returns it). With a stream (any "
+      "nonzero integer, an identity) the handler's mirror copies are asked for and run.");
   m.def(
       "tree_mirrors",
       [](int64_t handle) {
