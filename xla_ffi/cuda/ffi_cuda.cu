@@ -107,12 +107,14 @@ ffi::Error SampleOnDevice(cudaStream_t stream, ffi::ScratchAllocator& scratch, i
   MirrorCopies copies;
   DeviceTicket ticket(table, table->BeginGpuSample(request, &selection, &copies, stream), device,
                       stream);
-  GatherParams params = PlanGather(*table, /*draws=*/nullptr, request.batch, width, pad_left,
-                                   out, table->device_arena());
-  params.completion = ticket.completion();
+  // First: the copies were taken from the trees' logs, and a way out
+  // before they are enqueued must say so (CopyMirrors).
   if (const ffi::Error copied = CopyMirrors(*table, copies, stream); copied.failure()) {
     return copied;
   }
+  GatherParams params = PlanGather(*table, /*draws=*/nullptr, request.batch, width, pad_left,
+                                   out, table->device_arena());
+  params.completion = ticket.completion();
   cudaError_t error;
   if (FusesSample(params)) {
     Count(HostWork::kLaunch);
@@ -260,10 +262,10 @@ ffi::Error UpdateOnDevice(cudaStream_t stream, int device, const std::shared_ptr
                           KeyFormat key_format, const ffi::AnyBuffer& priorities,
                           PriorityFormat priority_format, int32_t* updated) {
   DeviceTicket held(table, ticket, device, stream);
-  update.completion = held.completion();
   if (const ffi::Error copied = CopyMirrors(*table, copies, stream); copied.failure()) {
-    return copied;
+    return copied;  // (first, as in SampleOnDevice)
   }
+  update.completion = held.completion();
   update.keys = keys.untyped_data();
   update.key_format = key_format;
   update.priorities = priorities.untyped_data();
