@@ -66,8 +66,7 @@ StrategyTotals Table::Tops(const SampleRequest& r, TopEntry* out) {
   std::lock_guard<std::mutex> lock(mu_);
   CheckOpenLocked();
   OwnPrioritiesLocked();
-  const std::vector<int64_t> slots =
-      r.strategy == Strategy::kTopK ? TopKLocked().Best(r.count) : RecentLocked().Best(r.count);
+  const std::vector<int64_t> slots = SamplingSelectorLocked(r).Best(r.count);
   for (size_t i = 0; i < slots.size(); ++i) {
     out[i] = {(*slots_)[slots[i]].priority, stamps_[slots[i]]};
   }

@@ -43,7 +43,7 @@ class RankingSelector : public SamplingSelector {
 
   // The slots of the min(count, size) best, the best first (what Select
   // draws from, in rank order).
-  std::vector<int64_t> Best(int64_t count) const {
+  std::vector<int64_t> Best(int64_t count) const override {
     std::vector<int64_t> slots;
     slots.reserve(static_cast<size_t>(std::min(std::max<int64_t>(count, 0), size())));
     for (auto it = ranked_.rbegin(); it != ranked_.rend() &&

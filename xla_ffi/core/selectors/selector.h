@@ -96,6 +96,13 @@ class SamplingSelector : public Selector {
   // The sum tree a draw descends (what one-sided readers of other processes
   // descend too), or null for selectors that rank instead (TopK, Recent).
   virtual const SumTree* DrawTree() const { return nullptr; }
+  // The slots of the min(count, size) best items, the best first, for
+  // selectors that rank (TopK, Recent: what a sharded sample merges across
+  // shards); empty for those that weigh instead.
+  virtual std::vector<int64_t> Best(int64_t count) const {
+    (void)count;
+    return {};
+  }
   // Fills the strategy's part of what the GPU selection kernel reads (the
   // live bitmap, or the sum tree, at device addresses); false for selectors
   // that select on the host only.

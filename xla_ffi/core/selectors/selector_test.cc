@@ -2,9 +2,10 @@
 // interface alone, as Table::SelectLocked uses it: every strategy's selector
 // draws a batch with SelectMany (TopK and Recent as their Select row by row,
 // with the batch's count), names the tree it descends (none for the ranking
-// ones), lists a constrained sample's candidates with their weights and says
-// whether the GPU kernels can draw from it (on a table not
-// GPU-mapped: refused with the reason, or false for the host-only ones).
+// ones) or lists its best items (only the ranking ones), lists a constrained
+// sample's candidates with their weights and says whether the GPU kernels
+// can draw from it (on a table not GPU-mapped: refused with the reason, or
+// false for the host-only ones).
 #include "core/selectors/selector.h"
 
 #include <gtest/gtest.h>
@@ -90,6 +91,20 @@ TEST(SamplingSelector, TreesAreNamedByTheTreeStrategiesOnly) {
     if (!ranks) {
       EXPECT_GT(all[i]->DrawTree()->Total(), 0.0);
     }
+  }
+}
+
+TEST(SamplingSelector, RankingSelectorsListTheirBestFirstAndOthersNone) {
+  const auto all = All();
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (i < 3) {  // Uniform, Timestep, Prioritized weigh: nothing to rank
+      EXPECT_TRUE(all[i]->Best(3).empty()) << i;
+      continue;
+    }
+    // TopK by priority (slot + 1), Recent by key (slot): slot 9 is best.
+    EXPECT_EQ(all[i]->Best(3), (std::vector<int64_t>{9, 8, 7})) << i;
+    EXPECT_EQ(all[i]->Best(50).size(), 10u) << i;
+    EXPECT_TRUE(all[i]->Best(0).empty()) << i;
   }
 }
 
