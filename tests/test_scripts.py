@@ -381,6 +381,26 @@ def test_bench_dqn_runs_and_learns_something(tmp_path):
     assert all(r["env_steps_per_second"] > 0 and r["episodes"] > 0 for r in runs.values())
 
 
+def test_bench_against_compares_two_builds_figure_by_figure(tmp_path):
+    import gearjax
+    here = Path(gearjax.__file__).resolve().parent.parent  # the gearjax this test imports
+    out = tmp_path / "against.json"
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_against.py"), "--smoke",
+                    "--rounds", "1", "--benches", "dispatch", "--current", str(here),
+                    "--baseline", str(here), "--baseline-name", "same", "--out", str(out)],
+                   check=True, capture_output=True, timeout=600, cwd=ROOT)
+    result = json.loads(out.read_text())
+    assert result["baseline"] == "same"
+    figures = result["summary"]
+    assert {"per-call threaded (us)", "train step w48 unordered (us)"} <= set(figures)
+    assert "train step w256 unordered (us)" not in figures  # not run at --smoke's size
+    for f in figures.values():
+        assert f["current"] > 0 and f["baseline"] > 0
+        assert f["best_ratio"] == pytest.approx(f["current"] / f["baseline"])
+        assert f["ratio"] == pytest.approx(f["paired_ratios"][0])  # one round
+    assert (tmp_path / "against.txt").read_text().startswith("bench_against:")
+
+
 def test_bench_insert_step_times_every_case(tmp_path):
     out = tmp_path / "insert.json"
     subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_insert_step.py"), "--calls",

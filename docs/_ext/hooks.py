@@ -92,6 +92,11 @@ SOURCES: list[tuple[str, str]] = [
      "\"main 25be2b8\"` (2-core dev VM)"),
     ("bench_call_sites_cpu.txt",
      "the printed report of `scripts/bench_call_sites.py` (same run)"),
+    ("bench_against_cpu.json",
+     "`python scripts/bench_against.py --baseline BUILD_OF_8178ead --baseline-name "
+     "\"main 8178ead\" --current BUILD_OF_ed2bfbe --rounds 8` (both CPU-only Release builds, "
+     "2-core dev VM)"),
+    ("bench_against_cpu.txt", "the printed report of `scripts/bench_against.py` (same run)"),
     ("bench_dqn_cpu.json", "`python scripts/bench_dqn.py --seeds 0,1,2`"),
     ("bench_insert_step_cpu.json", "`python scripts/bench_insert_step.py`"),
     ("bench_insert_step_cpu.txt", "the printed report of `scripts/bench_insert_step.py` (same run)"),
