@@ -435,8 +435,7 @@ class Table {
                      int64_t stamp);
   // The trees GPU kernels may draw from: Timestep's, then each Prioritized.
   std::vector<const SumTree*> DrawTreesLocked() const;
-  // Whether this table's trees get copies in GPU memory (a device table, its
-  // hooks' current GPU the arena's).
+  // Whether this table's trees get copies in GPU memory (a device table).
   bool MirrorsTreesLocked() const;
   // Adds to *copies what brings the mirrors of `trees` up to date (each
   // made on first use), the logged nodes staged in pinned memory held until

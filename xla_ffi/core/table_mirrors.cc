@@ -9,22 +9,21 @@
 namespace gearjax {
 
 bool Table::MirrorsTreesLocked() const {
-  if (!spec_.on_device || device_memory_ == nullptr) return false;
-  const int current =
-      device_memory_->current_device != nullptr ? device_memory_->current_device() : 0;
-  return current == device_ordinal_;  // mirrors live on the arena's GPU
+  // Mirrors are made on the calling thread's GPU, which is the arena's: the
+  // CUDA handlers refuse a device table on any other (CheckDevice).
+  return spec_.on_device && device_memory_ != nullptr;
 }
 
 MappedArray<int64_t>* Table::MirrorStagingLocked(int64_t entries, uint64_t ticket) {
   const size_t needed = static_cast<size_t>(entries);
-  std::shared_ptr<MirrorStaging>* free = nullptr;
+  std::shared_ptr<MirrorStaging>* reusable = nullptr;  // ended, but too small
   for (auto& staging : mirror_staging_) {
     if (tickets_.InFlight(staging->ticket)) continue;
     if (staging->list.size() >= needed) {
       staging->ticket = ticket;
       return &staging->list;
     }
-    free = &staging;
+    reusable = &staging;
   }
   // None large enough: a new list, twice the size asked (a log grows), in
   // place of a free one that is too small, or beside the others (as many as
@@ -32,9 +31,9 @@ MappedArray<int64_t>* Table::MirrorStagingLocked(int64_t entries, uint64_t ticke
   auto made = std::make_shared<MirrorStaging>(
       MirrorStaging{ticket, MappedArray<int64_t>(std::max<size_t>(needed * 2, 1024), true)});
   if (made->list.device_data() == nullptr) return nullptr;
-  if (free == nullptr) free = &mirror_staging_.emplace_back();
-  *free = std::move(made);
-  return &(*free)->list;
+  if (reusable == nullptr) reusable = &mirror_staging_.emplace_back();
+  *reusable = std::move(made);
+  return &(*reusable)->list;
 }
 
 void Table::CopyMirrorsLocked(const SumTree* const* trees, int n, uint64_t ticket,
