@@ -43,6 +43,10 @@ def clear_failed_token() -> bool:
     also drops a failed token before it starts (gearjax/_jax_fixes.py), so a
     failed program fails only its own results. (Threaded calls have no token.)
     """
+    # The usual case, no table token on this thread, answered here: every
+    # eager insert asks (one call less per insert_step).
+    if TABLE_EFFECT not in dispatch.runtime_tokens.current_tokens:
+        return False
     # _jax_fixes is imported at the end of this module (it needs the primitives).
     return _jax_fixes.drop_failed_table_token(dispatch.runtime_tokens, wait=False)
 

@@ -65,18 +65,22 @@ SumTreeView SumTree::View(const double* nodes) const {
   return v;
 }
 
-void SumTree::Recompute(int level, int64_t node) {
-  nodes_[offsets_[level] + node] = SumTreeLineSum(&nodes_[offsets_[level - 1] + node * kFanout]);
-  if (mirror_ != nullptr) mirror_->Wrote(offsets_[level] + node);
-}
-
 void SumTree::Set(int64_t leaf, double weight) {
   nodes_[leaf] = weight;
-  if (mirror_ != nullptr) mirror_->Wrote(leaf);
   int64_t node = leaf;
   for (int level = 1; level < levels_; ++level) {
     node /= kFanout;
-    Recompute(level, node);
+    nodes_[offsets_[level] + node] = SumTreeLineSum(&nodes_[offsets_[level - 1] + node * kFanout]);
+  }
+  // Logged after the walk, not in it: a tree without a mirror (every host
+  // table's) pays one test a write, not one a level.
+  if (mirror_ != nullptr) {
+    node = leaf;
+    mirror_->Wrote(node);
+    for (int level = 1; level < levels_; ++level) {
+      node /= kFanout;
+      mirror_->Wrote(offsets_[level] + node);
+    }
   }
 }
 

@@ -155,7 +155,6 @@ class SumTree {
 
  private:
   SumTreeView View(const double* nodes) const;
-  void Recompute(int level, int64_t node);  // node of `level` >= 1 from its line
 
   int64_t leaves_;
   int32_t levels_ = 0;
