@@ -373,11 +373,9 @@ nb::dict Limits() {
 // repeats a number (gearjax/_checks.py).
 nb::dict Enums() {
   nb::dict strategy, cut, remover, d;
-  strategy["uniform"] = static_cast<int>(Strategy::kUniform);
-  strategy["timestep"] = static_cast<int>(Strategy::kTimestep);
-  strategy["prioritized"] = static_cast<int>(Strategy::kPrioritized);
-  strategy["topk"] = static_cast<int>(Strategy::kTopK);
-  strategy["recent"] = static_cast<int>(Strategy::kRecent);
+  for (int64_t code = 0; code < NumStrategies(); ++code) {
+    strategy[FindStrategy(code)->key] = static_cast<int>(code);
+  }
   cut["start"] = static_cast<int>(Cut::kStart);
   cut["end"] = static_cast<int>(Cut::kEnd);
   cut["full"] = static_cast<int>(Cut::kFull);

@@ -10,6 +10,7 @@
 
 namespace gearjax {
 
+// Each one's name, parameter checks and the rest: strategies.h.
 enum class Strategy : int32_t {
   kUniform = 0,      // trajectories uniformly
   kTimestep = 1,     // trajectories in proportion to their length
@@ -17,11 +18,6 @@ enum class Strategy : int32_t {
   kTopK = 3,         // uniformly over the k highest priorities (ties: newer first)
   kRecent = 4,       // uniformly over the n newest
 };
-
-// Whether a strategy draws among the best `count` items it ranks (TopK,
-// Recent) rather than by weights: it has no sum tree, is selected on the
-// host, and weighs shards by their best lists rather than their totals.
-inline bool Ranks(Strategy s) { return s == Strategy::kTopK || s == Strategy::kRecent; }
 
 struct SampleRequest {
   Strategy strategy = Strategy::kUniform;

@@ -18,7 +18,7 @@ ShardSummary Summarize(int64_t shard, const StrategyTotals& totals) {
 }
 
 SampleRequest ShardRequest(int64_t strategy, double alpha, int64_t count) {
-  if (strategy < 0 || strategy > static_cast<int64_t>(Strategy::kRecent)) {
+  if (FindStrategy(strategy) == nullptr) {
     throw InvalidArgument("unknown sampling strategy " + std::to_string(strategy));
   }
   if (count < 1) throw InvalidArgument("TopK and Recent need a count >= 1");

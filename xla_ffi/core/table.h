@@ -58,6 +58,7 @@
 #include "rate_limiter.h"
 #include "removers.h"
 #include "sample_request.h"
+#include "strategies.h"
 #include "sample_tickets.h"
 #include "selectors/constrained.h"
 #include "selectors/fifo.h"

@@ -29,22 +29,7 @@ void Table::CheckRequest(const SampleRequest& r) const {
   if (static_cast<int32_t>(r.cut) < 0 || static_cast<int32_t>(r.cut) >= kNumCuts) {
     throw InvalidArgument("unknown window cut " + std::to_string(static_cast<int32_t>(r.cut)));
   }
-  switch (r.strategy) {
-    case Strategy::kUniform:
-    case Strategy::kTimestep:
-      return;
-    case Strategy::kPrioritized:
-      if (!(r.alpha >= 0 && r.alpha <= kMaxAlpha)) {
-        throw InvalidArgument("Prioritized alpha must be in [0, 8], got " + Number(r.alpha));
-      }
-      return;
-    case Strategy::kTopK:
-    case Strategy::kRecent:
-      if (r.count < 1) throw InvalidArgument("TopK and Recent need a count >= 1");
-      return;
-  }
-  throw InvalidArgument("unknown sampling strategy " +
-                        std::to_string(static_cast<int32_t>(r.strategy)));
+  StrategyOf(r.strategy).check(r);
 }
 
 void Table::WaitToSampleLocked(std::unique_lock<std::mutex>& lock, const SampleRequest& r) {
@@ -72,7 +57,7 @@ void Table::WaitToSampleLocked(std::unique_lock<std::mutex>& lock, const SampleR
   }
   // Checked before PrioritizedLocked may create a tree, so a refused sample
   // takes no alpha's place.
-  if (r.strategy == Strategy::kPrioritized && r.alpha > 0 && PositiveLocked() == 0) {
+  if (WeighsByPriority(r) && PositiveLocked() == 0) {
     throw InvalidArgument("cannot sample with Prioritized: every stored trajectory has priority 0");
   }
 }
@@ -245,11 +230,7 @@ std::string Table::ShortfallLocked(const SampleRequest& r, int64_t servable) con
   } else {
     why += "trajectories";
   }
-  if (Ranks(r.strategy)) {
-    why += std::string(" among the ") + (r.strategy == Strategy::kTopK ? "TopK" : "Recent") +
-           " " + std::to_string(r.count);
-  }
-  if (r.strategy == Strategy::kPrioritized && r.alpha > 0) why += " with priority > 0";
+  why += StrategyOf(r.strategy).eligible(r);
   std::string limits;
   if (!r.replace) limits += "replace=False draws each at most once";
   if (spec_.max_times_sampled > 0) {

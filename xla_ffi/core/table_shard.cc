@@ -19,23 +19,13 @@ StrategyTotals Table::Totals(const SampleRequest& r) {
   std::lock_guard<std::mutex> lock(mu_);
   CheckOpenLocked();
   OwnPrioritiesLocked();
-  StrategyTotals totals{live_, num_steps_, 0.0};
-  switch (r.strategy) {
-    case Strategy::kUniform:
-      totals.weight = static_cast<double>(live_);
-      break;
-    case Strategy::kTimestep:
-      totals.weight = static_cast<double>(num_steps_);
-      break;
-    case Strategy::kPrioritized:
-      // With no positive priority, alpha > 0 draws nothing here (as Select
-      // refuses); asking for the tree then would only take an alpha's place.
-      totals.weight = r.alpha > 0 && PositiveLocked() == 0 ? 0.0 : PrioritizedLocked(r.alpha).Total();
-      break;
-    default:
-      throw InvalidArgument("TopK and Recent have no totals to draw shards by");
-  }
-  return totals;
+  if (Ranks(r.strategy)) throw InvalidArgument("TopK and Recent have no totals to draw shards by");
+  // With no positive priority, a draw by priority draws nothing here (as
+  // Select refuses); asking for the tree then would only take an alpha's place.
+  const double weight = WeighsByPriority(r) && PositiveLocked() == 0
+                            ? 0.0
+                            : SamplingSelectorLocked(r).TotalWeight();
+  return {live_, num_steps_, weight};
 }
 
 RemoteLayout Table::Remote(const SampleRequest& r) {

@@ -50,7 +50,7 @@ int64_t Table::UpdatePriorities(const int64_t* keys, const double* priorities, i
 }
 
 bool Table::WaitsForStagedUpdates(const SampleRequest& r) const {
-  if (r.strategy != Strategy::kPrioritized || r.alpha <= 0) return false;
+  if (!WeighsByPriority(r)) return false;
   if (staged_updates_.load(std::memory_order_acquire) == 0 &&
       gpu_report_.load(std::memory_order_acquire) == nullptr) {
     return false;  // never updated on the GPU, nothing staged

@@ -9,8 +9,9 @@
 // strategy is first admitted, and keeps them up to date from then on, so a
 // table pays only for the selection it uses. The selectors users choose
 // (SamplingSelector) also draw: the table asks the strategy's selector for a
-// batch (Table::SamplingSelectorLocked, where strategies are registered)
-// and never switches on the strategy to select.
+// batch (Table::SamplingSelectorLocked makes each strategy's selector; the
+// rest the core knows of a strategy is in strategies.h) and never switches
+// on the strategy to select.
 #pragma once
 
 #include <cstdint>
@@ -93,6 +94,13 @@ class SamplingSelector : public Selector {
   // Draws batch.n rows into out, each with the probability it was drawn
   // with; the table holds at least one item this selector can draw.
   virtual void SelectMany(const SelectionBatch& batch, Selection* out) const = 0;
+  // The sum of the weights a draw is in proportion to (what a sharded sample
+  // draws this table's share by): the draw tree's total (Uniform: its
+  // size); never asked of ranking selectors.
+  virtual double TotalWeight() const {
+    const SumTree* tree = DrawTree();
+    return tree != nullptr ? tree->Total() : 0.0;
+  }
   // The sum tree a draw descends (what one-sided readers of other processes
   // descend too), or null for selectors that rank instead (TopK, Recent).
   virtual const SumTree* DrawTree() const { return nullptr; }

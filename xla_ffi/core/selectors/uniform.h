@@ -61,6 +61,7 @@ class UniformSelector final : public SamplingSelector {
   // seed (UniformDraw).
   void SelectMany(const SelectionBatch& batch, Selection* out) const override;
   const SumTree* DrawTree() const override { return &ones_; }
+  double TotalWeight() const override { return static_cast<double>(size_); }
   bool DescribeForGpu(GpuSelection* selection) const override;
   // Every eligible live item, weight 1, in slot order.
   void ListCandidates(const CandidateScan& scan, std::vector<Candidate>* out) const override;

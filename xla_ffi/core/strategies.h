@@ -1,0 +1,54 @@
+// The sampling strategies users choose, registered once: each one's code,
+// name, whether it ranks, the checks of its parameters and what makes an
+// item eligible for it. Adding a strategy: an enum value (sample_request.h),
+// an entry here, its selector (selectors/, made by
+// Table::SamplingSelectorLocked), its Python class (gearjax/strategies.py).
+// The table's checks and messages, the sharded plan and the bindings read
+// this registry; none of them switches on the strategy.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "sample_request.h"
+
+namespace gearjax {
+
+struct StrategyEntry {
+  Strategy strategy;
+  // As the bindings export it and Python names it (gearjax._checks
+  // STRATEGY_CODES): the class name, lower-case.
+  const char* key;
+  const char* name;  // the Python class, for messages
+  // Draws among the best `count` items it ranks (no weights, no sum tree):
+  // selected on the host; a sharded sample merges best lists, not totals.
+  bool ranks;
+  // Draws in proportion to priority ** alpha (Prioritized): with alpha > 0,
+  // only items of priority > 0 can be drawn (see WeighsByPriority).
+  bool weighs_by_priority;
+  // Throws InvalidArgument for parameters this strategy refuses.
+  void (*check)(const SampleRequest& request);
+  // What an item needs besides the request's cut to be drawn, as words a
+  // shortfall message appends ("" when any live item may be).
+  std::string (*eligible)(const SampleRequest& request);
+};
+
+// How many strategies are registered: their codes are 0 .. count - 1.
+int64_t NumStrategies();
+
+// The entry of `code`, or null where no strategy has that code.
+const StrategyEntry* FindStrategy(int64_t code);
+
+// Whether `strategy` ranks (StrategyEntry::ranks); false for an unknown one.
+bool Ranks(Strategy strategy);
+
+// Whether the request draws by priorities with alpha > 0: what a priority
+// update changes, and what a table whose priorities are all 0 cannot serve.
+// False for an unknown strategy.
+bool WeighsByPriority(const SampleRequest& request);
+
+// The entry of `strategy`; throws InvalidArgument for an unknown one (a
+// value cast from a caller's integer).
+const StrategyEntry& StrategyOf(Strategy strategy);
+
+}  // namespace gearjax

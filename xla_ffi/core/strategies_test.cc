@@ -1,0 +1,100 @@
+// Tests of the strategy registry (strategies.h): one entry per code in code
+// order, each strategy's parameter checks and eligibility words, what ranks
+// and what weighs by priority, and unknown codes refused.
+#include "core/strategies.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <set>
+#include <string>
+
+#include "core/common.h"
+
+namespace gearjax {
+namespace {
+
+SampleRequest Request(Strategy s, double alpha = 0.0, int64_t count = 0) {
+  SampleRequest r;
+  r.strategy = s;
+  r.alpha = alpha;
+  r.count = count;
+  r.batch = 1;
+  return r;
+}
+
+TEST(Strategies, EveryCodeHasOneEntryWithAUniqueKeyAndName) {
+  ASSERT_EQ(NumStrategies(), 5);
+  std::set<std::string> keys, names;
+  for (int64_t code = 0; code < NumStrategies(); ++code) {
+    const StrategyEntry* entry = FindStrategy(code);
+    ASSERT_NE(entry, nullptr);
+    EXPECT_EQ(static_cast<int64_t>(entry->strategy), code);
+    EXPECT_EQ(&StrategyOf(entry->strategy), entry);
+    keys.insert(entry->key);
+    names.insert(entry->name);
+  }
+  EXPECT_EQ(keys, (std::set<std::string>{"uniform", "timestep", "prioritized", "topk", "recent"}));
+  EXPECT_EQ(names, (std::set<std::string>{"Uniform", "Timestep", "Prioritized", "TopK", "Recent"}));
+}
+
+TEST(Strategies, UnknownCodesAreRefused) {
+  for (int64_t code : {int64_t{-1}, NumStrategies(), int64_t{1} << 40,
+                       std::numeric_limits<int64_t>::min()}) {
+    EXPECT_EQ(FindStrategy(code), nullptr) << code;
+  }
+  const Strategy unknown = static_cast<Strategy>(7);
+  EXPECT_THROW(StrategyOf(unknown), InvalidArgument);
+  EXPECT_FALSE(Ranks(unknown));
+  EXPECT_FALSE(WeighsByPriority(Request(unknown, 1.0)));
+}
+
+TEST(Strategies, OnlyTopKAndRecentRankAndOnlyPrioritizedWeighsByPriority) {
+  EXPECT_FALSE(Ranks(Strategy::kUniform));
+  EXPECT_FALSE(Ranks(Strategy::kTimestep));
+  EXPECT_FALSE(Ranks(Strategy::kPrioritized));
+  EXPECT_TRUE(Ranks(Strategy::kTopK));
+  EXPECT_TRUE(Ranks(Strategy::kRecent));
+  EXPECT_TRUE(WeighsByPriority(Request(Strategy::kPrioritized, 0.6)));
+  EXPECT_FALSE(WeighsByPriority(Request(Strategy::kPrioritized, 0.0)));  // uniform
+  // An alpha given with another strategy means nothing.
+  for (Strategy s : {Strategy::kUniform, Strategy::kTimestep, Strategy::kTopK, Strategy::kRecent}) {
+    EXPECT_FALSE(WeighsByPriority(Request(s, 1.0, 3)));
+  }
+}
+
+TEST(Strategies, EachChecksItsOwnParameters) {
+  const double nan = std::nan("");
+  for (double alpha : {-0.1, 8.01, nan, std::numeric_limits<double>::infinity()}) {
+    EXPECT_THROW(StrategyOf(Strategy::kPrioritized).check(Request(Strategy::kPrioritized, alpha)),
+                 InvalidArgument)
+        << alpha;
+  }
+  EXPECT_NO_THROW(StrategyOf(Strategy::kPrioritized).check(Request(Strategy::kPrioritized, 0.0)));
+  EXPECT_NO_THROW(StrategyOf(Strategy::kPrioritized).check(Request(Strategy::kPrioritized, 8.0)));
+  for (Strategy s : {Strategy::kTopK, Strategy::kRecent}) {
+    EXPECT_THROW(StrategyOf(s).check(Request(s, 0.0, 0)), InvalidArgument);
+    EXPECT_THROW(StrategyOf(s).check(Request(s, 0.0, -5)), InvalidArgument);
+    EXPECT_NO_THROW(StrategyOf(s).check(Request(s, 0.0, 1)));
+  }
+  // Parameters of other strategies are not theirs to check.
+  for (Strategy s : {Strategy::kUniform, Strategy::kTimestep}) {
+    EXPECT_NO_THROW(StrategyOf(s).check(Request(s, nan, -1)));
+  }
+}
+
+TEST(Strategies, EligibilityWordsNameWhatAnItemNeeds) {
+  EXPECT_EQ(StrategyOf(Strategy::kUniform).eligible(Request(Strategy::kUniform)), "");
+  EXPECT_EQ(StrategyOf(Strategy::kTimestep).eligible(Request(Strategy::kTimestep)), "");
+  EXPECT_EQ(StrategyOf(Strategy::kPrioritized).eligible(Request(Strategy::kPrioritized, 0.5)),
+            " with priority > 0");
+  EXPECT_EQ(StrategyOf(Strategy::kPrioritized).eligible(Request(Strategy::kPrioritized, 0.0)), "");
+  EXPECT_EQ(StrategyOf(Strategy::kTopK).eligible(Request(Strategy::kTopK, 0, 7)),
+            " among the TopK 7");
+  EXPECT_EQ(StrategyOf(Strategy::kRecent).eligible(Request(Strategy::kRecent, 0, 3)),
+            " among the Recent 3");
+}
+
+}  // namespace
+}  // namespace gearjax
