@@ -736,81 +736,54 @@ class Table:
     def sample(self, *args: Any, **kwargs: Any) -> Any:
         """Samples ``batch_size`` windows of ``window`` steps.
 
-        Two forms, the same arguments otherwise:
+        Two forms, the same arguments otherwise (docs: Semantics in jit):
 
         * ``state, batch = table.sample(state, rng_key, batch_size, ...)``
-          (taught): the call takes a table state (from
-          :meth:`state`) and returns its successor; pass that to the table's
-          next call. Calls ordered this way keep JAX's fast dispatch path.
+          (taught): takes a table state (from :meth:`state`) and returns its
+          successor; calls ordered this way keep JAX's fast dispatch path.
         * ``batch = table.sample(rng_key, batch_size, ...)``: ordered by JAX's
-          ordered effects instead, with nothing to thread, at a higher cost
-          per dispatch; ``ordered=False`` (this form only) gives order and
-          exactly-once up. See "Semantics in jit" in the docs.
+          ordered effects, at a higher cost per dispatch; ``ordered=False``
+          gives order and exactly-once up.
 
-        Arguments (both forms take them the same way, in this order):
-
-        * ``state`` (``TableState``, taught form only): the table state (see
-          above).
-        * ``rng_key`` (``jax.Array``): a JAX PRNG key (``jax.random.key(...)``,
-          or a legacy ``uint32[2]`` ``jax.random.PRNGKey``); the same key and
-          table contents give the same batch.
-        * ``batch_size`` (``int``): rows, in [1, 2**31 - 1].
-        * ``window`` (``int | None``, default ``None``): steps per row, in
-          [1, max_length]; None: whole trajectories from step 0, padded to
-          ``max_length``.
-        * ``strategy`` (``Strategy``, default ``Uniform()``): which
-          trajectories are drawn (``gx.Uniform()``, ``Timestep()``,
-          ``Prioritized(alpha)``, ``TopK(k)``, ``Recent(n)``).
-        * ``pad`` (``str | None``, default ``None``): ``"left"`` (when unset)
-          or ``"right"``, for ``cut="start"``.
-        * ``cut`` (``str``, keyword, default ``"start"``): where the window
-          lies in its trajectory: ``"start"`` (cut at the trajectory's end,
-          padded on the ``pad`` side), ``"end"`` (ends at a drawn step, padded
-          at the start) or ``"full"`` (only windows inside the trajectory).
-        * ``replace`` (``bool``, keyword, default ``True``): False draws
-          distinct trajectories within the batch.
-        * ``ordered`` (``bool``, keyword, default ``True``; stateless form
-          only): False drops the ordering.
+        Args (both forms, in this order):
+          state: a ``TableState`` (taught form only).
+          rng_key: a JAX PRNG key (``jax.random.key(...)`` or a legacy
+            ``uint32[2]`` key); the same key and contents give the same batch.
+          batch_size: rows, in [1, 2**31 - 1].
+          window: steps per row, in [1, max_length]; ``None`` (default):
+            whole trajectories from step 0, padded to ``max_length``.
+          strategy: which trajectories are drawn (default ``gx.Uniform()``;
+            ``Timestep()``, ``Prioritized(alpha)``, ``TopK(k)``, ``Recent(n)``).
+          pad: ``"left"`` (when unset) or ``"right"``, for ``cut="start"``.
+          cut: keyword; where the window lies in its trajectory: ``"start"``
+            (default), ``"end"`` or ``"full"`` (docs: Windows and padding).
+          replace: keyword; ``False`` draws distinct trajectories in a batch.
+          ordered: keyword, stateless form only; ``False`` drops the ordering.
 
         Returns:
           The batch, a :class:`gearjax.Batch`; in the taught form
-            ``(state, batch)``, the state's successor first.
+          ``(state, batch)``, the state's successor first.
 
         Raises:
-          TypeError: ``batch_size`` or ``window`` is not an integer;
-            ``strategy`` is not one of the strategies; ``replace`` or
-            ``ordered`` is not a bool; ``rng_key`` is not one PRNG key; a
-            ``state`` (or a scalar before a key) is not a table state.
-          ValueError: an argument is out of range; an unknown ``cut`` or
-            ``pad``; ``cut="end"`` or ``"full"`` without a ``window``; a
-            ``pad`` that contradicts ``cut`` (``"right"`` with ``"end"``, any
-            with ``"full"``); ``replace=False`` with
-            ``TopK(k)`` or ``Recent(n)`` and a batch larger than ``k`` (``n``);
-            ``ordered=False`` with a state, or on a table with
-            ``max_times_sampled``; a ``Prioritized`` alpha beyond the 8 the
-            table keeps sum trees for; results larger than this machine's
-            memory; a :class:`gearjax.SampleToInsertRatio` whose
-            ``error_buffer`` is too small for ``batch_size``; ``state`` was
-            already given to another table call of the function being traced.
-          RuntimeError: the table is closed. When the sample runs (eagerly,
-            or inside jit), XLA raises ``jax.errors.JaxRuntimeError`` (a
-            ``RuntimeError``) on an empty table, when the rate limiter holds
-            sampling back past its timeout, and when the eligible trajectories
-            cannot serve the batch (``cut="full"``, ``replace=False``,
-            ``max_times_sampled``, or ``Prioritized(alpha > 0)`` with every
-            priority 0). An eager call waits for its batch, so it raises at
-            the call on every platform; a compiled one raises where its
-            program's results are read (on a GPU, not before), and a later
-            call of a compiled table-state program that fails at launch
-            raises ``ValueError`` with the same message (JAX's fast path):
+          TypeError: an argument of the wrong type (``batch_size`` or
+            ``window`` not an integer, an unknown strategy, a ``replace`` or
+            ``ordered`` that is not a bool, ``rng_key`` not one PRNG key, a
+            ``state`` that is not a table state).
+          ValueError: an argument out of range or contradicting another (an
+            unknown ``cut`` or ``pad``; ``cut="end"`` or ``"full"`` without a
+            ``window``; ``pad`` with ``cut="full"`` or ``"right"`` with
+            ``"end"``; ``replace=False`` with ``TopK(k)`` or ``Recent(n)``
+            and a batch over ``k`` (``n``); ``ordered=False`` with a state or
+            with ``max_times_sampled``; a ninth ``Prioritized`` alpha; results
+            larger than this machine's memory; a ``SampleToInsertRatio``
+            whose ``error_buffer`` is under ``batch_size``; a ``state``
+            already given to another call of the function being traced).
+          RuntimeError: the table is closed. A sample that fails as it runs
+            (an empty table, a rate limiter's timeout, too few eligible
+            trajectories) raises ``jax.errors.JaxRuntimeError``, or
+            ``ValueError`` at a later call of a compiled table-state program;
             :func:`gearjax.table_error` names either (docs: Semantics in jit,
             "Errors in compiled code").
-
-        A trajectory is chosen by ``strategy``, then a window in it by
-        ``cut``; what each mode draws, pads and costs, and what
-        ``batch.probability`` means without replacement: docs, Windows and
-        padding. How calls are ordered, under ``vmap`` too, and what
-        ``ordered=False`` gives up: docs, Semantics in jit.
 
         Examples:
           >>> state = table.state()
@@ -818,8 +791,6 @@ class Table:
           ...                             window=8, strategy=gx.Prioritized(0.6))
           >>> batch["obs"].shape, batch.mask.shape
           ((64, 8, 3), (64, 8))
-          >>> state, full = table.sample(state, jax.random.key(1), 16, 5,
-          ...                            cut="full", replace=False)
         """
         state, args = _call_forms.split_state(args)
         return self._sample(state, *args, **kwargs)

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from gearjax.sharded.one_sided_protocol import (_RANKED, _SLOT_BYTES, ShardUnavailable,
+from gearjax.sharded.one_sided_protocol import (_SLOT_BYTES, ShardUnavailable,
                                                 _root)
 
 
@@ -32,7 +32,7 @@ class NativeSampling:
         than a plan stages."""
         from gearjax._gearjax import one_sided_plan_max_columns
 
-        return (self._native and strategy.code not in _RANKED and
+        return (self._native and not strategy.ranks and
                 len(self._local.columns) <= one_sided_plan_max_columns)
 
     def plan(self, batch: int, window: int | None, code: int, alpha: float,
