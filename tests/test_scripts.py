@@ -401,6 +401,44 @@ def test_bench_against_compares_two_builds_figure_by_figure(tmp_path):
     assert (tmp_path / "against.txt").read_text().startswith("bench_against:")
 
 
+def test_count_against_drives_its_workloads_and_reports_per_build(tmp_path):
+    import gearjax
+    here = Path(gearjax.__file__).resolve().parent.parent  # the gearjax this test imports
+    out = tmp_path / "count.json"
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "count_against.py"), "--smoke",
+                    "--workloads", "insert_step,prioritized", "--current", str(here),
+                    "--baseline", str(here), "--baseline-name", "same", "--out", str(out)],
+                   check=True, capture_output=True, timeout=600, cwd=ROOT)
+    result = json.loads(out.read_text())
+    assert result["smoke"] is True
+    assert set(result["workloads"]) == {"insert_step", "prioritized"}
+    for workload in result["workloads"].values():
+        assert "same" in workload["per_call"] and len(workload["per_call"]) == 2
+    assert (tmp_path / "count.txt").read_text().startswith("count_against:")
+
+
+@pytest.mark.skipif(shutil.which("callgrind_annotate") is None,
+                    reason="valgrind's callgrind_annotate is not installed")
+def test_count_against_splits_instructions_by_where_they_ran(tmp_path):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import count_against
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    profile = tmp_path / "callgrind.out"
+    functions = [("/x/gearjax/_gearjax.cpython-311-x86_64-linux-gnu.so", "gearjax::Table::Select", 100),
+                 ("/lib/libpython3.11.so.1.0", "_PyEval_EvalFrameDefault", 50),
+                 ("/lib/libscipy_openblas64_.so", "blas_thread_server", 7),
+                 ("/lib/libjax_common.so", "Eigen::ThreadPoolTempl<X>::WorkerLoop(int)", 11),
+                 ("/lib/libc.so.6", "__memcpy_avx_unaligned_erms", 3)]
+    lines = ["version: 1", "creator: test", "positions: line", "events: Ir", ""]
+    for i, (library, function, n) in enumerate(functions, 1):
+        lines += [f"ob=({i}) {library}", f"fl=({i}) f{i}.c", f"fn=({i}) {function}", f"0 {n}"]
+    profile.write_text("\n".join(lines) + "\n")
+    assert count_against.counts(profile) == {"gearjax": 100, "python": 50, "idle threads": 18,
+                                             "runtime": 3}
+
+
 def test_bench_insert_step_times_every_case(tmp_path):
     out = tmp_path / "insert.json"
     subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_insert_step.py"), "--calls",
