@@ -22,10 +22,12 @@ is one call's, so start-up, imports, compiles and filling the table cancel. The 
 
 The judged figure is `gearjax + python + runtime` a call; the first two are
 where a change to this repository shows. The drivers run with Python's
-garbage collector off: a collection landing in one run and not the other
-would otherwise add its cost to one build's count. A residue of a few hundred
-instructions between identical builds is the runtime's allocation patterns
-(measure one build against itself to see it). --smoke runs each workload for
+garbage collector off (a collection landing in one run and not the other
+would add its cost to one build's count), fixed string hashes and, where
+setarch can, without address randomisation. Counts still move a little
+between runs of one build (which worker thread runs a handler, what its
+allocator holds): measure a build against itself (`--current` = the
+baseline's DIR) for the floor below which a ratio means nothing. --smoke runs each workload for
 a few calls without valgrind: a check that the drivers run, not a result.
 """
 
@@ -149,12 +151,17 @@ def counts(callgrind_file: Path) -> dict[str, int]:
 
 def run_driver(workload: str, calls: int, pythonpath: Path, scratch: Path, tag: str,
                smoke: bool) -> dict[str, int]:
-    env = dict(os.environ, PYTHONPATH=str(pythonpath), OPENBLAS_NUM_THREADS="1")
+    # Fixed string hashes, and addresses where setarch can fix them: both
+    # steer what dicts and hash tables do, which a count would show.
+    env = dict(os.environ, PYTHONPATH=str(pythonpath), OPENBLAS_NUM_THREADS="1",
+               PYTHONHASHSEED="0")
     cmd = [sys.executable, "-P", str(Path(__file__).resolve()), "--drive", workload,
            str(calls)]
     out = scratch / f"callgrind.{tag}.{workload}.{calls}"
     if not smoke:
         cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *cmd]
+        if shutil.which("setarch"):
+            cmd = ["setarch", platform.machine(), "-R", *cmd]
     done = subprocess.run(cmd, cwd=scratch, env=env, capture_output=True, text=True,
                           check=False)
     if done.returncode != 0:
