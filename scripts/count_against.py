@@ -11,7 +11,8 @@ DIR is a checkout of the other commit with its extension built in place (as
 for bench_against.py). Each workload (WORKLOADS) runs in its own process
 under `valgrind --tool=callgrind`, twice per build: `warmup` calls, and
 `warmup + calls` calls; the difference of the two runs' counts over `calls`
-is one call's, so start-up, imports, compiles and filling the table cancel. The counts are split by where the instructions ran:
+is one call's, so start-up, imports, compiles and filling the table cancel.
+The counts are split by where the instructions ran:
 
 * gearjax: the extension (the FFI handlers, the native core, the bindings);
 * python: the interpreter, running gearjax's Python layer and JAX's;
@@ -27,8 +28,9 @@ would add its cost to one build's count), fixed string hashes and, where
 setarch can, without address randomisation. Counts still move a little
 between runs of one build (which worker thread runs a handler, what its
 allocator holds): measure a build against itself (`--current` = the
-baseline's DIR) for the floor below which a ratio means nothing. --smoke runs each workload for
-a few calls without valgrind: a check that the drivers run, not a result.
+baseline's DIR) for the floor below which a ratio means nothing. --smoke
+runs each workload for a few calls without valgrind: a check that the
+drivers run, not a result.
 """
 
 from __future__ import annotations
@@ -102,24 +104,32 @@ def drive(workload: str, calls: int) -> None:
         table.insert_many([{"obs": rng.standard_normal((200, 17)).astype(np.float32)}
                            for _ in range(1000)], priorities=rng.uniform(0.1, 2.0, 1000))
         if workload == "ordered":
-            step = jax.jit(lambda state, k: (state, table.sample(
-                k, batch_size=256, window=20, ordered=True, pad="left")["obs"]))
+            def draw(state, k):
+                return state, table.sample(k, batch_size=256, window=20, ordered=True,
+                                           pad="left")["obs"]
         elif prioritized:
-            def sample_and_update(state, k):
+            def draw(state, k):
                 state, batch = table.sample(state, k, 256, 1, gx.Prioritized(0.6))
                 state, _ = table.update_priorities(state, batch.keys,
                                                    jnp.abs(batch["obs"][:, 0, 0]) + 0.01)
                 return state, batch["obs"]
-            step = jax.jit(sample_and_update)
         else:
-            def threaded_sample(state, k):
+            def draw(state, k):
                 state, batch = table.sample(state, k, batch_size=256, window=20, pad="left")
                 return state, batch["obs"]
-            step = jax.jit(threaded_sample)
-        keys = list(jax.random.split(jax.random.key(1), max(calls, 1)))
+
+        # Each call makes the next call's key: keys made in Python (a split's
+        # rows taken one by one) would cost the caller per call as well.
+        def step(state, key):
+            key, k = jax.random.split(key)
+            state, out = draw(state, k)
+            return state, key, out
+
+        step = jax.jit(step)
+        key = jax.random.key(1)
         state = None if workload == "ordered" else table.state()
-        for i in range(calls):
-            state, out = step(state, keys[i])
+        for _ in range(calls):
+            state, key, out = step(state, key)
             jax.block_until_ready(out)
     table.close()
 
