@@ -415,6 +415,18 @@ def test_count_against_drives_its_workloads_and_reports_per_build(tmp_path):
     for workload in result["workloads"].values():
         assert "same" in workload["per_call"] and len(workload["per_call"]) == 2
     assert (tmp_path / "count.txt").read_text().startswith("count_against:")
+    # --report-from reports saved counts again, with the sums judged by.
+    saved = json.loads(out.read_text())
+    saved["workloads"]["insert_step"]["per_call"] = {
+        name: {"gearjax": 10.0, "python": 20.0, "runtime": 5.0, "idle threads": 99.0}
+        for name in saved["builds"]}
+    (tmp_path / "saved.json").write_text(json.dumps(saved))
+    again = tmp_path / "again.json"
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "count_against.py"), "--report-from",
+                    str(tmp_path / "saved.json"), "--out", str(again)],
+                   check=True, capture_output=True, timeout=120, cwd=ROOT)
+    sums = json.loads(again.read_text())["workloads"]["insert_step"]["per_call"]["same"]
+    assert (sums["ours"], sums["caller"]) == (30.0, 35.0)
 
 
 @pytest.mark.skipif(shutil.which("callgrind_annotate") is None,

@@ -97,6 +97,20 @@ SOURCES: list[tuple[str, str]] = [
      "\"main 8178ead\" --current BUILD_OF_ed2bfbe --rounds 8` (both CPU-only Release builds, "
      "2-core dev VM)"),
     ("bench_against_cpu.txt", "the printed report of `scripts/bench_against.py` (same run)"),
+    ("count_against_cpu.json",
+     "`python scripts/count_against.py --baseline BUILD_OF_8178ead --baseline-name "
+     "\"main 8178ead\" --current BUILD_OF_6042d32 --jobs 1` (both CPU-only Release builds, under "
+     "valgrind's callgrind, 2-core dev VM), reported again with `--report-from` (the sums "
+     "judged by)"),
+    ("count_against_cpu.txt", "the printed report of `scripts/count_against.py` (same run)"),
+    ("count_against_self_cpu.json",
+     "`python scripts/count_against.py --baseline BUILD_OF_8178ead --baseline-name "
+     "\"8178ead again\" --current BUILD_OF_8178ead --jobs 1 "
+     "--out benchmarks/results/count_against_self_cpu.json`: one build against itself, the "
+     "method's floor (2-core dev VM, run beside the comparison), reported again with "
+     "`--report-from`"),
+    ("count_against_self_cpu.txt",
+     "the printed report of `scripts/count_against.py` (same run)"),
     ("bench_dqn_cpu.json", "`python scripts/bench_dqn.py --seeds 0,1,2`"),
     ("bench_insert_step_cpu.json", "`python scripts/bench_insert_step.py`"),
     ("bench_insert_step_cpu.txt", "the printed report of `scripts/bench_insert_step.py` (same run)"),
