@@ -4,7 +4,8 @@
 // an entry here, its selector (selectors/, made by
 // Table::SamplingSelectorLocked), its Python class (gearjax/strategies.py).
 // The table's checks and messages, the sharded plan and the bindings read
-// this registry; none of them switches on the strategy.
+// this registry instead of switching on the strategy (the two places that
+// still name strategies, as optimisations, are listed in docs/internals.md).
 #pragma once
 
 #include <cstdint>
