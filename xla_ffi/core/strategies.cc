@@ -1,56 +1,23 @@
 // The registry of sampling strategies (see strategies.h).
 #include "strategies.h"
 
-#include <charconv>
 #include <iterator>
 #include <string>
 
 #include "common.h"
 #include "limits.h"
+#include "table_internal.h"  // Number
 
 namespace gearjax {
 namespace {
 
-std::string Shortest(double v) {
-  char buffer[32];
-  const std::to_chars_result end = std::to_chars(buffer, buffer + sizeof(buffer), v);
-  return std::string(buffer, end.ptr);
-}
-
-void NoParameters(const SampleRequest&) {}
-
-void CheckAlpha(const SampleRequest& r) {
-  if (!(r.alpha >= 0 && r.alpha <= kMaxAlpha)) {
-    throw InvalidArgument("Prioritized alpha must be in [0, 8], got " + Shortest(r.alpha));
-  }
-}
-
-void CheckCount(const SampleRequest& r) {
-  if (r.count < 1) throw InvalidArgument("TopK and Recent need a count >= 1");
-}
-
-std::string AnyItem(const SampleRequest&) { return ""; }
-
-std::string PositivePriority(const SampleRequest& r) {
-  return WeighsByPriority(r) ? " with priority > 0" : "";
-}
-
-std::string AmongTopK(const SampleRequest& r) {
-  return " among the TopK " + std::to_string(r.count);
-}
-
-std::string AmongRecent(const SampleRequest& r) {
-  return " among the Recent " + std::to_string(r.count);
-}
-
 constexpr StrategyEntry kStrategies[] = {
-    // strategy, key, name, ranks, weighs_by_priority, check, eligible
-    {Strategy::kUniform, "uniform", "Uniform", false, false, NoParameters, AnyItem},
-    {Strategy::kTimestep, "timestep", "Timestep", false, false, NoParameters, AnyItem},
-    {Strategy::kPrioritized, "prioritized", "Prioritized", false, true, CheckAlpha,
-     PositivePriority},
-    {Strategy::kTopK, "topk", "TopK", true, false, CheckCount, AmongTopK},
-    {Strategy::kRecent, "recent", "Recent", true, false, CheckCount, AmongRecent},
+    // strategy, key, name, ranks, weighs_by_priority
+    {Strategy::kUniform, "uniform", "Uniform", false, false},
+    {Strategy::kTimestep, "timestep", "Timestep", false, false},
+    {Strategy::kPrioritized, "prioritized", "Prioritized", false, true},
+    {Strategy::kTopK, "topk", "TopK", true, false},
+    {Strategy::kRecent, "recent", "Recent", true, false},
 };
 
 constexpr bool InCodeOrder() {
@@ -87,6 +54,21 @@ const StrategyEntry& StrategyOf(Strategy strategy) {
                           std::to_string(static_cast<int32_t>(strategy)));
   }
   return *entry;
+}
+
+void CheckParameters(const SampleRequest& r) {
+  const StrategyEntry& entry = StrategyOf(r.strategy);
+  if (entry.ranks && r.count < 1) throw InvalidArgument("TopK and Recent need a count >= 1");
+  if (entry.weighs_by_priority && !(r.alpha >= 0 && r.alpha <= kMaxAlpha)) {
+    throw InvalidArgument(std::string(entry.name) + " alpha must be in [0, 8], got " +
+                          table_internal::Number(r.alpha));
+  }
+}
+
+std::string EligibleWords(const SampleRequest& r) {
+  const StrategyEntry& entry = StrategyOf(r.strategy);
+  if (entry.ranks) return std::string(" among the ") + entry.name + " " + std::to_string(r.count);
+  return WeighsByPriority(r) ? " with priority > 0" : "";
 }
 
 }  // namespace gearjax

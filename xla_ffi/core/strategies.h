@@ -1,6 +1,6 @@
 // The sampling strategies users choose, registered once: each one's code,
-// name, whether it ranks, the checks of its parameters and what makes an
-// item eligible for it. Adding a strategy: an enum value (sample_request.h),
+// name, and how it draws (ranks, or weighs by priority), from which its
+// parameter checks and the words naming what makes an item eligible follow. Adding a strategy: an enum value (sample_request.h),
 // an entry here, its selector (selectors/, made by
 // Table::SamplingSelectorLocked), its Python class (gearjax/strategies.py).
 // The table's checks and messages, the sharded plan and the bindings read
@@ -27,11 +27,6 @@ struct StrategyEntry {
   // Draws in proportion to priority ** alpha (Prioritized): with alpha > 0,
   // only items of priority > 0 can be drawn (see WeighsByPriority).
   bool weighs_by_priority;
-  // Throws InvalidArgument for parameters this strategy refuses.
-  void (*check)(const SampleRequest& request);
-  // What an item needs besides the request's cut to be drawn, as words a
-  // shortfall message appends ("" when any live item may be).
-  std::string (*eligible)(const SampleRequest& request);
 };
 
 // How many strategies are registered: their codes are 0 .. count - 1.
@@ -51,5 +46,15 @@ bool WeighsByPriority(const SampleRequest& request);
 // The entry of `strategy`; throws InvalidArgument for an unknown one (a
 // value cast from a caller's integer).
 const StrategyEntry& StrategyOf(Strategy strategy);
+
+// Throws InvalidArgument for an unknown strategy or parameters it refuses
+// (a ranking one's count < 1, a priority-weighing one's alpha outside
+// [0, kMaxAlpha]).
+void CheckParameters(const SampleRequest& request);
+
+// What an item needs besides the request's cut to be drawn, as words a
+// shortfall message appends: " among the TopK 5", " with priority > 0", or
+// "" when any live item may be.
+std::string EligibleWords(const SampleRequest& request);
 
 }  // namespace gearjax

@@ -1,6 +1,6 @@
 // Tests of the strategy registry (strategies.h): one entry per code in code
-// order, each strategy's parameter checks and eligibility words, what ranks
-// and what weighs by priority, and unknown codes refused.
+// order, what ranks and what weighs by priority, the parameter checks and
+// eligibility words that follow from each entry, and unknown codes refused.
 #include "core/strategies.h"
 
 #include <gtest/gtest.h>
@@ -46,6 +46,8 @@ TEST(Strategies, UnknownCodesAreRefused) {
   }
   const Strategy unknown = static_cast<Strategy>(7);
   EXPECT_THROW(StrategyOf(unknown), InvalidArgument);
+  EXPECT_THROW(CheckParameters(Request(unknown)), InvalidArgument);
+  EXPECT_THROW(EligibleWords(Request(unknown)), InvalidArgument);
   EXPECT_FALSE(Ranks(unknown));
   EXPECT_FALSE(WeighsByPriority(Request(unknown, 1.0)));
 }
@@ -67,32 +69,32 @@ TEST(Strategies, OnlyTopKAndRecentRankAndOnlyPrioritizedWeighsByPriority) {
 TEST(Strategies, EachChecksItsOwnParameters) {
   const double nan = std::nan("");
   for (double alpha : {-0.1, 8.01, nan, std::numeric_limits<double>::infinity()}) {
-    EXPECT_THROW(StrategyOf(Strategy::kPrioritized).check(Request(Strategy::kPrioritized, alpha)),
+    EXPECT_THROW(CheckParameters(Request(Strategy::kPrioritized, alpha)),
                  InvalidArgument)
         << alpha;
   }
-  EXPECT_NO_THROW(StrategyOf(Strategy::kPrioritized).check(Request(Strategy::kPrioritized, 0.0)));
-  EXPECT_NO_THROW(StrategyOf(Strategy::kPrioritized).check(Request(Strategy::kPrioritized, 8.0)));
+  EXPECT_NO_THROW(CheckParameters(Request(Strategy::kPrioritized, 0.0)));
+  EXPECT_NO_THROW(CheckParameters(Request(Strategy::kPrioritized, 8.0)));
   for (Strategy s : {Strategy::kTopK, Strategy::kRecent}) {
-    EXPECT_THROW(StrategyOf(s).check(Request(s, 0.0, 0)), InvalidArgument);
-    EXPECT_THROW(StrategyOf(s).check(Request(s, 0.0, -5)), InvalidArgument);
-    EXPECT_NO_THROW(StrategyOf(s).check(Request(s, 0.0, 1)));
+    EXPECT_THROW(CheckParameters(Request(s, 0.0, 0)), InvalidArgument);
+    EXPECT_THROW(CheckParameters(Request(s, 0.0, -5)), InvalidArgument);
+    EXPECT_NO_THROW(CheckParameters(Request(s, 0.0, 1)));
   }
   // Parameters of other strategies are not theirs to check.
   for (Strategy s : {Strategy::kUniform, Strategy::kTimestep}) {
-    EXPECT_NO_THROW(StrategyOf(s).check(Request(s, nan, -1)));
+    EXPECT_NO_THROW(CheckParameters(Request(s, nan, -1)));
   }
 }
 
 TEST(Strategies, EligibilityWordsNameWhatAnItemNeeds) {
-  EXPECT_EQ(StrategyOf(Strategy::kUniform).eligible(Request(Strategy::kUniform)), "");
-  EXPECT_EQ(StrategyOf(Strategy::kTimestep).eligible(Request(Strategy::kTimestep)), "");
-  EXPECT_EQ(StrategyOf(Strategy::kPrioritized).eligible(Request(Strategy::kPrioritized, 0.5)),
+  EXPECT_EQ(EligibleWords(Request(Strategy::kUniform)), "");
+  EXPECT_EQ(EligibleWords(Request(Strategy::kTimestep)), "");
+  EXPECT_EQ(EligibleWords(Request(Strategy::kPrioritized, 0.5)),
             " with priority > 0");
-  EXPECT_EQ(StrategyOf(Strategy::kPrioritized).eligible(Request(Strategy::kPrioritized, 0.0)), "");
-  EXPECT_EQ(StrategyOf(Strategy::kTopK).eligible(Request(Strategy::kTopK, 0, 7)),
+  EXPECT_EQ(EligibleWords(Request(Strategy::kPrioritized, 0.0)), "");
+  EXPECT_EQ(EligibleWords(Request(Strategy::kTopK, 0, 7)),
             " among the TopK 7");
-  EXPECT_EQ(StrategyOf(Strategy::kRecent).eligible(Request(Strategy::kRecent, 0, 3)),
+  EXPECT_EQ(EligibleWords(Request(Strategy::kRecent, 0, 3)),
             " among the Recent 3");
 }
 

@@ -1,5 +1,5 @@
 // Helpers the table's source files share (table.cc, table_insert.cc,
-// table_sample.cc, ...): not part of the table's interface.
+// table_sample.cc, ...) and strategies.cc: not part of the table's interface.
 #pragma once
 
 #include <charconv>

@@ -29,7 +29,7 @@ void Table::CheckRequest(const SampleRequest& r) const {
   if (static_cast<int32_t>(r.cut) < 0 || static_cast<int32_t>(r.cut) >= kNumCuts) {
     throw InvalidArgument("unknown window cut " + std::to_string(static_cast<int32_t>(r.cut)));
   }
-  StrategyOf(r.strategy).check(r);
+  CheckParameters(r);
 }
 
 void Table::WaitToSampleLocked(std::unique_lock<std::mutex>& lock, const SampleRequest& r) {
@@ -230,7 +230,7 @@ std::string Table::ShortfallLocked(const SampleRequest& r, int64_t servable) con
   } else {
     why += "trajectories";
   }
-  why += StrategyOf(r.strategy).eligible(r);
+  why += EligibleWords(r);
   std::string limits;
   if (!r.replace) limits += "replace=False draws each at most once";
   if (spec_.max_times_sampled > 0) {
