@@ -250,8 +250,7 @@ def main() -> None:
 
 def with_sums(per_call: dict[str, float]) -> dict[str, float]:
     """A build's counts a call with the two sums the report judges by."""
-    # ("judged": the sum of the first committed runs' reports, recomputed here.)
-    parts = {k: v for k, v in per_call.items() if k not in ("ours", "caller", "judged")}
+    parts = {k: v for k, v in per_call.items() if k not in ("ours", "caller")}
     ours = parts.get("gearjax", 0.0) + parts.get("python", 0.0)
     return {**parts, "ours": ours, "caller": ours + parts.get("runtime", 0.0)}
 
