@@ -43,8 +43,9 @@ fields in one dispatch). For the two
 smaller cases, also seconds per sample inside a jitted ``lax.scan`` of 20
 samples (see ``in_jit``): the compiled path (one FFI call a sample) with and
 without a table state, against the same samples through an ordered
-``io_callback`` running the Python sampler (how in-jit one-sided samples ran
-before).
+``io_callback`` around the eager sample (how in-jit one-sided samples ran
+before the compiled path; results committed before the native sampler
+served every strategy ran the Python sampler there).
 
 Over loopback UCX picks shared memory, so these are this machine's numbers,
 not a network's. Needs NIXL (``python -m gearjax.sharded.install_nixl``).
@@ -111,7 +112,7 @@ def spans(case: str, base: int, into: int, rng) -> tuple[np.ndarray, np.ndarray,
 
 
 # A sample's snapshot read of one shard: three sum-tree levels, the shard's
-# size, its slot records (gearjax/sharded/one_sided.py's read plan).
+# size, its slot records (xla_ffi/core/one_sided.h's read plan).
 SNAPSHOT_SIZES = (128, 2048, 32768, 8, 65536)
 
 
@@ -230,7 +231,7 @@ def in_jit(table, transport, batch: int, window: int, repeats: int) -> dict:
     summed, so none is dropped): ``compiled_state`` (the taught form, one FFI
     call a step, no JAX effect), ``compiled_ordered`` (no state: the ordered
     effect) and ``io_callback`` (the same samples through an ordered host
-    callback running the Python sampler: how every in-jit one-sided sample ran
+    callback around the eager sample: how every in-jit one-sided sample ran
     before the compiled path). Systems take turns."""
     import jax
     import jax.numpy as jnp
@@ -248,23 +249,20 @@ def in_jit(table, transport, batch: int, window: int, repeats: int) -> dict:
         return jax.jit(run)
 
     programs = {"compiled_state": scan(True), "compiled_ordered": scan(False)}
-    native = transport._native
-    transport._native = False  # traced now: the io_callback path, the Python sampler
+    compiles = transport._compiles
+    transport._compiles = False  # traced now: the io_callback path
     programs["io_callback"] = scan(False)
     jax.block_until_ready(programs["io_callback"](jax.random.key(0)))
-    transport._native = native
+    transport._compiles = compiles
     for name, program in programs.items():
         if name != "io_callback":
             jax.block_until_ready(program(jax.random.key(0)))
     times = {n: [] for n in programs}
     for r in range(max(5, repeats // 3)):
         for name, program in programs.items():
-            if name == "io_callback":
-                transport._native = False
             start = time.perf_counter()
             jax.block_until_ready(program(jax.random.key(r + 1)))
             times[name].append((time.perf_counter() - start) / SCAN_STEPS)
-            transport._native = native
     return {n: float(np.median(t)) for n, t in times.items()}
 
 

@@ -178,9 +178,10 @@ def test_a_closed_agent_refuses_every_call(pair):
 def test_a_compiled_plan_refuses_more_columns_than_the_agent_stages(pair):
     from gearjax._gearjax import one_sided_plan, one_sided_plan_close
     owner, reader, peer, shard, into, _ = pair
-    layout = (peer, 0, [0] * 6, 0, 1, 0, [0], 8, 0, 4)
+    layout = (peer, 0, [0] * 6, 0, 1, 0, [0], 8, 0, 4, 0)
     with pytest.raises(ValueError, match="at most 5 columns"):
-        one_sided_plan(reader, [layout], [0], 62, [(4, b"\0" * 4)] * 6, 8, 4, False, 1.0, False)
+        one_sided_plan(reader, [layout], [0], 62, [(4, b"\0" * 4)] * 6, 0, 0, 8, 4, False, 1.0,
+                       False)
     # Without an agent (shards copied in this process) reads need no staging.
-    one_sided_plan_close(one_sided_plan(None, [layout], [0], 62, [(4, b"\0" * 4)] * 6, 8, 4,
-                                        False, 1.0, False))
+    one_sided_plan_close(one_sided_plan(None, [layout], [0], 62, [(4, b"\0" * 4)] * 6, 0, 0, 8,
+                                        4, False, 1.0, False))

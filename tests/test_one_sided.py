@@ -1,13 +1,12 @@
 """The one-sided sampler in one process: its shards are gx.Tables here and
-its transport copies their memory, so the sampling logic is checked for
-exact distribution, window contents and round trips without a second
-process, in both implementations: Python's (gearjax/sharded/one_sided.py,
-what verbs uses; on both of its read paths: tree levels and slot records
-read whole in the snapshot, or one descriptor a row when they exceed
-WHOLE_READ_BYTES) and the native one the nixl exchange uses
-(xla_ffi/core/one_sided.h; its per-row path is tested in C++,
-one_sided_test.cc). The transports themselves: tests/test_sharded.py (nixl,
-verbs), tests/test_nixl_native.py."""
+its transport copies their memory, so the sampling is checked for exact
+distribution, window contents and round trips without a second process,
+over both kinds of transport the native sampler (xla_ffi/core/one_sided.h)
+takes: a Python one called back for each round trip (what verbs is; on both
+read paths: tree levels and slot records read whole in the snapshot, or one
+descriptor a row past whole_read_bytes), and none, every shard copied in
+native code (what a compiled sample's plan runs). The transports themselves:
+tests/test_sharded.py (nixl, verbs), tests/test_nixl_native.py."""
 
 from __future__ import annotations
 
@@ -85,11 +84,12 @@ def shards(capacities=(700, 300), seed=0):
 
 
 class NativeReader(LocalReader):
-    """The same shards, sampled by the native sampler (no agent: memcpy)."""
+    """The same shards with no transport: copied by the native sampler, as a
+    compiled sample's plan does."""
 
-    _native = True
+    _compiles = True
 
-    def _native_agent(self):
+    def _native_transport(self):
         return None
 
     def _peer_name(self, shard: int) -> str:
@@ -97,14 +97,19 @@ class NativeReader(LocalReader):
 
 
 @pytest.fixture(params=["whole", "per_row", "native"])
-def read_path(request, monkeypatch):
-    if request.param == "per_row":  # only the root's line is read whole
-        monkeypatch.setattr(one_sided, "WHOLE_READ_BYTES", 0)
+def read_path(request):
     return request.param
 
 
 def reader_for(read_path: str, tables) -> LocalReader:
-    return NativeReader(tables) if read_path == "native" else LocalReader(tables)
+    reader = NativeReader(tables) if read_path == "native" else LocalReader(tables)
+    if read_path == "per_row":  # only the root's line is read whole
+        reader.whole_read_bytes = 0
+    return reader
+
+
+def seed_of(rng: np.random.Generator) -> tuple[int, int]:
+    return tuple(int(w) for w in rng.integers(0, 1 << 32, 2, dtype=np.uint64))
 
 
 @pytest.mark.parametrize("alpha", [0.0, 1.0, 2.0])
@@ -118,7 +123,7 @@ def test_rows_follow_priority_to_the_alpha_over_every_shard(read_path, alpha):
     total = sum(p ** alpha for p, _, _ in priorities.values())
     for i in range(40):
         pad_left = i % 2 == 1
-        out = reader.sample(rng, 256, 4, gx.Prioritized(alpha).code, alpha, pad_left=pad_left)
+        out = reader.sample(seed_of(rng), 256, 4, gx.Prioritized(alpha), pad_left=pad_left)
         for key, start, valid, row, p, shard in zip(out["keys"], out["start"], out["valid"],
                                                     out["columns"][0], out["probability"],
                                                     out["shard"]):
@@ -141,23 +146,81 @@ def test_a_sample_is_three_round_trips_when_its_shards_fit_the_budget(read_path)
     reader = reader_for(read_path, tables)
     reader._shard = 0  # shard 0 is this process's: copied without the transport
     rng = np.random.default_rng(2)
-    reader.sample(rng, 256, 4, 2, 1.0, pad_left=False)  # publishes nothing; warms buffers
+    reader.sample(seed_of(rng), 256, 4, gx.Prioritized(1.0), pad_left=False)  # warms buffers
     reader.round_trips = reader.descriptors = 0
-    reader.sample(rng, 256, 4, 2, 1.0, pad_left=False)
-    levels = len(tables[1]._native.remote_layout(2, 1.0)["tree_offsets"])
-    rows = 256  # upper bound of shard 1's rows (one column: one window span a row)
-    if read_path == "native":  # counted by the native sampler, both shards
-        trips, descriptors = reader.native_counts
-        assert trips == 3
-        # The windows, and per shard its tree's levels, its size, its records twice.
-        assert descriptors == rows + sum(
-            len(t._native.remote_layout(2, 1.0)["tree_offsets"]) + 1 + 2 for t in tables)
-    elif read_path == "whole":
-        assert reader.round_trips == 3  # snapshot, windows, records
-        assert reader.descriptors <= rows + levels + 3
-    else:  # each level under the root, then the records before and after
-        assert reader.round_trips == 3 + (levels - 1) + 1
-        assert reader.descriptors > 3 * rows / 2
+    reader.sample(seed_of(rng), 256, 4, gx.Prioritized(1.0), pad_left=False)
+    trips, descriptors = reader.native_counts  # both shards'
+    levels = [len(t._native.remote_layout(2, 1.0)["tree_offsets"]) for t in tables]
+    if read_path == "per_row":  # each level under the root, the records before and after
+        assert trips == 3 + max(levels) and descriptors > 3 * 256 / 2
+        return
+    assert trips == 3  # snapshot, windows, records
+    # The windows (one column: one span a row), and per shard its tree's
+    # levels, its size, its records twice.
+    assert descriptors == 256 + sum(n + 1 + 2 for n in levels)
+    if read_path == "whole":  # the Python transport read shard 1's part of each
+        assert reader.round_trips == 3 and reader.descriptors < descriptors
+
+
+@pytest.mark.parametrize("read_path", ["whole", "native"])
+@pytest.mark.parametrize("strategy", [gx.TopK(40), gx.Recent(25), gx.TopK(5000)])
+def test_topk_and_recent_draw_uniformly_among_the_best_of_every_shard(read_path, strategy):
+    tables, priorities = shards()  # shard 1's items are newer than shard 0's
+    reader = reader_for(read_path, tables)
+    if strategy.count >= len(priorities):
+        best = sorted(priorities)
+    elif isinstance(strategy, gx.Recent):  # the newest: shard 1's last ones
+        best = sorted(priorities)[-strategy.count:]
+    else:  # priority 7 (i % 7 == 6): 43 in shard 1, the newest 40 of them
+        best = sorted(k for k, v in priorities.items() if v[0] == 7.0 and k >> SHIFT == 1)
+        best = best[-strategy.count:]
+    counts = dict.fromkeys(best, 0)
+    rng = np.random.default_rng(6)
+    for _ in range(20):
+        out = reader.sample(seed_of(rng), 256, 4, strategy, pad_left=False)
+        assert (out["table_size"] == len(priorities)).all()
+        assert np.allclose(out["probability"], 1 / len(best))
+        for key, start, valid, row in zip(out["keys"], out["start"], out["valid"],
+                                          out["columns"][0]):
+            _, ident, length = priorities[int(key)]
+            assert row[:valid].tolist() == [ident + 100000 * (start + t) for t in range(valid)]
+            counts[int(key)] += 1  # KeyError: a key outside the best
+    observed = np.array(list(counts.values()))
+    assert stats.chisquare(observed).pvalue > 1e-4
+
+
+def test_a_failing_python_transport_names_its_shard_and_other_errors_surface():
+    tables, _ = shards((20, 20))
+
+    class Failing(LocalReader):
+        def _read_remote(self, requests):
+            raise one_sided.ShardUnavailable(1, "gone")
+
+    with pytest.raises(one_sided.ShardUnavailable, match="shard 1 is unavailable: gone"):
+        Failing(tables).sample((1, 2), 8, 4, gx.Uniform(), pad_left=False)
+    skipping = Failing(tables)
+    skipping._shard, skipping._on_dead_shard = 0, "skip"  # shard 0 copied, shard 1 left out
+    out = skipping.sample((1, 2), 8, 4, gx.TopK(3), pad_left=False)
+    assert (out["shard"] == 0).all() and skipping._dead == {1}
+
+    class Broken(LocalReader):
+        def _read_remote(self, requests):
+            raise KeyError("a bug in the transport")
+
+    with pytest.raises(KeyError, match="a bug in the transport"):  # raised as it was
+        Broken(tables).sample((1, 2), 8, 4, gx.Uniform(), pad_left=False)
+
+    class Liar(LocalReader):  # names a shard it was not asked to read
+        def _read_remote(self, requests):
+            raise one_sided.ShardUnavailable(7, "?")
+
+    with pytest.raises(RuntimeError, match="named shard 7"):
+        Liar(tables).sample((1, 2), 8, 4, gx.Uniform(), pad_left=False)
+    with pytest.raises(ValueError, match="transport is a NixlAgent, None, or an object"):
+        from gearjax import _gearjax
+        _gearjax.one_sided_sample(
+            object(), [], [], SHIFT, [], 0, 0, 0, 0, 1, 0, False, *(np.zeros(1, t) for t in (
+                np.int64, np.int32, np.float32, np.int64, np.int32, np.int32)), [], 1.0)
 
 
 def test_a_hostile_layout_with_inconsistent_tree_levels_is_refused():
@@ -178,20 +241,20 @@ def test_rows_are_handed_out_without_a_copy_and_never_overwritten_while_held(nat
     tables, _ = shards((50, 50))
     reader = NativeReader(tables) if native else LocalReader(tables)
     rng = np.random.default_rng(3)
-    held = [reader.sample(rng, 32, 4, 0, 0.0, pad_left=True)["columns"][0]
+    held = [reader.sample(seed_of(rng), 32, 4, gx.Uniform(), pad_left=True)["columns"][0]
             for _ in range(one_sided.OUTPUT_BUFFERS)]
     snapshot = [h.copy() for h in held]
     addresses = {h.ctypes.data for h in held}
     assert len(addresses) == one_sided.OUTPUT_BUFFERS  # each its own buffer
     assert all(h.ctypes.data % one_sided.ALIGNMENT == 0 for h in held)
     # Every buffer is held: the next sample copies out of a shared one.
-    extra = reader.sample(rng, 32, 4, 0, 0.0, pad_left=True)["columns"][0]
+    extra = reader.sample(seed_of(rng), 32, 4, gx.Uniform(), pad_left=True)["columns"][0]
     assert extra.ctypes.data not in addresses
     for h, before in zip(held, snapshot):
         assert np.array_equal(h, before)  # none was written over
     # A batch dropped frees its buffer for the next sample.
     freed = held.pop(1).ctypes.data
-    again = reader.sample(rng, 32, 4, 0, 0.0, pad_left=True)["columns"][0]
+    again = reader.sample(seed_of(rng), 32, 4, gx.Uniform(), pad_left=True)["columns"][0]
     assert again.ctypes.data == freed
     for h, before in zip(held, snapshot[:1] + snapshot[2:]):
         assert np.array_equal(h, before)
@@ -202,15 +265,15 @@ def test_jax_aliases_a_handed_out_batch_and_keeps_its_buffer_from_reuse():
     tables, _ = shards((50, 50))
     reader = LocalReader(tables)
     rng = np.random.default_rng(4)
-    rows = reader.sample(rng, 64, 4, 0, 0.0, pad_left=False)["columns"][0]
+    rows = reader.sample(seed_of(rng), 64, 4, gx.Uniform(), pad_left=False)["columns"][0]
     address = rows.ctypes.data
     array = jnp.from_dlpack(rows)
     assert array.unsafe_buffer_pointer() == address  # no copy
     expected = np.asarray(array).copy()
     del rows
     for _ in range(one_sided.OUTPUT_BUFFERS + 1):  # JAX's array still holds it
-        assert reader.sample(rng, 64, 4, 0, 0.0, pad_left=False)["columns"][0].ctypes.data \
-            != address
+        rows = reader.sample(seed_of(rng), 64, 4, gx.Uniform(), pad_left=False)["columns"][0]
+        assert rows.ctypes.data != address
     assert np.array_equal(np.asarray(array), expected)
 
 
@@ -221,7 +284,7 @@ def compiled_sampler(native_reader, batch=64, window=4, alpha=1.0, pad_left=Fals
     from gearjax import _ffi
     from gearjax import state as table_state
 
-    plan = native_reader.plan(batch, window, 2, alpha, pad_left)
+    plan = native_reader.plan(batch, window, gx.Prioritized(alpha), pad_left)
     columns = tuple((c.shape, c.dtype) for c in native_reader._local.columns.values())
 
     def step(state, seed):
@@ -258,8 +321,8 @@ def test_compiled_samples_run_the_native_sampler_inside_jit_and_scan(threaded):
         assert (table_size[i] == len(priorities)).all()
         assert (shard[i] == keys[i] >> SHIFT).all()
     # The same seed outside jit (the eager native sample) gives the same rows.
-    out = reader.sample(np.random.default_rng(0), 64, 4, 2, 1.0, pad_left=False,
-                        seed=(int(seeds[2, 0]), int(seeds[2, 1])))
+    out = reader.sample((int(seeds[2, 0]), int(seeds[2, 1])), 64, 4, gx.Prioritized(1.0),
+                        pad_left=False)
     assert out["keys"].tolist() == keys[2].tolist()
     assert out["columns"][0].tolist() == x[2].tolist()
 
@@ -285,14 +348,34 @@ def test_a_program_whose_plan_was_closed_fails_saying_so():
         jax.block_until_ready(run(seeds))
 
 
-def test_compiled_samples_serve_tree_strategies_of_tables_a_plan_can_stage():
+def test_compiled_samples_serve_every_strategy_of_tables_a_plan_can_stage():
     from gearjax._gearjax import one_sided_plan_max_columns
     tables, _ = shards((8, 8))
     reader = NativeReader(tables)
-    assert reader.compiles(gx.Prioritized(1.0)) and reader.compiles(gx.Uniform())
-    assert not reader.compiles(gx.TopK(3)) and not reader.compiles(gx.Recent(3))
-    assert not LocalReader(tables).compiles(gx.Uniform())  # no native sampler: io_callback
+    for strategy in (gx.Prioritized(1.0), gx.Uniform(), gx.TopK(3), gx.Recent(3)):
+        assert reader.compiles(strategy)
+    assert not LocalReader(tables).compiles(gx.Uniform())  # a Python transport: io_callback
+    with pytest.raises(RuntimeError, match="cannot be compiled"):
+        LocalReader(tables).plan(8, 4, gx.Uniform(), False)
     wide = [gx.Table({f"c{i}": gx.Column((), "int32") for i in
                       range(one_sided_plan_max_columns + 1)}, capacity=4, max_length=4,
                      _key_bits=SHIFT) for _ in range(2)]
     assert not NativeReader(wide).compiles(gx.Uniform())  # more columns than a plan stages
+
+
+def test_a_compiled_topk_sample_draws_the_rows_the_eager_one_does_from_its_seed():
+    import jax
+    from gearjax import _ffi
+    tables, priorities = shards()
+    reader = NativeReader(tables)
+    plan = reader.plan(64, 4, gx.Recent(30), False)
+    columns = tuple((c.shape, c.dtype) for c in reader._local.columns.values())
+    seed = np.array([11, 12], np.uint32)
+    results = jax.jit(lambda s: _ffi.one_sided_sample_call(
+        s, plan=plan, batch=64, width=4, columns=columns, state=None)[1])(seed)
+    keys, x = np.asarray(results[0]), np.asarray(results[-1])
+    assert set(keys.tolist()) <= set(sorted(priorities)[-30:])  # the newest 30
+    for transport in (reader, LocalReader(tables)):  # copied, or called back
+        out = transport.sample((11, 12), 64, 4, gx.Recent(30), pad_left=False)
+        assert out["keys"].tolist() == keys.tolist()
+        assert out["columns"][0].tolist() == x.tolist()

@@ -1,6 +1,7 @@
 // The Python extension `gearjax._gearjax`: the native table object the Python
 // layer drives (insert, priorities, stats, checkpoint access), the numeric
-// contract (limits.h), the nixl exchange's native agent (nixl_module.h) and
+// contract (limits.h), the nixl exchange's native agent (nixl_module.h), the
+// one-sided sampler over any transport (one_sided_module.h) and
 // capsules of the FFI handlers for jax.ffi.register_ffi_target. Builds with
 // GEARJAX_TESTING add the test-only submodule `testing`
 // (testing/testing_module.cc).
@@ -27,6 +28,7 @@
 #include "ffi_one_sided.h"
 #include "new_array.h"
 #include "nixl_module.h"
+#include "one_sided_module.h"
 #include "step_values.h"
 #if defined(GEARJAX_WITH_CUDA)
 #include "cuda/ffi_cuda.h"
@@ -440,6 +442,7 @@ NB_MODULE(_gearjax, m) {
       .def("exchange_stats", &NativeTable::ExchangeStats);
 
   gearjax::DefineNixlAgent(m);
+  gearjax::DefineOneSided(m);
 
   m.def("limits", &gearjax::Limits, "The numeric contract every argument is checked against.");
   m.def("enums", &gearjax::Enums,

@@ -7,7 +7,9 @@ for peers: the arena, the slot records, the insertion stamps, and the sum
 tree of each strategy sampled so far. It publishes the agent's metadata and
 those addresses through JAX's key-value store under the job token; peers load
 them only if the token matches. What a sample reads, and how it never sees a
-torn window, is gearjax/sharded/one_sided.py (shared with ``verbs``).
+torn window, is the native one-sided sampler (xla_ffi/core/one_sided.h,
+shared with ``verbs``), which reads through this exchange's agent with no
+Python in the loop.
 
 Rows of this process's own shard are read from its memory the same way (no
 transport). Priority updates for other shards travel as NIXL notifications to
@@ -221,9 +223,9 @@ class Transport(OneSidedReader):
         self._peer_versions[shard] = info.get("version", 0)
         return self._peers[shard]
 
-    _native = True
+    _compiles = True  # its reads need no Python
 
-    def _native_agent(self):
+    def _native_transport(self):
         return self._agent
 
     def _peer_name(self, shard: int) -> str:

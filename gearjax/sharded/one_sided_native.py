@@ -1,9 +1,10 @@
-"""The Python side of the native one-sided sampler (xla_ffi/core/one_sided.h)
-that the ``nixl`` exchange uses for Uniform, Timestep and Prioritized: eager
-samples in one native call with the GIL released, and plans for samples
-inside compiled programs (one XLA FFI call each, gearjax/_ffi.py). A mixin of
-:class:`gearjax.sharded.one_sided.OneSidedReader`, whose transport says
-whether it serves (``_native``) and with which agent."""
+"""The Python side of the native one-sided sampler (xla_ffi/core/one_sided.h),
+which draws every one-sided sample: eager samples in one native call with
+the GIL released (through the transport's NIXL agent, or calling a Python
+transport back for its reads: PythonTransport),
+and plans for samples inside compiled programs (one XLA FFI call each,
+gearjax/_ffi.py; NIXL or this process's shards only: an FFI call never runs
+Python). A mixin of :class:`gearjax.sharded.one_sided.OneSidedReader`."""
 
 from __future__ import annotations
 
@@ -11,47 +12,52 @@ from typing import Any
 
 import numpy as np
 
-from gearjax.sharded.one_sided_protocol import (_SLOT_BYTES, ShardUnavailable,
-                                                _root)
+from gearjax import _gearjax
+from gearjax.sharded.one_sided_protocol import _SLOT_BYTES, ShardUnavailable, _root
+from gearjax.strategies import Uniform
 
 
 class NativeSampling:
     """Native samples for a one-sided reader (see the module docstring)."""
 
-    # Set by the transport: whether the native sampler serves its samples,
-    # and through which agent (gearjax._gearjax.NixlAgent; None: every shard
-    # in this process, copied). Without it (verbs) one_sided.py samples.
-    _native = False
+    # Set by a transport whose reads need no Python (NIXL): compiled samples
+    # run the native sampler inside the program (plan), else an io_callback.
+    _compiles = False
+    # Tree levels and slot records up to this many bytes a shard are read
+    # whole rather than per row (xla_ffi/core/one_sided.h Request).
+    whole_read_bytes = _gearjax.one_sided_whole_read_bytes
 
-    def _native_agent(self) -> Any:
-        return None
+    def _native_transport(self) -> Any:
+        """What moves the sampler's bytes: a gearjax._gearjax.NixlAgent, None
+        (every shard in this process, copied), or a PythonTransport."""
+        return PythonTransport(self)
+
+    def _peer_name(self, shard: int) -> str:
+        """The transport's name for another process's shard's owner (never
+        empty: "" names this process's shard, copied without the transport)."""
+        return f"shard-{shard}"
 
     def compiles(self, strategy) -> bool:
         """Whether a sample by `strategy` inside a program can be one FFI call
-        of the native sampler (plan): a tree strategy, and no more columns
-        than a plan stages."""
-        from gearjax._gearjax import one_sided_plan_max_columns
+        of the native sampler (plan): a transport that needs no Python, and
+        no more columns than a plan stages."""
+        return self._compiles and len(self._local.columns) <= _gearjax.one_sided_plan_max_columns
 
-        return (self._native and not strategy.ranks and
-                len(self._local.columns) <= one_sided_plan_max_columns)
-
-    def plan(self, batch: int, window: int | None, code: int, alpha: float,
-             pad_left: bool) -> int:
+    def plan(self, batch: int, window: int | None, strategy, pad_left: bool) -> int:
         """The handle of a native plan for compiled samples of this shape and
         strategy over the live shards (registered once, at trace time; a plan
         leaves out shards that fail on its own with on_dead_shard="skip")."""
-        from gearjax._gearjax import one_sided_plan
-
-        key = (batch, window or 0, code, alpha, pad_left)
+        if not self._compiles:
+            raise RuntimeError("this transport's samples cannot be compiled (see compiles)")
+        key = (batch, window or 0, strategy, pad_left)
         with self._reading:
             self._check_open()
             plans = self._plans
             if key not in plans:
                 shards = [k for k in range(self._shards) if k not in self._dead]
-                plans[key] = one_sided_plan(
-                    self._native_agent(), self._native_layouts(shards, code, alpha),
-                    shards, self._shard_shift,
-                    [(c.step_bytes, c.pad_step()) for c in self._local.columns.values()],
+                plans[key] = _gearjax.one_sided_plan(
+                    self._native_transport(), self._native_layouts(shards, strategy),
+                    shards, self._shard_shift, self._columns(), strategy.code, strategy.count,
                     batch, window or 0, pad_left, self._timeout, self._on_dead_shard == "skip")
             return plans[key]
 
@@ -59,59 +65,81 @@ class NativeSampling:
         """Closes every compiled-sample plan (each waits for a sample in
         flight; later runs of programs using them fail, saying so), keeping
         the shards they lost in ``_dead``. Before the agent goes."""
-        from gearjax._gearjax import one_sided_plan_close
-
         plans, self._plans = self._plans, {}
         for handle in plans.values():
-            self._dead.update(one_sided_plan_close(handle))
+            self._dead.update(_gearjax.one_sided_plan_close(handle))
 
     def lost_shards(self) -> set[int]:
-        """Shards left out, by Python samples and by compiled ones."""
-        from gearjax._gearjax import one_sided_plan_lost
-
+        """Shards left out, by eager samples and by compiled ones."""
         lost = set(self._dead)
         for handle in list(self._plans.values()):
-            lost.update(one_sided_plan_lost(handle))
+            lost.update(_gearjax.one_sided_plan_lost(handle))
         return lost
 
-    def _native_layouts(self, shards, code, alpha) -> list[tuple]:
-        """The shards' layouts for a strategy as the native sampler takes them."""
-        uniform = {k: self._peer_layout(k, 0, 0.0) for k in shards}
-        layouts = {k: self._peer_layout(k, code, alpha) for k in shards}
+    def _columns(self) -> list[tuple[int, bytes]]:
+        return [(c.step_bytes, c.pad_step()) for c in self._local.columns.values()]
+
+    def _native_layouts(self, shards, strategy) -> list[tuple]:
+        """The shards' layouts for a strategy as the native sampler takes them
+        (a ranking strategy has no tree: Uniform's, and the stamps)."""
+        uniform = {k: self._peer_layout(k, Uniform.code, 0.0) for k in shards}
+        layouts = uniform if strategy.ranks else {
+            k: self._peer_layout(k, strategy.code, strategy.alpha) for k in shards}
         return [("" if k == self._shard else self._peer_name(k), layouts[k]["arena"],
                  layouts[k]["column_offsets"], layouts[k]["slots"],
                  layouts[k]["slots_bytes"] // _SLOT_BYTES, layouts[k]["tree"],
                  layouts[k]["tree_offsets"], layouts[k]["tree_bytes"] // 8, _root(uniform[k]),
-                 layouts[k]["max_length"]) for k in shards]
+                 layouts[k]["max_length"], layouts[k]["stamps"]) for k in shards]
 
-    def _sample_native(self, rng, batch, window, code, alpha, pad_left, shards, seed=None):
-        """_sample for Uniform, Timestep and Prioritized, in one native call
-        with the GIL released: the same protocol (module docstring), the
-        rows straight into output buffers handed out as they are."""
-        from gearjax._gearjax import one_sided_sample
-
-        columns = list(self._local.columns.values())
+    def _sample_native(self, seed, batch, window, strategy, pad_left, shards):
+        """One sample over `shards` in one native call with the GIL released
+        (xla_ffi/core/one_sided.h), the rows straight into output buffers
+        handed out as they are. Raises ShardUnavailable naming a shard."""
         width = window or self._local.max_length
         outputs, pooled = self._outputs(batch, width)
         out = {"keys": np.empty(batch, np.int64), "start": np.empty(batch, np.int32),
                "probability": np.empty(batch, np.float32),
                "table_size": np.empty(batch, np.int64), "valid": np.empty(batch, np.int32),
                "shard": np.empty(batch, np.int32)}
-        if seed is None:  # else the caller's, as compiled samples derive it
-            seed = rng.integers(0, 1 << 32, 2, dtype=np.uint64)
-        failed, why, trips, descriptors = one_sided_sample(
-            self._native_agent(), self._native_layouts(shards, code, alpha), list(shards),
-            self._shard_shift,
-            [(column.step_bytes, column.pad_step()) for column in columns],
-            int(seed[0]), int(seed[1]), batch, window or 0, pad_left, out["keys"], out["start"],
+        failed, why, trips, descriptors = _gearjax.one_sided_sample(
+            self._native_transport(), self._native_layouts(shards, strategy), list(shards),
+            self._shard_shift, self._columns(), strategy.code, strategy.count, int(seed[0]),
+            int(seed[1]), batch, window or 0, pad_left, out["keys"], out["start"],
             out["probability"], out["table_size"], out["valid"], out["shard"],
-            [a.reshape(-1).view(np.uint8) for a in outputs], self._timeout)
+            [a.reshape(-1).view(np.uint8) for a in outputs], self._timeout,
+            self.whole_read_bytes)
         if failed >= 0:
             raise ShardUnavailable(shards[failed], why)
         self.native_counts = (trips, descriptors)
         out["columns"] = self._handed_out(outputs, pooled)
         return out
 
-    def _peer_name(self, shard: int) -> str:
-        """The transport's name for a shard's owner (native samples)."""
-        raise NotImplementedError
+
+class PythonTransport:
+    """What the native sampler calls back, for a transport written in Python
+    (verbs; tests' loopback ones), to move bytes: ``read`` (a round trip's
+    spans of other processes' shards) and ``staging`` (registered buffers by
+    use). See PythonReader, xla_ffi/one_sided_module.cc."""
+
+    # The sampler's staging buffers by use (xla_ffi/core/one_sided.h Use).
+    STAGINGS = ("snapshot", "tree", "records")
+
+    def __init__(self, reader: Any):
+        self._reader = reader
+
+    def read(self, requests: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]],
+             fixed: bool) -> tuple[int, str]:
+        """Reads (shard, remote, local, sizes) spans; returns (-1, "") or the
+        shard that failed and why."""
+        del fixed  # a Python transport prepares nothing it could keep
+        try:
+            self._reader._read_remote({shard: (remote, sizes, local)
+                                       for shard, remote, local, sizes in requests})
+        except ShardUnavailable as e:
+            return e.shard, e.why
+        return -1, ""
+
+    def staging(self, use: int, size: int) -> int:
+        """The address of the registered buffer for `use`, of at least `size`
+        bytes (the reader keeps it)."""
+        return self._reader._staging(self.STAGINGS[use], size).ctypes.data

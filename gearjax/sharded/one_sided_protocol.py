@@ -2,8 +2,8 @@
 ``verbs`` exchanges): a shard's published layout and its checks, the slot
 record as xla_ffi/core/slots.h lays it out, the messages an owner accepts
 (priority updates, tree requests), and the registered buffers reads land in.
-The samplers are gearjax/sharded/one_sided.py (Python) and
-gearjax/sharded/one_sided_native.py (the native one's Python side)."""
+The sampler is native (xla_ffi/core/one_sided.h); gearjax/sharded/
+one_sided.py and one_sided_native.py are its Python side."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ import numpy as np
 
 from gearjax import _gearjax
 from gearjax.sharded import keys as keys_of
-from gearjax.strategies import Recent, TopK
 
 # Registered output buffers per column that samples hand out without a copy:
 # one is reused only once nothing outside the reader refers to it (the
@@ -31,8 +30,6 @@ _LAYOUT = _gearjax.slot_layout()
 _FANOUT = _LAYOUT["sum_tree_fanout"]
 _SLOT_BYTES = _LAYOUT["slot_bytes"]
 _LIVE = _LAYOUT["live_state"]
-_TOPK, _RECENT = TopK.code, Recent.code
-_RANKED = (_TOPK, _RECENT)
 # Priority updates for another shard travel as one message to its owner (a
 # NIXL notification, a verbs SEND): _UPDATE, the job token, then n int64 keys
 # and n float64 priorities; at most this many entries a message.
@@ -130,6 +127,7 @@ class ShardUnavailable(RuntimeError):
     def __init__(self, shard: int, why: str):
         super().__init__(f"shard {shard} is unavailable: {why}")
         self.shard = shard
+        self.why = why
 
 
 # A slot record (SlotInfo) as the core lays it out.
@@ -149,14 +147,6 @@ def _slot_bits(capacity: int) -> int:
 def _fields(records: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(keys, lengths, states) of slot records, copied."""
     return records["key"].copy(), records["length"].copy(), records["state"].copy()
-
-
-def _level_nodes(layout: dict, level: int) -> int:
-    """Nodes in one level of a published tree, padding included (checked in
-    _check_layout: a whole number of lines)."""
-    offsets = layout["tree_offsets"]
-    end = offsets[level + 1] if level + 1 < len(offsets) else layout["tree_bytes"] // 8
-    return end - offsets[level]
 
 
 def _root(layout: dict) -> int:

@@ -619,9 +619,9 @@ class ShardedTable:
                           prefetch) -> Any:
         """nixl, verbs: eagerly, the reads run now; inside a per-process
         jax.jit (the data-loader pattern) or inside shard_map (each process
-        reads its own block), one FFI call of the native sampler where it
-        serves (nixl, Uniform/Timestep/Prioritized, CPU backend, no
-        prefetch), else an ordered io_callback. Returns the batch, after the
+        reads its own block), one FFI call of the native sampler where its
+        reads need no Python (nixl, every strategy, CPU backend, no
+        prefetch), else an ordered io_callback around it. Returns the batch, after the
         state's successor when given a state."""
         if axis_name is not None:  # mode 2: this process reads its block itself
             exchange.check_axis(axis_name, self._spec)
@@ -636,12 +636,10 @@ class ShardedTable:
                      for c, column in enumerate(columns)}}
 
         def draw(words: np.ndarray) -> dict[str, Any]:
-            rng = np.random.default_rng([int(words[0]), int(words[1]), self._shard])
             # What a compiled sample draws from (below), so a key gives the
             # same rows in and out of jit.
             seed = (int(words[0]), int(words[1]) ^ int(_seed_mix(self._shard)))
-            return self._transport.sample(rng, batch_size, window, strategy.code,
-                                          strategy.alpha, pad == "left", strategy.count, seed)
+            return self._transport.sample(seed, batch_size, window, strategy, pad == "left")
 
         def read(words: np.ndarray) -> dict[str, np.ndarray]:
             words = np.asarray(words, np.uint32)
@@ -658,8 +656,7 @@ class ShardedTable:
         if isinstance(rng_key, jax.core.Tracer) or isinstance(state, jax.core.Tracer):
             if (self._transport.compiles(strategy) and not prefetch and
                     jax.default_backend() == "cpu"):
-                plan = self._transport.plan(batch_size, window, strategy.code, strategy.alpha,
-                                            pad == "left")
+                plan = self._transport.plan(batch_size, window, strategy, pad == "left")
                 # Processes given the same key draw different rows.
                 seed = words ^ jax.numpy.array([0, _seed_mix(self._shard)], np.uint32)
                 state, (keys, start, probability, table_size, valid, shard, *columns) = \

@@ -1,8 +1,9 @@
 """The ``verbs`` exchange: one-sided RDMA READs of other processes' shards
 through pyverbs (rdma-core's Python binding), over reliable-connected queue
 pairs, with no call into the owners. What a sample reads, and why it never
-sees a torn window, is gearjax/sharded/one_sided.py (shared with ``nixl``);
-this module moves the bytes.
+sees a torn window, is the native one-sided sampler (xla_ffi/core/one_sided.h,
+shared with ``nixl``), which calls this module back to move the bytes of
+each round trip (gearjax/sharded/one_sided_native.py PythonTransport).
 
 Reads are posted from Python (one work request per span, chained, signaled,
 completions polled with a deadline), so ``verbs`` serves sampling mode (1):
@@ -171,7 +172,7 @@ class Transport(OneSidedReader):
         self._shard, self._shards, self._shard_shift = shard, shards, shard_shift
         self._path, self._token, self._timeout = path, token, timeout
         self._on_dead_shard = on_dead_shard
-        self._dead: set[int] = set()    # shards sampling leaves out (one_sided.py)
+        self._dead: set[int] = set()    # shards sampling leaves out
         self._broken: set[int] = set()  # shards whose queue pair failed: reads refused
         self.refused_updates = self.sent_updates = 0
         # The send queue and CQ, the staging buffers and their regions; taken

@@ -1,25 +1,28 @@
 // Global sampling over a sharded table's shards by one-sided reads, in native
-// code: the sampler of the nixl exchange for Uniform, Timestep and
-// Prioritized (gearjax/sharded/one_sided.py documents the protocol and keeps
-// the ranked strategies and the verbs transport). One call is a whole sample
-// with no Python in it:
+// code: the one sampler of the one-sided exchanges (nixl, verbs), for every
+// strategy, whatever moves the bytes (a Reader: NIXL, a Python transport such
+// as verbs, memcpy for this process's shards). One call is a whole sample:
 //
-// 1. one snapshot per shard in one read: the sum-tree levels that fit
-//    kWholeReadBytes from the root down (the root is the shard's total), the
-//    shard's size (Uniform's root) and, where they fit, its slot records;
-// 2. each row's shard in proportion to the totals, then its slot by the
-//    shard's tree: through the levels held, then one read a level for the
-//    rest (SumTreeChild: exactly the owner's own draw);
-// 3. each slot's record (from the snapshot, else read), the window, and the
-//    record again: a key or state that changed means the owner rewrote the
-//    slot meanwhile (keys are never reused), and the row is drawn again, as
-//    is a row whose slot was not live. Never a torn window.
+// 1. what the draw needs of each shard, in one read: for a tree strategy
+//    (Uniform, Timestep, Prioritized) the sum-tree levels that fit
+//    whole_read_bytes from the root down (the root is the shard's total),
+//    the shard's size (Uniform's root) and, where they fit, its slot records;
+//    for a ranking one (TopK, Recent) every slot record and insertion stamp;
+// 2. each row's slot: for a tree strategy its shard in proportion to the
+//    totals, then its slot down that shard's tree, through the levels held,
+//    then one read a level for the rest (SumTreeChild: exactly the owner's
+//    own draw; one_sided_tree.cc); for a ranking one uniformly among the
+//    `count` best live items of every shard in the global order (shard_ranking.h;
+//    one_sided_ranked.cc);
+// 3. each slot's record (from step 1, else read), the window, and the record
+//    again: a key or state that changed means the owner rewrote the slot
+//    meanwhile (keys are never reused), and the row is drawn again, as is a
+//    row whose slot was not live. Never a torn window.
 //
 // Where trees and records fit, a sample is three round trips whose
-// descriptors are the windows plus a few per shard. The snapshot's spans
-// depend only on the shards' layouts (each names its strategy's tree), so
-// its read is marked fixed: the NIXL reader keeps that transfer and posts it
-// again (nixl_agent.h).
+// descriptors are the windows plus a few per shard. Step 1's spans depend
+// only on the shards' layouts, so its read is marked fixed: the NIXL reader
+// keeps that transfer and posts it again (nixl_agent.h).
 #pragma once
 
 #include <cstdint>
@@ -28,6 +31,7 @@
 #include <vector>
 
 #include "nixl_agent.h"
+#include "sample_request.h"
 
 namespace gearjax::one_sided {
 
@@ -47,6 +51,7 @@ struct ShardLayout {
   int64_t tree_nodes = 0;
   uint64_t uniform_root = 0;  // Uniform's root: the number of live items
   int64_t max_length = 0;
+  uint64_t stamps = 0;  // int64_t[capacity], insertion stamps (read by ranking strategies)
 };
 
 // Spans of one shard's memory to copy into local memory.
@@ -54,6 +59,9 @@ struct ShardSpans {
   int shard;  // index into the shards given to Sample
   std::vector<uint64_t> remote, local, sizes;
 };
+
+// The staging buffers of one sample, by use (Reader::Staging).
+enum Use : int { kSnapshotStaging = 0, kLineStaging = 1, kRecordStaging = 2, kNumStagings = 3 };
 
 // Moves bytes for the sampler: a transport for other processes' shards,
 // memcpy for this process's own.
@@ -67,7 +75,7 @@ class Reader {
   virtual nixl::ReadResult Read(const std::vector<ShardLayout>& shards,
                                 const std::vector<ShardSpans>& spans, bool fixed) = 0;
   // A local buffer of at least `bytes` for reads (registered with the
-  // transport), one per use (0: snapshot, 1: tree lines, 2: records), kept.
+  // transport), one per use (Use), kept; its contents need not be.
   virtual uint8_t* Staging(int use, size_t bytes) = 0;
 };
 
@@ -79,7 +87,7 @@ class CopyReader : public Reader {
   uint8_t* Staging(int use, size_t bytes) override;
 
  private:
-  std::vector<uint8_t> staging_[3];
+  std::vector<uint8_t> staging_[kNumStagings];
 };
 
 struct Column {
@@ -105,6 +113,13 @@ struct Request {
   int64_t batch = 0;
   int64_t window = 0;  // 0: whole trajectories from step 0, width max_length
   bool pad_left = false;
+  Strategy strategy = Strategy::kUniform;  // its tree is in the layouts; a ranking one has none
+  int64_t count = 0;  // TopK's k, Recent's n (>= 1 for those)
+  // Tree levels and slot records up to this many bytes a shard are read
+  // whole in step 1 rather than per row: at about 3 us a descriptor over
+  // loopback UCX (scripts/bench_nixl_reader.py) and 10 GB/s, 1 MiB costs
+  // what 30 rows do.
+  int64_t whole_read_bytes = kWholeReadBytes;
 };
 
 struct Counts {
@@ -121,8 +136,9 @@ class ShardUnavailable : public std::runtime_error {
 };
 
 // One sample of request.batch rows over `shards` (steps 1-3 above). Throws
-// ShardUnavailable, InvalidArgument when no shard holds anything to draw,
-// std::runtime_error when rows could not be read consistently in kMaxRounds.
+// ShardUnavailable, InvalidArgument for a request or layout that does not
+// fit and when no shard holds anything to draw, std::runtime_error when rows
+// could not be read consistently in kMaxRounds.
 Counts Sample(Reader& reader, const std::vector<ShardLayout>& shards, const Request& request,
               const Outputs& out);
 

@@ -1,7 +1,9 @@
 // Tests of the native one-sided sampler (one_sided.h) over tables of this
 // process read by memcpy: the distribution over shards and slots, every
 // window's content and padding, global keys, the round trips of both read
-// paths (snapshot, or per row for shards too large), and refusals.
+// paths (snapshot, or per row for shards too large), the ranking strategies
+// (TopK, Recent) over every shard, rows drawn again when their slot is
+// rewritten during the sample, and refusals.
 #include "core/one_sided.h"
 #include "core/one_sided_plan.h"
 
@@ -39,6 +41,7 @@ ShardLayout Layout(Table& table, Strategy strategy, double alpha) {
   s.tree_nodes = static_cast<int64_t>(r.tree_nodes);
   s.uniform_root = reinterpret_cast<uint64_t>(u.tree.nodes + u.tree.offsets[u.tree.levels - 1]);
   s.max_length = table.spec().max_length;
+  s.stamps = reinterpret_cast<uint64_t>(u.stamps);
   return s;
 }
 
@@ -46,6 +49,7 @@ ShardLayout Layout(Table& table, Strategy strategy, double alpha) {
 struct Shards {
   std::vector<std::unique_ptr<Table>> tables;
   std::map<int64_t, std::pair<double, int64_t>> items;  // global key -> (priority, length)
+  std::vector<int64_t> order;  // global keys, oldest first
 };
 
 Shards Make(const std::vector<int64_t>& sizes, int64_t capacity_extra = 0) {
@@ -60,6 +64,7 @@ Shards Make(const std::vector<int64_t>& sizes, int64_t capacity_extra = 0) {
       }
       const int64_t key = s.tables.back()->Insert({data.data()}, length, 1.0 + i % 5);
       s.items[(static_cast<int64_t>(k) << 61) | key] = {1.0 + i % 5, length};
+      s.order.push_back((static_cast<int64_t>(k) << 61) | key);
     }
   }
   return s;
@@ -77,6 +82,17 @@ struct Batch {
            shard.data(), {reinterpret_cast<uint8_t*>(x.data())}};
   }
 };
+
+// Shard k's trajectory i as Make writes it (its pattern, priority 1 + i % 5).
+int64_t InsertItem(Shards& s, size_t k, int64_t i) {
+  const int64_t length = 1 + (i * 7 + static_cast<int64_t>(k)) % 12;
+  std::vector<int32_t> data(static_cast<size_t>(length));
+  for (int64_t t = 0; t < length; ++t) data[t] = static_cast<int32_t>(1000 * k + i + 100000 * t);
+  const int64_t key = s.tables[k]->Insert({data.data()}, length, 1.0 + i % 5);
+  s.items[(static_cast<int64_t>(k) << 61) | key] = {1.0 + i % 5, length};
+  s.order.push_back((static_cast<int64_t>(k) << 61) | key);
+  return key;
+}
 
 Request MakeRequest(int64_t batch, int64_t window, bool pad_left, uint32_t seed) {
   Request r;
@@ -271,6 +287,127 @@ TEST(OneSided, AReaderThatFailsNamesItsShard) {
     FAIL() << "read another process's shard by memcpy";
   } catch (const ShardUnavailable& e) {
     EXPECT_EQ(e.shard, 1);
+  }
+}
+
+Request Ranked(Strategy strategy, int64_t count, int64_t batch, uint32_t seed) {
+  Request r = MakeRequest(batch, 4, false, seed);
+  r.strategy = strategy;
+  r.count = count;
+  return r;
+}
+
+// Draws rows and counts them by key; checks every row's window and fields.
+std::map<int64_t, int64_t> Draws(const Shards& s, const std::vector<ShardLayout>& shards,
+                                 const Request& r, int samples, Counts* counts = nullptr) {
+  std::map<int64_t, int64_t> drawn;
+  CopyReader reader;
+  for (int i = 0; i < samples; ++i) {
+    Request ri = r;
+    ri.seed[0] += static_cast<uint32_t>(i);
+    Batch b(r.batch, 4);
+    const Counts c = Sample(reader, shards, ri, b.out);
+    if (counts != nullptr) *counts = c;
+    CheckRows(s, b, r.batch, 4, false);
+    for (int64_t row = 0; row < r.batch; ++row) {
+      ++drawn[b.keys[row]];
+      EXPECT_EQ(b.table_size[row], static_cast<int64_t>(s.items.size()));
+    }
+  }
+  return drawn;
+}
+
+TEST(OneSided, TopKAndRecentDrawUniformlyAmongTheBestOfEveryShard) {
+  // Shard 1's items were inserted after shard 0's: newer stamps.
+  Shards s = Make({20, 12});
+  std::vector<ShardLayout> shards = {Layout(*s.tables[0], Strategy::kUniform, 0),
+                                     Layout(*s.tables[1], Strategy::kUniform, 0)};
+  // Recent(14): shard 1's 12 and shard 0's newest 2.
+  const std::vector<int64_t>& order = s.order;
+  const std::vector<int64_t> newest(order.end() - 14, order.end());
+  Counts c;
+  std::map<int64_t, int64_t> drawn = Draws(s, shards, Ranked(Strategy::kRecent, 14, 256, 1), 20, &c);
+  EXPECT_EQ(c.round_trips, 3);  // the ranking read, the windows, the records again
+  ASSERT_EQ(drawn.size(), newest.size());
+  double chi2 = 0.0;
+  for (int64_t key : newest) {
+    ASSERT_EQ(drawn.count(key), 1u) << key;
+    const double expected = 20.0 * 256 / 14, d = drawn[key] - expected;
+    chi2 += d * d / expected;
+  }
+  EXPECT_LT(chi2, 45.0);  // 13 degrees of freedom: the 0.9999 quantile is about 42
+  // TopK(3): priority 5 (i % 5 == 4) is i = 4, 9, 14, 19 in shard 0 and 4, 9
+  // in shard 1; the newest first: shard 1's two, then shard 0's i = 19.
+  drawn = Draws(s, shards, Ranked(Strategy::kTopK, 3, 64, 2), 5);
+  ASSERT_EQ(drawn.size(), 3u);
+  for (const int64_t key : {order[19], order[20 + 4], order[20 + 9]}) {
+    EXPECT_EQ(drawn.count(key), 1u) << key;
+  }
+  // A count past the live items: every item.
+  drawn = Draws(s, shards, Ranked(Strategy::kTopK, 1000, 256, 3), 4);
+  EXPECT_EQ(drawn.size(), s.items.size());
+}
+
+TEST(OneSided, RankedProbabilitiesAreOneOverTheBestAndEmptyShardsRefuse) {
+  Shards s = Make({6, 3});
+  std::vector<ShardLayout> shards = {Layout(*s.tables[0], Strategy::kUniform, 0),
+                                     Layout(*s.tables[1], Strategy::kUniform, 0)};
+  CopyReader reader;
+  Batch b(32, 4);
+  Sample(reader, shards, Ranked(Strategy::kRecent, 4, 32, 1), b.out);
+  for (int64_t row = 0; row < 32; ++row) EXPECT_FLOAT_EQ(b.probability[row], 0.25f);
+  Request r = Ranked(Strategy::kTopK, 0, 32, 1);  // no count
+  EXPECT_THROW(Sample(reader, shards, r, b.out), InvalidArgument);
+  std::vector<ShardLayout> no_stamps = shards;
+  no_stamps[1].stamps = 0;
+  EXPECT_THROW(Sample(reader, no_stamps, Ranked(Strategy::kTopK, 2, 32, 1), b.out),
+               InvalidArgument);
+  r = Ranked(Strategy::kTopK, 2, 32, 1);
+  r.strategy = static_cast<Strategy>(99);
+  EXPECT_THROW(Sample(reader, shards, r, b.out), InvalidArgument);
+  Shards empty = Make({0, 0}, 4);
+  shards = {Layout(*empty.tables[0], Strategy::kUniform, 0),
+            Layout(*empty.tables[1], Strategy::kUniform, 0)};
+  try {
+    Sample(reader, shards, Ranked(Strategy::kRecent, 2, 32, 1), b.out);
+    FAIL() << "sampled empty shards";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("every shard is empty"), std::string::npos);
+  }
+}
+
+// A reader that, at its `at`-th read (the windows), inserts into shard 1,
+// which is full: the remover rewrites its oldest slot with a new key while
+// the sample is reading it, as an owner would.
+class RewritingReader : public CopyReader {
+ public:
+  RewritingReader(Shards& s, int at) : s_(s), at_(at) {}
+  nixl::ReadResult Read(const std::vector<ShardLayout>& shards,
+                        const std::vector<ShardSpans>& spans, bool fixed) override {
+    if (++reads == at_) inserted = InsertItem(s_, 1, 100 + reads);
+    return CopyReader::Read(shards, spans, fixed);
+  }
+  int reads = 0;
+  int64_t inserted = -1;  // the key inserted (its slot's old item is gone)
+
+ private:
+  Shards& s_;
+  int at_;
+};
+
+TEST(OneSided, ARowWhoseSlotIsRewrittenDuringTheSampleIsDrawnAgain) {
+  for (const Strategy strategy : {Strategy::kUniform, Strategy::kTopK}) {
+    Shards s = Make({4, 4});  // full: capacity 4 each
+    const int64_t oldest = s.order[4];  // shard 1's first
+    std::vector<ShardLayout> shards = {Layout(*s.tables[0], Strategy::kUniform, 0),
+                                       Layout(*s.tables[1], Strategy::kUniform, 0)};
+    RewritingReader reader(s, 2);  // the snapshot (or ranking read), then the windows
+    Batch b(256, 4);
+    Request r = Ranked(strategy, 100, 256, 5);
+    const Counts c = Sample(reader, shards, r, b.out);
+    EXPECT_GT(c.round_trips, 3) << "no row drew the rewritten slot";
+    s.items.erase(oldest);
+    CheckRows(s, b, 256, 4, false);  // the evicted item's key is in no row
   }
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "random.h"
+#include "shard_ranking.h"
 #include "row_words_cpu.h"
 
 namespace gearjax {
@@ -35,18 +36,8 @@ void RankShards(Strategy strategy, int64_t count, const TopEntry* entries, int64
   CheckSummaries(summaries, shards);
   if (!Ranks(strategy)) throw InvalidArgument("only TopK and Recent rank shards");
   if (count < 1 || per_shard < 1) throw InvalidArgument("TopK and Recent need a count >= 1");
-  const bool by_priority = strategy == Strategy::kTopK;
-  // (priority, stamp, shard), compared as the global order: higher is better.
-  struct Ranked {
-    double priority;
-    int64_t stamp, shard;
-    bool operator>(const Ranked& o) const {
-      if (priority != o.priority) return priority > o.priority;
-      if (stamp != o.stamp) return stamp > o.stamp;
-      return shard > o.shard;
-    }
-  };
-  std::vector<Ranked> all;
+  const bool by_priority = RanksByPriority(strategy);
+  std::vector<RankedItem> all;  // in the global order (shard_ranking.h)
   for (int64_t m = 0; m < shards; ++m) {
     const TopEntry* list = entries + m * per_shard;
     int64_t n = 0;
@@ -57,8 +48,8 @@ void RankShards(Strategy strategy, int64_t count, const TopEntry* entries, int64
       const bool bad =
           padding ? e.stamp != -1
                   : (e.stamp < 0 || e.stamp >= kMaxStamp || (by_priority && !ValidPriority(e.priority)) ||
-                     (i > 0 && !(Ranked{by_priority ? list[i - 1].priority : 0.0, list[i - 1].stamp, m} >
-                                 Ranked{by_priority ? e.priority : 0.0, e.stamp, m})));
+                     (i > 0 && !(RankedItem{by_priority ? list[i - 1].priority : 0.0, list[i - 1].stamp, m} >
+                                 RankedItem{by_priority ? e.priority : 0.0, e.stamp, m})));
       if (bad) {
         throw InvalidArgument("shard " + std::to_string(m) + " sent a malformed best list (entry " +
                               std::to_string(i) + ")");
@@ -70,7 +61,7 @@ void RankShards(Strategy strategy, int64_t count, const TopEntry* entries, int64
   const size_t best = static_cast<size_t>(std::min<int64_t>(count, static_cast<int64_t>(all.size())));
   std::nth_element(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(best) -
                                     (best > 0 ? 1 : 0),
-                   all.end(), std::greater<Ranked>());
+                   all.end(), std::greater<RankedItem>());
   for (size_t i = 0; i < best; ++i) summaries[all[i].shard].weight += 1;
 }
 

@@ -231,6 +231,43 @@ TEST(SumTree, SumsNeverDrift) {
   EXPECT_EQ(tree.Draw(0.999999), 17);
 }
 
+// SumTreeChild, the step of every descent (the one-sided sampler's too, on
+// lines it read), against the interval each child's weight spans: the
+// child whose [before, before + w) holds the target, never a zero-weight one;
+// past the end (rounding), the last positive child; a line without weight
+// gives -1.
+TEST(SumTree, SumTreeChildTakesTheIntervalHoldingTheTarget) {
+  std::mt19937_64 rng(0);
+  std::uniform_int_distribution<int> weight(0, 3);
+  for (int trial = 0; trial < 2000; ++trial) {
+    double line[kSumTreeFanout];
+    double total = 0;
+    for (double& w : line) total += (w = weight(rng));
+    if (total == 0) line[3] = total = 1;
+    const double target = trial < 5 ? total : std::uniform_real_distribution<>(0, total)(rng);
+    int want = -1;
+    double before = 0, want_rest = 0;
+    for (int c = 0; c < kSumTreeFanout; ++c) {
+      if (line[c] > 0 && before <= target && target < before + line[c]) {
+        want = c;
+        want_rest = target - before;
+        break;
+      }
+      before += line[c];
+    }
+    if (want < 0) {  // past the end: the last positive child
+      for (int c = kSumTreeFanout - 1; want < 0; --c) want = line[c] > 0 ? c : -1;
+      want_rest = target - (total - line[want]);
+    }
+    double rest = target;
+    ASSERT_EQ(SumTreeChild(line, &rest), want) << "trial " << trial;
+    EXPECT_DOUBLE_EQ(rest, want_rest);
+  }
+  const double empty[kSumTreeFanout] = {};
+  double t = 0.5;
+  EXPECT_EQ(SumTreeChild(empty, &t), -1);
+}
+
 TEST(SumTree, AnEmptyTreeDrawsNothing) {
   SumTree tree(100, false);
   EXPECT_EQ(tree.Draw(0.5), -1);
