@@ -55,23 +55,13 @@ class Table:
       capacity: number of trajectory slots, in [1, 2**31].
       max_length: steps per slot, in [1, 2**31]; inserted trajectories have
         1..max_length steps.
-      placement: where the table's bytes live.
-
-        * ``"host"``: host memory. Where a GPU is present (CUDA build), it is
-          pinned and mapped into the GPU's address space, and GPU samples
-          gather from it zero-copy: tables may be far larger than GPU memory.
-        * ``"device"``: GPU memory, allocated beside XLA's own pool. JAX
-          preallocates 75% of the GPU by default, so lower
-          ``XLA_PYTHON_CLIENT_MEM_FRACTION`` (or set
-          ``XLA_PYTHON_CLIENT_PREALLOCATE=false``) before JAX starts to leave
-          room. A device table is sampled and ``insert_batch``-ed from
-          programs on the GPU only; ``insert``, ``get`` and ``save`` copy
-          through the host. Raises ValueError where there is no GPU.
-        * ``"auto"`` (default): ``"device"`` when the table needs at most
-          ``AUTO_DEVICE_FRACTION`` (half) of the GPU memory free at creation,
-          otherwise ``"host"``. With JAX's default preallocation little is
-          free, so ``"auto"`` picks host memory unless the fraction above is
-          lowered. ``stats()["memory"]`` says where the table went.
+      placement: where the table's bytes live: ``"host"`` (pinned and mapped
+        for zero-copy GPU gathers where a GPU is present, so a table may be
+        far larger than GPU memory), ``"device"`` (GPU memory, beside XLA's
+        pool) or ``"auto"`` (default: ``"device"`` when the table needs at
+        most ``AUTO_DEVICE_FRACTION`` of the GPU memory free at creation,
+        else ``"host"``). See the docs' Placement page (XLA's preallocation,
+        what runs where); ``stats()["memory"]`` says where the table went.
       remover: who leaves when the table is full: ``"fifo"`` (oldest key),
         ``"lifo"`` (newest key) or ``"min_priority"`` (lowest priority, oldest
         first among ties).
@@ -80,15 +70,9 @@ class Table:
       name: a name for error messages and ``repr`` (compiled programs that
         touch a closed table fail naming it).
       max_times_sampled: a trajectory leaves the table after its n-th draw
-        (Reverb's ``max_times_sampled``; 1 makes the table consume-once, a
-        queue-like table for on-policy data); 0 (default) never. Every row
-        counts, also within one batch, and a batch never holds a trajectory
-        more often than its remaining draws. Removals count as evictions and
-        free the slot for the next insert (which waits for the sample still
-        reading it). A batch the remaining draws cannot serve waits within the
-        rate limiter's timeout for inserts, then raises (at once with no
-        timeout). Samples of such a table are selected on the host (also for
-        GPU programs, which still gather on the GPU): see ``sample``.
+        (Reverb's; 1: consume-once, for on-policy data); 0 (default) never.
+        Every row counts, also within one batch. See the docs' Windows page,
+        "Consume-once tables".
       _key_bits: keys stay below ``2**_key_bits`` (for the shards of a
         :class:`gearjax.ShardedTable`, whose keys carry the shard above them).
 
@@ -435,15 +419,10 @@ class Table:
     def insert(self, trajectory: Mapping[str, Any], priority: float = 1.0) -> int:
         """Copies one trajectory into the table and returns its key.
 
-        Releases the GIL while copying. May evict a trajectory (see
-        ``remover``) and may wait on the rate limiter. Acts at once, from any
-        thread (see the docs' Semantics in jit page for how this orders
-        against compiled programs).
-
-        Arrays may be NumPy, jax or any DLPack array (torch, cupy, ...), or
-        anything ``numpy.asarray`` takes. Data is converted to each column's
-        dtype value by value (docs: Tables, "Conversions"): a conversion that
-        would change a value's kind or class is refused.
+        Acts at once, from any thread, with the GIL released while copying;
+        may evict (``remover``) and wait on the rate limiter. Arrays may be
+        NumPy, JAX or any DLPack array, converted to each column's dtype
+        value by value (docs: Tables, "Inserting" and "Conversions").
 
         Args:
           trajectory: column name -> array ``[T, *shape]``, every column of
@@ -683,13 +662,8 @@ class Table:
             :func:`gearjax.table_error` names either (docs: Semantics in jit,
             "Errors in compiled code").
 
-        Shapes, dtypes and columns are checked when traced, concrete lengths
-        and priorities at once, traced ones when it runs: before the first
-        insert, so bad values insert nothing. Data converts under the rule of
-        every insert path, JAX arrays only where every value of their dtype
-        fits (docs: Tables, "Conversions"). On a GPU the data is copied on
-        XLA's stream straight into the table; the lengths and priorities are
-        read on the host first, so the call synchronises once.
+        Every row is checked before the first insert: bad values insert
+        nothing (docs: Tables, "Inserting").
 
         Examples:
           >>> @jax.jit
@@ -838,10 +812,7 @@ class Table:
         """Sets the priorities of trajectories by key.
 
         Keys no longer stored (evicted meanwhile) are skipped, and for a
-        repeated key the last value wins. Priorities must be 0 or in
-        [2.2250738585072014e-308, 1.0000000150474662e+30] (1e30 as a float32:
-        ``jnp.clip(p, 0, 1e30)`` in float32 is accepted); otherwise nothing
-        changes.
+        repeated key the last value wins (docs: Tables, "Priorities").
 
         Three forms:
 
@@ -861,7 +832,8 @@ class Table:
         * ``keys``: integer keys of any shape (flattened), int32, uint32 or
           int64 or narrower (uint64 is refused).
         * ``priorities``: real numbers (integer or floating), as many as
-          ``keys``, in the range above.
+          ``keys``: 0 or in [2.2250738585072014e-308, 1.0000000150474662e+30]
+          (``jnp.clip(p, 0, 1e30)`` in float32 passes).
 
         Returns:
           ``count``, the number of entries whose key was still stored: an
@@ -886,11 +858,9 @@ class Table:
             :func:`gearjax.table_error` says ``"failed"`` for both; nothing
             changes).
 
-        Compiled updates run in order with the program's samples and inserts
-        (a sample after it sees the new priorities). On a GPU they never wait
-        for the stream, so a bad value cannot fail their own program: the
-        update then changes nothing and returns -1, and the next call on the
-        table raises the error (docs: "Semantics in jit").
+        Compiled updates run in order with the program's samples and inserts;
+        a GPU update's bad value is raised by the table's next call (docs:
+        Semantics in jit, "A bad priority in a GPU update is reported late").
 
         Examples:
           >>> state, batch = table.sample(state, jax.random.key(2), 64, window=8)
@@ -979,11 +949,8 @@ class Table:
         Contents, priorities, insertion order, keys and counters are restored
         exactly.
 
-        The loaded table is a new table with a new handle: programs compiled
-        against another table keep using that one (and fail, naming it, once
-        it is closed). Make jitted functions that close over a table again
-        after loading; do not pass tables as static arguments, which jit's
-        cache keeps, with their memory, until ``jax.clear_caches()`` (docs:
+        The loaded table is a new table with a new handle: make jitted
+        functions that close over a table again after loading (docs:
         Semantics in jit, "After Table.load").
 
         Args:

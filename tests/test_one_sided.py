@@ -15,6 +15,7 @@ import pytest
 from scipy import stats
 
 import gearjax as gx
+from gearjax._sample_args import SampleArgs, normalise
 from gearjax.sharded import keys as keys_of
 from gearjax.sharded import one_sided
 from gearjax.sharded.one_sided import OneSidedReader, aligned_zeros, copy_local
@@ -112,6 +113,13 @@ def seed_of(rng: np.random.Generator) -> tuple[int, int]:
     return tuple(int(w) for w in rng.integers(0, 1 << 32, 2, dtype=np.uint64))
 
 
+def args(batch: int, window: int | None, strategy, pad_left: bool = False,
+         max_length: int = 12) -> SampleArgs:
+    """A sample's arguments as the sharded table hands them to its transport."""
+    return normalise(batch, window, strategy, "left" if pad_left else "right",
+                     max_length=max_length)
+
+
 @pytest.mark.parametrize("alpha", [0.0, 1.0, 2.0])
 def test_rows_follow_priority_to_the_alpha_over_every_shard(read_path, alpha):
     tables, priorities = shards()
@@ -123,7 +131,7 @@ def test_rows_follow_priority_to_the_alpha_over_every_shard(read_path, alpha):
     total = sum(p ** alpha for p, _, _ in priorities.values())
     for i in range(40):
         pad_left = i % 2 == 1
-        out = reader.sample(seed_of(rng), 256, 4, gx.Prioritized(alpha), pad_left=pad_left)
+        out = reader.sample(seed_of(rng), args(256, 4, gx.Prioritized(alpha), pad_left))
         for key, start, valid, row, p, shard in zip(out["keys"], out["start"], out["valid"],
                                                     out["columns"][0], out["probability"],
                                                     out["shard"]):
@@ -146,9 +154,9 @@ def test_a_sample_is_three_round_trips_when_its_shards_fit_the_budget(read_path)
     reader = reader_for(read_path, tables)
     reader._shard = 0  # shard 0 is this process's: copied without the transport
     rng = np.random.default_rng(2)
-    reader.sample(seed_of(rng), 256, 4, gx.Prioritized(1.0), pad_left=False)  # warms buffers
+    reader.sample(seed_of(rng), args(256, 4, gx.Prioritized(1.0), False))  # warms buffers
     reader.round_trips = reader.descriptors = 0
-    reader.sample(seed_of(rng), 256, 4, gx.Prioritized(1.0), pad_left=False)
+    reader.sample(seed_of(rng), args(256, 4, gx.Prioritized(1.0), False))
     trips, descriptors = reader.native_counts  # both shards'
     levels = [len(t._native.remote_layout(2, 1.0)["tree_offsets"]) for t in tables]
     if read_path == "per_row":  # each level under the root, the records before and after
@@ -177,7 +185,7 @@ def test_topk_and_recent_draw_uniformly_among_the_best_of_every_shard(read_path,
     counts = dict.fromkeys(best, 0)
     rng = np.random.default_rng(6)
     for _ in range(20):
-        out = reader.sample(seed_of(rng), 256, 4, strategy, pad_left=False)
+        out = reader.sample(seed_of(rng), args(256, 4, strategy, False))
         assert (out["table_size"] == len(priorities)).all()
         assert np.allclose(out["probability"], 1 / len(best))
         for key, start, valid, row in zip(out["keys"], out["start"], out["valid"],
@@ -197,10 +205,10 @@ def test_a_failing_python_transport_names_its_shard_and_other_errors_surface():
             raise one_sided.ShardUnavailable(1, "gone")
 
     with pytest.raises(one_sided.ShardUnavailable, match="shard 1 is unavailable: gone"):
-        Failing(tables).sample((1, 2), 8, 4, gx.Uniform(), pad_left=False)
+        Failing(tables).sample((1, 2), args(8, 4, gx.Uniform()))
     skipping = Failing(tables)
     skipping._shard, skipping._on_dead_shard = 0, "skip"  # shard 0 copied, shard 1 left out
-    out = skipping.sample((1, 2), 8, 4, gx.TopK(3), pad_left=False)
+    out = skipping.sample((1, 2), args(8, 4, gx.TopK(3)))
     assert (out["shard"] == 0).all() and skipping._dead == {1}
 
     class Broken(LocalReader):
@@ -208,14 +216,14 @@ def test_a_failing_python_transport_names_its_shard_and_other_errors_surface():
             raise KeyError("a bug in the transport")
 
     with pytest.raises(KeyError, match="a bug in the transport"):  # raised as it was
-        Broken(tables).sample((1, 2), 8, 4, gx.Uniform(), pad_left=False)
+        Broken(tables).sample((1, 2), args(8, 4, gx.Uniform()))
 
     class Liar(LocalReader):  # names a shard it was not asked to read
         def _read_remote(self, requests):
             raise one_sided.ShardUnavailable(7, "?")
 
     with pytest.raises(RuntimeError, match="named shard 7"):
-        Liar(tables).sample((1, 2), 8, 4, gx.Uniform(), pad_left=False)
+        Liar(tables).sample((1, 2), args(8, 4, gx.Uniform()))
     with pytest.raises(ValueError, match="transport is a NixlAgent, None, or an object"):
         from gearjax import _gearjax
         _gearjax.one_sided_sample(
@@ -241,20 +249,20 @@ def test_rows_are_handed_out_without_a_copy_and_never_overwritten_while_held(nat
     tables, _ = shards((50, 50))
     reader = NativeReader(tables) if native else LocalReader(tables)
     rng = np.random.default_rng(3)
-    held = [reader.sample(seed_of(rng), 32, 4, gx.Uniform(), pad_left=True)["columns"][0]
+    held = [reader.sample(seed_of(rng), args(32, 4, gx.Uniform(), True))["columns"][0]
             for _ in range(one_sided.OUTPUT_BUFFERS)]
     snapshot = [h.copy() for h in held]
     addresses = {h.ctypes.data for h in held}
     assert len(addresses) == one_sided.OUTPUT_BUFFERS  # each its own buffer
     assert all(h.ctypes.data % one_sided.ALIGNMENT == 0 for h in held)
     # Every buffer is held: the next sample copies out of a shared one.
-    extra = reader.sample(seed_of(rng), 32, 4, gx.Uniform(), pad_left=True)["columns"][0]
+    extra = reader.sample(seed_of(rng), args(32, 4, gx.Uniform(), True))["columns"][0]
     assert extra.ctypes.data not in addresses
     for h, before in zip(held, snapshot):
         assert np.array_equal(h, before)  # none was written over
     # A batch dropped frees its buffer for the next sample.
     freed = held.pop(1).ctypes.data
-    again = reader.sample(seed_of(rng), 32, 4, gx.Uniform(), pad_left=True)["columns"][0]
+    again = reader.sample(seed_of(rng), args(32, 4, gx.Uniform(), True))["columns"][0]
     assert again.ctypes.data == freed
     for h, before in zip(held, snapshot[:1] + snapshot[2:]):
         assert np.array_equal(h, before)
@@ -265,14 +273,14 @@ def test_jax_aliases_a_handed_out_batch_and_keeps_its_buffer_from_reuse():
     tables, _ = shards((50, 50))
     reader = LocalReader(tables)
     rng = np.random.default_rng(4)
-    rows = reader.sample(seed_of(rng), 64, 4, gx.Uniform(), pad_left=False)["columns"][0]
+    rows = reader.sample(seed_of(rng), args(64, 4, gx.Uniform(), False))["columns"][0]
     address = rows.ctypes.data
     array = jnp.from_dlpack(rows)
     assert array.unsafe_buffer_pointer() == address  # no copy
     expected = np.asarray(array).copy()
     del rows
     for _ in range(one_sided.OUTPUT_BUFFERS + 1):  # JAX's array still holds it
-        rows = reader.sample(seed_of(rng), 64, 4, gx.Uniform(), pad_left=False)["columns"][0]
+        rows = reader.sample(seed_of(rng), args(64, 4, gx.Uniform(), False))["columns"][0]
         assert rows.ctypes.data != address
     assert np.array_equal(np.asarray(array), expected)
 
@@ -284,7 +292,7 @@ def compiled_sampler(native_reader, batch=64, window=4, alpha=1.0, pad_left=Fals
     from gearjax import _ffi
     from gearjax import state as table_state
 
-    plan = native_reader.plan(batch, window, gx.Prioritized(alpha), pad_left)
+    plan = native_reader.plan(args(batch, window, gx.Prioritized(alpha), pad_left))
     columns = tuple((c.shape, c.dtype) for c in native_reader._local.columns.values())
 
     def step(state, seed):
@@ -321,8 +329,7 @@ def test_compiled_samples_run_the_native_sampler_inside_jit_and_scan(threaded):
         assert (table_size[i] == len(priorities)).all()
         assert (shard[i] == keys[i] >> SHIFT).all()
     # The same seed outside jit (the eager native sample) gives the same rows.
-    out = reader.sample((int(seeds[2, 0]), int(seeds[2, 1])), 64, 4, gx.Prioritized(1.0),
-                        pad_left=False)
+    out = reader.sample((int(seeds[2, 0]), int(seeds[2, 1])), args(64, 4, gx.Prioritized(1.0)))
     assert out["keys"].tolist() == keys[2].tolist()
     assert out["columns"][0].tolist() == x[2].tolist()
 
@@ -356,7 +363,7 @@ def test_compiled_samples_serve_every_strategy_of_tables_a_plan_can_stage():
         assert reader.compiles(strategy)
     assert not LocalReader(tables).compiles(gx.Uniform())  # a Python transport: io_callback
     with pytest.raises(RuntimeError, match="cannot be compiled"):
-        LocalReader(tables).plan(8, 4, gx.Uniform(), False)
+        LocalReader(tables).plan(args(8, 4, gx.Uniform()))
     wide = [gx.Table({f"c{i}": gx.Column((), "int32") for i in
                       range(one_sided_plan_max_columns + 1)}, capacity=4, max_length=4,
                      _key_bits=SHIFT) for _ in range(2)]
@@ -368,7 +375,7 @@ def test_a_compiled_topk_sample_draws_the_rows_the_eager_one_does_from_its_seed(
     from gearjax import _ffi
     tables, priorities = shards()
     reader = NativeReader(tables)
-    plan = reader.plan(64, 4, gx.Recent(30), False)
+    plan = reader.plan(args(64, 4, gx.Recent(30)))
     columns = tuple((c.shape, c.dtype) for c in reader._local.columns.values())
     seed = np.array([11, 12], np.uint32)
     results = jax.jit(lambda s: _ffi.one_sided_sample_call(
@@ -376,6 +383,6 @@ def test_a_compiled_topk_sample_draws_the_rows_the_eager_one_does_from_its_seed(
     keys, x = np.asarray(results[0]), np.asarray(results[-1])
     assert set(keys.tolist()) <= set(sorted(priorities)[-30:])  # the newest 30
     for transport in (reader, LocalReader(tables)):  # copied, or called back
-        out = transport.sample((11, 12), 64, 4, gx.Recent(30), pad_left=False)
+        out = transport.sample((11, 12), args(64, 4, gx.Recent(30)))
         assert out["keys"].tolist() == keys.tolist()
         assert out["columns"][0].tolist() == x.tolist()

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from gearjax._sample_args import SampleArgs
 from gearjax.sharded import coordination
 from gearjax.sharded.one_sided_native import NativeSampling
 from gearjax.sharded.one_sided_protocol import (  # noqa: F401 (re-exported)
@@ -262,19 +263,17 @@ class OneSidedReader(NativeSampling):
         return _fields(buffer[offsets[0]:offsets[0] + _SLOT_BYTES].view(_RECORD))
 
     # ------------------------------------------------------------ sampling
-    def sample(self, seed: tuple[int, int], batch: int, window: int | None, strategy,
-               pad_left: bool) -> dict[str, np.ndarray]:
-        """One-sided global sample of `batch` rows by `strategy` (a
-        gearjax.strategies instance) over the shards not lost yet, drawn
-        from `seed` (two uint32 words), as a compiled sample with the same
-        seed is. With on_dead_shard="skip" a shard that fails is left out of
-        this and later samples."""
+    def sample(self, seed: tuple[int, int], args: SampleArgs) -> dict[str, np.ndarray]:
+        """One-sided global sample (batch size, window, strategy, pad: `args`)
+        over the shards not lost yet, drawn from `seed` (two uint32 words), as
+        a compiled sample with the same seed is. With on_dead_shard="skip" a
+        shard that fails is left out of this and later samples."""
         with self._reading:
             self._check_open()
             shards = [k for k in range(self._shards) if k not in self._dead]
             while True:
                 try:
-                    return self._sample_native(seed, batch, window, strategy, pad_left, shards)
+                    return self._sample_native(seed, args, shards)
                 except ShardUnavailable as e:
                     if self._on_dead_shard != "skip" or e.shard not in shards or \
                             len(shards) == 1:

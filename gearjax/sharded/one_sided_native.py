@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from gearjax import _gearjax
+from gearjax._sample_args import SampleArgs
 from gearjax.sharded.one_sided_protocol import _SLOT_BYTES, ShardUnavailable, _root
 from gearjax.strategies import Uniform
 
@@ -43,23 +44,24 @@ class NativeSampling:
         no more columns than a plan stages."""
         return self._compiles and len(self._local.columns) <= _gearjax.one_sided_plan_max_columns
 
-    def plan(self, batch: int, window: int | None, strategy, pad_left: bool) -> int:
+    def plan(self, args: SampleArgs) -> int:
         """The handle of a native plan for compiled samples of this shape and
         strategy over the live shards (registered once, at trace time; a plan
         leaves out shards that fail on its own with on_dead_shard="skip")."""
         if not self._compiles:
             raise RuntimeError("this transport's samples cannot be compiled (see compiles)")
-        key = (batch, window or 0, strategy, pad_left)
         with self._reading:
             self._check_open()
             plans = self._plans
-            if key not in plans:
+            if args not in plans:
                 shards = [k for k in range(self._shards) if k not in self._dead]
-                plans[key] = _gearjax.one_sided_plan(
+                strategy = args.strategy
+                plans[args] = _gearjax.one_sided_plan(
                     self._native_transport(), self._native_layouts(shards, strategy),
                     shards, self._shard_shift, self._columns(), strategy.code, strategy.count,
-                    batch, window or 0, pad_left, self._timeout, self._on_dead_shard == "skip")
-            return plans[key]
+                    args.batch_size, args.window_code, args.pad_left, self._timeout,
+                    self._on_dead_shard == "skip")
+            return plans[args]
 
     def close_plans(self) -> None:
         """Closes every compiled-sample plan (each waits for a sample in
@@ -91,12 +93,12 @@ class NativeSampling:
                  layouts[k]["tree_offsets"], layouts[k]["tree_bytes"] // 8, _root(uniform[k]),
                  layouts[k]["max_length"], layouts[k]["stamps"]) for k in shards]
 
-    def _sample_native(self, seed, batch, window, strategy, pad_left, shards):
+    def _sample_native(self, seed, args: SampleArgs, shards):
         """One sample over `shards` in one native call with the GIL released
         (xla_ffi/core/one_sided.h), the rows straight into output buffers
         handed out as they are. Raises ShardUnavailable naming a shard."""
-        width = window or self._local.max_length
-        outputs, pooled = self._outputs(batch, width)
+        batch, strategy = args.batch_size, args.strategy
+        outputs, pooled = self._outputs(batch, args.width)
         out = {"keys": np.empty(batch, np.int64), "start": np.empty(batch, np.int32),
                "probability": np.empty(batch, np.float32),
                "table_size": np.empty(batch, np.int64), "valid": np.empty(batch, np.int32),
@@ -104,7 +106,7 @@ class NativeSampling:
         failed, why, trips, descriptors = _gearjax.one_sided_sample(
             self._native_transport(), self._native_layouts(shards, strategy), list(shards),
             self._shard_shift, self._columns(), strategy.code, strategy.count, int(seed[0]),
-            int(seed[1]), batch, window or 0, pad_left, out["keys"], out["start"],
+            int(seed[1]), batch, args.window_code, args.pad_left, out["keys"], out["start"],
             out["probability"], out["table_size"], out["valid"], out["shard"],
             [a.reshape(-1).view(np.uint8) for a in outputs], self._timeout,
             self.whole_read_bytes)

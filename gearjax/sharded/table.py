@@ -93,8 +93,9 @@ class ShardedTable:
       exchange: how rows move between processes. ``"xla"`` (the default):
         JAX collectives in the sampling program (gloo between CPU processes,
         NCCL between GPUs); it needs nothing beyond jax. ``"nixl"``: one-sided
-        reads of the other shards through NVIDIA NIXL, eagerly, with no call
-        into their owners (see :mod:`gearjax.sharded.nixl`). ``"verbs"``: the
+        reads of the other shards through NVIDIA NIXL, with no call into
+        their owners, eagerly or inside a per-process jit (see
+        :mod:`gearjax.sharded.nixl`). ``"verbs"``: the
         same reads as RDMA READs through pyverbs (:mod:`gearjax.sharded.verbs`;
         unverified on hardware). A one-sided table takes no rate limiter.
       exchange_timeout: ``nixl``, ``verbs``: seconds any one transfer may take
@@ -621,12 +622,11 @@ class ShardedTable:
         jax.jit (the data-loader pattern) or inside shard_map (each process
         reads its own block), one FFI call of the native sampler where its
         reads need no Python (nixl, every strategy, CPU backend, no
-        prefetch), else an ordered io_callback around it. Returns the batch, after the
-        state's successor when given a state."""
+        prefetch), else an ordered io_callback around it. Returns the batch,
+        after the state's successor when given a state."""
         if axis_name is not None:  # mode 2: this process reads its block itself
             exchange.check_axis(axis_name, self._spec)
-        batch_size, window, strategy, pad = args.batch_size, args.window, args.strategy, args.pad
-        width = args.width
+        batch_size, width, pad_left = args.batch_size, args.width, args.pad_left
         columns = list(self._local.columns.values())
         shapes = {"keys": ((batch_size, 2), np.uint32), "start": ((batch_size,), np.int32),
                   "probability": ((batch_size,), np.float32),
@@ -639,11 +639,11 @@ class ShardedTable:
             # What a compiled sample draws from (below), so a key gives the
             # same rows in and out of jit.
             seed = (int(words[0]), int(words[1]) ^ int(_seed_mix(self._shard)))
-            return self._transport.sample(seed, batch_size, window, strategy, pad == "left")
+            return self._transport.sample(seed, args)
 
         def read(words: np.ndarray) -> dict[str, np.ndarray]:
             words = np.asarray(words, np.uint32)
-            rows = self._prefetcher.take((batch_size, window, strategy, pad), words, draw) \
+            rows = self._prefetcher.take(args, words, draw) \
                 if prefetch else draw(words)
             out = {k: rows[k] for k in ("start", "probability", "valid", "shard")}
             for k in ("keys", "table_size"):  # 64-bit: as word pairs (see _ffi.int64_array)
@@ -654,9 +654,9 @@ class ShardedTable:
         words = seed_words(rng_key)
         names = list(self._local.columns)
         if isinstance(rng_key, jax.core.Tracer) or isinstance(state, jax.core.Tracer):
-            if (self._transport.compiles(strategy) and not prefetch and
+            if (self._transport.compiles(args.strategy) and not prefetch and
                     jax.default_backend() == "cpu"):
-                plan = self._transport.plan(batch_size, window, strategy, pad == "left")
+                plan = self._transport.plan(args)
                 # Processes given the same key draw different rows.
                 seed = words ^ jax.numpy.array([0, _seed_mix(self._shard)], np.uint32)
                 state, (keys, start, probability, table_size, valid, shard, *columns) = \
@@ -664,7 +664,7 @@ class ShardedTable:
                         seed, plan=plan, batch=batch_size, width=width,
                         columns=tuple((c.shape, c.dtype) for c in self._local.columns.values()),
                         state=state)
-                mask, timestep = window_steps(start, valid, width, pad == "left")
+                mask, timestep = window_steps(start, valid, width, pad_left)
                 batch = ShardedBatch(columns=dict(zip(names, columns)), mask=mask,
                                      timestep=timestep, keys=keys, start=start,
                                      probability=probability, table_size=table_size,
@@ -674,7 +674,7 @@ class ShardedTable:
                 read, {k: jax.ShapeDtypeStruct(shape, dtype) for k, (shape, dtype) in
                        shapes.items()}, words, ordered=True)
             batch = ShardedBatch(columns={n: rows[f"column-{c}"] for c, n in enumerate(names)},
-                                 **_fields(rows, width, pad == "left"))
+                                 **_fields(rows, width, pad_left))
             return batch if state is None else (state, batch)
         rows = read(np.asarray(words))
         self._publish()
@@ -683,7 +683,7 @@ class ShardedTable:
                                       "shard")}
         batch = ShardedBatch(columns={n: _to_jax(rows[f"column-{c}"])
                                       for c, n in enumerate(names)},
-                             **_eager_fields(small, width, pad == "left"))
+                             **_eager_fields(small, width, pad_left))
         return batch if state is None else (state, batch)
 
     # ------------------------------------------------------------ priorities
