@@ -427,8 +427,14 @@ def nixl_in_jit(process, processes, directory):
             errors += check_rows(jax.tree.map(lambda x: x[i], tb), 4, table)[0]
     thread.join()
     errors += eager_errors
-    ranked = jax.jit(lambda k: table.sample(k, 8, 4, gx.TopK(3)))(jax.random.key(5))
+    ranked_program = jax.jit(lambda k: table.sample(k, 8, 4, gx.TopK(3)))
+    ranked_hlo = ranked_program.lower(jax.random.key(5)).as_text()
+    ranked_compiled = "gearjax_one_sided_sample" in ranked_hlo and "callback" not in ranked_hlo
+    ranked = ranked_program(jax.random.key(5))
     errors += check_rows(ranked, 4, table)[0]
+    # The same key eagerly: the same rows (one sampler, one seed).
+    ranked_same = bool((np.asarray(table.sample(jax.random.key(5), 8, 4, gx.TopK(3)).keys) ==
+                        np.asarray(ranked.keys)).all())
 
     # Mode 2: inside shard_map over one device per process, each process's
     # block of a global batch is read one-sidedly by that process.
@@ -457,6 +463,7 @@ def nixl_in_jit(process, processes, directory):
             "scan_steps": int(total), "key_dtype": str(jitted.keys.dtype),
             "same_as_eager": bool((np.asarray(eager.keys) == np.asarray(jitted.keys)).all()),
             "mapped_rows": int(mapped.keys.size), "compiled_call": compiled_call,
+            "ranked_compiled": ranked_compiled, "ranked_same_as_eager": ranked_same,
             "no_effects": no_effects, "eager_state_form": int(eager_tb.keys.size)}
 
 

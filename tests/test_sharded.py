@@ -459,6 +459,7 @@ def test_nixl_samples_inside_a_per_process_jit_and_scan_and_inside_shard_map(tmp
         assert r["key_dtype"] == "int64"
         assert r["same_as_eager"]  # the same key gives the same rows in and out of jit
         assert r["compiled_call"]  # one FFI call of the native sampler, no host callback
+        assert r["ranked_compiled"] and r["ranked_same_as_eager"]  # TopK too, same sampler
         assert r["no_effects"]  # with a state: no JAX effect, JAX's fast dispatch path
         assert r["eager_state_form"] == 8
         # The native samples here (66, by 3 strategies) read their snapshot
