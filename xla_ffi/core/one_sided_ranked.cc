@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "common.h"
+#include "limits.h"
 #include "one_sided_draw.h"
 #include "shard_ranking.h"
 
@@ -38,8 +39,12 @@ Drawn DrawRanked(Reads& reads, const Request& request, const std::vector<int64_t
     const auto* stamps = reinterpret_cast<const int64_t*>(spans[k].local[1]);
     for (int64_t slot = 0; slot < shards[k].capacity; ++slot) {
       if (records[slot].state != SlotState::kLive) continue;
-      live.push_back({{by_priority ? records[slot].priority : 0.0, stamps[slot],
-                       static_cast<int64_t>(k)}, slot});
+      const double priority = by_priority ? records[slot].priority : 0.0;
+      // Owners store only valid priorities; anything else is a record read
+      // while it changed (its row would fail the record check anyway), and
+      // would break the order the sort needs.
+      if (!ValidPriority(priority)) continue;
+      live.push_back({{priority, stamps[slot], static_cast<int64_t>(k)}, slot});
     }
   }
   const size_t best = static_cast<size_t>(

@@ -376,6 +376,33 @@ TEST(OneSided, RankedProbabilitiesAreOneOverTheBestAndEmptyShardsRefuse) {
   }
 }
 
+TEST(OneSided, ARankedSampleSkipsRecordsWhosePriorityNoOwnerStores) {
+  Shards s = Make({6, 6});
+  std::vector<ShardLayout> shards = {Layout(*s.tables[0], Strategy::kUniform, 0),
+                                     Layout(*s.tables[1], Strategy::kUniform, 0)};
+  // Shard 1's records as a hostile or torn read would show them: its best
+  // item's priority NaN, another's past the limit.
+  const auto* live = reinterpret_cast<const SlotInfo*>(shards[1].slots);
+  std::vector<SlotInfo> records(live, live + shards[1].capacity);
+  int64_t changed = 0;
+  for (SlotInfo& r : records) {
+    if (r.state != SlotState::kLive || r.priority < 4.0) continue;
+    r.priority = changed++ == 0 ? std::nan("") : 1e300;
+  }
+  ASSERT_EQ(changed, 2);  // i = 3, 4 (priorities 4 and 5)
+  shards[1].slots = reinterpret_cast<uint64_t>(records.data());
+  std::map<int64_t, int64_t> drawn;
+  CopyReader reader;
+  Batch b(256, 4);
+  Sample(reader, shards, Ranked(Strategy::kTopK, 100, 256, 1), b.out);
+  for (int64_t row = 0; row < 256; ++row) {
+    ++drawn[b.keys[row]];
+    EXPECT_EQ(b.table_size[row], 10);  // 12 live, 2 refused
+  }
+  EXPECT_EQ(drawn.size(), 10u);
+  EXPECT_EQ(drawn.count(s.order[6 + 3]) + drawn.count(s.order[6 + 4]), 0u);
+}
+
 // A reader that, at its `at`-th read (the windows), inserts into shard 1,
 // which is full: the remover rewrites its oldest slot with a new key while
 // the sample is reading it, as an owner would.

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "random.h"
-#include "shard_ranking.h"
 #include "row_words_cpu.h"
+#include "shard_ranking.h"
 
 namespace gearjax {
 
