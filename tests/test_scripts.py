@@ -186,6 +186,31 @@ def test_the_big_table_is_larger_than_the_card_where_host_memory_allows():
     assert size == 48 * gib and "not larger than the card" in why
 
 
+def test_bench_one_sided_strategies_smoke_times_every_strategy_and_compares(tmp_path):
+    from conftest import nixl_missing
+    if nixl_missing() is not None:
+        pytest.skip(nixl_missing())
+    script = str(ROOT / "scripts" / "bench_one_sided_strategies.py")
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    subprocess.run([sys.executable, "-P", script, "--smoke", "--repeats", "2", "--out",
+                    str(first)], check=True, capture_output=True, timeout=600)
+    result = json.loads(first.read_text())
+    assert list(result["strategies"]) == ["Uniform()", "Prioritized(0.6)", "TopK(1000)",
+                                          "Recent(1000)"]
+    for r in result["strategies"].values():
+        assert r["eager"] > 0 and r["in_jit"] > 0
+    assert result["strategies"]["Uniform()"]["shards_sampled"] == [0, 1]  # both shards read
+    subprocess.run([sys.executable, "-P", script, "--smoke", "--repeats", "2", "--baseline",
+                    str(first), "--out", str(second)], check=True, capture_output=True,
+                   timeout=600)
+    compared = json.loads(second.read_text())
+    assert compared["baseline"]["strategies"] == result["strategies"]
+    ratio = compared["this_over_baseline"]["TopK(1000)"]["in_jit"]
+    assert ratio == pytest.approx(compared["strategies"]["TopK(1000)"]["in_jit"] /
+                                  result["strategies"]["TopK(1000)"]["in_jit"])
+    assert "this / baseline" in second.with_suffix(".txt").read_text()
+
+
 def test_bench_nixl_reader_smoke_reads_and_samples(tmp_path):
     from conftest import nixl_missing
     if nixl_missing() is not None:

@@ -39,6 +39,14 @@ INLINE_JSON_BYTES = 32 * 1024          # larger JSON files are linked, not shown
 
 # Which script made each committed results file (first match wins).
 SOURCES: list[tuple[str, str]] = [
+    ("bench_one_sided_strategies_cpu_run*.json",
+     "`python scripts/bench_one_sided_strategies.py --repeats 30 --baseline <a run of the "
+     "earlier build> --out benchmarks/results/bench_one_sided_strategies_cpu_run<n>.json`: "
+     "nixl samples by each strategy, eagerly and in jit, against an earlier build (its run "
+     "inside, under 'baseline')"),
+    ("bench_one_sided_strategies_cpu_run*.txt",
+     "the printed report of `scripts/bench_one_sided_strategies.py`, the same run as the "
+     "JSON file of the same name"),
     ("bench_nixl_reader_cpu.json",
      "`python scripts/bench_nixl_reader.py --repeats 30 --out "
      "benchmarks/results/bench_nixl_reader_cpu.json`: NIXL reads by the native agent and "
