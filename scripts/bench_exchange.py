@@ -50,10 +50,12 @@ import argparse
 import json
 import os
 import platform
-import socket
-import subprocess
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _processes import run_processes  # noqa: E402
 
 CASES = {
     # name: (batch, window, step shape, dtype, trajectories per shard, length)
@@ -191,24 +193,6 @@ def eager_calls(table, name, batch, window, args, process, processes, payload) -
             "gb_per_s_per_process": {n: payload / t / 1e9 for n, t in medians.items()}}
 
 
-def run_processes(processes: int, args: argparse.Namespace) -> list[dict]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    children = [subprocess.Popen(
-        [sys.executable, __file__, "--child", str(i), str(processes), str(port),
-         "--cases", *args.cases, "--steps", str(args.steps), "--repeats", str(args.repeats)],
-        env=env, stdout=subprocess.PIPE, text=True) for i in range(processes)]
-    results = []
-    for child in children:
-        out, _ = child.communicate(timeout=args.timeout)
-        if child.returncode != 0:
-            raise SystemExit(f"a benchmark process failed (exit {child.returncode})")
-        results.append(json.loads(out.strip().splitlines()[-1]))
-    return results
-
-
 def fit_transport(result: dict, case_names: list[str]) -> tuple[float, float] | None:
     """(alpha seconds, beta bytes/s) fitted to the P = 2 all-to-all times of the
     given cases: each process sends its peer one block (all_to_all: ``batch``
@@ -314,7 +298,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     runs = {}
     for processes in args.processes:
-        per_process = run_processes(processes, args)
+        per_process = run_processes(__file__, processes, lambda i, port: [
+            "--child", str(i), str(processes), str(port), "--cases", *args.cases,
+            "--steps", str(args.steps), "--repeats", str(args.repeats)], timeout=args.timeout)
         runs[str(processes)] = per_process
         for name in args.cases:
             rates = [r[name]["gb_per_s_per_process"] for r in per_process]

@@ -56,9 +56,6 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
-import os
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -67,6 +64,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import machine_info, write_results  # noqa: E402
+from _processes import run_processes  # noqa: E402
 
 SHARD_BYTES = 256 << 20
 CASES = {"256MiB": (1, SHARD_BYTES), "1024x4KiB": (1024, 4096), "256x1360B": (256, 1360)}
@@ -266,24 +264,6 @@ def in_jit(table, transport, batch: int, window: int, repeats: int) -> dict:
     return {n: float(np.median(t)) for n, t in times.items()}
 
 
-def sample_benchmark(repeats: int, smoke: bool) -> dict:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    children = [subprocess.Popen([sys.executable, __file__, "--child", str(i), str(port),
-                                  "--repeats", str(repeats)] + (["--smoke"] if smoke else []),
-                                 env=env, stdout=subprocess.PIPE,
-                                 text=True) for i in range(2)]
-    results = []
-    for child in children:
-        out, _ = child.communicate(timeout=1200)
-        if child.returncode != 0:
-            raise SystemExit(f"a sample benchmark process failed (exit {child.returncode})")
-        results.append(json.loads(out.strip().splitlines()[-1]))
-    return results[0]
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=30)
@@ -376,7 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     here.send("stop")
     process.join(10)
     native.close()
-    samples = sample_benchmark(args.repeats, args.smoke)
+    samples = run_processes(__file__, 2, lambda i, port: [
+        "--child", str(i), str(port), "--repeats", str(args.repeats),
+        *(["--smoke"] if args.smoke else [])], timeout=1200)[0]
     for case, r in samples.items():
         first = len(lines)
         if "in_jit_seconds_per_sample" in r:

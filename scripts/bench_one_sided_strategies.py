@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
 import subprocess
 import sys
 import time
@@ -39,6 +37,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import machine_info, write_results  # noqa: E402
+from _processes import run_processes  # noqa: E402
 
 CAPACITY, LENGTH, BATCH, WINDOW, SCAN_STEPS = 4096, 50, 256, 20, 20
 STRATEGIES = ("Uniform()", "Prioritized(0.6)", "TopK(1000)", "Recent(1000)")
@@ -104,23 +103,6 @@ def child(process: int, port: int, repeats: int) -> dict:
     return out
 
 
-def run_children(repeats: int, smoke: bool) -> dict:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    children = [subprocess.Popen([sys.executable, "-P", __file__, "--child", str(i), str(port),
-                                  "--repeats", str(repeats)] + (["--smoke"] if smoke else []),
-                                 env=env, stdout=subprocess.PIPE, text=True) for i in range(2)]
-    results = []
-    for c in children:
-        out, _ = c.communicate(timeout=1800)
-        if c.returncode != 0:
-            raise SystemExit(f"a benchmark process failed (exit {c.returncode})")
-        results.append(json.loads(out.strip().splitlines()[-1]))
-    return results[0]
-
-
 def gearjax_commit() -> str:
     """The commit of the gearjax this run imported (its checkout's HEAD)."""
     import gearjax
@@ -167,7 +149,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench_one_sided_strategies: {e}", file=sys.stderr)
         return 1
     baseline = json.loads(Path(args.baseline).read_text()) if args.baseline else None
-    results = run_children(args.repeats, args.smoke)
+    results = run_processes(__file__, 2, lambda i, port: [
+        "--child", str(i), str(port), "--repeats", str(args.repeats),
+        *(["--smoke"] if args.smoke else [])], timeout=1800)[0]
     ratios, lines = report(results, baseline)
     print("\n".join(lines), flush=True)
     if args.out:
