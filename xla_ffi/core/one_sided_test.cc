@@ -52,22 +52,31 @@ struct Shards {
   std::vector<int64_t> order;  // global keys, oldest first
 };
 
+// Inserts shard k's trajectory i (as Shards describes it); returns its key.
+int64_t InsertItem(Shards& s, size_t k, int64_t i) {
+  const int64_t length = 1 + (i * 7 + static_cast<int64_t>(k)) % 12;
+  std::vector<int32_t> data(static_cast<size_t>(length));
+  for (int64_t t = 0; t < length; ++t) data[t] = static_cast<int32_t>(1000 * k + i + 100000 * t);
+  const int64_t key = s.tables[k]->Insert({data.data()}, length, 1.0 + i % 5);
+  s.items[(static_cast<int64_t>(k) << 61) | key] = {1.0 + i % 5, length};
+  s.order.push_back((static_cast<int64_t>(k) << 61) | key);
+  return key;
+}
+
 Shards Make(const std::vector<int64_t>& sizes, int64_t capacity_extra = 0) {
   Shards s;
   for (size_t k = 0; k < sizes.size(); ++k) {
     s.tables.push_back(std::make_unique<Table>(Spec(sizes[k] + capacity_extra)));
-    for (int64_t i = 0; i < sizes[k]; ++i) {
-      const int64_t length = 1 + (i * 7 + static_cast<int64_t>(k)) % 12;
-      std::vector<int32_t> data(static_cast<size_t>(length));
-      for (int64_t t = 0; t < length; ++t) {
-        data[t] = static_cast<int32_t>(1000 * k + i + 100000 * t);
-      }
-      const int64_t key = s.tables.back()->Insert({data.data()}, length, 1.0 + i % 5);
-      s.items[(static_cast<int64_t>(k) << 61) | key] = {1.0 + i % 5, length};
-      s.order.push_back((static_cast<int64_t>(k) << 61) | key);
-    }
+    for (int64_t i = 0; i < sizes[k]; ++i) InsertItem(s, k, i);
   }
   return s;
+}
+
+// Every shard's layout for one strategy, in shard order.
+std::vector<ShardLayout> Layouts(const Shards& s, Strategy strategy, double alpha) {
+  std::vector<ShardLayout> out;
+  for (const auto& table : s.tables) out.push_back(Layout(*table, strategy, alpha));
+  return out;
 }
 
 struct Batch {
@@ -82,17 +91,6 @@ struct Batch {
            shard.data(), {reinterpret_cast<uint8_t*>(x.data())}};
   }
 };
-
-// Shard k's trajectory i as Make writes it (its pattern, priority 1 + i % 5).
-int64_t InsertItem(Shards& s, size_t k, int64_t i) {
-  const int64_t length = 1 + (i * 7 + static_cast<int64_t>(k)) % 12;
-  std::vector<int32_t> data(static_cast<size_t>(length));
-  for (int64_t t = 0; t < length; ++t) data[t] = static_cast<int32_t>(1000 * k + i + 100000 * t);
-  const int64_t key = s.tables[k]->Insert({data.data()}, length, 1.0 + i % 5);
-  s.items[(static_cast<int64_t>(k) << 61) | key] = {1.0 + i % 5, length};
-  s.order.push_back((static_cast<int64_t>(k) << 61) | key);
-  return key;
-}
 
 Request MakeRequest(int64_t batch, int64_t window, bool pad_left, uint32_t seed) {
   Request r;
@@ -132,8 +130,7 @@ void CheckRows(const Shards& s, const Batch& b, int64_t batch, int64_t width, bo
 TEST(OneSided, RowsFollowPriorityToTheAlphaOverShardsOfUnequalSize) {
   for (const double alpha : {0.0, 1.0, 2.0}) {
     Shards s = Make({70, 30});
-    std::vector<ShardLayout> shards = {Layout(*s.tables[0], Strategy::kPrioritized, alpha),
-                                       Layout(*s.tables[1], Strategy::kPrioritized, alpha)};
+    std::vector<ShardLayout> shards = Layouts(s, Strategy::kPrioritized, alpha);
     CopyReader reader;
     std::map<int64_t, int64_t> counts;
     const int64_t batch = 256, width = 4;
@@ -165,8 +162,7 @@ TEST(OneSided, RowsFollowPriorityToTheAlphaOverShardsOfUnequalSize) {
 
 TEST(OneSided, ProbabilitiesAreEachRowsWeightOverTheTotal) {
   Shards s = Make({10, 5});
-  std::vector<ShardLayout> shards = {Layout(*s.tables[0], Strategy::kPrioritized, 1.0),
-                                     Layout(*s.tables[1], Strategy::kPrioritized, 1.0)};
+  std::vector<ShardLayout> shards = Layouts(s, Strategy::kPrioritized, 1.0);
   double total = 0.0;
   for (const auto& [key, item] : s.items) total += item.first;
   CopyReader reader;
@@ -203,8 +199,7 @@ class CountingReader : public CopyReader {
 
 TEST(OneSided, OnlyTheSnapshotIsMarkedFixedAndItsSpansAreTheSameEverySample) {
   Shards s = Make({50, 70}, 5);
-  std::vector<ShardLayout> shards = {Layout(*s.tables[0], Strategy::kPrioritized, 1.0),
-                                     Layout(*s.tables[1], Strategy::kPrioritized, 1.0)};
+  std::vector<ShardLayout> shards = Layouts(s, Strategy::kPrioritized, 1.0);
   CountingReader reader;
   for (uint32_t seed = 1; seed <= 3; ++seed) {
     Batch b(64, 4);
@@ -229,8 +224,7 @@ TEST(OneSided, OnlyTheSnapshotIsMarkedFixedAndItsSpansAreTheSameEverySample) {
 
 TEST(OneSided, ASampleIsThreeRoundTripsWhereShardsFitAndMoreWhereTheyDoNot) {
   Shards small = Make({50, 50});
-  std::vector<ShardLayout> shards = {Layout(*small.tables[0], Strategy::kUniform, 0),
-                                     Layout(*small.tables[1], Strategy::kUniform, 0)};
+  std::vector<ShardLayout> shards = Layouts(small, Strategy::kUniform, 0);
   CountingReader reader;
   Batch b(128, 4);
   const Counts c = Sample(reader, shards, MakeRequest(128, 4, false, 1), b.out);
@@ -242,8 +236,7 @@ TEST(OneSided, ASampleIsThreeRoundTripsWhereShardsFitAndMoreWhereTheyDoNot) {
   // Records over 1 MiB (40000 slots) and a tree over 1 MiB (150000 leaves):
   // read per row.
   Shards large = Make({200, 200}, 150000);
-  shards = {Layout(*large.tables[0], Strategy::kUniform, 0),
-            Layout(*large.tables[1], Strategy::kUniform, 0)};
+  shards = Layouts(large, Strategy::kUniform, 0);
   CountingReader per_row;
   Batch l(128, 4);
   const Counts d = Sample(per_row, shards, MakeRequest(128, 4, true, 2), l.out);
@@ -254,8 +247,7 @@ TEST(OneSided, ASampleIsThreeRoundTripsWhereShardsFitAndMoreWhereTheyDoNot) {
 
 TEST(OneSided, BadRequestsAndLayoutsAreRefused) {
   Shards s = Make({5, 5});
-  std::vector<ShardLayout> shards = {Layout(*s.tables[0], Strategy::kUniform, 0),
-                                     Layout(*s.tables[1], Strategy::kUniform, 0)};
+  std::vector<ShardLayout> shards = Layouts(s, Strategy::kUniform, 0);
   CopyReader reader;
   Batch b(8, 4);
   Request r = MakeRequest(8, 4, false, 1);
@@ -270,15 +262,13 @@ TEST(OneSided, BadRequestsAndLayoutsAreRefused) {
   bad[0].tree_nodes -= 8;
   EXPECT_THROW(Sample(reader, bad, MakeRequest(8, 4, false, 1), b.out), InvalidArgument);
   Shards empty = Make({0, 0}, 4);
-  shards = {Layout(*empty.tables[0], Strategy::kUniform, 0),
-            Layout(*empty.tables[1], Strategy::kUniform, 0)};
+  shards = Layouts(empty, Strategy::kUniform, 0);
   EXPECT_THROW(Sample(reader, shards, MakeRequest(8, 4, false, 1), b.out), InvalidArgument);
 }
 
 TEST(OneSided, AReaderThatFailsNamesItsShard) {
   Shards s = Make({5, 5});
-  std::vector<ShardLayout> shards = {Layout(*s.tables[0], Strategy::kUniform, 0),
-                                     Layout(*s.tables[1], Strategy::kUniform, 0)};
+  std::vector<ShardLayout> shards = Layouts(s, Strategy::kUniform, 0);
   shards[1].peer = "elsewhere";  // a CopyReader cannot reach it
   CopyReader reader;
   Batch b(8, 4);
@@ -320,8 +310,7 @@ std::map<int64_t, int64_t> Draws(const Shards& s, const std::vector<ShardLayout>
 TEST(OneSided, TopKAndRecentDrawUniformlyAmongTheBestOfEveryShard) {
   // Shard 1's items were inserted after shard 0's: newer stamps.
   Shards s = Make({20, 12});
-  std::vector<ShardLayout> shards = {Layout(*s.tables[0], Strategy::kUniform, 0),
-                                     Layout(*s.tables[1], Strategy::kUniform, 0)};
+  std::vector<ShardLayout> shards = Layouts(s, Strategy::kUniform, 0);
   // Recent(14): shard 1's 12 and shard 0's newest 2.
   const std::vector<int64_t>& order = s.order;
   const std::vector<int64_t> newest(order.end() - 14, order.end());
@@ -350,8 +339,7 @@ TEST(OneSided, TopKAndRecentDrawUniformlyAmongTheBestOfEveryShard) {
 
 TEST(OneSided, RankedProbabilitiesAreOneOverTheBestAndEmptyShardsRefuse) {
   Shards s = Make({6, 3});
-  std::vector<ShardLayout> shards = {Layout(*s.tables[0], Strategy::kUniform, 0),
-                                     Layout(*s.tables[1], Strategy::kUniform, 0)};
+  std::vector<ShardLayout> shards = Layouts(s, Strategy::kUniform, 0);
   CopyReader reader;
   Batch b(32, 4);
   Sample(reader, shards, Ranked(Strategy::kRecent, 4, 32, 1), b.out);
@@ -366,8 +354,7 @@ TEST(OneSided, RankedProbabilitiesAreOneOverTheBestAndEmptyShardsRefuse) {
   r.strategy = static_cast<Strategy>(99);
   EXPECT_THROW(Sample(reader, shards, r, b.out), InvalidArgument);
   Shards empty = Make({0, 0}, 4);
-  shards = {Layout(*empty.tables[0], Strategy::kUniform, 0),
-            Layout(*empty.tables[1], Strategy::kUniform, 0)};
+  shards = Layouts(empty, Strategy::kUniform, 0);
   try {
     Sample(reader, shards, Ranked(Strategy::kRecent, 2, 32, 1), b.out);
     FAIL() << "sampled empty shards";
@@ -378,8 +365,7 @@ TEST(OneSided, RankedProbabilitiesAreOneOverTheBestAndEmptyShardsRefuse) {
 
 TEST(OneSided, ARankedSampleSkipsRecordsWhosePriorityNoOwnerStores) {
   Shards s = Make({6, 6});
-  std::vector<ShardLayout> shards = {Layout(*s.tables[0], Strategy::kUniform, 0),
-                                     Layout(*s.tables[1], Strategy::kUniform, 0)};
+  std::vector<ShardLayout> shards = Layouts(s, Strategy::kUniform, 0);
   // Shard 1's records as a hostile or torn read would show them: its best
   // item's priority NaN, another's past the limit.
   const auto* live = reinterpret_cast<const SlotInfo*>(shards[1].slots);
@@ -426,8 +412,7 @@ TEST(OneSided, ARowWhoseSlotIsRewrittenDuringTheSampleIsDrawnAgain) {
   for (const Strategy strategy : {Strategy::kUniform, Strategy::kTopK}) {
     Shards s = Make({4, 4});  // full: capacity 4 each
     const int64_t oldest = s.order[4];  // shard 1's first
-    std::vector<ShardLayout> shards = {Layout(*s.tables[0], Strategy::kUniform, 0),
-                                       Layout(*s.tables[1], Strategy::kUniform, 0)};
+    std::vector<ShardLayout> shards = Layouts(s, Strategy::kUniform, 0);
     RewritingReader reader(s, 2);  // the snapshot (or ranking read), then the windows
     Batch b(256, 4);
     Request r = Ranked(strategy, 100, 256, 5);
@@ -440,8 +425,7 @@ TEST(OneSided, ARowWhoseSlotIsRewrittenDuringTheSampleIsDrawnAgain) {
 
 TEST(OneSidedPlan, SamplesSkipsADeadShardOrNamesItAndClosesForGood) {
   Shards s = Make({10, 10});
-  std::vector<ShardLayout> shards = {Layout(*s.tables[0], Strategy::kUniform, 0),
-                                     Layout(*s.tables[1], Strategy::kUniform, 0)};
+  std::vector<ShardLayout> shards = Layouts(s, Strategy::kUniform, 0);
   const uint32_t seed[2] = {1, 2};
   Batch b(16, 4);
   const int64_t live = RegisterPlan(std::make_shared<Plan>(
