@@ -359,15 +359,18 @@ def test_compiled_samples_serve_every_strategy_of_tables_a_plan_can_stage():
     from gearjax._gearjax import one_sided_plan_max_columns
     tables, _ = shards((8, 8))
     reader = NativeReader(tables)
-    for strategy in (gx.Prioritized(1.0), gx.Uniform(), gx.TopK(3), gx.Recent(3)):
-        assert reader.compiles(strategy)
-    assert not LocalReader(tables).compiles(gx.Uniform())  # a Python transport: io_callback
+    assert reader.compiles()
+    handles = {reader.plan(args(8, 4, s))
+               for s in (gx.Prioritized(1.0), gx.Uniform(), gx.TopK(3), gx.Recent(3))}
+    assert len(handles) == 4 and min(handles) >= 1  # one plan a strategy
+    reader.close_plans()
+    assert not LocalReader(tables).compiles()  # a Python transport: io_callback
     with pytest.raises(RuntimeError, match="cannot be compiled"):
         LocalReader(tables).plan(args(8, 4, gx.Uniform()))
     wide = [gx.Table({f"c{i}": gx.Column((), "int32") for i in
                       range(one_sided_plan_max_columns + 1)}, capacity=4, max_length=4,
                      _key_bits=SHIFT) for _ in range(2)]
-    assert not NativeReader(wide).compiles(gx.Uniform())  # more columns than a plan stages
+    assert not NativeReader(wide).compiles()  # more columns than a plan stages
 
 
 def test_a_compiled_topk_sample_draws_the_rows_the_eager_one_does_from_its_seed():

@@ -38,10 +38,10 @@ class NativeSampling:
         empty: "" names this process's shard, copied without the transport)."""
         return f"shard-{shard}"
 
-    def compiles(self, strategy) -> bool:
-        """Whether a sample by `strategy` inside a program can be one FFI call
-        of the native sampler (plan): a transport that needs no Python, and
-        no more columns than a plan stages."""
+    def compiles(self) -> bool:
+        """Whether a sample inside a program can be one FFI call of the native
+        sampler (plan), whatever its strategy: a transport that needs no
+        Python, and no more columns than a plan stages."""
         return self._compiles and len(self._local.columns) <= _gearjax.one_sided_plan_max_columns
 
     def plan(self, args: SampleArgs) -> int:

@@ -654,7 +654,7 @@ class ShardedTable:
         words = seed_words(rng_key)
         names = list(self._local.columns)
         if isinstance(rng_key, jax.core.Tracer) or isinstance(state, jax.core.Tracer):
-            if (self._transport.compiles(args.strategy) and not prefetch and
+            if (self._transport.compiles() and not prefetch and
                     jax.default_backend() == "cpu"):
                 plan = self._transport.plan(args)
                 # Processes given the same key draw different rows.

@@ -224,8 +224,7 @@ Counts Sample(Reader& reader, const std::vector<ShardLayout>& shards, const Requ
   if (request.batch < 1 || out.columns.size() != request.columns.size()) {
     throw InvalidArgument("a one-sided sample needs rows and one output per column");
   }
-  const bool ranks = Ranks(request.strategy);  // throws below for an unknown strategy
-  StrategyOf(request.strategy);
+  const bool ranks = StrategyOf(request.strategy).ranks;  // throws for an unknown one
   if (ranks && request.count < 1) {
     throw InvalidArgument("a one-sided TopK or Recent sample needs a count >= 1");
   }
