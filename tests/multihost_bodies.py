@@ -296,6 +296,41 @@ def mismatched_spec(process, processes, directory):
     return None
 
 
+def column_order(process, processes, directory, exchange):
+    """The last process lists the same columns in another order, first with
+    equal shapes (rows came back with a and b swapped), then with different
+    ones (both processes aborted in gloo): every process refuses, naming the
+    other. Then the same order: every row holds its own columns."""
+    import gearjax as gx
+    from jax.experimental import multihost_utils
+    last = process == processes - 1
+    refusals = {}
+    for case, (a, b) in (("same shapes", ((2,), (2,))), ("different shapes", ((2,), (3,)))):
+        columns = {"a": gx.Column(a, "int32"), "b": gx.Column(b, "int32")}
+        if last:
+            columns = dict(reversed(list(columns.items())))
+        try:
+            gx.ShardedTable(columns, capacity=8, max_length=4, exchange=exchange).close()
+            refusals[case] = None
+        except ValueError as e:
+            refusals[case] = str(e)
+        multihost_utils.sync_global_devices(f"refused {case}")
+    table = gx.ShardedTable({"a": gx.Column((2,), "int32"), "b": gx.Column((3,), "int32")},
+                            capacity=8, max_length=4, exchange=exchange)
+    table.insert({"a": np.full((3, 2), 10 + process, np.int32),
+                  "b": np.full((3, 3), 20 + process, np.int32)})
+    multihost_utils.sync_global_devices("filled")
+    batch = table.sample(jax.random.key(process), 32, 2)
+    mask, shard = np.asarray(batch.mask), np.asarray(batch.shard)
+    rows_ok = all((np.asarray(batch["a"])[i][mask[i]] == 10 + shard[i]).all() and
+                  (np.asarray(batch["b"])[i][mask[i]] == 20 + shard[i]).all()
+                  for i in range(32))
+    multihost_utils.sync_global_devices("sampled")
+    table.close()
+    return {"refusals": refusals, "rows_ok": rows_ok,
+            "shards": sorted(set(shard.tolist()))}
+
+
 def mismatched_sample(process, processes, directory):
     """The processes call an eager sample with different arguments, one
     difference after another (batch, window, strategy, pad): each call raises

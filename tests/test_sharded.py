@@ -4,11 +4,14 @@ every strategy over shards of different sizes and priority masses, the
 content of every sampled window, global keys, probabilities and sizes, the
 shard_map mode inside a jitted scan, routed priority updates, eviction races
 with remote samplers, save/load, a killed process, and misuse refused with a
-clear error. The bodies are in tests/multihost_bodies.py."""
+clear error (columns in another order included). The bodies are in
+tests/multihost_bodies.py."""
 
 from __future__ import annotations
 
 import collections
+import json
+import math
 import os
 import subprocess
 import sys
@@ -19,7 +22,7 @@ import pytest
 from scipy import stats
 
 import gearjax as gx
-from gearjax.sharded import exchange as exchange_module
+from gearjax.sharded import agreement, exchange as exchange_module
 import multihost
 from conftest import nixl_missing
 from multihost_bodies import shard_contents
@@ -206,6 +209,26 @@ def test_processes_that_disagree_on_the_spec_are_refused(tmp_path):
         assert message is not None and "must pass the same arguments" in message
 
 
+@pytest.mark.parametrize("exchange", ["xla", *ONE_SIDED])
+def test_processes_that_list_the_columns_in_another_order_are_refused(tmp_path, exchange):
+    """Issue 45: the spec was compared as a dict, so another column order
+    passed, and rows from the other shard came back with their columns
+    swapped (or both processes aborted in gloo where the shapes differ)."""
+    results = multihost.run("column_order", 2, tmp_path, timeout=120, exchange=exchange)
+    orders = {0: "['a', 'b']", 1: "['b', 'a']"}
+    for process, result in enumerate(results):
+        other = 1 - process
+        for case, message in result["refusals"].items():
+            assert message is not None, f"process {process} made a table ({case})"
+            assert f"process {other} made this sharded table with another spec than " \
+                   f"process {process}" in message, message
+            assert f"the columns in another order: {orders[other]} in process {other} " \
+                   f"against {orders[process]} in process {process}" in message, message
+            assert "list the columns in the same order on every process" in message, message
+        assert result["rows_ok"], "a row holds another column's values"
+        assert result["shards"] == [0, 1]
+
+
 def test_processes_that_disagree_on_a_sample_raise_instead_of_aborting(tmp_path):
     """Different batch sizes once killed both processes in gloo ('Received data size
     doesn't match expected size', SIGABRT). One job tries each difference in turn."""
@@ -272,6 +295,62 @@ def test_one_process_topk_and_recent_are_those_of_the_table():
         assert set(np.asarray(batch.keys).tolist()) == set(best.tolist()), strategy
         np.testing.assert_allclose(np.asarray(batch.probability), 1 / len(best))
         assert np.asarray(batch.table_size).tolist() == [3] * 64
+    table.close()
+
+
+def _spec(**columns: gx.Column) -> dict:
+    """A sharded table's agreed spec, as another process publishes it (through JSON)."""
+    spec = agreement.table_spec(columns, 8, 4, "fifo", None, "xla", "", 2)
+    return json.loads(json.dumps(spec, sort_keys=True))
+
+
+def test_the_spec_keeps_the_column_order_and_compares_pads_by_their_bytes():
+    """Issue 45: the spec was a dict of columns, compared as JSON with sorted
+    keys, so another column order passed (and a pad by its value: -0.0 as 0.0)."""
+    a, b = gx.Column((2,), "int32"), gx.Column((3,), "int32")
+    assert agreement.differences(_spec(a=a, b=b), _spec(a=a, b=b), 1, 0) == []
+    [order] = agreement.differences(_spec(b=b, a=a), _spec(a=a, b=b), 1, 0)
+    assert order.startswith("the columns in another order: ['b', 'a'] in process 1 against "
+                            "['a', 'b'] in process 0") and "same order on every process" in order
+    assert agreement.differences(_spec(a=a), _spec(a=a, b=b), 1, 0) == [
+        "other columns: ['a'] in process 1 against ['a', 'b'] in process 0"]
+    # A shape, a dtype, a byte order, a pad: each named with the column.
+    for theirs, mine, text in (
+            (gx.Column((2,), "int32"), gx.Column((3,), "int32"), "int32[2] pad 0 in process 1 "
+                                                                 "against int32[3] pad 0"),
+            (gx.Column((2,), "int32"), gx.Column((2,), "uint32"), "int32[2] pad 0 in process 1 "
+                                                                  "against uint32[2] pad 0"),
+            (gx.Column((2,), ">i4"), gx.Column((2,), "<i4"), "int32[2] (>i4) pad 0"),
+            (gx.Column((), "float32", pad=-0.0), gx.Column((), "float32", pad=0.0),
+             "float32[] pad -0.0 in process 1 against float32[] pad 0.0"),
+            (gx.Column((), "float32", pad=-math.nan), gx.Column((), "float32", pad=math.nan),
+             "float32[] pad nan (bytes 0000c0ff) in process 1 against float32[] pad nan "
+             "(bytes 0000c07f)")):
+        [found] = agreement.differences(_spec(x=theirs), _spec(x=mine), 1, 0)
+        assert found.startswith("column 'x' as ") and text in found, found
+    # The same bytes are the same pad, however they were written.
+    assert agreement.differences(_spec(x=gx.Column((), "float32", pad=0)),
+                                 _spec(x=gx.Column((), "float32", pad=0.0)), 1, 0) == []
+    assert agreement.differences(_spec(x=gx.Column((), "bool", pad=True)),
+                                 _spec(x=gx.Column((), "bool", pad=1)), 1, 0) == []
+    # Every other argument by name.
+    other = agreement.table_spec({"a": a}, 9, 4, "lifo", gx.MinSize(2), "xla", "t", 2)
+    assert agreement.differences(other, _spec(a=a), 1, 0) == [
+        "capacity=9 in process 1 against 8 in process 0",
+        "name='t' in process 1 against '' in process 0",
+        "rate_limiter={'type': 'MinSize', 'min_size': 2, 'timeout': 60.0} in process 1 "
+        "against None in process 0",
+        "remover='lifo' in process 1 against 'fifo' in process 0"]
+
+
+def test_a_complex_pad_is_agreed_on():
+    """The spec once held the pad as a JSON number: a complex one raised
+    TypeError (not JSON serializable) at construction."""
+    table = gx.ShardedTable({"z": gx.Column((), "complex64", pad=1j)}, capacity=4, max_length=4)
+    table.insert({"z": np.ones(2, np.complex64)})
+    batch = table.sample(jax.random.key(0), 2, 3)
+    z, mask = np.asarray(batch["z"]), np.asarray(batch.mask)
+    assert (z[mask] == 1).all() and (z[~mask] == 1j).all() and (~mask).any()
     table.close()
 
 

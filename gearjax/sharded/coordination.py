@@ -18,6 +18,7 @@ import json
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -87,18 +88,29 @@ def next_table_path() -> str:
     return f"{PREFIX}/{next(_table_numbers)}"
 
 
-def agree(path: str, what: str, mine: dict, process: int, processes: int) -> None:
-    """Publishes this process's `what` (a JSON-able dict) and checks that every
-    other process published the same; raises ValueError naming the first
-    process that differs, TimeoutError if one never publishes."""
+def agree(path: str, what: str, mine: dict, process: int, processes: int,
+          differences: Callable[[dict, dict, int, int], list[str]]) -> None:
+    """Publishes this process's `what` (a JSON-able dict) and checks it
+    against every other process's: raises ValueError naming the first process
+    whose `what` differs and, by `differences(theirs, mine, other, process)`,
+    how (a phrase per difference); TimeoutError if one never publishes.
+
+    Published with sorted keys: dicts compare as dicts (their order never
+    counts), so whatever order must count is a list (the columns of a spec,
+    gearjax.sharded.agreement).
+    """
     store = client()
     store.key_value_set(f"{path}/{what}/{process}", json.dumps(mine, sort_keys=True))
     for other in range(processes):
+        if other == process:
+            continue
         theirs = json.loads(_blocking_get(store, f"{path}/{what}/{other}"))
-        if theirs != mine:
-            raise ValueError(f"process {other} made this sharded table with another {what}: "
-                             f"{theirs} here against {mine} in process {process}; every process "
-                             f"must pass the same arguments")
+        found = differences(theirs, mine, other, process)
+        if found:
+            raise ValueError(f"process {other} made this sharded table with another {what} "
+                             f"than process {process}: " + "; ".join(found) +
+                             f". Every process must pass the same arguments; the table was "
+                             f"not made")
 
 
 def check_same_call(path: str, call: int, mine: dict, process: int, processes: int,

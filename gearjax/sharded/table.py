@@ -26,7 +26,7 @@ from gearjax import (_call_forms, _checks, _ffi, _gearjax, _sample_args, checkpo
 from gearjax._signatures import first_overload
 from gearjax import state as table_state
 from gearjax.columns import Column
-from gearjax.sharded import coordination, exchange, keys as keys_of, nixl, verbs
+from gearjax.sharded import agreement, coordination, exchange, keys as keys_of, nixl, verbs
 from gearjax.sharded.exchange import ShardedBatch, ShardSpec
 from gearjax.sharded.prefetch import Prefetcher
 from gearjax.strategies import Strategy, Uniform
@@ -120,8 +120,10 @@ class ShardedTable:
         one-sided exchange with a rate limiter; ``exchange_timeout`` outside
         [0.001, 1e6]; ``on_dead_shard`` is not ``"raise"`` or ``"skip"``; the
         one-sided exchange's transport is missing here (the message says
-        how to get it); the processes passed different arguments; an
-        argument of the shard fails :class:`gearjax.Table`'s checks.
+        how to get it); the processes passed different arguments (columns
+        in another order included; the message names the process that
+        differs and how); an argument of the shard fails
+        :class:`gearjax.Table`'s checks.
 
     Keys are global (:mod:`gearjax.sharded.keys`): ``key = shard << (63 -
     shard_bits) | shard_key``, where ``shard`` is the owning process's index,
@@ -179,7 +181,7 @@ class ShardedTable:
         self._transport = None
         try:
             coordination.agree(self._path, "spec", self._agreed_spec(), self._shard,
-                               self._processes)
+                               self._processes, agreement.differences)
             self._token = coordination.job_token(self._path, self._shard)
             if self._exchange in ONE_SIDED:
                 self._transport = ONE_SIDED[self._exchange].Transport(
@@ -194,12 +196,11 @@ class ShardedTable:
         self._publish(force=True)
 
     def _agreed_spec(self) -> dict:
-        """What every process must have passed alike."""
-        return {"columns": {n: c.to_json() for n, c in self._local.columns.items()},
-                "capacity": self._local.capacity, "max_length": self._local.max_length,
-                "remover": self._local.remover, "exchange": self._exchange,
-                "rate_limiter": rate_limiters.to_json(self._local.rate_limiter),
-                "name": self._name, "processes": self._processes}
+        """What every process must have passed alike (the columns in order)."""
+        return agreement.table_spec(self._local.columns, self._local.capacity,
+                                    self._local.max_length, self._local.remover,
+                                    self._local.rate_limiter, self._exchange, self._name,
+                                    self._processes)
 
     # ------------------------------------------------------------------ info
     @property
