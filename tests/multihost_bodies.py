@@ -331,6 +331,51 @@ def column_order(process, processes, directory, exchange):
             "shards": sorted(set(shard.tolist()))}
 
 
+def restarted_process(process, processes, directory, exchange):
+    """Run with JAX_ENABLE_RECOVERABILITY=true (JAX lets a restarted process
+    reconnect only then). Process 1 makes a table, starts its own
+    replacement (process 1 again, under a timeout) and kills itself; the
+    replacement makes the same table and must be refused with RejoinError,
+    which it writes to a file. Process 0 lives on and returns that file."""
+    import subprocess
+    import gearjax as gx
+    table = gx.ShardedTable({"x": gx.Column((2,), "int32")}, capacity=8, max_length=4,
+                            exchange=exchange)
+    outcome = os.path.join(directory, "replacement.json")
+    if process == 1:
+        port = sys.argv[4]  # main's argument: the coordinator the replacement joins
+        # Under timeout: an orphan once this process dies, it must never outlive the test.
+        subprocess.Popen(["timeout", "-s", "KILL", "60", sys.executable, "-m",
+                          "multihost_bodies", "replacement", "1", str(processes), port,
+                          directory, json.dumps({"exchange": exchange})])
+        os.kill(os.getpid(), signal.SIGKILL)
+    deadline = time.monotonic() + 90
+    while not os.path.exists(outcome) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    with open(outcome) as f:
+        result = json.load(f)
+    result["survivor_size"] = table.local.stats()["size"]
+    print("MULTIHOST-RESULT " + json.dumps(result), flush=True)
+    os._exit(0)  # process 1 is gone: skip the distributed shutdown
+
+
+def replacement(process, processes, directory, exchange):
+    """restarted_process's second process 1: the same table, refused."""
+    import gearjax as gx
+    try:
+        gx.ShardedTable({"x": gx.Column((2,), "int32")}, capacity=8, max_length=4,
+                        exchange=exchange)
+        result = {"error": None, "message": None}
+    except Exception as e:  # noqa: BLE001 - what the restarted process sees
+        result = {"error": type(e).__name__, "message": str(e),
+                  "is_runtime_error": isinstance(e, RuntimeError)}
+    path = os.path.join(directory, "replacement.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(result, f)
+    os.replace(path + ".tmp", path)  # whole, or not there
+    os._exit(0)
+
+
 def mismatched_sample(process, processes, directory):
     """The processes call an eager sample with different arguments, one
     difference after another (batch, window, strategy, pad): each call raises

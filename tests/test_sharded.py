@@ -3,9 +3,9 @@ run under a hard timeout by tests/multihost.py: the global distribution of
 every strategy over shards of different sizes and priority masses, the
 content of every sampled window, global keys, probabilities and sizes, the
 shard_map mode inside a jitted scan, routed priority updates, eviction races
-with remote samplers, save/load, a killed process, and misuse refused with a
-clear error (columns in another order included). The bodies are in
-tests/multihost_bodies.py."""
+with remote samplers, save/load, a killed process, a restarted one, and misuse
+refused with a clear error (columns in another order included). The bodies are
+in tests/multihost_bodies.py."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import pytest
 from scipy import stats
 
 import gearjax as gx
-from gearjax.sharded import agreement, exchange as exchange_module
+from gearjax.sharded import agreement, coordination, exchange as exchange_module
 import multihost
 from conftest import nixl_missing
 from multihost_bodies import shard_contents
@@ -229,6 +229,24 @@ def test_processes_that_list_the_columns_in_another_order_are_refused(tmp_path, 
         assert result["shards"] == [0, 1]
 
 
+@pytest.mark.parametrize("exchange", ["xla", pytest.param("nixl", marks=needs_nixl)])
+def test_a_process_restarted_into_the_running_job_is_refused_saying_what_to_do(tmp_path,
+                                                                              exchange):
+    """Issue 45: a restarted process got JAX's raw 'ALREADY_EXISTS: key
+    gearjax/sharded/0/spec/1 already exists'."""
+    result = multihost.run("restarted_process", 2, tmp_path, timeout=120,
+                           expect_failure=frozenset({1}),
+                           env={"JAX_ENABLE_RECOVERABILITY": "true"}, exchange=exchange)[0]
+    assert result["error"] == "RejoinError" and result["is_runtime_error"], result
+    message = result["message"]
+    assert "process 1 already took part in this jax.distributed job's sharded tables (as " \
+           "pid" in message, message
+    assert "gearjax cannot rejoin a running job" in message, message
+    assert "Restart every process of the job" in message, message
+    assert "ALREADY_EXISTS" not in message, message
+    assert result["survivor_size"] == 0  # process 0 lived on
+
+
 def test_processes_that_disagree_on_a_sample_raise_instead_of_aborting(tmp_path):
     """Different batch sizes once killed both processes in gloo ('Received data size
     doesn't match expected size', SIGABRT). One job tries each difference in turn."""
@@ -352,6 +370,75 @@ def test_a_complex_pad_is_agreed_on():
     z, mask = np.asarray(batch["z"]), np.asarray(batch.mask)
     assert (z[mask] == 1).all() and (z[~mask] == 1j).all() and (~mask).any()
     table.close()
+
+
+class JaxLikeStore:
+    """The calls gearjax makes of JAX's key-value store, failing as JAX's
+    does (jax 0.10, checked by setting a key twice in a jax.distributed job:
+    a JaxRuntimeError 'ALREADY_EXISTS: key <key> already exists.' and the
+    gRPC details; 'NOT_FOUND: Config key <key> not found.' for a missing one)."""
+
+    def __init__(self, values: dict[str, str]):
+        self.values = dict(values)
+
+    def key_value_set(self, key: str, value: str, allow_overwrite: bool = False) -> None:
+        if key in self.values and not allow_overwrite:
+            raise jax.errors.JaxRuntimeError(
+                f"ALREADY_EXISTS: key {key} already exists.\nAdditional GRPC error information "
+                f"from remote target coordination_service while calling /xla.coordination."
+                f"CoordinationService/InsertKeyValue:\n:UNKNOWN:Error received from peer  "
+                f"{{grpc_status:6, grpc_message:\"key {key} already exists.\"}}")
+        self.values[key] = value
+
+    def key_value_try_get(self, key: str) -> str:
+        if key not in self.values:
+            raise jax.errors.JaxRuntimeError(f"NOT_FOUND: Config key {key} not found.")
+        return self.values[key]
+
+    def blocking_key_value_get(self, key: str, timeout_in_ms: int) -> str:
+        return self.key_value_try_get(key)
+
+    def key_value_delete(self, key: str) -> None:
+        for k in [k for k in self.values if k == key or k.startswith(key + "/")]:
+            del self.values[k]
+
+    def wait_at_barrier(self, barrier_id: str, timeout_in_ms: int) -> None:
+        pass
+
+
+def test_a_restarted_process_is_refused_saying_what_happened_and_what_to_do(monkeypatch):
+    """Issue 45: it got JAX's raw 'ALREADY_EXISTS: key gearjax/sharded/0/spec/1
+    already exists' (tests/multihost_bodies.py, restarted_process, restarts one
+    for real)."""
+    before = {"gearjax/sharded/processes/0": json.dumps({"host": "node-7", "pid": 4242,
+                                                         "since": 0.0})}
+    store = JaxLikeStore(before)
+    monkeypatch.setattr(coordination, "client", lambda: store)
+    monkeypatch.setattr(coordination, "_joined_store", None)
+    with pytest.raises(gx.sharded.RejoinError) as refused:
+        gx.ShardedTable({"x": gx.Column((), "int32")}, capacity=4, max_length=2)
+    assert isinstance(refused.value, RuntimeError)  # what JAX's error was: caught alike
+    assert (refused.value.process, refused.value.previous["pid"]) == (0, 4242)
+    message = str(refused.value)
+    assert message.startswith("process 0 already took part in this jax.distributed job's "
+                              "sharded tables (as pid 4242 on node-7, since 1970-01-01 "
+                              "00:00:00 UTC): this process is a restart of it"), message
+    assert "Restart every process of the job, then restore the last checkpoint with " \
+           "gx.ShardedTable.load" in message
+    assert store.values == before  # refused before its spec was published
+    # Its predecessor's announcement unreadable: the message still says what to do.
+    assert str(coordination.RejoinError(1, {})).startswith(
+        "process 1 already took part in this jax.distributed job's sharded tables: this")
+
+    # A process's first job: it announces itself once, for all its tables.
+    fresh = JaxLikeStore({})
+    monkeypatch.setattr(coordination, "client", lambda: fresh)
+    tables = [gx.ShardedTable({"x": gx.Column((), "int32")}, capacity=4, max_length=2)
+              for _ in range(2)]
+    assert json.loads(fresh.values["gearjax/sharded/processes/0"])["pid"] == os.getpid()
+    assert len([k for k in fresh.values if k.startswith("gearjax/sharded/processes/")]) == 1
+    for table in tables:
+        table.close()
 
 
 @needs_nixl

@@ -1,6 +1,6 @@
 """What the processes of a sharded table agree on and publish through JAX's
-key-value store: the table's number, its spec, the job token, and each shard's
-latest stats.
+key-value store: that each process joined the job once, the table's number,
+its spec, the job token, and each shard's latest stats.
 
 JAX offers its distributed key-value store only through the private
 ``jax._src.distributed.global_state.client`` (the coordination service that
@@ -15,7 +15,9 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import os
 import secrets
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +29,47 @@ import numpy as np
 PREFIX = "gearjax/sharded"
 # How long construction, save and load wait for the other processes.
 AGREE_TIMEOUT_SECONDS = 120.0
+# What JAX's store says (a JaxRuntimeError) when a key set without
+# allow_overwrite exists: "ALREADY_EXISTS: key <key> already exists. ...".
+ALREADY_EXISTS = "ALREADY_EXISTS"
+
+
+class RejoinError(RuntimeError):
+    """A process restarted into a jax.distributed job that still runs made a
+    sharded table: gearjax cannot give a restarted process its shard back.
+
+    JAX lets a restarted process reconnect to a running job only where the
+    job runs with ``JAX_ENABLE_RECOVERABILITY=true`` (otherwise its
+    coordination service aborts every process when one reconnects). The
+    restarted process's shard died with its predecessor, the other processes
+    still hold what that one published (each table's spec, its transport's
+    address), and a process numbers its sharded tables from its own start, so
+    its tables would not be theirs. The remedy is to restart every process
+    (a new job) and restore the last checkpoint with
+    :meth:`gearjax.ShardedTable.load`.
+
+    Attributes:
+      process: the restarted process's index.
+      previous: what its predecessor published when it joined: ``host``,
+        ``pid`` and ``since`` (when it joined, in seconds since the epoch);
+        empty where that cannot be read.
+    """
+
+    def __init__(self, process: int, previous: dict):
+        self.process = process
+        self.previous = previous
+        was = ""
+        if previous:
+            since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(previous.get("since", 0)))
+            was = f" (as pid {previous.get('pid')} on {previous.get('host')}, since {since})"
+        super().__init__(
+            f"process {process} already took part in this jax.distributed job's sharded "
+            f"tables{was}: this process is a restart of it into the running job (JAX lets a "
+            f"restarted process reconnect where the job runs with "
+            f"JAX_ENABLE_RECOVERABILITY=true). gearjax cannot rejoin a running job: the "
+            f"shard died with the old process, and the others still hold what it published. "
+            f"Restart every process of the job, then restore the last checkpoint with "
+            f"gx.ShardedTable.load")
 
 
 class _LocalStore:
@@ -38,8 +81,8 @@ class _LocalStore:
 
     def key_value_set(self, key: str, value: str, allow_overwrite: bool = False) -> None:
         with self._lock:
-            if key in self._values and not allow_overwrite:
-                raise KeyError(f"{key} exists")
+            if key in self._values and not allow_overwrite:  # as JAX's store says it
+                raise RuntimeError(f"{ALREADY_EXISTS}: key {key} already exists.")
             self._values[key] = value
 
     def blocking_key_value_get(self, key: str, timeout_in_ms: int) -> str:
@@ -65,6 +108,10 @@ class _LocalStore:
 
 _local_store = _LocalStore()
 _table_numbers = itertools.count()
+# The store this process announced itself in (join), and the lock that makes
+# two threads' first tables announce it once.
+_joined_store: Any = None
+_join_lock = threading.Lock()
 
 
 def client() -> Any:
@@ -86,6 +133,45 @@ def next_table_path() -> str:
     process makes its sharded tables in the same order, so the n-th table of
     each is the same table."""
     return f"{PREFIX}/{next(_table_numbers)}"
+
+
+def join(process: int) -> None:
+    """Announces, once per job, that this process takes part in sharded
+    tables (``gearjax/sharded/processes/<process>``: its host, its pid and
+    the time); every process calls it before its first table's spec.
+
+    The key is never withdrawn, so it is there for a restarted process: a
+    process's index is its shard, and a process restarted into the running
+    job (JAX_ENABLE_RECOVERABILITY) finds its predecessor's announcement.
+
+    Raises:
+      RejoinError: an earlier process of this index announced itself in this
+        job.
+    """
+    global _joined_store
+    with _join_lock:
+        store = client()
+        if store is _joined_store:
+            return
+        me = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.time()}
+        try:
+            store.key_value_set(f"{PREFIX}/processes/{process}", json.dumps(me))
+        except Exception as e:  # noqa: BLE001 - JaxRuntimeError, or the local store's
+            if not str(e).startswith(ALREADY_EXISTS):
+                raise
+            raise RejoinError(process, _announcement(store, process)) from None
+        _joined_store = store
+
+
+def _announcement(store: Any, process: int) -> dict:
+    """What process `process` published when it joined; {} where it cannot
+    be read (the message then says less, and still says what to do)."""
+    try:
+        value = store.key_value_try_get(f"{PREFIX}/processes/{process}")
+        found = json.loads(value.decode() if isinstance(value, bytes) else value)
+    except Exception:  # noqa: BLE001 - gone meanwhile, or not ours
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def agree(path: str, what: str, mine: dict, process: int, processes: int,

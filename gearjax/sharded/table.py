@@ -124,6 +124,9 @@ class ShardedTable:
         in another order included; the message names the process that
         differs and how); an argument of the shard fails
         :class:`gearjax.Table`'s checks.
+      gearjax.sharded.RejoinError: this process was restarted into a job
+        whose earlier process of the same index made sharded tables (see
+        :class:`gearjax.sharded.RejoinError`).
 
     Keys are global (:mod:`gearjax.sharded.keys`): ``key = shard << (63 -
     shard_bits) | shard_key``, where ``shard`` is the owning process's index,
@@ -180,6 +183,7 @@ class ShardedTable:
                                tuple((n, c.shape, c.dtype) for n, c in local.columns.items()))
         self._transport = None
         try:
+            coordination.join(self._shard)  # a restarted process is refused here
             coordination.agree(self._path, "spec", self._agreed_spec(), self._shard,
                                self._processes, agreement.differences)
             self._token = coordination.job_token(self._path, self._shard)
@@ -842,6 +846,7 @@ class ShardedTable:
             ``on_dead_shard`` is not ``"raise"`` or ``"skip"``; ``placement``
             is not a placement; the processes disagree (as
             :class:`ShardedTable`).
+          gearjax.sharded.RejoinError: as :class:`ShardedTable`.
         """
         exchange_timeout = _checks.real("exchange_timeout", exchange_timeout, 1e-3, 1e6)
         if on_dead_shard not in ("raise", "skip"):
