@@ -18,9 +18,15 @@ carries a CRC-32 that reading verifies) holding:
 * ``columns/<i>.bin``: column i's steps of every trajectory, concatenated in
   key order (only real steps, no slot padding).
 
-``save`` writes to a temporary file beside the target (named after the target
-and the writing process), fsyncs it and renames it over the target, so a crash
-mid-save leaves the previous checkpoint intact. The target is the path given
+``save`` captures one moment of the table: its items, counters and free slots
+are read in one hold of the table's lock (inserts still in flight are not in
+the checkpoint; their slots are saved as free), and the items stay pinned
+while their steps are copied out, so inserts and samples from other threads
+may go on during a save. It writes to a temporary file beside the target
+(named after the target and the writing process), fsyncs it, checks it as
+loading would (metadata, item arrays and column sizes; ``CheckpointError`` if
+that fails, and nothing is replaced) and renames it over the target, so a
+crash mid-save leaves the previous checkpoint intact. The target is the path given
 or, for a symbolic link, the file the link leads to (links are followed, as
 ``open`` follows them, and remain links); a target that exists and is not a
 regular file (a directory, a device, a FIFO, a socket) is refused with
@@ -61,7 +67,7 @@ import stat
 import threading
 import time
 import zipfile
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -194,13 +200,13 @@ def _create_temporary(path: str) -> tuple[int, str]:
 
 
 @contextlib.contextmanager
-def _atomic_replace(path: str):
+def _atomic_replace(path: str, verify: Callable[[str], None] | None = None):
     """Yields a new binary file beside `path` (see _save_target for what
-    `path` may be); when the block succeeds the file is flushed to disk and
-    replaces `path` (then the directory is synced), otherwise it is removed.
-    Its name marks it as this process's temporary, which _remove_orphans
-    leaves alone while it is being written. An OSError names `path`, not the
-    temporary."""
+    `path` may be); when the block succeeds the file is flushed to disk,
+    checked by `verify(temporary)` (which raises if it is unfit) and replaces
+    `path` (then the directory is synced), otherwise it is removed. Its name
+    marks it as this process's temporary, which _remove_orphans leaves alone
+    while it is being written. An OSError names `path`, not the temporary."""
     asked = path
     path = _save_target(path)
     directory = os.path.dirname(path)
@@ -214,6 +220,8 @@ def _atomic_replace(path: str):
             yield raw
             raw.flush()
             os.fsync(raw.fileno())
+        if verify is not None:
+            verify(tmp)
         _save_target(asked)  # still not a device, FIFO or directory (it may have changed)
         os.replace(tmp, path)
     except BaseException as e:
@@ -234,13 +242,15 @@ def save(native: NativeTable, header: dict[str, Any], path: str | os.PathLike) -
     "dtype", "pad"}), capacity, max_length, placement, remover, rate_limiter,
     max_times_sampled."""
     path = checkpoint_path(path)
-    keys, slots, lengths, priorities, stamps, times_sampled = native.pin_items()
+    # One moment: the items (pinned), the counters and the free slots from
+    # one hold of the table's lock. Read apart, inserts in between made files
+    # whose parts disagreed, and which did not load.
+    items, counters, free_slots = native.pin_snapshot()
+    keys, slots, lengths, priorities, stamps, times_sampled = items
     try:
-        stats = native.stats()
-        free_slots = np.asarray(native.free_slots(), dtype=np.int64)
         meta = {"format": FORMAT, "version": VERSION, **header,
-                "counters": {k: stats[k] for k in COUNTERS}, "num_items": int(len(keys))}
-        with _atomic_replace(path) as raw:
+                "counters": {k: counters[k] for k in COUNTERS}, "num_items": int(len(keys))}
+        with _atomic_replace(path, verify=_verify_written) as raw:
             with zipfile.ZipFile(raw, "w", compression=zipfile.ZIP_STORED,
                                  allowZip64=True) as zf:
                 zf.writestr("meta.json", json.dumps(meta, indent=1))
@@ -255,6 +265,24 @@ def save(native: NativeTable, header: dict[str, Any], path: str | os.PathLike) -
                             f.write(native.read_slot(c, int(slot), int(length)))
     finally:
         native.unpin_slots(slots)
+
+
+def _verify_written(path: str) -> None:
+    """Checks a checkpoint just written, before it replaces the previous one:
+    its metadata and item arrays must pass every check loading makes (the
+    column bytes are checked by size, not re-read). Raises CheckpointError,
+    and the previous checkpoint stays."""
+    try:
+        with zipfile.ZipFile(path, "r") as zf:
+            _check_members(zf, os.stat(path).st_size)
+            _read(zf)
+    except CheckpointError as e:
+        raise CheckpointError(f"the checkpoint just written does not load ({e}); nothing was "
+                              f"replaced. This is a bug in gearjax: please report it") from None
+    except (*_ZIP_ERRORS, *_META_ERRORS) as e:
+        raise CheckpointError(f"the checkpoint just written does not load ({type(e).__name__}: "
+                              f"{e}); nothing was replaced. This is a bug in gearjax: please "
+                              f"report it") from None
 
 
 def write_atomically(path: str | os.PathLike, data: bytes) -> None:

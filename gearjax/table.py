@@ -906,9 +906,11 @@ class Table:
         """Writes a checkpoint atomically; see :mod:`gearjax.checkpoint`.
 
         Waits first for the table calls of programs this thread has
-        dispatched, like ``contents``. The checkpoint is written to a
-        temporary file beside ``path`` and renamed over it, so a crash mid-save
-        leaves the previous checkpoint intact (docs: Checkpoints).
+        dispatched, like ``contents``. The checkpoint is the table at one
+        moment, also while other threads insert. It is written to a temporary
+        file beside ``path``, checked as loading would check it, and renamed
+        over ``path``, so a crash mid-save leaves the previous checkpoint
+        intact (docs: Checkpoints).
 
         Args:
           path: the file to write (``str``, ``bytes`` or ``os.PathLike``); a
@@ -921,6 +923,8 @@ class Table:
           FileExistsError: ``path`` exists and is not a regular file (a
             directory, a device, a FIFO, a socket); it is left as it was.
           OSError: the file cannot be written (the message names ``path``).
+          gearjax.CheckpointError: the file written would not load (a bug in
+            gearjax); ``path`` is left as it was.
 
         Examples:
           >>> table.save("/tmp/replay.gx")
@@ -929,7 +933,11 @@ class Table:
         """
         self._check_open()
         self._wait_for_programs()
-        header = {
+        checkpoint.save(self._native, self._checkpoint_header(), path)
+
+    def _checkpoint_header(self) -> dict[str, Any]:
+        """The configuration a checkpoint records, as JSON values."""
+        return {
             "name": self.name,
             "columns": [{"name": n, **c.to_json()} for n, c in self._columns.items()],
             "capacity": self._capacity,
@@ -939,7 +947,6 @@ class Table:
             "rate_limiter": rate_limiters.to_json(self._rate_limiter),
             "max_times_sampled": self._max_times_sampled,
         }
-        checkpoint.save(self._native, header, path)
 
     @classmethod
     def load(cls, path: str | os.PathLike, placement: str | None = None,

@@ -11,6 +11,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -47,6 +48,24 @@ namespace {
 using HostArray = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
 using Int64Array = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using DoubleArray = nb::ndarray<const double, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+// Items as NumPy arrays: (keys, slots, lengths, priorities, insertion
+// stamps, times sampled).
+nb::tuple ItemArrays(const std::vector<ItemInfo>& items) {
+  const size_t n = items.size();
+  NewArray<int64_t> key({n}), slot({n}), length({n}), stamp({n}), times({n});
+  NewArray<double> priority({n});
+  for (size_t i = 0; i < n; ++i) {
+    key.data[i] = items[i].key;
+    slot.data[i] = items[i].slot;
+    length.data[i] = items[i].length;
+    priority.data[i] = items[i].priority;
+    stamp.data[i] = items[i].stamp;
+    times.data[i] = items[i].times_sampled;
+  }
+  return nb::make_tuple(key.array, slot.array, length.array, priority.array, stamp.array,
+                        times.array);
+}
 
 // A registered table as Python holds it: the table and its handle. The
 // Python layer checked every argument against the contract already; the core
@@ -230,19 +249,27 @@ class NativeTable {
       nb::gil_scoped_release release;
       items = table_->PinItems(wanted.data(), static_cast<int64_t>(wanted.shape(0)));
     }
-    const size_t n = items.size();
-    NewArray<int64_t> key({n}), slot({n}), length({n}), stamp({n}), times({n});
-    NewArray<double> priority({n});
-    for (size_t i = 0; i < n; ++i) {
-      key.data[i] = items[i].key;
-      slot.data[i] = items[i].slot;
-      length.data[i] = items[i].length;
-      priority.data[i] = items[i].priority;
-      stamp.data[i] = items[i].stamp;
-      times.data[i] = items[i].times_sampled;
+    return ItemArrays(items);
+  }
+
+  // A checkpoint's moment (Table::PinSnapshot): the pinned items as
+  // PinItems returns them, the counters (a dict) and the free slots.
+  nb::tuple PinSnapshot() {
+    gearjax::Snapshot snapshot;
+    {
+      nb::gil_scoped_release release;  // it may wait for a GPU priority update in flight
+      snapshot = table_->PinSnapshot();
     }
-    return nb::make_tuple(key.array, slot.array, length.array, priority.array, stamp.array,
-                          times.array);
+    const Counters& c = snapshot.counters;
+    nb::dict counters;
+    counters["next_sequence"] = c.next_sequence;
+    counters["inserts"] = c.inserts;
+    counters["samples"] = c.samples;
+    counters["evictions"] = c.evictions;
+    counters["priority_updates"] = c.priority_updates;
+    NewArray<int64_t> free({snapshot.free_slots.size()});
+    std::copy(snapshot.free_slots.begin(), snapshot.free_slots.end(), free.data);
+    return nb::make_tuple(ItemArrays(snapshot.items), counters, free.array);
   }
 
   void UnpinSlots(Int64Array slots) {
@@ -430,6 +457,7 @@ NB_MODULE(_gearjax, m) {
       .def("raise_deferred_error", &NativeTable::RaiseDeferredError)
       .def("pin_items", &NativeTable::PinItems, "keys"_a = nb::none())
       .def("unpin_slots", &NativeTable::UnpinSlots, "slots"_a)
+      .def("pin_snapshot", &NativeTable::PinSnapshot)
       .def("read_slot", &NativeTable::ReadSlot, "column"_a, "slot"_a, "steps"_a)
       .def("free_slots", &NativeTable::FreeSlots)
       .def("restore_state", &NativeTable::RestoreState, "next_sequence"_a, "inserts"_a,

@@ -314,6 +314,11 @@ class Table {
   // otherwise those of `keys` still live, in the order given.
   std::vector<ItemInfo> PinItems(const int64_t* keys = nullptr, int64_t count = 0);
   void UnpinSlots(const std::vector<int64_t>& slots);
+  // What a checkpoint saves, all of it at one moment (one hold of the
+  // mutex): every live item pinned (PinItems), the counters and the free
+  // slots (Snapshot). Inserts in flight are not in it: their slots count as
+  // free. Release the pins with UnpinSlots.
+  Snapshot PinSnapshot();
 
   // Checkpoint restores: sets how often the live item `key` was drawn so
   // far, in [0, max_times_sampled) (0 when the table has no
@@ -428,6 +433,7 @@ class Table {
   int64_t PublishReservedLocked(int64_t slot, int64_t length, double priority,
                                 int64_t restore_key, int64_t restore_stamp);
   Item ItemLocked(int64_t slot) const;
+  std::vector<ItemInfo> PinItemsLocked(const int64_t* keys, int64_t count);
   template <typename S>
   std::unique_ptr<S> FilledLocked(std::unique_ptr<S> selector) const;
   void EvictLocked(int64_t slot);

@@ -24,6 +24,10 @@ void Table::ReadSteps(int c, int64_t slot, int64_t steps, void* dst) const {
 
 std::vector<ItemInfo> Table::PinItems(const int64_t* keys, int64_t count) {
   std::lock_guard<std::mutex> lock(mu_);
+  return PinItemsLocked(keys, count);
+}
+
+std::vector<ItemInfo> Table::PinItemsLocked(const int64_t* keys, int64_t count) {
   CheckOpenLocked();
   OwnPrioritiesLocked();  // the priorities as the programs before left them
   std::vector<ItemInfo> items;
@@ -43,6 +47,24 @@ std::vector<ItemInfo> Table::PinItems(const int64_t* keys, int64_t count) {
     }
   }
   return items;
+}
+
+Snapshot Table::PinSnapshot() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Snapshot snapshot;
+  snapshot.items = PinItemsLocked(nullptr, 0);
+  snapshot.counters = counters_;
+  snapshot.counters.priority_updates += static_cast<int64_t>(GpuUpdateCounts().updated);
+  snapshot.free_slots = slots_->FreeInOrder();
+  // Reserved slots go last, lowest last (inserts take from the back): a
+  // restored table's next inserts take them first, as the writers did.
+  int64_t reserved = writers_;
+  for (int64_t slot = spec_.capacity - 1; slot >= 0 && reserved > 0; --slot) {
+    if ((*slots_)[slot].state != SlotState::kWriting) continue;
+    snapshot.free_slots.push_back(slot);
+    --reserved;
+  }
+  return snapshot;
 }
 
 void Table::UnpinSlots(const std::vector<int64_t>& slots) {

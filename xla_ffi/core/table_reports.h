@@ -65,6 +65,16 @@ struct Counters {
   int64_t priority_updates = 0;
 };
 
+// One moment of a table, as a checkpoint holds it (Table::PinSnapshot).
+struct Snapshot {
+  std::vector<ItemInfo> items;  // every live item, pinned, in key order
+  Counters counters;
+  // The free slots in the order a table restored from the snapshot keeps
+  // them: the free list, then the slots writers had reserved and not yet
+  // published (their trajectories were not in the table at that moment).
+  std::vector<int64_t> free_slots;
+};
+
 struct Stats {
   int64_t size, capacity, max_length, num_steps, writers, pinned_slots, samples_in_flight;
   Counters counters;
