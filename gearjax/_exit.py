@@ -5,6 +5,9 @@ thread dispatched) would otherwise hold exit for the limiter's whole timeout, or
 down mid-wait while Python finalises (which aborted the process). At exit, each table with
 blocked calls is closed: they wake and fail with the table's "is closed" error, and get a
 moment to leave before finalisation. Tables without blocked calls are left as they are.
+Then the exit gate closes (xla_ffi/python_gil.h): a thread still inside a table call (a
+daemon thread inserting, say) parks when it leaves it, where Python would end it by
+unwinding through the call's C++ frames and abort the process.
 Registered when gearjax is imported, after jax, so it runs before JAX's own exit
 handlers (atexit runs the last registered first) and after the user's handlers
 registered later (a save at exit still finds its table open).
@@ -18,8 +21,12 @@ import time
 import weakref
 from typing import Any
 
+from gearjax import _gearjax
+
 # How long exit waits for woken calls to leave their tables, at most.
 WAKE_SECONDS = 2.0
+# How long exit waits for threads taking the GIL as the gate closes, at most.
+GATE_SECONDS = 1.0
 
 _tables: weakref.WeakSet = weakref.WeakSet()
 _lock = threading.Lock()
@@ -51,4 +58,13 @@ def wake_blocked_calls() -> int:
     return waiting
 
 
-atexit.register(wake_blocked_calls)
+def at_exit() -> None:
+    """Wakes blocked calls, then closes the exit gate: from here on a thread
+    that leaves a table call (or calls Python from native code) parks instead
+    of taking the GIL, which Python would answer by ending the thread through
+    the C++ frames of the call, aborting the process (xla_ffi/python_gil.h)."""
+    wake_blocked_calls()
+    _gearjax.close_exit_gate(GATE_SECONDS)
+
+
+atexit.register(at_exit)

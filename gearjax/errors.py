@@ -1,11 +1,13 @@
 """What a failed table call raises, and ``table_error``, which names the failure
 whatever class carried it.
 
-A table call can fail as it runs, after its arguments were accepted, in three
+A table call can fail as it runs, after its arguments were accepted, in four
 ways: the table is closed (``"closed"``), the call could not go ahead in time
 (``"timeout"``: a rate limiter held it past its timeout, or a sample found too
-few items and does not wait), or it failed for a reason its message gives
-(``"failed"``: a NaN priority computed inside the program, a GPU error).
+few items and does not wait), it was waiting when a signal arrived and gave
+way to it (``"interrupted"``: Ctrl-C; docs: Rate limiters), or it failed for a
+reason its message gives (``"failed"``: a NaN priority computed inside the
+program, a GPU error).
 
 The class that carries such a failure depends on how the call ran, and for
 compiled programs that is JAX's choice, not gearjax's:
@@ -45,12 +47,12 @@ import jax
 
 from gearjax import _gearjax
 
-TableErrorKind = Literal["closed", "timeout", "failed"]
+TableErrorKind = Literal["closed", "timeout", "interrupted", "failed"]
 
 # A failure XLA carries: its status code, then the handler's own prefix
 # (xla_ffi/ffi_common.h: FromException), whose tag says the kind.
 _CARRIED = re.compile(
-    r"\b(FAILED_PRECONDITION|INVALID_ARGUMENT): gearjax(?: \[(closed|timeout)\])?: ")
+    r"\b(FAILED_PRECONDITION|INVALID_ARGUMENT): gearjax(?: \[(closed|timeout|interrupted)\])?: ")
 
 # Raised by the Python layer for a table, writer or sharded table closed
 # before the call: the native class, so one class means "closed" everywhere.
@@ -67,7 +69,10 @@ def table_error(error: BaseException) -> TableErrorKind | None:
       ``"closed"`` for a call on a closed table (or writer, or sharded
       table), ``"timeout"`` for a call that could not go ahead in time (a rate
       limiter's timeout, a sample of too few items that does not wait, an
-      insert held back), ``"failed"`` for a call that failed as it ran for
+      insert held back), ``"interrupted"`` for a compiled call that was
+      waiting when a signal (Ctrl-C) arrived and gave way to it (eager calls
+      raise the signal handler's ``KeyboardInterrupt`` instead), ``"failed"``
+      for a call that failed as it ran for
       another reason its message gives (a NaN priority inside a program, a
       GPU error, a GPU priority update that failed after its program
       returned); ``None`` for any other error, including the ``ValueError``
@@ -89,11 +94,29 @@ def table_error(error: BaseException) -> TableErrorKind | None:
     return match.group(2) or "failed"  # type: ignore[return-value]
 
 
+def raise_if_interrupted(error: BaseException) -> None:
+    """For a table call that gave way to a signal (``"interrupted"``): runs
+    Python's handlers of the signals that arrived now, and raises what one
+    raises (``KeyboardInterrupt`` for Ctrl-C) from `error`. The call's program
+    failed before Python, blocked in JAX's runtime, could run them. Returns
+    where no handler raises (a handler that only takes note, or a thread
+    other than the main one, where Python runs no handlers)."""
+    if table_error(error) != "interrupted":
+        return
+    try:
+        _gearjax.check_signals()
+    except BaseException as raised:
+        raise raised from error
+
+
 def reraise(error: ValueError) -> NoReturn:
     """Raises `error` as an eager ``Table`` call does: a table failure that
     JAX's fast dispatch path carried as a ``ValueError`` becomes the
     ``jax.errors.JaxRuntimeError`` its Python path raises, with the same
-    message and traceback; anything else is raised as it is."""
+    message and traceback; a call that gave way to a signal raises what the
+    signal's handler raises (raise_if_interrupted); anything else is raised
+    as it is."""
+    raise_if_interrupted(error)
     if table_error(error) is None or isinstance(error, _gearjax.TableFailedEarlierError):
         raise error
     raise jax.errors.JaxRuntimeError(str(error)).with_traceback(error.__traceback__) from None

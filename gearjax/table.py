@@ -411,7 +411,11 @@ class Table:
         Traced calls return at once."""
         leaves = jax.tree_util.tree_leaves(result)
         if leaves and not any(isinstance(x, jax.core.Tracer) for x in leaves):
-            jax.block_until_ready(leaves)
+            try:
+                jax.block_until_ready(leaves)
+            except jax.errors.JaxRuntimeError as e:
+                errors.raise_if_interrupted(e)
+                raise
             self._native.raise_deferred_error()
         return result
 

@@ -68,15 +68,16 @@ inline xla::ffi::Error Fail(const std::string& what) {
   return xla::ffi::Error(xla::ffi::ErrorCode::kInvalidArgument, "gearjax: " + what);
 }
 
-// Error codes: a rate-limiter timeout and a closed table are
-// FAILED_PRECONDITION (the table is not in a state that allows the call),
-// everything else INVALID_ARGUMENT; the message says which. Never
+// Error codes: a rate-limiter timeout, a closed table and a wait that gave
+// way to a signal (interrupts.h) are FAILED_PRECONDITION (the table is not
+// in a state that allows the call), everything else INVALID_ARGUMENT; the message says which. Never
 // DEADLINE_EXCEEDED: jax 0.11's GPU runtime took that code from a custom call
 // for its own collective timeouts and crashed the process (SIGSEGV; the first
 // GPU run, 2026-11-26), while the codes used here came back as Python errors.
 // One code per failure on every platform, so the CPU and the GPU agree. The
-// two FAILED_PRECONDITION kinds carry a tag, "gearjax [timeout]:" and
-// "gearjax [closed]:", because JAX hands a failure to Python as one of two
+// FAILED_PRECONDITION kinds carry a tag, "gearjax [timeout]:",
+// "gearjax [closed]:" and "gearjax [interrupted]:", because JAX hands a
+// failure to Python as one of two
 // classes depending on how the program was dispatched (docs: Semantics in
 // jit, "Errors in compiled code"): gearjax.table_error reads the kind from the
 // tag, never from the rest of the message, which may hold a table's name.
@@ -90,6 +91,9 @@ inline xla::ffi::Error FromException(std::exception_ptr p) {
   } catch (const Closed& e) {
     return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
                       std::string("gearjax [closed]: ") + e.what());
+  } catch (const Interrupted& e) {
+    return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
+                      std::string("gearjax [interrupted]: ") + e.what());
   } catch (const std::exception& e) {
     return Fail(e.what());
   }
@@ -421,6 +425,8 @@ inline void InsertBatchRows(Table& table, int64_t rows, int64_t steps,
     throw Timeout(std::string(e.what()) + Progress(inserted, rows));
   } catch (const Closed& e) {
     throw Closed(std::string(e.what()) + Progress(inserted, rows));
+  } catch (const Interrupted& e) {
+    throw Interrupted(std::string(e.what()) + Progress(inserted, rows));
   } catch (const std::exception& e) {
     if (inserted == 0) throw;
     throw std::runtime_error(e.what() + Progress(inserted, rows));

@@ -30,6 +30,7 @@
 #include "new_array.h"
 #include "nixl_module.h"
 #include "one_sided_module.h"
+#include "python_gil.h"
 #include "step_values.h"
 #if defined(GEARJAX_WITH_CUDA)
 #include "cuda/ffi_cuda.h"
@@ -118,7 +119,7 @@ class NativeTable {
   // whether its memory was released.
   bool Close(double wait_seconds) {
     UnregisterTable(handle_);
-    nb::gil_scoped_release release;
+    python::ReleasedGil released;
     return table_->Close(wait_seconds);
   }
 
@@ -141,7 +142,7 @@ class NativeTable {
       }
       pointers.push_back(sources[c].data());
     }
-    nb::gil_scoped_release release;  // the copy, and any wait on the limiter
+    python::ReleasedGil released;  // the copy, and any wait on the limiter
     return table_->Insert(pointers, length, priority, restore_key, restore_slot, restore_stamp);
   }
 
@@ -194,7 +195,7 @@ class NativeTable {
     }
     int64_t key;
     {
-      nb::gil_scoped_release release;  // an insert may wait on the rate limiter
+      python::ReleasedGil released;  // an insert may wait on the rate limiter
       key = table_->Insert(pointers, 1, p);
     }
     return nb::int_(key);
@@ -226,7 +227,7 @@ class NativeTable {
     if (keys.shape(0) != priorities.shape(0)) {
       throw InvalidArgument("keys and priorities differ in length");
     }
-    nb::gil_scoped_release release;
+    python::ReleasedGil released;
     return table_->UpdatePriorities(keys.data(), priorities.data(),
                                     static_cast<int64_t>(keys.shape(0)));
   }
@@ -242,11 +243,11 @@ class NativeTable {
     std::vector<ItemInfo> items;
     // Without the GIL: it may wait for a GPU priority update in flight.
     if (keys.is_none()) {
-      nb::gil_scoped_release release;
+      python::ReleasedGil released;
       items = table_->PinItems();
     } else {
       auto wanted = nb::cast<Int64Array>(keys);
-      nb::gil_scoped_release release;
+      python::ReleasedGil released;
       items = table_->PinItems(wanted.data(), static_cast<int64_t>(wanted.shape(0)));
     }
     return ItemArrays(items);
@@ -257,7 +258,7 @@ class NativeTable {
   nb::tuple PinSnapshot() {
     gearjax::Snapshot snapshot;
     {
-      nb::gil_scoped_release release;  // it may wait for a GPU priority update in flight
+      python::ReleasedGil released;  // it may wait for a GPU priority update in flight
       snapshot = table_->PinSnapshot();
     }
     const Counters& c = snapshot.counters;
@@ -289,7 +290,7 @@ class NativeTable {
     if (steps < 0 || steps > table_->spec().max_length) throw InvalidArgument("bad step count");
     NewArray<uint8_t> out({static_cast<size_t>(steps), static_cast<size_t>(table_->step_bytes(c))});
     {
-      nb::gil_scoped_release release;
+      python::ReleasedGil released;
       table_->ReadSteps(c, slot, steps, out.data);
     }
     return out.array;
@@ -299,7 +300,7 @@ class NativeTable {
 
   void RestoreState(int64_t next_sequence, int64_t inserts, double samples, int64_t evictions,
                     int64_t priority_updates, const std::vector<int64_t>& free_slots) {
-    nb::gil_scoped_release release;  // it may wait for a GPU priority update in flight
+    python::ReleasedGil released;  // it may wait for a GPU priority update in flight
     table_->RestoreState({next_sequence, inserts, samples, evictions, priority_updates},
                          free_slots);
   }
@@ -309,7 +310,7 @@ class NativeTable {
   nb::dict RemoteLayout(int strategy, double alpha) {
     gearjax::RemoteLayout r;
     {
-      nb::gil_scoped_release release;  // it may wait for a GPU priority update in flight
+      python::ReleasedGil released;  // it may wait for a GPU priority update in flight
       r = table_->Remote(ShardRequest(strategy, alpha));
     }
     nb::dict d;
@@ -428,6 +429,27 @@ NB_MODULE(_gearjax, m) {
   nb::exception<gearjax::Timeout>(m, "TableTimeoutError", PyExc_TimeoutError);
   nb::exception<gearjax::Closed>(m, "TableClosedError", PyExc_RuntimeError);
   nb::exception<gearjax::FailedEarlier>(m, "TableFailedEarlierError", PyExc_ValueError);
+  // A wait that gave way to a signal raises what the signal's Python handler
+  // raised (python_gil.h: RunSignalHandlers left it set); KeyboardInterrupt
+  // where no handler ran here.
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const gearjax::Interrupted& e) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_KeyboardInterrupt, e.what());
+    }
+  });
+  m.def(
+      "check_signals",
+      [] {
+        if (PyErr_CheckSignals() != 0) throw nb::python_error();
+      },
+      "Runs Python's handlers of the signals that arrived (on the main thread), "
+      "raising what one raises: a compiled table call that gave way to Ctrl-C "
+      "failed its program before Python could run them.");
+  m.def("close_exit_gate", &gearjax::python::CloseExitGate, "wait_seconds"_a,
+        "Interpreter exit begins: other threads that would take the GIL park "
+        "(python_gil.h). Called by gearjax's atexit handler.");
 
   nb::class_<NativeTable>(m, "NativeTable")
       .def(nb::init<const std::string&,

@@ -19,6 +19,7 @@
 
 #include "core/common.h"
 #include "core/nixl_agent.h"
+#include "python_gil.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -45,7 +46,7 @@ std::tuple<int, std::string> Read(nixl::Agent& agent, const std::vector<Request>
   }
   nixl::ReadResult result;
   {
-    nb::gil_scoped_release release;
+    python::ReleasedGil released;
     result = agent.Read(native, timeout);
   }
   return {result.request, result.why};
@@ -54,7 +55,7 @@ std::tuple<int, std::string> Read(nixl::Agent& agent, const std::vector<Request>
 std::vector<std::pair<std::string, nb::bytes>> Notifications(nixl::Agent& agent) {
   std::vector<std::pair<std::string, std::string>> got;
   {
-    nb::gil_scoped_release release;
+    python::ReleasedGil released;
     got = agent.Notifications();
   }
   std::vector<std::pair<std::string, nb::bytes>> out;
@@ -72,28 +73,28 @@ void DefineNixlAgent(nb::module_& m) {
   nb::class_<Agent>(m, "NixlAgent",
                     "One process's NIXL agent through NIXL's C API (xla_ffi/core/nixl_agent.h).")
       .def(nb::init<const std::string&, const std::string&>(), "library"_a, "name"_a,
-           nb::call_guard<nb::gil_scoped_release>())
+           nb::call_guard<python::ReleasedGil>())
       .def("register", &Agent::Register, "address"_a, "bytes"_a,
-           nb::call_guard<nb::gil_scoped_release>())
-      .def("deregister", &Agent::Deregister, "id"_a, nb::call_guard<nb::gil_scoped_release>())
+           nb::call_guard<python::ReleasedGil>())
+      .def("deregister", &Agent::Deregister, "id"_a, nb::call_guard<python::ReleasedGil>())
       .def("metadata", [](Agent& a) {
         std::string md;
         {
-          nb::gil_scoped_release release;
+          python::ReleasedGil released;
           md = a.Metadata();
         }
         return nb::bytes(md.data(), md.size());
       })
       .def("load_peer", [](Agent& a, nb::bytes metadata) {
         std::string md(static_cast<const char*>(metadata.data()), metadata.size());
-        nb::gil_scoped_release release;
+        python::ReleasedGil released;
         return a.LoadPeer(md);
       }, "metadata"_a)
       .def("forget_peer", &Agent::ForgetPeer, "peer"_a,
-           nb::call_guard<nb::gil_scoped_release>())
+           nb::call_guard<python::ReleasedGil>())
       .def("notify", [](Agent& a, const std::string& peer, nb::bytes message) {
         std::string body(static_cast<const char*>(message.data()), message.size());
-        nb::gil_scoped_release release;
+        python::ReleasedGil released;
         a.Notify(peer, body);
       }, "peer"_a, "message"_a)
       .def("notifications", &Notifications)
@@ -109,7 +110,7 @@ void DefineNixlAgent(nb::module_& m) {
         out["reposted"] = c.reposted;
         return out;
       }, "How many transfers reads made, and how many times a kept one was posted again.")
-      .def("close", &Agent::Close, nb::call_guard<nb::gil_scoped_release>());
+      .def("close", &Agent::Close, nb::call_guard<python::ReleasedGil>());
 }
 
 }  // namespace gearjax

@@ -29,6 +29,7 @@
 #include "core/slots.h"
 #include "core/sum_tree.h"
 #include "core/window.h"
+#include "python_gil.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -113,7 +114,7 @@ class PythonReader : public one_sided::Reader {
       }
     }
     if (remote.empty()) return {};
-    nb::gil_scoped_acquire gil;
+    python::AcquiredGil gil;
     int failed = -1;
     std::string why;
     try {
@@ -140,7 +141,7 @@ class PythonReader : public one_sided::Reader {
   }
 
   uint8_t* Staging(int use, size_t bytes) override {
-    nb::gil_scoped_acquire gil;
+    python::AcquiredGil gil;
     try {
       return reinterpret_cast<uint8_t*>(
           nb::cast<uintptr_t>(transport_.attr("staging")(use, bytes)));
@@ -220,7 +221,7 @@ std::tuple<int, std::string, int, int64_t> OneSidedSample(
   std::tuple<int, std::string, int, int64_t> result;
   std::exception_ptr failure;
   {
-    nb::gil_scoped_release release;
+    python::ReleasedGil released;
     try {
       one_sided::Counts counts;
       if (agent != nullptr) {
@@ -283,7 +284,7 @@ void DefineOneSided(nb::module_& m) {
         "outlive it: close the plan first.");
   m.attr("one_sided_plan_max_columns") = one_sided::Plan::kMaxColumns;
   m.def("one_sided_plan_close", &one_sided::ClosePlan, "handle"_a,
-        nb::call_guard<nb::gil_scoped_release>(),
+        nb::call_guard<python::ReleasedGil>(),
         "Closes a plan (waiting for a sample in flight); returns the shards it lost.");
   m.def("one_sided_plan_lost",
         [](int64_t handle) { return one_sided::LookUpPlan(handle)->lost(); }, "handle"_a,

@@ -35,6 +35,13 @@ class Timeout : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A wait gave way to a signal (interrupts.h): surfaces in Python as the
+// exception the signal's handler raised (KeyboardInterrupt for Ctrl-C).
+class Interrupted : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // The table was closed: surfaces as RuntimeError in Python.
 class Closed : public std::runtime_error {
  public:

@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "interrupts.h"
 #include "limits.h"
 #include "prefetch.h"
 #include "random.h"
@@ -211,9 +212,10 @@ int64_t Table::ReserveLocked(std::unique_lock<std::mutex>& lock, int64_t restore
     const double timeout = spec_.limiter.timeout_seconds;
     const CountedWait counted(waiting_);
     const auto deadline = Clock::now() + std::chrono::duration<double>(timeout);
-    if (!changed_.wait_until(lock, deadline, [&] {
-          return closed_ || limiter_.CanInsert(LimiterStateLocked());
-        })) {
+    if (!interrupts::WaitInterruptibly(
+            changed_, lock, deadline,
+            [&] { return closed_ || limiter_.CanInsert(LimiterStateLocked()); },
+            "an insert held back by the rate limiter")) {
       throw Timeout("insert timed out after " + Number(timeout) +
                     " s: the rate limiter holds inserts back until more is sampled (" +
                     limiter_.Describe(LimiterStateLocked()) + ")");

@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "interrupts.h"
 #include "limits.h"
 #include "prefetch.h"
 #include "random.h"
@@ -38,9 +39,10 @@ void Table::WaitToSampleLocked(std::unique_lock<std::mutex>& lock, const SampleR
     const double timeout = spec_.limiter.timeout_seconds;
     const CountedWait counted(waiting_);
     const auto deadline = Clock::now() + std::chrono::duration<double>(timeout);
-    if (!changed_.wait_until(lock, deadline, [&] {
-          return closed_ || limiter_.CanSample(LimiterStateLocked(), r.batch);
-        })) {
+    if (!interrupts::WaitInterruptibly(
+            changed_, lock, deadline,
+            [&] { return closed_ || limiter_.CanSample(LimiterStateLocked(), r.batch); },
+            "a sample of " + std::to_string(r.batch) + " rows held back by the rate limiter")) {
       if (live_ == 0 && timeout == 0) {
         // Both a table without a rate limiter and one whose limiter has
         // timeout 0 land here: the message fits both.
@@ -101,12 +103,15 @@ uint64_t Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* dra
                                       "here: the table has no rate limiter, or its timeout is 0)");
       const CountedWait counted(waiting_);
       const auto deadline = Clock::now() + std::chrono::duration<double>(timeout);
-      if (!changed_.wait_until(lock, deadline, [&] {
-            if (closed_) return true;
-            if (!limiter_.CanSample(LimiterStateLocked(), n)) return false;
-            servable = CandidatesLocked(r);
-            return servable >= n;
-          })) {
+      const auto servable_now = [&] {
+        if (closed_) return true;
+        if (!limiter_.CanSample(LimiterStateLocked(), n)) return false;
+        servable = CandidatesLocked(r);
+        return servable >= n;
+      };
+      if (!interrupts::WaitInterruptibly(changed_, lock, deadline, servable_now,
+                                         "a sample of " + std::to_string(n) +
+                                             " rows waiting for items it may draw")) {
         char waited[32];
         std::snprintf(waited, sizeof(waited), "%g", timeout);
         throw Timeout(ShortfallLocked(r, servable) + " (waited " + waited + " s)");

@@ -41,6 +41,7 @@
 #include "core/table.h"
 #include "core/window.h"
 #include "new_array.h"
+#include "python_gil.h"
 #include "testing/array_formats.h"
 
 namespace nb = nanobind;
@@ -278,7 +279,7 @@ int32_t StagedUpdateLikeTheGpu(int64_t handle, AnyArray keys, AnyArray prioritie
   std::memcpy(update->priorities(), priorities.data(), priorities.nbytes());
   int32_t count;
   {
-    nb::gil_scoped_release release;
+    python::ReleasedGil released;
     StreamCallbackScope callback;
     update->Apply();
     count = *update->count();
@@ -326,7 +327,7 @@ void DefineModule(nb::module_ m) {
         std::shared_ptr<Table> table = Find(handle);
         const SampleRequest request = Request(batch, strategy, alpha, count, window, cut, replace);
         GpuSelection selection;
-        nb::gil_scoped_release release;
+        python::ReleasedGil released;
         if (stream == 0) return table->BeginGpuSample(request, &selection);
         MirrorCopies copies;
         const uint64_t ticket = table->BeginGpuSample(request, &selection, &copies,

@@ -16,6 +16,7 @@
 #include "core/registry.h"
 #include "core/table.h"
 #include "core/update_block.h"
+#include "python_gil.h"
 #include "testing/array_formats.h"
 #include "testing/testing_module.h"
 
@@ -51,7 +52,7 @@ class PendingGpuUpdate {
     ran_ = true;
     std::vector<long long> shared(GpuUpdateSharedBytes(update_.n) / sizeof(long long) + 1);
     {
-      nb::gil_scoped_release release;
+      python::ReleasedGil released;
       RunMirrorCopies(copies_);  // enqueued before the kernel, on its stream
       EmulateGpuUpdate(update_, shared.data(), threads);
     }
@@ -88,7 +89,7 @@ std::unique_ptr<PendingGpuUpdate> BeginGpuUpdate(int64_t handle, AnyArray keys,
   MirrorCopies copies;
   uint64_t ticket;
   {
-    nb::gil_scoped_release release;
+    python::ReleasedGil released;
     table->UseGpuCompletions(nullptr, GpuCompletions::kEmulated);
     ticket = table->BeginGpuUpdate(reinterpret_cast<const void*>(stream),
                                    static_cast<int64_t>(keys.shape(0)), &update, &copies);
