@@ -42,9 +42,6 @@ CUTS = _sample_args.CUTS
 # How long close() waits for samples, readers and writers inside the table
 # before it leaves the memory to the last of them.
 CLOSE_WAIT_SECONDS = 30.0
-# Per-slot bookkeeping besides the arena, at most: the slot record (32 bytes),
-# the Uniform sum tree (about 9), the insertion order (8), rounded up.
-_BYTES_PER_SLOT = 64
 
 
 class Table:
@@ -139,7 +136,8 @@ class Table:
         self._rate_limiter = rate_limiter
         self._max_times_sampled = max_times_sampled
         arena_bytes = capacity * max_length * sum(c.step_bytes for c in self._columns.values())
-        _check_fits_in_memory(arena_bytes + capacity * _BYTES_PER_SLOT)
+        _check_fits_in_memory(arena_bytes, _gearjax.worst_bookkeeping_bytes(
+            capacity, max_length, _checks.REMOVER_CODES[remover]))
         on_device = _resolve_placement(placement, arena_bytes)
         self._native = NativeTable(
             name, [(n, c.step_bytes, c.pad_step()) for n, c in self._columns.items()],
@@ -1020,10 +1018,15 @@ def _resolve_placement(placement: str, table_bytes: int) -> bool:
     return free is not None and table_bytes <= AUTO_DEVICE_FRACTION * free
 
 
-def _check_fits_in_memory(table_bytes: int) -> None:
-    """Refuses a table larger than this machine's memory: it could never be
-    filled, and zeroing its bookkeeping alone could get the process killed."""
+def _check_fits_in_memory(arena_bytes: int, bookkeeping_bytes: int) -> None:
+    """Refuses a table larger than this machine's memory: its arena and what
+    its bookkeeping holds at its worst (every selector and sum tree its
+    samples may build, the scratch of calls over every key; see
+    xla_ffi/core/footprint.h). It could never be filled, or would be killed
+    for memory once sampled by every strategy."""
     memory = _checks.physical_memory()
-    if memory is not None and table_bytes > memory:
-        raise ValueError(f"this table needs {table_bytes} bytes, more than this machine's "
-                         f"{memory} bytes of memory; lower capacity or max_length")
+    if memory is not None and arena_bytes + bookkeeping_bytes > memory:
+        raise ValueError(f"this table needs up to {arena_bytes + bookkeeping_bytes} bytes "
+                         f"({arena_bytes} for its steps, {bookkeeping_bytes} for its "
+                         f"bookkeeping at its worst), more than this machine's {memory} "
+                         f"bytes of memory; lower capacity or max_length")

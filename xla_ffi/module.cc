@@ -19,6 +19,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/footprint.h"
 #include "core/limits.h"
 #include "core/random.h"
 #include "core/registry.h"
@@ -447,6 +448,14 @@ NB_MODULE(_gearjax, m) {
       "Runs Python's handlers of the signals that arrived (on the main thread), "
       "raising what one raises: a compiled table call that gave way to Ctrl-C "
       "failed its program before Python could run them.");
+  m.def(
+      "worst_bookkeeping_bytes",
+      [](int64_t capacity, int64_t max_length, int remover) {
+        return gearjax::WorstBookkeepingBytes(capacity, max_length, gearjax::CheckRemover(remover));
+      },
+      "capacity"_a, "max_length"_a, "remover"_a,
+      "Host bytes a table's bookkeeping (all but its arena) may take at its worst "
+      "(core/footprint.h).");
   m.def("close_exit_gate", &gearjax::python::CloseExitGate, "wait_seconds"_a,
         "Interpreter exit begins: other threads that would take the GIL park "
         "(python_gil.h). Called by gearjax's atexit handler.");

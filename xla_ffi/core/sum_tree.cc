@@ -44,6 +44,8 @@ SumTree::SumTree(int64_t num_leaves, bool gpu_mapped)
   Plan(leaves_, &levels_, offsets_);
 }
 
+int64_t SumTree::NodesFor(int64_t num_leaves) { return PlannedNodes(num_leaves); }
+
 SumTree::~SumTree() = default;
 
 TreeMirror* SumTree::Mirror(const DeviceMemory* memory) const {

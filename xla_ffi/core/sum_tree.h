@@ -118,6 +118,8 @@ class SumTree {
  public:
   // A tree over `num_leaves` leaves (>= 1), all of weight 0.
   SumTree(int64_t num_leaves, bool gpu_mapped);
+  // The nodes such a tree holds, padding included (for memory estimates).
+  static int64_t NodesFor(int64_t num_leaves);
 
   double Get(int64_t leaf) const { return nodes_[leaf]; }
   double Total() const { return nodes_[offsets_[levels_ - 1]]; }
