@@ -16,6 +16,7 @@ registered later (a save at exit still finds its table open).
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 import time
 import weakref
@@ -65,6 +66,13 @@ def at_exit() -> None:
     the C++ frames of the call, aborting the process (xla_ffi/python_gil.h)."""
     wake_blocked_calls()
     _gearjax.close_exit_gate(GATE_SECONDS)
+    if any(t.daemon and t.is_alive() for t in threading.enumerate()):
+        # Their frames keep what they hold alive through finalisation, which
+        # nanobind would report as leaks of gearjax's objects: expected here.
+        _gearjax.set_leak_warnings(False)
 
 
 atexit.register(at_exit)
+# A forked child inherits what the parent's other threads hold, and never
+# those threads: nanobind would report it all as leaks at the child's exit.
+os.register_at_fork(after_in_child=lambda: _gearjax.set_leak_warnings(False))

@@ -160,5 +160,5 @@ def test_exit_with_daemon_threads_inside_table_calls_is_clean(tmp_path, run):
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
     assert "exiting" in out, out
-    for bad in ("terminate called", "Fatal Python error", "Aborted"):
+    for bad in ("terminate called", "Fatal Python error", "Aborted", "leaked"):
         assert bad not in out, out

@@ -98,6 +98,13 @@ class NativeTable {
   }
 
   ~NativeTable() {
+    if (table_->forked_copy()) {
+      // In a forked child: the table's and the registry's state are the
+      // parent's copy, possibly mid-change; touch neither. The memory goes
+      // with the child.
+      new std::shared_ptr<Table>(std::move(table_));  // never freed, on purpose
+      return;
+    }
     UnregisterTable(handle_);
     table_->Close(/*wait_seconds=*/0);
   }
@@ -112,13 +119,20 @@ class NativeTable {
     if (table_->on_device()) return "device";
     return table_->device_arena() != nullptr ? "gpu-mapped pinned host" : "host";
   }
-  bool closed() const { return table_->closed(); }
-  int64_t waiting() const { return table_->waiting(); }
+  // An inherited table in a forked child (core/forks.h) reads as open until
+  // the child closes it; every call on it raises, naming the fork.
+  bool closed() const { return table_->closed() || closed_in_child_; }
+  int64_t waiting() const { return table_->forked_copy() ? 0 : table_->waiting(); }
+  bool forked_copy() const { return table_->forked_copy(); }
 
   // Forgets the handle (compiled programs then fail naming the table), closes
   // the table and waits up to `wait_seconds` for what is inside it; returns
   // whether its memory was released.
   bool Close(double wait_seconds) {
+    if (table_->forked_copy()) {  // nothing of it is this process's to release
+      closed_in_child_ = true;
+      return true;
+    }
     UnregisterTable(handle_);
     python::ReleasedGil released;
     return table_->Close(wait_seconds);
@@ -381,6 +395,7 @@ class NativeTable {
   std::shared_ptr<Table> table_;
   int64_t handle_;
   std::vector<StepColumn> step_columns_;
+  bool closed_in_child_ = false;  // closed in a forked child (see closed())
 };
 
 nb::dict Limits() {
@@ -456,6 +471,10 @@ NB_MODULE(_gearjax, m) {
       "capacity"_a, "max_length"_a, "remover"_a,
       "Host bytes a table's bookkeeping (all but its arena) may take at its worst "
       "(core/footprint.h).");
+  m.def("set_leak_warnings", &nb::set_leak_warnings, "enabled"_a,
+        "Whether nanobind reports objects still alive when the module unloads "
+        "(gearjax._exit turns it off where daemon threads, parked at exit, still "
+        "hold tables).");
   m.def("close_exit_gate", &gearjax::python::CloseExitGate, "wait_seconds"_a,
         "Interpreter exit begins: other threads that would take the GIL park "
         "(python_gil.h). Called by gearjax's atexit handler.");
@@ -474,6 +493,7 @@ NB_MODULE(_gearjax, m) {
       .def_prop_ro("key_bits", &NativeTable::key_bits)
       .def_prop_ro("memory", &NativeTable::Memory)
       .def_prop_ro("closed", &NativeTable::closed)
+      .def_prop_ro("forked_copy", &NativeTable::forked_copy)
       .def_prop_ro("waiting", &NativeTable::waiting)
       .def("close", &NativeTable::Close, "wait_seconds"_a)
       .def("insert", &NativeTable::Insert, "sources"_a, "length"_a, "priority"_a,

@@ -35,6 +35,12 @@ void EnterOrPark() {
 
 void Crossed() { crossing.fetch_sub(1, std::memory_order_seq_cst); }
 
+// A forked child has only the forking thread: none of the parent's is
+// crossing there (its exit would otherwise wait for them in vain).
+[[maybe_unused]] const bool reset_in_children = [] {
+  return pthread_atfork(nullptr, nullptr, [] { crossing.store(0); }) == 0;
+}();
+
 }  // namespace
 
 ReleasedGil::ReleasedGil() : state_(PyEval_SaveThread()), hook_(&RunSignalHandlers) {}

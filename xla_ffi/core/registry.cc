@@ -1,6 +1,8 @@
 // Process-wide map from table handle to table (see registry.h).
 #include "registry.h"
 
+#include <pthread.h>
+
 #include <atomic>
 #include <mutex>
 #include <unordered_map>
@@ -21,10 +23,21 @@ struct Registry {
 
 std::atomic<int64_t> lookups{0};
 
+// Held across fork (pthread_atfork): a child never inherits the map
+// half-changed, nor its lock held by a thread the fork did not copy.
+void LockForFork();
+void UnlockAfterFork();
+
 Registry& GetRegistry() {
-  static Registry* registry = new Registry();  // never destroyed: handlers may outlive statics
+  static Registry* registry = [] {
+    pthread_atfork(&LockForFork, &UnlockAfterFork, &UnlockAfterFork);
+    return new Registry();  // never destroyed: handlers may outlive statics
+  }();
   return *registry;
 }
+
+void LockForFork() { GetRegistry().mu.lock(); }
+void UnlockAfterFork() { GetRegistry().mu.unlock(); }
 
 }  // namespace
 

@@ -79,7 +79,7 @@ void Table::WaitForDeviceTickets() {
   // table. Wait for the GPU to say they are done; if it never does (a hung
   // or failed stream), keep the memory rather than free it under a kernel.
   if (completions_.load(std::memory_order_acquire) == nullptr) return;
-  std::unique_lock<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);  // not Lock(): a destructor must not throw
   // Inside a stream callback (a sharded sample's host function dropped the
   // last reference) the kernels still to report may be queued behind the
   // callback itself: do not wait there.
@@ -97,7 +97,7 @@ void Table::WaitForDeviceTickets() {
 void Table::UseGpuCompletions(const DeviceMemory* memory, int device) {
   const GpuCompletions* made = completions_.load(std::memory_order_acquire);
   if (made != nullptr && made->HasDevice(device)) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  auto lock = Lock();
   CheckOpenLocked();
   if (completions_owner_ == nullptr) {
     auto completions = std::make_unique<GpuCompletions>();
@@ -154,6 +154,12 @@ std::string Table::Describe(int64_t handle) const {
   return spec_.name.empty() ? "table " + id : "table '" + spec_.name + "' " + id;
 }
 
+void Table::ThrowForkedCopy() const {
+  throw Closed(forks::ForkedCopyMessage(spec_.name.empty() ? std::string("this table")
+                                                           : "table '" + spec_.name + "'",
+                                        fork_generation_));
+}
+
 void Table::CheckOpenLocked() const {
   if (closed_) throw Closed("the table is closed");
 }
@@ -165,14 +171,14 @@ bool Table::InsideLocked() const {
 }
 
 int64_t Table::waiting() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  auto lock = Lock();
   return waiting_;
 }
 
 bool Table::Close(double wait_seconds) {
   std::vector<std::shared_ptr<void>> memory;
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    auto lock = Lock();
     closed_.store(true, std::memory_order_release);
     changed_.notify_all();
     if (released_) return true;

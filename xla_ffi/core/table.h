@@ -50,6 +50,7 @@
 #include "deferred_error.h"
 #include "draw.h"
 #include "exchange_counters.h"
+#include "forks.h"
 #include "gpu_completions.h"
 #include "gpu_selection.h"
 #include "limits.h"
@@ -233,7 +234,7 @@ class Table {
   void UseGpuCompletions(const DeviceMemory* memory, int device);
   // Tickets handed to the device that its kernels have not reported yet.
   int64_t TicketsOnDevice() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    auto lock = Lock();
     return tickets_.on_device();
   }
   // What the last kernel of the sample with `ticket`, on GPU `device`,
@@ -341,6 +342,9 @@ class Table {
   // with the last reference to the table).
   bool Close(double wait_seconds);
   bool closed() const;
+  // Whether this process is a fork of the one that made the table (forks.h):
+  // then every call but this one and closed() throws Closed.
+  bool forked_copy() const { return fork_generation_ != forks::Generation(); }
   // Calls waiting on the rate limiter (or, constrained, for enough items)
   // now: the ones a Close would wake.
   int64_t waiting() const;
@@ -351,6 +355,13 @@ class Table {
  private:
   using Clock = std::chrono::steady_clock;
 
+  // The mutex, held; throws Closed (forks.h) where this process is a fork
+  // of the one that made the table: its holders may not have survived it.
+  std::unique_lock<std::mutex> Lock() const {
+    if (fork_generation_ != forks::Generation()) [[unlikely]] ThrowForkedCopy();
+    return std::unique_lock<std::mutex>(mu_);
+  }
+  [[noreturn]] void ThrowForkedCopy() const;
   void CheckOpenLocked() const;
   LimiterState LimiterStateLocked() const;
   // Waits until the limiter admits the request (or throws Timeout/Closed).
@@ -464,6 +475,7 @@ class Table {
   Clock::time_point created_at_;
 
   mutable std::mutex mu_;
+  const uint64_t fork_generation_ = forks::Generation();  // when the table was made
   std::condition_variable changed_;  // any publish, release, eviction or close
   // Set under mu_; atomic so that closed() needs no lock (the writer's
   // per-step fast path asks it).

@@ -103,7 +103,7 @@ int64_t Table::InsertWith(int64_t length, double priority, const Fill& fill,
   CheckPriority(priority, "the priority");
   priority += 0.0;  // -0.0 -> 0.0
   const bool restoring = restore_key >= 0;
-  std::unique_lock<std::mutex> lock(mu_);
+  auto lock = Lock();
   CheckOpenLocked();
   if (restoring) {
     if (restore_slot < 0 || restore_slot >= spec_.capacity ||
@@ -159,7 +159,7 @@ int64_t Table::InsertManyWith(int64_t n, const int64_t* lengths, const double* p
     slots.clear();
     std::exception_ptr failed;
     {
-      std::unique_lock<std::mutex> lock(mu_);
+      auto lock = Lock();
       for (int64_t i = 0; i < rows; ++i) {
         try {
           CheckOpenLocked();
@@ -176,11 +176,11 @@ int64_t Table::InsertManyWith(int64_t n, const int64_t* lengths, const double* p
       try {
         fill(first, slots.data(), static_cast<int64_t>(slots.size()));
       } catch (...) {
-        std::lock_guard<std::mutex> lock(mu_);
+        auto lock = Lock();
         for (int64_t slot : slots) AbandonLocked(slot, false);
         throw;
       }
-      std::lock_guard<std::mutex> lock(mu_);
+      auto lock = Lock();
       if (!closed_) OwnPrioritiesDuringInsertLocked();
       if (closed_) {
         for (int64_t slot : slots) AbandonLocked(slot, false);

@@ -23,7 +23,7 @@ void Table::ReadSteps(int c, int64_t slot, int64_t steps, void* dst) const {
 }
 
 std::vector<ItemInfo> Table::PinItems(const int64_t* keys, int64_t count) {
-  std::lock_guard<std::mutex> lock(mu_);
+  auto lock = Lock();
   return PinItemsLocked(keys, count);
 }
 
@@ -50,7 +50,7 @@ std::vector<ItemInfo> Table::PinItemsLocked(const int64_t* keys, int64_t count) 
 }
 
 Snapshot Table::PinSnapshot() {
-  std::lock_guard<std::mutex> lock(mu_);
+  auto lock = Lock();
   Snapshot snapshot;
   snapshot.items = PinItemsLocked(nullptr, 0);
   snapshot.counters = counters_;
@@ -68,13 +68,13 @@ Snapshot Table::PinSnapshot() {
 }
 
 void Table::UnpinSlots(const std::vector<int64_t>& slots) {
-  std::lock_guard<std::mutex> lock(mu_);
+  auto lock = Lock();
   for (int64_t slot : slots) slots_->Unpin(slot);
   changed_.notify_all();
 }
 
 void Table::RestoreTimesSampled(int64_t key, int64_t times_sampled) {
-  std::lock_guard<std::mutex> lock(mu_);
+  auto lock = Lock();
   CheckOpenLocked();
   const int64_t slot = slots_->Find(key);
   if (slot < 0) throw InvalidArgument("restored key " + std::to_string(key) + " is not stored");
@@ -87,13 +87,13 @@ void Table::RestoreTimesSampled(int64_t key, int64_t times_sampled) {
 }
 
 std::vector<int64_t> Table::FreeSlots() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  auto lock = Lock();
   CheckOpenLocked();
   return slots_->FreeInOrder();
 }
 
 void Table::RestoreState(const Counters& counters, const std::vector<int64_t>& free_slots) {
-  std::lock_guard<std::mutex> lock(mu_);
+  auto lock = Lock();
   CheckOpenLocked();
   OwnPrioritiesLocked();
   if (counters.next_sequence < counters_.next_sequence ||
@@ -124,14 +124,14 @@ void Table::RestoreState(const Counters& counters, const std::vector<int64_t>& f
 }
 
 std::vector<double> Table::Alphas() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  auto lock = Lock();
   std::vector<double> alphas;
   for (const auto& selector : prioritized_) alphas.push_back(selector->alpha());
   return alphas;
 }
 
 Stats Table::GetStats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  auto lock = Lock();
   int64_t bytes_per_step = 0;
   for (const ColumnSpec& c : spec_.columns) bytes_per_step += c.step_bytes;
   Stats s;

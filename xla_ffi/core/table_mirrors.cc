@@ -82,14 +82,14 @@ std::vector<const SumTree*> Table::DrawTreesLocked() const {
 }
 
 void Table::MirrorCopiesLost() {
-  std::lock_guard<std::mutex> lock(mu_);
+  auto lock = Lock();
   for (const SumTree* tree : DrawTreesLocked()) {
     if (TreeMirror* mirror = tree->mirror()) mirror->WroteAll();
   }
 }
 
 std::vector<Table::MirroredTree> Table::MirroredTrees() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  auto lock = Lock();
   std::vector<MirroredTree> out;
   for (const SumTree* tree : DrawTreesLocked()) {
     const TreeMirror* mirror = tree->mirror();

@@ -84,7 +84,7 @@ uint64_t Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* dra
   selections.resize(static_cast<size_t>(n));
   RowWordsMany(seed, n, words.data());
   for (int64_t b = 0; b < n; ++b) u[b] = UniformFromBits(words[b].w[0], words[b].w[1]);
-  std::unique_lock<std::mutex> lock(mu_);
+  auto lock = Lock();
   WaitToSampleLocked(lock, r);
   // Draws read (and max_times_sampled removals write) the priority trees.
   OwnPrioritiesLocked();
@@ -254,7 +254,7 @@ uint64_t Table::BeginGpuSample(const SampleRequest& r, GpuSelection* selection,
   if (SelectsOnHost(r)) {
     throw InvalidArgument("TopK, Recent and constrained samples are not selected on the GPU");
   }
-  std::unique_lock<std::mutex> lock(mu_);
+  auto lock = Lock();
   CheckOpenLocked();
   if (slots_->device_info() == nullptr) {
     throw InvalidArgument("this table's selection state is not GPU-mapped");

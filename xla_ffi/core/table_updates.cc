@@ -20,7 +20,7 @@ int64_t Table::UpdatePriorities(const int64_t* keys, const double* priorities, i
   for (int64_t i = 0; i < count; ++i) {
     if (!ValidPriority(priorities[i])) CheckPriority(priorities[i], "entry " + std::to_string(i));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  auto lock = Lock();
   CheckOpenLocked();
   OwnPrioritiesLocked();
   update_before_.clear();
@@ -55,7 +55,7 @@ bool Table::WaitsForStagedUpdates(const SampleRequest& r) const {
       gpu_report_.load(std::memory_order_acquire) == nullptr) {
     return false;  // never updated on the GPU, nothing staged
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  auto lock = Lock();
   const bool in_flight = staged_updates_.load(std::memory_order_acquire) > 0 ||
                          (gpu_update_last_ != 0 && tickets_.InFlight(gpu_update_last_));
   return in_flight && PositiveLocked() == 0;
@@ -101,7 +101,7 @@ bool Table::OwnPrioritiesLocked() {
 uint64_t Table::BeginGpuUpdate(const void* stream, int64_t n, GpuUpdate* update,
                                MirrorCopies* copies) {
   copies->n = 0;
-  std::unique_lock<std::mutex> lock(mu_);
+  auto lock = Lock();
   CheckOpenLocked();
   for (;;) {
     changed_.wait(lock, [&] { return priority_claims_ == 0 || closed(); });
