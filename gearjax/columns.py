@@ -21,13 +21,18 @@ class Column:
         observation or ``()`` for a scalar reward.
       dtype: any numeric or bool dtype NumPy or JAX knows (``"float32"``,
         ``np.uint8``, ``jnp.bfloat16``, ``"float8_e4m3fn"``, ...) of at least
-        8 bits: sub-byte types (``int4``, ``uint4``, ``int2``,
-        ``float4_e2m1fn``, ``float6_e2m3fn``, ...), which XLA packs several
-        to a byte, are refused with a TypeError.
+        8 bits that JAX has arrays of: sub-byte types (``int4``, ``uint4``,
+        ``int2``, ``float4_e2m1fn``, ``float6_e2m3fn``, ...), which XLA packs
+        several to a byte, and NumPy's ``float128`` and ``complex256``
+        (``longdouble``, ``clongdouble``) are refused with a TypeError. A
+        dtype of the other byte order (``">i4"`` on a little-endian
+        machine) becomes the same dtype in the machine's order (``int32``):
+        samples are JAX arrays, which have no other, and inserted values of
+        either order are converted.
       pad: the value that fills padded steps of sampled windows. It must be
         exactly representable in ``dtype`` (``-10`` for a ``uint8`` column is
-        refused rather than wrapped). A NumPy or JAX scalar is kept as the
-        Python scalar it holds.
+        refused rather than wrapped; a complex pad only in a complex column).
+        A NumPy or JAX scalar is kept as the Python scalar it holds.
 
     Attributes:
       shape: the per-step shape, a tuple of Python ints (an int ``n`` given
@@ -37,8 +42,8 @@ class Column:
 
     Raises:
       TypeError: ``shape`` is not an int or a tuple (any iterable) of ints
-        (bools are refused); ``dtype`` is not
-        a dtype, is sub-byte, or is not numeric or bool; ``pad`` is not a
+        (bools are refused); ``dtype`` is not a dtype, is sub-byte, is not
+        numeric or bool, or is one JAX has no arrays of; ``pad`` is not a
         scalar number.
       ValueError: a dimension of ``shape`` is below 1; ``pad`` cannot be
         stored in ``dtype``, or not exactly.
@@ -51,6 +56,8 @@ class Column:
       (4,)
       >>> gx.Column((), "bfloat16", pad=float("nan")).step_bytes
       2
+      >>> gx.Column((2,), ">i4").dtype  # the machine's byte order
+      dtype('int32')
     """
 
     shape: tuple[int, ...]
@@ -73,6 +80,8 @@ class Column:
             dtype = np.dtype(dtype)
         except TypeError:
             raise TypeError(f"Column dtype {dtype!r} is not a dtype") from None
+        if not dtype.isnative:
+            dtype = dtype.newbyteorder("=")  # what JAX arrays hold; inserts convert
         bits = bit_width(dtype) if jnp.issubdtype(dtype, np.number) else 8
         if bits < 8:
             wider = "int8" if jnp.issubdtype(dtype, np.signedinteger) else \
@@ -83,6 +92,7 @@ class Column:
                             f"them after sampling")
         if not is_numeric(dtype):
             raise TypeError(f"Column dtype must be numeric or bool, got {dtype}")
+        _check_jax_holds(dtype)
         if isinstance(pad, (np.generic, np.ndarray)) or hasattr(pad, "__jax_array__") or (
                 hasattr(pad, "shape") and hasattr(pad, "dtype")):
             if np.ndim(pad) != 0:
@@ -108,14 +118,17 @@ class Column:
         Returns:
           ``{"shape": list, "dtype": the dtype's name, "pad": the pad}``; a
             non-finite float pad is written as ``"nan"``, ``"inf"`` or
-            ``"-inf"``.
+            ``"-inf"``, a complex pad as ``{"complex": [real, imag]}`` (each
+            part a number or one of those strings: JSON has no complex
+            numbers).
         """
         return {"shape": list(self.shape), "dtype": self.dtype.name, "pad": _json_scalar(self.pad)}
 
     @classmethod
     def from_json(cls, spec: dict) -> "Column":
-        """The column a :meth:`to_json` dict describes (checked as the
-        constructor checks its arguments).
+        """The column a :meth:`to_json` dict describes, checked as the
+        constructor checks its arguments and held to what :meth:`to_json`
+        writes (checkpoints are read from files: anything else is refused).
 
         Args:
           spec: ``{"shape": ..., "dtype": ..., "pad": ...}``.
@@ -125,10 +138,24 @@ class Column:
 
         Raises:
           KeyError: ``spec`` lacks ``"shape"``, ``"dtype"`` or ``"pad"``.
-          TypeError: as the constructor.
-          ValueError: as the constructor.
+          TypeError: as the constructor; ``spec`` is not a dict, its shape not
+            a list, its dtype not a dtype's name, or its pad not a number,
+            bool, non-finite float string or complex pad as written.
+          ValueError: as the constructor; a dtype named otherwise than
+            :meth:`to_json` names it (``">i4"``, ``"int"``).
         """
-        return cls(tuple(spec["shape"]), spec["dtype"], _pad_from_json(spec["pad"]))
+        if not isinstance(spec, dict):
+            raise TypeError(f"a column is a JSON object, got {type(spec).__name__}")
+        shape, dtype = spec["shape"], spec["dtype"]
+        if not isinstance(shape, list):
+            raise TypeError(f"a column's shape is a list, got {shape!r}")
+        if not isinstance(dtype, str):
+            raise TypeError(f"a column's dtype is a dtype's name, got {dtype!r}")
+        column = cls(tuple(shape), dtype, _pad_from_json(spec["pad"]))
+        if column.dtype.name != dtype:
+            raise ValueError(f"a column's dtype is written by its name "
+                             f"({column.dtype.name!r}), got {dtype!r}")
+        return column
 
 
 def bit_width(dtype: np.dtype) -> int:
@@ -153,9 +180,23 @@ def is_numeric(dtype: np.dtype) -> bool:
     return dtype.kind == "V" and jnp.issubdtype(dtype, np.floating)
 
 
+def _check_jax_holds(dtype: np.dtype) -> None:
+    """Refuses a dtype JAX has no arrays of (NumPy's float128 and complex256):
+    a table of it could store steps but never return a sample."""
+    try:
+        jax.dtypes.scalar_type_of(np.zeros((), dtype))
+    except TypeError:
+        wider = "complex128" if dtype.kind == "c" else "float64"
+        raise TypeError(f"Column dtype {dtype} is not one JAX has arrays of (samples are JAX "
+                        f"arrays); store the values as {wider}") from None
+
+
 def _check_pad(pad: Any, dtype: np.dtype) -> None:
     if isinstance(pad, (str, bytes)) or np.ndim(pad) != 0:
         raise TypeError(f"Column pad must be a scalar number, got {pad!r}")
+    if isinstance(pad, complex) and _kind(dtype) != "c":
+        raise ValueError(f"pad value {pad!r} is complex; a complex pad needs a complex column, "
+                         f"not {dtype}")
     try:
         with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused below
             stored = np.array(pad, dtype=dtype)
@@ -163,18 +204,56 @@ def _check_pad(pad: Any, dtype: np.dtype) -> None:
         raise ValueError(f"pad value {pad!r} cannot be stored as {dtype}") from None
     if isinstance(pad, float) and math.isnan(pad) and jnp.issubdtype(dtype, np.inexact):
         return
-    if stored.item() != pad:
+    if not _same_value(stored.item(), pad):
         raise ValueError(f"pad value {pad!r} is not exactly representable as {dtype}")
 
 
+def _same_value(stored: Any, pad: Any) -> bool:
+    """Whether the stored pad is the pad given; a complex pad part by part,
+    where a NaN part matches a NaN (a NaN equals nothing)."""
+    if not isinstance(pad, complex):
+        return stored == pad
+    stored = complex(stored)
+    return all(s == p or (math.isnan(s) and math.isnan(p))
+               for s, p in ((stored.real, pad.real), (stored.imag, pad.imag)))
+
+
+# How non-finite floats are written in JSON, which has no such numbers.
+_NON_FINITE = ("nan", "inf", "-inf")
+
+
 def _json_scalar(value: Any) -> Any:
+    """A pad as a JSON value: non-finite floats as strings, complex as
+    {"complex": [real, imag]}."""
+    if isinstance(value, complex):
+        return {"complex": [_json_scalar(value.real), _json_scalar(value.imag)]}
     if isinstance(value, float) and not math.isfinite(value):
         return repr(value)  # 'nan', 'inf', '-inf' parse back through float()
     return value
 
 
 def _pad_from_json(value: Any) -> Any:
-    return float(value) if isinstance(value, str) else value
+    """The pad a _json_scalar value stands for; TypeError for any other value
+    (the constructor then checks it against the dtype)."""
+    if isinstance(value, dict):
+        parts = value.get("complex")
+        if len(value) != 1 or not isinstance(parts, list) or len(parts) != 2:
+            raise TypeError(f"a column's complex pad is {{\"complex\": [real, imag]}}, "
+                            f"got {value!r}")
+        real, imag = (_real_from_json(p) for p in parts)
+        return complex(real, imag)
+    return _real_from_json(value)
+
+
+def _real_from_json(value: Any) -> Any:
+    if isinstance(value, str):
+        if value not in _NON_FINITE:
+            raise TypeError(f"a column's pad is a number, or one of {_NON_FINITE} as a "
+                            f"string, got {value!r}")
+        return float(value)
+    if not isinstance(value, (bool, int, float)):
+        raise TypeError(f"a column's pad is a number, got {value!r}")
+    return value
 
 
 @functools.cache

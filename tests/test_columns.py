@@ -1,4 +1,5 @@
-"""gearjax.Column: shape and dtype validation, pad values, step bytes and pad steps, JSON round trip."""
+"""gearjax.Column: shape and dtype validation (byte order included), pad values (complex
+included), step bytes and pad steps, JSON round trip, and what from_json refuses."""
 
 from __future__ import annotations
 
@@ -78,6 +79,29 @@ def test_unknown_dtypes_are_refused(dtype):
         gx.Column((2,), dtype)
 
 
+@pytest.mark.parametrize("dtype", [">i4", ">u2", ">f4", ">f8", ">c8", ">f2", "<i8", "=f4",
+                                   np.dtype(jnp.bfloat16).newbyteorder(">")],
+                         ids=str)
+def test_a_dtype_of_either_byte_order_becomes_the_machines(dtype):
+    """Samples are JAX arrays, which hold the machine's byte order only: a
+    column of the other order was accepted and then failed at its first
+    sample ("No dtype_to_ir_type handler for dtype: >i4")."""
+    column = gx.Column((2,), dtype, pad=1)
+    native = np.dtype(dtype).newbyteorder("=")
+    assert column.dtype == native and column.dtype.isnative
+    assert column == gx.Column((2,), native, pad=1)
+    assert column.to_json()["dtype"] == native.name
+    assert column.pad_step() == np.ones(2, native).tobytes()
+
+
+@pytest.mark.skipif(np.dtype(np.longdouble).itemsize == 8, reason="longdouble is float64 here")
+@pytest.mark.parametrize("dtype, wider", [(np.longdouble, "float64"),
+                                          (np.clongdouble, "complex128")])
+def test_dtypes_jax_has_no_arrays_of_are_refused(dtype, wider):
+    with pytest.raises(TypeError, match=f"not one JAX has arrays of.*store the values as {wider}"):
+        gx.Column((2,), dtype)
+
+
 # -------------------------------------------------------------------- pads
 
 
@@ -128,6 +152,28 @@ def test_exactly_representable_pads_are_accepted_and_kept(dtype, pad):
 def test_pads_that_would_change_when_stored_are_refused(dtype, pad):
     with pytest.raises(ValueError, match="pad value"):
         gx.Column((2,), dtype, pad=pad)
+
+
+@pytest.mark.parametrize("dtype, pad", [
+    ("float32", 1 + 0j), ("float64", 2j), ("int32", 0j), ("bool", 1 + 0j),
+    ("float32", np.complex64(1)),
+])
+def test_a_complex_pad_needs_a_complex_column(dtype, pad):
+    """As inserts never convert complex into real, a complex pad (even one
+    with no imaginary part) is refused by a real column."""
+    with pytest.raises(ValueError, match="complex pad needs a complex column"):
+        gx.Column((2,), dtype, pad=pad)
+
+
+@pytest.mark.parametrize("pad", [1 + 2j, -0.5j, complex(float("nan"), 1),
+                                 complex(float("inf"), -float("inf")),
+                                 complex(float("nan"), float("nan")), np.complex64(2 - 4j)],
+                         ids=repr)
+def test_complex_pads_are_kept_exactly_nan_parts_included(pad):
+    column = gx.Column((2,), "complex64", pad=pad)
+    assert type(column.pad) is complex
+    np.testing.assert_array_equal(np.frombuffer(column.pad_step(), np.complex64),
+                                  np.full(2, pad, np.complex64))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16", jnp.bfloat16])
@@ -250,6 +296,59 @@ def test_from_json_validates_like_the_constructor():
         gx.Column.from_json({"shape": [0], "dtype": "float32", "pad": 0})
     with pytest.raises(TypeError, match="numeric or bool"):
         gx.Column.from_json({"shape": [2], "dtype": "str", "pad": 0})
+
+
+@pytest.mark.parametrize("pad", [1 + 2j, complex(-0.0, 0.0), complex(float("nan"), -1.5),
+                                 complex(float("-inf"), float("nan")), 3],
+                         ids=repr)
+def test_json_round_trip_keeps_a_complex_pad(pad):
+    """JSON has no complex numbers: a complex pad is written as
+    {"complex": [real, imag]} (Table.save failed with "Object of type complex
+    is not JSON serializable")."""
+    column = gx.Column((3,), "complex128", pad=pad)
+    text = json.dumps(column.to_json(), allow_nan=False)
+    restored = gx.Column.from_json(json.loads(text))
+    assert restored.pad_step() == column.pad_step()  # bit for bit: NaN parts and -0.0 too
+    assert type(restored.pad) is type(column.pad)
+    if isinstance(pad, complex):
+        assert list(json.loads(text)["pad"]) == ["complex"]
+
+
+@pytest.mark.parametrize("spec", [
+    ["shape", "dtype", "pad"],                                    # not an object
+    {"shape": 2, "dtype": "float32", "pad": 0},                   # shape not a list
+    {"shape": "22", "dtype": "float32", "pad": 0},
+    {"shape": {"2": 1}, "dtype": "float32", "pad": 0},
+    {"shape": [2], "dtype": ["float32"], "pad": 0},               # dtype not a name
+    {"shape": [2], "dtype": {"names": ["a"], "formats": ["f4"]}, "pad": 0},
+    {"shape": [2], "dtype": 7, "pad": 0},
+    {"shape": [2], "dtype": ">i4", "pad": 0},                     # named otherwise than saved
+    {"shape": [2], "dtype": "<f4", "pad": 0},
+    {"shape": [2], "dtype": "int", "pad": 0},
+    {"shape": [2], "dtype": "f8", "pad": 0},
+    {"shape": [2], "dtype": "float32", "pad": None},              # pads never written
+    {"shape": [2], "dtype": "float32", "pad": [1.0]},
+    {"shape": [2], "dtype": "float32", "pad": "1.5"},
+    {"shape": [2], "dtype": "float32", "pad": "NaN"},
+    {"shape": [2], "dtype": "float32", "pad": " inf"},
+    {"shape": [2], "dtype": "complex64", "pad": {"complex": [1]}},
+    {"shape": [2], "dtype": "complex64", "pad": {"complex": [1, 2, 3]}},
+    {"shape": [2], "dtype": "complex64", "pad": {"complex": "1+2j"}},
+    {"shape": [2], "dtype": "complex64", "pad": {"complex": [1, 2], "x": 0}},
+    {"shape": [2], "dtype": "complex64", "pad": {"real": 1, "imag": 2}},
+    {"shape": [2], "dtype": "complex64", "pad": {"complex": [[1], 2]}},
+    {"shape": [2], "dtype": "complex64", "pad": {"complex": ["1", 2]}},
+    {"shape": [2], "dtype": "complex64", "pad": {"complex": [None, 2]}},
+    {"shape": [2], "dtype": "float32", "pad": {"complex": [1, 0]}},  # complex pad, real column
+    {"shape": [2], "dtype": "complex64", "pad": {"complex": [1e300, 0]}},  # not exact
+    {"shape": [2], "dtype": "complex64"},                         # a key missing
+])
+def test_from_json_refuses_what_to_json_never_writes(spec):
+    """Checkpoints are files: from_json takes what to_json writes and refuses
+    anything else with the errors the checkpoint loader turns into
+    CheckpointError (KeyError, TypeError, ValueError)."""
+    with pytest.raises((KeyError, TypeError, ValueError)):
+        gx.Column.from_json(spec)
 
 
 @pytest.mark.parametrize("pad", [np.array(2.5), np.array(2.5, np.float32), jnp.float32(2.5)],
