@@ -1,10 +1,22 @@
 """The compiled sample: a table's FFI sample call, the seed it draws with, and
-the mask and timesteps of its windows, as one jitted function per shape."""
+the mask and timesteps of its windows, as one jitted function per table.
+
+Each table owns its jitted function (through its :class:`SampleSpec`), so the
+programs it compiles for eager samples live as long as the table: JAX keys its
+caches of traces, lowerings and executables weakly by the jitted function, so
+they let go of a table's programs once the table is dropped (or its spec
+released, :meth:`SampleSpec.release`). One jitted function for every table,
+with the table's handle as a static argument, kept every table's programs in
+JAX's caches until ``jax.clear_caches()``: a process that made and dropped
+tables grew by 6 memory maps and 1.7 MiB a table (scripts/bench_table_churn.py).
+A program cannot be shared between tables: the handle is an attribute of the
+custom call, compiled into the program (docs/concepts/effects.md says why).
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -14,38 +26,89 @@ from gearjax import _ffi
 from gearjax._sample_args import SampleArgs
 from gearjax.batch import Batch
 
+ColumnLayout = tuple[tuple[str, tuple[int, ...], np.dtype], ...]
+SampleProgram = Callable[..., tuple["jax.Array | None", Batch]]
 
-@dataclasses.dataclass(frozen=True)
+
 class SampleSpec:
-    """What a compiled sample needs of its table (hashable: a static jit argument)."""
+    """What a compiled sample needs of its table, and the table's jitted
+    sample (made on first use, dropped by :meth:`release`).
 
-    handle: int
-    max_length: int
-    capacity: int
-    columns: tuple[tuple[str, tuple[int, ...], np.dtype], ...]
+    The table holds its spec and nothing else holds it, so the jitted
+    function, and with it every program JAX compiled for it, goes when the
+    table goes. The function closes over the spec's values, not the spec: no
+    reference cycle (a table nobody holds is freed at once, without the
+    cycle collector).
+    """
+
+    __slots__ = ("handle", "max_length", "capacity", "columns", "_program")
+
+    def __init__(self, handle: int, max_length: int, capacity: int,
+                 columns: ColumnLayout) -> None:
+        self.handle = handle
+        self.max_length = max_length
+        self.capacity = capacity
+        self.columns = columns
+        self._program: SampleProgram | None = None
+
+    def program(self) -> SampleProgram:
+        """The table's jitted sample, made now if it was not yet (or was
+        released). Two threads making it at once each get a working one; the
+        last stays."""
+        program = self._program
+        if program is None:
+            program = self._program = _jitted_sample(self.handle, self.capacity, self.columns)
+        return program
+
+    def release(self) -> None:
+        """Drops the jitted sample, and so the programs compiled for it (for a
+        table that closes: its programs never run again, though the table
+        object may live on). A later sample makes a new one."""
+        self._program = None
 
 
-# inline=True: inside a caller's jit the call's equations join the caller's
-# program rather than forming a nested jit (one block less for JAX's passes
-# to look through; the table call is what must stay, gearjax/_jax_fixes.py).
-@functools.partial(jax.jit, inline=True, static_argnames=("spec", "args", "ordered"))
 def sample(rng_key: jax.Array, state: jax.Array | None, *, spec: SampleSpec, args: SampleArgs,
            ordered: bool) -> tuple[jax.Array | None, Batch]:
     """Returns the successor of ``state`` (None when it is None: an ordered
-    or ``ordered=False`` sample) and the batch."""
+    or ``ordered=False`` sample) and the batch, drawn by the table's own
+    jitted sample (eagerly: one compiled program per table and argument set;
+    inside a caller's jit: inlined into the caller's program)."""
+    return spec.program()(rng_key, state, args=args, ordered=ordered)
+
+
+def _jitted_sample(handle: int, capacity: int, columns: ColumnLayout) -> SampleProgram:
+    """A new jitted sample of the table with this handle: its own function
+    object, so JAX's weakly keyed caches drop its programs with it."""
+
+    # inline=True: inside a caller's jit the call's equations join the caller's
+    # program rather than forming a nested jit (one block less for JAX's passes
+    # to look through; the table call is what must stay, gearjax/_jax_fixes.py).
+    @functools.partial(jax.jit, inline=True, static_argnames=("args", "ordered"))
+    def table_sample(rng_key: jax.Array, state: jax.Array | None, *, args: SampleArgs,
+                     ordered: bool) -> tuple[jax.Array | None, Batch]:
+        return _draw(rng_key, state, handle, capacity, columns, args, ordered)
+
+    return table_sample
+
+
+def _draw(rng_key: jax.Array, state: jax.Array | None, handle: int, capacity: int,
+          columns: ColumnLayout, args: SampleArgs,
+          ordered: bool) -> tuple[jax.Array | None, Batch]:
+    """The traced body of a sample: the FFI call, then the windows' mask and
+    timesteps."""
     # The key's own 64 bits seed Philox4x32-10, which the native core expands
     # per row: no random numbers are computed in XLA (the key is a threefry
     # output already; other key kinds are hashed to two words first).
     seed = seed_words(rng_key)
     strategy = args.strategy
-    state, (keys, start, probability, table_size, valid, *columns) = _ffi.sample_call(
-        seed, handle=spec.handle, batch=args.batch_size, strategy=strategy.code,
-        alpha=strategy.alpha, count=min(strategy.count, spec.capacity),
+    state, (keys, start, probability, table_size, valid, *arrays) = _ffi.sample_call(
+        seed, handle=handle, batch=args.batch_size, strategy=strategy.code,
+        alpha=strategy.alpha, count=min(strategy.count, capacity),
         window=args.window_code, width=args.width, pad_left=args.pad_left, cut=args.cut_code,
-        replace=args.replace, columns=tuple((shape, dtype) for _, shape, dtype in spec.columns),
+        replace=args.replace, columns=tuple((shape, dtype) for _, shape, dtype in columns),
         ordered=ordered, state=state)
     mask, timestep = window_steps(start, valid, args.width, args.pad_left)
-    return state, Batch(columns={n: c for (n, _, _), c in zip(spec.columns, columns)}, mask=mask,
+    return state, Batch(columns={n: c for (n, _, _), c in zip(columns, arrays)}, mask=mask,
                         timestep=timestep, keys=keys, start=start, probability=probability,
                         table_size=table_size)
 

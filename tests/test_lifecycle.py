@@ -1,9 +1,10 @@
 """Lifecycle: close() frees a table's memory once the samples already inside it
 have finished, even while compiled functions that sampled it are alive; a
-table nobody holds is freed at once (no reference cycle); compiled programs
-that touch a closed table fail naming it; what happens to compiled functions
-after Table.load (they keep the table they were traced with), and the memory
-of reloading the taught way against passing tables as static arguments."""
+table nobody holds is freed at once (no reference cycle), with the programs
+its eager samples compiled; compiled programs that touch a closed table fail
+naming it; what happens to compiled functions after Table.load (they keep the
+table they were traced with), and the memory of reloading the taught way
+against passing tables as static arguments."""
 
 from __future__ import annotations
 
@@ -63,6 +64,68 @@ def test_a_table_nobody_holds_is_freed_at_once_without_the_cycle_collector():
         assert before - resident_bytes() > 200 * MB
     finally:
         gc.enable()
+
+
+def live_programs() -> int:
+    """The compiled programs JAX's CPU client holds now (each its own memory
+    maps: code, data)."""
+    return len(jax.devices("cpu")[0].client.live_executables())
+
+
+def sampled_table() -> gx.Table:
+    """A small table, sampled eagerly once (which compiles its sample)."""
+    table = gx.Table({"x": gx.Column((4,), "float32")}, capacity=8, max_length=4)
+    table.insert({"x": np.ones((3, 4), np.float32)})
+    jax.block_until_ready(table.sample(jax.random.key(0), 2, window=2)["x"])
+    return table
+
+
+def test_a_dropped_tables_eager_sample_programs_are_freed_with_it():
+    """Eager samples compile a program per table (the handle is compiled in);
+    the table owns it, so dropping the table frees it at once, without the
+    cycle collector. Before, JAX's caches kept every table's program until
+    jax.clear_caches(): 6 memory maps and 1.6 MiB a table
+    (scripts/bench_table_churn.py)."""
+    sampled_table()  # what every table's first sample shares (the key's program)
+    gc.collect()
+    before = live_programs()
+    gc.disable()
+    try:
+        for _ in range(20):
+            sampled_table()
+            assert live_programs() == before, "a dropped table's program is still alive"
+    finally:
+        gc.enable()
+    table = sampled_table()
+    for seed in range(3):  # the same arguments again: no new program
+        jax.block_until_ready(table.sample(jax.random.key(seed), 2, window=2)["x"])
+    assert live_programs() == before + 1
+    del table
+    assert live_programs() == before
+
+
+def test_a_jitted_step_over_a_table_compiles_once_per_table():
+    """A user's jitted step closing over a table compiles once for it, however
+    often it runs; the table's own jitted sample is inlined into it."""
+    from jax import monitoring
+    compiled = []
+
+    def listen(event: str, _duration: float, **_kwargs) -> None:
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiled.append(event)
+
+    tables = [sampled_table() for _ in range(3)]
+    steps = [jax.jit(lambda s, k, t=t: t.sample(s, k, 2, window=2)[0]) for t in tables]
+    state = tables[0].state()
+    monitoring.register_event_duration_secs_listener(listen)
+    try:
+        for _ in range(3):
+            for step in steps:
+                state = step(state, jax.random.key(0))
+        jax.block_until_ready(state)
+    finally:
+        monitoring.unregister_event_duration_listener(listen)
+    assert len(compiled) == len(tables)
 
 
 def test_programs_compiled_against_a_closed_table_fail_naming_it():
