@@ -100,6 +100,11 @@ SOURCES: list[tuple[str, str]] = [
      "\"main 25be2b8\"` (2-core dev VM)"),
     ("bench_call_sites_cpu.txt",
      "the printed report of `scripts/bench_call_sites.py` (same run)"),
+    ("bench_table_churn_cpu.json",
+     "`python scripts/bench_table_churn.py` (2-core dev VM, CPU only; main cebb8a9 with the "
+     "per-table compiled sample)"),
+    ("bench_table_churn_cpu.txt",
+     "the printed report of `scripts/bench_table_churn.py` (same run)"),
     ("bench_against_cpu.json",
      "`python scripts/bench_against.py --baseline BUILD_OF_8178ead --baseline-name "
      "\"main 8178ead\" --current BUILD_OF_ed2bfbe --rounds 8` (both CPU-only Release builds, "
