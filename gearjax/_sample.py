@@ -41,7 +41,7 @@ class SampleSpec:
     cycle collector).
     """
 
-    __slots__ = ("handle", "max_length", "capacity", "columns", "_program")
+    __slots__ = ("handle", "max_length", "capacity", "columns", "_program", "_writes")
 
     def __init__(self, handle: int, max_length: int, capacity: int,
                  columns: ColumnLayout) -> None:
@@ -50,6 +50,7 @@ class SampleSpec:
         self.capacity = capacity
         self.columns = columns
         self._program: SampleProgram | None = None
+        self._writes: dict[str, Callable] = {}  # the jitted insert_batch and update
 
     def program(self) -> SampleProgram:
         """The table's jitted sample, made now if it was not yet (or was
@@ -60,11 +61,31 @@ class SampleSpec:
             program = self._program = _jitted_sample(self.handle, self.capacity, self.columns)
         return program
 
+    def insert_batch_program(self) -> Callable:
+        """The table's jitted insert_batch, ``(columns, lengths, priorities,
+        state) -> (state, keys)``: eager calls compile their programs for it,
+        not into JAX's primitive cache, which kept one a table (1.4 MiB) until
+        ``jax.clear_caches()``. Made on first use, like :meth:`program`."""
+        return self._write("insert_batch", _ffi.insert_batch_call)
+
+    def update_priorities_program(self) -> Callable:
+        """The table's jitted update_priorities, ``(keys, priorities, state)
+        -> (state, count)``, for the same reason."""
+        return self._write("update_priorities", _ffi.update_priorities_call)
+
+    def _write(self, name: str, call: Callable) -> Callable:
+        program = self._writes.get(name)
+        if program is None:
+            program = self._writes[name] = _jitted_write(call, self.handle)
+        return program
+
     def release(self) -> None:
-        """Drops the jitted sample, and so the programs compiled for it (for a
-        table that closes: its programs never run again, though the table
-        object may live on). A later sample makes a new one."""
+        """Drops the jitted sample and insert_batch, and so the programs
+        compiled for them (for a table that closes: its programs never run
+        again, though the table object may live on). A later call makes new
+        ones."""
         self._program = None
+        self._writes = {}
 
 
 def sample(rng_key: jax.Array, state: jax.Array | None, *, spec: SampleSpec, args: SampleArgs,
@@ -89,6 +110,19 @@ def _jitted_sample(handle: int, capacity: int, columns: ColumnLayout) -> SampleP
         return _draw(rng_key, state, handle, capacity, columns, args, ordered)
 
     return table_sample
+
+
+def _jitted_write(call: Callable, handle: int) -> Callable:
+    """A new jitted `call` (gearjax._ffi's insert_batch_call or
+    update_priorities_call) of the table with this handle, its state last
+    (inlined into a caller's jit, like the sample)."""
+
+    @functools.partial(jax.jit, inline=True)
+    def table_write(*args: jax.Array | list[jax.Array] | None):
+        *operands, state = args
+        return call(*operands, handle=handle, state=state)
+
+    return table_write
 
 
 def _draw(rng_key: jax.Array, state: jax.Array | None, handle: int, capacity: int,

@@ -373,6 +373,7 @@ class Table:
             warnings.warn(f"{self!r}: samples or inserts still inside the table after "
                           f"{CLOSE_WAIT_SECONDS} s; its memory is freed when they finish",
                           RuntimeWarning, stacklevel=2)
+        self._spec.release()  # its eager calls' programs go now (gearjax/_sample.py)
 
     @property
     def closed(self) -> bool:
@@ -690,8 +691,8 @@ class Table:
         priorities = _inserts.batch_priorities(priorities, rows)
         arrays = _inserts.convert_batch_columns(self._columns, arrays)
         try:
-            order, keys = _ffi.insert_batch_call(arrays, lengths, priorities,
-                                                 handle=self._native.handle, state=order)
+            order, keys = self._spec.insert_batch_program()(arrays, lengths, priorities,
+                                                            order)
             return self._eager(keys if state is None else (order, keys))
         except ValueError as e:
             errors.reraise(e)
@@ -894,9 +895,8 @@ class Table:
             if priorities.dtype not in (jnp.float32, jnp.float64):
                 priorities = priorities.astype(_inserts.widest_float())
             try:
-                order, count = _ffi.update_priorities_call(keys, priorities,
-                                                           handle=self._native.handle,
-                                                           state=order)
+                order, count = self._spec.update_priorities_program()(keys, priorities,
+                                                                      order)
                 return self._eager(count if state is None else (order, count))
             except ValueError as e:
                 errors.reraise(e)

@@ -25,8 +25,8 @@ count against the other; speed first):
   resident memory (VmRSS) are read before and after, after 20 warm-up tables
   and a ``gc.collect()``, then again after ``jax.clear_caches()``. Last, the
   same with one eager ``insert_batch`` of JAX arrays in place of the sample
-  (``call`` ``insert_batch``, dropped; the scheme does not touch it: JAX's
-  cache of single-primitive programs keeps it).
+  (``call`` ``insert_batch``, dropped, under gearjax's scheme: the table owns
+  that program too; JAX's cache of single-primitive programs kept it before).
 * ``compiles``: 20 tables, each with its own jitted training step that
   samples it (``jax.jit`` over a function closing over the table, taught
   form), called 5 times, then 5 eager samples of each table: XLA backend
