@@ -35,11 +35,13 @@ def table_spec(columns: dict[str, Column], capacity: int, max_length: int, remov
 
 
 def column_entry(name: str, column: Column) -> dict:
-    """One column of the spec: compared by name, shape, dtype (its name and
-    its byte order, ``dtype.str``) and pad bytes; ``pad`` is the pad as
-    written, for messages only (a complex pad is no JSON number)."""
+    """One column of the spec: compared by name, shape, dtype and pad bytes;
+    ``pad`` is the pad as written, for messages only (a complex pad is no JSON
+    number). A column's dtype is always in the machine's byte order (a
+    ``Column`` of ``">i4"`` is an ``int32`` column whose inserts convert), so
+    its name says all of it."""
     return {"name": name, "shape": list(column.shape), "dtype": column.dtype.name,
-            "dtype_str": column.dtype.str, "pad": repr(column.pad),
+            "pad": repr(column.pad),
             "pad_bytes": np.array(column.pad, column.dtype).tobytes().hex()}
 
 
@@ -84,19 +86,14 @@ def _column_differences(theirs: list[dict], mine: list[dict], other: int,
 
 def _identity(column: dict) -> tuple[Any, ...]:
     """What makes two columns the same column (the pad by its bytes)."""
-    return (column["shape"], column["dtype"], column["dtype_str"], column["pad_bytes"])
+    return (column["shape"], column["dtype"], column["pad_bytes"])
 
 
 def _describe(column: dict, against: dict) -> str:
     """A column for a message, ``int32[2] pad 0``, with what tells it from
-    `against` where the plain form cannot: the dtype's byte order
-    (``dtype.str``) where both dtypes have one name (``>i4`` and ``<i4`` are
-    both ``int32``), and the pad's bytes where both pads print alike
-    (``nan`` and ``-nan``: ``repr`` shows both as ``nan``)."""
-    text = f"{column['dtype']}{column['shape']}"
-    if column["dtype"] == against["dtype"] and column["dtype_str"] != against["dtype_str"]:
-        text += f" ({column['dtype_str']})"
-    text += f" pad {column['pad']}"
+    `against` where the plain form cannot: the pad's bytes where both pads
+    print alike (``nan`` and ``-nan``: ``repr`` shows both as ``nan``)."""
+    text = f"{column['dtype']}{column['shape']} pad {column['pad']}"
     if column["pad_bytes"] != against["pad_bytes"] and column["pad"] == against["pad"]:
         text += f" (bytes {column['pad_bytes']})"
     return text
