@@ -356,12 +356,17 @@ class Checkpoint:
         streams = [self._zip.open(f"columns/{i}.bin") for i in range(len(self.columns))]
         try:
             stamps = self.stamps if self.stamps is not None else np.full(len(self.keys), -1)
-            for key, slot, length, priority, stamp in zip(self.keys, self.slots, self.lengths,
-                                                          self.priorities, stamps):
-                arrays = [np.frombuffer(_read_exactly(s, int(length) * c.step_bytes), np.uint8)
+            step_bytes = sum(c.step_bytes for c in self.columns.values())
+            for items in _chunks(self.lengths, step_bytes):
+                steps = int(self.lengths[items].sum())
+                arrays = [np.frombuffer(_read_exactly(s, steps * c.step_bytes), np.uint8)
                           for s, c in zip(streams, self.columns.values())]
-                native.insert(arrays, int(length), float(priority), int(key), int(slot),
-                              int(stamp))
+                native.restore_items(arrays, *(np.ascontiguousarray(a[items], dtype)
+                                               for a, dtype in ((self.lengths, np.int64),
+                                                                (self.priorities, np.float64),
+                                                                (self.keys, np.int64),
+                                                                (self.slots, np.int64),
+                                                                (stamps, np.int64))))
             for key, times in zip(self.keys, self.times_sampled):
                 if times:
                     native.restore_times_sampled(int(key), int(times))
@@ -372,6 +377,24 @@ class Checkpoint:
         native.restore_state(int(c["next_sequence"]), int(c["inserts"]), float(c["samples"]),
                              int(c["evictions"]), int(c["priority_updates"]),
                              [int(s) for s in self.free_slots])
+
+
+# Items restored by one native call: their steps are read into memory
+# first, so a chunk holds at most this many bytes of them (or one item).
+RESTORE_CHUNK_BYTES = 64 << 20
+
+
+def _chunks(lengths: np.ndarray, step_bytes: int) -> list[slice]:
+    """Consecutive runs of items whose steps take at most RESTORE_CHUNK_BYTES
+    (an item larger than that alone)."""
+    ends = np.cumsum(lengths.astype(np.int64) * max(step_bytes, 1))
+    chunks, start = [], 0
+    while start < len(lengths):
+        base = ends[start - 1] if start else 0
+        stop = max(int(np.searchsorted(ends, base + RESTORE_CHUNK_BYTES, "right")), start + 1)
+        chunks.append(slice(start, stop))
+        start = stop
+    return chunks
 
 
 def _read_exactly(stream, n: int) -> bytes:

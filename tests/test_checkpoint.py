@@ -142,6 +142,46 @@ def test_round_trip_of_a_partly_filled_table_keeps_the_free_slot_order(tmp_path)
     assert_same_saves(table, loaded, tmp_path, inserted_since=3)
 
 
+@pytest.mark.parametrize("chunk_bytes", [1, 300, 1 << 20])
+def test_a_load_restores_its_items_in_chunks_the_same(tmp_path, monkeypatch, chunk_bytes):
+    """A load restores items by the chunk (one native call each): a chunk of
+    one item, of a few, or of all of them loads the same table."""
+    monkeypatch.setattr(gx.checkpoint, "RESTORE_CHUNK_BYTES", chunk_bytes)
+    table, stored = build(capacity=8, inserts=13)
+    table.save(tmp_path / "table.gx")
+    loaded = gx.Table.load(tmp_path / "table.gx")
+    assert state(loaded) == state(table)
+    for key, trajectory in stored.items():
+        if key in set(table.contents()["key"].tolist()):
+            for name, column in loaded.get(key).items():
+                np.testing.assert_array_equal(np.asarray(column), trajectory[name])
+    assert_same_saves(table, loaded, tmp_path, inserted_since=0)
+
+
+def test_restore_items_refuses_arguments_that_disagree():
+    """The native bulk restore checks what it is given before it inserts
+    anything: no item of a refused call is in the table."""
+    table = gx.Table({"x": gx.Column((2,), "int32")}, capacity=4, max_length=3)
+    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    steps = np.zeros(3 * 8, np.uint8)  # three int32[2] steps
+    # keys: sequence << 2 | slot (capacity 4)
+    good = ([steps], i64(1, 2), np.array([1.0, 2.0]), i64(0, 5), i64(0, 1), i64(-1, -1))
+    for position, bad, message in (
+            (0, [steps[:-1]], "holds 23 bytes, expected 24"),
+            (0, [steps, steps], "expected 1 columns"),
+            (1, i64(1, 2, 0), "differ in length"),
+            (1, i64(1, 4), "trajectory length 4 is out of range"),
+            (1, i64(0, 3), "trajectory length 0 is out of range")):
+        args = list(good)
+        args[position] = bad
+        with pytest.raises(ValueError, match=message):
+            table._native.restore_items(*args)
+        assert len(table) == 0
+    table._native.restore_items(*good)
+    assert len(table) == 2
+    table.close()
+
+
 @pytest.mark.parametrize("remover", ["fifo", "lifo", "min_priority"])
 def test_round_trip_then_the_same_inserts_evict_the_same_trajectories(tmp_path, remover):
     table, _ = build(capacity=5, inserts=9, remover=remover, seed=3)
