@@ -392,8 +392,10 @@ def int64_array(values: np.ndarray) -> jax.Array:
 
 def int64_from_words(words: jax.Array) -> jax.Array:
     """int64 [...] from uint32 [..., 2] (little-endian words), in or out of jit."""
+    # Elementwise over the leading axes: a vmapped call converts the batch at once.
     call = jax.ffi.ffi_call("gearjax_int64_from_words",
-                            jax.ShapeDtypeStruct(words.shape[:-1], np.int64))
+                            jax.ShapeDtypeStruct(words.shape[:-1], np.int64),
+                            vmap_method="expand_dims")
     return call(words)
 
 

@@ -54,10 +54,15 @@ def _is_state_aval(aval: Any) -> bool:
     return getattr(aval, "shape", None) == () and getattr(aval, "dtype", None) == STATE_DTYPE
 
 
-def _where(eqn: Any) -> str:
+def _where(eqn: Any, enclosing: Sequence[Any]) -> str:
+    """A call for a message: its name, its table and the user's line that
+    made it. A call traced inside gearjax's own jitted function has only
+    gearjax's frames (JAX 0.11 and later trace a nested jit apart), so the
+    line is then that of the innermost enclosing block with a user's frame."""
     table = eqn.params.get("table_handle")
     name = eqn.primitive.name.replace("gearjax_", "").replace("_threaded", "")
-    place = source_info_util.summarize(eqn.source_info)
+    place = next((p for p in (source_info_util.summarize(e.source_info)
+                              for e in [eqn, *reversed(enclosing)]) if p), "an unknown line")
     return f"{name} (table handle {int(table) if table is not None else '?'}) at {place}"
 
 
@@ -67,13 +72,14 @@ class _Program:
     def __init__(self):
         self.consumed: dict[Version, str] = {}
         self.numbers = itertools.count(1)
+        self.enclosing: list[Any] = []  # the block eqns being run, outermost first
 
     def fresh(self, chain: Any) -> frozenset[Version]:
         return frozenset({(chain, next(self.numbers))})
 
     def consume(self, versions: frozenset[Version], eqn: Any) -> frozenset[Version]:
         """A table call takes `versions`; returns its successor's."""
-        where = _where(eqn)
+        where = _where(eqn, self.enclosing)
         for version in versions:
             first = self.consumed.get(version)
             if first is not None:
@@ -140,6 +146,15 @@ def _block(program: _Program, eqn: Any, ins: list[frozenset[Version]]
            ) -> list[frozenset[Version]]:
     """A higher-order eqn: its inner jaxprs run with their operands' versions;
     its outputs get new versions of the chains consumed inside it."""
+    program.enclosing.append(eqn)
+    try:
+        return _block_outputs(program, eqn, ins)
+    finally:
+        program.enclosing.pop()
+
+
+def _block_outputs(program: _Program, eqn: Any, ins: list[frozenset[Version]]
+                   ) -> list[frozenset[Version]]:
     mark = dict(program.consumed)
     name = eqn.primitive.name
     params = eqn.params

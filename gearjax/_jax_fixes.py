@@ -1,4 +1,4 @@
-"""Closes seven holes that JAX (0.10 and 0.11) leaves around side-effecting
+"""Closes seven holes that JAX (0.10 to 0.12) leaves around side-effecting
 primitives, for programs with gearjax table calls only.
 
 1. **Hoisting out of a loop under differentiation.** Scan's partial evaluation
@@ -33,9 +33,11 @@ primitives, for programs with gearjax table calls only.
    (gearjax/_forks.py).
 
 Each fix wraps a JAX internal and changes nothing for programs without table
-calls; ``tests/test_jax_fixes.py`` checks every one on the JAX installed. An
-internal whose signature changed in a JAX gearjax does not know is refused at
-import (UnsupportedJaxError), never patched by guess or silently skipped.
+calls; ``tests/test_jax_fixes.py`` checks every one on the JAX installed. Each
+internal is wrapped only in a form gearjax knows, recognised by its parameters
+(``APPLIED`` says which form each fix found); an internal whose signature
+changed in a JAX gearjax does not know is refused at import
+(UnsupportedJaxError), never patched by guess or silently skipped.
 """
 
 from __future__ import annotations
@@ -102,42 +104,56 @@ def _while_hoisting(hoist):
     return wrapped
 
 
+# The JAX versions gearjax supports, as pyproject.toml declares them.
+SUPPORTED_JAX = "jax>=0.10,<0.13"
+
 # The signatures of JAX's scan hoisting this fix wraps, by JAX version: the
 # counts after (jaxpr_known, known_consts) are passed through unchanged.
 KNOWN_HOISTING_SIGNATURES = {
     ("jaxpr_known", "known_consts", "num_res"): "jax 0.10, 0.11.0",
-    ("jaxpr_known", "known_consts", "num_ures", "num_sres"): "jax 0.11.1 and later 0.11",
+    ("jaxpr_known", "known_consts", "num_ures", "num_sres"): "jax 0.11.1 to 0.12",
 }
+
+# The internals whose form every supported JAX shares.
+ALL = "jax 0.10 to 0.12"
+
+# What each fix found on the installed JAX: the internal it wraps -> the JAX
+# versions whose form of it that is (tests/test_jax_fixes.py checks it per minor).
+APPLIED: dict[str, str] = {}
 
 
 class UnsupportedJaxError(ImportError):
     """The installed JAX changed an internal that gearjax patches."""
 
 
-def require_signature(function, expected: tuple[str, ...], what: str) -> None:
-    """Refuses (UnsupportedJaxError) a JAX whose internal ``what`` no longer
-    takes the parameters ``expected`` that its wrapper passes on."""
+def require_signature(function, known: dict[tuple[str, ...], str], what: str) -> str:
+    """Returns the JAX versions whose form of the internal ``what`` the
+    installed one is, when its parameters are one of the forms in ``known``
+    (parameters -> those versions); refuses (UnsupportedJaxError) any other
+    form rather than guess what its arguments mean."""
     params = tuple(inspect.signature(function).parameters)
-    if params != expected:
+    if params not in known:
+        forms = "; ".join(f"{form} ({versions})" for form, versions in known.items())
         raise UnsupportedJaxError(
             f"gearjax does not support jax {jax.__version__}: {what} takes {params}, where "
-            f"gearjax wraps it as taking {expected} (jax 0.10 and 0.11). Install a supported "
-            f"jax (pyproject.toml: jax>=0.10,<0.12)")
+            f"gearjax knows only {forms}. Install a supported jax (pyproject.toml: "
+            f"{SUPPORTED_JAX})")
+    return known[params]
+
+
+def _require(function, known: dict[tuple[str, ...], str], what: str) -> None:
+    """require_signature, for an internal a fix is about to wrap: records in
+    APPLIED which form it found."""
+    APPLIED[what] = require_signature(function, known, what)
 
 
 def wrap_known_hoisting(original):
     """Wraps scan's ``_scan_known_hoisting`` so that while it hoists a loop
     with a table call, the call stays in the loop. Refuses (UnsupportedJaxError)
     a signature it does not know rather than guess what the arguments mean."""
-    params = tuple(inspect.signature(original).parameters)
-    if params not in KNOWN_HOISTING_SIGNATURES:
-        raise UnsupportedJaxError(
-            f"gearjax does not support jax {jax.__version__}: its scan hoisting "
-            f"(jax._src.lax.control_flow.loops._scan_known_hoisting) takes {params}, and "
-            f"gearjax knows only {sorted(KNOWN_HOISTING_SIGNATURES)} "
-            f"({', '.join(KNOWN_HOISTING_SIGNATURES.values())}); without its fix a table call "
-            f"in a lax.scan under grad could run once instead of once per step. Install a "
-            f"supported jax (pyproject.toml: jax>=0.10,<0.12)")
+    # Without this fix a table call in a lax.scan under grad could run once
+    # instead of once per step.
+    require_signature(original, KNOWN_HOISTING_SIGNATURES, "loops._scan_known_hoisting")
     guarded = _while_hoisting(original)
 
     def scan_known_hoisting(jaxpr_known, known_consts, *counts):
@@ -152,10 +168,11 @@ def wrap_known_hoisting(original):
 def _install_hoisting_fix() -> None:
     for primitive in TABLE_PRIMITIVES:
         pe.custom_partial_eval_rules[primitive] = _stay_in_loop(primitive)
+    _require(loops._scan_known_hoisting, KNOWN_HOISTING_SIGNATURES, "loops._scan_known_hoisting")
     loops._scan_known_hoisting = wrap_known_hoisting(loops._scan_known_hoisting)
 
     original_custom = pe.partial_eval_jaxpr_custom_rules[loops.scan_p]
-    require_signature(original_custom, ("saveable", "unks_in", "inst_in", "eqn"),
+    _require(original_custom, {("saveable", "unks_in", "inst_in", "eqn"): ALL},
                       "scan's partial_eval_jaxpr_custom rule")
     guarded_custom = _while_hoisting(original_custom)
 
@@ -201,7 +218,7 @@ def _install_failed_token_fix() -> None:
     on to fail programs compiled before the failure (which never ask a table
     method, where gearjax dropped it before)."""
     original = dispatch.RuntimeTokenSet.get_token_input
-    require_signature(original, ("self", "eff", "devices"),
+    _require(original, {("self", "eff", "devices"): ALL},
                       "dispatch.RuntimeTokenSet.get_token_input")
 
     def get_token_input(self, eff, devices):
@@ -224,10 +241,13 @@ def _install_dce_fix() -> None:
     yes for a block with a table call inside: the block stays, and the rules
     then keep the calls in it (their own DCE rule) and what they read."""
     original = pe.has_effects
-    require_signature(original, ("eqn",), "partial_eval.has_effects")
+    # 0.12 added live_ins (which operands are read later: a write to a Ref
+    # nobody reads is no effect); a table call keeps its block either way.
+    _require(original, {("eqn",): "jax 0.10, 0.11", ("eqn", "live_ins"): "jax 0.12"},
+                      "partial_eval.has_effects")
 
-    def has_effects(eqn) -> bool:
-        if original(eqn):
+    def has_effects(eqn, *live_ins) -> bool:
+        if original(eqn, *live_ins):
             return True
         if eqn.primitive in TABLE_PRIMITIVES:
             return True
@@ -246,11 +266,13 @@ def _install_fork_check() -> None:
 
     original = mlir.lower_jaxpr_to_module
     params = tuple(inspect.signature(original).parameters)
+    # Only the first two are read; the rest pass through as given.
     if params[:2] != ("module_name", "jaxpr"):
         raise UnsupportedJaxError(
             f"gearjax does not support jax {jax.__version__}: mlir.lower_jaxpr_to_module takes "
-            f"{params}, where gearjax wraps it as taking (module_name, jaxpr, ...) (jax 0.10 "
-            f"and 0.11). Install a supported jax (pyproject.toml: jax>=0.10,<0.12)")
+            f"{params}, where gearjax wraps it as taking (module_name, jaxpr, ...) ({ALL}). "
+            f"Install a supported jax (pyproject.toml: {SUPPORTED_JAX})")
+    APPLIED["mlir.lower_jaxpr_to_module"] = ALL
 
     def lower_jaxpr_to_module(module_name, jaxpr, *args, **kwargs):
         if _has_threaded_call(jaxpr):
@@ -273,7 +295,7 @@ def _has_threaded_call(jaxpr) -> bool:
 # ------------------------------------------------------------------ 2. AOT
 def _install_aot_fix() -> None:
     original = pxla.MeshExecutable.create_cpp_call
-    require_signature(original, ("self", "params"), "pxla.MeshExecutable.create_cpp_call")
+    _require(original, {("self", "params"): ALL}, "pxla.MeshExecutable.create_cpp_call")
 
     def create_cpp_call(self, params):
         ordered = getattr(self.unsafe_call, "ordered_effects", None) or ()
@@ -287,7 +309,7 @@ def _install_aot_fix() -> None:
 # ----------------------------------------------------------- 3, 4. vmap
 def _install_vmap_fixes() -> None:
     cond_rule = batching.fancy_primitive_batchers[conditionals.cond_p]
-    require_signature(cond_rule, ("axis_data", "args", "dims", "branches", "params"),
+    _require(cond_rule, {("axis_data", "args", "dims", "branches", "params"): ALL},
                       "cond's batching rule")
 
     def cond_batching_rule(axis_data, args, dims, *, branches, **params):
@@ -298,8 +320,8 @@ def _install_vmap_fixes() -> None:
     batching.fancy_primitive_batchers[conditionals.cond_p] = cond_batching_rule
 
     while_rule = batching.fancy_primitive_batchers[loops.while_p]
-    require_signature(while_rule, ("axis_data", "args", "dims", "cond_nconsts", "cond_jaxpr",
-                                   "body_nconsts", "body_jaxpr"), "while's batching rule")
+    _require(while_rule, {("axis_data", "args", "dims", "cond_nconsts", "cond_jaxpr",
+                                    "body_nconsts", "body_jaxpr"): ALL}, "while's batching rule")
 
     def while_batching_rule(axis_data, args, dims, *, cond_nconsts, cond_jaxpr, body_nconsts,
                             body_jaxpr):
@@ -313,6 +335,10 @@ def _install_vmap_fixes() -> None:
                           body_jaxpr=body_jaxpr)
 
     batching.fancy_primitive_batchers[loops.while_p] = while_batching_rule
+    # _while_predicate_batched calls it as the while rule does.
+    _require(batching.batch_jaxpr,
+                      {("closed_jaxpr", "axis_data", "in_batched", "instantiate"): ALL},
+                      "batching.batch_jaxpr")
 
 
 def _while_predicate_batched(axis_data, dims, cond_nconsts, cond_jaxpr, body_nconsts,

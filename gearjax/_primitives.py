@@ -132,8 +132,9 @@ def _one_logical_call(primitive: core.Primitive, lowering):
 def _on_first_device(primitive: core.Primitive, devices: int, avals_out, params,
                      on_gpu: bool):
     mesh = jax.sharding.AbstractMesh((devices,), (_DEVICES_AXIS,))
+    # Zeros of the results' shapes take no operands: vmap gives them a batch axis.
     zeros = jax.ffi.ffi_call(ZEROS_TARGET, [jax.ShapeDtypeStruct(a.shape, a.dtype)
-                                            for a in avals_out])
+                                            for a in avals_out], vmap_method="broadcast_all")
 
     def from_first(x):
         # Bit for bit, any dtype (int64 without x64 included): a collective
@@ -232,9 +233,11 @@ def _threaded_lowering(target: str, not_attributes: Sequence[str]):
     return lowering
 
 
-def _keep_when_unused(used_outputs: list[bool], eqn: core.JaxprEqn):
-    """DCE rule: the call stays, and so does everything it reads."""
+def _keep_when_unused(used_outputs: list[bool], *live_ins_and_eqn):
+    """DCE rule: the call stays, and so does everything it reads. JAX 0.12
+    passes (used_outputs, live_ins, eqn), earlier versions (used_outputs, eqn)."""
     del used_outputs
+    eqn: core.JaxprEqn = live_ins_and_eqn[-1]
     return [True] * len(eqn.invars), eqn
 
 

@@ -126,17 +126,48 @@ def test_the_hoisting_fix_passes_every_count_through_on_each_known_jax(table, pa
                                     "jaxpr, consts, num_res"])
 def test_a_jax_whose_hoisting_gearjax_does_not_know_is_refused_loudly(params):
     with pytest.raises(_jax_fixes.UnsupportedJaxError,
-                       match=f"does not support jax {jax.__version__}.*jax>=0.10,<0.12"):
+                       match=f"does not support jax {jax.__version__}.*jax>=0.10,<0.13"):
         _hoisting_calls(params)
     assert issubclass(_jax_fixes.UnsupportedJaxError, ImportError)  # import gearjax fails
+
+
+def _version() -> tuple[int, ...]:
+    return tuple(int(x) for x in jax.__version__.split(".")[:3])
+
+
+def _expected_forms() -> dict[str, str]:
+    """Which form of each patched internal the installed JAX has, as this
+    test knows it per supported minor (all others: the form every one shares)."""
+    forms = {what: _jax_fixes.ALL for what in (
+        "scan's partial_eval_jaxpr_custom rule", "dispatch.RuntimeTokenSet.get_token_input",
+        "mlir.lower_jaxpr_to_module", "pxla.MeshExecutable.create_cpp_call",
+        "cond's batching rule", "while's batching rule", "batching.batch_jaxpr")}
+    version = _version()
+    forms["loops._scan_known_hoisting"] = \
+        "jax 0.10, 0.11.0" if version < (0, 11, 1) else "jax 0.11.1 to 0.12"
+    forms["partial_eval.has_effects"] = \
+        "jax 0.10, 0.11" if version < (0, 12) else "jax 0.12"
+    return forms
+
+
+def test_each_patch_found_the_form_of_its_internal_that_this_jax_minor_has():
+    """Per minor: 0.10 and 0.11.0 hoist with (num_res), 0.11.1 and later with
+    (num_ures, num_sres); 0.12's has_effects takes live_ins; every other
+    patched internal is the same on all three."""
+    assert (0, 10) <= _version()[:2] <= (0, 12)
+    assert _jax_fixes.APPLIED == _expected_forms()
 
 
 def test_every_patched_internal_of_the_installed_jax_is_one_gearjax_knows():
     from jax._src.lax.control_flow import loops
     original = loops._scan_known_hoisting.__wrapped__  # gearjax's wrapper is installed
     assert tuple(inspect.signature(original).parameters) in _jax_fixes.KNOWN_HOISTING_SIGNATURES
-    with pytest.raises(_jax_fixes.UnsupportedJaxError, match="takes \\('a',\\)"):
-        _jax_fixes.require_signature(lambda a: a, ("self", "params"), "an internal")
+    with pytest.raises(_jax_fixes.UnsupportedJaxError,
+                       match=r"takes \('a',\), where gearjax knows only \('self', 'params'\) "
+                             r"\(jax 0.10 to 0.12\)"):
+        _jax_fixes.require_signature(lambda a: a, {("self", "params"): _jax_fixes.ALL},
+                                     "an internal")
+    assert "an internal" not in _jax_fixes.APPLIED
 
 
 def test_the_supported_jax_versions_are_declared_and_installed():
@@ -144,9 +175,9 @@ def test_the_supported_jax_versions_are_declared_and_installed():
     from importlib.metadata import version
     pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
     declared = [d for d in pyproject["project"]["dependencies"] if d.startswith("jax")]
-    assert declared == ["jax>=0.10,<0.12", "jaxlib>=0.10,<0.12"]
+    assert declared == [_jax_fixes.SUPPORTED_JAX, "jaxlib" + _jax_fixes.SUPPORTED_JAX[3:]]
     major, minor = (int(x) for x in version("jax").split(".")[:2])
-    assert (major, minor) in ((0, 10), (0, 11))
+    assert (major, minor) in ((0, 10), (0, 11), (0, 12))
 
 
 # ----------------------------------------------------------- failed tokens
