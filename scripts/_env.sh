@@ -7,10 +7,21 @@
 #    extra is new to this environment (a stamp beside the wheel).
 # GEARJAX_TESTING=ON (the default) builds the test-only submodule in, so one
 # build serves both commands. GEARJAX_VENV picks the environment (.venv).
+# PYTHON picks the interpreter: a path or command, or a version (PYTHON=3.11);
+# by default the newest Python >= 3.12 found (scripts/find_python.sh), which
+# gets the newest JAX (JAX 0.11 and later need Python 3.12).
 # With GEARJAX_ENV_DRY_RUN=1 it only says what it would do (tests/test_scripts.py).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-PYTHON="${PYTHON:-python3}"
+if [ -z "${PYTHON:-}" ]; then
+  PYTHON=$(bash scripts/find_python.sh) || {
+    echo "gearjax: install Python 3.12 or newer, or name one: PYTHON=/path/to/python3 bash" \
+         "$0 (Python 3.11 works too, with jax 0.10)" >&2
+    exit 1
+  }
+elif [[ "$PYTHON" =~ ^3\.[0-9]+$ ]]; then
+  PYTHON=$(bash scripts/find_python.sh "$PYTHON")
+fi
 GEARJAX_EXTRA="${GEARJAX_EXTRA:-test}"
 export GEARJAX_TESTING="${GEARJAX_TESTING:-ON}"
 venv="${GEARJAX_VENV:-.venv}"
@@ -30,8 +41,23 @@ fingerprint() {
   } | sha256sum | cut -c1-16
 }
 
+python_version() { "$1" -c 'import sys; print("%d.%d" % sys.version_info[:2])'; }
+wanted_version=$(python_version "$PYTHON")
+say "Python $wanted_version ($(command -v "$PYTHON" || echo "$PYTHON"); PYTHON=... picks another)"
+remade=""
+if [ -x "$venv/bin/python" ] && [ "$(python_version "$venv/bin/python")" != "$wanted_version" ]; then
+  if [ -d "$venv/gearjax-wheel" ]; then  # made by this script: remake it
+    say "$venv has Python $(python_version "$venv/bin/python"); making it anew with $wanted_version"
+    remade=1
+    if [ -z "$dry_run" ]; then rm -rf "$venv"; fi
+  else
+    say "$venv has Python $(python_version "$venv/bin/python"), not $wanted_version, and was" \
+        "not made by this script: remove it, or set GEARJAX_VENV to another folder"
+    exit 1
+  fi
+fi
 fresh=""
-if [ ! -x "$venv/bin/python" ]; then
+if [ ! -x "$venv/bin/python" ] || [ -n "$remade" ]; then
   say "creating the virtual environment $venv (once)"
   if [ -z "$dry_run" ]; then "$PYTHON" -m venv "$venv"; fi
   fresh=1

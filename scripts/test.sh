@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Set-up command 2: install gearjax into .venv, build and run the native core's
-# C++ unit tests (GoogleTest, under AddressSanitizer and UBSan, through ctest),
-# then run the Python test suite against the installed package, and the tests
-# of the JAX internals it patches once more on the oldest JAX it supports
-# (scripts/test_oldest_jax.sh). Extra arguments go to pytest (and then only the
-# suite runs, with them). The C++ tests build in the background while _env.sh
-# installs the package (the two overlap: most of an install is not compiling).
+# Set-up command 2: install gearjax into .venv (with the newest Python >= 3.12
+# found, and so the newest JAX; PYTHON=... picks another), build and run the
+# native core's C++ unit tests (GoogleTest, under AddressSanitizer and UBSan,
+# through ctest), then run the Python test suite against the installed package,
+# and the tests of the JAX internals it patches on the other supported JAX
+# minors (scripts/test_jax_minors.sh: 0.11 on this Python, 0.10 on Python 3.11).
+# Extra arguments go to pytest (and then only the suite runs, with them). The
+# C++ tests and the Python 3.11 build happen in the background while _env.sh
+# installs the package (they overlap: most of an install is not compiling).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -20,6 +22,15 @@ if ! have_gtest; then
       true
   fi
 fi
+# The Python 3.11 environment of the JAX 0.10 tests, built beside the rest
+# (only for a whole run).
+minors=""
+if [ $# -eq 0 ]; then
+  mkdir -p build
+  bash scripts/test_jax_minors.sh prepare-py311 >build/jax-minors.log 2>&1 &
+  minors=$!
+fi
+
 log=build/core-tests.log
 core_build=""
 if have_gtest; then
@@ -28,8 +39,8 @@ if have_gtest; then
       -DGEARJAX_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug &&
     cmake --build build/core-tests -j "$(nproc)"; } >"$log" 2>&1 &
   core_build=$!
-  # If the install below fails, do not leave the build running.
-  trap 'kill "$core_build" 2>/dev/null || true' EXIT
+  # If the install below fails, do not leave the builds running.
+  trap 'kill "$core_build" $minors 2>/dev/null || true' EXIT
 else
   echo "scripts/test.sh: GoogleTest not found (install libgtest-dev): skipping the C++ unit" \
        "tests of the native core" >&2
@@ -72,8 +83,11 @@ export GEARJAX_REQUIRE_TESTING_MODULE=1
 if [ $# -gt 0 ]; then
   exec pytest "$@"
 fi
+trap 'kill $minors 2>/dev/null || true' EXIT  # a failed suite leaves no build running
 pytest
-# The whole suite ran on the newest JAX 0.10; the tests of the JAX internals
-# gearjax patches run once more on the oldest JAX it claims (0.10.0). (JAX 0.11
-# needs Python 3.12: scripts/gpu_check.sh runs the suite on it.)
-bash scripts/test_oldest_jax.sh
+# The whole suite ran on this environment's JAX (the newest); the tests of the
+# JAX internals gearjax patches run on the other supported minors.
+wait "$minors" || { cat build/jax-minors.log; echo "scripts/test.sh: could not prepare the" \
+                    "Python 3.11 environment of the JAX 0.10 tests" >&2; exit 1; }
+trap - EXIT
+bash scripts/test_jax_minors.sh run

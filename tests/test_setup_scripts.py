@@ -101,3 +101,53 @@ def test_the_fingerprint_follows_the_sources(venv, tmp_path):
     (copy / "xla_ffi" / "core" / "limits.h").write_text(
         (copy / "xla_ffi" / "core" / "limits.h").read_text() + "\n")
     assert wheel_folder(venv, copy).name != before
+
+
+def _find_python(*version: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(ROOT / "scripts" / "find_python.sh"), *version],
+                          capture_output=True, text=True, timeout=60)
+
+
+def _version_of(python: str) -> tuple[int, int]:
+    done = subprocess.run([python, "-c", "import sys; print(*sys.version_info[:2])"],
+                          capture_output=True, text=True, timeout=60, check=True)
+    major, minor = done.stdout.split()
+    return int(major), int(minor)
+
+
+def test_find_python_gives_the_newest_python_from_3_12_or_the_minor_asked_for():
+    found = _find_python()
+    if found.returncode != 0:
+        assert "no Python >= 3.12 found" in found.stderr
+        pytest.skip("no Python >= 3.12 on this machine: the default has nothing to find")
+    assert _version_of(found.stdout.strip()) >= (3, 12)
+    this = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert _version_of(_find_python(this).stdout.strip()) == sys.version_info[:2]
+    refused = _find_python("twelve")
+    assert refused.returncode == 2 and "give a version as 3.N" in refused.stderr
+
+
+def test_the_environment_says_which_python_and_takes_one_by_version(venv, tmp_path):
+    this = f"{sys.version_info.major}.{sys.version_info.minor}"
+    said = env_sh(venv, "test", PYTHON=this)
+    assert f"gearjax: Python {this} (" in said and "PYTHON=... picks another" in said
+    default = dry("unset PYTHON; GEARJAX_EXTRA=test; source scripts/_env.sh",
+                  tmp_path / "none-yet").stderr
+    found = _find_python()
+    if found.returncode == 0:
+        major, minor = _version_of(found.stdout.strip())
+        assert f"gearjax: Python {major}.{minor} ({found.stdout.strip()}" in default
+
+
+def test_an_environment_of_another_python_is_made_anew_only_if_this_script_made_it(venv):
+    this = f"{sys.version_info.major}.{sys.version_info.minor}"
+    other = next((v for v in ("3.13", "3.12", "3.11") if v != this and
+                  _find_python(v).returncode == 0), None)
+    if other is None:
+        pytest.skip("needs a second Python minor (3.11, 3.12 or 3.13) on this machine")
+    with pytest.raises(AssertionError, match="not made by this script"):
+        env_sh(venv, "test", PYTHON=other)
+    (venv / "gearjax-wheel").mkdir()
+    said = env_sh(venv, "test", PYTHON=other)
+    assert f"has Python {this}; making it anew with {other}" in said
+    assert "creating the virtual environment" in said
