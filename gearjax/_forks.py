@@ -34,8 +34,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from jax._src import core as jax_core
-from jax._src import source_info_util
+from jax.extend import core as jax_core
+from jax.extend import source_info_util
 
 from gearjax._primitives import STATE_DTYPE, THREADED_PRIMITIVES
 

@@ -38,9 +38,10 @@ target:
   without threading anything, but such programs leave the fast dispatch path
   (gearjax/_jax_fixes.py closes the holes JAX leaves in ordered effects).
 
-JAX has no public API for either (custom effects, DCE and partial-evaluation
-rules are internal), so this module uses ``jax._src``, as JAX's own callbacks
-do; ``tests/test_effects.py`` checks every behaviour on the JAX installed.
+JAX has no public API for custom effects, so the ordered form uses
+``jax._src``, as JAX's own callbacks do; the DCE and partial-evaluation rules
+go through ``jax.interpreters.partial_eval`` (the same tables).
+``tests/test_effects.py`` checks every behaviour on the JAX installed.
 """
 
 from __future__ import annotations
@@ -50,11 +51,13 @@ from collections.abc import Callable, Sequence
 
 import jax
 import numpy as np
+# Only the ordered form's effect and token need JAX internals; the rest is
+# JAX's public interpreters API.
 from jax._src import core as jax_core
-from jax._src import dispatch, effects, sharding_impls
-from jax._src.interpreters import partial_eval as pe
+from jax._src import effects
 from jax.extend import core
-from jax.interpreters import ad, batching, mlir
+from jax.interpreters import ad, batching, mlir, xla
+from jax.interpreters import partial_eval as pe
 
 
 # ------------------------------------------------------------------ ordered
@@ -89,7 +92,7 @@ THREADED_PRIMITIVES: set[core.Primitive] = set()
 def _primitive(name: str) -> core.Primitive:
     primitive = core.Primitive(name)
     primitive.multiple_results = True
-    primitive.def_impl(functools.partial(dispatch.apply_primitive, primitive))
+    primitive.def_impl(functools.partial(xla.apply_primitive, primitive))
     TABLE_PRIMITIVES.add(primitive)
     return primitive
 
@@ -113,13 +116,13 @@ def _one_logical_call(primitive: core.Primitive, lowering):
 
     def wrapped(ctx, *operands, **params):
         context = ctx.module_context.axis_context
-        if isinstance(context, sharding_impls.SPMDAxisContext):
+        if isinstance(context, mlir.SPMDAxisContext):
             if context.manual_axes != frozenset(context.mesh.axis_names):
                 raise NotImplementedError(
                     "gearjax table calls inside shard_map need every mesh axis manual (a call "
                     "over automatic axes would run once per device); put the table call outside "
                     "the shard_map or map over every axis")
-        elif isinstance(context, sharding_impls.ShardingContext) and context.num_devices > 1:
+        elif isinstance(context, mlir.ShardingContext) and context.num_devices > 1:
             on_gpu = all(p in ("cuda", "rocm") for p in ctx.module_context.platforms)
             return mlir.lower_fun(_on_first_device(primitive, context.num_devices,
                                                    ctx.avals_out, params, on_gpu),
