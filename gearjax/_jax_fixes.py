@@ -173,7 +173,7 @@ def _install_hoisting_fix() -> None:
 
     original_custom = pe.partial_eval_jaxpr_custom_rules[loops.scan_p]
     _require(original_custom, {("saveable", "unks_in", "inst_in", "eqn"): ALL},
-                      "scan's partial_eval_jaxpr_custom rule")
+             "scan's partial_eval_jaxpr_custom rule")
     guarded_custom = _while_hoisting(original_custom)
 
     def scan_partial_eval_custom(saveable, unks_in, inst_in, eqn):
@@ -219,7 +219,7 @@ def _install_failed_token_fix() -> None:
     method, where gearjax dropped it before)."""
     original = dispatch.RuntimeTokenSet.get_token_input
     _require(original, {("self", "eff", "devices"): ALL},
-                      "dispatch.RuntimeTokenSet.get_token_input")
+             "dispatch.RuntimeTokenSet.get_token_input")
 
     def get_token_input(self, eff, devices):
         if isinstance(eff, TableEffect):
@@ -244,7 +244,7 @@ def _install_dce_fix() -> None:
     # 0.12 added live_ins (which operands are read later: a write to a Ref
     # nobody reads is no effect); a table call keeps its block either way.
     _require(original, {("eqn",): "jax 0.10, 0.11", ("eqn", "live_ins"): "jax 0.12"},
-                      "partial_eval.has_effects")
+             "partial_eval.has_effects")
 
     def has_effects(eqn, *live_ins) -> bool:
         if original(eqn, *live_ins):
@@ -310,7 +310,7 @@ def _install_aot_fix() -> None:
 def _install_vmap_fixes() -> None:
     cond_rule = batching.fancy_primitive_batchers[conditionals.cond_p]
     _require(cond_rule, {("axis_data", "args", "dims", "branches", "params"): ALL},
-                      "cond's batching rule")
+             "cond's batching rule")
 
     def cond_batching_rule(axis_data, args, dims, *, branches, **params):
         if dims[0] is not None and has_table_call(branches):
@@ -321,7 +321,7 @@ def _install_vmap_fixes() -> None:
 
     while_rule = batching.fancy_primitive_batchers[loops.while_p]
     _require(while_rule, {("axis_data", "args", "dims", "cond_nconsts", "cond_jaxpr",
-                                    "body_nconsts", "body_jaxpr"): ALL}, "while's batching rule")
+                           "body_nconsts", "body_jaxpr"): ALL}, "while's batching rule")
 
     def while_batching_rule(axis_data, args, dims, *, cond_nconsts, cond_jaxpr, body_nconsts,
                             body_jaxpr):
@@ -337,8 +337,8 @@ def _install_vmap_fixes() -> None:
     batching.fancy_primitive_batchers[loops.while_p] = while_batching_rule
     # _while_predicate_batched calls it as the while rule does.
     _require(batching.batch_jaxpr,
-                      {("closed_jaxpr", "axis_data", "in_batched", "instantiate"): ALL},
-                      "batching.batch_jaxpr")
+             {("closed_jaxpr", "axis_data", "in_batched", "instantiate"): ALL},
+             "batching.batch_jaxpr")
 
 
 def _while_predicate_batched(axis_data, dims, cond_nconsts, cond_jaxpr, body_nconsts,

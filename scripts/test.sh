@@ -84,7 +84,8 @@ if [ $# -gt 0 ]; then
   exec pytest "$@"
 fi
 trap 'kill $minors 2>/dev/null || true' EXIT  # a failed suite leaves no build running
-pytest
+# The slowest tests, named at the end: what to look at when CI nears its time.
+pytest --durations=25
 # The whole suite ran on this environment's JAX (the newest); the tests of the
 # JAX internals gearjax patches run on the other supported minors.
 wait "$minors" || { cat build/jax-minors.log; echo "scripts/test.sh: could not prepare the" \
