@@ -178,6 +178,11 @@ def test_the_supported_jax_versions_are_declared_and_installed():
     assert declared == [_jax_fixes.SUPPORTED_JAX, "jaxlib" + _jax_fixes.SUPPORTED_JAX[3:]]
     major, minor = (int(x) for x in version("jax").split(".")[:2])
     assert (major, minor) in ((0, 10), (0, 11), (0, 12))
+    # The README and the getting-started page say the same range.
+    root = Path(__file__).parents[1]
+    for page in (root / "README.md", root / "docs" / "getting-started.md"):
+        text = " ".join(page.read_text().split())
+        assert "JAX 0.10, 0.11 and 0.12" in text and _jax_fixes.SUPPORTED_JAX[3:] in text, page
 
 
 # ----------------------------------------------------------- failed tokens
