@@ -387,7 +387,7 @@ RESTORE_CHUNK_BYTES = 64 << 20
 def _chunks(lengths: np.ndarray, step_bytes: int) -> list[slice]:
     """Consecutive runs of items whose steps take at most RESTORE_CHUNK_BYTES
     (an item larger than that alone)."""
-    ends = np.cumsum(lengths.astype(np.int64) * max(step_bytes, 1))
+    ends = np.cumsum(lengths.astype(np.int64) * step_bytes)
     chunks, start = [], 0
     while start < len(lengths):
         base = ends[start - 1] if start else 0

@@ -33,8 +33,7 @@ say() { echo "gearjax: $*" >&2; }
 # configuration, the settings the build reads, the interpreter, nvcc.
 fingerprint() {
   {
-    find gearjax xla_ffi pyproject.toml -type f ! -path '*/__pycache__/*' ! -name '*.so' \
-      ! -name '*.pyc' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
+    bash scripts/sources_hash.sh
     echo "testing=$GEARJAX_TESTING archs=${GEARJAX_CUDA_ARCHITECTURES:-}"
     "$PYTHON" --version 2>&1
     command -v nvcc || true
@@ -45,14 +44,16 @@ python_version() { "$1" -c 'import sys; print("%d.%d" % sys.version_info[:2])'; 
 wanted_version=$(python_version "$PYTHON")
 say "Python $wanted_version ($(command -v "$PYTHON" || echo "$PYTHON"); PYTHON=... picks another)"
 remade=""
-if [ -x "$venv/bin/python" ] && [ "$(python_version "$venv/bin/python")" != "$wanted_version" ]; then
+venv_version=""
+if [ -x "$venv/bin/python" ]; then venv_version=$(python_version "$venv/bin/python"); fi
+if [ -n "$venv_version" ] && [ "$venv_version" != "$wanted_version" ]; then
   if [ -d "$venv/gearjax-wheel" ]; then  # made by this script: remake it
-    say "$venv has Python $(python_version "$venv/bin/python"); making it anew with $wanted_version"
+    say "$venv has Python $venv_version; making it anew with $wanted_version"
     remade=1
     if [ -z "$dry_run" ]; then rm -rf "$venv"; fi
   else
-    say "$venv has Python $(python_version "$venv/bin/python"), not $wanted_version, and was" \
-        "not made by this script: remove it, or set GEARJAX_VENV to another folder"
+    say "$venv has Python $venv_version, not $wanted_version, and was not made by this" \
+        "script: remove it, or set GEARJAX_VENV to another folder"
     exit 1
   fi
 fi

@@ -39,12 +39,13 @@ if have_gtest; then
       -DGEARJAX_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug &&
     cmake --build build/core-tests -j "$(nproc)"; } >"$log" 2>&1 &
   core_build=$!
-  # If the install below fails, do not leave the builds running.
-  trap 'kill "$core_build" $minors 2>/dev/null || true' EXIT
 else
   echo "scripts/test.sh: GoogleTest not found (install libgtest-dev): skipping the C++ unit" \
        "tests of the native core" >&2
 fi
+
+# If anything below fails, do not leave the builds running.
+trap 'kill $core_build $minors 2>/dev/null || true' EXIT
 
 GEARJAX_EXTRA=test
 source scripts/_env.sh
@@ -68,7 +69,6 @@ if [ -n "$core_build" ]; then
     ctest --test-dir build/core-tests --output-on-failure -j "$(nproc)" >>"$log" 2>&1; } ||
     { cat "$log"; echo "scripts/test.sh: the native core's C++ unit tests failed" >&2; exit 1; }
   tail -n 3 "$log"
-  trap - EXIT
 fi
 
 # pyverbs (the verbs exchange) is not installed here: it must match the
@@ -83,7 +83,6 @@ export GEARJAX_REQUIRE_TESTING_MODULE=1
 if [ $# -gt 0 ]; then
   exec pytest "$@"
 fi
-trap 'kill $minors 2>/dev/null || true' EXIT  # a failed suite leaves no build running
 # The slowest tests, named at the end: what to look at when CI nears its time.
 pytest --durations=25
 # The whole suite ran on this environment's JAX (the newest); the tests of the

@@ -50,9 +50,7 @@ prepare_py311() {
     "$VENV_311/bin/python" -m pip install --quiet --upgrade pip
   fi
   local sources
-  sources=$(find gearjax xla_ffi pyproject.toml -type f ! -path '*/__pycache__/*' \
-              ! -name '*.so' ! -name '*.pyc' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum |
-            sha256sum | cut -c1-16)
+  sources=$({ bash scripts/sources_hash.sh; "$python" --version 2>&1; } | sha256sum | cut -c1-16)
   if [ "$(cat "$VENV_311/gearjax-sources" 2>/dev/null)" = "$sources" ]; then
     return 0  # built and installed from these sources already
   fi

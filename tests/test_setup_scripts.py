@@ -93,7 +93,8 @@ def test_the_fingerprint_follows_the_sources(venv, tmp_path):
     """A copy of the sources with one byte changed gets another wheel folder."""
     copy = tmp_path / "copy"
     (copy / "scripts").mkdir(parents=True)
-    for part in ("gearjax", "xla_ffi", "pyproject.toml", "scripts/_env.sh"):
+    for part in ("gearjax", "xla_ffi", "pyproject.toml", "scripts/_env.sh",
+                 "scripts/sources_hash.sh", "scripts/find_python.sh"):
         subprocess.run(["cp", "-r", str(ROOT / part), str(copy / part)], check=True)
 
     before = wheel_folder(venv, copy).name

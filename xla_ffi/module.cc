@@ -184,12 +184,13 @@ class NativeTable {
       steps += static_cast<uint64_t>(lengths.data()[i]);
     }
     std::vector<const uint8_t*> at(sources.size());
+    std::vector<uint64_t> step_bytes(sources.size());
     for (size_t c = 0; c < sources.size(); ++c) {
-      const uint64_t step_bytes = static_cast<uint64_t>(table_->step_bytes(static_cast<int>(c)));
-      if (sources[c].nbytes() != steps * step_bytes) {
+      step_bytes[c] = static_cast<uint64_t>(table_->step_bytes(static_cast<int>(c)));
+      if (sources[c].nbytes() != steps * step_bytes[c]) {
         throw InvalidArgument("column '" + table_->spec().columns[c].name + "' holds " +
                               std::to_string(sources[c].nbytes()) + " bytes, expected " +
-                              std::to_string(steps * step_bytes));
+                              std::to_string(steps * step_bytes[c]));
       }
       at[c] = static_cast<const uint8_t*>(sources[c].data());
     }
@@ -198,7 +199,7 @@ class NativeTable {
     for (size_t i = 0; i < n; ++i) {
       for (size_t c = 0; c < sources.size(); ++c) {
         pointers[c] = at[c];
-        at[c] += lengths.data()[i] * table_->step_bytes(static_cast<int>(c));
+        at[c] += static_cast<uint64_t>(lengths.data()[i]) * step_bytes[c];
       }
       table_->Insert(pointers, lengths.data()[i], priorities.data()[i], keys.data()[i],
                      slots.data()[i], stamps.data()[i]);
