@@ -207,7 +207,10 @@ def test_host_writers_wait_until_the_kernel_reports(emulated_mapping, writer):
 
 def test_an_update_waits_while_a_writer_claims_the_priorities(emulated_mapping):
     """No new kernel starts while a host writer waits for the last one: the
-    writer would otherwise wait forever behind a busy stream."""
+    writer would otherwise wait forever behind a busy stream. Once the kernel
+    has reported, the next update may begin before the writer publishes (the
+    writer fills its slot unlocked); the writer then waits for that one kernel
+    and no more (it claims the priorities again to publish)."""
     with make_table() as table:
         live = np.array(list(contents(table)), np.int64)
         first = emulated_mapping.begin_gpu_update(table.handle, live[:4], np.full(4, 2.0), 1)
@@ -226,8 +229,9 @@ def test_an_update_waits_while_a_writer_claims_the_priorities(emulated_mapping):
         threading.Thread(target=begin, daemon=True).start()
         assert not began.wait(0.2), "an update began while a writer claimed the priorities"
         first.run(16)
-        assert inserted.wait(10) and began.wait(10)
+        assert began.wait(10), "the kernel reported but the next update did not begin"
         assert second[0].run(16) in (1, 2)  # the insert may have evicted one of the two keys
+        assert inserted.wait(10), "the writer waited past the one update that began meanwhile"
 
 
 def test_another_stream_waits_for_the_updates_in_flight(emulated_mapping):
