@@ -195,8 +195,8 @@ def agree(path: str, what: str, mine: dict, process: int, processes: int,
         if found:
             raise ValueError(f"process {other} made this sharded table with another {what} "
                              f"than process {process}: " + "; ".join(found) +
-                             f". Every process must pass the same arguments; the table was "
-                             f"not made")
+                             ". Every process must pass the same arguments; the table was "
+                             "not made")
 
 
 def check_same_call(path: str, call: int, mine: dict, process: int, processes: int,
