@@ -12,7 +12,6 @@ FFI custom calls. The public names are all here::
 
 import importlib.metadata
 
-from gearjax._ffi import clear_failed_token as clear_errors
 from gearjax.batch import Batch
 from gearjax.checkpoint import CheckpointError
 from gearjax.columns import Column
@@ -26,7 +25,7 @@ from gearjax.table import Table
 __all__ = [
     "Batch", "CheckpointError", "Column", "MinSize", "Prioritized", "Recent",
     "SampleToInsertRatio", "ShardedBatch", "ShardedTable", "Strategy", "Table", "TableState",
-    "Timestep", "TopK", "Uniform", "clear_errors", "table_error",
+    "Timestep", "TopK", "Uniform", "table_error",
 ]
 # pyproject.toml holds the version; the installed package's metadata carries it here.
 __version__ = importlib.metadata.version("gearjax")

@@ -1,17 +1,67 @@
 """The two forms every table call is written in (docs: Semantics in jit):
-with a table state first (the taught form: ``state, out = table.call(state,
-...)``) or without (ordered by JAX's ordered effects). ``gearjax.Table`` and
-``gearjax.ShardedTable`` tell them apart here, the same way."""
+with a table state first (``state, out = table.call(state, ...)``: the only
+form in compiled code) or without (``out = table.call(...)``: eager calls
+only, each from a fresh state). ``gearjax.Table`` and ``gearjax.ShardedTable``
+tell them apart here, the same way, and refuse the stateless form while
+tracing."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-import jax
+import warnings
 
+import jax
+import jax.extend
+import numpy as np
+
+from gearjax import _checks
 from gearjax import state as table_state
+from gearjax._primitives import STATE_DTYPE
 from gearjax.state import TableState, is_state
+
+# JAX's trace outside any transformation (the same object in every thread);
+# any other current trace means the call is being traced.
+_EAGER_TRACE = jax.extend.core.find_top_trace(())
+
+# What an eager stateless call passes as its state: a fresh one (a NumPy
+# scalar: no dispatch to make it). Programs of one device run in dispatch
+# order, and an eager call waits for its results, so nothing is lost by not
+# threading it.
+EAGER_STATE = np.zeros((), STATE_DTYPE)
+
+
+class StatelessCallInJitError(TypeError):
+    """A table call without a table state, traced inside jit, scan, vmap or
+    grad: compiled code orders its table calls by the state they thread."""
+
+
+def eager_state(call: str, stateful: str) -> np.ndarray:
+    """The state an eager stateless call runs with (:data:`EAGER_STATE`);
+    while tracing, refuses the call (StatelessCallInJitError) with the
+    one-line change: ``call`` is the call as written (``"table.sample(key,
+    ...)"``), ``stateful`` its state form (``"state, batch =
+    table.sample(state, key, ...)"``)."""
+    if jax.extend.core.find_top_trace(()) is not _EAGER_TRACE:
+        raise StatelessCallInJitError(
+            f"{call} without a table state was traced (inside jax.jit, lax.scan, vmap, grad "
+            f"or another transformation): compiled code takes a table state and passes on the "
+            f"one each call returns, which orders the calls and keeps JAX's fast dispatch "
+            f"path. Write\n    state = table.state()\n    {stateful}\nand pass `state` to the "
+            f"next table call (docs: Semantics in jit). The stateless form is for eager calls "
+            f"only (gearjax 0.x no longer compiles it; see CHANGELOG.md)")
+    return EAGER_STATE
+
+
+def warn_ordered(ordered: Any) -> None:
+    """``sample(ordered=...)``: checked (a bool), then deprecated, doing
+    nothing. It chose between the compiled stateless forms gearjax no longer
+    has; an eager call always runs in order."""
+    _checks.flag("ordered", ordered)
+    warnings.warn("sample(ordered=...) is deprecated and does nothing: eager samples run in "
+                  "order, and compiled ones are ordered by the table state they take (see "
+                  "CHANGELOG.md). Drop the argument", DeprecationWarning, stacklevel=4)
 
 
 def split_state(args: tuple) -> tuple[TableState | None, tuple]:
@@ -47,7 +97,7 @@ def split_update_state(args: tuple, kwargs: Mapping[str, Any]
         raise TypeError(
             "update_priorities got two arguments and the first is a uint32 scalar, which "
             "reads as a table state: the state form takes three, update_priorities(state, "
-            "keys, priorities); the stateless form takes (keys, priorities) with keys an "
+            "keys, priorities); the eager stateless form takes (keys, priorities) with keys an "
             "integer array of shape [n] or a Python int (pass a uint32 scalar key as "
             "np.array([key]))")
     return (args[0], args[1:]) if given == 3 and args else (None, args)

@@ -1,10 +1,8 @@
 """The XLA FFI custom calls behind sample, update_priorities and insert_batch.
 
-Each call exists in the two modes of gearjax/_primitives.py: *threaded* (the
-caller passes the table state, gx.TableState's array, and gets its successor
-back; no JAX effect, JAX's fast dispatch path) and *ordered* (no state; the
-ordered table effect). ``sample(ordered=False)`` is a third, opt-in form: a
-plain ``jax.ffi.ffi_call`` that XLA may drop, merge or reorder.
+Each call is a primitive of gearjax/_primitives.py: the caller passes the
+table state (gx.TableState's array) and gets its successor back first; no JAX
+effect, JAX's fast dispatch path.
 
 Attribute types are normalised here, in one place: XLA FFI bindings need exact
 types (int64, float64) and calls are cached by attribute value.
@@ -16,53 +14,14 @@ import os
 
 import jax
 import numpy as np
-from jax._src import dispatch
 
 from gearjax import _gearjax
-from gearjax._primitives import (TABLE_EFFECT, ordered_primitive,  # noqa: F401 (re-exported)
-                                 threaded_primitive)
+from gearjax._primitives import threaded_primitive
 
 SAMPLE_TARGET = "gearjax_sample"
-SAMPLE_PURE_TARGET = "gearjax_sample_pure"
 UPDATE_PRIORITIES_TARGET = "gearjax_update_priorities"
 INSERT_BATCH_TARGET = "gearjax_insert_batch"
 ONE_SIDED_SAMPLE_TARGET = "gearjax_one_sided_sample"
-
-
-def clear_failed_token() -> bool:
-    """Drops the table effect's token on this thread if the program that made it
-    failed; returns whether it did.
-
-    JAX threads an ordered effect's token from each dispatched program into the
-    next; when a program fails (a rate-limiter timeout, a bad priority inside
-    jit, a closed table), its token carries the error, and JAX would fail every
-    later program with ordered table calls on the same thread with that error,
-    without running it (JAX issue #37587). Dropping the token makes JAX start a
-    fresh one. Only a finished, failed token is dropped here: one still in
-    flight is kept, so program order is never given up. Every ordered program
-    also drops a failed token before it starts (gearjax/_jax_fixes.py), so a
-    failed program fails only its own results. (Threaded calls have no token.)
-    """
-    # The usual case, no table token on this thread, answered here: every
-    # eager insert asks (one call less per insert_step).
-    if TABLE_EFFECT not in dispatch.runtime_tokens.current_tokens:
-        return False
-    # _jax_fixes is imported at the end of this module (it needs the primitives).
-    return _jax_fixes.drop_failed_table_token(dispatch.runtime_tokens, wait=False)
-
-
-def wait_for_dispatched_calls() -> None:
-    """Blocks until the ordered table calls of programs this thread has
-    dispatched have run (JAX dispatches asynchronously). A failed program's
-    error is not raised here: it belongs to that program's results. (Threaded
-    calls are waited for through their results: block on the state.)"""
-    token = dispatch.runtime_tokens.current_tokens.get(TABLE_EFFECT)
-    if token is not None:
-        try:
-            token._buf.block_until_ready()
-        except Exception:  # noqa: BLE001 - raised by the failed program's results
-            pass
-    clear_failed_token()
 
 
 def _stages_wanted() -> bool:
@@ -137,17 +96,6 @@ def _avals(types: list[jax.ShapeDtypeStruct]) -> list[jax.core.ShapedArray]:
     return [jax.core.ShapedArray(t.shape, t.dtype) for t in types]
 
 
-def _bind(ordered: jax.extend.core.Primitive, threaded: jax.extend.core.Primitive,
-          state: jax.Array | None, *operands, **params) -> tuple[jax.Array | None, list]:
-    """Binds the threaded primitive when there is a state (returning its
-    successor and the results), else the ordered one (returning None and the
-    results)."""
-    if state is None:
-        return None, ordered.bind(*operands, **params)
-    new_state, *results = threaded.bind(state, *operands, **params)
-    return new_state, results
-
-
 # ---------------------------------------------------------------- sample
 Columns = tuple[tuple[tuple[int, ...], np.dtype], ...]
 
@@ -167,17 +115,16 @@ def _sample_avals(seed, *, batch_size, width, columns, **_):
     return _avals(_sample_result_types(int(batch_size), width, columns))
 
 
-sample_p = ordered_primitive("gearjax_sample", SAMPLE_TARGET, _sample_avals, ("width", "columns"))
-sample_threaded_p = threaded_primitive("gearjax_sample_threaded", SAMPLE_TARGET, _sample_avals,
-                                       ("width", "columns"))
+sample_p = threaded_primitive("gearjax_sample", SAMPLE_TARGET, _sample_avals,
+                              ("width", "columns"))
 
 
-def sample_call(seed: jax.Array, *, handle: int, batch: int, strategy: int, alpha: float,
-                count: int, window: int, width: int, pad_left: bool, columns: Columns,
-                cut: int = 0, replace: bool = True, ordered: bool = True,
-                state: jax.Array | None = None) -> tuple[jax.Array | None, list[jax.Array]]:
+def sample_call(state: jax.Array, seed: jax.Array, *, handle: int, batch: int, strategy: int,
+                alpha: float, count: int, window: int, width: int, pad_left: bool,
+                columns: Columns, cut: int = 0, replace: bool = True
+                ) -> tuple[jax.Array, list[jax.Array]]:
     """Samples ``batch`` rows determined by ``seed`` (uint32[2]); returns the
-    successor of ``state`` (None without one) and (keys, start, probability,
+    successor of ``state`` and (keys, start, probability,
     table_size, valid, *columns), where ``valid`` counts each row's real steps
     (the caller derives mask and timesteps from it, in XLA, where they fuse
     into their users or vanish unused). ``window=0`` asks for whole
@@ -188,12 +135,8 @@ def sample_call(seed: jax.Array, *, handle: int, batch: int, strategy: int, alph
                       count=np.int64(count), window=np.int64(window),
                       pad_left=np.int64(pad_left), cut=np.int64(cut),
                       replace=np.int64(replace))
-    if not ordered:
-        call = jax.ffi.ffi_call(SAMPLE_PURE_TARGET, _sample_result_types(batch, width, columns),
-                                has_side_effect=False, vmap_method="sequential")
-        return None, call(seed, **attributes)
-    return _bind(sample_p, sample_threaded_p, state, seed, width=width, columns=columns,
-                 **attributes)
+    state, *results = sample_p.bind(state, seed, width=width, columns=columns, **attributes)
+    return state, results
 
 
 # ------------------------------------------------ one-sided sharded sample
@@ -205,23 +148,20 @@ def _one_sided_avals(seed, *, batch, width, columns, **_):
     ] + _sample_result_types(int(batch), width, columns)[5:])
 
 
-one_sided_sample_p = ordered_primitive("gearjax_one_sided_sample", ONE_SIDED_SAMPLE_TARGET,
-                                       _one_sided_avals, ("batch", "width", "columns"))
-one_sided_sample_threaded_p = threaded_primitive(
-    "gearjax_one_sided_sample_threaded", ONE_SIDED_SAMPLE_TARGET, _one_sided_avals,
-    ("batch", "width", "columns"))
+one_sided_sample_p = threaded_primitive("gearjax_one_sided_sample", ONE_SIDED_SAMPLE_TARGET,
+                                        _one_sided_avals, ("batch", "width", "columns"))
 
 
-def one_sided_sample_call(seed: jax.Array, *, plan: int, batch: int, width: int,
-                          columns: Columns, state: jax.Array | None = None
-                          ) -> tuple[jax.Array | None, list[jax.Array]]:
+def one_sided_sample_call(state: jax.Array, seed: jax.Array, *, plan: int, batch: int,
+                          width: int, columns: Columns) -> tuple[jax.Array, list[jax.Array]]:
     """A sharded table's one-sided sample inside a program: the registered
     plan (xla_ffi/core/one_sided_plan.h) run with ``seed`` (uint32[2]);
-    returns the successor of ``state`` (None without one) and (keys, start,
-    probability, table_size, valid, shard, *columns)."""
-    return _bind(one_sided_sample_p, one_sided_sample_threaded_p, state, seed,
-                 plan_handle=np.int64(plan), batch=int(batch), width=int(width),
-                 columns=columns)
+    returns the successor of ``state`` and (keys, start, probability,
+    table_size, valid, shard, *columns)."""
+    state, *results = one_sided_sample_p.bind(state, seed, plan_handle=np.int64(plan),
+                                              batch=int(batch), width=int(width),
+                                              columns=columns)
+    return state, results
 
 
 # -------------------------------------------------------- update_priorities
@@ -230,21 +170,19 @@ def _update_priorities_avals(keys, priorities, **_):
     return [jax.core.ShapedArray((), np.int32)]
 
 
-update_priorities_p = ordered_primitive("gearjax_update_priorities", UPDATE_PRIORITIES_TARGET,
-                                        _update_priorities_avals)
-update_priorities_threaded_p = threaded_primitive(
-    "gearjax_update_priorities_threaded", UPDATE_PRIORITIES_TARGET, _update_priorities_avals)
+update_priorities_p = threaded_primitive("gearjax_update_priorities", UPDATE_PRIORITIES_TARGET,
+                                         _update_priorities_avals)
 
 
-def update_priorities_call(keys: jax.Array, priorities: jax.Array, *, handle: int,
-                           state: jax.Array | None = None) -> tuple[jax.Array | None, jax.Array]:
+def update_priorities_call(state: jax.Array, keys: jax.Array, priorities: jax.Array, *,
+                           handle: int) -> tuple[jax.Array, jax.Array]:
     """Sets priorities from inside traced code; returns the successor of
-    ``state`` (None without one) and how many keys were live (an int32
-    scalar). The caller has checked the dtypes (int32, uint32 or int64 keys;
-    float32 or float64 priorities) and shapes."""
-    new_state, (count,) = _bind(update_priorities_p, update_priorities_threaded_p, state, keys,
-                                priorities, table_handle=np.int64(handle))
-    return new_state, count
+    ``state`` and how many keys were live (an int32 scalar). The caller has
+    checked the dtypes (int32, uint32 or int64 keys; float32 or float64
+    priorities) and shapes."""
+    state, count = update_priorities_p.bind(state, keys, priorities,
+                                            table_handle=np.int64(handle))
+    return state, count
 
 
 # ------------------------------------------------------------- insert_batch
@@ -253,29 +191,26 @@ def _insert_batch_avals(lengths, priorities, *columns, rows, **_):
     return [jax.core.ShapedArray((int(rows),), np.int64)]
 
 
-insert_batch_p = ordered_primitive("gearjax_insert_batch", INSERT_BATCH_TARGET,
-                                   _insert_batch_avals)
-insert_batch_threaded_p = threaded_primitive("gearjax_insert_batch_threaded", INSERT_BATCH_TARGET,
-                                             _insert_batch_avals)
+insert_batch_p = threaded_primitive("gearjax_insert_batch", INSERT_BATCH_TARGET,
+                                    _insert_batch_avals)
 
 
-def insert_batch_call(columns: list[jax.Array], lengths: jax.Array, priorities: jax.Array, *,
-                      handle: int, state: jax.Array | None = None
-                      ) -> tuple[jax.Array | None, jax.Array]:
+def insert_batch_call(state: jax.Array, columns: list[jax.Array], lengths: jax.Array,
+                      priorities: jax.Array, *, handle: int) -> tuple[jax.Array, jax.Array]:
     """Inserts trajectories given as padded [N, T, ...] arrays from inside
-    traced code; returns the successor of ``state`` (None without one) and
-    their keys (int64 [N]). The caller has checked the dtypes and shapes."""
+    traced code; returns the successor of ``state`` and their keys (int64
+    [N]). The caller has checked the dtypes and shapes."""
     rows, steps = columns[0].shape[:2]
-    new_state, (keys,) = _bind(insert_batch_p, insert_batch_threaded_p, state, lengths,
-                               priorities, *columns, table_handle=np.int64(handle),
-                               rows=np.int64(rows), steps=np.int64(steps))
-    return new_state, keys
+    state, keys = insert_batch_p.bind(state, lengths, priorities, *columns,
+                                      table_handle=np.int64(handle), rows=np.int64(rows),
+                                      steps=np.int64(steps))
+    return state, keys
 
 
 # ------------------------------------------------- sharded tables (gearjax.sharded)
 # The three steps of a global sample (xla_ffi/core/sharding.h): this shard's
-# summary (a table effect), the shard of each row (pure: it reads no table),
-# and the owner's draws for every requester (a table effect).
+# summary (a table call, threading the state), the shard of each row (pure:
+# it reads no table), and the owner's draws for every requester (a table call).
 SHARD_TOTALS_TARGET = "gearjax_shard_totals"
 SHARD_PLAN_TARGET = "gearjax_shard_plan"
 SHARD_SERVE_TARGET = "gearjax_shard_serve"
@@ -288,14 +223,18 @@ def _shard_totals_avals(**_):
     return [jax.core.ShapedArray((SUMMARY_WORDS,), np.uint32)]
 
 
-shard_totals_p = ordered_primitive("gearjax_shard_totals", SHARD_TOTALS_TARGET,
-                                   _shard_totals_avals)
+shard_totals_p = threaded_primitive("gearjax_shard_totals", SHARD_TOTALS_TARGET,
+                                    _shard_totals_avals)
 
 
-def shard_totals_call(*, handle: int, strategy: int, alpha: float, shard: int) -> jax.Array:
-    """This shard's summary for the strategy: uint32[SUMMARY_WORDS]."""
-    return shard_totals_p.bind(table_handle=np.int64(handle), strategy=np.int64(strategy),
-                               alpha=np.float64(alpha), shard=np.int64(shard))[0]
+def shard_totals_call(state: jax.Array, *, handle: int, strategy: int, alpha: float,
+                      shard: int) -> tuple[jax.Array, jax.Array]:
+    """The state's successor and this shard's summary for the strategy:
+    uint32[SUMMARY_WORDS]."""
+    state, summary = shard_totals_p.bind(state, table_handle=np.int64(handle),
+                                         strategy=np.int64(strategy), alpha=np.float64(alpha),
+                                         shard=np.int64(shard))
+    return state, summary
 
 
 ENTRY_WORDS = 4  # an entry of a shard's best list (TopK, Recent): float64 and int64 as words
@@ -305,19 +244,20 @@ def _shard_tops_avals(*, per_shard, **_):
             jax.core.ShapedArray((int(per_shard) * ENTRY_WORDS,), np.uint32)]
 
 
-shard_tops_p = ordered_primitive("gearjax_shard_tops", SHARD_TOPS_TARGET, _shard_tops_avals,
-                                 ("per_shard",))
+shard_tops_p = threaded_primitive("gearjax_shard_tops", SHARD_TOPS_TARGET, _shard_tops_avals,
+                                  ("per_shard",))
 
 
-def shard_tops_call(*, handle: int, strategy: int, count: int, shard: int,
-                    per_shard: int) -> tuple[jax.Array, jax.Array]:
-    """For TopK(count) or Recent(count): this shard's summary (uint32
-    [SUMMARY_WORDS]) and its best list of ``per_shard`` = min(count, capacity)
-    entries (uint32 [per_shard * ENTRY_WORDS]), read in one snapshot."""
-    summary, entries = shard_tops_p.bind(table_handle=np.int64(handle),
-                                         strategy=np.int64(strategy), count=np.int64(count),
-                                         shard=np.int64(shard), per_shard=per_shard)
-    return summary, entries
+def shard_tops_call(state: jax.Array, *, handle: int, strategy: int, count: int, shard: int,
+                    per_shard: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """For TopK(count) or Recent(count): the state's successor, this shard's
+    summary (uint32 [SUMMARY_WORDS]) and its best list of ``per_shard`` =
+    min(count, capacity) entries (uint32 [per_shard * ENTRY_WORDS]), read in
+    one snapshot."""
+    state, summary, entries = shard_tops_p.bind(
+        state, table_handle=np.int64(handle), strategy=np.int64(strategy),
+        count=np.int64(count), shard=np.int64(shard), per_shard=per_shard)
+    return state, summary, entries
 
 
 def shard_rank_call(summaries: jax.Array, entries: jax.Array, *, strategy: int,
@@ -352,25 +292,27 @@ def _shard_serve_avals(seeds, counts, summaries, *, block, width, columns, **_):
     return _avals(_sample_result_types(counts.shape[0] * int(block), width, columns))
 
 
-shard_serve_p = ordered_primitive("gearjax_shard_serve", SHARD_SERVE_TARGET, _shard_serve_avals,
-                                  ("width", "columns"))
+shard_serve_p = threaded_primitive("gearjax_shard_serve", SHARD_SERVE_TARGET,
+                                   _shard_serve_avals, ("width", "columns"))
 
 
-def shard_serve_call(seeds: jax.Array, counts: jax.Array, summaries: jax.Array, *, handle: int,
-                     block: int, strategy: int, alpha: float, window: int, width: int,
-                     pad_left: bool, shard: int, shard_shift: int,
-                     columns: Columns, ragged: bool = False) -> list[jax.Array]:
+def shard_serve_call(state: jax.Array, seeds: jax.Array, counts: jax.Array,
+                     summaries: jax.Array, *, handle: int, block: int, strategy: int,
+                     alpha: float, window: int, width: int, pad_left: bool, shard: int,
+                     shard_shift: int, columns: Columns, ragged: bool = False
+                     ) -> tuple[jax.Array, list[jax.Array]]:
     """The owner's draws: for requester j, counts[j] rows with seeds[j] in block
-    j of ``block`` rows (the rest padding); returns (keys, start, probability,
-    table_size, valid, *columns) over shards * block rows, keys, sizes and
-    probabilities global. ``ragged``: the rows go out by a ragged all-to-all
-    (the owner counts the rows asked as sent, not whole blocks)."""
-    return shard_serve_p.bind(seeds, counts, summaries, table_handle=np.int64(handle),
-                              block=np.int64(block), strategy=np.int64(strategy),
-                              alpha=np.float64(alpha), window=np.int64(window),
-                              pad_left=np.int64(pad_left), shard=np.int64(shard),
-                              shard_shift=np.int64(shard_shift), ragged=np.int64(ragged),
-                              width=width, columns=columns)
+    j of ``block`` rows (the rest padding); returns the state's successor and
+    (keys, start, probability, table_size, valid, *columns) over shards *
+    block rows, keys, sizes and probabilities global. ``ragged``: the rows go
+    out by a ragged all-to-all (the owner counts the rows asked as sent, not
+    whole blocks)."""
+    state, *results = shard_serve_p.bind(
+        state, seeds, counts, summaries, table_handle=np.int64(handle), block=np.int64(block),
+        strategy=np.int64(strategy), alpha=np.float64(alpha), window=np.int64(window),
+        pad_left=np.int64(pad_left), shard=np.int64(shard), shard_shift=np.int64(shard_shift),
+        ragged=np.int64(ragged), width=width, columns=columns)
+    return state, results
 
 
 def shard_keys_call(keys: jax.Array, *, shard: int, shard_shift: int,

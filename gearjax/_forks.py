@@ -37,7 +37,7 @@ from typing import Any
 from jax.extend import core as jax_core
 from jax.extend import source_info_util
 
-from gearjax._primitives import STATE_DTYPE, THREADED_PRIMITIVES
+from gearjax._primitives import STATE_DTYPE, TABLE_PRIMITIVES
 
 Version = tuple[Any, int]  # (chain, version number)
 
@@ -126,7 +126,7 @@ def _run(program: _Program, jaxpr: Any, operands: Sequence[frozenset[Version]],
 
     for eqn in jaxpr.eqns:
         ins = [read(v) for v in eqn.invars]
-        if eqn.primitive in THREADED_PRIMITIVES:
+        if eqn.primitive in TABLE_PRIMITIVES:
             outs = [program.consume(ins[0], eqn)] + [frozenset()] * (len(eqn.outvars) - 1)
         elif any(_nested(eqn)):
             outs = _block(program, eqn, ins)

@@ -1,4 +1,4 @@
-"""Closes seven holes that JAX (0.10 to 0.12) leaves around side-effecting
+"""Closes five holes that JAX (0.10 to 0.12) leaves around side-effecting
 primitives, for programs with gearjax table calls only.
 
 1. **Hoisting out of a loop under differentiation.** Scan's partial evaluation
@@ -8,27 +8,18 @@ primitives, for programs with gearjax table calls only.
    once instead of once per iteration. While those passes run on a scan with a
    table call, the call's partial-evaluation rule keeps it (and what depends on
    it) in the loop; everything else still hoists.
-2. **Ahead-of-time compiled functions with ordered table calls.** The compiled
-   object's C++ path passes no effect tokens, so its second call failed
-   ("Execution supplied 1 arguments but compiled program expected 2"). Such
-   executables take the Python path, which does (threaded calls keep the fast
-   one).
-3. **``vmap`` of ``cond``/``switch`` with a batched predicate** turns the branches
-   into a select, running every branch for every element; 4. **``vmap`` of
+2. **``vmap`` of ``cond``/``switch`` with a batched predicate** turns the branches
+   into a select, running every branch for every element; 3. **``vmap`` of
    ``while_loop`` with a batched predicate** runs the body until every element
    is done. Either would run table calls that the program does not take, so
    programs with table calls there are refused, with the reason, as JAX
    refuses its own IO effects there.
-5. **A failed program's token.** JAX hands the token of a program whose
-   ordered table call failed to the next such program, which then fails with
-   the old error without running; the failed token is dropped first, so an
-   error fails only its own program's results.
-6. **Dead-code elimination of blocks.** JAX drops a ``cond``, loop, nested
+4. **Dead-code elimination of blocks.** JAX drops a ``cond``, loop, nested
    ``jit``, ``checkpoint`` or custom-derivative block none of whose results
    is used, asking only whether it has effects: a block with a table call
    inside now counts as having one, so its calls run.
-7. **Forked table states** pass JAX unseen (data flow has no notion of
-   one use): every program with threaded table calls is checked when it is
+5. **Forked table states** pass JAX unseen (data flow has no notion of
+   one use): every program with table calls is checked when it is
    lowered, and one that gives a state to two unordered calls is refused
    (gearjax/_forks.py).
 
@@ -48,12 +39,11 @@ from collections.abc import Iterable
 
 import jax
 from jax._src import core as jax_core
-from jax._src import dispatch
-from jax._src.interpreters import batching, mlir, pxla
+from jax._src.interpreters import batching, mlir
 from jax._src.interpreters import partial_eval as pe
 from jax._src.lax.control_flow import conditionals, loops
 
-from gearjax._primitives import TABLE_EFFECT, TABLE_PRIMITIVES, THREADED_PRIMITIVES, TableEffect
+from gearjax._primitives import TABLE_PRIMITIVES
 
 VMAP_REFUSED = (
     "gearjax table calls inside lax.cond, lax.switch or lax.while_loop under vmap with a "
@@ -184,57 +174,12 @@ def _install_hoisting_fix() -> None:
     pe.partial_eval_jaxpr_custom_rules[loops.scan_p] = scan_partial_eval_custom
 
 
-# ---------------------------------------------------------- 5. failed tokens
-def drop_failed_table_token(tokens, wait: bool) -> bool:
-    """Drops the table effect's token from JAX's RuntimeTokenSet ``tokens``
-    when the program that made it failed (its buffer holds the error), and the
-    failed runtime tokens with it, so that JAX starts a fresh token instead of
-    failing every later ordered program with the old error (JAX issue 37587).
-    ``wait``: block until the token is ready (JAX blocks on it anyway before
-    the next ordered program runs); else a token still in flight is kept."""
-    token = tokens.current_tokens.get(TABLE_EFFECT)
-    if token is None or (not wait and not token._buf.is_ready()):
-        return False
-    try:
-        token._buf.block_until_ready()
-        return False
-    except Exception:  # noqa: BLE001 - whatever error the failed program raised
-        del tokens.current_tokens[TABLE_EFFECT]
-    # effects_barrier() waits on the last program's runtime tokens: forget the
-    # failed ones too, so it does not raise the old error again.
-    for device, runtime_token in list(tokens.output_runtime_tokens.items()):
-        try:
-            runtime_token.block_until_ready()
-        except Exception:  # noqa: BLE001
-            del tokens.output_runtime_tokens[device]
-    return True
-
-
-def _install_failed_token_fix() -> None:
-    """Before each program with ordered table calls takes its token, a token
-    left by a failed program is dropped: the failure belongs to that program's
-    results. On the CPU the failing program raised at dispatch and left no
-    token; on a GPU, whose programs fail asynchronously, the failed token went
-    on to fail programs compiled before the failure (which never ask a table
-    method, where gearjax dropped it before)."""
-    original = dispatch.RuntimeTokenSet.get_token_input
-    _require(original, {("self", "eff", "devices"): ALL},
-             "dispatch.RuntimeTokenSet.get_token_input")
-
-    def get_token_input(self, eff, devices):
-        if isinstance(eff, TableEffect):
-            drop_failed_table_token(self, wait=True)
-        return original(self, eff, devices)
-
-    dispatch.RuntimeTokenSet.get_token_input = get_token_input
-
-
-# ------------------------------------------------------ 6. dead-code removal
+# ------------------------------------------------------ 4. dead-code removal
 def _install_dce_fix() -> None:
     """JAX's dead-code elimination drops an eqn none of whose outputs is used
     unless ``pe.has_effects(eqn)``; every rule for a block (cond, scan, nested
     jit, checkpoint, custom_jvp/vjp, shard_map) asks it the same way, before
-    looking inside. Table calls of the threaded form declare no JAX effect
+    looking inside. Table calls declare no JAX effect
     (that keeps JAX's fast dispatch path), so a block whose results were all
     unused lost its table calls: a cond branch returning its input state, a
     scan or fori_loop whose carry was dropped. ``has_effects`` now also says
@@ -257,11 +202,11 @@ def _install_dce_fix() -> None:
     pe.has_effects = has_effects
 
 
-# ------------------------------------------------------------------ 7. forks
+# ------------------------------------------------------------------ 5. forks
 def _install_fork_check() -> None:
     """Every program is checked for forked table states (gearjax/_forks.py)
     when JAX lowers it to XLA: once per compilation, for programs with
-    threaded table calls only."""
+    table calls only."""
     from gearjax import _forks
 
     original = mlir.lower_jaxpr_to_module
@@ -275,38 +220,14 @@ def _install_fork_check() -> None:
     APPLIED["mlir.lower_jaxpr_to_module"] = ALL
 
     def lower_jaxpr_to_module(module_name, jaxpr, *args, **kwargs):
-        if _has_threaded_call(jaxpr):
+        if has_table_call([jaxpr]):
             _forks.check(jaxpr)
         return original(module_name, jaxpr, *args, **kwargs)
 
     mlir.lower_jaxpr_to_module = lower_jaxpr_to_module
 
 
-def _has_threaded_call(jaxpr) -> bool:
-    stack = [jaxpr]
-    while stack:
-        for eqn in stack.pop().eqns:
-            if eqn.primitive in THREADED_PRIMITIVES:
-                return True
-            stack.extend(jax_core.jaxprs_in_params(eqn.params))
-    return False
-
-
-# ------------------------------------------------------------------ 2. AOT
-def _install_aot_fix() -> None:
-    original = pxla.MeshExecutable.create_cpp_call
-    _require(original, {("self", "params"): ALL}, "pxla.MeshExecutable.create_cpp_call")
-
-    def create_cpp_call(self, params):
-        ordered = getattr(self.unsafe_call, "ordered_effects", None) or ()
-        if any(isinstance(effect, TableEffect) for effect in ordered):
-            return None  # stages.Compiled falls back to its Python call
-        return original(self, params)
-
-    pxla.MeshExecutable.create_cpp_call = create_cpp_call
-
-
-# ----------------------------------------------------------- 3, 4. vmap
+# ----------------------------------------------------------- 2, 3. vmap
 def _install_vmap_fixes() -> None:
     cond_rule = batching.fancy_primitive_batchers[conditionals.cond_p]
     _require(cond_rule, {("axis_data", "args", "dims", "branches", "params"): ALL},
@@ -362,8 +283,6 @@ def _while_predicate_batched(axis_data, dims, cond_nconsts, cond_jaxpr, body_nco
 
 
 _install_hoisting_fix()
-_install_aot_fix()
 _install_vmap_fixes()
-_install_failed_token_fix()
 _install_dce_fix()
 _install_fork_check()

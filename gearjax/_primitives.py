@@ -1,47 +1,39 @@
-"""How a table call becomes a JAX primitive: the two ways its calls are ordered.
+"""How a table call becomes a JAX primitive, ordered by the table state it threads.
 
 Every table call that reads or changes a table from compiled code (sample,
-update_priorities, insert_batch) exists as two primitives over the same XLA FFI
-target:
+update_priorities, insert_batch, a sharded table's exchange) takes the table
+state (a uint32 scalar, ``gx.TableState``) as its first operand and returns
+its successor as its first result, so a program orders its table calls by
+passing the state from one to the next: plain data flow. The primitive
+declares no JAX effect, so its programs keep JAX's C++ fast dispatch path.
+What keeps every call written in a program running exactly once, each time
+its part of the program runs:
 
-* **Threaded** (the taught mode, ``table.sample(state, key, ...)``): the call
-  takes the table state (a uint32 scalar, ``gx.TableState``) as its first operand and
-  returns its successor as its first result, so a program orders its table
-  calls by passing the state from one to the next: plain data flow. The
-  primitive declares no JAX effect, so its programs keep JAX's C++ fast
-  dispatch path. What keeps every call written in a program running exactly
-  once, each time its part of the program runs:
+- its custom call is marked ``has_side_effect``: XLA never drops, merges
+  (CSE), rematerialises or moves it out of a loop; the result state aliases
+  the operand (the handlers neither read nor write it);
+- a DCE rule: JAX keeps the call when its results are unused;
+- a partial-evaluation rule: under ``jax.checkpoint`` and ``grad`` it runs in
+  the forward pass and its results are saved, never recomputed;
+- differentiation: it runs once, on the primal values, with zero tangents;
+- ``vmap``: one call per mapped element, in order, threading the state (a
+  ``lax.scan``). A state that is itself batched is refused: ``vmap`` of
+  ``cond``, ``switch`` or ``while_loop`` with a batched predicate makes one
+  (every branch and iteration then runs for every element), and
+  gearjax/_jax_fixes.py refuses those programs before it gets here;
+- under a jit over several devices, one logical call (see
+  :func:`_one_logical_call`).
 
-  - its custom call is marked ``has_side_effect``: XLA never drops, merges
-    (CSE), rematerialises or moves it out of a loop; the result state aliases
-    the operand (the handlers neither read nor write it);
-  - a DCE rule: JAX keeps the call when its results are unused;
-  - a partial-evaluation rule: under ``jax.checkpoint`` and ``grad`` it runs in
-    the forward pass and its results are saved, never recomputed;
-  - differentiation: it runs once, on the primal values, with zero tangents;
-  - ``vmap``: one call per mapped element, in order, threading the state (a
-    ``lax.scan``). A state that is itself batched is refused: ``vmap`` of
-    ``cond``, ``switch`` or ``while_loop`` with a batched predicate makes one
-    (every branch and iteration then runs for every element), and
-    gearjax/_jax_fixes.py refuses those programs before it gets here;
-  - under a jit over several devices, one logical call (see
-    :func:`_one_logical_call`).
+JAX's own dead-code elimination drops a whole ``cond``, loop, nested ``jit``
+or ``checkpoint`` none of whose results is used, asking only whether it has
+effects: gearjax/_jax_fixes.py makes a block with a table call inside count as
+having one, so its calls run.
 
-  JAX's own dead-code elimination drops a whole ``cond``, loop, nested
-  ``jit`` or ``checkpoint`` none of whose results is used, asking only
-  whether it has effects: gearjax/_jax_fixes.py makes a block with a table
-  call inside count as having one, so its calls run.
-
-* **Ordered** (``table.sample(key, ...)``, no state): the call carries the
-  :class:`TableEffect`, an ordered effect; JAX threads a token through every
-  table call of a program and from one dispatched program to the next. Sound
-  without threading anything, but such programs leave the fast dispatch path
-  (gearjax/_jax_fixes.py closes the holes JAX leaves in ordered effects).
-
-JAX has no public API for custom effects, so the ordered form uses
-``jax._src``, as JAX's own callbacks do; the DCE and partial-evaluation rules
-go through ``jax.interpreters.partial_eval`` (the same tables).
-``tests/test_effects.py`` checks every behaviour on the JAX installed.
+A table call without a state exists only outside traced code (the table
+passes a fresh state itself, gearjax/_call_forms.py); inside it is refused.
+Everything here is JAX's public API (``jax.extend.core``,
+``jax.interpreters``); ``tests/test_effects.py`` checks every behaviour on the
+JAX installed.
 """
 
 from __future__ import annotations
@@ -51,42 +43,14 @@ from collections.abc import Callable, Sequence
 
 import jax
 import numpy as np
-# Only the ordered form's effect and token need JAX internals; the rest is
-# JAX's public interpreters API.
-from jax._src import core as jax_core
-from jax._src import effects
 from jax.extend import core
 from jax.interpreters import ad, batching, mlir, xla
 from jax.interpreters import partial_eval as pe
 
 
-# ------------------------------------------------------------------ ordered
-class TableEffect(core.Effect):
-    """The ordered effect of every gearjax table call written without a state."""
-
-    def __str__(self) -> str:
-        return ("gearjax table effect (a sample, priority update or insert_batch is never run "
-                "twice: inside jax.checkpoint/remat a differentiated program would rematerialise "
-                "it and run it again; thread a gx.TableState through the calls instead, or call "
-                "it outside the checkpointed function)")
-
-    __repr__ = __str__
-
-
-TABLE_EFFECT = TableEffect()
-effects.lowerable_effects.add_type(TableEffect)
-effects.control_flow_allowed_effects.add_type(TableEffect)
-effects.ordered_effects.add_type(TableEffect)
-# Programs over several local devices keep one token per device; the calls
-# themselves run on one device (_one_logical_call).
-effects.shardable_ordered_effects.add_type(TableEffect)
-# Deliberately not in effects.remat_allowed_effects: jax.checkpoint under
-# differentiation raises, naming this effect (see TableEffect.__str__).
-
-# Every table primitive of both modes, for gearjax/_jax_fixes.py; the
-# threaded ones (state first in, successor first out), for gearjax/_forks.py.
+# Every table primitive (state first in, successor first out), for
+# gearjax/_jax_fixes.py and gearjax/_forks.py.
 TABLE_PRIMITIVES: set[core.Primitive] = set()
-THREADED_PRIMITIVES: set[core.Primitive] = set()
 
 
 def _primitive(name: str) -> core.Primitive:
@@ -160,27 +124,6 @@ def _attributes(params: dict, not_attributes: Sequence[str]) -> dict:
     return {k: v for k, v in params.items() if k not in not_attributes}
 
 
-def _ordered_lowering(target: str, not_attributes: Sequence[str] = ()):
-    """Lowers a primitive to the custom call `target`, threading the effect's
-    token through it (first operand, first result)."""
-
-    # Not marked has_side_effect: the token already keeps the call (its token
-    # result is always used, by the next call or as the program's output),
-    # keeps it from being merged (no two calls take the same token) and orders
-    # it. The mark would add nothing but cost: XLA's CPU runtime runs marked
-    # calls off its fast path (measured: about 5 us more per call in a scan).
-    def lowering(ctx, *operands, **params):
-        token = ctx.tokens_in.get(TABLE_EFFECT)
-        call_ctx = ctx.replace(avals_in=[jax_core.abstract_token, *ctx.avals_in],
-                               avals_out=[jax_core.abstract_token, *ctx.avals_out])
-        token_out, *results = jax.ffi.ffi_lowering(target, has_side_effect=False)(
-            call_ctx, token, *operands, **_attributes(params, not_attributes))
-        ctx.set_tokens_out(mlir.TokenSet({TABLE_EFFECT: token_out}))
-        return results
-
-    return lowering
-
-
 def _not_differentiable(primitive: core.Primitive) -> None:
     """Table calls read or write the table, not their inputs' derivatives: the
     results get zero tangents and the call itself runs once, on the primals."""
@@ -193,37 +136,9 @@ def _not_differentiable(primitive: core.Primitive) -> None:
     ad.primitive_jvps[primitive] = jvp
 
 
-def _ordered_batching(primitive: core.Primitive) -> None:
-    """vmap: one call per mapped element, one after another (a lax.map, whose
-    loop carries the effect's token), each with its own operands."""
-
-    def rule(args, dims, **params):
-        size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
-        args = [batching.bdim_at_front(a, d, size) for a, d in zip(args, dims)]
-        results = jax.lax.map(lambda xs: primitive.bind(*xs, **params), args)
-        return results, [0] * len(results)
-
-    batching.primitive_batchers[primitive] = rule
-
-
 AbstractEval = Callable[..., list[jax.core.ShapedArray]]
 
 
-def ordered_primitive(name: str, target: str, abstract_eval: AbstractEval,
-                      not_attributes: Sequence[str] = ()) -> core.Primitive:
-    """A table call with the ordered table effect. ``abstract_eval(*operands,
-    **params)`` gives the result avals."""
-    primitive = _primitive(name)
-    primitive.def_effectful_abstract_eval(
-        lambda *args, **params: (abstract_eval(*args, **params), {TABLE_EFFECT}))
-    mlir.register_lowering(primitive, _one_logical_call(
-        primitive, _ordered_lowering(target, not_attributes)))
-    _not_differentiable(primitive)
-    _ordered_batching(primitive)
-    return primitive
-
-
-# ----------------------------------------------------------------- threaded
 STATE_DTYPE = np.dtype(np.uint32)
 STATE_AVAL = jax.core.ShapedArray((), STATE_DTYPE)
 
@@ -291,7 +206,6 @@ def threaded_primitive(name: str, target: str, abstract_eval: AbstractEval,
     first. ``abstract_eval(*operands, **params)`` gives the avals of the
     results after the state (``operands`` exclude the state)."""
     primitive = _primitive(name)
-    THREADED_PRIMITIVES.add(primitive)
 
     def abstract(state, *operands, **params):
         if state.shape != () or state.dtype != STATE_DTYPE:

@@ -27,7 +27,7 @@ from gearjax._sample_args import SampleArgs
 from gearjax.batch import Batch
 
 ColumnLayout = tuple[tuple[str, tuple[int, ...], np.dtype], ...]
-SampleProgram = Callable[..., tuple["jax.Array | None", Batch]]
+SampleProgram = Callable[..., tuple[jax.Array, Batch]]
 
 
 class SampleSpec:
@@ -62,14 +62,14 @@ class SampleSpec:
         return program
 
     def insert_batch_program(self) -> Callable:
-        """The table's jitted insert_batch, ``(columns, lengths, priorities,
-        state) -> (state, keys)``: eager calls compile their programs for it,
+        """The table's jitted insert_batch, ``(state, columns, lengths,
+        priorities) -> (state, keys)``: eager calls compile their programs for it,
         not into JAX's primitive cache, which kept one a table (1.4 MiB) until
         ``jax.clear_caches()``. Made on first use, like :meth:`program`."""
         return self._write("insert_batch", _ffi.insert_batch_call)
 
     def update_priorities_program(self) -> Callable:
-        """The table's jitted update_priorities, ``(keys, priorities, state)
+        """The table's jitted update_priorities, ``(state, keys, priorities)
         -> (state, count)``, for the same reason."""
         return self._write("update_priorities", _ffi.update_priorities_call)
 
@@ -88,13 +88,12 @@ class SampleSpec:
         self._writes = {}
 
 
-def sample(rng_key: jax.Array, state: jax.Array | None, *, spec: SampleSpec, args: SampleArgs,
-           ordered: bool) -> tuple[jax.Array | None, Batch]:
-    """Returns the successor of ``state`` (None when it is None: an ordered
-    or ``ordered=False`` sample) and the batch, drawn by the table's own
-    jitted sample (eagerly: one compiled program per table and argument set;
-    inside a caller's jit: inlined into the caller's program)."""
-    return spec.program()(rng_key, state, args=args, ordered=ordered)
+def sample(rng_key: jax.Array, state: jax.Array, *, spec: SampleSpec,
+           args: SampleArgs) -> tuple[jax.Array, Batch]:
+    """Returns the successor of ``state`` and the batch, drawn by the table's
+    own jitted sample (eagerly: one compiled program per table and argument
+    set; inside a caller's jit: inlined into the caller's program)."""
+    return spec.program()(rng_key, state, args=args)
 
 
 def _jitted_sample(handle: int, capacity: int, columns: ColumnLayout) -> SampleProgram:
@@ -104,30 +103,28 @@ def _jitted_sample(handle: int, capacity: int, columns: ColumnLayout) -> SampleP
     # inline=True: inside a caller's jit the call's equations join the caller's
     # program rather than forming a nested jit (one block less for JAX's passes
     # to look through; the table call is what must stay, gearjax/_jax_fixes.py).
-    @functools.partial(jax.jit, inline=True, static_argnames=("args", "ordered"))
-    def table_sample(rng_key: jax.Array, state: jax.Array | None, *, args: SampleArgs,
-                     ordered: bool) -> tuple[jax.Array | None, Batch]:
-        return _draw(rng_key, state, handle, capacity, columns, args, ordered)
+    @functools.partial(jax.jit, inline=True, static_argnames=("args",))
+    def table_sample(rng_key: jax.Array, state: jax.Array, *,
+                     args: SampleArgs) -> tuple[jax.Array, Batch]:
+        return _draw(rng_key, state, handle, capacity, columns, args)
 
     return table_sample
 
 
 def _jitted_write(call: Callable, handle: int) -> Callable:
     """A new jitted `call` (gearjax._ffi's insert_batch_call or
-    update_priorities_call) of the table with this handle, its state last
-    (inlined into a caller's jit, like the sample)."""
+    update_priorities_call) of the table with this handle (inlined into a
+    caller's jit, like the sample)."""
 
     @functools.partial(jax.jit, inline=True)
-    def table_write(*args: jax.Array | list[jax.Array] | None):
-        *operands, state = args
-        return call(*operands, handle=handle, state=state)
+    def table_write(state: jax.Array, *operands: jax.Array | list[jax.Array]):
+        return call(state, *operands, handle=handle)
 
     return table_write
 
 
-def _draw(rng_key: jax.Array, state: jax.Array | None, handle: int, capacity: int,
-          columns: ColumnLayout, args: SampleArgs,
-          ordered: bool) -> tuple[jax.Array | None, Batch]:
+def _draw(rng_key: jax.Array, state: jax.Array, handle: int, capacity: int,
+          columns: ColumnLayout, args: SampleArgs) -> tuple[jax.Array, Batch]:
     """The traced body of a sample: the FFI call, then the windows' mask and
     timesteps."""
     # The key's own 64 bits seed Philox4x32-10, which the native core expands
@@ -136,11 +133,10 @@ def _draw(rng_key: jax.Array, state: jax.Array | None, handle: int, capacity: in
     seed = seed_words(rng_key)
     strategy = args.strategy
     state, (keys, start, probability, table_size, valid, *arrays) = _ffi.sample_call(
-        seed, handle=handle, batch=args.batch_size, strategy=strategy.code,
+        state, seed, handle=handle, batch=args.batch_size, strategy=strategy.code,
         alpha=strategy.alpha, count=min(strategy.count, capacity),
         window=args.window_code, width=args.width, pad_left=args.pad_left, cut=args.cut_code,
-        replace=args.replace, columns=tuple((shape, dtype) for _, shape, dtype in columns),
-        ordered=ordered, state=state)
+        replace=args.replace, columns=tuple((shape, dtype) for _, shape, dtype in columns))
     mask, timestep = window_steps(start, valid, args.width, args.pad_left)
     return state, Batch(columns={n: c for (n, _, _), c in zip(columns, arrays)}, mask=mask,
                         timestep=timestep, keys=keys, start=start, probability=probability,

@@ -1,7 +1,7 @@
 """The sampling arguments' contract, in one place: what ``Table.sample`` and
 ``ShardedTable.sample`` accept, how an unset ``pad`` resolves, and what a
 sample may ask of memory and of the rate limiter. Each table adds only what
-is its own (a table's Prioritized alphas and ``ordered``; a sharded table's
+is its own (a table's Prioritized alphas; a sharded table's
 rows over every shard and its exchanges). The core checks the same ranges
 again where values enter it (``xla_ffi/core/limits.h``)."""
 

@@ -18,10 +18,9 @@ compiled programs that is JAX's choice, not gearjax's:
   ``ValueError`` for a GPU priority update that failed after its program
   returned (raised by the next call).
 - A program you compile raises ``jax.errors.JaxRuntimeError`` when JAX runs it
-  through its Python dispatch (the first call, and every call of a program
-  with the stateless form's ordered effect) or when the failure surfaces as
+  through its Python dispatch (the first call) or when the failure surfaces as
   its results are read, but ``ValueError`` with the same message when JAX's
-  C++ fast dispatch path (later calls of a table-state program) sees the
+  C++ fast dispatch path (later calls) sees the
   failure while launching it: jaxlib turns every failed launch there into a
   ``ValueError``. On the CPU, XLA runs programs it judges cheap at launch, so
   a small program's failures show at the call as ``ValueError`` and a large

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gearjax import (_call_forms, _checks, _exit, _ffi, _gearjax, _inserts, _sample,
+from gearjax import (_call_forms, _checks, _exit, _gearjax, _inserts, _sample,
                      _sample_args, checkpoint, errors, rate_limiters)
 from gearjax import state as table_state
 from gearjax._gearjax import NativeTable
@@ -284,8 +284,10 @@ class Table:
     def contents(self) -> dict[str, np.ndarray]:
         """A consistent snapshot of what is stored, in key (insertion) order.
 
-        Waits first for the table calls of programs this thread has dispatched
-        (so it sees what they did).
+        Sees the table calls that have run. JAX dispatches compiled programs
+        asynchronously: to see what a program did, block on the table state
+        it returned first (``jax.block_until_ready(state)``); eager calls
+        have run when they return.
 
         Returns:
           ``{"key": int64[N], "length": int64[N], "priority": float64[N],
@@ -299,7 +301,6 @@ class Table:
             fail its own program; the next call on the table raises it).
         """
         self._check_open()
-        self._wait_for_programs()
         keys, slots, lengths, priorities, _, times_sampled = self._native.pin_items()
         self._native.unpin_slots(slots)
         return {"key": keys, "length": lengths, "priority": priorities,
@@ -308,8 +309,7 @@ class Table:
     def get(self, key: int) -> dict[str, np.ndarray]:
         """Returns a copy of one stored trajectory.
 
-        Waits first for the table calls of programs this thread has
-        dispatched, like ``contents``.
+        Sees the table calls that have run, like ``contents``.
 
         Args:
           key: the trajectory's key (a Python or NumPy integer).
@@ -326,7 +326,6 @@ class Table:
         if isinstance(key, (bool, np.bool_)) or not isinstance(key, (int, np.integer)):
             raise TypeError(f"a key is an integer, got {key!r}")
         self._check_open()
-        self._wait_for_programs()
         if not 0 <= int(key) <= _checks.INT64_MAX:
             raise KeyError(f"no trajectory with key {key} is stored")
         _, slots, lengths, _, _, _ = self._native.pin_items(np.array([key], dtype=np.int64))
@@ -387,18 +386,11 @@ class Table:
         self.close()
 
     def _check_open(self) -> None:
-        _ffi.clear_failed_token()  # see _ffi.clear_failed_token: a retry after an error works
         if self._native.closed:
             raise errors.ClosedError(f"{self!r} is closed")
         # A priority update applied by a GPU stream callback cannot fail its
         # own program; a bad value there is kept and raised (ValueError) by the
         # next call on the table, once (docs: Semantics in jit).
-        self._native.raise_deferred_error()
-
-    def _wait_for_programs(self) -> None:
-        """Waits for the table calls of programs this thread has dispatched,
-        then raises what a GPU priority update among them kept for later."""
-        _ffi.wait_for_dispatched_calls()
         self._native.raise_deferred_error()
 
     def _eager(self, result: Any) -> Any:
@@ -504,7 +496,6 @@ class Table:
           >>> key = transitions.insert_step({"obs": np.zeros(3, np.float32),
           ...                                "action": 2})
         """
-        _ffi.clear_failed_token()
         key = self._native.insert_step(step, priority)
         if key is not None:
             return key
@@ -624,14 +615,15 @@ class Table:
         and the GPU. Two forms:
 
         * ``state, keys = table.insert_batch(state, columns, lengths,
-          priorities=None)`` (taught): ordered by a table state as
-          :meth:`sample` is; returns the state's successor and the keys.
+          priorities=None)``: ordered by a table state as :meth:`sample` is;
+          returns the state's successor and the keys. The form for compiled
+          code.
         * ``keys = table.insert_batch(columns, lengths, priorities=None)``:
-          ordered by JAX's ordered effects; returns the keys.
+          eager calls only; returns the keys. Traced, it raises ``TypeError``.
 
         Arguments (both forms):
 
-        * ``state`` (``TableState``, taught form only): the table state (from
+        * ``state`` (``TableState``, first form only): the table state (from
           :meth:`state`, or the previous table call).
         * ``columns`` (``Mapping[str, Any]``): every column of the table and no
           other; ``columns[name]`` is ``[N, T, *shape]`` with
@@ -649,7 +641,8 @@ class Table:
           TypeError: ``columns`` is not a mapping; a column holds non-numeric
             data; a conversion to a column's dtype is refused (see below); a
             64-bit column without ``jax_enable_x64``; concrete priorities that
-            are not real numbers; ``state`` is not a table state.
+            are not real numbers; ``state`` is not a table state; the
+            stateless form traced (inside jit, scan, vmap, grad).
           ValueError: columns missing or unknown; a column's shape is not
             ``[N, T, *shape]`` with the same ``N`` and ``T`` as the others;
             ``N < 1``; ``T`` outside ``[1, max_length]``; lengths or
@@ -683,16 +676,18 @@ class Table:
     def _insert_batch(self, state: TableState | None, columns: Mapping[str, Any], lengths: Any,
                       priorities: Any = None) -> Any:
         self._check_open()
-        order = None if state is None else table_state.consume(state, repr(self),
-                                                              self._native.handle)
+        order = _call_forms.eager_state(
+            "table.insert_batch(columns, lengths, ...)",
+            "state, keys = table.insert_batch(state, columns, lengths, ...)") \
+            if state is None else table_state.consume(state, repr(self), self._native.handle)
         arrays = _inserts.batch_columns(self._columns, self._max_length, columns)
         rows, steps = arrays[0].shape[:2]
         lengths = _inserts.batch_lengths(lengths, rows, steps)
         priorities = _inserts.batch_priorities(priorities, rows)
         arrays = _inserts.convert_batch_columns(self._columns, arrays)
         try:
-            order, keys = self._spec.insert_batch_program()(arrays, lengths, priorities,
-                                                            order)
+            order, keys = self._spec.insert_batch_program()(order, arrays, lengths,
+                                                            priorities)
             return self._eager(keys if state is None else (order, keys))
         except ValueError as e:
             errors.reraise(e)
@@ -707,7 +702,7 @@ class Table:
     @overload
     def sample(self, rng_key: jax.Array, batch_size: int, window: int | None = None,
                strategy: Strategy = Uniform(), pad: str | None = None, *,
-               cut: str = "start", replace: bool = True, ordered: bool = True) -> Batch: ...
+               cut: str = "start", replace: bool = True, ordered: bool | None = None) -> Batch: ...
 
     @first_overload
     def sample(self, *args: Any, **kwargs: Any) -> Any:
@@ -715,15 +710,16 @@ class Table:
 
         Two forms, the same arguments otherwise (docs: Semantics in jit):
 
-        * ``state, batch = table.sample(state, rng_key, batch_size, ...)``
-          (taught): takes a table state (from :meth:`state`) and returns its
-          successor; calls ordered this way keep JAX's fast dispatch path.
-        * ``batch = table.sample(rng_key, batch_size, ...)``: ordered by JAX's
-          ordered effects, at a higher cost per dispatch; ``ordered=False``
-          gives order and exactly-once up.
+        * ``state, batch = table.sample(state, rng_key, batch_size, ...)``:
+          takes a table state (from :meth:`state`) and returns its successor;
+          calls ordered this way keep JAX's fast dispatch path. The form for
+          compiled code (``jax.jit``, ``lax.scan``, ``vmap``, ``grad``).
+        * ``batch = table.sample(rng_key, batch_size, ...)``: eager calls
+          only (a notebook, a data loader's loop), each from a fresh state;
+          traced, it raises ``TypeError`` naming the state form.
 
         Args (both forms, in this order):
-          state: a ``TableState`` (taught form only).
+          state: a ``TableState`` (first form only).
           rng_key: a JAX PRNG key (``jax.random.key(...)`` or a legacy
             ``uint32[2]`` key); the same key and contents give the same batch.
           batch_size: rows, in [1, 2**31 - 1].
@@ -735,7 +731,8 @@ class Table:
           cut: keyword; where the window lies in its trajectory: ``"start"``
             (default), ``"end"`` or ``"full"`` (docs: Windows and padding).
           replace: keyword; ``False`` draws distinct trajectories in a batch.
-          ordered: keyword, stateless form only; ``False`` drops the ordering.
+          ordered: deprecated, does nothing (eager calls run in order;
+            compiled calls are ordered by their state); warns.
 
         Returns:
           The batch, a :class:`gearjax.Batch`; in the taught form
@@ -745,13 +742,12 @@ class Table:
           TypeError: an argument of the wrong type (``batch_size`` or
             ``window`` not an integer, an unknown strategy, a ``replace`` or
             ``ordered`` that is not a bool, ``rng_key`` not one PRNG key, a
-            ``state`` that is not a table state).
+            ``state`` that is not a table state); the stateless form traced.
           ValueError: an argument out of range or contradicting another (an
             unknown ``cut`` or ``pad``; ``cut="end"`` or ``"full"`` without a
             ``window``; ``pad`` with ``cut="full"`` or ``"right"`` with
             ``"end"``; ``replace=False`` with ``TopK(k)`` or ``Recent(n)``
-            and a batch over ``k`` (``n``); ``ordered=False`` with a state or
-            with ``max_times_sampled``; a ninth ``Prioritized`` alpha; results
+            and a batch over ``k`` (``n``); a ninth ``Prioritized`` alpha; results
             larger than this machine's memory; a ``SampleToInsertRatio``
             whose ``error_buffer`` is under ``batch_size``; a ``state``
             already given to another call of the function being traced).
@@ -775,19 +771,15 @@ class Table:
     def _sample(self, state: TableState | None, rng_key: jax.Array, batch_size: int,
                 window: int | None = None, strategy: Strategy = Uniform(),
                 pad: str | None = None, *, cut: str = "start", replace: bool = True,
-                ordered: bool = True) -> Any:
+                ordered: bool | None = None) -> Any:
         self._check_open()
-        order = None if state is None else table_state.consume(state, repr(self),
-                                                              self._native.handle)
+        order = _call_forms.eager_state(
+            "table.sample(rng_key, ...)", "state, batch = table.sample(state, rng_key, ...)") \
+            if state is None else table_state.consume(state, repr(self), self._native.handle)
         args = _sample_args.check(rng_key, batch_size, window, strategy, pad, cut, replace,
                                   max_length=self._max_length)
-        ordered = _checks.flag("ordered", ordered)
-        if not ordered and state is not None:
-            raise ValueError("ordered=False is for the stateless form: a sample given a "
-                             "TableState is ordered by it")
-        if not ordered and self._max_times_sampled:
-            raise ValueError("ordered=False cannot sample a table with max_times_sampled: a "
-                             "sample that removes trajectories must run exactly once")
+        if ordered is not None:
+            _call_forms.warn_ordered(ordered)
         _sample_args.check_room("a sample", args, self._columns, self._rate_limiter)
         if isinstance(args.strategy, Prioritized):
             alphas = self._native.alphas()
@@ -796,8 +788,7 @@ class Table:
                                  f"{_checks.MAX_PRIORITY_TREES} Prioritized alphas ({alphas}); "
                                  f"Prioritized({args.strategy.alpha}) would be one more")
         try:
-            order, batch = _sample.sample(rng_key, order, spec=self._spec, args=args,
-                                          ordered=ordered)
+            order, batch = _sample.sample(rng_key, order, spec=self._spec, args=args)
             return self._eager(batch if state is None else (order, batch))
         except ValueError as e:
             errors.reraise(e)
@@ -817,21 +808,21 @@ class Table:
         Keys no longer stored (evicted meanwhile) are skipped, and for a
         repeated key the last value wins (docs: Tables, "Priorities").
 
-        Three forms:
+        Two forms:
 
         * ``state, count = table.update_priorities(state, keys, priorities)``
-          (taught, in compiled code): an XLA FFI custom call ordered by the
+          (the form for compiled code): an XLA FFI custom call ordered by the
           table state (see :meth:`sample`), in or out of jit;
           ``count`` (an int32 scalar) is the number of entries whose key was
           still stored.
-        * ``table.update_priorities(keys, priorities)`` inside traced code:
-          the same call ordered by JAX's ordered effects; returns ``count``.
-        * the same with NumPy (concrete) arrays outside jit: checks its input,
-          applies it at once and returns ``count`` as a Python int.
+        * ``table.update_priorities(keys, priorities)`` with concrete arrays
+          (NumPy or JAX), outside traced code: checks its input, applies it at
+          once and returns ``count`` as a Python int. Traced, it raises
+          ``TypeError`` naming the state form.
 
         Arguments (all forms):
 
-        * ``state`` (``TableState``, taught form only): the table state.
+        * ``state`` (``TableState``, first form only): the table state.
         * ``keys``: integer keys of any shape (flattened), int32, uint32 or
           int64 or narrower (uint64 is refused).
         * ``priorities``: real numbers (integer or floating), as many as
@@ -840,15 +831,16 @@ class Table:
 
         Returns:
           ``count``, the number of entries whose key was still stored: an
-            int32 scalar ``jax.Array`` in compiled code (``(state, count)``,
-            the state's successor first, in the taught form; -1 for a GPU
+            int32 scalar ``jax.Array`` in the state form (``(state, count)``,
+            the state's successor first; -1 for a GPU
             update that failed, below), a Python ``int`` outside jit.
 
         Raises:
           TypeError: ``keys`` are not integers (or are uint64);
             ``priorities`` are not real numbers; ``state`` is not a table
             state; two arguments whose first is a uint32 scalar (a state
-            with its priorities forgotten, or a key that reads as one).
+            with its priorities forgotten, or a key that reads as one); the
+            stateless form traced.
           ValueError: ``keys`` and ``priorities`` differ in size; a priority
             is out of range (outside jit; nothing changes); ``state`` was
             already given to another table call of the function being traced;
@@ -876,10 +868,14 @@ class Table:
 
     def _update_priorities(self, state: TableState | None, keys: Any, priorities: Any) -> Any:
         self._check_open()
-        order = None if state is None else table_state.consume(state, repr(self),
-                                                              self._native.handle)
-        traced = isinstance(keys, jax.core.Tracer) or isinstance(priorities, jax.core.Tracer) \
-            or state is not None
+        if state is None:
+            _call_forms.eager_state(
+                "table.update_priorities(keys, priorities)",
+                "state, count = table.update_priorities(state, keys, priorities)")
+            order = None
+        else:
+            order = table_state.consume(state, repr(self), self._native.handle)
+        traced = state is not None
         xp = jnp if traced else np
         keys, priorities = xp.ravel(xp.asarray(keys)), xp.ravel(xp.asarray(priorities))
         if keys.dtype == object or not jnp.issubdtype(keys.dtype, np.integer) or \
@@ -895,9 +891,8 @@ class Table:
             if priorities.dtype not in (jnp.float32, jnp.float64):
                 priorities = priorities.astype(_inserts.widest_float())
             try:
-                order, count = self._spec.update_priorities_program()(keys, priorities,
-                                                                      order)
-                return self._eager(count if state is None else (order, count))
+                order, count = self._spec.update_priorities_program()(order, keys, priorities)
+                return self._eager((order, count))
             except ValueError as e:
                 errors.reraise(e)
         return self._native.update_priorities(np.ascontiguousarray(keys, np.int64),
@@ -907,8 +902,8 @@ class Table:
     def save(self, path: str | os.PathLike) -> None:
         """Writes a checkpoint atomically; see :mod:`gearjax.checkpoint`.
 
-        Waits first for the table calls of programs this thread has
-        dispatched, like ``contents``. The checkpoint is the table at one
+        Sees the table calls that have run, like ``contents``: block on a
+        program's table state first to include its calls. The checkpoint is the table at one
         moment, also while other threads insert. It is written to a temporary
         file beside ``path``, checked as loading would check it, and renamed
         over ``path``, so a crash mid-save leaves the previous checkpoint
@@ -934,7 +929,6 @@ class Table:
           >>> restored.close()
         """
         self._check_open()
-        self._wait_for_programs()
         checkpoint.save(self._native, self._checkpoint_header(), path)
 
     def _checkpoint_header(self) -> dict[str, Any]:

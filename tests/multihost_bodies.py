@@ -124,15 +124,18 @@ def in_shard_map(process, processes, directory, steps):
         table.insert({"x": x}, priority=1.0)
     rows = np.stack([np.stack([np.full(3, 1000 * process + i), np.arange(3)], 1)
                      for i in (6, 7)]).astype(np.int32)  # ... and 2 from a jitted insert_batch
-    batch_keys = jax.jit(lambda x: table.insert_batch({"x": x}, np.array([3, 3])))(rows)
+    _, batch_keys = jax.jit(lambda state, x: table.insert_batch(state, {"x": x},
+                                                                np.array([3, 3])))(
+        table.state(), rows)
     mesh = Mesh(np.array(jax.devices()), ("hosts",))
 
     def drain(key):
-        def step(carry, k):
-            b = table.sample(k, 1, 3, gx.Prioritized(1.0), axis_name="hosts")
-            updated = table.update_priorities(b.keys, jax.numpy.zeros(1), axis_name="hosts")
-            return carry, (b.keys, b["x"][:, -1, 0], updated)
-        return jax.lax.scan(step, 0, jax.random.split(key[0], steps))[1]
+        def step(state, k):
+            state, b = table.sample(state, k, 1, 3, gx.Prioritized(1.0), axis_name="hosts")
+            state, updated = table.update_priorities(state, b.keys, jax.numpy.zeros(1),
+                                                     axis_name="hosts")
+            return state, (b.keys, b["x"][:, -1, 0], updated)
+        return jax.lax.scan(step, table.state(), jax.random.split(key[0], steps))[1]
 
     program = jax.jit(jax.shard_map(drain, mesh=mesh, in_specs=P("hosts"),
                                     out_specs=(P("hosts"), P("hosts"), P("hosts"))))
@@ -142,29 +145,43 @@ def in_shard_map(process, processes, directory, steps):
     keys = np.asarray(keys.addressable_data(0)).reshape(-1).tolist()
     idents = np.asarray(idents.addressable_data(0)).reshape(-1).tolist()
     updated = np.asarray(updated.addressable_data(0)).reshape(-1).tolist()
-    # Misuse is refused clearly.
+    # Misuse is refused clearly: the xla exchange in a per-process jit, an
+    # axis not of the shard_map, and (TypeError) the stateless form traced.
     refusals = []
-    try:
-        jax.jit(lambda k: table.sample(k, 2, 3))(jax.random.key(0))
-    except ValueError as e:
-        refusals.append(str(e))
-    try:
-        jax.jit(jax.shard_map(lambda k: table.sample(k[0], 1, 3, axis_name="nope").keys,
-                              mesh=mesh, in_specs=P("hosts"), out_specs=P("hosts")))(key)
-    except ValueError as e:
-        refusals.append(str(e))
+
+    def refused(program, *args):
+        try:
+            program(*args)
+            refusals.append(None)
+        except (ValueError, TypeError) as e:
+            refusals.append(f"{'TypeError' if isinstance(e, TypeError) else 'ValueError'}: {e}")
+
+    refused(jax.jit(lambda state, k: table.sample(state, k, 2, 3)), table.state(),
+            jax.random.key(0))
+    refused(jax.jit(jax.shard_map(
+        lambda k: table.sample(table.state(), k[0], 1, 3, axis_name="nope")[1].keys,
+        mesh=mesh, in_specs=P("hosts"), out_specs=P("hosts"))), key)
+    refused(jax.jit(jax.shard_map(lambda k: table.sample(k[0], 1, 3, axis_name="hosts").keys,
+                                  mesh=mesh, in_specs=P("hosts"), out_specs=P("hosts"))), key)
+    refused(jax.jit(jax.shard_map(
+        lambda k: table.update_priorities(jax.numpy.zeros(1, jax.numpy.int64),
+                                          jax.numpy.zeros(1), axis_name="hosts"),
+        mesh=mesh, in_specs=P("hosts"), out_specs=P())), key)
+    refused(jax.jit(lambda x: table.insert_batch({"x": x}, np.array([3, 3]))), rows)
     zeroed = table.local.contents()["priority"].tolist()
     table.update_priorities(np.zeros(0, np.int64), np.zeros(0))  # eager, collective: a no-op
+    # A failed run raises JaxRuntimeError, or ValueError where JAX's C++ fast
+    # dispatch path launched it (later calls of a program: gearjax/errors.py).
+    failed = (jax.errors.JaxRuntimeError, ValueError)
     for _ in range(3):  # the second scan drains what is left, then fails
         try:
             jax.block_until_ready(program(key))
-        except jax.errors.JaxRuntimeError:
+        except failed:
             break
-    gx.clear_errors()
     try:  # every priority is 0 now: a clear error in every process, no hang
         jax.block_until_ready(program(key))
         drained = None
-    except jax.errors.JaxRuntimeError as e:
+    except failed as e:
         drained = str(e)
     return {"keys": keys, "idents": idents, "updated": updated, "refusals": refusals,
             "drained": drained, "zeroed": zeroed,
@@ -455,25 +472,28 @@ def nixl_in_jit(process, processes, directory):
                             exchange="nixl")
     fill(table, process)
     multihost_utils.sync_global_devices("filled")
-    step = jax.jit(lambda k: table.sample(k, 16, 4, gx.Timestep()))
+    step = jax.jit(lambda state, k: table.sample(state, k, 16, 4, gx.Timestep()))
     errors = []
     shards = set()
-    for c in range(3):
-        b = step(jax.random.key(c))
+    state = table.state()
+    for c in range(3):  # each call takes the state the previous one returned
+        state, b = step(state, jax.random.key(c))
         errors += check_rows(b, 4, table)[0]
         shards |= set(np.asarray(b.shard).tolist())
 
     def scan(key):
         def body(carry, k):
-            b = table.sample(k, 8, 4)
-            return carry + b.mask.sum(), b.keys
-        return jax.lax.scan(body, 0, jax.random.split(key, 4))
+            total, state = carry
+            state, b = table.sample(state, k, 8, 4)
+            return (total + b.mask.sum(), state), b.keys
+        (total, _), keys = jax.lax.scan(body, (0, table.state()), jax.random.split(key, 4))
+        return total, keys
 
     total, keys = jax.jit(scan)(jax.random.key(9))
     eager = table.sample(jax.random.key(1), 16, 4, gx.Timestep())
-    jitted = step(jax.random.key(1))
-    # The taught form: a state threaded through a scan; one FFI call of the
-    # native sampler per step, no host callback, no JAX effect.
+    _, jitted = step(table.state(), jax.random.key(1))
+    # A state threaded through a scan; one FFI call of the native sampler per
+    # step, no host callback, no JAX effect.
     def threaded(state, key):
         def body(state, k):
             state, b = table.sample(state, k, 8, 4, gx.Prioritized(1.0))
@@ -507,14 +527,19 @@ def nixl_in_jit(process, processes, directory):
             errors += check_rows(jax.tree.map(lambda x: x[i], tb), 4, table)[0]
     thread.join()
     errors += eager_errors
-    ranked_program = jax.jit(lambda k: table.sample(k, 8, 4, gx.TopK(3)))
-    ranked_hlo = ranked_program.lower(jax.random.key(5)).as_text()
+    ranked_program = jax.jit(lambda state, k: table.sample(state, k, 8, 4, gx.TopK(3)))
+    ranked_hlo = ranked_program.lower(table.state(), jax.random.key(5)).as_text()
     ranked_compiled = "gearjax_one_sided_sample" in ranked_hlo and "callback" not in ranked_hlo
-    ranked = ranked_program(jax.random.key(5))
+    _, ranked = ranked_program(table.state(), jax.random.key(5))
     errors += check_rows(ranked, 4, table)[0]
     # The same key eagerly: the same rows (one sampler, one seed).
     ranked_same = bool((np.asarray(table.sample(jax.random.key(5), 8, 4, gx.TopK(3)).keys) ==
                         np.asarray(ranked.keys)).all())
+    try:  # the stateless form is eager only: refused while tracing
+        jax.jit(lambda k: table.sample(k, 8, 4))(jax.random.key(6))
+        stateless = None
+    except TypeError as e:
+        stateless = str(e)
 
     # Mode 2: inside shard_map over one device per process, each process's
     # block of a global batch is read one-sidedly by that process.
@@ -522,9 +547,9 @@ def nixl_in_jit(process, processes, directory):
     mesh = Mesh(np.array(jax.devices()), ("hosts",))
 
     def blocks(key):
-        def body(carry, k):
-            return carry, table.sample(k, 8, 4, gx.Timestep(), axis_name="hosts")
-        return jax.lax.scan(body, 0, jax.random.split(key[0], 3))[1]
+        def body(state, k):
+            return table.sample(state, k, 8, 4, gx.Timestep(), axis_name="hosts")
+        return jax.lax.scan(body, table.state(), jax.random.split(key[0], 3))[1]
 
     program = jax.jit(jax.shard_map(blocks, mesh=mesh, in_specs=P("hosts"),
                                     out_specs=P(None, "hosts")))
@@ -544,7 +569,8 @@ def nixl_in_jit(process, processes, directory):
             "same_as_eager": bool((np.asarray(eager.keys) == np.asarray(jitted.keys)).all()),
             "mapped_rows": int(mapped.keys.size), "compiled_call": compiled_call,
             "ranked_compiled": ranked_compiled, "ranked_same_as_eager": ranked_same,
-            "no_effects": no_effects, "eager_state_form": int(eager_tb.keys.size)}
+            "no_effects": no_effects, "eager_state_form": int(eager_tb.keys.size),
+            "stateless": stateless}
 
 
 def nixl_dead_owner(process, processes, directory, signal_name, on_dead_shard, wait=0.5,

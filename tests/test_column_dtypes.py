@@ -153,7 +153,8 @@ def test_a_column_of_the_other_byte_order_stores_and_samples_exactly(name):
             np.testing.assert_array_equal(stored, expected)
     rows = {r.tobytes() for r in values} | {np.ones(2, native).tobytes()}
     for sampled in (table.sample(jax.random.key(0), 16, 3)["x"],
-                    jax.jit(lambda k: table.sample(k, 16, 3)["x"])(jax.random.key(1))):
+                    jax.jit(lambda s, k: table.sample(s, k, 16, 3)[1]["x"])(
+                        table.state(), jax.random.key(1))):
         sampled = np.asarray(sampled)
         assert sampled.dtype == native
         assert {r.tobytes() for r in sampled.reshape(-1, 2)} <= rows

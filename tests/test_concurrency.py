@@ -160,10 +160,11 @@ def sample_while_a_thread_inserts(table: gx.Table, samples: int, min_inserts: in
 
     thread = threading.Thread(target=inserter)
     thread.start()
-    sample = jax.jit(lambda k: table.sample(k, 256, 8, gx.Uniform(), pad="right"))
+    sample = jax.jit(lambda s, k: table.sample(s, k, 256, 8, gx.Uniform(), pad="right"))
+    state = table.state()
     try:
         for i in range(samples):
-            b = sample(jax.random.key(i))
+            state, b = sample(state, jax.random.key(i))
             host = {name: np.asarray(b[name]) for name in COLUMNS}
             host.update(keys=np.asarray(b.keys), start=np.asarray(b.start),
                         mask=np.asarray(b.mask), timestep=np.asarray(b.timestep))

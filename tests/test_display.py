@@ -57,5 +57,12 @@ def test_a_batch_shows_shapes_padding_and_where_rows_came_from():
     assert f"{len(np.unique(np.asarray(batch.keys)))} of 16 rows" in shown
     # Inside jit there are no values: the plain repr, never an error.
     traced = []
-    jax.jit(lambda k: traced.append(t.sample(k, 2, 2)._repr_html_()) or 0)(jax.random.key(1))
+
+    @jax.jit
+    def show(state, key):
+        state, batch = t.sample(state, key, 2, 2)
+        traced.append(batch._repr_html_())
+        return state
+
+    jax.block_until_ready(show(t.state(), jax.random.key(1)))
     assert traced[0].startswith("<pre>")

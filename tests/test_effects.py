@@ -1,15 +1,11 @@
-"""The in-jit contract, in both modes (threaded: a table state passed from call
-to call; ordered: JAX's ordered effects): every sample, update_priorities and
-insert_batch written in a program runs exactly once each time its part of the
-program runs, whether or not its result is used, in program order (within a
-program, across loop iterations and branches, under grad and remat, with
-donation, and across dispatches); vmap maps calls one after another; the
-opt-in ordered=False mode gives exactly-once and order up; an error in one
-program does not poison the next.
-
-Each test takes ``calls``: the table's calls in one mode behind one signature,
-``state, result = calls.sample(state, key, ...)``, where the state is a table
-state (threaded) or None (ordered), so the same program is written once."""
+"""The in-jit contract of table calls ordered by a table state (passed from
+call to call): every sample, update_priorities and insert_batch written in a
+program runs exactly once each time its part of the program runs, whether or
+not its result is used, in program order (within a program, across loop
+iterations and branches, under grad and remat, with donation, and across
+dispatches); vmap maps calls one after another; no table call carries a JAX
+effect (JAX's fast dispatch path); an error in one program does not poison
+the next."""
 
 from __future__ import annotations
 
@@ -23,33 +19,6 @@ import pytest
 import gearjax as gx
 
 N = 32
-MODES = ("threaded", "ordered")
-
-
-class Calls:
-    """A table's calls in one mode: each takes a state first and returns
-    (state, result); in ordered mode the state is None and ignored."""
-
-    def __init__(self, table: gx.Table, mode: str):
-        self.table, self.threaded = table, mode == "threaded"
-
-    def start(self):
-        return self.table.state() if self.threaded else None
-
-    def sample(self, state, *args, **kwargs):
-        if self.threaded:
-            return self.table.sample(state, *args, **kwargs)
-        return state, self.table.sample(*args, **kwargs)
-
-    def update(self, state, keys, priorities):
-        if self.threaded:
-            return self.table.update_priorities(state, keys, priorities)
-        return state, self.table.update_priorities(keys, priorities)
-
-    def insert_batch(self, state, *args):
-        if self.threaded:
-            return self.table.insert_batch(state, *args)
-        return state, self.table.insert_batch(*args)
 
 
 @pytest.fixture
@@ -61,22 +30,16 @@ def table():
     t.close()
 
 
-@pytest.fixture(params=MODES)
-def calls(request, table):
-    return Calls(table, request.param)
-
-
 def finish(*results):
-    """Blocks until results (and, for ordered calls, their effects) are done."""
+    """Blocks until results (and so the table calls they come from) are done."""
     jax.block_until_ready(results)
-    jax.effects_barrier()
 
 
-def drain_step(calls, state, key):
+def drain_step(table, state, key):
     """Samples one trajectory by priority, then zeroes its priority: a program
     that runs these in order visits every trajectory exactly once in N steps."""
-    state, batch = calls.sample(state, key, 1, 1, gx.Prioritized(1.0))
-    state, _ = calls.update(state, batch.keys, jnp.zeros(1))
+    state, batch = table.sample(state, key, 1, 1, gx.Prioritized(1.0))
+    state, _ = table.update_priorities(state, batch.keys, jnp.zeros(1))
     return state, batch.keys[0]
 
 
@@ -91,106 +54,106 @@ KEYS = jax.random.split(jax.random.key(0), N)
 
 
 @pytest.mark.parametrize("unroll", [1, 2, 8, True])
-def test_a_scan_drain_visits_every_trajectory_once_for_every_unroll(calls, table, unroll):
+def test_a_scan_drain_visits_every_trajectory_once_for_every_unroll(table, unroll):
     def body(state, key):
-        return drain_step(calls, state, key)
+        return drain_step(table, state, key)
 
     state, visited = jax.jit(lambda s, ks: jax.lax.scan(body, s, ks, unroll=unroll))(
-        calls.start(), KEYS)
+        table.state(), KEYS)
     finish(state)
     assert_drained(table, visited)
 
 
-def test_a_fori_loop_drain(calls, table):
+def test_a_fori_loop_drain(table):
     def body(i, carry):
         state, visited = carry
-        state, key = drain_step(calls, state, KEYS[i])
+        state, key = drain_step(table, state, KEYS[i])
         return state, visited.at[i].set(key)
 
     state, visited = jax.jit(lambda s: jax.lax.fori_loop(
-        0, N, body, (s, jnp.zeros(N, jnp.int32))))(calls.start())
+        0, N, body, (s, jnp.zeros(N, jnp.int32))))(table.state())
     finish(state)
     assert_drained(table, visited)
 
 
-def test_a_while_loop_drain(calls, table):
+def test_a_while_loop_drain(table):
     def body(carry):
         i, state, visited = carry
-        state, key = drain_step(calls, state, jax.random.fold_in(KEYS[0], i))
+        state, key = drain_step(table, state, jax.random.fold_in(KEYS[0], i))
         return i + 1, state, visited.at[i].set(key)
 
     _, state, visited = jax.jit(lambda s: jax.lax.while_loop(
-        lambda c: c[0] < N, body, (0, s, jnp.zeros(N, jnp.int32))))(calls.start())
+        lambda c: c[0] < N, body, (0, s, jnp.zeros(N, jnp.int32))))(table.state())
     finish(state)
     assert_drained(table, visited)
 
 
-def test_a_straight_line_drain(calls, table):
+def test_a_straight_line_drain(table):
     def program(state, ks):
         visited = []
         for i in range(N):
-            state, key = drain_step(calls, state, ks[i])
+            state, key = drain_step(table, state, ks[i])
             visited.append(key)
         return state, jnp.stack(visited)
 
-    state, visited = jax.jit(program)(calls.start(), KEYS)
+    state, visited = jax.jit(program)(table.state(), KEYS)
     finish(state)
     assert_drained(table, visited)
 
 
-def test_a_drain_inside_cond_branches(calls, table):
+def test_a_drain_inside_cond_branches(table):
     def body(state, key):  # keys here are below 2**11: int32 holds them
         def taken(state):
-            state, visited = drain_step(calls, state, key)
+            state, visited = drain_step(table, state, key)
             return state, visited.astype(jnp.int32)
 
         always = jax.random.key_data(key)[0] >= 0  # traced, always true
         return jax.lax.cond(always, taken, lambda s: (s, jnp.int32(-1)), state)
 
     state, visited = jax.jit(lambda s, ks: jax.lax.scan(body, s, ks, unroll=4))(
-        calls.start(), KEYS)
+        table.state(), KEYS)
     finish(state)
     assert_drained(table, visited)
 
 
-def test_a_call_in_the_untaken_branch_does_not_run(calls, table):
+def test_a_call_in_the_untaken_branch_does_not_run(table):
     @jax.jit
     def program(state, flag, key):
-        return jax.lax.cond(flag, lambda s: calls.sample(s, key, 4, 1)[0], lambda s: s, state)
+        return jax.lax.cond(flag, lambda s: table.sample(s, key, 4, 1)[0], lambda s: s, state)
 
     before = table.stats()["samples"]
-    finish(program(calls.start(), False, jax.random.key(0)))
+    finish(program(table.state(), False, jax.random.key(0)))
     assert table.stats()["samples"] == before
-    finish(program(calls.start(), True, jax.random.key(0)))
+    finish(program(table.state(), True, jax.random.key(0)))
     assert table.stats()["samples"] == before + 4
 
 
-def test_a_sample_written_after_an_update_sees_it_and_one_before_does_not(calls, table):
+def test_a_sample_written_after_an_update_sees_it_and_one_before_does_not(table):
     keys = table.contents()["key"]
     only = jnp.asarray(np.where(keys == keys[5], 1.0, 0.0), jnp.float32)
 
     @jax.jit
     def program(state, key):
-        state, before = calls.sample(state, key, 64, 1, gx.Prioritized(1.0))
-        state, _ = calls.update(state, jnp.asarray(keys), only)
-        state, after = calls.sample(state, key, 64, 1, gx.Prioritized(1.0))
+        state, before = table.sample(state, key, 64, 1, gx.Prioritized(1.0))
+        state, _ = table.update_priorities(state, jnp.asarray(keys), only)
+        state, after = table.sample(state, key, 64, 1, gx.Prioritized(1.0))
         return state, before.keys, after.keys
 
-    state, before, after = program(calls.start(), jax.random.key(1))
+    state, before, after = program(table.state(), jax.random.key(1))
     assert len(set(np.asarray(before).tolist())) > 1
     assert set(np.asarray(after).tolist()) == {int(keys[5])}
 
 
-def test_unused_and_duplicate_samples_each_run_and_count(calls, table):
+def test_unused_and_duplicate_samples_each_run_and_count(table):
     @jax.jit
     def program(state, key):
-        state, _ = calls.sample(state, key, 4)  # unused
-        state, a = calls.sample(state, key, 4)
-        state, b = calls.sample(state, key, 4)  # the same key again
+        state, _ = table.sample(state, key, 4)  # unused
+        state, a = table.sample(state, key, 4)
+        state, b = table.sample(state, key, 4)  # the same key again
         return state, a, b
 
     before = table.stats()["samples"]
-    state, a, b = program(calls.start(), jax.random.key(3))
+    state, a, b = program(table.state(), jax.random.key(3))
     finish(state, a, b)
     assert table.stats()["samples"] - before == 12
     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):  # no change between them
@@ -199,14 +162,14 @@ def test_unused_and_duplicate_samples_each_run_and_count(calls, table):
     assert table.stats()["samples"] - before == 24
 
 
-def test_a_call_whose_results_are_all_discarded_still_runs(calls, table):
+def test_a_call_whose_results_are_all_discarded_still_runs(table):
     @jax.jit
     def program(state, key):
-        calls.sample(state, key, 4)  # the state it returns is dropped too
+        table.sample(state, key, 4)  # the state it returns is dropped too
         return 0
 
     before = table.stats()["samples"]
-    finish(program(calls.start(), jax.random.key(0)))
+    finish(program(table.state(), jax.random.key(0)))
     assert table.stats()["samples"] - before == 4
 
 
@@ -244,11 +207,10 @@ RUNS = {"fori_loop": 3, "scan": 3, "while_loop": 3}
 
 @pytest.mark.parametrize("block", list(DISCARDED_BLOCKS))
 def test_a_block_whose_results_are_all_discarded_still_runs_its_calls(table, block):
-    calls = Calls(table, "threaded")  # ordered calls carry a JAX effect: always kept
     keys = jnp.asarray(table.contents()["key"][:1])
 
     def update(state):
-        return calls.update(state, keys, jnp.ones(1))[0]
+        return table.update_priorities(state, keys, jnp.ones(1))[0]
 
     @jax.jit
     def program(state):
@@ -256,69 +218,66 @@ def test_a_block_whose_results_are_all_discarded_still_runs_its_calls(table, blo
         return state
 
     before = table.stats()["priority_updates"]
-    finish(program(calls.start()))
+    finish(program(table.state()))
     assert table.stats()["priority_updates"] - before == RUNS.get(block, 1)
 
 
 def test_a_sampling_scan_under_grad_of_grad_runs_once_per_step(table):
     """grad of grad of a loss linear in the sampled data once dropped the scan
     entirely (the same call outside a loop ran)."""
-    calls = Calls(table, "threaded")
 
     def loss(w, state):
         def body(state, key):
-            state, batch = calls.sample(state, key, 2, 1)
+            state, batch = table.sample(state, key, 2, 1)
             return state, jnp.sum(batch["x"]) * w
         _, ys = jax.lax.scan(body, state, jax.random.split(jax.random.key(1), 4))
         return ys.sum()
 
     before = table.stats()["samples"]
-    finish(jax.jit(jax.grad(jax.grad(loss)))(1.0, calls.start()))
+    finish(jax.jit(jax.grad(jax.grad(loss)))(1.0, table.state()))
     assert table.stats()["samples"] - before == 8
 
 
-def test_unused_updates_and_inserts_run(calls, table):
+def test_unused_updates_and_inserts_run(table):
     keys = jnp.asarray(table.contents()["key"][:3])
 
     @jax.jit
     def program(state):
-        state, _ = calls.update(state, keys, jnp.full(3, 7.0))
-        state, _ = calls.insert_batch(state, {"x": jnp.ones((2, 1, 2))}, jnp.array([1, 1]))
+        state, _ = table.update_priorities(state, keys, jnp.full(3, 7.0))
+        state, _ = table.insert_batch(state, {"x": jnp.ones((2, 1, 2))}, jnp.array([1, 1]))
         return state
 
-    finish(program(calls.start()))
+    finish(program(table.state()))
     stats = table.stats()
     assert stats["priority_updates"] == 3 and stats["inserts"] == N + 2
 
 
-def test_samples_whose_results_are_unused_still_feed_the_rate_limiter(calls):
+def test_samples_whose_results_are_unused_still_feed_the_rate_limiter():
     limiter = gx.SampleToInsertRatio(samples_per_insert=1.0, min_size_to_sample=1,
                                      error_buffer=4.0, timeout=0.05)
     with gx.Table({"x": gx.Column((), "float32")}, 8, 2, rate_limiter=limiter) as t:
-        calls = Calls(t, "threaded" if calls.threaded else "ordered")
         t.insert({"x": np.zeros(1)})  # diff = 1: four rows may be sampled, then no more
 
         @jax.jit
         def unused(state, key):
-            state, _ = calls.sample(state, key, 4)
+            state, _ = t.sample(state, key, 4)
             return state
 
-        finish(unused(calls.start(), jax.random.key(0)))
+        finish(unused(t.state(), jax.random.key(0)))
         assert t.stats()["samples"] == 4
         with pytest.raises(Exception, match="rate limiter held sampling back"):
-            finish(calls.sample(calls.start(), jax.random.key(1), 1))
-        gx.clear_errors()
+            finish(t.sample(t.state(), jax.random.key(1), 1))
         t.insert({"x": np.zeros(1)})  # one more insert frees one more row
-        _, batch = calls.sample(calls.start(), jax.random.key(2), 1)
+        _, batch = t.sample(t.state(), jax.random.key(2), 1)
         assert jax.block_until_ready(batch).keys.shape == (1,)
 
 
-def test_dispatched_programs_act_in_dispatch_order(calls, table):
+def test_dispatched_programs_act_in_dispatch_order(table):
     keys = table.contents()["key"]
     only_7 = jnp.asarray(np.where(keys == keys[7], 1.0, 0.0), jnp.float32)
-    zero_all_but_7 = jax.jit(lambda s: calls.update(s, jnp.asarray(keys), only_7)[0])
-    sample = jax.jit(lambda s, k: calls.sample(s, k, 128, 1, gx.Prioritized(1.0)))
-    state = calls.start()
+    zero_all_but_7 = jax.jit(lambda s: table.update_priorities(s, jnp.asarray(keys), only_7)[0])
+    sample = jax.jit(lambda s, k: table.sample(s, k, 128, 1, gx.Prioritized(1.0)))
+    state = table.state()
     for i in range(5):  # dispatched without waiting in between
         finish(state)
         table.update_priorities(keys, np.ones(N))
@@ -349,15 +308,15 @@ def test_programs_that_each_start_from_a_fresh_state_act_in_dispatch_order(table
         assert set(np.asarray(drawn).tolist()) == {target}
 
 
-def test_grad_of_a_loss_that_samples_and_updates_inside(calls, table):
+def test_grad_of_a_loss_that_samples_and_updates_inside(table):
     def loss(w, state, key):
-        state, batch = calls.sample(state, key, 8, 2)
+        state, batch = table.sample(state, key, 8, 2)
         error = jnp.square(batch["x"].sum((1, 2)) * w - 1.0)
-        state, _ = calls.update(state, batch.keys, error + 1.0)  # a traced function of w
+        state, _ = table.update_priorities(state, batch.keys, error + 1.0)  # a traced function of w
         return error.mean(), state
 
     before = table.stats()["samples"]
-    grad, state = jax.jit(jax.grad(loss, has_aux=True))(jnp.float32(0.5), calls.start(),
+    grad, state = jax.jit(jax.grad(loss, has_aux=True))(jnp.float32(0.5), table.state(),
                                                         jax.random.key(0))
     finish(grad, state)
     assert np.isfinite(float(grad))
@@ -365,13 +324,13 @@ def test_grad_of_a_loss_that_samples_and_updates_inside(calls, table):
     assert table.stats()["priority_updates"] == 8
 
 
-def test_donated_arguments_keep_the_order(calls, table):
+def test_donated_arguments_keep_the_order(table):
     @functools.partial(jax.jit, donate_argnums=0)
     def step(carry, state, key):
-        state, visited = drain_step(calls, state, key)
+        state, visited = drain_step(table, state, key)
         return carry + visited.astype(carry.dtype), state
 
-    carry, state = jnp.zeros((), jnp.int32), calls.start()
+    carry, state = jnp.zeros((), jnp.int32), table.state()
     visited = []
     for key in KEYS:
         before = set(table.contents()["key"][table.contents()["priority"] > 0].tolist())
@@ -382,24 +341,24 @@ def test_donated_arguments_keep_the_order(calls, table):
     assert_drained(table, visited)
 
 
-def test_vmap_draws_each_mapped_key_on_its_own_one_after_another(calls, table):
+def test_vmap_draws_each_mapped_key_on_its_own_one_after_another(table):
     keys = jax.random.split(jax.random.key(4), 3)
     before = table.stats()["samples"]
-    state, mapped = jax.jit(jax.vmap(lambda k, s: calls.sample(s, k, 5, 2),
+    state, mapped = jax.jit(jax.vmap(lambda k, s: table.sample(s, k, 5, 2),
                                      in_axes=(0, None), out_axes=(None, 0)))(
-        keys, calls.start())
+        keys, table.state())
     finish(state, mapped)
     assert table.stats()["samples"] - before == 15
     for i in range(3):
-        _, single = calls.sample(calls.start(), keys[i], 5, 2)
+        _, single = table.sample(table.state(), keys[i], 5, 2)
         for x, y in zip(jax.tree.leaves(mapped), jax.tree.leaves(single)):
             np.testing.assert_array_equal(np.asarray(x)[i], y)
 
 
-def test_vmap_of_a_drain_step_draws_and_updates_one_element_at_a_time(calls, table):
-    state, visited = jax.jit(jax.vmap(lambda k, s: drain_step(calls, s, k),
+def test_vmap_of_a_drain_step_draws_and_updates_one_element_at_a_time(table):
+    state, visited = jax.jit(jax.vmap(lambda k, s: drain_step(table, s, k),
                                       in_axes=(0, None), out_axes=(None, 0)))(
-        KEYS[:8], calls.start())
+        KEYS[:8], table.state())
     finish(state)
     # vmap runs the 8 samples, then the 8 updates: the samples see the same
     # priorities (all 1), so repeats are possible; all 8 updates apply.
@@ -407,38 +366,33 @@ def test_vmap_of_a_drain_step_draws_and_updates_one_element_at_a_time(calls, tab
     assert (table.contents()["priority"] == 0).sum() == len(set(np.asarray(visited).tolist()))
 
 
-def test_checkpoint_without_differentiation_samples_once(calls, table):
+def test_checkpoint_without_differentiation_samples_once(table):
     before = table.stats()["samples"]
-    finish(jax.jit(jax.checkpoint(lambda s, k: calls.sample(s, k, 4, 1)))(
-        calls.start(), jax.random.key(0)))
+    finish(jax.jit(jax.checkpoint(lambda s, k: table.sample(s, k, 4, 1)))(
+        table.state(), jax.random.key(0)))
     assert table.stats()["samples"] - before == 4
 
 
-def test_checkpoint_under_grad_runs_once_threaded_and_is_refused_ordered(calls, table):
+def test_checkpoint_under_grad_runs_once(table):
     def loss(w, state, key):
-        state, batch = calls.sample(state, key, 4, 1)
+        state, batch = table.sample(state, key, 4, 1)
         return (batch["x"].sum() * w) ** 2, state
 
-    if not calls.threaded:
-        with pytest.raises(NotImplementedError, match="would rematerialise it and run it again"):
-            jax.grad(jax.checkpoint(loss), has_aux=True)(1.0, None, jax.random.key(0))
-        return
     before = table.stats()["samples"]
     for policy in (None, jax.checkpoint_policies.nothing_saveable):
         grad, state = jax.jit(jax.grad(jax.checkpoint(loss, policy=policy), has_aux=True))(
-            1.0, calls.start(), jax.random.key(0))
+            1.0, table.state(), jax.random.key(0))
         finish(grad, state)
         assert float(grad) != 0
     assert table.stats()["samples"] - before == 8  # 4 per program, none rematerialised
 
 
 def test_a_checkpointed_scan_body_under_grad_runs_once_per_step(table):
-    calls = Calls(table, "threaded")  # ordered calls are refused there (above)
 
     def loss(w, state, key):
         def body(carry, k):
             state, total = carry
-            state, batch = calls.sample(state, k, 2, 1)
+            state, batch = table.sample(state, k, 2, 1)
             return (state, total + jnp.sin(batch["x"].sum() * w)), None
 
         (state, total), _ = jax.lax.scan(jax.checkpoint(body), (state, 0.0),
@@ -446,64 +400,51 @@ def test_a_checkpointed_scan_body_under_grad_runs_once_per_step(table):
         return total, state
 
     before = table.stats()["samples"]
-    grad, state = jax.jit(jax.grad(loss, has_aux=True))(1.0, calls.start(), jax.random.key(0))
+    grad, state = jax.jit(jax.grad(loss, has_aux=True))(1.0, table.state(), jax.random.key(0))
     finish(grad, state)
     assert table.stats()["samples"] - before == 10
 
 
-def test_ordered_false_gives_up_exactly_once(table):
-    @jax.jit
-    def program(key):
-        table.sample(key, 4, ordered=False)  # unused: XLA may drop it
-        a = table.sample(key, 4, ordered=False)
-        b = table.sample(key, 4, ordered=False)  # identical: XLA may merge them
-        return a.keys, b.keys
-
-    before = table.stats()["samples"]
-    a, b = program(jax.random.key(5))
-    np.testing.assert_array_equal(a, b)
-    assert table.stats()["samples"] - before < 12  # dropped or merged, as documented
-
-
-def test_only_ordered_samples_carry_a_jax_effect(table):
-    # JAX keeps its C++ fast dispatch path for programs without effects: the
-    # threaded and ordered=False programs have none, the ordered one has the
-    # table's.
-    key = jax.random.key(0)
-    assert jax.make_jaxpr(lambda k: table.sample(k, 2).keys)(key).effects
-    assert not jax.make_jaxpr(lambda s, k: table.sample(s, k, 2))(table.state(), key).effects
-    assert not jax.make_jaxpr(lambda k: table.sample(k, 2, ordered=False).keys)(key).effects
+def test_no_table_call_carries_a_jax_effect(table):
+    # JAX keeps its C++ fast dispatch path for programs without effects.
+    key, keys = jax.random.key(0), jnp.asarray(table.contents()["key"][:2])
+    programs = {
+        "sample": lambda s: table.sample(s, key, 2),
+        "update_priorities": lambda s: table.update_priorities(s, keys, jnp.ones(2)),
+        "insert_batch": lambda s: table.insert_batch(s, {"x": jnp.ones((1, 1, 2))},
+                                                     jnp.array([1])),
+    }
+    for name, program in programs.items():
+        jaxpr = jax.make_jaxpr(program)(table.state())
+        assert not jaxpr.effects, name
+        assert "gearjax_" in str(jaxpr), name  # a table call (perhaps in a nested jit)
 
 
-def test_an_error_in_one_program_does_not_fail_the_next(calls, table):
-    bad = jax.jit(lambda s: calls.insert_batch(s, {"x": jnp.ones((1, 2, 2))}, jnp.array([0])))
-    good = jax.jit(lambda s, k: calls.sample(s, k, 2)[1].keys)
-    good(calls.start(), jax.random.key(0)).block_until_ready()
+def test_an_error_in_one_program_does_not_fail_the_next(table):
+    bad = jax.jit(lambda s: table.insert_batch(s, {"x": jnp.ones((1, 2, 2))}, jnp.array([0])))
+    good = jax.jit(lambda s, k: table.sample(s, k, 2)[1].keys)
+    good(table.state(), jax.random.key(0)).block_until_ready()
     for _ in range(2):
         with pytest.raises(Exception, match="has length 0"):
-            finish(bad(calls.start()))
-        gx.clear_errors()  # (any Table method does it too; threaded calls need nothing)
-        assert good(calls.start(), jax.random.key(1)).shape == (2,)
-    assert gx.clear_errors() is False  # nothing to clear when nothing failed
+            finish(bad(table.state()))
+        assert good(table.state(), jax.random.key(1)).shape == (2,)
 
 
-def test_contents_get_and_save_see_what_dispatched_programs_did(calls, table, tmp_path):
-    # Ordered calls: contents/get/save wait for this thread's dispatched
-    # programs. Threaded calls: block on the state the program returned.
-    zero = jax.jit(lambda s, k: calls.update(s, k, jnp.zeros(k.shape[0]))[0])
+def test_contents_get_and_save_see_what_dispatched_programs_did(table, tmp_path):
+    # contents/get/save see the calls that have run: block on the state the
+    # program returned first.
+    zero = jax.jit(lambda s, k: table.update_priorities(s, k, jnp.zeros(k.shape[0]))[0])
     keys = jnp.asarray(table.contents()["key"])
-    state = calls.start()
+    state = table.state()
     for _ in range(20):
         finish(state)
         table.update_priorities(np.asarray(keys), np.ones(N))
         state = zero(state, keys)
-        if calls.threaded:
-            jax.block_until_ready(state)
-        assert (table.contents()["priority"] == 0).all()
-    state, inserted = jax.jit(lambda s: calls.insert_batch(
-        s, {"x": jnp.full((1, 1, 2), 7.0)}, jnp.array([1])))(state)
-    if calls.threaded:
         jax.block_until_ready(state)
+        assert (table.contents()["priority"] == 0).all()
+    state, inserted = jax.jit(lambda s: table.insert_batch(
+        s, {"x": jnp.full((1, 1, 2), 7.0)}, jnp.array([1])))(state)
+    jax.block_until_ready(state)
     table.save(tmp_path / "t.gx")  # the checkpoint holds the insert
     assert gx.Table.load(tmp_path / "t.gx").stats()["inserts"] == N + 1
     assert table.get(int(inserted[0]))["x"].tolist() == [[7.0, 7.0]]

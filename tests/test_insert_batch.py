@@ -35,13 +35,15 @@ def insert_batch_twice_in_jit_and_check(table: gx.Table) -> None:
     inserted. Shared with test_gpu.py (the CUDA handler)."""
 
     @jax.jit
-    def rollout_and_insert(key):
+    def rollout_and_insert(state, key):
         columns = rollout(key)
-        keys = table.insert_batch(columns, jnp.array([5, 2, 4]), jnp.array([1.0, 2.0, 0.5]))
-        return keys, columns["obs"]
+        state, keys = table.insert_batch(state, columns, jnp.array([5, 2, 4]),
+                                         jnp.array([1.0, 2.0, 0.5]))
+        return state, keys, columns["obs"]
 
-    keys, obs = rollout_and_insert(jax.random.key(0))
-    keys2, obs2 = rollout_and_insert(jax.random.key(1))  # 6 into 4 slots: evicts 2
+    state, keys, obs = rollout_and_insert(table.state(), jax.random.key(0))
+    state, keys2, obs2 = rollout_and_insert(state, jax.random.key(1))  # 6 into 4 slots: evicts 2
+    jax.block_until_ready(state)  # contents() sees what has run
     sequence = lambda k: (np.asarray(k) >> table.slot_bits).tolist()  # noqa: E731
     assert sequence(keys) == [0, 1, 2] and sequence(keys2) == [3, 4, 5]
     stored = np.concatenate([np.asarray(keys), np.asarray(keys2)])[2:]
@@ -53,9 +55,9 @@ def insert_batch_twice_in_jit_and_check(table: gx.Table) -> None:
         np.testing.assert_array_equal(got["step"], np.arange(length))
     assert table.contents()["priority"].tolist() == [0.5, 1.0, 2.0, 0.5]
     with pytest.raises(Exception, match="outside \\[1, 5\\]; nothing was inserted"):
-        jax.block_until_ready(jax.jit(lambda: table.insert_batch(
-            {"obs": jnp.zeros((1, 5, 3)), "step": jnp.zeros((1, 5), jnp.int32)},
-            jnp.array([6])))())
+        jax.block_until_ready(jax.jit(lambda s: table.insert_batch(
+            s, {"obs": jnp.zeros((1, 5, 3)), "step": jnp.zeros((1, 5), jnp.int32)},
+            jnp.array([6])))(state))
     assert table.contents()["key"].tolist() == stored.tolist()
 
 
@@ -68,7 +70,9 @@ def test_inside_jit_inserts_the_real_steps(table):
     key = jax.random.key(0)
     columns = rollout(key)
     lengths = jnp.array([5, 2, 1])
-    keys = jax.jit(lambda k: table.insert_batch(rollout(k), lengths, jnp.array([1.0, 2.0, 3.0])))(key)
+    _, keys = jax.jit(lambda s, k: table.insert_batch(s, rollout(k), lengths,
+                                                      jnp.array([1.0, 2.0, 3.0])))(
+        table.state(), key)
     assert keys.dtype == jnp.int64
     keys = np.asarray(keys)  # the program has run
     np.testing.assert_array_equal(keys, table.contents()["key"])
@@ -92,14 +96,16 @@ def test_scan_that_rolls_out_inserts_and_samples(table):
     """An on-device loop: each step inserts one trajectory, then samples it
     back with Recent(1) in the same compiled program."""
 
-    def body(carry, key):
+    def body(state, key):
         columns = rollout(key, rows=1, steps=4)
-        table.insert_batch(columns, jnp.array([4]))
-        batch = table.sample(jax.random.fold_in(key, 1), 1, None, gx.Recent(1), pad="right")
-        return carry, (columns["obs"][0], batch["obs"][0, :4], batch.keys[0])
+        state, _ = table.insert_batch(state, columns, jnp.array([4]))
+        state, batch = table.sample(state, jax.random.fold_in(key, 1), 1, None, gx.Recent(1),
+                                    pad="right")
+        return state, (columns["obs"][0], batch["obs"][0, :4], batch.keys[0])
 
-    _, (made, sampled, keys) = jax.jit(lambda ks: jax.lax.scan(body, 0, ks))(
-        jax.random.split(jax.random.key(1), 10))
+    state, (made, sampled, keys) = jax.jit(lambda s, ks: jax.lax.scan(body, s, ks))(
+        table.state(), jax.random.split(jax.random.key(1), 10))
+    jax.block_until_ready(state)
     np.testing.assert_array_equal(made, sampled)
     np.testing.assert_array_equal(np.asarray(keys) >> table.slot_bits, np.arange(10))
     assert table.stats()["evictions"] == 4  # capacity 6
@@ -116,16 +122,15 @@ def test_bad_values_insert_nothing(table, lengths, priorities, match):
     table.insert_batch(rollout(jax.random.key(0), 1), jnp.array([2]))
     before = table.stats()
     with pytest.raises(Exception, match=match):
-        jax.block_until_ready(jax.jit(lambda: table.insert_batch(
-            rollout(jax.random.key(1)), jnp.array(lengths),
-            None if priorities is None else jnp.array(priorities)))())
+        jax.block_until_ready(jax.jit(lambda s: table.insert_batch(
+            s, rollout(jax.random.key(1)), jnp.array(lengths),
+            None if priorities is None else jnp.array(priorities)))(table.state()))
     after = table.stats()
     for field in ("size", "inserts", "next_sequence", "num_steps", "evictions"):
         assert before[field] == after[field]
-    # The table keeps working after a refused batch (and JAX's runtime token
-    # for side effects is healthy again).
-    keys = jax.block_until_ready(jax.jit(lambda: table.insert_batch(
-        rollout(jax.random.key(2), 1), jnp.array([3])))())
+    # The table keeps working after a refused batch.
+    _, keys = jax.block_until_ready(jax.jit(lambda s: table.insert_batch(
+        s, rollout(jax.random.key(2), 1), jnp.array([3])))(table.state()))
     np.testing.assert_array_equal(np.asarray(keys) >> table.slot_bits, [before["next_sequence"]])
 
 

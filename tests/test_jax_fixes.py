@@ -1,9 +1,9 @@
-"""The holes JAX leaves around table calls, closed in both modes
-(gearjax/_jax_fixes.py, gearjax/_primitives.py): a loop-invariant table call
-in a scan under grad runs once per iteration; AOT-compiled functions run every
-call; vmap of cond/switch/while_loop with a batched predicate is refused; a
-jit over several host devices runs each call once; threaded programs keep
-JAX's fast dispatch path."""
+"""The holes JAX leaves around table calls, closed (gearjax/_jax_fixes.py,
+gearjax/_primitives.py): a loop-invariant table call in a scan under grad runs
+once per iteration; AOT-compiled functions run every call; vmap of
+cond/switch/while_loop with a batched predicate is refused; a jit over several
+host devices runs each call once; table-state programs keep JAX's fast
+dispatch path."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import pytest
 import gearjax as gx
 from conftest import pythonpath
 from gearjax import _jax_fixes
-from test_effects import MODES, Calls, finish
+from test_effects import finish
 
 N = 32
 
@@ -36,11 +36,6 @@ def table():
     t.close()
 
 
-@pytest.fixture(params=MODES)
-def calls(request, table):
-    return Calls(table, request.param)
-
-
 def samples_drawn(table, run) -> int:
     before = table.stats()["samples"]
     finish(run())
@@ -50,14 +45,14 @@ def samples_drawn(table, run) -> int:
 # ---------------------------------------------------------------- hoisting
 @pytest.mark.parametrize("closed_over_state", [False, True])
 def test_a_loop_invariant_call_in_a_scan_under_grad_runs_once_per_iteration(
-        calls, table, closed_over_state):
+        table, closed_over_state):
     key = jax.random.key(0)  # closed over: every operand of the sample is loop-invariant
 
     def loss(w, state):
         def body(carry, _):
             state, total = carry
             given = outer if closed_over_state else state
-            new_state, batch = calls.sample(given, key, 2, 1)
+            new_state, batch = table.sample(given, key, 2, 1)
             return (state if closed_over_state else new_state,
                     total + jnp.sin(batch["x"].sum() * w)), None
 
@@ -66,27 +61,26 @@ def test_a_loop_invariant_call_in_a_scan_under_grad_runs_once_per_iteration(
         return total, state
 
     assert samples_drawn(table, lambda: jax.jit(jax.grad(loss, has_aux=True))(
-        1.0, calls.start())) == 10
+        1.0, table.state())) == 10
 
 
 def test_invariant_work_beside_a_table_call_still_hoists(table):
     # Only the table call (and what depends on it) stays in the loop.
-    calls = Calls(table, "threaded")
     big = jnp.ones((64, 64))
 
     def loss(w, state):
         def body(carry, _):
             state, total = carry
-            state, batch = calls.sample(state, jax.random.key(0), 2, 1)
+            state, batch = table.sample(state, jax.random.key(0), 2, 1)
             return (state, total + jnp.sum(jnp.sin(big * w)) + batch["x"].sum()), None
 
         return jax.lax.scan(body, (state, 0.0), None, length=4)[0][1]
 
     # Hoisted, cos(big * w) is one [64, 64] residual; kept in the loop, it
     # would be saved per iteration, [4, 64, 64].
-    jaxpr = str(jax.make_jaxpr(jax.grad(loss))(1.0, calls.start()))
-    assert "gearjax_sample_threaded" in jaxpr and "f32[4,64,64]" not in jaxpr
-    assert np.isfinite(float(jax.jit(jax.grad(loss))(1.0, calls.start())))
+    jaxpr = str(jax.make_jaxpr(jax.grad(loss))(1.0, table.state()))
+    assert "gearjax_sample" in jaxpr and "f32[4,64,64]" not in jaxpr
+    assert np.isfinite(float(jax.jit(jax.grad(loss))(1.0, table.state())))
 
 
 # ----------------------------------------------- which JAX versions are fixed
@@ -139,8 +133,7 @@ def _expected_forms() -> dict[str, str]:
     """Which form of each patched internal the installed JAX has, as this
     test knows it per supported minor (all others: the form every one shares)."""
     forms = {what: _jax_fixes.ALL for what in (
-        "scan's partial_eval_jaxpr_custom rule", "dispatch.RuntimeTokenSet.get_token_input",
-        "mlir.lower_jaxpr_to_module", "pxla.MeshExecutable.create_cpp_call",
+        "scan's partial_eval_jaxpr_custom rule", "mlir.lower_jaxpr_to_module",
         "cond's batching rule", "while's batching rule", "batching.batch_jaxpr")}
     version = _version()
     forms["loops._scan_known_hoisting"] = \
@@ -185,68 +178,13 @@ def test_the_supported_jax_versions_are_declared_and_installed():
         assert "JAX 0.10, 0.11 and 0.12" in text and _jax_fixes.SUPPORTED_JAX[3:] in text, page
 
 
-# ----------------------------------------------------------- failed tokens
-class FailedBuffer:
-    """What a program that failed after its dispatch leaves as its token."""
-
-    def __init__(self, ready: bool = True):
-        self.ready, self.waited = ready, 0
-
-    def is_ready(self):
-        return self.ready
-
-    def block_until_ready(self):
-        self.waited += 1
-        raise RuntimeError("an earlier program failed")
-
-
-def test_a_failed_programs_token_fails_no_program_compiled_before_it(table):
-    """On a GPU a failing program returns at once and leaves its token failed;
-    a program compiled earlier (no table method runs when it is called) once
-    failed with that old error instead of running (the first GPU run:
-    test_lifecycle's static-argument program after a closed table's). The
-    token is dropped before JAX hands it to the next program: JAX then starts
-    a fresh one."""
-    from jax._src import core as jax_core
-    from jax._src import dispatch
-    from gearjax._primitives import TABLE_EFFECT
-
-    program = jax.jit(lambda k: table.sample(k, 2, 1).keys)  # ordered: it takes the token
-    finish(program(jax.random.key(0)))
-    failed = FailedBuffer()
-    dispatch.runtime_tokens.current_tokens[TABLE_EFFECT] = jax_core.Token(failed)
-    dispatch.runtime_tokens.get_token_input(TABLE_EFFECT, jax.devices()[:1])
-    assert dispatch.runtime_tokens.current_tokens[TABLE_EFFECT]._buf is not failed
-    dispatch.runtime_tokens.current_tokens[TABLE_EFFECT] = jax_core.Token(FailedBuffer())
-    before = table.stats()["samples"]
-    assert jax.block_until_ready(program(jax.random.key(1))).shape == (2,)
-    assert table.stats()["samples"] == before + 2
-
-
-def test_a_token_in_flight_is_kept_unless_asked_to_wait():
-    from jax._src import core as jax_core
-    from gearjax._primitives import TABLE_EFFECT
-
-    class Tokens:  # JAX's RuntimeTokenSet, as the fix reads it
-        def __init__(self, buffer):
-            self.current_tokens = {TABLE_EFFECT: jax_core.Token(buffer)}
-            self.output_runtime_tokens = {"device": FailedBuffer()}
-
-    flying = Tokens(FailedBuffer(ready=False))
-    assert not _jax_fixes.drop_failed_table_token(flying, wait=False)  # gx.clear_errors()
-    assert TABLE_EFFECT in flying.current_tokens
-    assert _jax_fixes.drop_failed_table_token(flying, wait=True)  # before the next program
-    assert flying.current_tokens == {} and flying.output_runtime_tokens == {}
-    assert not _jax_fixes.drop_failed_table_token(flying, wait=True)  # nothing left
-
-
 # --------------------------------------------------------------------- AOT
-def test_an_aot_compiled_function_runs_every_call(calls, table):
+def test_an_aot_compiled_function_runs_every_call(table):
     key = jax.random.key(0)
-    compiled = jax.jit(lambda s, k: calls.sample(s, k, 3, 1)).lower(calls.start(), key).compile()
+    compiled = jax.jit(lambda s, k: table.sample(s, k, 3, 1)).lower(table.state(), key).compile()
 
     def three_calls():
-        state = calls.start()
+        state = table.state()
         for _ in range(3):
             state, batch = compiled(state, key)
         return state, batch
@@ -259,30 +197,30 @@ FLAGS = jnp.array([True, False, True, False])
 KEYS = jax.random.split(jax.random.key(1), 4)
 
 
-def _cond_program(calls):
+def _cond_program(table):
     def one(key, flag, state):
         def taken(state):
-            state, batch = calls.sample(state, key, 1, 1)
+            state, batch = table.sample(state, key, 1, 1)
             return state, batch.keys.astype(jnp.int32)
         return jax.lax.cond(flag, taken, lambda s: (s, jnp.zeros(1, jnp.int32)), state)
     return one
 
 
-def _switch_program(calls):
+def _switch_program(table):
     def one(key, flag, state):
         def taken(state):
-            state, batch = calls.sample(state, key, 1, 1)
+            state, batch = table.sample(state, key, 1, 1)
             return state, batch.keys.astype(jnp.int32)
         return jax.lax.switch(flag.astype(jnp.int32),
                               [lambda s: (s, jnp.zeros(1, jnp.int32)), taken], state)
     return one
 
 
-def _while_program(calls):
+def _while_program(table):
     def one(key, flag, state):
         def body(carry):
             i, state, total = carry
-            state, batch = calls.sample(state, jax.random.fold_in(key, i), 1, 1)
+            state, batch = table.sample(state, jax.random.fold_in(key, i), 1, 1)
             return i + 1, state, total + batch.keys[0].astype(jnp.int32)
         _, state, total = jax.lax.while_loop(lambda c: c[0] < 1 + flag.astype(jnp.int32), body,
                                              (0, state, jnp.int32(0)))
@@ -291,20 +229,20 @@ def _while_program(calls):
 
 
 @pytest.mark.parametrize("program", [_cond_program, _switch_program, _while_program])
-def test_vmap_of_control_flow_with_a_batched_predicate_is_refused(calls, table, program):
-    mapped = jax.vmap(program(calls), in_axes=(0, 0, None), out_axes=(None, 0))
+def test_vmap_of_control_flow_with_a_batched_predicate_is_refused(table, program):
+    mapped = jax.vmap(program(table), in_axes=(0, 0, None), out_axes=(None, 0))
     before = table.stats()["samples"]
     with pytest.raises(NotImplementedError, match="every branch and every iteration"):
-        jax.jit(mapped)(KEYS, FLAGS, calls.start())
+        jax.jit(mapped)(KEYS, FLAGS, table.state())
     assert table.stats()["samples"] == before  # refused while tracing: nothing ran
 
 
 @pytest.mark.parametrize("program, expected", [(_cond_program, 4), (_switch_program, 4),
                                                (_while_program, 8)])
 def test_vmap_of_control_flow_with_an_unbatched_predicate_runs_the_taken_calls(
-        calls, table, program, expected):
-    mapped = jax.vmap(program(calls), in_axes=(0, None, None), out_axes=(None, 0))
-    assert samples_drawn(table, lambda: jax.jit(mapped)(KEYS, True, calls.start())) == expected
+        table, program, expected):
+    mapped = jax.vmap(program(table), in_axes=(0, None, None), out_axes=(None, 0))
+    assert samples_drawn(table, lambda: jax.jit(mapped)(KEYS, True, table.state())) == expected
 
 
 def test_a_state_batched_by_hand_is_refused(table):
@@ -314,7 +252,7 @@ def test_a_state_batched_by_hand_is_refused(table):
 
 
 # -------------------------------------------------------------- fast path
-def test_threaded_programs_keep_the_fast_dispatch_path(table, monkeypatch):
+def test_table_state_programs_keep_the_fast_dispatch_path(table, monkeypatch):
     from jax._src.interpreters import pxla
     python_calls = []
     original = pxla.ExecuteReplicated.__call__
@@ -324,18 +262,17 @@ def test_threaded_programs_keep_the_fast_dispatch_path(table, monkeypatch):
         return original(self, *args)
 
     monkeypatch.setattr(pxla.ExecuteReplicated, "__call__", counting)
-    threaded = jax.jit(lambda s, k: table.sample(s, k, 4, 2))
-    ordered = jax.jit(lambda k: table.sample(k, 4, 2))
+    program = jax.jit(lambda s, k: table.sample(s, k, 4, 2))
     state = table.state()
     for i in range(20):
-        state, batch = threaded(state, jax.random.key(i))
+        state, batch = program(state, jax.random.key(i))
     finish(state)
     assert len(python_calls) <= 3  # the first calls, while JAX's C++ cache fills
     python_calls.clear()
-    for i in range(20):
-        batch = ordered(jax.random.key(i))
-    finish(batch)
-    assert len(python_calls) == 20  # ordered effects: every call through Python
+    plain = jax.jit(lambda x: x + 1)  # the count is JAX's Python path: a program without
+    for i in range(20):               # table calls goes through it as often
+        plain(i)
+    assert len(python_calls) <= 3
 
 
 # ------------------------------------------------------ several devices
@@ -343,7 +280,6 @@ SEVERAL_DEVICES = textwrap.dedent("""
     import jax, jax.numpy as jnp, numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
     import gearjax as gx
-    from test_effects import Calls
 
     devices = jax.devices()
     mesh = Mesh(np.array(devices), ("d",))
@@ -351,49 +287,46 @@ SEVERAL_DEVICES = textwrap.dedent("""
     B = 2 * len(devices)
 
     def finish(*x):
-        jax.block_until_ready(x); jax.effects_barrier()
+        jax.block_until_ready(x)
 
-    for mode in ("threaded", "ordered"):
-        with gx.Table({"x": gx.Column((2,), "float32")}, 64, 4, max_times_sampled=1) as t:
-            for i in range(64):
-                t.insert({"x": np.full((3, 2), i, np.float32)})
-            calls = Calls(t, mode)
-            for out in (replicated, sharded):
-                before = t.stats()
-                program = jax.jit(lambda s, k: calls.sample(s, k, B, 1),
-                                  out_shardings=(replicated if mode == "threaded" else None,
-                                                 out))
-                state, batch = program(calls.start(), jax.random.key(0))
-                finish(state, batch)
-                after = t.stats()
-                assert after["samples"] - before["samples"] == B, (mode, after, before)
-                assert before["size"] - after["size"] == B  # consumed once, not per device
-                keys = [np.asarray(s.data) for s in batch.keys.addressable_shards]
-                full = np.asarray(batch.keys)
-                assert len(set(full.tolist())) == B  # consume-once: B distinct rows
-                if out is replicated:
-                    assert all((k == keys[0]).all() for k in keys)  # truly replicated
-            stored = jnp.asarray(t.contents()["key"][:B])
-            for in_sharding in (replicated, sharded):
-                before = t.stats()["priority_updates"]
-                update = jax.jit(lambda s, k, p: calls.update(s, k, p),
-                                 in_shardings=(None, in_sharding, in_sharding))
-                state, count = update(calls.start(), stored, jnp.full(B, 3.0))
-                finish(state, count)
-                assert t.stats()["priority_updates"] - before == B
-                assert int(count) == B
-            before = t.stats()["inserts"]
-            insert = jax.jit(lambda s: calls.insert_batch(s, {"x": jnp.ones((2, 1, 2))},
-                                                          jnp.array([1, 1])))
-            finish(insert(calls.start()))
-            assert t.stats()["inserts"] - before == 2
-            # shard_map: every device runs its own call, as the program says.
-            per_device = jax.jit(jax.shard_map(
-                lambda s, k: calls.sample(s, k[0], 1, 1)[1].keys, mesh=mesh,
-                in_specs=(P(), P("d")), out_specs=P("d")))
-            before = t.stats()["samples"]
-            finish(per_device(calls.start(), jax.random.split(jax.random.key(2), len(devices))))
-            assert t.stats()["samples"] - before == len(devices)
+    with gx.Table({"x": gx.Column((2,), "float32")}, 64, 4, max_times_sampled=1) as t:
+        for i in range(64):
+            t.insert({"x": np.full((3, 2), i, np.float32)})
+        for out in (replicated, sharded):
+            before = t.stats()
+            program = jax.jit(lambda s, k: t.sample(s, k, B, 1),
+                              out_shardings=(replicated, out))
+            state, batch = program(t.state(), jax.random.key(0))
+            finish(state, batch)
+            after = t.stats()
+            assert after["samples"] - before["samples"] == B, (after, before)
+            assert before["size"] - after["size"] == B  # consumed once, not per device
+            keys = [np.asarray(s.data) for s in batch.keys.addressable_shards]
+            full = np.asarray(batch.keys)
+            assert len(set(full.tolist())) == B  # consume-once: B distinct rows
+            if out is replicated:
+                assert all((k == keys[0]).all() for k in keys)  # truly replicated
+        stored = jnp.asarray(t.contents()["key"][:B])
+        for in_sharding in (replicated, sharded):
+            before = t.stats()["priority_updates"]
+            update = jax.jit(lambda s, k, p: t.update_priorities(s, k, p),
+                             in_shardings=(None, in_sharding, in_sharding))
+            state, count = update(t.state(), stored, jnp.full(B, 3.0))
+            finish(state, count)
+            assert t.stats()["priority_updates"] - before == B
+            assert int(count) == B
+        before = t.stats()["inserts"]
+        insert = jax.jit(lambda s: t.insert_batch(s, {"x": jnp.ones((2, 1, 2))},
+                                                  jnp.array([1, 1])))
+        finish(insert(t.state()))
+        assert t.stats()["inserts"] - before == 2
+        # shard_map: every device runs its own call, as the program says.
+        per_device = jax.jit(jax.shard_map(
+            lambda s, k: t.sample(s, k[0], 1, 1)[1].keys, mesh=mesh,
+            in_specs=(P(), P("d")), out_specs=P("d")))
+        before = t.stats()["samples"]
+        finish(per_device(t.state(), jax.random.split(jax.random.key(2), len(devices))))
+        assert t.stats()["samples"] - before == len(devices)
     if len(devices) == 4:  # a shard_map over part of a 2 x 2 mesh is refused
         mesh2 = Mesh(np.array(devices).reshape(2, 2), ("a", "b"))
         with gx.Table({"x": gx.Column((2,), "float32")}, 8, 4) as t:

@@ -43,8 +43,8 @@ def big_table(name="big") -> gx.Table:
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads Linux's /proc")
 def test_close_frees_the_memory_while_a_jitted_function_that_sampled_it_is_alive():
     table = big_table()
-    sample = jax.jit(lambda k: table.sample(k, 8, 16)["x"].sum())  # holds `table`
-    sample(jax.random.key(0)).block_until_ready()
+    sample = jax.jit(lambda s, k: table.sample(s, k, 8, 16)[1]["x"].sum())  # holds `table`
+    sample(table.state(), jax.random.key(0)).block_until_ready()
     before = resident_bytes()
     table.close()
     assert table.stats()["bytes_reserved"] == 0
@@ -132,12 +132,12 @@ def test_a_jitted_step_over_a_table_compiles_once_per_table():
 def test_programs_compiled_against_a_closed_table_fail_naming_it():
     table = gx.Table({"x": gx.Column((), "float32")}, 4, 4, name="replay")
     table.insert({"x": np.zeros(2)})
-    sample = jax.jit(lambda k: table.sample(k, 2).keys)
-    sample(jax.random.key(0)).block_until_ready()
+    sample = jax.jit(lambda s, k: table.sample(s, k, 2))
+    state, _ = jax.block_until_ready(sample(table.state(), jax.random.key(0)))
     handle = table.handle
     table.close()
     with pytest.raises(Exception, match=rf"table 'replay' \(handle {handle}\) is closed"):
-        sample(jax.random.key(1)).block_until_ready()
+        jax.block_until_ready(sample(state, jax.random.key(1)))
     with pytest.raises(RuntimeError, match="'replay'.*closed"):
         table.sample(jax.random.key(1), 2)
 
@@ -182,8 +182,14 @@ def test_close_is_idempotent_and_everything_after_it_is_refused():
 
 def make_step(table):
     """The pattern the docs teach after Table.load: a function that makes the
-    jitted step closing over the table it is given."""
-    return jax.jit(lambda k: table.sample(k, 4)["x"].sum())
+    jitted step closing over the table it is given; the step takes and returns
+    a table state."""
+    @jax.jit
+    def step(state, key):
+        state, batch = table.sample(state, key, 4)
+        return state, batch["x"].sum()
+
+    return step
 
 
 def test_functions_compiled_against_a_table_keep_it_after_load(tmp_path):
@@ -193,22 +199,24 @@ def test_functions_compiled_against_a_table_keep_it_after_load(tmp_path):
     for i in range(3):
         old.insert({"x": np.full(2, float(i))})
     old.save(tmp_path / "t.gx")
-    closure = jax.jit(lambda k: old.sample(k, 4).keys)
-    closure(jax.random.key(0)).block_until_ready()
+    closure = jax.jit(lambda s, k: old.sample(s, k, 4))
+    old_state, _ = jax.block_until_ready(closure(old.state(), jax.random.key(0)))
 
     new = gx.Table.load(tmp_path / "t.gx")
     assert new.handle != old.handle and new.name == "old"
     new.insert({"x": np.full(2, 100.0)})  # the loaded table moves on
     old_samples = old.stats()["samples"]
-    closure(jax.random.key(1)).block_until_ready()
+    old_state, _ = jax.block_until_ready(closure(old_state, jax.random.key(1)))
     assert old.stats()["samples"] == old_samples + 4  # still the old table
     step = make_step(new)
-    assert float(step(jax.random.key(2))) == \
-        float(jax.jit(lambda k: new.sample(k, 4)["x"].sum())(jax.random.key(2)))
+    state, total = step(new.state(), jax.random.key(2))
+    assert float(total) == float(jax.jit(lambda s, k: new.sample(s, k, 4)[1]["x"].sum())(
+        new.state(), jax.random.key(2)))
     old.close()
     with pytest.raises(Exception, match="table 'old'.*is closed"):
-        closure(jax.random.key(3)).block_until_ready()
-    assert step(jax.random.key(4)).shape == ()  # the loaded table's program still works
+        jax.block_until_ready(closure(old_state, jax.random.key(3)))
+    state, total = step(state, jax.random.key(4))
+    assert total.shape == ()  # the loaded table's program still works
     new.close()
 
 
@@ -222,12 +230,12 @@ def rss():
     return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 path, pattern = sys.argv[1], sys.argv[2]
-static = jax.jit(lambda t, k: t.sample(k, 4, 8)["x"].sum(), static_argnums=0)
+static = jax.jit(lambda t, s, k: t.sample(s, k, 4, 8)[1]["x"].sum(), static_argnums=0)
 grown = []
 for n in range(6):
     table = gx.Table.load(path)  # 64 MiB
-    step = make_step(table) if pattern == "taught" else lambda k, t=table: static(t, k)
-    jax.block_until_ready(step(jax.random.key(n)))
+    step = make_step(table) if pattern == "taught" else lambda s, k, t=table: static(t, s, k)
+    jax.block_until_ready(step(table.state(), jax.random.key(n)))
     del table, step
     gc.collect()
     grown.append(rss())

@@ -286,8 +286,8 @@ def test_jax_aliases_a_handed_out_batch_and_keeps_its_buffer_from_reuse():
 
 
 def compiled_sampler(native_reader, batch=64, window=4, alpha=1.0, pad_left=False):
-    """A jitted scan of compiled one-sided samples over the reader's plan:
-    state form (threaded) and stateless form (ordered)."""
+    """A jitted scan of compiled one-sided samples over the reader's plan,
+    a table state threaded through them (the only compiled form)."""
     import jax
     from gearjax import _ffi
     from gearjax import state as table_state
@@ -296,28 +296,22 @@ def compiled_sampler(native_reader, batch=64, window=4, alpha=1.0, pad_left=Fals
     columns = tuple((c.shape, c.dtype) for c in native_reader._local.columns.values())
 
     def step(state, seed):
-        state, results = _ffi.one_sided_sample_call(seed, plan=plan, batch=batch, width=window,
-                                                    columns=columns, state=state)
-        return state, results
+        return _ffi.one_sided_sample_call(state, seed, plan=plan, batch=batch, width=window,
+                                          columns=columns)
 
-    def run(seeds, threaded=True):
-        state = table_state.initial() if threaded else None
-        if threaded:
-            return jax.lax.scan(step, state, seeds)[1]
-        return jax.lax.scan(lambda c, s: (c, step(None, s)[1]), 0, seeds)[1]
+    def run(seeds):
+        return jax.lax.scan(step, table_state.initial(), seeds)[1]
 
-    return plan, jax.jit(run, static_argnames="threaded")
+    return plan, jax.jit(run)
 
 
-@pytest.mark.parametrize("threaded", [True, False])
-def test_compiled_samples_run_the_native_sampler_inside_jit_and_scan(threaded):
+def test_compiled_samples_run_the_native_sampler_inside_jit_and_scan():
     tables, priorities = shards()
     reader = NativeReader(tables)
     _, run = compiled_sampler(reader)
     seeds = np.random.default_rng(5).integers(0, 1 << 32, (6, 2), dtype=np.uint64).astype(
         np.uint32)
-    keys, start, probability, table_size, valid, shard, x = (np.asarray(r) for r in
-                                                            run(seeds, threaded=threaded))
+    keys, start, probability, table_size, valid, shard, x = (np.asarray(r) for r in run(seeds))
     assert keys.dtype == np.int64 and keys.shape == (6, 64)
     assert len({tuple(k) for k in keys}) == 6  # each step its own rows
     total = sum(p for p, _, _ in priorities.values())
@@ -334,13 +328,25 @@ def test_compiled_samples_run_the_native_sampler_inside_jit_and_scan(threaded):
     assert out["columns"][0].tolist() == x[2].tolist()
 
 
-def test_a_threaded_compiled_sample_declares_no_effect_and_the_ordered_one_does():
+def test_a_compiled_sample_declares_no_effect_and_a_stateless_traced_one_is_refused():
+    """The compiled sample threads a table state: one FFI call, no JAX
+    effect (JAX's fast dispatch path), no host callback. The stateless form
+    (once ordered by JAX's ordered effects) is refused while tracing, before
+    the exchange is looked at: the one-process table here has the xla one."""
     import jax
     tables, _ = shards((20, 20))
     _, run = compiled_sampler(NativeReader(tables))
     seeds = np.zeros((2, 2), np.uint32)
-    assert not jax.make_jaxpr(lambda s: run(s, threaded=True))(seeds).effects
-    assert jax.make_jaxpr(lambda s: run(s, threaded=False))(seeds).effects
+    assert not jax.make_jaxpr(run)(seeds).effects
+    hlo = run.lower(seeds).as_text()
+    assert "gearjax_one_sided_sample" in hlo and "callback" not in hlo
+    assert "_threaded" not in hlo
+    table = gx.ShardedTable({"x": gx.Column((), "int32")}, capacity=4, max_length=4)
+    table.insert({"x": np.zeros(2, np.int32)})
+    with pytest.raises(TypeError, match=r"ShardedTable.sample\(rng_key, ...\) without a table "
+                                        r"state was traced"):
+        jax.jit(lambda k: table.sample(k, 2, 2))(jax.random.key(0))
+    table.close()
 
 
 def test_a_program_whose_plan_was_closed_fails_saying_so():
@@ -376,13 +382,14 @@ def test_compiled_samples_serve_every_strategy_of_tables_a_plan_can_stage():
 def test_a_compiled_topk_sample_draws_the_rows_the_eager_one_does_from_its_seed():
     import jax
     from gearjax import _ffi
+    from gearjax import state as table_state
     tables, priorities = shards()
     reader = NativeReader(tables)
     plan = reader.plan(args(64, 4, gx.Recent(30)))
     columns = tuple((c.shape, c.dtype) for c in reader._local.columns.values())
     seed = np.array([11, 12], np.uint32)
     results = jax.jit(lambda s: _ffi.one_sided_sample_call(
-        s, plan=plan, batch=64, width=4, columns=columns, state=None)[1])(seed)
+        table_state.initial(), s, plan=plan, batch=64, width=4, columns=columns)[1])(seed)
     keys, x = np.asarray(results[0]), np.asarray(results[-1])
     assert set(keys.tolist()) <= set(sorted(priorities)[-30:])  # the newest 30
     for transport in (reader, LocalReader(tables)):  # copied, or called back

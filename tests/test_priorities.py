@@ -62,8 +62,10 @@ def test_bad_updates_raise_and_change_nothing(table, keys, priorities, error):
 
 
 def test_traced_update_returns_count_and_applies(table, keys):
-    update = jax.jit(lambda k, p: table.update_priorities(k, p))
-    count = update(jnp.array([keys[0], keys[5], 42]), jnp.array([3.0, 2.0, 1.0]))
+    update = jax.jit(lambda s, k, p: table.update_priorities(s, k, p))
+    state, count = update(table.state(), jnp.array([keys[0], keys[5], 42]),
+                          jnp.array([3.0, 2.0, 1.0]))
+    jax.block_until_ready(state)
     assert count.dtype == jnp.int32 and int(count) == 2
     np.testing.assert_array_equal(table.contents()["priority"][[0, 5]], [3.0, 2.0])
 
@@ -71,9 +73,10 @@ def test_traced_update_returns_count_and_applies(table, keys):
 def test_traced_update_with_bad_values_fails_and_changes_nothing(cpu_device, table, keys):
     # On the CPU; a GPU update returns -1 and the next call raises instead
     # (test_gpu.py::test_gpu_priority_updates_count_and_defer_a_bad_value).
-    update = jax.jit(lambda k, p: table.update_priorities(k, p))
+    update = jax.jit(lambda s, k, p: table.update_priorities(s, k, p))
     with pytest.raises(Exception, match="entry 1 is -2; priorities must be finite, >= 0 and"):
-        jax.block_until_ready(update(jnp.array(keys[:2]), jnp.array([1.0, -2.0])))
+        jax.block_until_ready(update(table.state(), jnp.array(keys[:2]),
+                                     jnp.array([1.0, -2.0])))
     np.testing.assert_array_equal(table.contents()["priority"], np.ones(8))
 
 
@@ -81,13 +84,14 @@ def test_update_inside_scan_steers_the_next_sample(table):
     """Each step samples one trajectory by priority, then zeroes its priority:
     the eight steps must visit all eight trajectories once."""
 
-    def step(carry, key):
-        batch = table.sample(key, 1, 1, gx.Prioritized(1.0))
-        table.update_priorities(batch.keys, jnp.zeros(1))
-        return carry, batch.keys[0]
+    def step(state, key):
+        state, batch = table.sample(state, key, 1, 1, gx.Prioritized(1.0))
+        state, _ = table.update_priorities(state, batch.keys, jnp.zeros(1))
+        return state, batch.keys[0]
 
-    _, visited = jax.jit(lambda ks: jax.lax.scan(step, 0, ks))(
-        jax.random.split(jax.random.key(0), 8))
+    state, visited = jax.jit(lambda s, ks: jax.lax.scan(step, s, ks))(
+        table.state(), jax.random.split(jax.random.key(0), 8))
+    jax.block_until_ready(state)
     assert sorted(np.asarray(visited).tolist()) == sorted(table.contents()["key"].tolist())
     np.testing.assert_array_equal(table.contents()["priority"], np.zeros(8))
 
@@ -141,7 +145,7 @@ def test_the_bound_is_1e30_as_a_float32_so_clipping_in_float32_passes_in_jit(tab
     def update(state, keys, td):
         return table.update_priorities(state, keys, jnp.clip(td, 0, 1e30))
 
-    state, count = update(state, jnp.asarray(keys), td)
+    state, count = jax.block_until_ready(update(state, jnp.asarray(keys), td))
     assert int(count) == 8
     priority = dict(zip(table.contents()["key"].tolist(), table.contents()["priority"]))
     assert [priority[k] for k in keys] == [bound, 3.0, 0.0, bound, 0.5, 2.0, 7.0, bound]

@@ -64,17 +64,19 @@ def test_jit_eager_and_scan_agree(filled):
     keys = jax.random.split(jax.random.key(11), 5)
 
     @jax.jit
-    def jitted(k):
-        return table.sample(k, 8, 6, gx.Timestep())
+    def jitted(state, k):
+        return table.sample(state, k, 8, 6, gx.Timestep())
 
     def body(carry, k):
-        batch = table.sample(k, 8, 6, gx.Timestep())
-        return carry + batch["reward"].sum(), batch
+        state, total = carry
+        state, batch = table.sample(state, k, 8, 6, gx.Timestep())
+        return (state, total + batch["reward"].sum()), batch
 
-    _, scanned = jax.jit(lambda ks: jax.lax.scan(body, 0.0, ks))(keys)
+    (state, _), scanned = jax.jit(lambda s, ks: jax.lax.scan(body, (s, 0.0), ks))(
+        table.state(), keys)
     for i, k in enumerate(keys):
         eager = table.sample(k, 8, 6, gx.Timestep())
-        via_jit = jitted(k)
+        state, via_jit = jitted(state, k)
         for x, y, z in zip(jax.tree.leaves(eager), jax.tree.leaves(via_jit),
                            jax.tree.leaves(jax.tree.map(lambda a: a[i], scanned))):
             np.testing.assert_array_equal(x, y)
@@ -84,7 +86,8 @@ def test_jit_eager_and_scan_agree(filled):
 
 def test_lowers_to_a_custom_call_without_host_callbacks(filled):
     table, _ = filled
-    text = jax.jit(lambda k: table.sample(k, 4, 3)).lower(jax.random.key(0)).as_text()
+    text = jax.jit(lambda s, k: table.sample(s, k, 4, 3)).lower(
+        table.state(), jax.random.key(0)).as_text()
     assert "gearjax_sample" in text
     assert "callback" not in text.lower()
 
@@ -92,7 +95,11 @@ def test_lowers_to_a_custom_call_without_host_callbacks(filled):
 def test_vmap_samples_one_batch_per_key(filled):
     table, stored = filled
     keys = jax.random.split(jax.random.key(2), 3)
-    batched = jax.vmap(lambda k: table.sample(k, 4, 5, gx.Uniform()))(keys)
+    # One sample per key, in order, threading the state (unbatched: out_axes None).
+    state = table.state()
+    state, batched = jax.vmap(lambda k: table.sample(state, k, 4, 5, gx.Uniform()),
+                              out_axes=(None, 0))(keys)
+    assert state.shape == ()
     assert batched["obs"].shape == (3, 4, 5, 5)
     for i, k in enumerate(keys):
         single = table.sample(k, 4, 5, gx.Uniform())
@@ -155,14 +162,14 @@ def test_bad_strategy_parameters_are_refused(make):
 
 def test_sampling_a_closed_table_raises_not_crashes(filled):
     table, _ = filled
-    sample = jax.jit(lambda k: table.sample(k, 4, 3))
-    sample(jax.random.key(0)).keys.block_until_ready()
+    sample = jax.jit(lambda s, k: table.sample(s, k, 4, 3))
+    state, _ = jax.block_until_ready(sample(table.state(), jax.random.key(0)))
     table.close()
     with pytest.raises(RuntimeError, match="closed"):
         table.sample(jax.random.key(0), 4, 3)
     with pytest.raises(Exception, match=rf"table \(handle {table.handle}\) is closed; this program "
                                          r"was compiled against it"):
-        sample(jax.random.key(1)).keys.block_until_ready()
+        jax.block_until_ready(sample(state, jax.random.key(1)))
 
 
 def test_sampling_an_empty_table_raises_at_once():

@@ -178,23 +178,24 @@ def test_batches_larger_than_the_eligible_set_raise_and_change_nothing(counted):
 
 def test_a_shortfall_inside_jit_fails_with_the_reason(counted):
     @jax.jit
-    def draw(key):
-        return counted.sample(key, 11, 2, replace=False).keys
+    def draw(state, key):
+        return counted.sample(state, key, 11, 2, replace=False)
 
     with pytest.raises(Exception, match="can serve only 10 draws"):
-        jax.block_until_ready(draw(jax.random.key(0)))
+        jax.block_until_ready(draw(counted.state(), jax.random.key(0)))
 
 
 @pytest.mark.parametrize("kwargs", [dict(cut="full"), dict(cut="end"), dict(replace=False)])
 def test_modes_work_inside_jit_and_scan(counted, kwargs):
     @jax.jit
-    def run(key):
+    def run(state, key):
         def step(carry, k):
-            batch = counted.sample(k, 4, 5, gx.Uniform(), **kwargs)
-            return carry + batch.mask.sum(), batch.keys
-        return jax.lax.scan(step, jnp.int32(0), jax.random.split(key, 6))
+            state, total = carry
+            state, batch = counted.sample(state, k, 4, 5, gx.Uniform(), **kwargs)
+            return (state, total + batch.mask.sum()), batch.keys
+        return jax.lax.scan(step, (state, jnp.int32(0)), jax.random.split(key, 6))
 
-    total, keys = run(jax.random.key(1))
+    (_, total), keys = run(counted.state(), jax.random.key(1))
     assert keys.shape == (6, 4) and int(total) > 0
     eager = counted.sample(jax.random.split(jax.random.key(1), 6)[0], 4, 5, **kwargs)
     np.testing.assert_array_equal(keys[0], eager.keys)  # same key, same table: same batch
@@ -255,12 +256,16 @@ def test_consumed_trajectories_leave_inside_scan():
     with queue(capacity=16) as table:
         keys = {table.insert({"x": np.full(2, i)}) for i in range(12)}
 
-        @jax.jit
-        def drain(key):
-            return jax.lax.scan(lambda c, k: (c, table.sample(k, 3, 2).keys), 0,
-                                jax.random.split(key, 4))[1]
+        def step(state, k):
+            state, batch = table.sample(state, k, 3, 2)
+            return state, batch.keys
 
-        drawn = np.asarray(drain(jax.random.key(0))).ravel().tolist()
+        @jax.jit
+        def drain(state, key):
+            return jax.lax.scan(step, state, jax.random.split(key, 4))
+
+        state, drawn = jax.block_until_ready(drain(table.state(), jax.random.key(0)))
+        drawn = np.asarray(drawn).ravel().tolist()
         assert sorted(drawn) == sorted(keys) and len(table) == 0
 
 
@@ -344,9 +349,12 @@ def test_bad_max_times_sampled_is_refused(value, error):
         queue(max_times=value)
 
 
-def test_unordered_samples_are_refused_for_consuming_tables():
+def test_the_deprecated_ordered_false_still_consumes_exactly_once():
+    # ordered=False once drew without order or exactly-once, and was refused
+    # here; now it only warns, and the sample consumes as any other does.
     with queue() as table:
-        table.insert({"x": np.zeros(2, np.int32)})
-        with pytest.raises(ValueError, match="exactly once"):
-            table.sample(jax.random.key(0), 1, 2, ordered=False)
-        assert len(table) == 1
+        key = table.insert({"x": np.zeros(2, np.int32)})
+        with pytest.warns(DeprecationWarning, match="ordered"):
+            batch = table.sample(jax.random.key(0), 1, 2, ordered=False)
+        assert np.asarray(batch.keys).tolist() == [key]
+        assert len(table) == 0 and table.stats()["evictions"] == 1

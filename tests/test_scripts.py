@@ -224,8 +224,7 @@ def test_bench_nixl_reader_smoke_reads_and_samples(tmp_path):
     assert result["snapshot"]["spans"] == 5 and result["snapshot"]["made_over_kept"] > 0
     sample = result["samples"]["32x1360B"]
     assert sample["round_trips"] == 3  # snapshot, windows, records
-    assert set(sample["in_jit_seconds_per_sample"]) == {"compiled_state", "compiled_ordered",
-                                                        "io_callback"}
+    assert set(sample["in_jit_seconds_per_sample"]) == {"compiled_state", "io_callback"}
     assert "nixl-cu12" in result["machine"]["versions"]
     assert (out.with_suffix(".txt")).read_text().count("sample") >= 1
 
@@ -382,12 +381,12 @@ def test_bench_dispatch_runs_every_form(tmp_path):
                     "--steps", "3", "--widths", "8", "--out", str(out)],
                    check=True, capture_output=True, timeout=600, cwd=ROOT)
     result = json.loads(out.read_text())
-    assert set(result["per_call"]["forms"]) == {"threaded", "threaded-fresh", "ordered",
-                                                 "unordered", "jax-pure", "jax-pure+scalar"}
+    assert set(result["per_call"]["forms"]) == {"threaded", "threaded-fresh", "jax-pure",
+                                                 "jax-pure+scalar"}
     assert result["per_call"]["jax_extra_scalar_calls_per_second_paired"] > 0
     assert "reverb" not in result["per_call"]  # only with --reverb-python
     step = result["train_step"]["8"]
-    assert {"threaded", "threaded-fresh", "ordered", "unordered", "pre-staged"} <= set(step)
+    assert {"threaded", "threaded-fresh", "pre-staged"} <= set(step)
     assert all(s["median_us"] > 0 for s in step.values() if "median_us" in s)
     assert (tmp_path / "dispatch.txt").read_text().startswith("bench_dispatch:")
 
@@ -417,8 +416,8 @@ def test_bench_against_compares_two_builds_figure_by_figure(tmp_path):
     result = json.loads(out.read_text())
     assert result["baseline"] == "same"
     figures = result["summary"]
-    assert {"per-call threaded (us)", "train step w48 unordered (us)"} <= set(figures)
-    assert "train step w256 unordered (us)" not in figures  # not run at --smoke's size
+    assert {"per-call threaded (us)", "train step w48 threaded (us)"} <= set(figures)
+    assert "train step w256 threaded (us)" not in figures  # not run at --smoke's size
     for f in figures.values():
         assert f["current"] > 0 and f["baseline"] > 0
         assert f["best_ratio"] == pytest.approx(f["current"] / f["baseline"])

@@ -146,8 +146,16 @@ def test_shard_map_mode_samples_and_updates_inside_a_jitted_scan(tmp_path):
         for key, ident in zip(r["keys"], r["idents"]):
             assert ident // 1000 == key >> SHIFT_2  # data from the shard the key names
         assert r["updated"] == [2] * steps  # both processes' updates applied each step
-        assert "cannot run inside a per-process jax.jit" in r["refusals"][0]
-        assert "not an axis of the enclosing shard_map" in r["refusals"][1]
+        xla_in_jit, bad_axis, *stateless = r["refusals"]
+        assert xla_in_jit.startswith("ValueError") and \
+            "cannot run inside a per-process jax.jit" in xla_in_jit, xla_in_jit
+        assert bad_axis.startswith("ValueError") and \
+            "not an axis of the enclosing shard_map" in bad_axis, bad_axis
+        # The stateless forms of sample, update_priorities, insert_batch: refused while tracing.
+        assert len(stateless) == 3
+        for message in stateless:
+            assert message is not None and message.startswith("TypeError") and \
+                "without a table state was traced" in message, message
         assert "no shard holds anything" in r["drained"]
         assert r["priorities"] == [0.0] * 8
     for p, r in enumerate(results):  # insert_batch in jit returns global keys of its shard
@@ -300,6 +308,19 @@ def test_one_process_needs_no_distributed_setup():
     assert stats["num_shards"] == 1 and len(stats["shards"]) == 1
     assert 0 <= stats["age_seconds"][0] < 60 and stats["shards"][0]["size"] == 3
     assert table.update_priorities(batch.keys, np.ones(16)) == 16
+    # The state form eagerly: the same calls, the state returned as it came.
+    state = table.state()
+    given, again = table.sample(state, jax.random.key(0), 16, 2, gx.Prioritized(1.0))
+    assert given is state and again.keys.shape == (16,)
+    assert set(np.asarray(again.keys).tolist()) <= set(contents["key"][1:].tolist())
+    given, count = table.update_priorities(state, again.keys, np.full(16, 2.0))
+    assert given is state and count == 16
+    # insert_batch in jit (the state form): this shard's global keys.
+    state, keys = jax.jit(lambda s, x: table.insert_batch(s, {"x": x}, np.array([1, 2])))(
+        table.state(), np.full((2, 2, 2), 7, np.int32))
+    assert gx.state.is_state(state) and keys.dtype == np.int64
+    assert [table.shard_of(int(k)) for k in np.asarray(keys)] == [0, 0]
+    assert [table.get(int(k))["x"].shape for k in np.asarray(keys)] == [(1, 2), (2, 2)]
     table.close()
     assert table.closed
 
@@ -464,8 +485,9 @@ def test_prefetched_batches_are_at_most_one_step_old():
     other = table.sample(jax.random.key(3), 32, 2, strategy, prefetch=True)
     assert other.keys.shape == (32,) and np.mean(np.asarray(other.keys) == late) > 0.9
     # Inside a per-process jit, through the same callback.
-    keys = jax.jit(lambda k: table.sample(k, 32, 2, strategy, prefetch=True).keys)(
-        jax.random.key(4))
+    keys = jax.jit(lambda state, k: table.sample(state, k, 32, 2, strategy,
+                                                 prefetch=True)[1].keys)(
+        table.state(), jax.random.key(4))
     assert np.mean(np.asarray(keys) == late) > 0.9
     stats = table.stats()
     assert (stats["prefetch_hits"], stats["prefetch_misses"]) == (3, 2)
@@ -501,8 +523,15 @@ def test_bad_arguments_are_refused_and_change_nothing():
         gx.ShardedTable({"x": gx.Column((), "int32")}, 4, 4, on_dead_shard="ignore")
     with pytest.raises(ValueError, match="batch_size"):
         table.sample(jax.random.key(0), 0, 2)
-    with pytest.raises(ValueError, match="takes no table state"):  # xla: collectives order it
-        table.sample(table.state(), jax.random.key(0), 2)
+    # The stateless forms are eager only: refused while tracing, nothing run.
+    with pytest.raises(TypeError, match=r"ShardedTable.sample\(rng_key, ...\) without a table "
+                                        r"state was traced"):
+        jax.jit(lambda k: table.sample(k, 2, 2))(jax.random.key(0))
+    with pytest.raises(TypeError, match="without a table state was traced"):
+        jax.jit(lambda k: table.update_priorities(k, np.ones(1)))(np.zeros(1, np.int32))
+    with pytest.raises(TypeError, match="without a table state was traced"):
+        jax.jit(lambda x: table.insert_batch({"x": x}, np.array([2])))(np.zeros((1, 2, 2),
+                                                                               np.int32))
     with pytest.raises(TypeError, match="table state"):  # a scalar of another dtype
         table.sample(jax.numpy.zeros((), jax.numpy.int32), jax.random.key(0), 2)
     with pytest.raises(ValueError, match="one-sided exchange"):
@@ -552,8 +581,9 @@ table = gx.ShardedTable({"x": gx.Column((), "int32")}, 4, 4)
 table.insert({"x": np.zeros(2, np.int32)})
 mesh = Mesh(np.array(jax.devices()), ("d",))
 try:
-    jax.jit(jax.shard_map(lambda k: table.sample(k[0], 1, 1, axis_name="d").keys, mesh=mesh,
-                          in_specs=P("d"), out_specs=P("d")))(jax.random.split(jax.random.key(0), 2))
+    jax.jit(jax.shard_map(lambda k: table.sample(table.state(), k[0], 1, 1, axis_name="d")[1].keys,
+                          mesh=mesh, in_specs=P("d"), out_specs=P("d")))(
+        jax.random.split(jax.random.key(0), 2))
 except ValueError as e:
     print("refused:", e)
 """
@@ -631,6 +661,7 @@ def test_nixl_samples_inside_a_per_process_jit_and_scan_and_inside_shard_map(tmp
         assert r["ranked_compiled"] and r["ranked_same_as_eager"]  # TopK too, same sampler
         assert r["no_effects"]  # with a state: no JAX effect, JAX's fast dispatch path
         assert r["eager_state_form"] == 8
+        assert "without a table state was traced" in r["stateless"]  # eager only
         # The native samples here (66, by 3 strategies) read their snapshot
         # through kept transfers, one a strategy, made once and posted again
         # (61 reposts in a run here; without keeping, none).

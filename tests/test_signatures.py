@@ -12,14 +12,15 @@ import pytest
 import gearjax as gx
 
 FORMS = {
-    # method -> the parameters its signature shows (the taught form)
+    # method -> the parameters its signature shows (the state form, first)
     gx.Table.sample: ["self", "state", "rng_key", "batch_size", "window", "strategy", "pad",
                       "cut", "replace"],
     gx.Table.update_priorities: ["self", "state", "keys", "priorities"],
     gx.Table.insert_batch: ["self", "state", "columns", "lengths", "priorities"],
-    # the xla exchange takes no state: the stateless form first
-    gx.ShardedTable.sample: ["self", "rng_key", "batch_size", "window", "strategy", "pad",
-                             "cut", "replace", "axis_name", "prefetch"],
+    gx.ShardedTable.sample: ["self", "state", "rng_key", "batch_size", "window", "strategy",
+                             "pad", "cut", "replace", "axis_name", "prefetch"],
+    gx.ShardedTable.update_priorities: ["self", "state", "keys", "priorities", "axis_name"],
+    gx.ShardedTable.insert_batch: ["self", "state", "columns", "lengths", "priorities"],
 }
 
 

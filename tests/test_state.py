@@ -194,14 +194,12 @@ def test_one_state_can_order_the_calls_of_two_tables(table):
                                       np.asarray(moved)[0])
 
 
-def test_bad_states_and_ordered_false_with_a_state_are_refused(table):
+def test_bad_states_are_refused(table):
     key = jax.random.key(0)
     with pytest.raises(TypeError, match="a table state is a uint32 scalar.*int32"):
         table.sample(jnp.zeros((), jnp.int32), key, 1)
     with pytest.raises(TypeError, match="a table state is a uint32 scalar"):
         table.update_priorities(jnp.zeros(2, jnp.uint32), [1], [1.0])
-    with pytest.raises(ValueError, match="ordered=False is for the stateless form"):
-        table.sample(table.state(), key, 1, ordered=False)
     with pytest.raises(TypeError, match="a table state is a uint32 scalar"):
         jax.jit(lambda s: table.insert_batch(s, {"x": jnp.ones((1, 1, 2))}, jnp.array([1])))(
             jnp.zeros((), jnp.float32))
@@ -232,3 +230,73 @@ def test_a_cond_whose_results_are_all_unused_still_runs_its_call(table):
     before = table.stats()["samples"]
     jax.block_until_ready(discards(table.state(), jax.random.key(0)))
     assert table.stats()["samples"] == before + 1
+
+
+# The stateless form: eager calls only.
+STATELESS = {
+    "sample": (lambda t, k: t.sample(k, 2, 1),
+               "state = table.state()\n    state, batch = table.sample(state, rng_key, ...)"),
+    "update_priorities": (lambda t, k: t.update_priorities(
+        jnp.asarray(t.contents()["key"][:2]), jnp.ones(2)),
+        "state, count = table.update_priorities(state, keys, priorities)"),
+    "insert_batch": (lambda t, k: t.insert_batch({"x": jnp.ones((1, 1, 2))}, jnp.array([1])),
+                     "state, keys = table.insert_batch(state, columns, lengths, ...)"),
+}
+TRANSFORMS = {
+    "jit": lambda f: jax.jit(f)(jax.random.key(0)),
+    "scan": lambda f: jax.lax.scan(lambda c, k: (c, f(k)), 0, jax.random.split(
+        jax.random.key(0), 2)),
+    "vmap": lambda f: jax.vmap(f)(jax.random.split(jax.random.key(0), 2)),
+    "grad": lambda f: jax.grad(lambda w, k: (f(k), w)[1])(1.0, jax.random.key(0)),
+    "checkpoint": lambda f: jax.checkpoint(f)(jax.random.key(0)),
+}
+
+
+@pytest.mark.parametrize("transform", list(TRANSFORMS))
+@pytest.mark.parametrize("call", list(STATELESS))
+def test_a_stateless_call_traced_is_refused_with_the_state_form(table, call, transform):
+    write, fix = STATELESS[call]
+    before = table.stats()
+    with pytest.raises(TypeError, match="without a table state was traced") as raised:
+        TRANSFORMS[transform](lambda k: write(table, k))
+    assert fix in str(raised.value)
+    after = table.stats()
+    assert (after["samples"], after["inserts"], after["priority_updates"]) == \
+        (before["samples"], before["inserts"], before["priority_updates"])  # nothing ran
+
+
+def test_a_stateless_call_with_only_concrete_operands_is_refused_inside_jit_too(table):
+    # Every operand closed over (NumPy): the trace, not the operands, decides.
+    keys, key = table.contents()["key"][:2], jax.random.key(0)
+    for write in (lambda: table.sample(key, 2, 1).keys,
+                  lambda: table.update_priorities(keys, np.ones(2)),
+                  lambda: table.insert_batch({"x": np.ones((1, 1, 2), np.float32)},
+                                             np.array([1]))):
+        with pytest.raises(TypeError, match="without a table state was traced"):
+            jax.jit(write)()
+    assert table.stats()["priority_updates"] == 0
+
+
+def test_eager_stateless_calls_run_at_once_each_from_a_fresh_state(table):
+    before = table.stats()
+    batch = table.sample(jax.random.key(0), 3, 1)
+    assert batch.keys.shape == (3,)
+    assert table.update_priorities(np.asarray(batch.keys), np.full(3, 2.0)) == 3
+    keys = table.insert_batch({"x": jnp.ones((2, 1, 2))}, jnp.array([1, 1]))
+    assert keys.shape == (2,)
+    after = table.stats()
+    assert after["samples"] - before["samples"] == 3 and after["inserts"] - before["inserts"] == 2
+    with jax.disable_jit():  # what runs eagerly is eager, also under disable_jit
+        assert jax.jit(lambda: table.sample(jax.random.key(1), 1, 1).keys.shape)() == (1,)
+
+
+def test_ordered_is_deprecated_and_does_nothing(table):
+    key = jax.random.key(0)
+    for ordered in (True, False):
+        with pytest.warns(DeprecationWarning, match=r"sample\(ordered=...\) is deprecated"):
+            batch = table.sample(key, 2, 1, ordered=ordered)
+        np.testing.assert_array_equal(batch.keys, table.sample(key, 2, 1).keys)
+    with pytest.warns(DeprecationWarning):
+        table.sample(table.state(), key, 2, 1, ordered=True)
+    with pytest.raises(TypeError, match="ordered must be True or False"):
+        table.sample(key, 2, 1, ordered="yes")

@@ -224,10 +224,10 @@ def test_samplers_in_other_threads_never_see_a_partial_episode():
 
     thread = threading.Thread(target=write)
     thread.start()
-    sample = jax.jit(lambda k: t.sample(k, 32))
-    n = 0
+    sample = jax.jit(lambda s, k: t.sample(s, k, 32))
+    n, state = 0, t.state()
     while not done.is_set() or n < 5:
-        b = sample(jax.random.key(n))
+        state, b = sample(state, jax.random.key(n))
         n += 1
         valid = np.asarray(b.mask).sum(axis=1)
         obs, steps = np.asarray(b["obs"]), np.asarray(b["step"])

@@ -2,15 +2,12 @@
 // handle, reading keys and priorities, binding the sample results to the
 // layout the gathers write, and the row loop of insert_batch.
 //
-// Ordering (the contract with gearjax/_ffi.py): sample, update_priorities and
-// insert_batch take an *order operand* first and return its successor first.
-// It is either a token (ordered calls: JAX threads one token through every
-// gearjax call of a program, an ordered effect) or the table state that the
-// program threads through its table calls (gx.TableState; the result aliases
-// the operand). Either way the handlers bind it and never read or write it:
-// it carries no data, only the data dependence that orders the calls. The
-// sharded calls take tokens only. The "pure" sample target (no order operand)
-// exists for sample(ordered=False).
+// Ordering (the contract with gearjax/_ffi.py): every call that reads or
+// changes a table (sample, update_priorities, insert_batch, the sharded
+// calls) takes an *order operand* first and returns its successor first: the
+// table state the program threads through its table calls (gx.TableState; the
+// result aliases the operand). The handlers bind it and never read or write
+// it: it carries no data, only the data dependence that orders the calls.
 #pragma once
 
 #include <cmath>
@@ -33,10 +30,10 @@
 
 namespace gearjax {
 
-// A sample's attributes, as every sample handler (CPU and CUDA, ordered or
-// not) takes them: one struct, decoded by name from the custom call's
-// attributes (gearjax/_ffi.py sample_call sets them), checked by
-// BindSampleCall and Table::CheckRequest.
+// A sample's attributes, as every sample handler (CPU and CUDA) takes them:
+// one struct, decoded by name from the custom call's attributes
+// (gearjax/_ffi.py sample_call sets them), checked by BindSampleCall and
+// Table::CheckRequest.
 struct SampleAttrs {
   int64_t table_handle;
   int64_t batch_size;
@@ -157,8 +154,8 @@ inline bool ReadPriorities(xla::ffi::DataType type, const void* data, size_t n,
   return true;
 }
 
-// The order operand and result of sample, update_priorities and insert_batch:
-// a token or the table state (see the file comment), never read or written.
+// The order operand and result of every table call: the table state (a uint32
+// scalar the result aliases; see the file comment), never read or written.
 using Order = xla::ffi::AnyBuffer;
 
 // The sample call's attributes, in the order every sample handler takes them
@@ -216,8 +213,8 @@ auto BindUpdatePriorities(Binding&& binding) {
 template <typename Binding>
 auto BindShardTotals(Binding binding) {
   return std::move(binding)
-      .template Arg<xla::ffi::Token>()
-      .template Ret<xla::ffi::Token>()
+      .template Arg<Order>()
+      .template Ret<Order>()
       .template Ret<xla::ffi::Buffer<xla::ffi::U32>>()
       .template Attr<int64_t>("table_handle")
       .template Attr<int64_t>("strategy")
@@ -228,8 +225,8 @@ auto BindShardTotals(Binding binding) {
 template <typename Binding>
 auto BindShardTops(Binding binding) {
   return std::move(binding)
-      .template Arg<xla::ffi::Token>()
-      .template Ret<xla::ffi::Token>()
+      .template Arg<Order>()
+      .template Ret<Order>()
       .template Ret<xla::ffi::Buffer<xla::ffi::U32>>()
       .template Ret<xla::ffi::Buffer<xla::ffi::U32>>()
       .template Attr<int64_t>("table_handle")
@@ -261,7 +258,7 @@ auto BindShardPlan(Binding binding) {
 template <typename Binding>
 auto BindShardServe(Binding binding) {
   return std::move(binding)
-      .template Arg<xla::ffi::Token>()
+      .template Arg<Order>()
       .template Arg<xla::ffi::Buffer<xla::ffi::U32>>()
       .template Arg<xla::ffi::Buffer<xla::ffi::S32>>()
       .template Arg<xla::ffi::Buffer<xla::ffi::U32>>()

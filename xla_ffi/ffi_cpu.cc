@@ -130,24 +130,14 @@ ffi::ErrorOr<std::unique_ptr<SampleState>> SampleInstantiate(SampleAttrs attrs) 
   return Instantiated<SampleState>(MakeSampleSite(attrs));
 }
 
-ffi::Error SampleOrderedImpl(ffi::ThreadPool pool, Order, ffi::Buffer<ffi::U32> seed,
+ffi::Error SampleImpl(ffi::ThreadPool pool, Order, ffi::Buffer<ffi::U32> seed,
                              ffi::RemainingRets rets, SampleAttrs attrs) {
   return Sample(pool, seed, rets, /*first=*/1, MakeSampleSite(attrs));
 }
 
-ffi::Error SampleOrderedStagedImpl(ffi::ThreadPool pool, SampleState* state, Order,
+ffi::Error SampleStagedImpl(ffi::ThreadPool pool, SampleState* state, Order,
                                    ffi::Buffer<ffi::U32> seed, ffi::RemainingRets rets) {
   return Sample(pool, seed, rets, /*first=*/1, state->site);
-}
-
-ffi::Error SamplePureImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::U32> seed,
-                          ffi::RemainingRets rets, SampleAttrs attrs) {
-  return Sample(pool, seed, rets, /*first=*/0, MakeSampleSite(attrs));
-}
-
-ffi::Error SamplePureStagedImpl(ffi::ThreadPool pool, SampleState* state,
-                                ffi::Buffer<ffi::U32> seed, ffi::RemainingRets rets) {
-  return Sample(pool, seed, rets, /*first=*/0, state->site);
 }
 
 // The buffer's elements as keys / priorities (host memory: this is the CPU).
@@ -226,7 +216,7 @@ ffi::Error InsertBatchImpl(Order, ffi::AnyBuffer lengths, ffi::AnyBuffer priorit
 
 // Step 1 of a global sample: this shard's summary for the strategy, as eight
 // uint32 words.
-ffi::Error ShardTotalsImpl(ffi::Token, ffi::Result<ffi::Token>,
+ffi::Error ShardTotalsImpl(Order, ffi::Result<Order>,
                            ffi::Result<ffi::Buffer<ffi::U32>> summary, int64_t table_handle,
                            int64_t strategy, double alpha, int64_t shard) {
   std::shared_ptr<Table> table = LookUpTable(table_handle);
@@ -239,7 +229,7 @@ ffi::Error ShardTotalsImpl(ffi::Token, ffi::Result<ffi::Token>,
 // Step 1 for TopK and Recent: this shard's summary (its weight: the length
 // of its list) and its best list of `per_shard` entries (TopEntry as four
 // uint32 words each; past the list, stamp -1), in one snapshot.
-ffi::Error ShardTopsImpl(ffi::Token, ffi::Result<ffi::Token>,
+ffi::Error ShardTopsImpl(Order, ffi::Result<Order>,
                          ffi::Result<ffi::Buffer<ffi::U32>> summary,
                          ffi::Result<ffi::Buffer<ffi::U32>> entries, int64_t table_handle,
                          int64_t strategy, int64_t count, int64_t shard) {
@@ -310,7 +300,7 @@ ffi::Error ShardRankImpl(ffi::Buffer<ffi::U32> summaries, ffi::Buffer<ffi::U32> 
 // Step 3, the owner's part: for each requester j, counts[j] rows drawn with
 // seeds[j] into the first rows of block j of `block` rows. The rest of each
 // block is left unwritten: the requester never reads it.
-ffi::Error ShardServeImpl(ffi::ThreadPool pool, ffi::Token, ffi::Buffer<ffi::U32> seeds,
+ffi::Error ShardServeImpl(ffi::ThreadPool pool, Order, ffi::Buffer<ffi::U32> seeds,
                           ffi::Buffer<ffi::S32> counts, ffi::Buffer<ffi::U32> summaries,
                           ffi::RemainingRets rets, int64_t table_handle, int64_t block,
                           int64_t strategy, double alpha, int64_t window, int64_t pad_left,
@@ -423,34 +413,21 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardPlanCpu, Guarded<&ShardPlanImpl>::Run, BindSh
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardServeCpu, Guarded<&ShardServeImpl>::Run,
                               BindShardServe(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(SampleCpu, Guarded<&SampleOrderedImpl>::Run,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SampleCpu, Guarded<&SampleImpl>::Run,
                               BindSampleAttrs(ffi::Ffi::Bind()
                                                   .Ctx<ffi::ThreadPool>()
                                                   .Arg<Order>()
                                                   .Arg<ffi::Buffer<ffi::U32>>()
                                                   .RemainingRets()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(SamplePureCpu, Guarded<&SamplePureImpl>::Run,
-                              BindSampleAttrs(ffi::Ffi::Bind()
-                                                  .Ctx<ffi::ThreadPool>()
-                                                  .Arg<ffi::Buffer<ffi::U32>>()
-                                                  .RemainingRets()));
-
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SampleInstantiateCpu, SampleInstantiate,
                               BindSampleAttrs(ffi::Ffi::BindInstantiate()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(SampleExecuteCpu, Guarded<&SampleOrderedStagedImpl>::Run,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SampleExecuteCpu, Guarded<&SampleStagedImpl>::Run,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Ctx<ffi::State<SampleState>>()
                                   .Arg<Order>()
-                                  .Arg<ffi::Buffer<ffi::U32>>()
-                                  .RemainingRets());
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(SamplePureExecuteCpu, Guarded<&SamplePureStagedImpl>::Run,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Ctx<ffi::State<SampleState>>()
                                   .Arg<ffi::Buffer<ffi::U32>>()
                                   .RemainingRets());
 

@@ -1,8 +1,7 @@
-// XLA FFI handlers for the CPU platform: sample (ordered, and the pure variant
-// of sample(ordered=False)) and update_priorities, each per call and as
-// instantiate and execute stages (call_site.h); insert_batch; the steps of
-// a sharded table's global sample (core/sharding.h); and two helpers (zeros of
-// any dtype, int64 from words).
+// XLA FFI handlers for the CPU platform: sample and update_priorities, each
+// per call and as instantiate and execute stages (call_site.h); insert_batch;
+// the steps of a sharded table's global sample (core/sharding.h); and two
+// helpers (zeros of any dtype, int64 from words).
 #pragma once
 
 #include "xla/ffi/api/ffi.h"
@@ -10,11 +9,9 @@
 namespace gearjax {
 
 XLA_FFI_DECLARE_HANDLER_SYMBOL(SampleCpu);
-XLA_FFI_DECLARE_HANDLER_SYMBOL(SamplePureCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(UpdatePrioritiesCpu);
-XLA_FFI_DECLARE_HANDLER_SYMBOL(SampleInstantiateCpu);  // for SampleExecuteCpu and
-XLA_FFI_DECLARE_HANDLER_SYMBOL(SampleExecuteCpu);      // SamplePureExecuteCpu
-XLA_FFI_DECLARE_HANDLER_SYMBOL(SamplePureExecuteCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(SampleInstantiateCpu);  // for SampleExecuteCpu
+XLA_FFI_DECLARE_HANDLER_SYMBOL(SampleExecuteCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(UpdateInstantiateCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(UpdateExecuteCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(InsertBatchCpu);

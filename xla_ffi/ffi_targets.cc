@@ -1,5 +1,5 @@
-// The extension's XLA FFI targets and state types (ffi_targets.h). sample,
-// sample_pure and update_priorities come in two registrations: with stages,
+// The extension's XLA FFI targets and state types (ffi_targets.h). sample
+// and update_priorities come in two registrations: with stages,
 // a dict of an instantiate handler (the call site, made once: call_site.h)
 // and an execute handler reading it; without, one handler that makes the
 // site on every call. gearjax/_ffi.py picks one, and registers the state
@@ -46,11 +46,11 @@ nb::dict TypeRegistration() {
   return registration;
 }
 
-// One platform's handlers. sample, sample_pure and update_priorities come
-// per call or as stages; one_sided_sample is the CPU's only (null elsewhere).
+// One platform's handlers. sample and update_priorities come per call or as
+// stages; one_sided_sample is the CPU's only (null elsewhere).
 struct PlatformHandlers {
-  XLA_FFI_Handler *sample, *sample_pure, *update;
-  XLA_FFI_Handler *sample_instantiate, *sample_execute, *sample_pure_execute;
+  XLA_FFI_Handler *sample, *update;
+  XLA_FFI_Handler *sample_instantiate, *sample_execute;
   XLA_FFI_Handler *update_instantiate, *update_execute;
   XLA_FFI_Handler *insert_batch, *shard_totals, *shard_plan, *shard_tops, *shard_rank,
       *shard_serve, *shard_keys, *int64_from_words, *zeros, *one_sided_sample;
@@ -61,11 +61,9 @@ nb::dict Targets(const PlatformHandlers& h, bool stages) {
   nb::dict targets;
   if (stages) {
     targets["gearjax_sample"] = Stages(h.sample_instantiate, h.sample_execute);
-    targets["gearjax_sample_pure"] = Stages(h.sample_instantiate, h.sample_pure_execute);
     targets["gearjax_update_priorities"] = Stages(h.update_instantiate, h.update_execute);
   } else {
     targets["gearjax_sample"] = Capsule(h.sample);
-    targets["gearjax_sample_pure"] = Capsule(h.sample_pure);
     targets["gearjax_update_priorities"] = Capsule(h.update);
   }
   targets["gearjax_insert_batch"] = Capsule(h.insert_batch);
@@ -84,16 +82,16 @@ nb::dict Targets(const PlatformHandlers& h, bool stages) {
 }
 
 const PlatformHandlers kCpuHandlers{
-    SampleCpu, SamplePureCpu, UpdatePrioritiesCpu,
-    SampleInstantiateCpu, SampleExecuteCpu, SamplePureExecuteCpu,
+    SampleCpu, UpdatePrioritiesCpu,
+    SampleInstantiateCpu, SampleExecuteCpu,
     UpdateInstantiateCpu, UpdateExecuteCpu,
     InsertBatchCpu, ShardTotalsCpu, ShardPlanCpu, ShardTopsCpu, ShardRankCpu,
     ShardServeCpu, ShardKeysCpu, Int64FromWordsCpu, ZerosCpu, OneSidedSampleCpu};
 
 #if defined(GEARJAX_WITH_CUDA)
 const PlatformHandlers kCudaHandlers{
-    SampleCuda, SamplePureCuda, UpdatePrioritiesCuda,
-    SampleInstantiateCuda, SampleExecuteCuda, SamplePureExecuteCuda,
+    SampleCuda, UpdatePrioritiesCuda,
+    SampleInstantiateCuda, SampleExecuteCuda,
     UpdateInstantiateCuda, UpdateExecuteCuda,
     InsertBatchCuda, ShardTotalsCuda, ShardPlanCuda, ShardTopsCuda, ShardRankCuda,
     ShardServeCuda, ShardKeysCuda, Int64FromWordsCuda, ZerosCuda, nullptr};

@@ -71,6 +71,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from gearjax import _ffi
+from gearjax import state as state_module
 from gearjax.batch import Batch
 from gearjax.sharded import keys as keys_of
 from gearjax._sample import seed_words, window_steps
@@ -228,10 +229,13 @@ def ragged_default() -> bool:
     return jax.default_backend() in ("gpu", "tpu")
 
 
-def sample(rng_key: jax.Array, *, spec: ShardSpec | tuple[ShardSpec, ...], args: SampleArgs,
-           axis_name: str, min_block: int | jax.Array = 0, ragged: bool | None = None,
-           max_block: int | None = None) -> ShardedBatch:
-    """A global sample, traced inside shard_map over ``axis_name``: this
+def sample(state: jax.Array, rng_key: jax.Array, *, spec: ShardSpec | tuple[ShardSpec, ...],
+           args: SampleArgs, axis_name: str, min_block: int | jax.Array = 0,
+           ragged: bool | None = None,
+           max_block: int | None = None) -> tuple[jax.Array, ShardedBatch]:
+    """A global sample, traced inside shard_map over ``axis_name``: the
+    successor of the table state ``state``, which orders this device's table
+    calls (the shard's summary, then each round's draws), and this
     device's ``args.batch_size`` rows (``args``: the sample's arguments,
     checked; gearjax/_sample_args.py). ``spec`` is the local shard's, or a tuple
     of every shard's when the shards are the devices of one process (see the
@@ -254,11 +258,12 @@ def sample(rng_key: jax.Array, *, spec: ShardSpec | tuple[ShardSpec, ...], args:
     # This device's shard: a number known at trace time, or its axis index.
     me = first.shard if len(specs) == 1 else jax.lax.axis_index(axis_name)
 
-    def own(call):
-        """call(spec) on this device's own shard."""
+    def own(call, state):
+        """call(state, spec) on this device's own shard."""
         if len(specs) == 1:
-            return call(first)
-        return jax.lax.switch(me, [functools.partial(call, s) for s in specs])
+            return call(state, first)
+        return jax.lax.switch(me, [functools.partial(lambda s, st: call(st, s), s)
+                                   for s in specs], state)
 
     # The same key in every process still gives each its own rows and each
     # owner its own draws: the shard's number is folded in.
@@ -270,12 +275,13 @@ def sample(rng_key: jax.Array, *, spec: ShardSpec | tuple[ShardSpec, ...], args:
     ranked = strategy.ranks
     if ranked:
         per_shard = min(strategy.count, first.capacity)
-        summary, entries = own(lambda s: tuple(_ffi.shard_tops_call(
-            handle=s.handle, strategy=strategy.code, count=strategy.count, shard=s.shard,
-            per_shard=per_shard)))
+        state, summary, entries = own(lambda st, s: tuple(_ffi.shard_tops_call(
+            st, handle=s.handle, strategy=strategy.code, count=strategy.count, shard=s.shard,
+            per_shard=per_shard)), state)
     else:
-        summary = own(lambda s: _ffi.shard_totals_call(
-            handle=s.handle, strategy=strategy.code, alpha=strategy.alpha, shard=s.shard))
+        state, summary = own(lambda st, s: tuple(_ffi.shard_totals_call(
+            st, handle=s.handle, strategy=strategy.code, alpha=strategy.alpha,
+            shard=s.shard)), state)
         entries = jnp.zeros((0,), jnp.uint32)
     # One gather brings every shard's summary (and best list) and every
     # process's plan seed: each process then draws every process's plan, so
@@ -300,17 +306,25 @@ def sample(rng_key: jax.Array, *, spec: ShardSpec | tuple[ShardSpec, ...], args:
         return jax.vmap(lambda j: seed_words(jax.random.fold_in(
             jax.random.fold_in(serve_key, j), r)))(requesters)
 
-    def serve(block: int, is_ragged: bool, asked_now: jax.Array, seeds: jax.Array):
-        return own(lambda s: tuple(_ffi.shard_serve_call(
-            seeds, asked_now, summaries, handle=s.handle, block=block,
-            strategy=strategy.code, alpha=strategy.alpha, window=args.window_code, width=width,
-            pad_left=args.pad_left, shard=s.shard, shard_shift=s.shard_shift,
-            columns=tuple((shape, dtype) for _, shape, dtype in s.columns), ragged=is_ragged)))
+    def serve(state: jax.Array, block: int, is_ragged: bool, asked_now: jax.Array,
+              seeds: jax.Array):
+        """(the state's successor, the owner's rows)."""
+        def call(st, s):
+            st, rows = _ffi.shard_serve_call(
+                st, seeds, asked_now, summaries, handle=s.handle, block=block,
+                strategy=strategy.code, alpha=strategy.alpha, window=args.window_code,
+                width=width, pad_left=args.pad_left, shard=s.shard, shard_shift=s.shard_shift,
+                columns=tuple((shape, dtype) for _, shape, dtype in s.columns),
+                ragged=is_ragged)
+            return st, tuple(rows)
 
-    def blocked_round(block: int, offset: jax.Array, seeds: jax.Array):
-        """(rows taken, the rows) of the round carrying ranks offset ...
-        offset + block - 1 in blocks of ``block`` rows."""
-        served = serve(block, False, round_counts(asked, offset, block), seeds)
+        return own(call, state)
+
+    def blocked_round(block: int, offset: jax.Array, seeds: jax.Array, state: jax.Array):
+        """(the state's successor, rows taken, the rows) of the round
+        carrying ranks offset ... offset + block - 1 in blocks of ``block``
+        rows."""
+        state, served = serve(state, block, False, round_counts(asked, offset, block), seeds)
         taken, index = round_index(shard_of_row, rank, offset, block)
 
         def receive(x: jax.Array) -> jax.Array:
@@ -318,9 +332,9 @@ def sample(rng_key: jax.Array, *, spec: ShardSpec | tuple[ShardSpec, ...], args:
             received = jax.lax.all_to_all(blocks, axis_name, 0, 0, tiled=False)
             return received.reshape(shards * block, *x.shape[1:])[index]
 
-        return taken, tuple(receive(x) for x in served)
+        return state, taken, tuple(receive(x) for x in served)
 
-    def ragged_round(offset: jax.Array, seeds: jax.Array):
+    def ragged_round(offset: jax.Array, seeds: jax.Array, state: jax.Array):
         """The same by a ragged all-to-all: exactly the round's rows move."""
         served_now, sizes, taken, index = ragged_round_plan(counts, me, offset, cap,
                                                             shard_of_row, rank)
@@ -332,14 +346,15 @@ def sample(rng_key: jax.Array, *, spec: ShardSpec | tuple[ShardSpec, ...], args:
             output = jax.lax.full_like(x, 0, shape=(batch_size, *x.shape[1:]))
             return jax.lax.ragged_all_to_all(x, output, *sizes, axis_name=axis_name)[index]
 
-        return taken, tuple(receive_ragged(x) for x in serve(cap, True, served_now, seeds))
+        state, served = serve(state, cap, True, served_now, seeds)
+        return state, taken, tuple(receive_ragged(x) for x in served)
 
     # Every process holds the same counts, so every process takes the same
     # branch and the same number of rounds.
     need = counts.max()
     zero = jnp.int32(0)
     if ragged_default() if ragged is None else ragged:
-        _, received = ragged_round(zero, serve_seeds)
+        state, _, received = ragged_round(zero, serve_seeds, state)
         later_round = ragged_round
     else:
         # Round 0: the smallest block that holds the largest count (or the cap).
@@ -347,37 +362,42 @@ def sample(rng_key: jax.Array, *, spec: ShardSpec | tuple[ShardSpec, ...], args:
         wanted = jnp.minimum(jnp.maximum(need, jnp.asarray(min_block, jnp.int32)), cap)
         branch = jnp.minimum(jnp.searchsorted(jnp.asarray(sizes, jnp.int32), wanted),
                              len(sizes) - 1)
-        _, received = jax.lax.switch(
-            branch, [functools.partial(blocked_round, b, zero, serve_seeds) for b in sizes])
+        state, _, received = jax.lax.switch(
+            branch, [functools.partial(blocked_round, b, zero, serve_seeds) for b in sizes],
+            state)
         later_round = functools.partial(blocked_round, cap)
 
-    def next_round(r, rows):
-        taken, new = later_round(r * cap, round_seeds(r))
-        return tuple(jnp.where(taken.reshape(-1, *(1,) * (n.ndim - 1)), n, old)
-                     for n, old in zip(new, rows))
+    def next_round(r, carry):
+        state, rows = carry
+        state, taken, new = later_round(r * cap, round_seeds(r), state)
+        return state, tuple(jnp.where(taken.reshape(-1, *(1,) * (n.ndim - 1)), n, old)
+                            for n, old in zip(new, rows))
 
     # Rounds 1 ...: only plans whose largest pair count is above the cap.
-    received = jax.lax.fori_loop(1, rounds_needed(need, cap), next_round, received)
+    state, received = jax.lax.fori_loop(1, rounds_needed(need, cap), next_round,
+                                        (state, received))
     keys, start, probability, table_size, valid, *columns = received
     mask, timestep = window_steps(start, valid, width, args.pad_left)
-    return ShardedBatch(columns={n: c for (n, _, _), c in zip(first.columns, columns)},
-                        mask=mask, timestep=timestep, keys=keys, start=start,
-                        probability=probability, table_size=table_size, shard=shard_of_row)
+    return state, ShardedBatch(columns={n: c for (n, _, _), c in zip(first.columns, columns)},
+                               mask=mask, timestep=timestep, keys=keys, start=start,
+                               probability=probability, table_size=table_size,
+                               shard=shard_of_row)
 
 
-def update_priorities(keys: jax.Array, priorities: jax.Array, *, spec: ShardSpec,
-                      axis_name: str) -> jax.Array:
+def update_priorities(state: jax.Array, keys: jax.Array, priorities: jax.Array, *,
+                      spec: ShardSpec, axis_name: str) -> tuple[jax.Array, jax.Array]:
     """Routed priority updates, traced inside shard_map over ``axis_name``:
     every process's entries reach every owner, which applies those of its
     shard, in process order (a key set by two processes takes the value of the
-    later process). Returns the number of entries applied over all processes
-    (an int32 scalar)."""
+    later process). Returns the successor of the table state ``state`` and
+    the number of entries applied over all processes (an int32 scalar)."""
     all_keys = jax.lax.all_gather(keys, axis_name).reshape(-1)
     all_priorities = jax.lax.all_gather(priorities, axis_name).reshape(-1)
     local = _ffi.shard_keys_call(all_keys, shard=spec.shard, shard_shift=spec.shard_shift,
                                  to_local=True)
-    _, updated = _ffi.update_priorities_call(local, all_priorities, handle=spec.handle)
-    return jax.lax.psum(updated, axis_name)
+    state, updated = _ffi.update_priorities_call(state, local, all_priorities,
+                                                 handle=spec.handle)
+    return state, jax.lax.psum(updated, axis_name)
 
 
 @functools.cache
@@ -417,7 +437,10 @@ def gather_words(local: np.ndarray) -> np.ndarray:
 @functools.cache
 def _eager_sample_program(spec: ShardSpec, args: SampleArgs):
     def body(seed):
-        return sample(seed[0], spec=spec, args=args, axis_name=AXIS)
+        # Eager: a fresh state, as an eager Table call takes (gearjax/_call_forms.py).
+        _, batch = sample(state_module.initial(), seed[0], spec=spec, args=args,
+                          axis_name=AXIS)
+        return batch
 
     return jax.jit(jax.shard_map(body, mesh=process_mesh(), in_specs=P(AXIS), out_specs=P(AXIS)))
 

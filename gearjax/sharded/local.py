@@ -20,6 +20,7 @@ from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from gearjax import _sample_args
+from gearjax import state as state_module
 from gearjax.columns import Column
 from gearjax.sharded import exchange
 from gearjax.sharded import keys as keys_of
@@ -67,8 +68,11 @@ def sample_program(tables: Sequence[Table], batch_size: int, window: int | None 
                                   max_length=tables[0].max_length, rows=len(tables))
 
     def body(seed, min_block):
-        return exchange.sample(seed[0], spec=every_spec, args=args, axis_name=exchange.AXIS,
-                               min_block=min_block, ragged=ragged, max_block=max_block)
+        # One call per program: a fresh state orders it (as an eager call's does).
+        _, batch = exchange.sample(state_module.initial(), seed[0], spec=every_spec, args=args,
+                                   axis_name=exchange.AXIS, min_block=min_block, ragged=ragged,
+                                   max_block=max_block)
+        return batch
 
     mapped = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(exchange.AXIS), P()),
                                    out_specs=P(exchange.AXIS)))

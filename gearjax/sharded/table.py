@@ -418,22 +418,35 @@ class ShardedTable:
         self._publish()
         return keys_of.global_keys(self._shard, keys, self._shard_shift)
 
+    @overload
+    def insert_batch(self, state: TableState, columns: Mapping[str, Any], lengths: Any,
+                     priorities: Any = None) -> tuple[TableState, jax.Array]: ...
+
+    @overload
     def insert_batch(self, columns: Mapping[str, Any], lengths: Any,
-                     priorities: Any = None) -> jax.Array:
+                     priorities: Any = None) -> jax.Array: ...
+
+    @first_overload
+    def insert_batch(self, *args: Any, **kwargs: Any) -> Any:
         """Inserts into this process's shard, from inside jit too, and returns the global keys.
 
-        The stateless form of :meth:`gearjax.Table.insert_batch` (no table
-        state), ordered by JAX's ordered effects.
+        The two forms of :meth:`gearjax.Table.insert_batch`: ``state, keys =
+        insert_batch(state, columns, lengths, priorities=None)`` in compiled
+        code, ``keys = insert_batch(columns, lengths, priorities=None)``
+        eagerly.
 
-        Args:
-          columns: column name -> ``[N, T, *shape]``, as
-            :meth:`gearjax.Table.insert_batch` takes them.
-          lengths: integers ``[N]``: the first ``lengths[i]`` steps of row i
-            are real.
-          priorities: real numbers ``[N]``, or ``None``: 1.0 each.
+        Arguments (both forms):
+
+        * ``state`` (``TableState``, first form only): the table state.
+        * ``columns``: column name -> ``[N, T, *shape]``, as
+          :meth:`gearjax.Table.insert_batch` takes them.
+        * ``lengths``: integers ``[N]``: the first ``lengths[i]`` steps of
+          row i are real.
+        * ``priorities``: real numbers ``[N]``, or ``None``: 1.0 each.
 
         Returns:
-          The global keys, int64 ``[N]``.
+          The global keys, int64 ``[N]``; ``(state, keys)``, the state's
+            successor first, when given a state.
 
         Raises:
           TypeError: as :meth:`gearjax.Table.insert_batch`.
@@ -441,9 +454,13 @@ class ShardedTable:
           RuntimeError: the table is closed; errors found when the call runs
             as :meth:`gearjax.Table.insert_batch`.
         """
-        keys = self._local.insert_batch(columns, lengths, priorities)
-        return _ffi.shard_keys_call(keys, shard=self._shard, shard_shift=self._shard_shift,
+        state, args = _call_forms.split_insert_batch_state(args, kwargs)
+        local = self._local.insert_batch(*args, **kwargs) if state is None else \
+            self._local.insert_batch(state, *args, **kwargs)
+        state, keys = (None, local) if state is None else local
+        keys = _ffi.shard_keys_call(keys, shard=self._shard, shard_shift=self._shard_shift,
                                     to_local=False)
+        return keys if state is None else (state, keys)
 
     def get(self, key: int) -> dict[str, np.ndarray]:
         """Returns a copy of the stored trajectory with a global key.
@@ -488,33 +505,34 @@ class ShardedTable:
 
     # ---------------------------------------------------------------- sample
     @overload
-    def sample(self, rng_key: jax.Array, batch_size: int, window: int | None = None,
-               strategy: Strategy = Uniform(), pad: str | None = None, *,
-               cut: str = "start", replace: bool = True, axis_name: str | None = None,
-               prefetch: bool = False) -> ShardedBatch: ...
-
-    @overload
     def sample(self, state: TableState, rng_key: jax.Array, batch_size: int,
                window: int | None = None, strategy: Strategy = Uniform(),
                pad: str | None = None, *, cut: str = "start", replace: bool = True,
                axis_name: str | None = None,
                prefetch: bool = False) -> tuple[TableState, ShardedBatch]: ...
 
+    @overload
+    def sample(self, rng_key: jax.Array, batch_size: int, window: int | None = None,
+               strategy: Strategy = Uniform(), pad: str | None = None, *,
+               cut: str = "start", replace: bool = True, axis_name: str | None = None,
+               prefetch: bool = False) -> ShardedBatch: ...
+
     @first_overload
     def sample(self, *args: Any, **kwargs: Any) -> Any:
         """Samples ``batch_size`` rows for this process from the global distribution.
 
-        ``sample(rng_key, batch_size, window=None, strategy=Uniform(),
-        pad=None, *, cut="start", replace=True, axis_name=None,
-        prefetch=False)``, or, with a one-sided
-        exchange (``nixl``, ``verbs``), ``state, batch = sample(state, rng_key,
-        ...)``: the taught form of :meth:`gearjax.Table.sample`, ordered by
-        the table state (:meth:`state`) instead of JAX's ordered effects.
+        ``state, batch = sample(state, rng_key, batch_size, window=None,
+        strategy=Uniform(), pad=None, *, cut="start", replace=True,
+        axis_name=None, prefetch=False)``, the two forms of
+        :meth:`gearjax.Table.sample`: with a table state (from :meth:`state`),
+        the form for compiled code (inside ``jax.shard_map`` or a per-process
+        ``jax.jit``), or without (``batch = sample(rng_key, ...)``), eager
+        calls only.
 
         Arguments (both forms):
 
-        * ``state`` (``TableState``, one-sided exchanges only): the table
-          state, from :meth:`state` or the previous call.
+        * ``state`` (``TableState``, first form only): the table state, from
+          :meth:`state` or the previous table call.
         * ``rng_key``, ``batch_size``, ``window``, ``strategy``, ``pad``: as
           for :meth:`gearjax.Table.sample`; ``batch_size`` is this process's
           rows (``batch_size`` times the number of processes at most
@@ -534,10 +552,9 @@ class ShardedTable:
 
         Raises:
           TypeError: an argument fails :meth:`gearjax.Table.sample`'s type
-            checks; ``prefetch`` is not a bool.
+            checks; ``prefetch`` is not a bool; the stateless form traced.
           ValueError: an argument fails :meth:`gearjax.Table.sample`'s range
-            checks; another ``cut`` or ``replace=False``; a state with the
-            ``xla`` exchange (which takes none); ``prefetch=True`` with the
+            checks; another ``cut`` or ``replace=False``; ``prefetch=True`` with the
             ``xla`` exchange; the ``xla`` exchange with ``axis_name=None``
             inside a per-process ``jax.jit``; an ``axis_name`` that is not an
             axis of the enclosing ``shard_map`` or not one device per
@@ -562,10 +579,9 @@ class ShardedTable:
         return self._sample(state, *args, **kwargs)
 
     def state(self) -> TableState:
-        """Returns a fresh table state for the taught form of :meth:`sample`.
-
-        For a one-sided exchange (see :meth:`gearjax.Table.state`); the
-        ``xla`` exchange's samples take no state.
+        """Returns a fresh table state for the compiled calls of :meth:`sample`,
+        :meth:`update_priorities` and :meth:`insert_batch` (see
+        :meth:`gearjax.Table.state`).
 
         Returns:
           A fresh table state: a uint32 scalar ``jax.Array``.
@@ -581,11 +597,10 @@ class ShardedTable:
                 pad: str | None = None, *, cut: str = "start", replace: bool = True,
                 axis_name: str | None = None, prefetch: bool = False) -> Any:
         self._local._check_open()
-        if state is not None:
-            if self._transport is None:
-                raise ValueError("the xla exchange samples in a collective program of its own "
-                                 "and takes no table state: call sample(rng_key, ...)")
-            state = table_state.consume(state, repr(self))
+        given = state is not None
+        state = table_state.consume(state, repr(self)) if given else _call_forms.eager_state(
+            "ShardedTable.sample(rng_key, ...)",
+            "state, batch = table.sample(state, rng_key, ...)")
         if not isinstance(prefetch, bool):
             raise TypeError(f"prefetch must be True or False, got {prefetch!r}")
         if prefetch and self._transport is None:
@@ -600,11 +615,13 @@ class ShardedTable:
         _sample_args.check_room("a sharded sample", args, self._local.columns,
                                 self._local.rate_limiter, rows=self._processes)
         if self._transport is not None:
-            return self._sample_one_sided(state, rng_key, args, axis_name, prefetch)
+            state, batch = self._sample_one_sided(state, rng_key, args, axis_name, prefetch)
+            return (state, batch) if given else batch
         _check_platform()
         if axis_name is not None:
             exchange.check_axis(axis_name, self._spec)
-            return exchange.sample(rng_key, spec=self._spec, args=args, axis_name=axis_name)
+            return exchange.sample(state, rng_key, spec=self._spec, args=args,
+                                   axis_name=axis_name)
         if isinstance(rng_key, jax.core.Tracer):
             raise ValueError("ShardedTable.sample with exchange='xla' and axis_name=None runs a "
                              "collective program of its own, which cannot run inside a "
@@ -619,7 +636,7 @@ class ShardedTable:
             exchange.gather_words)
         batch = exchange.eager_sample(rng_key, spec=self._spec, args=args)
         self._publish()
-        return batch
+        return (state, batch) if given else batch
 
     def _sample_one_sided(self, state, rng_key, args: _sample_args.SampleArgs, axis_name,
                           prefetch) -> Any:
@@ -627,8 +644,8 @@ class ShardedTable:
         jax.jit (the data-loader pattern) or inside shard_map (each process
         reads its own block), one FFI call of the native sampler where its
         reads need no Python (nixl, every strategy, CPU backend, no
-        prefetch), else an ordered io_callback around it. Returns the batch,
-        after the state's successor when given a state."""
+        prefetch), else an io_callback around it, ordered by the state it
+        takes and returns. Returns the state's successor and the batch."""
         if axis_name is not None:  # mode 2: this process reads its block itself
             exchange.check_axis(axis_name, self._spec)
         batch_size, width, pad_left = args.batch_size, args.width, args.pad_left
@@ -666,21 +683,24 @@ class ShardedTable:
                 seed = words ^ jax.numpy.array([0, _seed_mix(self._shard)], np.uint32)
                 state, (keys, start, probability, table_size, valid, shard, *columns) = \
                     _ffi.one_sided_sample_call(
-                        seed, plan=plan, batch=batch_size, width=width,
-                        columns=tuple((c.shape, c.dtype) for c in self._local.columns.values()),
-                        state=state)
+                        state, seed, plan=plan, batch=batch_size, width=width,
+                        columns=tuple((c.shape, c.dtype) for c in self._local.columns.values()))
                 mask, timestep = window_steps(start, valid, width, pad_left)
                 batch = ShardedBatch(columns=dict(zip(names, columns)), mask=mask,
                                      timestep=timestep, keys=keys, start=start,
                                      probability=probability, table_size=table_size,
                                      shard=shard)
-                return batch if state is None else (state, batch)
-            rows = io_callback(
-                read, {k: jax.ShapeDtypeStruct(shape, dtype) for k, (shape, dtype) in
-                       shapes.items()}, words, ordered=True)
+                return state, batch
+            # The callback takes the state and returns it: ordered by data, as
+            # the FFI call is, and kept (io_callback has a side effect).
+            state, rows = io_callback(
+                lambda st, w: (st, read(w)),
+                (jax.ShapeDtypeStruct((), np.uint32),
+                 {k: jax.ShapeDtypeStruct(shape, dtype) for k, (shape, dtype) in
+                  shapes.items()}), state, words)
             batch = ShardedBatch(columns={n: rows[f"column-{c}"] for c, n in enumerate(names)},
                                  **_fields(rows, width, pad_left))
-            return batch if state is None else (state, batch)
+            return state, batch
         rows = read(np.asarray(words))
         self._publish()
         # The small fields in one dispatch; the columns aliased where JAX can.
@@ -689,12 +709,25 @@ class ShardedTable:
         batch = ShardedBatch(columns={n: _to_jax(rows[f"column-{c}"])
                                       for c, n in enumerate(names)},
                              **_eager_fields(small, width, pad_left))
-        return batch if state is None else (state, batch)
+        return state, batch
 
     # ------------------------------------------------------------ priorities
+    @overload
+    def update_priorities(self, state: TableState, keys: Any, priorities: Any, *,
+                          axis_name: str | None = None) -> tuple[TableState, Any]: ...
+
+    @overload
     def update_priorities(self, keys: Any, priorities: Any, *,
-                          axis_name: str | None = None) -> Any:
+                          axis_name: str | None = None) -> int: ...
+
+    @first_overload
+    def update_priorities(self, *args: Any, axis_name: str | None = None, **kwargs: Any) -> Any:
         """Sets priorities by global key.
+
+        ``update_priorities(keys, priorities, *, axis_name=None)`` eagerly, or
+        ``state, count = update_priorities(state, keys, priorities, *,
+        axis_name)`` inside ``jax.shard_map`` (the table state orders it with
+        the program's other table calls, as for :meth:`sample`).
 
         Each entry is applied by the shard that owns the key (never written
         into another process's memory), and one whose trajectory was evicted
@@ -709,22 +742,27 @@ class ShardedTable:
         entries of this process's shard are applied here, the others sent to
         their owners as messages, which their progress threads apply.
 
-        Args:
-          keys: int64 global keys, any number (flattened); eagerly, any
-            integers but uint64.
-          priorities: real numbers, as many as ``keys``.
-          axis_name: the mesh axis inside ``jax.shard_map`` (one device per
-            process), or ``None``: eagerly.
+        Arguments (both forms):
+
+        * ``state`` (``TableState``): the table state (inside shard_map;
+          eagerly it may be given too, and is returned as it came).
+        * ``keys``: int64 global keys, any number (flattened); eagerly, any
+          integers but uint64.
+        * ``priorities``: real numbers, as many as ``keys``.
+        * ``axis_name`` (keyword): the mesh axis inside ``jax.shard_map``
+          (one device per process), or ``None``: eagerly.
 
         Returns:
           The number of entries applied over all processes: an ``int``, or an
-            int32 scalar inside shard_map. With a one-sided exchange and
+            int32 scalar inside shard_map (after the state's successor, when
+            given a state). With a one-sided exchange and
             ``axis_name=None``, the number applied by this process's own shard
             (the entries sent to other shards are not counted).
 
         Raises:
           TypeError: ``keys`` are not integers (inside shard_map: not int64);
-            ``priorities`` are not real numbers (eagerly).
+            ``priorities`` are not real numbers (eagerly); no state inside
+            shard_map.
           ValueError: ``keys`` and ``priorities`` differ in size (inside
             shard_map: or the priorities are not floating); a priority is out
             of range (eagerly); traced arguments with ``axis_name=None``
@@ -734,7 +772,16 @@ class ShardedTable:
             ``axis_name``).
           RuntimeError: the table is closed.
         """
+        state, args = _call_forms.split_update_state(args, kwargs)
+        return self._update_priorities(state, *args, axis_name=axis_name, **kwargs)
+
+    def _update_priorities(self, state: TableState | None, keys: Any, priorities: Any, *,
+                           axis_name: str | None) -> Any:
         self._local._check_open()
+        given = state is not None
+        state = table_state.consume(state, repr(self)) if given else _call_forms.eager_state(
+            "ShardedTable.update_priorities(keys, priorities)",
+            "state, count = table.update_priorities(state, keys, priorities, axis_name=...)")
         if axis_name is not None:
             _check_platform()
             exchange.check_axis(axis_name, self._spec)
@@ -748,8 +795,9 @@ class ShardedTable:
                                  f"{list(keys.shape)}")
             if priorities.dtype not in (jax.numpy.float32, jax.numpy.float64):
                 priorities = priorities.astype(jax.numpy.float32)
-            return exchange.update_priorities(keys, priorities, spec=self._spec,
-                                              axis_name=axis_name)
+            state, count = exchange.update_priorities(state, keys, priorities, spec=self._spec,
+                                                      axis_name=axis_name)
+            return (state, count) if given else count
         if isinstance(keys, jax.core.Tracer) or isinstance(priorities, jax.core.Tracer):
             raise ValueError("ShardedTable.update_priorities with axis_name=None runs a "
                              "collective program of its own, which cannot run inside a "
@@ -766,10 +814,11 @@ class ShardedTable:
             raise TypeError(f"priorities must be real numbers, got {priorities.dtype}")
         checked = _checks.priorities(priorities)
         if self._transport is not None:
-            return self._update_one_sided(keys.astype(np.int64), checked)
-        updated = exchange.eager_update_priorities(keys.astype(np.int64), checked, self)
-        self._publish()
-        return updated
+            updated = self._update_one_sided(keys.astype(np.int64), checked)
+        else:
+            updated = exchange.eager_update_priorities(keys.astype(np.int64), checked, self)
+            self._publish()
+        return (state, updated) if given else updated
 
     def _update_one_sided(self, keys: np.ndarray, priorities: np.ndarray) -> int:
         """nixl, verbs: entries of this shard applied here, the others sent to

@@ -7,7 +7,7 @@ each round trip (gearjax/sharded/one_sided_native.py PythonTransport).
 
 Reads are posted from Python (one work request per span, chained, signaled,
 completions polled with a deadline), so ``verbs`` serves sampling mode (1):
-eagerly, or inside a per-process ``jax.jit`` through an ordered
+eagerly, or inside a per-process ``jax.jit`` through an
 ``io_callback`` (``nixl``'s reads need no Python, so its compiled samples are
 one FFI call instead).
 

@@ -134,8 +134,8 @@ ffi::Error SampleOnDevice(cudaStream_t stream, ffi::ScratchAllocator& scratch, i
   return ffi::Error::Success();
 }
 
-// `first` is the index of the keys result (1 when the call returns a token
-// first).
+// `first` is the index of the keys result (1 when the call returns an order
+// result first).
 ffi::Error Sample(cudaStream_t stream, ffi::ScratchAllocator& scratch,
                   const ffi::Buffer<ffi::U32>& seed, ffi::RemainingRets& rets, size_t first,
                   const SampleSite& at) {
@@ -209,28 +209,16 @@ ffi::ErrorOr<std::unique_ptr<SampleStateCuda>> SampleInstantiate(SampleAttrs att
   return Instantiated<SampleStateCuda>(MakeSampleSite(attrs));
 }
 
-ffi::Error SampleOrderedCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, Order,
+ffi::Error SampleCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, Order,
                                  ffi::Buffer<ffi::U32> seed, ffi::RemainingRets rets,
                                  SampleAttrs attrs) {
   return Sample(stream, scratch, seed, rets, /*first=*/1, MakeSampleSite(attrs));
 }
 
-ffi::Error SampleOrderedStagedImpl(cudaStream_t stream, ffi::ScratchAllocator scratch,
+ffi::Error SampleStagedImpl(cudaStream_t stream, ffi::ScratchAllocator scratch,
                                    SampleStateCuda* state, Order, ffi::Buffer<ffi::U32> seed,
                                    ffi::RemainingRets rets) {
   return Sample(stream, scratch, seed, rets, /*first=*/1, state->site);
-}
-
-ffi::Error SamplePureCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch,
-                              ffi::Buffer<ffi::U32> seed, ffi::RemainingRets rets,
-                              SampleAttrs attrs) {
-  return Sample(stream, scratch, seed, rets, /*first=*/0, MakeSampleSite(attrs));
-}
-
-ffi::Error SamplePureStagedImpl(cudaStream_t stream, ffi::ScratchAllocator scratch,
-                                SampleStateCuda* state, ffi::Buffer<ffi::U32> seed,
-                                ffi::RemainingRets rets) {
-  return Sample(stream, scratch, seed, rets, /*first=*/0, state->site);
 }
 
 // Enqueues a copy of the buffer's bytes into `out` (sized first: it must not
@@ -464,7 +452,7 @@ std::shared_ptr<Table> ForThisGpu(std::shared_ptr<Table> table) {
   return table;
 }
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(SampleCuda, Guarded<&SampleOrderedCudaImpl>::Run,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SampleCuda, Guarded<&SampleCudaImpl>::Run,
                               BindSampleAttrs(ffi::Ffi::Bind()
                                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()
                                                   .Ctx<ffi::ScratchAllocator>()
@@ -472,17 +460,10 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SampleCuda, Guarded<&SampleOrderedCudaImpl>::Run,
                                                   .Arg<ffi::Buffer<ffi::U32>>()
                                                   .RemainingRets()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(SamplePureCuda, Guarded<&SamplePureCudaImpl>::Run,
-                              BindSampleAttrs(ffi::Ffi::Bind()
-                                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                                  .Ctx<ffi::ScratchAllocator>()
-                                                  .Arg<ffi::Buffer<ffi::U32>>()
-                                                  .RemainingRets()));
-
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SampleInstantiateCuda, SampleInstantiate,
                               BindSampleAttrs(ffi::Ffi::BindInstantiate()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(SampleExecuteCuda, Guarded<&SampleOrderedStagedImpl>::Run,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SampleExecuteCuda, Guarded<&SampleStagedImpl>::Run,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()
                                   .Ctx<ffi::ScratchAllocator>()
@@ -491,13 +472,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SampleExecuteCuda, Guarded<&SampleOrderedStagedImp
                                   .Arg<ffi::Buffer<ffi::U32>>()
                                   .RemainingRets());
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(SamplePureExecuteCuda, Guarded<&SamplePureStagedImpl>::Run,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Ctx<ffi::ScratchAllocator>()
-                                  .Ctx<ffi::State<SampleStateCuda>>()
-                                  .Arg<ffi::Buffer<ffi::U32>>()
-                                  .RemainingRets());
+
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(UpdatePrioritiesCuda, Guarded<&UpdatePrioritiesCudaImpl>::Run,
                               BindUpdatePriorities(ffi::Ffi::Bind()

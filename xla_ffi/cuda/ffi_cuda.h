@@ -35,12 +35,10 @@ std::string KernelImageProblem(int device);
 std::string KernelImageProblemOn(int device);
 
 XLA_FFI_DECLARE_HANDLER_SYMBOL(SampleCuda);
-XLA_FFI_DECLARE_HANDLER_SYMBOL(SamplePureCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(UpdatePrioritiesCuda);
 // The same as instantiate and execute stages (call_site.h).
 XLA_FFI_DECLARE_HANDLER_SYMBOL(SampleInstantiateCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(SampleExecuteCuda);
-XLA_FFI_DECLARE_HANDLER_SYMBOL(SamplePureExecuteCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(UpdateInstantiateCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(UpdateExecuteCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(InsertBatchCuda);

@@ -65,7 +65,7 @@ void ToDevice(void* device, const void* host, size_t bytes, cudaStream_t stream)
   if (error != cudaSuccess) throw std::runtime_error(CudaFailure("copying to the GPU", error));
 }
 
-ffi::Error ShardTotalsCudaImpl(cudaStream_t stream, ffi::Token, ffi::Result<ffi::Token>,
+ffi::Error ShardTotalsCudaImpl(cudaStream_t stream, Order, ffi::Result<Order>,
                                ffi::Result<ffi::Buffer<ffi::U32>> summary, int64_t table_handle,
                                int64_t strategy, double alpha, int64_t shard) {
   std::shared_ptr<Table> table = LookUpTableForThisGpu(table_handle);
@@ -75,7 +75,7 @@ ffi::Error ShardTotalsCudaImpl(cudaStream_t stream, ffi::Token, ffi::Result<ffi:
   return ffi::Error::Success();
 }
 
-ffi::Error ShardTopsCudaImpl(cudaStream_t stream, ffi::Token, ffi::Result<ffi::Token>,
+ffi::Error ShardTopsCudaImpl(cudaStream_t stream, Order, ffi::Result<Order>,
                              ffi::Result<ffi::Buffer<ffi::U32>> summary,
                              ffi::Result<ffi::Buffer<ffi::U32>> entries, int64_t table_handle,
                              int64_t strategy, int64_t count, int64_t shard) {
@@ -146,7 +146,7 @@ ffi::Error ShardPlanCudaImpl(cudaStream_t stream, ffi::Buffer<ffi::U32> seeds,
 
 // The owner's part: draws on the host (ServeDraws), then one GPU gather per
 // requester into its block of the outputs.
-ffi::Error ShardServeCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::Token,
+ffi::Error ShardServeCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, Order,
                               ffi::Buffer<ffi::U32> seeds, ffi::Buffer<ffi::S32> counts,
                               ffi::Buffer<ffi::U32> summaries, ffi::RemainingRets rets,
                               int64_t table_handle, int64_t block, int64_t strategy,
