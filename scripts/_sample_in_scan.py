@@ -15,7 +15,7 @@ import numpy as np
 from _sample_cases import (filled_table, flashbax_buffer, gx, make_data, paired_ratios,
                            short_error, summarise, time_round_robin, Case)
 
-SCAN_SYSTEMS = ("gearjax", "gearjax-ordered", "gearjax-unordered", "flashbax", "ceiling")
+SCAN_SYSTEMS = ("gearjax", "flashbax", "ceiling")
 
 
 # ---------------------------------------------------------------------------
@@ -46,7 +46,7 @@ def threaded_scan_program(step: Callable[..., tuple[jax.Array, jax.Array]], step
                           table: "gx.Table") -> Callable[[jax.Array], Any]:
     """key -> a jitted scan of `steps` steps whose carry holds the table state
     and a sum: step(state, key) -> (state, value). The state is passed from
-    one dispatch to the next, as the taught form does."""
+    one dispatch to the next, as compiled table calls do."""
     def run(state, key):
         def body(carry, k):
             state, total = carry
@@ -75,11 +75,6 @@ def in_scan_programs(case: Case, data: np.ndarray, steps: int) -> tuple[dict, li
             lambda state, k: (lambda r: (r[0], r[1]["obs"].astype(jnp.float32).sum()))(
                 table.sample(state, k, case.batch, case.window, gx.Uniform(), "left")),
             steps, table)
-        for name, ordered in (("gearjax-ordered", True), ("gearjax-unordered", False)):
-            programs[name] = scan_program(
-                lambda k, o=ordered: table.sample(k, case.batch, case.window, gx.Uniform(), "left",
-                                                  ordered=o)["obs"].astype(jnp.float32).sum(),
-                steps)
     try:
         buffer, state, _ = flashbax_buffer(case, data)
         programs["flashbax"] = scan_program(
@@ -127,14 +122,13 @@ def run_in_scan_case(case: Case, args: argparse.Namespace) -> dict:
         close()
     ratios = {}
     if results.get("ceiling", {}).get("status") == "ok":
-        for name in ("gearjax", "gearjax-ordered", "gearjax-unordered", "flashbax"):
+        for name in ("gearjax", "flashbax"):
             if results.get(name, {}).get("status") == "ok":
                 ratios[f"{name}/ceiling"] = results["ceiling"]["median_s"] / results[name]["median_s"]
     if "gearjax/flashbax" not in ratios and all(
             results.get(n, {}).get("status") == "ok" for n in ("gearjax", "flashbax")):
         ratios["gearjax/flashbax"] = results["flashbax"]["median_s"] / results["gearjax"]["median_s"]
-    paired = paired_ratios(times, "ceiling", ("gearjax", "gearjax-ordered", "gearjax-unordered",
-                                              "flashbax"))
+    paired = paired_ratios(times, "ceiling", ("gearjax", "flashbax"))
     for name, result in results.items():
         if result["status"] == "ok":
             print(f"  {name:18s} {result['median_s'] * 1e6:10.1f} us/step  "

@@ -16,8 +16,7 @@ import numpy as np
 from _sample_cases import (GEARJAX_IMPORT_ERROR, Case, filled_table, flashbax_buffer,
                            gx, jax_keys, make_data, short_error, summarise)
 
-SYSTEMS = ("gearjax", "gearjax-ordered", "gearjax-unordered", "gearjax-batch", "flashbax", "numpy",
-           "memcpy-fresh", "memcpy-warm")
+SYSTEMS = ("gearjax", "gearjax-batch", "flashbax", "numpy", "memcpy-fresh", "memcpy-warm")
 ROWS_TO_CHECK = 16
 
 
@@ -35,18 +34,14 @@ class Sampler:
 
 
 def gearjax_sampler(case: Case, data: np.ndarray, seed: int, n_calls: int,
-                    whole_batch: bool = False, form: str = "threaded") -> Sampler:
-    """form: "threaded" (the state passed in and returned), "ordered" or
-    "unordered" (the stateless form, ordered=True or False)."""
+                    whole_batch: bool = False) -> Sampler:
+    """The jitted state form: the table state passed in and returned."""
     table = filled_table(case, data)
     try:
         def draw(state, k):
-            args = dict(batch_size=case.batch, window=case.window,  # None for case B
-                        strategy=gx.Uniform(), pad="left")
-            if form == "threaded":
-                state, batch = table.sample(state, k, **args)
-            else:
-                batch = table.sample(k, ordered=form == "ordered", **args)
+            state, batch = table.sample(state, k, batch_size=case.batch,
+                                        window=case.window,  # None for case B
+                                        strategy=gx.Uniform(), pad="left")
             return state, (batch if whole_batch else {"obs": batch["obs"]})
 
         sample = jax.jit(draw)
@@ -54,14 +49,14 @@ def gearjax_sampler(case: Case, data: np.ndarray, seed: int, n_calls: int,
         table.close()
         raise
     keys = jax_keys(seed, n_calls)
-    holder = {"state": table.state() if form == "threaded" else None}
+    holder = {"state": table.state()}
 
     def call(i):
         holder["state"], out = sample(holder["state"], keys[i])
         return out
 
     notes = [
-        f"gx.Uniform(), pad='left', window={case.window}, form={form}; "
+        f"gx.Uniform(), pad='left', window={case.window}, the table state threaded; "
         + ("returns the whole gx.Batch (the column plus mask, timestep, keys, start, "
            "probability and table_size) to Python; GB/s counts the payload column only"
            if whole_batch else
@@ -133,8 +128,6 @@ def memcpy_fresh_sampler(case: Case, data: np.ndarray, seed: int, n_calls: int) 
 
 SAMPLER_FACTORIES = {
     "gearjax": gearjax_sampler,
-    "gearjax-ordered": lambda *a: gearjax_sampler(*a, form="ordered"),
-    "gearjax-unordered": lambda *a: gearjax_sampler(*a, form="unordered"),
     "gearjax-batch": lambda *a: gearjax_sampler(*a, whole_batch=True),
     "flashbax": flashbax_sampler,
     "numpy": numpy_sampler,
@@ -264,7 +257,7 @@ def gearjax_ratios(systems: dict) -> dict:
     gearjax faster), for both gearjax rows. The issue's goals read directly:
     >= 2 against flashbax, >= 0.75 against memcpy."""
     ratios = {}
-    for mine in ("gearjax", "gearjax-ordered", "gearjax-unordered", "gearjax-batch"):
+    for mine in ("gearjax", "gearjax-batch"):
         gear = systems.get(mine, {})
         if gear.get("status") != "ok":
             continue

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from _sample_cases import gx, paired_ratios, summarise, time_round_robin
-from _sample_in_scan import scan_program, threaded_scan_program
+from _sample_in_scan import threaded_scan_program
 
 
 # ---------------------------------------------------------------------------
@@ -50,11 +50,6 @@ def gearjax_prioritized(n: int, rng: np.random.Generator) -> tuple[dict, Callabl
         state, batch = table.sample(state, k, PRIORITIZED_BATCH, 1, strategy)
         return state, batch["x"].sum()
 
-    def ordered_sample_and_update(k):
-        batch = table.sample(k, PRIORITIZED_BATCH, 1, strategy)
-        table.update_priorities(batch.keys, new_priorities(batch["x"]))
-        return batch["x"].sum()
-
     def update_body(carry, step_keys):
         state, total = carry
         state, count = table.update_priorities(state, step_keys,
@@ -66,9 +61,7 @@ def gearjax_prioritized(n: int, rng: np.random.Generator) -> tuple[dict, Callabl
     return {"gearjax sample+update": threaded_scan_program(sample_and_update, PRIORITIZED_STEPS,
                                                            table),
             "gearjax sample": threaded_scan_program(sample_only, PRIORITIZED_STEPS, table),
-            "gearjax update": update_only,
-            "gearjax-ordered sample+update": scan_program(ordered_sample_and_update,
-                                                          PRIORITIZED_STEPS)}, table.close
+            "gearjax update": update_only}, table.close
 
 
 def flashbax_prioritized(n: int, rng: np.random.Generator) -> dict:

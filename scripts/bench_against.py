@@ -52,13 +52,12 @@ BENCHES = {
     "dispatch": (
         "scripts/bench_dispatch.py", ["--calls", "2000", "--steps", "1000"],
         [(f"per-call {f} (us)", ("per_call", "forms", f, "median_us"), "time")
-         for f in ("threaded", "unordered", "ordered")]
+         for f in ("threaded", "threaded-fresh")]
         + [(f"train step w{w} {f} (us)", ("train_step", w, f, "median_us"), "time")
-           for w in ("48", "256") for f in ("threaded", "unordered")]),
+           for w in ("48", "256") for f in ("threaded", "threaded-fresh")]),
     "dqn": (
-        "scripts/bench_dqn.py", ["--seeds", "0", "--systems", "gearjax,gearjax-ordered"],
-        [(f"{s} env steps/s", ("summary", s, "env_steps_per_second", 0), "rate")
-         for s in ("gearjax", "gearjax-ordered")]),
+        "scripts/bench_dqn.py", ["--seeds", "0", "--systems", "gearjax"],
+        [("gearjax env steps/s", ("summary", "gearjax", "env_steps_per_second", 0), "rate")]),
 }
 
 
@@ -67,7 +66,7 @@ SMOKE_ARGS = {
     "sample": ["--cases", "A", "--repeats", "2", "--warmup", "1", "--scan-repeats", "2",
                "--prioritized-sizes", "1000", "--scale", "0.05"],
     "dispatch": ["--calls", "20", "--steps", "10", "--widths", "48"],
-    "dqn": ["--seeds", "0", "--systems", "gearjax,gearjax-ordered", "--steps", "1500"],
+    "dqn": ["--seeds", "0", "--systems", "gearjax", "--steps", "1500"],
 }
 
 

@@ -1,5 +1,6 @@
-"""Benchmark: what a table call costs when Python dispatches it, in each form of
-the effect contract, against Reverb, Flashbax and a pre-staged batch.
+"""Benchmark: what a table call costs when Python dispatches it, with the table
+state passed in and out or made inside the program, against pure JAX, Reverb,
+Flashbax and a pre-staged batch.
 
     python scripts/bench_dispatch.py [--reverb-python path/to/reverb-venv/bin/python]
         [--calls 3000] [--steps 1500] [--out benchmarks/results/bench_dispatch_cpu.json]
@@ -9,13 +10,15 @@ float32[17] column (Uniform, ``pad="left"``), from a host table of 1000
 trajectories of 200 steps, returning the column; one call at a time, each
 blocked on. Forms:
 
-* ``threaded``: the taught form, the table state passed in and returned
-  (``state, batch = table.sample(state, key, ...)``);
-* ``threaded-fresh``: the taught form starting from ``table.state()`` inside
+* ``threaded``: the table state passed in and returned (``state, batch =
+  table.sample(state, key, ...)``);
+* ``threaded-fresh``: the same call starting from ``table.state()`` inside
   the program (nothing passed in or out; programs on one device run in
   dispatch order);
-* ``ordered``: the stateless form (JAX's ordered effects);
-* ``unordered``: ``ordered=False`` (no ordering at all);
+* ``jax-pure``: a control without gearjax, a jitted function returning an
+  array of the batch's shape; ``jax-pure+scalar`` the same with one more
+  uint32 scalar argument and result (what ``threaded`` adds), to show what
+  JAX's dispatch itself charges for it;
 * ``reverb`` (with ``--reverb-python``): Reverb's ``TrajectoryDataset``
   batching 256 items of the same 20-step windows (items inserted with a
   ``TrajectoryWriter``, one per window start, from 200 of the trajectories),
@@ -25,7 +28,7 @@ blocked on. Forms:
 Section ``train-step``: a training step that samples a 64 x 20 batch of
 obs float32[17] and action float32[6] and takes an SGD step of a two-layer MLP
 (widths 48 and 256) on the masked squared error, one dispatch per step,
-blocked on: the four forms above, ``pre-staged`` (the same step taking a batch
+blocked on: the two gearjax forms above, ``pre-staged`` (the same step taking a batch
 already on the device, one of 64 sampled before timing) and ``flashbax``
 (``make_trajectory_buffer`` holding the same trajectories, its state an
 argument of the step, sampled inside it).
@@ -129,14 +132,11 @@ def per_call_forms(table) -> dict:
     """name -> call(i) -> the output to block on."""
     import jax
 
-    def sample(state, key, **kw):
-        return table.sample(state, key, BATCH, WINDOW, pad="left", **kw) if state is not None \
-            else (None, table.sample(key, BATCH, WINDOW, pad="left", **kw))
+    def sample(state, key):
+        return table.sample(state, key, BATCH, WINDOW, pad="left")
 
     threaded = jax.jit(lambda s, k: (lambda r: (r[0], r[1]["obs"]))(sample(s, k)))
     fresh = jax.jit(lambda k: sample(table.state(), k)[1]["obs"])
-    ordered = jax.jit(lambda k: sample(None, k)[1]["obs"])
-    unordered = jax.jit(lambda k: sample(None, k, ordered=False)[1]["obs"])
     keys = [jax.random.key_data(k) for k in jax.random.split(jax.random.key(1), 64)]
     state = [table.state()]
     # A control without gearjax: the same pure jitted function with and without one more
@@ -157,8 +157,6 @@ def per_call_forms(table) -> dict:
         return out
 
     return {"threaded": call_threaded, "threaded-fresh": lambda i: fresh(keys[i % 64]),
-            "ordered": lambda i: ordered(keys[i % 64]),
-            "unordered": lambda i: unordered(keys[i % 64]),
             "jax-pure": lambda i: pure(keys[i % 64]), "jax-pure+scalar": call_pure_scalar}
 
 
@@ -192,24 +190,19 @@ def train_forms(table, data: dict[str, np.ndarray], width: int) -> dict:
     import jax.numpy as jnp
     B = 64
 
-    def from_table(params, state, key, **kw):
-        if state is None:
-            batch = table.sample(key, B, WINDOW, pad="left", **kw)
-        else:
-            state, batch = table.sample(state, key, B, WINDOW, pad="left")
+    def from_table(params, state, key):
+        state, batch = table.sample(state, key, B, WINDOW, pad="left")
         params, loss = sgd_step(params, batch["obs"], batch["action"], batch.mask)
         return params, state, loss
 
     threaded = jax.jit(from_table)
     fresh = jax.jit(lambda p, k: from_table(p, table.state(), k)[::2])
-    ordered = jax.jit(lambda p, k: from_table(p, None, k)[::2])
-    unordered = jax.jit(lambda p, k: from_table(p, None, k, ordered=False)[::2])
     staged_step = jax.jit(lambda p, o, a, m: sgd_step(p, o, a, m))
     staged = [table.sample(jax.random.key(1000 + i), B, WINDOW, pad="left") for i in range(64)]
     staged = [jax.device_put((b["obs"], b["action"], b.mask)) for b in staged]
     keys = [jax.random.key_data(k) for k in jax.random.split(jax.random.key(2), 64)]
     params = {name: mlp_init(width) for name in
-              ("threaded", "threaded-fresh", "ordered", "unordered", "pre-staged", "flashbax")}
+              ("threaded", "threaded-fresh", "pre-staged", "flashbax")}
     state = [table.state()]
 
     def run_threaded(i):
@@ -228,7 +221,6 @@ def train_forms(table, data: dict[str, np.ndarray], width: int) -> dict:
         return loss
 
     forms = {"threaded": run_threaded, "threaded-fresh": simple("threaded-fresh", fresh),
-             "ordered": simple("ordered", ordered), "unordered": simple("unordered", unordered),
              "pre-staged": run_staged}
     try:
         import flashbax as fbx
@@ -298,11 +290,11 @@ def report(result: dict) -> str:
     pc = result["per_call"]
     lines.append(f"per call: {BATCH} x {WINDOW} x float32[{OBS}] (Uniform), median of "
                  f"{result['config']['calls']} calls each, blocked on (us; calls/s over "
-                 f"unordered, paired)")
+                 f"jax-pure, paired)")
     for name, s in pc["forms"].items():
-        ratio = s.get("calls_per_second_over_unordered_paired")
+        ratio = s.get("calls_per_second_over_jax-pure_paired")
         lines.append(f"  {name:16s} {s['median_us']:9.1f} us   "
-                     + (f"x{ratio:.3f} unordered" if ratio is not None else ""))
+                     + (f"x{ratio:.3f} jax-pure" if ratio is not None else ""))
     lines.append("  JAX alone, one more uint32 scalar argument and result: "
                  f"x{pc['jax_extra_scalar_calls_per_second_paired']:.3f} the calls/s (paired)")
     if "reverb" in pc:
@@ -346,7 +338,7 @@ def main(argv: list[str] | None = None) -> dict | int:
                          "window": WINDOW, "trajectories": TRAJECTORIES, "length": LENGTH},
               "machine": machine_info(("flashbax",)), "load_average_start": os.getloadavg()}
     times = take_turns(per_call_forms(table), args.calls)
-    result["per_call"] = {"forms": summary(times, "unordered")}
+    result["per_call"] = {"forms": summary(times, "jax-pure")}
     result["per_call"]["jax_extra_scalar_calls_per_second_paired"] = float(
         np.median(np.asarray(times["jax-pure"]) / np.asarray(times["jax-pure+scalar"])))
     if args.reverb_python:

@@ -15,9 +15,7 @@ time by a jitted forward pass. Replays:
   columns obs, action, reward, next_obs, done), ``table.insert_step`` per
   environment step, and the update samples its own batch inside the jitted
   update (``state, batch = table.sample(table.state(), key, 128, 1)``: the
-  taught form, starting from a fresh state in each program);
-* ``gearjax-ordered``: the same with the stateless ``table.sample(key, ...)``
-  (JAX's ordered effects);
+  state form, starting from a fresh state in each program);
 * ``numpy``: a NumPy ring buffer of the same columns, written per step and
   sampled on the host (uniform indices, fancy indexing), the batch passed to
   the jitted update.
@@ -43,7 +41,7 @@ from _machine import cpu_model, version_of
 
 CAPACITY, BATCH, GAMMA = 10_000, 128, 0.99
 LEARNING_STARTS, TRAIN_EVERY, TARGET_EVERY = 1_000, 10, 500
-SYSTEMS = ("gearjax", "gearjax-ordered", "numpy")
+SYSTEMS = ("gearjax", "numpy")
 
 
 def q_init(key):
@@ -143,10 +141,7 @@ def run(system: str, steps: int, seed: int) -> dict:
         table = gearjax_replay()
 
         def from_table(key):
-            if system == "gearjax":
-                _, b = table.sample(table.state(), key, BATCH, 1)
-            else:
-                b = table.sample(key, BATCH, 1)
+            _, b = table.sample(table.state(), key, BATCH, 1)
             return (b["obs"][:, 0], b["action"][:, 0], b["reward"][:, 0], b["next_obs"][:, 0],
                     b["done"][:, 0])
 
@@ -204,10 +199,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=60_000)
     parser.add_argument("--seeds", default="0,1")
-    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--systems", default=",".join(SYSTEMS),
+                        help=f"comma-separated subset of {','.join(SYSTEMS)}")
     parser.add_argument("--out", default="benchmarks/results/bench_dqn_cpu.json")
     args = parser.parse_args(argv)
     systems = args.systems.split(",")
+    unknown = sorted(set(systems) - set(SYSTEMS))
+    if unknown:
+        parser.error(f"unknown systems {unknown}; choose from {','.join(SYSTEMS)}")
     runs = []
     for seed in (int(s) for s in args.seeds.split(",")):
         for system in systems:

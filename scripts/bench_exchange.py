@@ -10,10 +10,11 @@ measurement is a jitted ``lax.scan`` of ``--steps`` steps whose each step
 samples a batch and sums it (so nothing is dropped), timed per dispatch,
 systems taking turns:
 
-* ``global``: ``ShardedTable.sample(..., axis_name=...)`` inside
-  ``shard_map`` (the xla exchange: two all-gathers and one all-to-all a step);
-* ``local``: the process's own shard sampled alone (``gx.Table.sample``),
-  what one process gets without any exchange;
+* ``global``: ``state, batch = ShardedTable.sample(state, ..., axis_name=...)``
+  inside ``shard_map`` (the xla exchange: two all-gathers and one all-to-all a
+  step; the table state in the scan's carry);
+* ``local``: the process's own shard sampled alone (``gx.Table.sample``, its
+  state in the carry too), what one process gets without any exchange;
 * ``all_to_all``: gloo's all-to-all of the bytes the exchange moves (a block
   of ``batch`` rows to every process), with no table at all;
 * ``all_to_all_ideal``: gloo's all-to-all of ``batch`` rows in all, what an
@@ -86,31 +87,35 @@ def body(process: int, processes: int, port: int, args: argparse.Namespace) -> d
         payload = batch * window * int(np.prod(shape)) * np.dtype(dtype).itemsize
         steps = args.steps
 
-        def scan(step_fn):
+        def scan(step_fn, start=lambda: None):
+            """step_fn(carry, key) -> (carry, value); the carry starts as
+            start() (a table's fresh state, or None)."""
             def run(key):
-                def step(carry, k):
-                    return carry, step_fn(k)
-                return jax.lax.scan(step, None, jax.random.split(key[0], steps))[1].sum()[None]
+                return jax.lax.scan(step_fn, start(),
+                                    jax.random.split(key[0], steps))[1].sum()[None]
             return jax.jit(jax.shard_map(run, mesh=mesh, in_specs=P("hosts"),
                                          out_specs=P("hosts")))
 
-        def global_step(k):
-            return table.sample(k, batch, window, axis_name="hosts")["x"].sum(dtype=jnp.float32)
+        def global_step(state, k):
+            state, b = table.sample(state, k, batch, window, axis_name="hosts")
+            return state, b["x"].sum(dtype=jnp.float32)
 
-        def local_step(k):
-            return table.local.sample(k, batch, window)["x"].sum(dtype=jnp.float32)
+        def local_step(state, k):
+            state, b = table.local.sample(state, k, batch, window)
+            return state, b["x"].sum(dtype=jnp.float32)
 
         def all_to_all(rows):
             # Data that depends on the step's key, so XLA cannot fold it away.
             size = processes * rows * window * int(np.prod(shape))
 
-            def step(k):
+            def step(carry, k):
                 x = (jnp.arange(size, dtype=jnp.uint32) + jax.random.bits(k, (), jnp.uint32))
                 x = x.astype(dtype).reshape(processes, rows, window, *shape)
-                return jax.lax.all_to_all(x, "hosts", 0, 0).sum(dtype=jnp.float32)
+                return carry, jax.lax.all_to_all(x, "hosts", 0, 0).sum(dtype=jnp.float32)
             return step
 
-        programs = {"global": scan(global_step), "local": scan(local_step),
+        programs = {"global": scan(global_step, table.state),
+                    "local": scan(local_step, table.local.state),
                     "all_to_all": scan(all_to_all(batch)),
                     "all_to_all_ideal": scan(all_to_all(max(1, batch // processes)))}
         keys = jax.make_array_from_process_local_data(

@@ -6,8 +6,8 @@
    1024 from a device and a host table: one sample per step of a jitted
    lax.scan, for gearjax, a pure-JAX random gather of the same bytes from a
    device array (Flashbax's way) and Flashbax's trajectory buffer; and one
-   jitted call dispatched from Python (table-state form, ordered, unordered)
-   against a jitted pure-JAX gather.
+   jitted call dispatched from Python (the table-state form) against a
+   jitted pure-JAX gather.
 2b. host_selected: what a sample that selects on the host (TopK, Recent,
    replace=False, cut="full") costs a scan step, batch 32 of 1 KiB windows,
    against the same sample of Uniform, selected on the GPU.
@@ -208,16 +208,11 @@ def per_step(args) -> dict:
                 row["pure_jax_scan_step_s"] = median_seconds(
                     lambda: pure(jax.random.key(1)), args.repeats) / args.steps
                 state = table.state()
-                taught = jax.jit(lambda s, k: table.sample(s, k, batch, length))
-                ordered = jax.jit(lambda k: table.sample(k, batch, length)["x"])
-                unordered = jax.jit(lambda k: table.sample(k, batch, length, ordered=False)["x"])
+                state_form = jax.jit(lambda s, k: table.sample(s, k, batch, length))
                 gather = jax.jit(lambda d, k: d[jax.random.randint(k, (batch,), 0, count)])
                 calls = 20 if args.smoke else 200
                 row["call_state_form_s"] = median_seconds(
-                    lambda: taught(state, jax.random.key(2))[1]["x"], calls)
-                row["call_ordered_s"] = median_seconds(lambda: ordered(jax.random.key(2)), calls)
-                row["call_unordered_s"] = median_seconds(lambda: unordered(jax.random.key(2)),
-                                                         calls)
+                    lambda: state_form(state, jax.random.key(2))[1]["x"], calls)
                 row["call_pure_jax_s"] = median_seconds(lambda: gather(data, jax.random.key(2)),
                                                         calls)
                 row["scan_step_over_pure_jax"] = (row["gearjax_scan_step_s"]
@@ -228,9 +223,7 @@ def per_step(args) -> dict:
                       f"{row['gearjax_scan_step_s'] * 1e6:7.1f} us, pure JAX "
                       f"{row['pure_jax_scan_step_s'] * 1e6:7.1f} us "
                       f"({row['scan_step_over_pure_jax']:.2f}x); one call: state form "
-                      f"{row['call_state_form_s'] * 1e6:7.1f} us, ordered "
-                      f"{row['call_ordered_s'] * 1e6:7.1f}, unordered "
-                      f"{row['call_unordered_s'] * 1e6:7.1f}, pure JAX "
+                      f"{row['call_state_form_s'] * 1e6:7.1f} us, pure JAX "
                       f"{row['call_pure_jax_s'] * 1e6:7.1f} ({row['call_over_pure_jax']:.2f}x)",
                       flush=True)
         finally:

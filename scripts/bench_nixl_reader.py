@@ -41,11 +41,14 @@ inside the same eager samples, against the read; the rest of an eager
 sample is JAX's (the key's words, the rows aliased as JAX arrays, the small
 fields in one dispatch). For the two
 smaller cases, also seconds per sample inside a jitted ``lax.scan`` of 20
-samples (see ``in_jit``): the compiled path (one FFI call a sample) with and
-without a table state, against the same samples through an ordered
-``io_callback`` around the eager sample (how in-jit one-sided samples ran
-before the compiled path; results committed before the native sampler
-served every strategy ran the Python sampler there).
+samples (see ``in_jit``): the compiled path (one FFI call a sample),
+against the same samples through an ``io_callback`` around the eager sample
+(how in-jit one-sided samples ran before the compiled path; results
+committed before the native sampler served every strategy ran the Python
+sampler there), both with the table state threaded through the scan.
+(Results committed before gearjax dropped the stateless compiled form also
+have ``compiled_ordered``: the compiled path without a state, ordered by
+JAX's ordered effects.)
 
 Over loopback UCX picks shared memory, so these are this machine's numbers,
 not a network's. Needs NIXL (``python -m gearjax.sharded.install_nixl``).
@@ -226,30 +229,27 @@ def sample_child(process: int, port: int, repeats: int) -> dict:
 
 def in_jit(table, transport, batch: int, window: int, repeats: int) -> dict:
     """Seconds per sample inside a jitted lax.scan of SCAN_STEPS samples (each
-    summed, so none is dropped): ``compiled_state`` (the taught form, one FFI
-    call a step, no JAX effect), ``compiled_ordered`` (no state: the ordered
-    effect) and ``io_callback`` (the same samples through an ordered host
-    callback around the eager sample: how every in-jit one-sided sample ran
-    before the compiled path). Systems take turns."""
+    summed, so none is dropped): ``compiled_state`` (one FFI call a step,
+    ordered by the table state) and ``io_callback`` (the same samples, the
+    same state, through a host callback around the eager sample: how every
+    in-jit one-sided sample ran before the compiled path). Systems take
+    turns."""
     import jax
     import jax.numpy as jnp
     import numpy as np
 
-    def scan(with_state):
+    def scan():
         def run(key):
             def step(state, k):
-                if with_state:
-                    state, b = table.sample(state, k, batch, window)
-                else:
-                    b = table.sample(k, batch, window)
+                state, b = table.sample(state, k, batch, window)
                 return state, b["x"].sum(dtype=jnp.float32)
             return jax.lax.scan(step, table.state(), jax.random.split(key, SCAN_STEPS))[1]
         return jax.jit(run)
 
-    programs = {"compiled_state": scan(True), "compiled_ordered": scan(False)}
+    programs = {"compiled_state": scan()}
     compiles = transport._compiles
     transport._compiles = False  # traced now: the io_callback path
-    programs["io_callback"] = scan(False)
+    programs["io_callback"] = scan()
     jax.block_until_ready(programs["io_callback"](jax.random.key(0)))
     transport._compiles = compiles
     for name, program in programs.items():

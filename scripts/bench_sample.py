@@ -18,14 +18,10 @@ one call takes to produce a full, materialised batch:
 
   gearjax        ``state, batch = table.sample(state, key, batch_size, window,
                  strategy=gx.Uniform(), pad="left")`` inside ``jax.jit`` (the
-                 taught form: the table state passed in and returned), returning
+                 table state passed in and returned), returning
                  the payload column (as Flashbax's sample returns its
                  experience); skipped, with the import error recorded, when
                  ``import gearjax`` fails.
-  gearjax-ordered  the stateless form ``table.sample(key, ...)`` (JAX's ordered
-                 effects, which leave JAX's fast dispatch path).
-  gearjax-unordered  the stateless form with ``ordered=False`` (no ordering at
-                 all, JAX's fast dispatch path).
   gearjax-batch  the same, returning the whole gx.Batch (every array) to Python:
                  shows what handing every leaf back to the host costs.
   flashbax       ``flashbax.make_trajectory_buffer(...).sample`` inside ``jax.jit``
@@ -46,8 +42,8 @@ masks or other extra outputs are not counted) and, for gearjax, its payload rate
 over Flashbax's and both memcpys' (> 1 means gearjax is faster). After timing,
 a few sampled rows of each system are checked against the stored data.
 
-In-scan section: gearjax (the taught form, the state in the scan's carry),
-gearjax-ordered, gearjax-unordered, Flashbax and the ceiling, each a jitted scan of ``scan_steps`` steps (chosen per case so
+In-scan section: gearjax (the table state in the scan's carry), Flashbax and
+the ceiling, each a jitted scan of ``scan_steps`` steps (chosen per case so
 that one dispatch takes tens of milliseconds and its cost is spread thin),
 taking turns dispatch by dispatch; reported per step. The goal: gearjax at
 least 0.8 of the ceiling's rate on every case.

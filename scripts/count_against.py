@@ -4,7 +4,7 @@ noise does not move (bench_against.py's times move by up to 2x between rounds
 on a 2-core VM, hiding a slowdown of a few percent either way).
 
     python scripts/count_against.py --baseline DIR [--baseline-name NAME]
-        [--current DIR] [--workloads insert_step,insert,sample,ordered,prioritized]
+        [--current DIR] [--workloads insert_step,insert,sample,prioritized]
         [--jobs N] [--smoke] [--out benchmarks/results/count_against_cpu.json]
     python scripts/count_against.py --report-from JSON [--out ...]
 
@@ -66,8 +66,6 @@ WORKLOADS = {
                 "case A table, full: each insert evicts)"), 1100, 2000),
     "sample": (("a jitted call of table.sample(state, key, 256, 20), the threaded form "
                 "(bench_sample's per-call case A)"), 20, 500),
-    "ordered": ("the same call in the ordered stateless form (JAX's ordered effects)",
-                20, 200),
     "prioritized": (("a jitted threaded Prioritized(0.6) sample of 256 and update_priorities "
                      "of the rows drawn, at 1000 trajectories (bench_sample's prioritized "
                      "row, one step per call)"), 20, 500),
@@ -108,11 +106,7 @@ def drive(workload: str, calls: int) -> None:
         table = gx.Table({"obs": gx.Column((17,), "float32")}, capacity=1000, max_length=200)
         table.insert_many([{"obs": rng.standard_normal((200, 17)).astype(np.float32)}
                            for _ in range(1000)], priorities=rng.uniform(0.1, 2.0, 1000))
-        if workload == "ordered":
-            def draw(state, k):
-                return state, table.sample(k, batch_size=256, window=20, ordered=True,
-                                           pad="left")["obs"]
-        elif prioritized:
+        if prioritized:
             def draw(state, k):
                 state, batch = table.sample(state, k, 256, 1, gx.Prioritized(0.6))
                 state, _ = table.update_priorities(state, batch.keys,
@@ -132,7 +126,7 @@ def drive(workload: str, calls: int) -> None:
 
         step = jax.jit(step)
         key = jax.random.key(1)
-        state = None if workload == "ordered" else table.state()
+        state = table.state()
         for _ in range(calls):
             state, key, out = step(state, key)
             jax.block_until_ready(out)
@@ -207,7 +201,9 @@ def main() -> None:
         saved = json.loads(args.report_from.read_text())
         return write_report(args.out, saved["builds"],
                             {w: v["per_call"] for w, v in saved["workloads"].items()},
-                            saved["smoke"])
+                            saved["smoke"],
+                            {w: (v["what"], v["warmup"], v["calls"])
+                             for w, v in saved["workloads"].items()})
     if args.baseline is None:
         parser.error("--baseline is required")
     workloads = [w for w in args.workloads.split(",") if w]
@@ -256,8 +252,12 @@ def with_sums(per_call: dict[str, float]) -> dict[str, float]:
 
 
 def write_report(out: Path, builds: dict[str, str], results: dict[str, dict],
-                 smoke: bool) -> None:
-    """Prints the comparison and writes it as JSON (out) and text (.txt)."""
+                 smoke: bool, described: dict[str, tuple] | None = None) -> None:
+    """Prints the comparison and writes it as JSON (out) and text (.txt).
+    ``described``: workload -> (what, warmup, calls) as a saved JSON has them
+    (--report-from; it may hold workloads WORKLOADS no longer has), else
+    WORKLOADS'."""
+    described = described or WORKLOADS
     results = {w: {name: with_sums(c) for name, c in by_build.items()}
                for w, by_build in results.items()}
     current, baseline = builds
@@ -279,8 +279,8 @@ def write_report(out: Path, builds: dict[str, str], results: dict[str, dict],
                     "python": platform.python_version()},
         "builds": builds,
         "smoke": smoke,
-        "workloads": {w: {"what": WORKLOADS[w][0], "warmup": WORKLOADS[w][1],
-                          "calls": WORKLOADS[w][2], "per_call": results[w]}
+        "workloads": {w: {"what": described[w][0], "warmup": described[w][1],
+                          "calls": described[w][2], "per_call": results[w]}
                       for w in results},
     }, indent=2) + "\n")
     out.with_suffix(".txt").write_text(report + "\n")

@@ -51,14 +51,17 @@ def run_process(process: int, processes: int, port: int) -> None:
     mesh = Mesh(np.array(jax.devices()), ("hosts",))
 
     def train(key):
-        def step(count, k):
-            b = table.sample(k, 256, 10, gx.Prioritized(0.6), axis_name="hosts")
+        # The table state orders the step's table calls: each call takes the
+        # state the previous one returned, through the scan's carry.
+        def step(carry, k):
+            state, count = carry
+            state, b = table.sample(state, k, 256, 10, gx.Prioritized(0.6), axis_name="hosts")
             # A learner would compute TD errors here; any positive value will do.
             new_priorities = 1.0 + b["obs"][:, -1, 0] ** 2
-            table.update_priorities(b.keys, new_priorities, axis_name="hosts")
-            return count + jax.numpy.bincount(b.shard, length=processes), None
-        return jax.lax.scan(step, jax.numpy.zeros(processes, jax.numpy.int32),
-                            jax.random.split(key[0], 20))[0][None]
+            state, _ = table.update_priorities(state, b.keys, new_priorities, axis_name="hosts")
+            return (state, count + jax.numpy.bincount(b.shard, length=processes)), None
+        carry = (table.state(), jax.numpy.zeros(processes, jax.numpy.int32))
+        return jax.lax.scan(step, carry, jax.random.split(key[0], 20))[0][1][None]
 
     program = jax.jit(jax.shard_map(train, mesh=mesh, in_specs=P("hosts"),
                                     out_specs=P("hosts")))
