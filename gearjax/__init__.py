@@ -12,6 +12,7 @@ FFI custom calls. The public names are all here::
 
 import importlib.metadata
 
+from gearjax import _cuda, _gearjax
 from gearjax.batch import Batch
 from gearjax.checkpoint import CheckpointError
 from gearjax.columns import Column
@@ -29,3 +30,6 @@ __all__ = [
 ]
 # pyproject.toml holds the version; the installed package's metadata carries it here.
 __version__ = importlib.metadata.version("gearjax")
+
+# A GPU JAX and no CUDA handlers: say so once, with the fix (gearjax/_cuda.py).
+_cuda.warn_if_missing(_gearjax.cuda_built, _cuda.jax_cuda_plugin())

@@ -341,5 +341,9 @@ def int64_from_words(words: jax.Array) -> jax.Array:
     return call(words)
 
 
-# After every table primitive exists: the fixes find them in TABLE_PRIMITIVES.
-from gearjax import _jax_fixes  # noqa: E402,F401
+# After every table primitive exists: the fixes find them in TABLE_PRIMITIVES,
+# and so does the refusal of GPU programs where there are no CUDA handlers.
+from gearjax import _cuda, _jax_fixes  # noqa: E402,F401
+
+if not _gearjax.cuda_built:
+    _cuda.refuse_gpu_programs()
