@@ -11,8 +11,18 @@ FFI custom calls. The public names are all here::
 """
 
 import importlib.metadata
+import sys
 
-from gearjax import _cuda, _gearjax
+# pyproject.toml holds the version; the installed package's metadata carries it here.
+__version__ = importlib.metadata.version("gearjax")
+
+# First: which native extension gearjax._gearjax is (the CUDA plugin's where
+# it is installed; gearjax/_plugin.py).
+from gearjax import _plugin  # noqa: E402
+
+_plugin.select(sys.modules[__name__], __version__)
+
+from gearjax import _cuda, _gearjax  # noqa: E402
 from gearjax.batch import Batch
 from gearjax.checkpoint import CheckpointError
 from gearjax.columns import Column
@@ -28,8 +38,5 @@ __all__ = [
     "SampleToInsertRatio", "ShardedBatch", "ShardedTable", "Strategy", "Table", "TableState",
     "Timestep", "TopK", "Uniform", "table_error",
 ]
-# pyproject.toml holds the version; the installed package's metadata carries it here.
-__version__ = importlib.metadata.version("gearjax")
-
 # A GPU JAX and no CUDA handlers: say so once, with the fix (gearjax/_cuda.py).
 _cuda.warn_if_missing(_gearjax.cuda_built, _cuda.jax_cuda_plugin())

