@@ -49,9 +49,12 @@ def test_import_warns_once_where_jax_has_a_cuda_plugin(tmp_path):
         print(native.cuda_built, len(ours))
     """)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(tmp_path), os.environ.get("PYTHONPATH", "")]))
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=120, check=True).stdout.split()
+        p for p in [str(tmp_path), os.environ.get("PYTHONPATH", "")] if p))  # no "": the cwd
+    # -P: the installed package, not a source tree in the working directory.
+    run = subprocess.run([sys.executable, "-P", "-c", code], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = run.stdout.split()
     assert out == ["True", "0"] or out == ["False", "1"], out
 
 

@@ -38,7 +38,7 @@ def _fake_plugin(root: Path, version: str) -> Path:
 
 def _run(code: str, plugin_root: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(plugin_root), os.environ.get("PYTHONPATH", "")]))
+        p for p in [str(plugin_root), os.environ.get("PYTHONPATH", "")] if p))  # no "": the cwd
     return subprocess.run([sys.executable, "-P", "-c", textwrap.dedent(code)], env=env,
                           capture_output=True, text=True, timeout=120)
 
