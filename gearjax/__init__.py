@@ -38,5 +38,6 @@ __all__ = [
     "SampleToInsertRatio", "ShardedBatch", "ShardedTable", "Strategy", "Table", "TableState",
     "Timestep", "TopK", "Uniform", "table_error",
 ]
+
 # A GPU JAX and no CUDA handlers: say so once, with the fix (gearjax/_cuda.py).
 _cuda.warn_if_missing(_gearjax.cuda_built, _cuda.jax_cuda_plugin())

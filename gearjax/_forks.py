@@ -60,7 +60,7 @@ def _where(eqn: Any, enclosing: Sequence[Any]) -> str:
     gearjax's frames (JAX 0.11 and later trace a nested jit apart), so the
     line is then that of the innermost enclosing block with a user's frame."""
     table = eqn.params.get("table_handle")
-    name = eqn.primitive.name.replace("gearjax_", "").replace("_threaded", "")
+    name = eqn.primitive.name.replace("gearjax_", "")
     place = next((p for p in (source_info_util.summarize(e.source_info)
                               for e in [eqn, *reversed(enclosing)]) if p), "an unknown line")
     return f"{name} (table handle {int(table) if table is not None else '?'}) at {place}"

@@ -54,6 +54,22 @@ prepare_tools() {
   fi
 }
 
+# `auditwheel repair` of the wheel named $1 (its file name's prefix) for
+# Python $2 from the folder $3 into dist/ (further arguments go to repair),
+# and `auditwheel show` of the result beside it.
+repair() {
+  local name="$1" version="$2" raw="$3"
+  shift 3
+  local wheel repaired
+  wheel=$(compgen -G "$raw/$name-*.whl" | head -n 1)
+  PATH="$PWD/$TOOLS/bin:$PATH" "$TOOLS/bin/auditwheel" repair "$@" --wheel-dir dist "$wheel" \
+    >/dev/null
+  repaired=$(compgen -G "dist/$name-*-cp${version/./}-cp${version/./}-*manylinux*.whl" |
+             head -n 1)
+  "$TOOLS/bin/auditwheel" show "$repaired" >"$repaired.auditwheel.txt"
+  say "$(basename "$repaired"): $(tr '\n' ' ' <"$repaired.auditwheel.txt" | cut -c1-160)"
+}
+
 # The core wheel for the Python of minor version $1, repaired into dist/.
 core_wheel() {
   local python raw
@@ -64,13 +80,7 @@ core_wheel() {
   # A build folder of its own (not the source build's), made anew.
   GEARJAX_CUDA=OFF GEARJAX_TESTING=OFF "$python" -m pip wheel --quiet --no-deps --wheel-dir "$raw" \
     --config-settings=build-dir="build/wheel-core-$1" .
-  local wheel
-  wheel=$(compgen -G "$raw/gearjax-*.whl" | head -n 1)
-  PATH="$PWD/$TOOLS/bin:$PATH" "$TOOLS/bin/auditwheel" repair --wheel-dir dist "$wheel" >/dev/null
-  local repaired
-  repaired=$(compgen -G "dist/gearjax-*-cp${1/./}-cp${1/./}-*manylinux*.whl" | head -n 1)
-  "$TOOLS/bin/auditwheel" show "$repaired" >"$repaired.auditwheel.txt"
-  say "$(basename "$repaired"): $(tr '\n' ' ' <"$repaired.auditwheel.txt" | cut -c1-160)"
+  repair gearjax "$1" "$raw"
 }
 
 # The CUDA plugin wheel for the Python of minor version $1, repaired into dist/.
@@ -94,14 +104,7 @@ plugin_wheel() {
       "${GEARJAX_CUDA_ARCHITECTURES:-75-real;80-real;90-real;100-real;110-real;120-virtual})"
   "$python" -m pip wheel --quiet --no-deps --wheel-dir "$raw" \
     --config-settings=build-dir="$PWD/build/wheel-plugin-$1" "$source"
-  local wheel repaired
-  wheel=$(compgen -G "$raw/gearjax_cuda13_plugin-*.whl" | head -n 1)
-  PATH="$PWD/$TOOLS/bin:$PATH" "$TOOLS/bin/auditwheel" repair --exclude libcudart.so.13 \
-    --wheel-dir dist "$wheel" >/dev/null
-  repaired=$(compgen -G "dist/gearjax_cuda13_plugin-*-cp${1/./}-cp${1/./}-*manylinux*.whl" |
-             head -n 1)
-  "$TOOLS/bin/auditwheel" show "$repaired" >"$repaired.auditwheel.txt"
-  say "$(basename "$repaired"): $(tr '\n' ' ' <"$repaired.auditwheel.txt" | cut -c1-160)"
+  repair gearjax_cuda13_plugin "$1" "$raw" --exclude libcudart.so.13
 }
 
 wanted="${GEARJAX_WHEELS:-both}"

@@ -275,13 +275,13 @@ def sample(state: jax.Array, rng_key: jax.Array, *, spec: ShardSpec | tuple[Shar
     ranked = strategy.ranks
     if ranked:
         per_shard = min(strategy.count, first.capacity)
-        state, summary, entries = own(lambda st, s: tuple(_ffi.shard_tops_call(
+        state, summary, entries = own(lambda st, s: _ffi.shard_tops_call(
             st, handle=s.handle, strategy=strategy.code, count=strategy.count, shard=s.shard,
-            per_shard=per_shard)), state)
+            per_shard=per_shard), state)
     else:
-        state, summary = own(lambda st, s: tuple(_ffi.shard_totals_call(
+        state, summary = own(lambda st, s: _ffi.shard_totals_call(
             st, handle=s.handle, strategy=strategy.code, alpha=strategy.alpha,
-            shard=s.shard)), state)
+            shard=s.shard), state)
         entries = jnp.zeros((0,), jnp.uint32)
     # One gather brings every shard's summary (and best list) and every
     # process's plan seed: each process then draws every process's plan, so
