@@ -9,13 +9,15 @@
 #    at run time (xla_ffi/core/cpu_simd.cc), so one wheel serves every x86-64
 #    CPU.
 #
-#  * gearjax-cuda13-plugin (where nvcc is found): the same extension built with
-#    its CUDA handlers (scripts/cuda_plugin), linking the CUDA runtime that
+#  * gearjax-cuda13-plugin: the same extension built with its CUDA handlers
+#    (scripts/cuda_plugin, staged by its stage.sh), linking the CUDA runtime that
 #    jax[cuda13] installs as a pip package (nvidia-cuda-runtime; loaded at
 #    import, not bundled: `auditwheel repair --exclude libcudart.so.13`), for
 #    SASS sm_75 to sm_110 and PTX compute_120, as JAX's cu13 wheels target
 #    (GEARJAX_CUDA_ARCHITECTURES overrides them). One per CPython, like the
 #    core; `import gearjax` uses it where it is installed (gearjax/_plugin.py).
+#    nvcc is CUDACXX's, else the one on PATH, else a CUDA 13 compiler fetched
+#    from PyPI into build/cuda13-pypi (scripts/cuda_plugin/toolkit_from_pypi.sh).
 #
 # Older glibc: zig's clang for glibc 2.28 (PyPI's ziglang) cannot build the
 # core, whose TopK and Recent rankings use libstdc++'s policy-based tree
@@ -83,26 +85,30 @@ core_wheel() {
   repair gearjax "$1" "$raw"
 }
 
+# The nvcc the plugin is built with: CUDACXX's, else the one on PATH, else a
+# CUDA 13 compiler from PyPI (fetched once into build/cuda13-pypi).
+plugin_nvcc() {
+  if [ -n "${CUDACXX:-}" ]; then echo "$CUDACXX"; return; fi
+  if command -v nvcc >/dev/null; then command -v nvcc; return; fi
+  local root="build/cuda13-pypi/nvidia/cu13"
+  if [ ! -x "$root/bin/nvcc" ]; then
+    say "no nvcc: fetching a CUDA 13 compiler from PyPI into build/cuda13-pypi (once)"
+    PYTHON="$TOOLS/bin/python" bash scripts/cuda_plugin/toolkit_from_pypi.sh build/cuda13-pypi \
+      >/dev/null
+  fi
+  echo "$PWD/$root/bin/nvcc"
+}
+
 # The CUDA plugin wheel for the Python of minor version $1, repaired into dist/.
 plugin_wheel() {
-  local python source version raw
+  local python nvcc source="build/plugin-src" raw="build/wheels-raw/plugin-$1"
   python=$(bash scripts/find_python.sh "$1") || { say "no Python $1 found: skipped"; return 0; }
-  if ! command -v nvcc >/dev/null; then
-    say "no nvcc on PATH: the CUDA plugin wheel for Python $1 is skipped"
-    return 0
-  fi
-  # Its own project (scripts/cuda_plugin) around a copy of the native sources.
-  source="build/plugin-src"
-  rm -rf "$source" "build/wheel-plugin-$1"
-  mkdir -p "$source"
-  cp -r xla_ffi scripts/cuda_plugin/gearjax_cuda13_plugin "$source/"
-  version=$(sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml | head -n 1)
-  sed "s/@VERSION@/$version/g" scripts/cuda_plugin/pyproject.toml.in >"$source/pyproject.toml"
-  raw="build/wheels-raw/plugin-$1"
-  rm -rf "$raw"
-  say "building the CUDA plugin wheel for Python $1 (architectures" \
+  nvcc=$(plugin_nvcc)
+  bash scripts/cuda_plugin/stage.sh "$source"
+  rm -rf "$raw" "build/wheel-plugin-$1"
+  say "building the CUDA plugin wheel for Python $1 with $nvcc (architectures" \
       "${GEARJAX_CUDA_ARCHITECTURES:-75-real;80-real;90-real;100-real;110-real;120-virtual})"
-  "$python" -m pip wheel --quiet --no-deps --wheel-dir "$raw" \
+  CUDACXX="$nvcc" "$python" -m pip wheel --quiet --no-deps --wheel-dir "$raw" \
     --config-settings=build-dir="$PWD/build/wheel-plugin-$1" "$source"
   repair gearjax_cuda13_plugin "$1" "$raw" --exclude libcudart.so.13
 }

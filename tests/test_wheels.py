@@ -7,7 +7,8 @@ no GPU is visible.
 
 They test the wheels in dist/ for this Python, and skip, saying which command
 builds them, where there are none (.ci/run builds none: docs/development.md,
-"Wheels")."""
+"Wheels"). The last tests need no wheels: the plugin's project as stage.sh
+stages it and the release builds' cibuildwheel settings."""
 
 import os
 import re
@@ -77,31 +78,66 @@ def test_the_core_wheel_installs_and_runs_without_a_compiler(tmp_path):
     assert steps == ["installed", "insert", "eager", "jit", "scan", "save", "decision"], run.stdout
 
 
-PLUGIN_CHECK = """
-import sys
-import numpy as np
-import gearjax as gx, gearjax_cuda13_plugin as plugin
-from gearjax import _gearjax
-assert _gearjax.__name__ == "gearjax_cuda13_plugin._gearjax", _gearjax.__name__
-assert _gearjax.cuda_built and sorted(_gearjax.cuda_ffi_targets(True))
-assert plugin.__version__ == gx.__version__
-assert "nvidia/cu13/lib" in plugin.cudart, plugin.cudart  # pip's runtime, not bundled
-t = gx.Table({"x": gx.Column((2,), "float32")}, capacity=4, max_length=2)
-t.insert({"x": np.ones((2, 2), np.float32)})
-assert t.sample(__import__("jax").random.key(0), 3)["x"].shape[0] == 3  # the CPU handlers
-print("gpus", plugin.gpus_visible())
-"""
+def _default_architectures() -> str:
+    """The plugin's architectures by default (its pyproject.toml.in), in the
+    comma-separated form the extension reports."""
+    text = (ROOT / "scripts" / "cuda_plugin" / "pyproject.toml.in").read_text()
+    return re.search(r'GEARJAX_CUDA_ARCHITECTURES = .*default = "([^"]+)"', text)[1].replace(
+        ";", ",")
 
 
 @needs_plugin
 def test_the_cuda_plugin_imports_without_a_gpu_and_serves_gearjax(tmp_path):
     python, env = _fresh_environment(tmp_path)
     _install(python, env, str(WHEEL), str(PLUGIN))  # the plugin brings nvidia-cuda-runtime
-    run = subprocess.run([python, "-P", "-c", PLUGIN_CHECK], env=env, capture_output=True,
-                         text=True, timeout=300, cwd=tmp_path)
+    run = subprocess.run([python, "-P", str(ROOT / "tests" / "wheel_smoke.py"), "--plugin"],
+                         env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    gpus = int(run.stdout.split("gpus")[-1])
+    [line] = [line for line in run.stdout.splitlines() if line.startswith("ok plugin ")]
+    architectures, gpus = line.split()[2], int(line.split()[-1])
     if not Path("/dev/nvidia0").exists():
         assert gpus == 0  # no GPU visible here, and it says so rather than failing
+    # The architectures JAX's cu13 wheels target, unless the wheel was built
+    # with GEARJAX_CUDA_ARCHITECTURES (quicker, not for release).
+    assert architectures == _default_architectures(), (
+        f"{PLUGIN.name} has kernels for {architectures}, not the defaults: rebuild it without "
+        f"GEARJAX_CUDA_ARCHITECTURES")
     # The CUDA runtime is jax[cuda13]'s pip package's, not a copy in the wheel.
     assert not [n for n in zipfile.ZipFile(PLUGIN).namelist() if "libcudart" in n]
+
+
+# What runs in CI too (no wheels needed): the plugin's project as
+# scripts/cuda_plugin/stage.sh stages it, and the release builds' settings.
+
+
+def test_the_staged_plugin_project_is_gearjax_s_version_and_holds_what_it_builds_from(tmp_path):
+    import tomllib
+    staged = tmp_path / "plugin-src"
+    subprocess.run(["bash", str(ROOT / "scripts" / "cuda_plugin" / "stage.sh"), str(staged)],
+                   check=True, timeout=120)
+    core = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    plugin = tomllib.loads((staged / "pyproject.toml").read_text())
+    version = core["project"]["version"]
+    assert plugin["project"]["version"] == version
+    assert f"gearjax=={version}" in plugin["project"]["dependencies"]
+    for name in ("xla_ffi/CMakeLists.txt", "gearjax_cuda13_plugin/__init__.py",
+                 "toolkit_from_pypi.sh", "wheel_smoke.py"):
+        assert (staged / name).is_file(), name
+    defines = plugin["tool"]["scikit-build"]["cmake"]["define"]
+    assert defines["GEARJAX_CUDA"] == "ON" and defines["GEARJAX_CUDART"] == "shared"
+    # cibuildwheel (the release workflow): nvcc from PyPI, the CUDA runtime
+    # left to jax[cuda13]'s package, each wheel tested as a user has it.
+    wheels = plugin["tool"]["cibuildwheel"]
+    assert "{project}/toolkit_from_pypi.sh" in wheels["before-all"]
+    assert "--exclude libcudart.so.13" in wheels["repair-wheel-command"]
+    assert wheels["test-command"].endswith("{project}/wheel_smoke.py --plugin")
+    assert wheels["build"] == core["tool"]["cibuildwheel"]["build"]
+
+
+@pytest.mark.parametrize("project", ["pyproject.toml", "scripts/cuda_plugin/pyproject.toml.in"])
+def test_cibuildwheel_tests_each_wheel_with_no_compiler_on_path(project):
+    # The manylinux image has gcc on PATH; a user's machine may not, and
+    # wheel_smoke.py refuses to run where a compiler could have built gearjax.
+    import tomllib
+    command = tomllib.loads((ROOT / project).read_text())["tool"]["cibuildwheel"]["test-command"]
+    assert command.startswith('env PATH="$VIRTUAL_ENV/bin" python -P '), command

@@ -1,6 +1,12 @@
 """Run by tests/test_wheels.py inside a fresh virtual environment that holds an
-installed gearjax wheel and no compiler: the smoke subset a user's first
-minutes touch. Prints "ok <what>" per step; any failure raises."""
+installed gearjax wheel and no compiler (and by cibuildwheel on each wheel it
+builds): the smoke subset a user's first minutes touch. Prints "ok <what>" per
+step; any failure raises.
+
+  --plugin   the CUDA plugin wheel is installed too: gearjax must run on its
+             extension (CUDA handlers built, the CUDA runtime pip's, not
+             bundled); the steps below then run the CPU handlers through it.
+  --dt       a decision transformer's first steps (gearjax[rl])."""
 
 import shutil
 import sys
@@ -18,6 +24,16 @@ assert Path(gx.__file__).resolve().is_relative_to(Path(sys.prefix).resolve()), g
 for tool in ("cc", "c++", "gcc", "g++", "clang", "cmake", "nvcc"):
     assert shutil.which(tool) is None, f"{tool} is on PATH: {shutil.which(tool)}"
 print("ok installed", gx.__version__, "jax", jax.__version__)
+
+if "--plugin" in sys.argv:
+    import gearjax_cuda13_plugin as plugin
+
+    from gearjax import _gearjax
+    assert _gearjax.__name__ == "gearjax_cuda13_plugin._gearjax", _gearjax.__name__
+    assert _gearjax.cuda_built and sorted(_gearjax.cuda_ffi_targets(True))
+    assert plugin.__version__ == gx.__version__, (plugin.__version__, gx.__version__)
+    assert "nvidia/cu13/lib" in plugin.cudart, plugin.cudart  # pip's runtime, not bundled
+    print("ok plugin", _gearjax.cuda_architectures, "gpus", plugin.gpus_visible())
 
 table = gx.Table({"x": gx.Column((3,), "float32")}, capacity=64, max_length=8)
 keys = [table.insert({"x": np.full((8, 3), i, np.float32)}, priority=1.0 + i) for i in range(10)]

@@ -134,8 +134,9 @@ SOURCES: list[tuple[str, str]] = [
      "`bash scripts/build_wheels.sh 3.12`, then `auditwheel show` of the repaired wheel (what "
      "the script writes beside it in dist/)"),
     ("wheel_cuda13_plugin_cp312_auditwheel_show.txt",
-     "`GEARJAX_CUDA_ARCHITECTURES=90-real GEARJAX_WHEELS=plugin bash scripts/build_wheels.sh "
-     "3.12`, then `auditwheel show` of the repaired plugin wheel"),
+     "`CUDACXX=build/cuda13-pypi/nvidia/cu13/bin/nvcc GEARJAX_WHEELS=plugin bash "
+     "scripts/build_wheels.sh 3.12` (nvcc from PyPI, default architectures), then `auditwheel "
+     "show` of the repaired plugin wheel and `cuobjdump`'s list of its kernels"),
     ("count_against_2a7b2a8_0e00296_cpu.json",
      "`python scripts/count_against.py --baseline BUILD_OF_2a7b2a8 --baseline-name 2a7b2a8 "
      "--current BUILD_OF_0e00296` (the stateless compiled form removed; both CPU-only Release "
