@@ -36,6 +36,11 @@ PLACEMENTS = _checks.PLACEMENTS
 # "auto" puts a table in GPU memory when it needs at most this fraction of the
 # GPU memory free when it is created; the rest stays for XLA and the model.
 AUTO_DEVICE_FRACTION = 0.5
+# How long a call waits for GPU work it must not overlap (a sample's kernel
+# still reading the slot an insert takes, a GPU priority update still writing
+# the priorities a call reads or writes) before it raises TimeoutError naming
+# it: such work ends in microseconds unless a GPU stream stalls or failed.
+GPU_WAIT_SECONDS = 60.0
 PADS = _sample_args.PADS
 # Where a window lies in its trajectory (xla_ffi/core/window.h).
 CUTS = _sample_args.CUTS
@@ -142,7 +147,8 @@ class Table:
         self._native = NativeTable(
             name, [(n, c.step_bytes, c.pad_step()) for n, c in self._columns.items()],
             capacity, max_length, REMOVERS[remover], *limiter_args, gpu_mapped=True,
-            on_device=on_device, key_bits=_key_bits, max_times_sampled=max_times_sampled)
+            on_device=on_device, key_bits=_key_bits, max_times_sampled=max_times_sampled,
+            gpu_wait_seconds=GPU_WAIT_SECONDS, device=_default_gpu() if on_device else -1)
         _exit.track(self)  # blocked calls are woken at interpreter exit
         # The one-step fast path (insert_step, Writer.append): each column's
         # element kind and step shape (xla_ffi/step_values.h).
@@ -1010,6 +1016,23 @@ def _resolve_placement(placement: str, table_bytes: int) -> bool:
                              "device, or a build without CUDA); use 'host' or 'auto'")
         return True
     return free is not None and table_bytes <= AUTO_DEVICE_FRACTION * free
+
+
+def _default_gpu() -> int:
+    """The CUDA ordinal of the GPU JAX puts arrays on by default (the one
+    ``jax.default_device`` names, else JAX's first local GPU): where a device
+    table goes, whichever GPU the calling thread's CUDA runtime has current.
+    -1 where JAX has no GPU (the current one)."""
+    device = jax.config.jax_default_device
+    if not isinstance(device, jax.Device) or device.platform != "gpu":
+        try:
+            gpus = jax.local_devices(backend="gpu")
+        except RuntimeError:  # no GPU backend
+            return -1
+        if not gpus:
+            return -1
+        device = gpus[0]
+    return int(device.local_hardware_id)
 
 
 def _check_fits_in_memory(arena_bytes: int, bookkeeping_bytes: int) -> None:

@@ -6,7 +6,9 @@ while Python threads insert. Skipped, with the reason, where JAX sees no GPU
 
 from __future__ import annotations
 
+import faulthandler
 import threading
+import time
 
 import jax
 import jax.numpy as jnp
@@ -123,8 +125,12 @@ def test_gpu_sample_equals_cpu_sample(gpu_table, strategy, window, pad, tmp_path
 HOST_WORK_PER_CALL = {
     "fused sample": (1, 0, 0, 0, 0),            # one kernel selects and gathers
     "two-kernel sample": (2, 0, 0, 0, 1),       # rows wider than one gather part
-    "host-selected sample": (1, 2, 0, 1, 1),    # TopK: seed down, draws up, gather
+    # TopK: the seed down, the draws into the table's pinned staging (read in
+    # place by the gather: Table::StagingFor), the gather.
+    "host-selected sample": (1, 1, 0, 1, 0),
     "priority update": (1, 0, 0, 0, 0),         # one kernel (core/update_block.h)
+    # No Prioritized tree: staged, so that inserts never wait for the GPU.
+    "priority update without a tree": (0, 3, 2, 0, 0),
     # A device table's Prioritized tree has a copy in GPU memory
     # (core/tree_mirror.h): nothing written on the host between calls,
     # nothing to copy into it.
@@ -142,7 +148,9 @@ def test_each_cuda_path_asks_the_host_for_no_more_than_its_counts(path, rng):
     from gearjax import _ffi, _gearjax
     columns = ({"frame": gx.Column((48, 48, 3), "uint8")} if path == "two-kernel sample"
                else {"x": gx.Column((8,), "float32")})
-    with gx.Table(columns, capacity=16, max_length=12, placement="device") as table:
+    # A host table's tree is the mapped one; a device table's has a mirror.
+    placement = "host" if path == "priority update" else "device"
+    with gx.Table(columns, capacity=16, max_length=12, placement=placement) as table:
         for _ in range(16):
             table.insert({n: np.ones((12, *c.shape), c.dtype) for n, c in columns.items()})
         keys = jnp.asarray(table.contents()["key"][:8], jnp.int32)
@@ -151,12 +159,13 @@ def test_each_cuda_path_asks_the_host_for_no_more_than_its_counts(path, rng):
         if path == "staged priority update":  # TopK's heap keeps priorities in host memory
             with on("gpu"):
                 table.sample(jax.random.key(0), 2, strategy=gx.TopK(2))
-        if path == "mirrored priority update":  # the tree the update keeps, and its mirror
+        if path in ("priority update", "mirrored priority update"):  # the tree it keeps
             with on("gpu"):
-                jax.block_until_ready(table.sample(jax.random.key(0), 2, strategy=strategy))
+                jax.block_until_ready(table.sample(jax.random.key(0), 2,
+                                                   strategy=gx.Prioritized(1.0)))
 
         def call(state, key):
-            if path.endswith("priority update"):
+            if "priority update" in path:
                 return table.update_priorities(state, keys, jnp.ones(8))
             return table.sample(state, key, 4, 10, strategy)
 
@@ -656,3 +665,77 @@ def test_an_eager_gpu_sample_raises_at_the_call():
     with gx.Table(COLUMNS, capacity=4, max_length=4) as table, on("gpu"):
         with pytest.raises(Exception, match="the table is empty"):
             table.sample(jax.random.key(0), 2, 1)
+
+
+def _busy_program(table: gx.Table, keys, seconds: float):
+    """A jitted step whose priority update runs only after about `seconds`
+    of GPU work (the update's priorities depend on it), calibrated here."""
+    def step(state, x, n):
+        y = jax.lax.fori_loop(0, n, lambda i, y: jnp.tanh(y @ y), x)
+        return table.update_priorities(state, keys, jnp.full(keys.shape, 2.0) + 0 * y[0, 0])
+
+    step = jax.jit(step, static_argnums=2)
+    x = jnp.eye(2048, dtype=jnp.float32) * 0.5
+    n = 16
+    while True:
+        state = jax.block_until_ready(step(table.state(), x, n))[0]
+        started = time.monotonic()
+        jax.block_until_ready(step(state, x, n))
+        took = time.monotonic() - started
+        if took >= seconds or n >= 1 << 20:
+            return lambda state: step(state, x, n), took
+        n *= max(2, int(seconds / max(took, 1e-3)))
+
+
+def test_an_insert_does_not_wait_for_a_busy_program_s_priority_update():
+    """Issue 48, item 1: an actor's insert right after the learner dispatched
+    a step that updates priorities waited for that whole step on the GPU.
+    A table without a Prioritized tree stages its updates: the insert returns
+    while the program still runs."""
+    with on("gpu"), gx.Table({"x": gx.Column((3,), "float32")}, capacity=32, max_length=4,
+                             placement="host") as table:
+        for i in range(40):
+            table.insert({"x": np.full((2, 3), i, np.float32)}, priority=1.0)
+        keys = jnp.asarray(table.contents()["key"][:8], jnp.int32)
+        run, took = _busy_program(table, keys, seconds=1.0)
+        assert took >= 1.0, f"the busy program took only {took:.2f} s"
+        state = run(table.state())  # dispatched: the GPU works for ~took seconds
+        started = time.monotonic()
+        table.insert({"x": np.ones((2, 3), np.float32)}, priority=1.0)  # evicts
+        waited = time.monotonic() - started
+        jax.block_until_ready(state)
+        assert waited < 0.5 * took, f"the insert waited {waited:.2f} s for a {took:.2f} s program"
+
+
+def test_a_device_table_with_staged_updates_and_growing_logs_never_deadlocks():
+    """Issue 48, item 3: a GPU sample that replaced a mirror's staging list
+    freed the old one (cudaFreeHost: waits for the whole GPU) under the
+    table's lock, while a staged update's host function queued on the stream
+    waited for that lock. The recipe: a device table whose updates are staged
+    (remover="min_priority"), Prioritized samples reading the tree's mirror,
+    and host inserts between steps that grow the write log past each list.
+    A deadlock dumps every thread's stack and ends the process."""
+    faulthandler.dump_traceback_later(120, exit=True)
+    try:
+        with on("gpu"), gx.Table({"x": gx.Column((3,), "float32")}, capacity=16384,
+                                 max_length=2, placement="device",
+                                 remover="min_priority") as table:
+            rng = np.random.default_rng(0)
+            for _ in range(256):
+                table.insert({"x": np.ones((1, 3), np.float32)}, priority=float(rng.uniform(1, 2)))
+
+            @jax.jit
+            def step(state, key):
+                state, batch = table.sample(state, key, 64, 1, gx.Prioritized(1.0))
+                return table.update_priorities(state, batch.keys, jnp.full(64, 3.0))[0]
+
+            state = table.state()
+            for i in range(12):
+                state = step(state, jax.random.key(i))  # not waited for
+                for _ in range(150 * i):  # a longer log each time
+                    table.insert({"x": np.ones((1, 3), np.float32)},
+                                 priority=float(rng.uniform(1, 2)))
+            jax.block_until_ready(state)
+            assert table.stats()["priority_updates"] > 0
+    finally:
+        faulthandler.cancel_dump_traceback_later()

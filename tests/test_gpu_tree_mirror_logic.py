@@ -96,11 +96,14 @@ def test_gpu_draws_equal_the_cpu_handler_through_every_kind_of_write(device_mapp
             keys, priorities = rng.choice(keys_of(host), 5), rng.uniform(0, 3, 5)
             for table in (device, host):
                 table.update_priorities(keys, priorities)
-        elif kind == 2:  # a GPU update kernel on the device table
+        elif kind == 2:  # a GPU update on the device table: a kernel where it has a
+            # Prioritized tree, else staged (as the CUDA handler stages it)
             keys, priorities = rng.choice(keys_of(host), 9), rng.uniform(0, 3, 9)
             pending = native.begin_gpu_update(device.handle, keys, priorities)
-            assert pending is not None
-            assert pending.run(16) == host.update_priorities(keys, priorities)
+            assert (pending is None) == isinstance(strategy, gx.Timestep)
+            count = (native.staged_update(device.handle, keys, priorities) if pending is None
+                     else pending.run(16))
+            assert count == host.update_priorities(keys, priorities)
         # kind 3: nothing written, nothing to copy
         gpu_sample_equals_cpu(native, device, host, strategy, step + 1)
         assert_mirrors_equal_trees(native, device, 1)
@@ -244,3 +247,55 @@ def test_an_update_waits_for_a_copy_in_flight_on_another_stream(device_mapping):
                                          stream=1)
         native.begin_gpu_update(table.handle, keys, np.ones(3), 1).run(4)
         native.end_gpu_sample(table.handle, ticket)
+
+
+def test_a_sample_on_another_stream_reads_the_host_tree_while_a_copy_may_run(device_mapping):
+    """Issue 48, item 5: a copy into the mirror enqueued on one stream is not
+    ordered before a kernel on another; on first use the mirror holds nothing
+    yet. While such a copy may still run, another stream's sample reads the
+    mapped host tree instead (and asks for no copy); its own stream, and any
+    stream once the copy's sample has ended, read the mirror."""
+    native = device_mapping
+    with make_table(native) as table:
+        first, copies, mirror = native.begin_gpu_sample_on(table.handle, 1, 1.0)
+        assert copies == 1 and mirror  # the whole tree, the first time
+        other, copies, mirror = native.begin_gpu_sample_on(table.handle, 2, 1.0)
+        assert (copies, mirror) == (0, False), "read a mirror another stream may still write"
+        native.end_gpu_sample(table.handle, other)
+        same, copies, mirror = native.begin_gpu_sample_on(table.handle, 1, 1.0)
+        assert mirror  # ordered behind the copy on its own stream
+        native.end_gpu_sample(table.handle, same)
+        native.end_gpu_sample(table.handle, first)
+        other, copies, mirror = native.begin_gpu_sample_on(table.handle, 2, 1.0)
+        assert mirror  # the copy has ended
+        native.end_gpu_sample(table.handle, other)
+        assert_mirrors_equal_trees(native, table, 1)
+
+
+def test_no_pinned_memory_is_freed_under_the_table_lock(emulated_gpu_memory):
+    """Issue 48, item 3: freeing pinned memory (cudaFreeHost) waits for the
+    whole GPU, where a staged update's host function may wait for the table's
+    lock: a GPU sample that replaces a staging list too small for its copy
+    must free the old one only after releasing the lock. Each free of the
+    tables' mapped memory here asks for the table's lock from another thread
+    first (emulate_gpu_mapping_probing_frees)."""
+    native = emulated_gpu_memory
+    native.emulate_gpu_mapping_probing_frees(True)
+    try:
+        with gx.Table(COLUMNS, capacity=16384, max_length=2, placement="device") as table:
+            for i in range(64):
+                table.insert({"x": np.ones((1, 3), np.float32)}, priority=1.0 + i)
+            native.use_gpu_completions(table.handle)
+            native.watch_frees(table.handle)
+            code = gx.Prioritized(1.0).code
+            # The mirror, copied whole; then a small log: a staging list of
+            # 1024 nodes; then a log of ~2,000 nodes: a larger list replaces it.
+            for inserts in (0, 8, 1400):
+                for i in range(inserts):
+                    table.insert({"x": np.ones((1, 3), np.float32)}, priority=2.0 + i % 5)
+                ticket = native.begin_gpu_sample(table.handle, 4, code, alpha=1.0, stream=1)
+                native.end_gpu_sample(table.handle, ticket)
+            assert_mirrors_equal_trees(native, table, 1)
+            assert native.frees_under_lock() == 0
+    finally:
+        native.emulate_gpu_mapping_probing_frees(False)

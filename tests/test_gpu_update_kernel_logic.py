@@ -21,20 +21,24 @@ import gearjax as gx
 
 COLUMNS = {"x": gx.Column((), "float32")}
 DEFERRED = "a priority update from an earlier GPU program failed and changed nothing"
-ALPHAS = [(), (1.0,), (0.6, 1.0, 0.0)]
+ALPHAS = [(1.0,), (0.6, 1.0, 0.0)]  # a table without a Prioritized tree stages its updates
 
 # The kernel's code run by hand on the CPU, on any machine.
 pytestmark = pytest.mark.usefixtures("cpu_device")
 
 
-def make_table(capacity: int = 16, inserts: int = 20, seed: int = 0, **kwargs) -> gx.Table:
+def make_table(capacity: int = 16, inserts: int = 20, seed: int = 0, tree: bool = True,
+               **kwargs) -> gx.Table:
     """A table whose first inserts were evicted (stale keys exist), with
-    priorities drawn at random (some 0)."""
+    priorities drawn at random (some 0), and with `tree` a Prioritized(1.0)
+    sum tree (made by a sample): only such tables are updated by a kernel."""
     table = gx.Table(COLUMNS, capacity=capacity, max_length=4, placement="host", **kwargs)
     rng = np.random.default_rng(seed)
     for i in range(inserts):
         p = 0.0 if i % 5 == 0 else float(rng.uniform(0.1, 10))
         table.insert({"x": np.zeros(1 + i % 3, np.float32)}, priority=p)
+    if tree:
+        prioritized_draws(table, 1.0)
     return table
 
 
@@ -54,7 +58,7 @@ def gpu_update(native_testing, table, keys, priorities, threads=64, stream=1):
     return pending.run(threads)
 
 
-@pytest.mark.parametrize("alphas", ALPHAS, ids=["no-tree", "alpha1", "three-trees"])
+@pytest.mark.parametrize("alphas", ALPHAS, ids=["alpha1", "three-trees"])
 @pytest.mark.parametrize("threads", [1, 7, 512])
 @pytest.mark.parametrize("key_dtype", [np.int32, np.uint32, np.int64])
 @pytest.mark.parametrize("priority_dtype", [np.float32, np.float64])
@@ -335,3 +339,101 @@ def test_kernels_and_writers_together_keep_the_trees_exact(emulated_mapping):
         expected = np.array([priorities[int(k)] / total for k in keys])
         # float32 probabilities; a stale node would be off by a whole weight (~1%)
         np.testing.assert_allclose(probability, expected, rtol=1e-6)
+
+
+def test_without_a_prioritized_tree_updates_are_staged_and_inserts_never_wait(emulated_mapping):
+    """Issue 48, item 1: a kernel would only rewrite records nothing samples
+    by, yet every insert (evicting or publishing a record it may write) would
+    wait for it, and for the whole GPU program before it. Such a table's
+    update is staged (applied by a host function in stream order), so no
+    insert waits for the GPU."""
+    with make_table(tree=False) as table:  # Uniform and FIFO: no tree
+        live = np.array(list(contents(table)), np.int64)
+        assert emulated_mapping.begin_gpu_update(table.handle, live, np.full(len(live), 2.0)) is None
+        assert insert_in_thread(table).wait(10)
+        assert table.stats()["samples_in_flight"] == 0  # no ticket was taken
+        assert emulated_mapping.staged_update(table.handle, live[:2], np.full(2, 4.0)) in (1, 2)
+
+
+@pytest.mark.parametrize("writer", ["insert", "insert_many", "update_priorities", "contents",
+                                    "sample"])
+def test_a_host_writer_gives_up_on_a_gpu_update_that_never_reports(emulated_mapping, monkeypatch,
+                                                                    writer):
+    """Issue 48, item 2: a GPU update that never reports (a sticky CUDA error,
+    a stuck stream) made every later insert, read and host sample of the table
+    wait forever. Each waits gx.table.GPU_WAIT_SECONDS (60 s; 0.3 s here),
+    then raises TimeoutError naming the update, and changes nothing."""
+    monkeypatch.setattr(gx.table, "GPU_WAIT_SECONDS", 0.3)
+    with make_table() as table:  # full: an insert evicts
+        prioritized_draws(table, 1.0)
+        before = contents(table)
+        live = np.array(list(before), np.int64)
+        pending = emulated_mapping.begin_gpu_update(table.handle, live, np.full(len(live), 2.0))
+        calls = {
+            "insert": lambda: table.insert({"x": np.ones(2, np.float32)}, priority=3.0),
+            "insert_many": lambda: table.insert_many(
+                [{"x": np.ones(2, np.float32)}] * 3, priorities=[1.0, 2.0, 3.0]),
+            "update_priorities": lambda: table.update_priorities(live[:2], np.ones(2)),
+            "contents": table.contents,
+            "sample": lambda: table.sample(jax.random.key(1), 2, strategy=gx.Prioritized(1.0),
+                                           replace=False),
+        }
+        started = time.monotonic()
+        # An eager sample runs a compiled program: its error is JAX's, of kind
+        # "timeout" (docs: effects.md, errors in compiled code).
+        with pytest.raises((TimeoutError, jax.errors.JaxRuntimeError),
+                           match=r"waited 0\.3 s for a GPU priority update \(ticket \d+\), "
+                                 r"which has not reported .* nothing was changed") as raised:
+            calls[writer]()
+        assert gx.table_error(raised.value) == "timeout"
+        assert time.monotonic() - started < 10
+        assert table.stats()["writers_in_flight"] == 0  # an insert's slot was given back
+        assert pending.run(16) == len(live)  # the kernel reports at last
+        after = contents(table)
+        assert sorted(after) == sorted(before) and set(after.values()) == {2.0}
+        table.insert({"x": np.ones(2, np.float32)}, priority=3.0)  # the table works on
+        assert len(contents(table)) == len(before)
+
+
+def test_an_update_gives_up_on_another_streams_update_that_never_reports(emulated_mapping,
+                                                                         monkeypatch):
+    monkeypatch.setattr(gx.table, "GPU_WAIT_SECONDS", 0.3)
+    with make_table() as table:
+        prioritized_draws(table, 1.0)
+        live = np.array(list(contents(table)), np.int64)
+        stuck = emulated_mapping.begin_gpu_update(table.handle, live[:2], np.full(2, 2.0), 1)
+        with pytest.raises(TimeoutError, match="GPU priority update"):
+            emulated_mapping.begin_gpu_update(table.handle, live[:2], np.ones(2), 2)
+        assert stuck.run(4) == 2
+        assert emulated_mapping.begin_gpu_update(table.handle, live[:2], np.ones(2), 2).run(4) == 2
+
+
+def test_a_tree_made_while_an_update_waits_for_its_ticket_is_updated(emulated_mapping):
+    """Issue 48, item 6: BeginGpuUpdate listed the trees before taking its
+    ticket, which may release the lock to wait (an earlier sample holding the
+    ticket's place in the completion ring); a Prioritized tree made meanwhile
+    kept its old priorities."""
+    ring = 4096  # GpuCompletions::kSize: ticket n + ring waits for ticket n
+    with make_table() as table:
+        prioritized_draws(table, 1.0)
+        live = np.array(list(contents(table)), np.int64)
+        emulated_mapping.use_gpu_completions(table.handle)
+        uniform = gx.Uniform().code
+        held = emulated_mapping.begin_gpu_sample(table.handle, 1, uniform)
+        for _ in range(ring - 1):
+            emulated_mapping.end_gpu_sample(table.handle,
+                                            emulated_mapping.begin_gpu_sample(table.handle, 1,
+                                                                              uniform))
+        begun: list = []
+        t = threading.Thread(target=lambda: begun.append(emulated_mapping.begin_gpu_update(
+            table.handle, live, np.full(len(live), 3.0))))
+        t.start()
+        t.join(timeout=0.3)
+        assert t.is_alive(), "the update did not wait for its ticket's place"
+        prioritized_draws(table, 0.5)  # a second tree, made while it waits
+        emulated_mapping.end_gpu_sample(table.handle, held)
+        t.join(timeout=10)
+        assert begun[0].run(16) == len(live)
+        for alpha in (1.0, 0.5):  # every priority 3.0: every key equally likely
+            keys, probability = prioritized_draws(table, alpha)
+            np.testing.assert_allclose(probability, 1.0 / len(live), rtol=1e-6)

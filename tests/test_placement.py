@@ -152,3 +152,32 @@ def test_a_failed_copy_into_a_device_table_changes_nothing(emulated_gpu_memory):
         assert key >> device.slot_bits == stats["next_sequence"]
         host.insert(random_trajectory(np.random.default_rng(7), COLUMNS, 2))
         np.testing.assert_equal(device.get(key), host.get(key))
+
+
+def test_a_device_table_goes_on_jax_s_default_gpu_not_the_thread_s_current_one(
+        emulated_gpu_memory, monkeypatch):
+    """Issue 48, item 8: a device table was allocated on the calling thread's
+    current CUDA device, which JAX's default device (``jax.default_device``)
+    need not be. It goes on the GPU gearjax.table._default_gpu names (four
+    emulated GPUs here), its copies run with that GPU current, and the
+    thread's current GPU is left as it was."""
+    native = emulated_gpu_memory
+    monkeypatch.setattr(gx.table, "_default_gpu", lambda: 2)
+    native.emulated_gpu_log()  # start afresh
+    with gx.Table(COLUMNS, capacity=8, max_length=4, placement="device") as table:
+        made = native.emulated_gpu_log()
+        assert ("allocate", 2) in made and ("allocate", 0) not in made, made
+        assert made[-1] == ("current", 0)  # this thread's GPU left as it was
+        trajectory = random_trajectory(np.random.default_rng(0), COLUMNS, 3)
+        key = table.insert(trajectory)
+        got = table.get(key)
+        np.testing.assert_array_equal(got["obs"], trajectory["obs"])
+        used = native.emulated_gpu_log()
+        copies = [gpu for what, gpu in used if what.startswith("copy")]
+        assert copies and set(copies) == {2}, used
+        assert used[-1] == ("current", 0)
+
+
+def test_without_a_jax_gpu_the_default_gpu_is_the_current_one():
+    assert gx.table._default_gpu() == (-1 if not jax.devices()[0].platform == "gpu" else
+                                       jax.devices()[0].local_hardware_id)

@@ -78,7 +78,8 @@ class NativeTable {
               const std::vector<std::tuple<std::string, int64_t, nb::bytes>>& columns,
               int64_t capacity, int64_t max_length, int remover, int64_t min_size,
               double samples_per_insert, double min_diff, double max_diff, double timeout,
-              bool gpu_mapped, bool on_device, int key_bits, int64_t max_times_sampled) {
+              bool gpu_mapped, bool on_device, int key_bits, int64_t max_times_sampled,
+              double gpu_wait_seconds, int device) {
     TableSpec spec;
     spec.name = name;
     for (const auto& [column, step_bytes, pad] : columns) {
@@ -93,6 +94,8 @@ class NativeTable {
     spec.on_device = on_device;
     spec.key_bits = key_bits;
     spec.max_times_sampled = max_times_sampled;
+    spec.slot_wait_seconds = gpu_wait_seconds;
+    spec.device = device;
     table_ = std::make_shared<Table>(std::move(spec));
     handle_ = RegisterTable(table_);
   }
@@ -528,10 +531,11 @@ NB_MODULE(_gearjax, m) {
       .def(nb::init<const std::string&,
                     const std::vector<std::tuple<std::string, int64_t, nb::bytes>>&, int64_t,
                     int64_t, int, int64_t, double, double, double, double, bool, bool, int,
-                    int64_t>(),
+                    int64_t, double, int>(),
            "name"_a, "columns"_a, "capacity"_a, "max_length"_a, "remover"_a, "min_size"_a,
            "samples_per_insert"_a, "min_diff"_a, "max_diff"_a, "timeout"_a, "gpu_mapped"_a,
-           "on_device"_a, "key_bits"_a = 63, "max_times_sampled"_a = 0)
+           "on_device"_a, "key_bits"_a = 63, "max_times_sampled"_a = 0,
+           "gpu_wait_seconds"_a = 60.0, "device"_a = -1)
       .def_prop_ro("handle", &NativeTable::handle)
       .def_prop_ro("name", &NativeTable::name)
       .def_prop_ro("slot_bits", &NativeTable::slot_bits)

@@ -27,7 +27,27 @@ GatherParams PlanGather(const Table& table, const Draw* draws, int64_t batch, in
     p.columns[c] = GatherColumn{arena + table.column_offset(c), arena + table.pad_offset(c),
                                 out.columns[c], table.step_bytes(c)};
   }
+  CheckGatherGrid(p);
   return p;
+}
+
+void CheckGatherGrid(const GatherParams& p) {
+  const int64_t parts = GatherParts(p);
+  // The grid's dimensions (rows along x, columns along y, parts along z),
+  // and the blocks one completion counter (32 bits) counts: past that the
+  // last block never sees the total, and the sample never reports its end.
+  if (p.batch > kMaxGatherRows || parts > kMaxGatherParts ||
+      static_cast<uint64_t>(p.batch) * static_cast<uint64_t>(p.num_columns) *
+              static_cast<uint64_t>(parts) > kMaxGatherBlocks) {
+    throw InvalidArgument(
+        "a GPU gather of " + std::to_string(p.batch) + " rows of " + std::to_string(p.width) +
+        " steps is " + std::to_string(p.batch) + " x " + std::to_string(p.num_columns) +
+        " columns x " + std::to_string(parts) + " parts of " +
+        std::to_string(kBytesPerGatherBlock) + " bytes, more blocks than a kernel launches "
+        "and counts (at most " + std::to_string(kMaxGatherRows) + " rows, " +
+        std::to_string(kMaxGatherParts) + " parts and " + std::to_string(kMaxGatherBlocks) +
+        " blocks in all): sample fewer rows per call, or a shorter window");
+  }
 }
 
 void EmulateGather(const GatherParams& params, int64_t threads) {

@@ -7,8 +7,8 @@
 
 namespace gearjax {
 
-GpuCompletions::GpuCompletions()
-    : done_(kSize, /*gpu_mapped=*/true), emulated_counts_(kSize, /*gpu_mapped=*/false) {}
+GpuCompletions::GpuCompletions(const MappedAllocator* mapped)
+    : done_(kSize, mapped), emulated_counts_(kSize, /*gpu_mapped=*/false) {}
 
 GpuCompletions::~GpuCompletions() {
   for (int d = 0; d < kMaxDevices; ++d) {

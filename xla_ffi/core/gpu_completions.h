@@ -38,7 +38,9 @@ class GpuCompletions {
 
   // The ring, in GPU-mapped memory (ordinary memory where nothing maps:
   // emulations on a machine without a GPU).
-  GpuCompletions();
+  // The ring in pinned memory GPU-mapped by `mapped` (the table's
+  // allocator; without one no real GPU can report through it).
+  explicit GpuCompletions(const MappedAllocator* mapped);
   ~GpuCompletions();
   GpuCompletions(const GpuCompletions&) = delete;
   GpuCompletions& operator=(const GpuCompletions&) = delete;

@@ -17,7 +17,7 @@ namespace gearjax {
 namespace {
 
 TEST(CompleteBlock, TheLastOfManyBlocksReportsOnceAndResetsTheCount) {
-  GpuCompletions ring;
+  GpuCompletions ring(GetMappedAllocator());
   for (uint64_t ticket : {1ull, 2ull, 4097ull}) {  // 4097 reuses ticket 1's place
     const CompletionView view = ring.View(ticket, GpuCompletions::kEmulated);
     constexpr int kBlocks = 64;
@@ -34,7 +34,7 @@ TEST(CompleteBlock, TheLastOfManyBlocksReportsOnceAndResetsTheCount) {
 }
 
 TEST(CompleteBlock, NothingIsReportedBeforeTheLastBlock) {
-  GpuCompletions ring;
+  GpuCompletions ring(GetMappedAllocator());
   const CompletionView view = ring.View(7, GpuCompletions::kEmulated);
   CompleteBlock(view, 3);
   CompleteBlock(view, 3);
@@ -70,7 +70,7 @@ TEST(GpuCompletions, EachGpuCountsInItsOwnMemoryAndARealGpusRingMustBeMapped) {
   // and nothing is taken from the GPU.
   allocations = copies = releases = 0;
   {
-    GpuCompletions unmapped;
+    GpuCompletions unmapped(/*mapped=*/nullptr);
     EXPECT_THROW(unmapped.AddDevice(0, &kCountingDevice), std::runtime_error);
     EXPECT_EQ(allocations, 0);
   }
@@ -84,7 +84,7 @@ TEST(GpuCompletions, EachGpuCountsInItsOwnMemoryAndARealGpusRingMustBeMapped) {
   SetMappedAllocator(&host_as_mapped);
   allocations = copies = releases = 0;
   {
-    GpuCompletions ring;
+    GpuCompletions ring(&host_as_mapped);
     EXPECT_FALSE(ring.HasDevice(0));
     EXPECT_THROW(ring.View(5, 0), InvalidArgument);  // no counts on GPU 0 yet
     ring.AddDevice(0, &kCountingDevice);

@@ -18,6 +18,7 @@ struct GpuSelection {
   UniformView live;         // Uniform
   SumTreeView tree;         // Timestep and Prioritized
   const SlotInfo* info;     // per slot: key, length
+  int64_t capacity;         // slots in info: a descent past them is refused
   int64_t table_size;       // trajectories stored when the sample began
   Cut cut;                  // kStart or kEnd (kFull is selected on the host)
 };

@@ -23,13 +23,18 @@ class MappedArray {
   static constexpr std::align_val_t kAlignment{64};
 
  public:
-  MappedArray(size_t size, bool gpu_mapped) : size_(size) {
+  // GPU-mapped by the allocator installed now (memory.h), where asked.
+  MappedArray(size_t size, bool gpu_mapped)
+      : MappedArray(size, gpu_mapped ? GetMappedAllocator() : nullptr) {}
+  // GPU-mapped by `allocator` (a table's own, recorded when it was made:
+  // the hooks installed now may be others), in ordinary memory without one.
+  MappedArray(size_t size, const MappedAllocator* allocator) : size_(size) {
     const size_t bytes = sizeof(T) * (size > 0 ? size : 1);
-    if (gpu_mapped && GetMappedAllocator() != nullptr) {
+    if (allocator != nullptr) {
       void* device = nullptr;
-      data_ = static_cast<T*>(GetMappedAllocator()->allocate(bytes, &device));
+      data_ = static_cast<T*>(allocator->allocate(bytes, &device));
       if (data_ != nullptr) {
-        mapped_by_ = GetMappedAllocator();
+        mapped_by_ = allocator;
         device_ = static_cast<const T*>(device);
       }
     }

@@ -3,6 +3,8 @@
 
 #include <atomic>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -55,6 +57,24 @@ void ReleaseDevice(const DeviceMemory* memory, void* device) {
   if (device == nullptr) return;
   if (callback_depth > 0) return Defer({nullptr, memory, device});
   memory->release(device);
+}
+
+DeviceScope::DeviceScope(const DeviceMemory* memory, int device) {
+  if (memory == nullptr || device < 0 || memory->set_device == nullptr ||
+      memory->current_device == nullptr) {
+    return;
+  }
+  const int current = memory->current_device();
+  if (current == device) return;
+  if (!memory->set_device(device)) {
+    throw std::runtime_error("could not make GPU " + std::to_string(device) + " current");
+  }
+  memory_ = memory;
+  previous_ = current;
+}
+
+DeviceScope::~DeviceScope() {
+  if (memory_ != nullptr) memory_->set_device(previous_);
 }
 
 StreamCallbackScope::StreamCallbackScope() { ++callback_depth; }

@@ -40,6 +40,25 @@ struct DeviceMemory {
   // The calling thread's current GPU, where allocate allocates; nullptr: a
   // process with one GPU (device 0).
   int (*current_device)() = nullptr;
+  // Makes GPU `device` the calling thread's current one; false if it cannot
+  // be. nullptr: a process with one GPU.
+  bool (*set_device)(int device) = nullptr;
+};
+
+// GPU `device` current on the calling thread while this lives (the previous
+// one current again after), where `memory` can switch GPUs and it is not
+// already; device < 0 leaves the current one. Throws std::runtime_error if
+// the GPU cannot be made current.
+class DeviceScope {
+ public:
+  DeviceScope(const DeviceMemory* memory, int device);
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  const DeviceMemory* memory_ = nullptr;
+  int previous_ = -1;
 };
 
 // nullptr (the default) means no GPU mapping is available.

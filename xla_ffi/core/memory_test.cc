@@ -15,6 +15,7 @@
 #include <cstring>
 #include <thread>
 #include <memory>
+#include <stdexcept>
 #include <vector>
 
 #include "core/fake_pinned.h"
@@ -197,6 +198,44 @@ TEST(GpuReachable, OnlyMemoryMadeByTheGivenHooks) {
     ExpectUnreachable(plain, nullptr, nullptr);
   }
   SetDeviceMemory(nullptr);
+}
+
+// Four fake GPUs: the calling thread's current one, and the switches made.
+thread_local int fake_current = 0;
+int fake_switches = 0;
+const DeviceMemory kFourGpus{
+    [](size_t) -> void* { return nullptr; }, [](void*) {},
+    [](void*, const void*, size_t) {},       [](void*, const void*, size_t) {},
+    []() -> size_t { return 0; },            []() { return fake_current; },
+    [](int gpu) {
+      if (gpu < 0 || gpu >= 4) return false;
+      ++fake_switches;
+      fake_current = gpu;
+      return true;
+    }};
+
+TEST(DeviceScope, MakesTheGpuCurrentWhileItLivesAndOnlyWhenItIsNot) {
+  fake_current = 1;
+  fake_switches = 0;
+  {
+    const DeviceScope on(&kFourGpus, 3);
+    EXPECT_EQ(fake_current, 3);
+    {
+      const DeviceScope again(&kFourGpus, 3);  // already current: nothing to do
+      EXPECT_EQ(fake_switches, 1);
+    }
+    EXPECT_EQ(fake_current, 3);
+  }
+  EXPECT_EQ(fake_current, 1);
+  EXPECT_EQ(fake_switches, 2);
+  {
+    const DeviceScope any(&kFourGpus, -1);  // the current one, whichever it is
+    const DeviceScope none(nullptr, 2);     // no hooks: one GPU
+  }
+  EXPECT_EQ(fake_current, 1);
+  EXPECT_EQ(fake_switches, 2);
+  EXPECT_THROW(DeviceScope(&kFourGpus, 7), std::runtime_error);
+  EXPECT_EQ(fake_current, 1);
 }
 
 }  // namespace

@@ -74,7 +74,7 @@ TEST(SampleTickets, ReturnsFromManyThreadsAreAllDrained) {
 }
 
 TEST(SampleTickets, ATicketOnTheDeviceComesBackWhenTheRingSaysSo) {
-  GpuCompletions ring;
+  GpuCompletions ring(GetMappedAllocator());
   SampleTickets tickets;
   tickets.SetCompletions(&ring);
   const uint64_t a = tickets.Take(), b = tickets.Take();
@@ -90,7 +90,7 @@ TEST(SampleTickets, ATicketOnTheDeviceComesBackWhenTheRingSaysSo) {
 }
 
 TEST(SampleTickets, AStaleReportInThePlaceIsNotThisTickets) {
-  GpuCompletions ring;
+  GpuCompletions ring(GetMappedAllocator());
   SampleTickets tickets;
   tickets.SetCompletions(&ring);
   const uint64_t first = tickets.Take();
@@ -123,7 +123,7 @@ TEST(SampleTickets, SharesPlaceWithNamesTheEarlierTicketStillInFlight) {
 }
 
 TEST(SampleTickets, ATicketHandedOverAndReturnedByHandIsBackOnce) {
-  GpuCompletions ring;
+  GpuCompletions ring(GetMappedAllocator());
   SampleTickets tickets;
   tickets.SetCompletions(&ring);
   const uint64_t a = tickets.Take();

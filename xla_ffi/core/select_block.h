@@ -26,7 +26,9 @@ inline constexpr uint32_t kGpuRedraws = 8;
 // for the tree strategies, a positive weight in the tree as the kernel reads
 // it now.
 GEARJAX_HD bool DrawIsValid(const GpuSelection& s, int64_t slot) {
-  if (slot < 0) return false;
+  // A tree's padding leaves lie past the slots: a descent through nodes not
+  // yet written (a torn read) can end there.
+  if (slot < 0 || slot >= s.capacity) return false;
   if (s.info[slot].state != SlotState::kLive) return false;
   return s.uniform || SumTreeWeight(s.tree, slot) > 0.0;
 }

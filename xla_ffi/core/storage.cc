@@ -21,7 +21,7 @@ size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 }  // namespace
 
-Arena::Arena(size_t bytes, bool gpu_mapped, bool on_device) : bytes_(bytes) {
+Arena::Arena(size_t bytes, bool gpu_mapped, bool on_device, int device) : bytes_(bytes) {
   const size_t n = std::max<size_t>(bytes, 1);
   if (on_device) {
     const DeviceMemory* memory = GetDeviceMemory();
@@ -29,6 +29,7 @@ Arena::Arena(size_t bytes, bool gpu_mapped, bool on_device) : bytes_(bytes) {
       throw InvalidArgument("placement 'device' needs a GPU, and this process has none (or "
                             "gearjax was built without CUDA)");
     }
+    const DeviceScope on(memory, device);  // the GPU asked for, not the thread's current one
     device_ = static_cast<uint8_t*>(memory->allocate(n));
     if (device_ == nullptr) throw std::bad_alloc();
     device_memory_ = memory;
@@ -72,6 +73,8 @@ void Arena::Release() {
 
 void Arena::Write(size_t offset, const void* src, size_t n) {
   if (device_memory_ != nullptr) {
+    // The arena's GPU current: a copy and its synchronisation on that GPU.
+    const DeviceScope on(device_memory_, device_ordinal_);
     device_memory_->copy_in(device_ + offset, src, n);
   } else {
     std::memcpy(host_ + offset, src, n);
@@ -80,6 +83,7 @@ void Arena::Write(size_t offset, const void* src, size_t n) {
 
 void Arena::Read(void* dst, size_t offset, size_t n) const {
   if (device_memory_ != nullptr) {
+    const DeviceScope on(device_memory_, device_ordinal_);
     device_memory_->copy_out(dst, device_ + offset, n);
   } else {
     std::memcpy(dst, host_ + offset, n);

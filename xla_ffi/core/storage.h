@@ -30,8 +30,10 @@ struct ColumnSpec {
 class Arena {
  public:
   // Throws InvalidArgument if a device arena is asked for and no GPU memory
-  // hooks are registered, std::bad_alloc if the memory cannot be had.
-  Arena(size_t bytes, bool gpu_mapped, bool on_device);
+  // hooks are registered, std::bad_alloc if the memory cannot be had. A
+  // device arena goes on GPU `device` (< 0: the calling thread's current
+  // one), and its copies run with that GPU current.
+  Arena(size_t bytes, bool gpu_mapped, bool on_device, int device = -1);
   ~Arena() { Release(); }
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;

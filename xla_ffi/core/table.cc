@@ -44,7 +44,8 @@ Table::Table(TableSpec spec)
     throw InvalidArgument("max_times_sampled must be in [0, 2**31 - 1] (0: unlimited), got " +
                           std::to_string(spec_.max_times_sampled));
   }
-  arena_ = std::make_unique<Arena>(layout_.arena_bytes(), spec_.gpu_mapped, spec_.on_device);
+  arena_ = std::make_unique<Arena>(layout_.arena_bytes(), spec_.gpu_mapped, spec_.on_device,
+                                   spec_.device);
   for (int c = 0; c < num_columns(); ++c) {
     arena_->Write(layout_.pad_offset(c), spec_.columns[c].pad_step.data(),
                   static_cast<size_t>(step_bytes(c)));
@@ -100,7 +101,7 @@ void Table::UseGpuCompletions(const DeviceMemory* memory, int device) {
   auto lock = Lock();
   CheckOpenLocked();
   if (completions_owner_ == nullptr) {
-    auto completions = std::make_unique<GpuCompletions>();
+    auto completions = std::make_unique<GpuCompletions>(mapped_by_);
     completions->AddDevice(device, memory);
     completions_owner_ = std::move(completions);
     tickets_.SetCompletions(completions_owner_.get());

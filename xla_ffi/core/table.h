@@ -40,10 +40,12 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common.h"
@@ -208,12 +210,21 @@ class Table {
   // copies->n == 0: nothing), as part of the same ticket. Without `copies`,
   // and where the mirror cannot serve (no GPU memory for it; a Prioritized
   // draw while a staged update, or a GPU update on another stream, may
-  // still write the host tree), the kernel reads the GPU-mapped host tree.
+  // still write the host tree, or while another stream's copy into the
+  // mirror may still run), the kernel reads the GPU-mapped host tree.
   uint64_t BeginGpuSample(const SampleRequest& request, GpuSelection* selection,
                           MirrorCopies* copies = nullptr, const void* stream = nullptr);
   // The caller could not enqueue the copies a Begin gave it: every mirror
   // is copied whole next time.
   void MirrorCopiesLost();
+  // Pinned memory, GPU-mapped by the table's allocator, of at least `bytes`
+  // that nothing else uses until `ticket` has ended: a host-selected GPU
+  // sample's draws, which its gather kernel reads in place (a copy from
+  // pageable memory could outlive the vector it came from: CUDA does not
+  // promise such a copy is staged when cudaMemcpyAsync returns). {host,
+  // device} addresses, or {nullptr, nullptr} where none can be had. Throws
+  // Closed.
+  std::pair<void*, const void*> StagingFor(uint64_t ticket, size_t bytes);
   // The trees that have a mirror, host copy and mirror side by side (for
   // tests and diagnostics: mirror bytes copied out through the hooks).
   struct MirroredTree {
@@ -421,12 +432,19 @@ class Table {
   // waits (mu_ released meanwhile, so state read before may be stale) until
   // no GPU priority update is in flight, keeping new ones from starting
   // meanwhile; while the caller keeps mu_, none starts. Returns whether it
-  // waited. Nothing to do for tables never updated on the GPU. Throws Closed
-  // if the table closed meanwhile.
+  // waited. Nothing to do for tables never updated on the GPU (and tables
+  // without a Prioritized tree never are: BeginGpuUpdate stages theirs).
+  // Throws Closed if the table closed meanwhile, Timeout if the update has
+  // not reported within slot_wait_seconds (the priorities then untouched).
   bool OwnPrioritiesLocked();
+  // When a wait for GPU work begun now gives up (TableSpec::slot_wait_seconds
+  // from now), and the Timeout it then throws, naming `what` it waited for.
+  Clock::time_point GpuWaitDeadline() const;
+  [[noreturn]] void ThrowGpuWaitTimeout(const std::string& what) const;
   // The same before an insert publishes its reserved slots: never throws
-  // (the caller then finds closed_ set and abandons them).
-  void OwnPrioritiesDuringInsertLocked();
+  // (the caller then finds closed_ set and abandons them); a Timeout comes
+  // back for the caller to raise once it has abandoned them.
+  std::exception_ptr OwnPrioritiesDuringInsertLocked();
   // Live items with priority > 0: the host's count and the GPU updates'.
   int64_t PositiveLocked() const;
   // Takes the next sample ticket; with a completion ring, first waits until
@@ -455,15 +473,23 @@ class Table {
   std::vector<const SumTree*> DrawTreesLocked() const;
   // Whether this table's trees get copies in GPU memory (a device table).
   bool MirrorsTreesLocked() const;
+  // Staging lists replaced by larger ones. Freeing pinned memory
+  // (cudaFreeHost) waits for the whole device, and a staged update's host
+  // function queued there may need mu_: the caller frees them only after
+  // releasing mu_ (declare the list before the lock).
+  struct MirrorStaging;
+  using RetiredStaging = std::vector<std::shared_ptr<MirrorStaging>>;
   // Adds to *copies what brings the mirrors of `trees` up to date (each
   // made on first use), the logged nodes staged in pinned memory held until
   // `ticket` ends; writes each tree's mirror address to mirrors[i], or
   // nullptr where the mapped tree must serve.
   void CopyMirrorsLocked(const SumTree* const* trees, int n, uint64_t ticket,
-                         const void* stream, MirrorCopies* copies, double** mirrors);
+                         const void* stream, MirrorCopies* copies, double** mirrors,
+                         RetiredStaging* retired);
   // Pinned memory for `entries` logged nodes, free once its ticket ended;
   // nullptr when none can be had.
-  MappedArray<int64_t>* MirrorStagingLocked(int64_t entries, uint64_t ticket);
+  MappedArray<int64_t>* MirrorStagingLocked(int64_t entries, uint64_t ticket,
+                                            RetiredStaging* retired);
   // Moves the table's memory (arena, slots, selectors) out, for Close to free
   // once it has released the mutex; the arena left behind is empty.
   std::vector<std::shared_ptr<void>> TakeMemoryLocked();

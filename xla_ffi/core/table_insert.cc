@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <string>
 #include <utility>
 
@@ -131,9 +132,10 @@ int64_t Table::InsertWith(int64_t length, double priority, const Fill& fill,
     throw;
   }
   lock.lock();
-  if (!closed_) OwnPrioritiesDuringInsertLocked();
-  if (closed_) {
+  const std::exception_ptr refused = closed_ ? nullptr : OwnPrioritiesDuringInsertLocked();
+  if (closed_ || refused) {
     AbandonLocked(slot, restoring);
+    if (refused) std::rethrow_exception(refused);
     throw Closed("the table was closed during the insert");
   }
   return PublishReservedLocked(slot, length, priority, restore_key, restore_stamp);
@@ -181,9 +183,10 @@ int64_t Table::InsertManyWith(int64_t n, const int64_t* lengths, const double* p
         throw;
       }
       auto lock = Lock();
-      if (!closed_) OwnPrioritiesDuringInsertLocked();
-      if (closed_) {
+      const std::exception_ptr refused = closed_ ? nullptr : OwnPrioritiesDuringInsertLocked();
+      if (closed_ || refused) {
         for (int64_t slot : slots) AbandonLocked(slot, false);
+        if (refused) std::rethrow_exception(refused);
         throw Closed("the table was closed during the insert");
       }
       for (size_t j = 0; j < slots.size(); ++j) {
@@ -265,12 +268,15 @@ int64_t Table::ReserveLocked(std::unique_lock<std::mutex>& lock, int64_t restore
   return slot;
 }
 
-void Table::OwnPrioritiesDuringInsertLocked() {
+std::exception_ptr Table::OwnPrioritiesDuringInsertLocked() {
   try {
     OwnPrioritiesLocked();
   } catch (const Closed&) {
     // closed_ is set: the caller abandons its slots.
+  } catch (const Timeout&) {
+    return std::current_exception();  // the caller abandons its slots, then raises it
   }
+  return nullptr;
 }
 
 void Table::AbandonLocked(int64_t slot, bool restoring) {

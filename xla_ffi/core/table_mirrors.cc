@@ -1,7 +1,10 @@
 // Table's sum-tree mirrors in GPU memory (see tree_mirror.h and
 // Table::BeginGpuSample): which tables have them, what a GPU call copies into
-// them first, and the pinned lists those copies read.
+// them first, and the pinned lists those copies read (which also hold a
+// host-selected GPU sample's draws: StagingFor).
 #include <algorithm>
+#include <new>
+#include <utility>
 
 #include "table.h"
 #include "tree_mirror.h"
@@ -14,7 +17,8 @@ bool Table::MirrorsTreesLocked() const {
   return spec_.on_device && device_memory_ != nullptr;
 }
 
-MappedArray<int64_t>* Table::MirrorStagingLocked(int64_t entries, uint64_t ticket) {
+MappedArray<int64_t>* Table::MirrorStagingLocked(int64_t entries, uint64_t ticket,
+                                                 RetiredStaging* retired) {
   const size_t needed = static_cast<size_t>(entries);
   std::shared_ptr<MirrorStaging>* reusable = nullptr;  // ended, but too small
   for (auto& staging : mirror_staging_) {
@@ -29,15 +33,31 @@ MappedArray<int64_t>* Table::MirrorStagingLocked(int64_t entries, uint64_t ticke
   // place of a free one that is too small, or beside the others (as many as
   // copies in flight at once).
   auto made = std::make_shared<MirrorStaging>(
-      MirrorStaging{ticket, MappedArray<int64_t>(std::max<size_t>(needed * 2, 1024), true)});
+      MirrorStaging{ticket, MappedArray<int64_t>(std::max<size_t>(needed * 2, 1024), mapped_by_)});
   if (made->list.device_data() == nullptr) return nullptr;
   if (reusable == nullptr) reusable = &mirror_staging_.emplace_back();
+  if (*reusable != nullptr) retired->push_back(std::move(*reusable));  // freed unlocked
   *reusable = std::move(made);
   return &(*reusable)->list;
 }
 
+std::pair<void*, const void*> Table::StagingFor(uint64_t ticket, size_t bytes) {
+  RetiredStaging retired;  // freed after the lock is released (declared first)
+  auto lock = Lock();
+  CheckOpenLocked();
+  MappedArray<int64_t>* list = nullptr;
+  try {
+    list = MirrorStagingLocked(static_cast<int64_t>((bytes + 7) / 8), ticket, &retired);
+  } catch (const std::bad_alloc&) {
+    list = nullptr;
+  }
+  if (list == nullptr || list->device_data() == nullptr) return {nullptr, nullptr};
+  return {list->data(), list->device_data()};
+}
+
 void Table::CopyMirrorsLocked(const SumTree* const* trees, int n, uint64_t ticket,
-                              const void* stream, MirrorCopies* copies, double** mirrors) {
+                              const void* stream, MirrorCopies* copies, double** mirrors,
+                              RetiredStaging* retired) {
   TreeMirror* mirror[kMaxMirrorCopies] = {};
   int64_t logged = 0;
   for (int i = 0; i < n; ++i) {
@@ -49,7 +69,7 @@ void Table::CopyMirrorsLocked(const SumTree* const* trees, int n, uint64_t ticke
   MappedArray<int64_t>* list = nullptr;
   if (logged > 0) {
     try {
-      list = MirrorStagingLocked(logged, ticket);
+      list = MirrorStagingLocked(logged, ticket, retired);
     } catch (const std::bad_alloc&) {
       list = nullptr;
     }

@@ -254,6 +254,7 @@ uint64_t Table::BeginGpuSample(const SampleRequest& r, GpuSelection* selection,
   if (SelectsOnHost(r)) {
     throw InvalidArgument("TopK, Recent and constrained samples are not selected on the GPU");
   }
+  RetiredStaging retired;  // freed after the lock is released (declared first)
   auto lock = Lock();
   CheckOpenLocked();
   if (slots_->device_info() == nullptr) {
@@ -262,6 +263,7 @@ uint64_t Table::BeginGpuSample(const SampleRequest& r, GpuSelection* selection,
   WaitToSampleLocked(lock, r);
   GpuSelection s{};
   s.info = slots_->device_info();
+  s.capacity = spec_.capacity;
   s.table_size = live_;
   s.cut = r.cut;
   const SamplingSelector& selector = SamplingSelectorLocked(r);
@@ -273,16 +275,24 @@ uint64_t Table::BeginGpuSample(const SampleRequest& r, GpuSelection* selection,
   const uint64_t ticket = TakeTicketLocked(lock);
   // The tree's mirror serves unless the host tree may still be written in
   // stream order (a staged update's host function) or by another stream's
-  // GPU update, which the mirror would miss.
+  // GPU update, which the mirror would miss; or unless another stream's copy
+  // into the mirrors may still run (this sample's kernel, on its own stream,
+  // is not ordered after it: on first use it would read a mirror not yet
+  // written). The mapped host tree serves those samples.
   const bool priorities_settled =
       !selector.UsesPriority() ||
       (staged_updates_.load(std::memory_order_acquire) == 0 &&
        (gpu_update_last_ == 0 || gpu_update_stream_ == stream ||
         !tickets_.InFlight(gpu_update_last_)));
-  if (copies != nullptr && !s.uniform && priorities_settled && MirrorsTreesLocked()) {
+  const bool mirrors_settled =
+      mirror_copy_last_ == 0 ||
+      (stream == mirror_copy_stream_ && !mirror_copy_streams_mixed_) ||
+      !tickets_.InFlight(mirror_copy_last_);
+  if (copies != nullptr && !s.uniform && priorities_settled && mirrors_settled &&
+      MirrorsTreesLocked()) {
     const SumTree* tree = selector.DrawTree();
     double* mirror = nullptr;
-    CopyMirrorsLocked(&tree, 1, ticket, stream, copies, &mirror);
+    CopyMirrorsLocked(&tree, 1, ticket, stream, copies, &mirror, &retired);
     if (mirror != nullptr) s.tree.nodes = mirror;
   }
   *selection = s;

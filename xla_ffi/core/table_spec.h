@@ -22,12 +22,15 @@ struct TableSpec {
   RateLimiterSpec limiter;
   bool gpu_mapped = false;  // ask for GPU-mapped pinned memory (see memory.h)
   bool on_device = false;   // keep the arena in GPU memory (needs DeviceMemory hooks)
+  int device = -1;          // its GPU (< 0: the creating thread's current one)
   int key_bits = 63;        // keys stay below 2^key_bits (see slots.h)
   // A trajectory leaves after this many draws (consume-once at 1); 0: never.
   int64_t max_times_sampled = 0;
-  // How long an insert waits for the samples and readers still reading the
-  // slot it took before it fails with Timeout (they finish in microseconds
-  // unless a GPU stream stalls).
+  // How long a call waits for GPU work before it fails with Timeout: an
+  // insert for the samples and readers still reading the slot it took, a
+  // reader or writer of the priorities for a GPU priority update, an update
+  // for another stream's (they finish in microseconds to milliseconds
+  // unless a GPU stream stalls or failed).
   double slot_wait_seconds = 60.0;
 };
 

@@ -79,6 +79,18 @@ GpuUpdateReport Table::GpuUpdateCounts() const {
   return counts;
 }
 
+Table::Clock::time_point Table::GpuWaitDeadline() const {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                            std::chrono::duration<double>(spec_.slot_wait_seconds));
+}
+
+void Table::ThrowGpuWaitTimeout(const std::string& what) const {
+  throw Timeout("waited " + table_internal::Number(spec_.slot_wait_seconds) + " s for " + what +
+                ", which has not reported (a GPU stream that does not progress, or a failed "
+                "one: a CUDA error in an earlier program?); nothing was changed "
+                "(gearjax.table.GPU_WAIT_SECONDS sets how long tables made after it wait)");
+}
+
 bool Table::OwnPrioritiesLocked() {
   if (gpu_update_last_ == 0) return false;
   if (!tickets_.InFlight(gpu_update_last_)) {
@@ -88,12 +100,17 @@ bool Table::OwnPrioritiesLocked() {
   // The caller's lock, borrowed to wait (and handed back still locked).
   std::unique_lock<std::mutex> lock(mu_, std::adopt_lock);
   ++priority_claims_;  // BeginGpuUpdate waits meanwhile: no new ticket to wait for
-  WaitForTickets(lock, Clock::time_point::max(),
-                 [&] { return closed() || !tickets_.InFlight(gpu_update_last_); });
+  const uint64_t awaited = gpu_update_last_;
+  const bool reported = WaitForTickets(
+      lock, GpuWaitDeadline(), [&] { return closed() || !tickets_.InFlight(gpu_update_last_); });
   --priority_claims_;
   lock.release();
   changed_.notify_all();
   CheckOpenLocked();
+  if (!reported) {
+    // The kernel may still write the priorities: nothing here may touch them.
+    ThrowGpuWaitTimeout("a GPU priority update (ticket " + std::to_string(awaited) + ")");
+  }
   gpu_update_last_ = 0;
   return true;
 }
@@ -101,10 +118,19 @@ bool Table::OwnPrioritiesLocked() {
 uint64_t Table::BeginGpuUpdate(const void* stream, int64_t n, GpuUpdate* update,
                                MirrorCopies* copies) {
   copies->n = 0;
+  RetiredStaging retired;  // freed after the lock is released (declared first)
   auto lock = Lock();
   CheckOpenLocked();
+  // Without a Prioritized tree the kernel would only rewrite records, yet
+  // every host insert would wait for it (an evicted or published record may
+  // be one it writes): staged, the update is applied by a host function in
+  // stream order under the lock, and inserts never wait for the GPU.
+  if (prioritized_.empty()) return 0;
   for (;;) {
-    changed_.wait(lock, [&] { return priority_claims_ == 0 || closed(); });
+    if (!changed_.wait_until(lock, GpuWaitDeadline(),
+                             [&] { return priority_claims_ == 0 || closed(); })) {
+      ThrowGpuWaitTimeout("a host call that waits for an earlier GPU priority update");
+    }
     CheckOpenLocked();
     if (gpu_update_last_ == 0 || stream == gpu_update_stream_) break;
     // Another stream's updates may still be writing: wait for them, then
@@ -117,7 +143,7 @@ uint64_t Table::BeginGpuUpdate(const void* stream, int64_t n, GpuUpdate* update,
   if (staged) return 0;
   GpuUpdateReport* report = gpu_report_.load(std::memory_order_relaxed);
   if (report == nullptr) {
-    gpu_report_owner_ = std::make_unique<MappedArray<GpuUpdateReport>>(1, spec_.gpu_mapped);
+    gpu_report_owner_ = std::make_unique<MappedArray<GpuUpdateReport>>(1, mapped_by_);
     if (gpu_report_owner_->device_data() == nullptr) {
       gpu_report_owner_.reset();
       return 0;
@@ -125,6 +151,22 @@ uint64_t Table::BeginGpuUpdate(const void* stream, int64_t n, GpuUpdate* update,
     report = &(*gpu_report_owner_)[0];
     gpu_report_.store(report, std::memory_order_release);
   }
+  for (const auto& selector : prioritized_) {
+    if (selector->tree().device_view().nodes == nullptr) return 0;
+  }
+  // The ticket first: TakeTicketLocked may release the lock to wait, and a
+  // Prioritized tree made meanwhile must be among those the kernel updates.
+  const uint64_t ticket = TakeTicketLocked(lock);  // the caller hands it to the device
+  if (closed() || prioritized_.size() != priority_selectors_.size() ||
+      staged_updates_.load(std::memory_order_acquire) > 0) {
+    tickets_.Return(ticket);  // changed while waiting: staged after all (or closed)
+    CheckOpenLocked();
+    return 0;
+  }
+  const uint64_t earlier_last = gpu_update_last_;
+  const void* const earlier_stream = gpu_update_stream_;
+  gpu_update_last_ = std::max(gpu_update_last_, ticket);
+  gpu_update_stream_ = stream;
   GpuUpdate u{};
   u.info = const_cast<SlotInfo*>(slots_->device_info());  // the kernel writes priorities
   u.capacity = spec_.capacity;
@@ -133,15 +175,11 @@ uint64_t Table::BeginGpuUpdate(const void* stream, int64_t n, GpuUpdate* update,
   const SumTree* trees[kMaxPriorityTrees];
   for (const auto& selector : prioritized_) {
     const SumTreeView view = selector->tree().device_view();
-    if (view.nodes == nullptr) return 0;
     u.levels = view.levels;
     std::copy(view.offsets, view.offsets + kSumTreeMaxLevels, u.offsets);
     trees[u.trees] = &selector->tree();
     u.tree[u.trees++] = {const_cast<double*>(view.nodes), nullptr, selector->alpha()};
   }
-  const uint64_t ticket = TakeTicketLocked(lock);  // the caller hands it to the device
-  gpu_update_last_ = std::max(gpu_update_last_, ticket);  // (TakeTicketLocked may wait)
-  gpu_update_stream_ = stream;
   if (MirrorsTreesLocked()) {
     // A copy into the mirrors enqueued on another stream may still run: it
     // could write a node this kernel writes after reading the host's. Wait
@@ -153,15 +191,22 @@ uint64_t Table::BeginGpuUpdate(const void* stream, int64_t n, GpuUpdate* update,
              (stream != mirror_copy_stream_ || mirror_copy_streams_mixed_) &&
              tickets_.InFlight(mirror_copy_last_);
     };
-    WaitForTickets(lock, Clock::time_point::max(), [&] { return closed() || !foreign_copy(); });
-    if (closed()) {
+    const bool copied =
+        WaitForTickets(lock, GpuWaitDeadline(), [&] { return closed() || !foreign_copy(); });
+    if (closed() || !copied) {
+      // Nothing enqueued under this ticket: give it back, and with it the
+      // claim on the priorities (earlier updates of this stream stay owed).
+      gpu_update_last_ = earlier_last;
+      gpu_update_stream_ = earlier_stream;
       tickets_.Return(ticket);
       CheckOpenLocked();  // throws Closed
+      ThrowGpuWaitTimeout("a copy into the trees' GPU mirrors on another stream (ticket " +
+                          std::to_string(mirror_copy_last_) + ")");
     }
     // The kernel reads and writes the mirrors, brought up to date first,
     // and writes the host trees too.
     double* mirrors[kMaxPriorityTrees];
-    CopyMirrorsLocked(trees, u.trees, ticket, stream, copies, mirrors);
+    CopyMirrorsLocked(trees, u.trees, ticket, stream, copies, mirrors, &retired);
     for (int32_t k = 0; k < u.trees; ++k) {
       if (mirrors[k] == nullptr) continue;
       u.tree[k].host_nodes = u.tree[k].nodes;

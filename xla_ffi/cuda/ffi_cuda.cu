@@ -17,12 +17,14 @@
 // * TopK, Recent and constrained samples (order statistics, host-only
 //   structures): selected on the host. The seed is copied back with a stream
 //   synchronisation, the rows are drawn (Table::Select, which takes a
-//   ticket), the draws are uploaded, and the gather returns the ticket
+//   ticket) into pinned memory the table keeps for that ticket
+//   (Table::StagingFor), the gather reads them there and returns the ticket
 //   through the ring as above.
 //
 // Priority updates never wait for the stream. Where the table allows
-// (Table::BeginGpuUpdate: up to kMaxGpuUpdateKeys keys, no TopK heap or
-// min-priority remover keeping priorities in host memory), one kernel
+// (Table::BeginGpuUpdate: a Prioritized tree to update, up to
+// kMaxGpuUpdateKeys keys, no TopK heap or min-priority remover keeping
+// priorities in host memory), one kernel
 // (update.cu) applies them to the slot records and Prioritized trees in
 // mapped memory and reports its ticket through the ring; host writers keep
 // out of the priorities until it has (Table::OwnPrioritiesLocked). Otherwise
@@ -52,7 +54,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -60,6 +62,7 @@
 
 #include "call_site.h"
 #include "core/gather_plan.h"
+#include "core/kernel_check.h"
 #include "core/memory.h"
 #include "core/staged_update.h"
 #include "cuda/gather.cuh"
@@ -181,22 +184,17 @@ ffi::Error Sample(cudaStream_t stream, ffi::ScratchAllocator& scratch,
   std::vector<Draw> draws(static_cast<size_t>(batch));
   DeviceTicket ticket(table, table->Select(request, host_seed, draws.data()), device, stream);
 
-  Count(HostWork::kScratch);
-  const std::optional<void*> device_draws = scratch.Allocate(batch * sizeof(Draw), 16);
-  if (!device_draws.has_value()) return Fail("could not allocate scratch memory for the draws");
-  // From pageable memory: returns once the bytes are staged, so the host
-  // vector may go when this returns, with the copy still in flight.
-  Count(HostWork::kCopy);
+  // The draws go to pinned memory the table keeps for this ticket, which
+  // the gather reads in place: no copy from this pageable vector, whose
+  // life CUDA would not extend past this call.
+  const auto [staged, staged_device] = table->StagingFor(ticket.id(), batch * sizeof(Draw));
+  if (staged == nullptr) return Fail("could not allocate pinned host memory for the draws");
+  std::memcpy(staged, draws.data(), batch * sizeof(Draw));
   Count(HostWork::kLaunch);
-  error = cudaMemcpyAsync(*device_draws, draws.data(), batch * sizeof(Draw),
-                          cudaMemcpyHostToDevice, stream);
-  if (error == cudaSuccess) {
-    GatherParams params =
-        PlanGather(*table, static_cast<const Draw*>(*device_draws), batch, width, pad_left, out,
-                   table->device_arena());
-    params.completion = ticket.completion();
-    error = LaunchGather(params, stream);
-  }
+  GatherParams params = PlanGather(*table, static_cast<const Draw*>(staged_device), batch, width,
+                                   pad_left, out, table->device_arena());
+  params.completion = ticket.completion();
+  error = LaunchGather(params, stream);
   if (error != cudaSuccess) return Fail(CudaError("launching the gather", error));
   ticket.HandToDevice();
   return ffi::Error::Success();
@@ -390,14 +388,16 @@ ffi::Error InsertBatchCudaImpl(cudaStream_t stream, Order, ffi::AnyBuffer length
         if (error != cudaSuccess) throw std::runtime_error(CudaError("copying a trajectory", error));
       },
       host_keys.data());
-  const cudaError_t error = cudaMemcpyAsync(keys->typed_data(), host_keys.data(),
-                                            rows * sizeof(int64_t), cudaMemcpyHostToDevice, stream);
-  if (error == cudaSuccess) cudaStreamSynchronize(stream);  // host_keys lives on this stack
+  cudaError_t error = cudaMemcpyAsync(keys->typed_data(), host_keys.data(),
+                                      rows * sizeof(int64_t), cudaMemcpyHostToDevice, stream);
+  // host_keys lives on this stack: wait for the copy, and fail if it did
+  // not complete (the keys would be unwritten).
+  const cudaError_t synced = cudaStreamSynchronize(stream);
+  if (error == cudaSuccess) error = synced;
   return error == cudaSuccess ? ffi::Error::Success() : Fail(CudaError("copying the keys", error));
 }
 
-// Per GPU (up to 64): 0 unchecked, 1 this build's kernels run there, 2 not.
-std::atomic<int> kernels_run_on[64];
+KernelCheck kernel_check;
 
 }  // namespace
 
@@ -409,6 +409,12 @@ std::string KernelImageProblem(int device) {
   if (error == cudaSuccess) error = MirrorKernelRunsHere();
   if (error == cudaSuccess) return "";
   cudaGetLastError();  // the probe's own error is not sticky: clear it
+  if (error != cudaErrorNoKernelImageForDevice && error != cudaErrorInvalidDeviceFunction) {
+    // Not the build's architectures: memory, a sticky error, a driver
+    // problem. Said as itself (KernelCheck asks again next call).
+    return std::string("checking gearjax's CUDA kernels on GPU ") + std::to_string(device) +
+           " failed: " + cudaGetErrorName(error) + " (" + cudaGetErrorString(error) + ")";
+  }
   int major = 0, minor = 0;
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
@@ -441,14 +447,8 @@ std::shared_ptr<Table> ForThisGpu(std::shared_ptr<Table> table) {
   table->CheckDevice(device);
   // A kernel without an image for this GPU launches nothing: the handler
   // must fail rather than hand XLA's buffers back unwritten.
-  int known = device >= 0 && device < 64 ? kernels_run_on[device].load() : 0;
-  if (known == 0) {
-    const std::string problem = KernelImageProblem(device);
-    known = problem.empty() ? 1 : 2;
-    if (device >= 0 && device < 64) kernels_run_on[device].store(known);
-    if (known == 2) throw InvalidArgument(problem);
-  }
-  if (known == 2) throw InvalidArgument(KernelImageProblem(device));
+  const std::string problem = kernel_check.Check(device, KernelImageProblem);
+  if (!problem.empty()) throw InvalidArgument(problem);
   return table;
 }
 

@@ -185,8 +185,8 @@ ffi::Error ShardServeCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch
 
   const std::optional<void*> device_draws = scratch.Allocate(rows * sizeof(Draw), 16);
   if (!device_draws.has_value()) return Fail("could not allocate scratch memory for the draws");
-  // From pageable memory: returns once staged, so the host draws may go
-  // with the host function later without racing the copy.
+  // From pageable memory: the host draws live until the host function
+  // after the gathers (StreamTickets), so the copy cannot outlive them.
   cudaError_t error = cudaMemcpyAsync(*device_draws, draws.data(), rows * sizeof(Draw),
                                       cudaMemcpyHostToDevice, stream);
   for (int64_t j = 0; j < shards && error == cudaSuccess; ++j) {

@@ -95,8 +95,17 @@ int CurrentDevice() {
   return device;
 }
 
-const DeviceMemory kCudaDeviceMemory{AllocateDevice, FreeDevice, CopyIn,
-                                 CopyOut,        FreeDeviceBytes, CurrentDevice};
+namespace {
+bool SetDevice(int device) {
+  if (cudaSetDevice(device) == cudaSuccess) return true;
+  cudaGetLastError();
+  return false;
+}
+}  // namespace
+
+const DeviceMemory kCudaDeviceMemory{AllocateDevice, FreeDevice,      CopyIn,
+                                     CopyOut,        FreeDeviceBytes, CurrentDevice,
+                                     SetDevice};
 
 std::string CudaError(const char* what, cudaError_t error) {
   return std::string(what) + ": " + cudaGetErrorString(error);

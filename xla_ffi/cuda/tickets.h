@@ -36,6 +36,7 @@ class DeviceTicket {
     table_->EndSample(ticket_);
   }
 
+  uint64_t id() const { return ticket_; }
   CompletionView completion() const { return table_->CompletionFor(ticket_, device_); }
   void HandToDevice() {
     table_->HandToDevice(ticket_);

@@ -19,6 +19,7 @@
 #include "testing/testing_module.h"
 
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 
 #include <algorithm>
@@ -26,7 +27,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -59,19 +62,42 @@ uint8_t* ToHost(const void* device) {
   return reinterpret_cast<uint8_t*>(reinterpret_cast<uintptr_t>(device) & ~kEmulatedDeviceBit);
 }
 
+// Four emulated GPUs: each thread's current one (0 at first), and which was
+// current at each allocation and copy (emulated_gpu_log).
+constexpr int kEmulatedGpus = 4;
+thread_local int emulated_current_gpu = 0;
+std::mutex emulated_log_mu;
+std::vector<std::tuple<std::string, int>> emulated_log;
+
+void LogOnGpu(const char* what) {
+  std::lock_guard<std::mutex> guard(emulated_log_mu);
+  emulated_log.emplace_back(what, emulated_current_gpu);
+}
+
 const DeviceMemory kEmulatedDeviceMemory{
     [](size_t bytes) -> void* {
+      LogOnGpu("allocate");
       void* p = std::malloc(bytes);
       return p == nullptr ? nullptr
                           : reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) | kEmulatedDeviceBit);
     },
     [](void* device) { std::free(ToHost(device)); },
     [](void* dst, const void* src, size_t n) {
+      LogOnGpu("copy_in");
       if (emulated_copy_fails.load()) throw std::runtime_error("emulated GPU copy failure");
       std::memcpy(ToHost(dst), src, n);
     },
-    [](void* dst, const void* src, size_t n) { std::memcpy(dst, ToHost(src), n); },
-    []() { return emulated_free_bytes; }};
+    [](void* dst, const void* src, size_t n) {
+      LogOnGpu("copy_out");
+      std::memcpy(dst, ToHost(src), n);
+    },
+    []() { return emulated_free_bytes; },
+    []() { return emulated_current_gpu; },
+    [](int gpu) {
+      if (gpu < 0 || gpu >= kEmulatedGpus) return false;
+      emulated_current_gpu = gpu;
+      return true;
+    }};
 
 const MappedAllocator kHostAsMapped{
     [](size_t bytes, void** device) -> void* {
@@ -321,6 +347,18 @@ void DefineModule(nb::module_ m) {
       "Tables created while on may take placement 'device' in emulated GPU memory reporting "
       "`free_bytes` free; with `copies_fail`, every copy into it throws.");
   m.def(
+      "emulated_gpu_log",
+      []() {
+        std::lock_guard<std::mutex> guard(emulated_log_mu);
+        nb::list out;
+        for (const auto& [what, gpu] : emulated_log) out.append(nb::make_tuple(what, gpu));
+        emulated_log.clear();
+        out.append(nb::make_tuple("current", emulated_current_gpu));
+        return out;
+      },
+      "(what, GPU current then) of each allocation and copy of emulated GPU memory since "
+      "the last call (of four emulated GPUs), then ('current', this thread's GPU now).");
+  m.def(
       "begin_gpu_sample",
       [](int64_t handle, int64_t batch, int strategy, double alpha, int64_t count, int64_t window,
          int cut, bool replace, int64_t stream) {
@@ -411,6 +449,7 @@ void DefineModule(nb::module_ m) {
       [](int64_t handle) { return Find(handle)->TicketsOnDevice(); }, "handle"_a,
       "Tickets handed to the device that the ring has not reported yet.");
   DefineUpdateEmulation(m);
+  DefineGpuWaitProbes(m);
 }
 
 }  // namespace gearjax::testing

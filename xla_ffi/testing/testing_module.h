@@ -11,6 +11,9 @@ namespace gearjax::testing {
 void DefineModule(nanobind::module_ m);
 // GPU priority updates emulated (update_emulation.cc); DefineModule calls it.
 void DefineUpdateEmulation(nanobind::module_ m);
+// Probes of the GPU path's locks and stream order (gpu_wait_probes.cc); the
+// same.
+void DefineGpuWaitProbes(nanobind::module_ m);
 
 // The host address behind an emulated GPU-memory address (the address itself
 // when it is not one).
