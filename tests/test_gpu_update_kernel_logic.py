@@ -437,3 +437,18 @@ def test_a_tree_made_while_an_update_waits_for_its_ticket_is_updated(emulated_ma
         for alpha in (1.0, 0.5):  # every priority 3.0: every key equally likely
             keys, probability = prioritized_draws(table, alpha)
             np.testing.assert_allclose(probability, 1.0 / len(live), rtol=1e-6)
+
+
+def test_the_report_and_ring_use_the_table_s_own_mapping(emulated_mapping):
+    """Issue 48, item 8: the completion ring, the update report and the
+    staging lists were mapped by whatever allocator was installed at the
+    first GPU call, not the one that made the table (then an update was
+    staged for want of a mapped report). Made by the table's own, they serve
+    after the hooks changed."""
+    with make_table() as table:
+        emulated_mapping.emulate_gpu_mapping(False)  # the hooks change after the table is made
+        live = np.array(list(contents(table)), np.int64)
+        pending = emulated_mapping.begin_gpu_update(table.handle, live, np.full(len(live), 2.0))
+        assert pending is not None, "the update was staged: the report was not mapped"
+        assert pending.run(16) == len(live)
+        assert set(contents(table).values()) == {2.0}
