@@ -46,10 +46,17 @@ def case_steps(args, batch_bytes: int) -> int:
 
 
 def gather_cases(args) -> list[tuple[int, int]]:
-    """(window bytes, batch) of the bandwidth sections, batches under 4 GiB."""
-    windows = [1 * KIB, 4 * KIB] if args.smoke else \
-        [1 * KIB, 4 * KIB, 16 * KIB, 64 * KIB, 256 * KIB, MIB]
-    batches = [32, 256] if args.smoke else [32, 256, 1024, 4096]
+    """(window bytes, batch) of the bandwidth sections, batches under 4 GiB.
+    --quick: fewer, for the goals' rows: 4 KiB x 1024, and for the worst
+    fraction of 16 KiB and larger windows batch 32 (where the first GPU run
+    had it) and 1024."""
+    if args.smoke:
+        windows, batches = [1 * KIB, 4 * KIB], [32, 256]
+    elif getattr(args, "quick", False):
+        windows, batches = [4 * KIB, 16 * KIB, 64 * KIB, MIB], [32, 1024]
+    else:
+        windows = [1 * KIB, 4 * KIB, 16 * KIB, 64 * KIB, 256 * KIB, MIB]
+        batches = [32, 256, 1024, 4096]
     limit = 64 * MIB if args.smoke else 4 * GIB
     return [(w, b) for w in windows for b in batches if w * b <= limit]
 

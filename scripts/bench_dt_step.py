@@ -170,6 +170,7 @@ def main() -> None:
                "batch_size": args.batch_size, "context": args.context,
                "steps_per_call": args.steps_per_call, "calls": args.calls, "sizes": {}}
     print(f"{'size':>10} {'mode':>15} {'steps/s':>9}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     for size in args.sizes.split(","):
         r = bench_size(size, data, args.calls, args.steps_per_call, args.batch_size,
                        args.context)
@@ -178,8 +179,9 @@ def main() -> None:
             print(f"{size:>10} {mode:>15} {rate:9.1f}")
         print(f"{size:>10} in-jit sampling costs {100 * r['in_jit_cost_vs_device_batch']:.1f}% "
               f"of the step (vs a batch already on the device)", flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=1))
+        # After each size: a run cut short (scripts/gpu_check.sh's budgets)
+        # keeps the sizes it finished.
+        args.out.write_text(json.dumps(results, indent=1))
     print(f"results: {args.out}")
 
 

@@ -23,6 +23,15 @@
    where host memory allows, else 0.75 x host memory: the result says which)
    sampled inside jit.
 
+--quick runs what scripts/gpu_summary.py sets against the GPU goals, with
+their references, at a quick size (scripts/gpu_check.sh's goal_bench stage):
+the ceilings; per_step on the device table (the host table where there is no
+GPU); gather on both placements and pure_jax at windows of 4, 16, 64 and
+1024 KiB and batches 32 and 1024 from a 1 GiB table; selection and update at
+10^7 only; prioritized (against Flashbax). It leaves out host_selected, the
+flashbax gather section and the big table (whose fill alone takes minutes).
+Without --quick nothing changes.
+
 Timing: each measurement runs a jitted lax.scan of --steps samples (so Python
 dispatch is paid once per scan, not per sample), repeated --repeats times after
 a warm-up; the median per-sample time is reported. Every byte of each sample
@@ -37,6 +46,7 @@ what it measured. Run on a GPU machine (results name the device, driver, CUDA
 and jax versions):
 
     python scripts/bench_gpu.py --with-1e7 --out benchmarks/results/bench_gpu_h100.json
+    python scripts/bench_gpu.py --quick --out benchmarks/results/bench_gpu_quick_h100.json
 
 `--smoke` shrinks every size so the script's logic can be checked anywhere; on a
 machine without a GPU it runs the gearjax, pure-JAX and Flashbax sections on
@@ -187,13 +197,22 @@ def small_windows(args) -> np.ndarray:
     return np.random.default_rng(0).integers(1, 255, (count, length, step), dtype=np.uint8)
 
 
+def per_step_placements(quick: bool, gpu: bool) -> list[str]:
+    """Both where there is a GPU; --quick: only the device table the goals
+    are about (the host table where there is no GPU, so the section still
+    runs)."""
+    if quick:
+        return ["device"] if gpu else ["host"]
+    return ["host"] + (["device"] if gpu else [])
+
+
 def per_step(args) -> dict:
     """Where a small sample's time goes (module docstring, section 2)."""
     block = small_windows(args)
     count, length, step = block.shape
     data = jnp.asarray(block)
     out: dict = {}
-    placements = ["host"] + (["device"] if _gearjax.gpu_free_bytes() is not None else [])
+    placements = per_step_placements(args.quick, _gearjax.gpu_free_bytes() is not None)
     for placement in placements:
         table = gx.Table({"x": gx.Column((step,), "uint8")}, capacity=count, max_length=length,
                          placement=placement)
@@ -285,8 +304,17 @@ def fill_one_step(table: gx.Table, n: int, rng: np.random.Generator) -> None:
                            np.ones(m, np.int32), rng.uniform(0.1, 10.0, m).astype(np.float32))
 
 
+def selection_sizes(args) -> list[int]:
+    """Trajectories selected over: --quick only the goal's 10^7."""
+    if args.smoke:
+        return [4096]
+    if args.quick:
+        return [10**7]
+    return [10**5, 10**6] + ([10**7] if args.with_1e7 else [])
+
+
 def selection_and_update(args) -> list[dict]:
-    sizes = [4096] if args.smoke else [10**5, 10**6] + ([10**7] if args.with_1e7 else [])
+    sizes = selection_sizes(args)
     rows = []
     for n in sizes:
         table = gx.Table({"x": gx.Column((), "uint8")}, capacity=n, max_length=1)
@@ -401,7 +429,12 @@ def big_table(args, info: dict) -> dict:
         table.close()
 
 
-def main(argv: list[str] | None = None) -> None:
+ALL_SECTIONS = "ceilings,per_step,host_selected,gather,pure_jax,flashbax,selection,prioritized,big"
+# What gpu_summary.py's goal rows read, with their references (--quick).
+QUICK_SECTIONS = "ceilings,per_step,gather,pure_jax,selection,prioritized"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path,
                         default=Path(__file__).resolve().parents[1] / "benchmarks" / "results"
@@ -409,19 +442,29 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes; checks the script only")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20, help="samples per timed scan")
-    parser.add_argument("--table-gb", type=float, default=2.0, help="table size for the gather")
+    parser.add_argument("--table-gb", type=float, default=None,
+                        help="table size for the gather (default 2; 1 with --quick)")
     parser.add_argument("--big-table-gb", type=float, default=None)
     parser.add_argument("--with-1e7", action="store_true", help="also select over 10^7 items")
-    parser.add_argument("--sections",
-                        default="ceilings,per_step,host_selected,gather,pure_jax,flashbax,"
-                                "selection,prioritized,big",
-                        help="comma-separated; 'gather' runs both placements")
+    parser.add_argument("--quick", action="store_true",
+                        help="the goal rows and their references only, at a quick size")
+    parser.add_argument("--sections", default=None,
+                        help="comma-separated; 'gather' runs both placements (default: all; "
+                             "with --quick: " + QUICK_SECTIONS + ")")
     args = parser.parse_args(argv)
+    if args.table_gb is None:
+        args.table_gb = 1.0 if args.quick else 2.0
+    if args.sections is None:
+        args.sections = QUICK_SECTIONS if args.quick else ALL_SECTIONS
+    return args
 
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     info = machine()
     print(json.dumps(info, indent=1), flush=True)
     results: dict = {"machine": info, "args": vars(args) | {"out": str(args.out)},
-                     "smoke": args.smoke}
+                     "smoke": args.smoke, "quick": args.quick}
     sections = args.sections.split(",")
     args.out.parent.mkdir(parents=True, exist_ok=True)
 

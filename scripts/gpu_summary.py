@@ -3,10 +3,13 @@ GPU goal figures from the benchmark results, each against its goal.
 
     python scripts/gpu_summary.py [RESULTS_DIR]     # default benchmarks/results
 
-Reads, where present: gpu_check_stages.jsonl (one line per stage run),
-gpu_check_test.xml and gpu_check_serial.xml (pytest's JUnit reports),
-gpu_check_sanitize.log, bench_gpu_*.json (the newest) and bench_dt_step_gpu.json.
-A figure whose result is missing or failed reads "-". Prints the table; exits 0.
+Reads, where present: gpu_check_stages.jsonl (a line when a stage starts and
+one when it ends: its outcome, seconds and budget), each stage's JUnit reports
+(gpu_check_<stage>*.xml), gpu_check_sanitize.log, the build's PROBLEM lines,
+bench_gpu_*.json (the newest: the quick goal rows or the full run) and
+bench_dt_step_gpu.json. A stage whose last line is "started" never finished
+(the run was killed there): "cut". A figure whose result is missing or failed
+reads "-". Prints the table; exits 0.
 """
 
 from __future__ import annotations
@@ -73,22 +76,59 @@ def stages(results: Path) -> list[dict]:
         return []
     last: dict[str, dict] = {}
     for line in path.read_text().splitlines():
-        if line.strip():
+        try:
             entry = json.loads(line)
+        except ValueError:
+            continue  # a line a killed run left half-written
+        if isinstance(entry, dict) and "stage" in entry:
             last[entry["stage"]] = entry  # the latest run of each stage
     return list(last.values())
 
 
-def junit_counts(path: Path) -> str:
-    if not path.exists():
+def outcome(entry: dict) -> str:
+    """A stage's result as the table shows it (lines written before the
+    outcome field had only the exit status)."""
+    found = entry.get("outcome", "ok" if entry.get("exit", 1) == 0 else "fail")
+    if found == "fail":
+        return f"FAIL {entry.get('exit', '?')}"
+    return {"started": "cut", "timeout": "TIMEOUT", "interrupted": "INTERRUPT"}.get(found, found)
+
+
+def junit_counts(paths: list[Path]) -> str:
+    """Test counts over a stage's JUnit reports, summed."""
+    total = dict.fromkeys(("tests", "failures", "errors", "skipped"), 0)
+    read = 0
+    for path in paths:
+        try:
+            root = ET.parse(path).getroot()
+        except ET.ParseError:
+            continue  # a report a killed pytest left unfinished
+        read += 1
+        suites = [root] if root.tag == "testsuite" else list(root)
+        for k in total:
+            total[k] += sum(int(s.get(k, 0)) for s in suites)
+    if not read:
         return ""
-    root = ET.parse(path).getroot()
-    suites = [root] if root.tag == "testsuite" else list(root)
-    total = {k: sum(int(s.get(k, 0)) for s in suites)
-             for k in ("tests", "failures", "errors", "skipped")}
     passed = total["tests"] - total["failures"] - total["errors"] - total["skipped"]
     return (f"{passed} passed, {total['failures']} failed, {total['errors']} errors, "
             f"{total['skipped']} skipped")
+
+
+def problems(path: Path) -> str:
+    """The PROBLEM lines a stage's log has (the build's: wheels, FFI stages)."""
+    if not path.exists():
+        return ""
+    count = sum(line.startswith("PROBLEM") for line in
+                path.read_text(errors="replace").splitlines())
+    return f"{count} PROBLEM line(s) in its log" if count else ""
+
+
+def stage_details(results: Path, name: str) -> str:
+    if name == "sanitize":
+        return sanitizer_counts(results / "gpu_check_sanitize.log")
+    if name == "build":
+        return problems(results / "gpu_check_build.log")
+    return junit_counts(sorted(results.glob(f"gpu_check_{name}*.xml")))
 
 
 def sanitizer_counts(path: Path) -> str:
@@ -116,6 +156,18 @@ def figure(read, bench: dict | None) -> float | None:
         return None
 
 
+def load_bench(path: Path | None) -> dict | None:
+    """A benchmark's results; None for none, a smoke run (its numbers are not
+    results) or a file a killed run left half-written."""
+    if path is None:
+        return None
+    try:
+        bench = json.loads(path.read_text())
+    except ValueError:
+        return None
+    return None if not isinstance(bench, dict) or bench.get("smoke") else bench
+
+
 def report(results: Path) -> str:
     lines = [f"gearjax GPU check: {results}"]
     facts = results / "gpu_check_facts.txt"
@@ -124,18 +176,15 @@ def report(results: Path) -> str:
                         re.M)
         if gpu:
             lines.append(f"device: {gpu.group(1).strip()}")
-    lines.append(f"{'stage':10s} {'result':8s} {'seconds':>7s}  details")
-    details = {"test": junit_counts(results / "gpu_check_test.xml"),
-               "serial": junit_counts(results / "gpu_check_serial.xml"),
-               "sanitize": sanitizer_counts(results / "gpu_check_sanitize.log")}
+    lines.append(f"{'stage':10s} {'result':9s} {'s/budget':>8s}  details")
     for entry in stages(results):
         name = entry["stage"]
-        result = "ok" if entry["exit"] == 0 else f"FAIL {entry['exit']}"
-        lines.append(f"{name:10s} {result:8s} {entry['seconds']:7d}  {details.get(name, '')}")
+        seconds = f"{entry.get('seconds', 0)}" + (f"/{entry['budget']}" if "budget" in entry
+                                                  else "")
+        lines.append(f"{name:10s} {outcome(entry):9s} {seconds:>8s}  "
+                     f"{stage_details(results, name)}".rstrip())
     bench_path = newest(results, "bench_gpu_*.json")
-    bench = json.loads(bench_path.read_text()) if bench_path else None
-    if bench is not None and bench.get("smoke"):
-        bench = None  # smoke numbers are not results
+    bench = load_bench(bench_path)
     lines.append("")
     lines.append(f"{'goal figure':44s} {'measured':>9s} {'unit':22s} {'goal':>7s} met")
     for what, read, unit, goal, met in GOALS:
@@ -165,7 +214,8 @@ def report(results: Path) -> str:
     lines.append(f"{'in-jit sampling share of a DT step (ref.)':44s} {shown:>9s} {'%':22s} "
                  f"{'<= 3':>7s} {verdict}")
     if bench_path:
-        lines.append(f"(benchmark: {bench_path.name})")
+        quick = ", --quick: the goal rows at a quick size" if bench and bench.get("quick") else ""
+        lines.append(f"(benchmark: {bench_path.name}{quick})")
     return "\n".join(lines)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -67,36 +68,167 @@ def test_bench_sample_modes_times_every_mode(tmp_path):
     assert all(r["median_s"] > 0 for r in rows)
 
 
+GPU_CHECK = ROOT / "scripts" / "gpu_check.sh"
+QUICK_PLAN = ["build", "gpu_tests", "sanitize", "goal_bench", "dt_step", "summary"]
+
+
+def gpu_check(*args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(GPU_CHECK), *args], capture_output=True, text=True,
+                          env={**os.environ, **env})
+
+
+def planned(text: str) -> list[tuple[str, int]]:
+    """(stage, budget) in the order a dry run lists them."""
+    return [(m[1], int(m[2])) for m in re.finditer(r"^ ?\d+\. (\w+) +(\d+) s  ", text, re.M)]
+
+
 def test_gpu_check_refuses_bad_stages_and_machines_without_a_gpu(tmp_path):
     """scripts/gpu_check.sh (the one command for a lent GPU): checked here as
-    far as a machine without a GPU allows: its arguments, and that it stops,
-    saying why, where there is no GPU (on a GPU machine it would run)."""
-    script = str(ROOT / "scripts" / "gpu_check.sh")
-    bad = subprocess.run(["bash", script, "--stage", "deploy", str(tmp_path)],
-                         capture_output=True, text=True)
+    far as a machine without a GPU allows: its arguments, the old stage names
+    refused naming the new ones, and that a real run stops, saying why, where
+    there is no GPU (on a GPU machine it would run)."""
+    bad = gpu_check("--stage", "deploy", "--dry-run", str(tmp_path))
     assert bad.returncode == 2 and "unknown stage 'deploy'" in bad.stderr
-    usage = subprocess.run(["bash", script, "--help"], capture_output=True, text=True).stdout
-    assert "--stage check" in usage and "--stage bench" in usage  # the two commands
+    assert gpu_check("--fast").returncode == 2
+    old = {"check": "full", "test": "suite", "bench": "full_bench", "bench-all": "goal_bench"}
+    for stage, named in old.items():
+        refused = gpu_check("--stage", stage, "--dry-run")
+        assert refused.returncode == 2 and named in refused.stderr, (stage, refused.stderr)
+    usage = gpu_check("--help").stdout
+    assert "--stage full" in usage and "--dry-run" in usage
     if shutil.which("nvidia-smi") is None:
-        none = subprocess.run(["bash", script, str(tmp_path)], capture_output=True, text=True)
+        none = gpu_check(str(tmp_path))
         assert none.returncode == 3 and "no NVIDIA GPU here" in none.stderr
+        assert not any(tmp_path.iterdir())
+
+
+def test_gpu_check_dry_run_prints_the_plan_its_commands_and_budgets(tmp_path):
+    """The dry run works without a GPU and writes nothing: the default plan in
+    the issue's order, each stage's budget (the header states the same) and
+    commands, within 420 s; --stage full runs the whole suite and the
+    full-size benchmark within one command's 600 s."""
+    quick = gpu_check("--dry-run", str(tmp_path))
+    assert quick.returncode == 0, quick.stderr
+    plan = planned(quick.stdout)
+    assert [stage for stage, _ in plan] == QUICK_PLAN
+    total = sum(budget for _, budget in plan)
+    assert total <= 420 and f"total budget: {total} s of 420 s" in quick.stdout
+    assert not any(tmp_path.iterdir())
+    text = quick.stdout
+    assert "GEARJAX_CUDA_ARCHITECTURES=" in text and "pip wheel" in text
+    # The two tests that crashed the first GPU run come before the rest of test_gpu.py.
+    tests = [line for line in text.splitlines() if "-m pytest" in line]
+    assert "test_min_size_times_out_with_a_clear_error" in tests[0]
+    assert "test_samples_whose_results_are_unused_still_feed_the_rate_limiter" in tests[0]
+    assert "test_every_cuda_error_path" in tests[0] and tests[1].endswith(" tests/test_gpu.py")
+    assert "--tool memcheck" in tests[2] and "--tool racecheck" in tests[3]
+    assert "bench_gpu.py --quick" in text and "bench_dt_step.py --sizes reference" in text
+    assert text.index("bench_gpu.py --quick") < text.index("gpu_summary.py")
+    usage = gpu_check("--help").stdout
+    for stage, budget in plan:
+        assert re.search(rf"^  {stage} +{budget}  ", usage, re.M), stage
+    assert re.search(rf"^  total +{total}  of 420", usage, re.M)
+
+    full = gpu_check("--stage", "full", "--dry-run")
+    plan = planned(full.stdout)
+    assert [stage for stage, _ in plan] == ["build", "suite", "full_bench", "summary"]
+    assert sum(budget for _, budget in plan) <= 600
+    suite = [line for line in full.stdout.splitlines() if "-m pytest" in line]
+    assert suite[0].endswith(" tests") and "-n 12" in suite[0]  # the whole suite
+    assert "bench_gpu.py --with-1e7" in full.stdout
+
+    plugin = gpu_check("--plugin", "dist", "--stage", "build", "--dry-run").stdout
+    assert "gearjax_cuda13_plugin-" in plugin and "pip wheel" not in plugin
+    longer = gpu_check("--stage", "full_bench", "--dry-run", GPU_CHECK_BUDGET_FULL_BENCH="540")
+    assert planned(longer.stdout) == [("full_bench", 540), ("summary", 10)]
+
+
+def test_gpu_check_names_tests_that_exist(tmp_path):
+    """The tests the plan names (the first ones by id, the sanitizer's subsets
+    by -k) are collected here: a renamed test would make a stage on the GPU
+    select nothing."""
+    text = gpu_check("--dry-run").stdout
+    ids = sorted(set(re.findall(r"tests/test_\w+\.py::\w+", text)))
+    subsets = re.findall(r" -k '([^']+)' ", text)
+    assert len(ids) == 3 and len(subsets) == 2
+
+    def collected(*args: str) -> int:
+        done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
+                               "-p", "no:cacheprovider", "--rootdir", str(ROOT), *args],
+                              capture_output=True, text=True, cwd=tmp_path)
+        found = re.search(r"(\d+)(?:/\d+)? tests? collected", done.stdout)
+        assert found, done.stdout[-2000:] + done.stderr[-2000:]
+        return int(found[1])
+
+    assert collected(*(str(ROOT / i.split("::")[0]) + "::" + i.split("::")[1]
+                       for i in ids)) == 3
+    for subset in subsets:
+        assert collected("-k", subset, str(ROOT / "tests" / "test_gpu.py")) >= 4, subset
+
+
+def test_gpu_check_records_each_stage_and_always_ends_with_the_summary(tmp_path):
+    """A run on a made-up GPU (nvidia-smi and python stand-ins): each stage's
+    start and end in gpu_check_stages.jsonl, a stage that outlives its budget
+    stopped and recorded as a timeout, a machine without compute-sanitizer
+    recorded as refusing it, and the summary at the end; after a failed build
+    nothing else runs."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(
+        '#!/bin/bash\ncase "$*" in\n  *compute_cap*noheader*) echo 9.0 ;;\n'
+        '  *) echo "NVIDIA H100 80GB HBM3, 580.159.04, 81559 MiB, 9.0" ;;\nesac\n')
+    (bin_dir / "python").write_text(
+        f'#!/bin/bash\ncase "$*" in\n  *gpu_summary.py*) exec {sys.executable} "$@" ;;\n'
+        '  *bench_dt_step.py*) sleep 60 ;;\n'
+        '  *"pip wheel"*) [ -z "${FAIL_BUILD:-}" ] || exit 1 ;;\nesac\necho "ran: $*"\n')
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHON": "python",
+           "TMPDIR": str(tmp_path), "GPU_CHECK_BUDGET_DT_STEP": "10"}
+    results = tmp_path / "results"
+    run = gpu_check(str(results), **env)
+    assert run.returncode == 1, run.stdout + run.stderr
+    lines = [json.loads(line) for line in (results / "gpu_check_stages.jsonl").open()]
+    ends = {e["stage"]: e for e in lines if e["outcome"] != "started"}
+    assert [e["stage"] for e in lines if e["outcome"] == "started"] == QUICK_PLAN[:-1]
+    assert {name: e["outcome"] for name, e in ends.items()} == {
+        "build": "ok", "gpu_tests": "ok", "sanitize": "refused", "goal_bench": "ok",
+        "dt_step": "timeout"}
+    assert 4 <= ends["dt_step"]["seconds"] <= 9 and ends["dt_step"]["budget"] == 10
+    assert "tests/test_gpu.py" in (results / "gpu_check_gpu_tests.log").read_text()
+    summary = (results / "gpu_check_summary.txt").read_text()
+    assert "dt_step    TIMEOUT" in summary and "NVIDIA H100" in summary
+
+    failed = gpu_check(str(results), FAIL_BUILD="1", **env)
+    assert failed.returncode == 1
+    lines = [json.loads(line) for line in (results / "gpu_check_stages.jsonl").open()]
+    assert [e["outcome"] for e in lines[-6:]] == ["started", "fail"] + ["skipped"] * 4
 
 
 def test_gpu_summary_shows_stages_and_goal_figures_on_one_screen(tmp_path):
     """scripts/gpu_summary.py over a made-up results folder: each stage's
-    outcome with its test and sanitizer counts, every goal figure against its
+    outcome against its budget with its test and sanitizer counts (a stage a
+    killed run left "started" reads "cut"), every goal figure against its
     goal, "-" for what was not measured; smoke results are not figures."""
     sys.path.insert(0, str(ROOT / "scripts"))
     try:
         import gpu_summary
     finally:
         sys.path.pop(0)
+    stage = '{{"stage": "{}", "outcome": "{}", "exit": {}, "seconds": {}, "budget": {}}}\n'
     (tmp_path / "gpu_check_stages.jsonl").write_text(
-        '{"stage": "build", "exit": 0, "seconds": 21}\n'
-        '{"stage": "test", "exit": 1, "seconds": 240}\n'
-        '{"stage": "sanitize", "exit": 0, "seconds": 300}\n')
-    (tmp_path / "gpu_check_test.xml").write_text(
+        '{"stage": "test", "exit": 1, "seconds": 240}\n'  # before the outcome field
+        + stage.format("build", "started", 0, 0, 60) + stage.format("build", "ok", 0, 21, 60)
+        + stage.format("gpu_tests", "fail", 1, 80, 115)
+        + stage.format("sanitize", "ok", 0, 70, 90)
+        + stage.format("goal_bench", "timeout", 124, 85, 85)
+        + stage.format("dt_step", "started", 0, 0, 50) + '{"stage": "dt_st')  # killed here
+    (tmp_path / "gpu_check_gpu_tests_first.xml").write_text(
+        '<testsuites><testsuite tests="3" failures="1" errors="0" skipped="0"/></testsuites>')
+    (tmp_path / "gpu_check_gpu_tests.xml").write_text(
         '<testsuites><testsuite tests="10" failures="1" errors="0" skipped="2"/></testsuites>')
+    (tmp_path / "gpu_check_test.xml").write_text(
+        '<testsuites><testsuite tests="4" failures="0" errors="0" skipped="0"/></testsuites>')
     (tmp_path / "gpu_check_sanitize.log").write_text(
         "--- compute-sanitizer --tool memcheck\n========= ERROR SUMMARY: 0 errors\n"
         "--- compute-sanitizer --tool racecheck\n========= RACECHECK SUMMARY: 0 hazards\n")
@@ -113,8 +245,11 @@ def test_gpu_summary_shows_stages_and_goal_figures_on_one_screen(tmp_path):
     text = gpu_summary.report(tmp_path)
     lines = text.splitlines()
     assert len(lines) <= 25 and max(map(len, lines)) <= 100  # one screen
-    assert any(line.startswith("test       FAIL 1") and "7 passed, 1 failed" in line
-               for line in lines), text
+    stage = {line.split()[0]: " ".join(line.split()[1:]) for line in lines[2:8]}
+    assert stage["gpu_tests"].startswith("FAIL 1 80/115 9 passed, 2 failed"), text
+    assert stage["test"].startswith("FAIL 1 240 4 passed, 0 failed"), text
+    assert stage["build"] == "ok 21/60" and stage["goal_bench"] == "TIMEOUT 85/85", text
+    assert stage["dt_step"] == "cut 0/50", text
     assert "memcheck 0, racecheck 0" in text
     row = {line[:44].strip(): line[44:].split() for line in lines}
     assert row["sample in scan, 32 x 1 KiB, device table"][0] == "1.1"
@@ -125,8 +260,13 @@ def test_gpu_summary_shows_stages_and_goal_figures_on_one_screen(tmp_path):
     assert row["host table larger than the card"][0] == "1.25"
     assert row["select 1024 of 10^7 in scan, Uniform"][0] == "-"  # not measured
     assert "host-selected x GPU-selected, 32 x 1 KiB: TopK 3.00, cut='full' 2.00" in lines
+    bench.update(smoke=False, quick=True)
+    (tmp_path / "bench_gpu_NVIDIA_H100.json").write_text(json.dumps(bench))
+    assert "(benchmark: bench_gpu_NVIDIA_H100.json, --quick" in gpu_summary.report(tmp_path)
     bench["smoke"] = True
     (tmp_path / "bench_gpu_NVIDIA_H100.json").write_text(json.dumps(bench))
+    assert "yes" not in gpu_summary.report(tmp_path).split("goal figure")[1]
+    (tmp_path / "bench_gpu_NVIDIA_H100.json").write_text(json.dumps(bench)[:50])  # killed
     assert "yes" not in gpu_summary.report(tmp_path).split("goal figure")[1]
 
 
@@ -169,6 +309,43 @@ def test_bench_gpu_smoke_runs_every_section_it_can_without_a_gpu(tmp_path):
     assert result["prioritized"]["gearjax_seconds"] > 0
     assert result["big"]["sized_by"] == "smoke"
     assert set(result["section_seconds"]) >= {"per_step", "gather_host", "big"}
+
+
+def test_bench_gpu_quick_runs_the_goal_rows_and_leaves_the_full_run_as_it_was():
+    """bench_gpu.py --quick (gpu_check.sh's goal_bench): the sections every goal
+    row but the big table reads, with their references, at 10^7 only, the
+    device table's per-step rows; without --quick the defaults of the full run."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import bench_gpu
+        import gpu_summary
+    finally:
+        sys.path.pop(0)
+    quick = bench_gpu.parse_args(["--quick"])
+    sections = set(quick.sections.split(","))
+    assert sections == {"ceilings", "per_step", "gather", "pure_jax", "selection", "prioritized"}
+    assert quick.table_gb == 1.0 and bench_gpu.selection_sizes(quick) == [10**7]
+    assert bench_gpu.per_step_placements(True, gpu=True) == ["device"]
+    assert bench_gpu.per_step_placements(True, gpu=False) == ["host"]  # runs without a GPU
+    cases = bench_gpu.gather_cases(quick)
+    assert (4 << 10, 1024) in cases and {w for w, _ in cases} >= {16 << 10, 64 << 10}
+    assert len(cases) < len(bench_gpu.gather_cases(bench_gpu.parse_args([])))
+    full = bench_gpu.parse_args([])
+    assert full.table_gb == 2.0 and full.sections == bench_gpu.ALL_SECTIONS and not full.quick
+    assert bench_gpu.per_step_placements(False, gpu=True) == ["host", "device"]
+    assert bench_gpu.selection_sizes(full) == [10**5, 10**6]
+    # Every goal row but the big table's reads a result --quick makes.
+    class Reads(dict):
+        def __getitem__(self, key):
+            read.add(key)
+            raise KeyError(key)
+
+    read: set[str] = set()
+    for goal in gpu_summary.GOALS:
+        with pytest.raises(KeyError):
+            goal[1](Reads())
+    section = {"gather_host": "gather", "gather_device": "gather"}
+    assert {section.get(name, name) for name in read} - sections == {"big"}, read
 
 
 def test_the_big_table_is_larger_than_the_card_where_host_memory_allows():

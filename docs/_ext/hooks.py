@@ -166,13 +166,15 @@ SOURCES: list[tuple[str, str]] = [
      "the project's first GPU run (an H100 80GB, jax 0.11.2, main 8178ead, 2026-11-26), made "
      "for the project by hand with the probes kept beside the logs; `README.txt` in the same "
      "folder says which file shows what"),
-    # What `bash scripts/gpu_check.sh --stage check` and `--stage bench` write.
-    ("gpu_check_*", "`bash scripts/gpu_check.sh` (its stage logs, JUnit reports, facts and "
-     "summary)"),
+    # What `bash scripts/gpu_check.sh` (and its `--stage full`) writes.
+    ("gpu_check_*", "`bash scripts/gpu_check.sh` (its stage logs, each stage's seconds "
+     "against its budget in `gpu_check_stages.jsonl`, JUnit reports, facts and summary)"),
+    ("bench_gpu_quick_*.json", "`python scripts/bench_gpu.py --quick` (the goal rows with "
+     "their references), run by `bash scripts/gpu_check.sh`"),
     ("bench_gpu_*.json", "`python scripts/bench_gpu.py --with-1e7`, run by "
-     "`scripts/gpu_check.sh --stage bench`"),
-    ("bench_dt_step_gpu.json", "`python scripts/bench_dt_step.py`, run by "
-     "`scripts/gpu_check.sh --stage bench`"),
+     "`bash scripts/gpu_check.sh --stage full`"),
+    ("bench_dt_step_gpu.json", "`python scripts/bench_dt_step.py --sizes reference`, run by "
+     "`bash scripts/gpu_check.sh`"),
 ]
 
 
