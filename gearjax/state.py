@@ -87,7 +87,7 @@ def is_state(value: Any) -> bool:
     return np.dtype(dtype) == STATE_DTYPE
 
 
-def consume(state: Any, table: str, handle: int | None = None) -> Any:
+def consume(state: Any, table: Any, handle: int | None = None) -> Any:
     """The state, checked, for a call on ``table``.
 
     While tracing, refuses a state that another table call of the same
@@ -103,7 +103,9 @@ def consume(state: Any, table: str, handle: int | None = None) -> Any:
 
     Args:
       state: what the call was given as its state.
-      table: the table's ``repr``, for the error message.
+      table: the table, which an error message names by its ``repr`` (made
+        only then: a table's ``repr`` costs microseconds every call would pay),
+        or a string that names it.
       handle: the table's handle (None: the fresh-state rule is not applied).
 
     Returns:
@@ -124,8 +126,8 @@ def consume(state: Any, table: str, handle: int | None = None) -> Any:
         if seen is not None and seen[0]() is state and seen[1] == trace:
             raise ValueError(
                 f"this table state was already passed to another table call in this function "
-                f"(now: {table}): two calls given the same state are not ordered against each "
-                f"other. Pass each call the state the previous call returned "
+                f"(now: {_named(table)}): two calls given the same state are not ordered "
+                f"against each other. Pass each call the state the previous call returned "
                 f"(state, batch = table.sample(state, ...))")
         _remember(_consumed, state, trace)
         fresh = _fresh.get(id(state))
@@ -134,12 +136,16 @@ def consume(state: Any, table: str, handle: int | None = None) -> Any:
             for started_trace, started_handle, first in _started:
                 if started_handle == handle and started_trace == trace and first() is not state:
                     raise ValueError(
-                        f"a second table.state() gave a call on {table} a new chain in this "
-                        f"function: calls on one table from two fresh states are not ordered "
-                        f"against each other. Make one state per program and pass it from "
-                        f"call to call")
+                        f"a second table.state() gave a call on {_named(table)} a new chain in "
+                        f"this function: calls on one table from two fresh states are not "
+                        f"ordered against each other. Make one state per program and pass it "
+                        f"from call to call")
             _started.append((trace, handle, weakref.ref(state)))
     return state
+
+
+def _named(table: Any) -> str:
+    return table if isinstance(table, str) else repr(table)
 
 
 def _remember(registry: dict[int, tuple[weakref.ref, Any]], tracer: jax.core.Tracer,

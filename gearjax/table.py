@@ -685,7 +685,7 @@ class Table:
         order = _call_forms.eager_state(
             "table.insert_batch(columns, lengths, ...)",
             "state, keys = table.insert_batch(state, columns, lengths, ...)") \
-            if state is None else table_state.consume(state, repr(self), self._native.handle)
+            if state is None else table_state.consume(state, self, self._native.handle)
         arrays = _inserts.batch_columns(self._columns, self._max_length, columns)
         rows, steps = arrays[0].shape[:2]
         lengths = _inserts.batch_lengths(lengths, rows, steps)
@@ -781,7 +781,7 @@ class Table:
         self._check_open()
         order = _call_forms.eager_state(
             "table.sample(rng_key, ...)", "state, batch = table.sample(state, rng_key, ...)") \
-            if state is None else table_state.consume(state, repr(self), self._native.handle)
+            if state is None else table_state.consume(state, self, self._native.handle)
         args = _sample_args.check(rng_key, batch_size, window, strategy, pad, cut, replace,
                                   max_length=self._max_length)
         if ordered is not None:
@@ -880,7 +880,7 @@ class Table:
                 "state, count = table.update_priorities(state, keys, priorities)")
             order = None
         else:
-            order = table_state.consume(state, repr(self), self._native.handle)
+            order = table_state.consume(state, self, self._native.handle)
         traced = state is not None
         xp = jnp if traced else np
         keys, priorities = xp.ravel(xp.asarray(keys)), xp.ravel(xp.asarray(priorities))

@@ -70,8 +70,21 @@ def test_giving_one_state_to_two_calls_in_one_function_is_refused(table):
         b, _ = table.sample(state, key, 1, 1)  # not the state the first returned
         return a, b
 
-    with pytest.raises(ValueError, match="already passed to another table call"):
+    with pytest.raises(ValueError, match="already passed to another table call") as refused:
         jax.jit(forked)(table.state(), jax.random.key(0))
+    assert f"(now: {table!r})" in str(refused.value)  # named, once there is an error
+
+
+def test_a_state_form_call_builds_no_message_unless_it_fails(table, monkeypatch):
+    """Issue 49: every state-form call built repr(table) (about 12 us) in
+    case it needed an error message."""
+    built = []
+    monkeypatch.setattr(gx.Table, "__repr__", lambda self: built.append(1) or "the table")
+    keys = table.contents()["key"][:2]
+    state, count = table.update_priorities(table.state(), keys, np.ones(2))
+    state, batch = jax.jit(lambda s, k: table.sample(s, k, 2, 1))(state, jax.random.key(0))
+    jax.block_until_ready((state, batch))
+    assert int(count) == 2 and built == []
 
 
 # Forks the tracer rule above cannot see (state.py): each gives one state to an
@@ -156,8 +169,9 @@ def test_the_fork_that_ran_out_of_order_is_refused(table):
 
 def test_two_fresh_states_for_one_table_in_one_function_are_refused(table):
     update, sample = _calls(table)
-    with pytest.raises(ValueError, match="a second table.state"):
+    with pytest.raises(ValueError, match="a second table.state") as refused:
         jax.jit(lambda: (update(table.state()), sample(table.state()))[1])()
+    assert f"a call on {table!r} a new chain" in str(refused.value)
     other = gx.Table({"x": gx.Column((2,), "float32")}, capacity=4, max_length=4)
     other.insert({"x": np.zeros((1, 2), np.float32)})
     # One fresh state per table is fine, and one passed on from call to call.

@@ -598,7 +598,7 @@ class ShardedTable:
                 axis_name: str | None = None, prefetch: bool = False) -> Any:
         self._local._check_open()
         given = state is not None
-        state = table_state.consume(state, repr(self)) if given else _call_forms.eager_state(
+        state = table_state.consume(state, self) if given else _call_forms.eager_state(
             "ShardedTable.sample(rng_key, ...)",
             "state, batch = table.sample(state, rng_key, ...)")
         if not isinstance(prefetch, bool):
@@ -779,7 +779,7 @@ class ShardedTable:
                            axis_name: str | None) -> Any:
         self._local._check_open()
         given = state is not None
-        state = table_state.consume(state, repr(self)) if given else _call_forms.eager_state(
+        state = table_state.consume(state, self) if given else _call_forms.eager_state(
             "ShardedTable.update_priorities(keys, priorities)",
             "state, count = table.update_priorities(state, keys, priorities, axis_name=...)")
         if axis_name is not None:
