@@ -408,28 +408,49 @@ def test_an_update_gives_up_on_another_streams_update_that_never_reports(emulate
         assert emulated_mapping.begin_gpu_update(table.handle, live[:2], np.ones(2), 2).run(4) == 2
 
 
+def _update_waiting_for_its_ticket(native, table, keys, priorities):
+    """Begins a GPU update in a thread that waits for its ticket's place in
+    the completion ring (GpuCompletions::kSize = 4096 tickets later than a
+    sample still in flight); returns (the held sample's ticket, the thread,
+    the list its PendingGpuUpdate or None goes into)."""
+    native.use_gpu_completions(table.handle)
+    uniform = gx.Uniform().code
+    held = native.begin_gpu_sample(table.handle, 1, uniform)
+    for _ in range(4096 - 1):
+        native.end_gpu_sample(table.handle, native.begin_gpu_sample(table.handle, 1, uniform))
+    begun: list = []
+    t = threading.Thread(target=lambda: begun.append(native.begin_gpu_update(
+        table.handle, keys, priorities)))
+    t.start()
+    t.join(timeout=0.3)
+    assert t.is_alive(), "the update did not wait for its ticket's place"
+    return held, t, begun
+
+
+def test_an_update_that_waited_for_its_ticket_is_staged_if_the_table_changed(emulated_mapping):
+    """After waiting (the table's lock released meanwhile), BeginGpuUpdate
+    looks again: here a TopK heap made meanwhile keeps priorities in host
+    memory, so the update is staged after all, its ticket given back."""
+    with make_table() as table:
+        live = np.array(list(contents(table)), np.int64)
+        held, t, begun = _update_waiting_for_its_ticket(emulated_mapping, table, live,
+                                                        np.full(len(live), 3.0))
+        table.sample(jax.random.key(0), 2, strategy=gx.TopK(3))  # a heap, made meanwhile
+        emulated_mapping.end_gpu_sample(table.handle, held)
+        t.join(timeout=10)
+        assert begun == [None]
+        assert table.stats()["samples_in_flight"] == 0  # the update's ticket came back
+
+
 def test_a_tree_made_while_an_update_waits_for_its_ticket_is_updated(emulated_mapping):
     """Issue 48, item 6: BeginGpuUpdate listed the trees before taking its
     ticket, which may release the lock to wait (an earlier sample holding the
     ticket's place in the completion ring); a Prioritized tree made meanwhile
     kept its old priorities."""
-    ring = 4096  # GpuCompletions::kSize: ticket n + ring waits for ticket n
     with make_table() as table:
-        prioritized_draws(table, 1.0)
         live = np.array(list(contents(table)), np.int64)
-        emulated_mapping.use_gpu_completions(table.handle)
-        uniform = gx.Uniform().code
-        held = emulated_mapping.begin_gpu_sample(table.handle, 1, uniform)
-        for _ in range(ring - 1):
-            emulated_mapping.end_gpu_sample(table.handle,
-                                            emulated_mapping.begin_gpu_sample(table.handle, 1,
-                                                                              uniform))
-        begun: list = []
-        t = threading.Thread(target=lambda: begun.append(emulated_mapping.begin_gpu_update(
-            table.handle, live, np.full(len(live), 3.0))))
-        t.start()
-        t.join(timeout=0.3)
-        assert t.is_alive(), "the update did not wait for its ticket's place"
+        held, t, begun = _update_waiting_for_its_ticket(emulated_mapping, table, live,
+                                                        np.full(len(live), 3.0))
         prioritized_draws(table, 0.5)  # a second tree, made while it waits
         emulated_mapping.end_gpu_sample(table.handle, held)
         t.join(timeout=10)

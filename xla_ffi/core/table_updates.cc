@@ -157,9 +157,19 @@ uint64_t Table::BeginGpuUpdate(const void* stream, int64_t n, GpuUpdate* update,
   // The ticket first: TakeTicketLocked may release the lock to wait, and a
   // Prioritized tree made meanwhile must be among those the kernel updates.
   const uint64_t ticket = TakeTicketLocked(lock);  // the caller hands it to the device
-  if (closed() || prioritized_.size() != priority_selectors_.size() ||
-      staged_updates_.load(std::memory_order_acquire) > 0) {
-    tickets_.Return(ticket);  // changed while waiting: staged after all (or closed)
+  // If it waited, what the checks above saw may have changed: a host writer
+  // claiming the priorities, another stream's update, a staged update, a
+  // tree the kernel could not reach. Staged after all (always correct: a
+  // host function in stream order), or Closed.
+  const bool changed =
+      priority_claims_ > 0 || prioritized_.size() != priority_selectors_.size() ||
+      staged_updates_.load(std::memory_order_acquire) > 0 ||
+      (gpu_update_last_ != 0 && stream != gpu_update_stream_ &&
+       tickets_.InFlight(gpu_update_last_)) ||
+      std::any_of(prioritized_.begin(), prioritized_.end(),
+                  [](const auto& s) { return s->tree().device_view().nodes == nullptr; });
+  if (closed() || changed) {
+    tickets_.Return(ticket);
     CheckOpenLocked();
     return 0;
   }
