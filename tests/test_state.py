@@ -314,3 +314,21 @@ def test_ordered_is_deprecated_and_does_nothing(table):
         table.sample(table.state(), key, 2, 1, ordered=True)
     with pytest.raises(TypeError, match="ordered must be True or False"):
         table.sample(key, 2, 1, ordered="yes")
+
+
+def test_an_eager_state_dispatches_nothing_and_survives_donation(table):
+    """Issue 49: an eager table.state() dispatched a computation each time,
+    so an eager state-form call cost more than the stateless form. Eagerly it hands out one value-0 array per default device,
+    made again if a program donated it."""
+    first = table.state()
+    assert table.state() is first and int(first) == 0 and first.dtype == np.uint32
+    consumed = jax.jit(lambda s: s + 0, donate_argnums=0)(first)
+    jax.block_until_ready(consumed)
+    if first.is_deleted():  # donation is honoured on this backend
+        assert not table.state().is_deleted()
+    again = table.state()
+    state, batch = table.sample(again, jax.random.key(0), 2, 1)
+    assert int(state) == 0 and batch.keys.shape == (2,)
+    cpu = jax.devices("cpu")[0]
+    with jax.default_device(cpu):
+        assert table.state().devices() == {cpu}
