@@ -115,7 +115,7 @@ def priorities(values: np.ndarray, name: str = "priorities") -> np.ndarray:
     if bad.any():
         i = int(np.argmax(bad.ravel()))
         raise ValueError(f"{name} must each be {PRIORITY_RANGE}; entry {i} is "
-                         f"{values.ravel()[i]!r}")
+                         f"{values.ravel()[i].item()!r}")
     return as_float + 0.0
 
 

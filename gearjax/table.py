@@ -837,9 +837,12 @@ class Table:
 
         Returns:
           ``count``, the number of entries whose key was still stored: an
-            int32 scalar ``jax.Array`` in the state form (``(state, count)``,
-            the state's successor first; -1 for a GPU
-            update that failed, below), a Python ``int`` outside jit.
+            int32 scalar ``jax.Array`` in the state form in compiled code
+            (``(state, count)``, the state's successor first; -1 for a GPU
+            update that failed, below); the state form called eagerly applies
+            it at once, after the state's program, as the stateless form does,
+            and returns ``(state, count)`` with a NumPy ``int32`` count; a
+            Python ``int`` from the stateless form.
 
         Raises:
           TypeError: ``keys`` are not integers (or are uint64);
@@ -881,7 +884,13 @@ class Table:
             order = None
         else:
             order = table_state.consume(state, self, self._native.handle)
-        traced = state is not None
+        # Called eagerly, the state form does what the stateless form does,
+        # once the calls before it (the state's program) have run: no
+        # program of its own to dispatch and wait for.
+        traced = any(isinstance(x, jax.core.Tracer) for x in (state, keys, priorities))
+        if state is not None and not traced:
+            jax.block_until_ready(state)
+            return state, np.int32(self._update_priorities(None, keys, priorities))
         xp = jnp if traced else np
         keys, priorities = xp.ravel(xp.asarray(keys)), xp.ravel(xp.asarray(priorities))
         if keys.dtype == object or not jnp.issubdtype(keys.dtype, np.integer) or \

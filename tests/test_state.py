@@ -332,3 +332,22 @@ def test_an_eager_state_dispatches_nothing_and_survives_donation(table):
     cpu = jax.devices("cpu")[0]
     with jax.default_device(cpu):
         assert table.state().devices() == {cpu}
+
+
+def test_the_state_form_called_eagerly_updates_at_once_after_the_state_s_program(table):
+    """Issue 49: called eagerly, update_priorities(state, ...) compiled and
+    dispatched a program of its own (2.7x the stateless form). It now applies
+    the update as the stateless form does, once the program that returned the
+    state has run, and returns (state, count) with a NumPy int32 count."""
+    keys = table.contents()["key"][:3]
+    later = jax.jit(lambda s: table.update_priorities(s, jnp.asarray(keys), jnp.full(3, 5.0)))
+    state, count = later(table.state())  # dispatched; may still run
+    state, eager_count = table.update_priorities(state, keys, np.full(3, 7.0))
+    assert isinstance(eager_count, np.int32) and int(eager_count) == 3 and int(state) == 0
+    priorities = dict(zip(table.contents()["key"].tolist(), table.contents()["priority"]))
+    assert [priorities[int(k)] for k in keys] == [7.0, 7.0, 7.0]  # after the program's 5.0
+    assert int(count) == 3
+    with pytest.raises(ValueError, match="must each be"):
+        table.update_priorities(state, keys, np.array([1.0, np.nan, 1.0]))
+    assert [dict(zip(table.contents()["key"].tolist(), table.contents()["priority"]))[int(k)]
+            for k in keys] == [7.0, 7.0, 7.0]  # a bad value changes nothing
