@@ -568,6 +568,19 @@ def test_bench_dispatch_runs_every_form(tmp_path):
     assert (tmp_path / "dispatch.txt").read_text().startswith("bench_dispatch:")
 
 
+def test_bench_eager_times_every_form_against_the_jitted_call(tmp_path):
+    out = tmp_path / "eager.json"
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_eager.py"), "--calls", "5",
+                    "--trajectories", "30", "--out", str(out)],
+                   check=True, capture_output=True, timeout=600, cwd=ROOT)
+    result = json.loads(out.read_text())
+    for section in ("sample", "per"):
+        assert set(result[section]) == {"eager", "eager-state", "jitted"}
+        assert result[section]["jitted"]["time_over_jitted_paired"] == 1.0
+        assert all(f["median_us"] > 0 for f in result[section].values())
+    assert (tmp_path / "eager.txt").read_text().startswith("bench_eager:")
+
+
 def test_bench_dqn_runs_and_learns_something(tmp_path):
     pytest.importorskip("gymnasium", reason="bench_dqn needs gymnasium (the rl extra)")
     out = tmp_path / "dqn.json"

@@ -95,6 +95,8 @@ SOURCES: list[tuple[str, str]] = [
      "`python scripts/bench_dispatch.py --reverb-python REVERB_VENV/bin/python` "
      "(Reverb in its own virtual environment)"),
     ("bench_dispatch_cpu.txt", "the printed report of `scripts/bench_dispatch.py` (same run)"),
+    ("bench_eager_cpu.json", "`python scripts/bench_eager.py` (2-core dev VM, CPU only)"),
+    ("bench_eager_cpu.txt", "the printed report of `scripts/bench_eager.py` (same run)"),
     ("bench_call_sites_cpu.json",
      "`python scripts/bench_call_sites.py --baseline BUILD_OF_25be2b8 --baseline-name "
      "\"main 25be2b8\"` (2-core dev VM)"),

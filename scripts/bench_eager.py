@@ -1,0 +1,170 @@
+"""Benchmark: what an eager table call costs against the jitted call of the
+same work (issue 49: eager use is how notebooks, host-side loops and tests
+call a table, and how a TorchRL user first tries one).
+
+    python scripts/bench_eager.py [--calls 2000] [--trajectories 1000]
+        [--out benchmarks/results/bench_eager_cpu.json]
+
+A host table of ``--trajectories`` trajectories of 1,000 steps (obs
+float32[17], action float32[6]), the workloads of issue 49's table:
+
+* ``sample``: 256 windows of 20 steps (Uniform, ``pad="left"``), the batch
+  blocked on; forms ``eager`` (``table.sample(key, ...)``), ``eager-state``
+  (``table.sample(table.state(), key, ...)``, the taught form called
+  eagerly) and ``jitted`` (one jitted call, the state passed in and out);
+* ``per``: a Prioritized(0.6) sample of 256 windows of 20 and an update of
+  their keys' priorities; forms ``eager`` (two stateless calls),
+  ``eager-state`` (the two state-form calls eagerly, from one
+  ``table.state()``) and ``jitted`` (one jitted call doing both); the eager
+  forms pass NumPy priorities.
+
+Forms take turns call by call, in a shuffled order each round, so a noisy
+machine's slow phases hit them alike; medians are reported, with each form's
+paired time over ``jitted`` (the median over rounds of the ratio in the same
+round): issue 49's goal is an eager sample at most 1.3 times the jitted call,
+and the state form eagerly no slower than the stateless form.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import time
+
+import numpy as np
+
+from _machine import machine_info, write_results
+
+LENGTH, OBS, ACT = 1000, 17, 6
+BATCH, WINDOW = 256, 20
+
+
+def filled_table(trajectories: int, seed: int = 0):
+    import gearjax as gx
+    table = gx.Table({"obs": gx.Column((OBS,), "float32"), "action": gx.Column((ACT,), "float32")},
+                     capacity=trajectories, max_length=LENGTH, placement="host")
+    rng = np.random.default_rng(seed)
+    for _ in range(trajectories):
+        table.insert({"obs": rng.standard_normal((LENGTH, OBS), dtype=np.float32),
+                      "action": rng.standard_normal((LENGTH, ACT), dtype=np.float32)},
+                     priority=float(rng.uniform(0.1, 2.0)))
+    return table
+
+
+def sample_forms(table, keys) -> dict:
+    """name -> call(i) -> what to block on: the same sample each way."""
+    import jax
+
+    def sample(state, key):
+        return table.sample(state, key, BATCH, WINDOW, pad="left")
+
+    jitted = jax.jit(lambda s, k: (lambda r: (r[0], r[1]["obs"]))(sample(s, k)))
+    state = [table.state()]
+
+    def call_jitted(i):
+        state[0], obs = jitted(state[0], keys[i % len(keys)])
+        return obs
+
+    return {"eager": lambda i: table.sample(keys[i % len(keys)], BATCH, WINDOW, pad="left")["obs"],
+            "eager-state": lambda i: sample(table.state(), keys[i % len(keys)])[1]["obs"],
+            "jitted": call_jitted}
+
+
+def per_forms(table, keys) -> dict:
+    """name -> call(i): a Prioritized sample and the update of its keys."""
+    import gearjax as gx
+    import jax
+    import jax.numpy as jnp
+    strategy = gx.Prioritized(0.6)
+    ones = np.ones(BATCH, np.float32)
+
+    def step(state, key):
+        state, batch = table.sample(state, key, BATCH, WINDOW, strategy)
+        return table.update_priorities(state, batch.keys, jnp.ones(BATCH, jnp.float32))
+
+    jitted = jax.jit(step)
+    state = [table.state()]
+
+    def call_eager(i):
+        batch = table.sample(keys[i % len(keys)], BATCH, WINDOW, strategy)
+        return table.update_priorities(batch.keys, ones)
+
+    def call_eager_state(i):
+        state, batch = table.sample(table.state(), keys[i % len(keys)], BATCH, WINDOW, strategy)
+        return table.update_priorities(state, batch.keys, ones)[1]
+
+    def call_jitted(i):
+        state[0], count = jitted(state[0], keys[i % len(keys)])
+        return count
+
+    return {"eager": call_eager, "eager-state": call_eager_state, "jitted": call_jitted}
+
+
+def take_turns(forms: dict, rounds: int, warmup: int = 20) -> dict[str, list[float]]:
+    """name -> seconds per call over `rounds` rounds (each form once a round,
+    in a shuffled order), after `warmup` untimed rounds."""
+    import jax
+    times: dict[str, list[float]] = {n: [] for n in forms}
+    order = list(forms)
+    shuffle = random.Random(0).shuffle
+    for r in range(warmup + rounds):
+        shuffle(order)
+        for name in order:
+            begin = time.perf_counter()
+            jax.block_until_ready(forms[name](r))
+            if r >= warmup:
+                times[name].append(time.perf_counter() - begin)
+    return times
+
+
+def summary(times: dict[str, list[float]]) -> dict:
+    reference = np.asarray(times["jitted"])
+    return {name: {"median_us": float(np.median(t) * 1e6),
+                   "p10_us": float(np.quantile(t, 0.1) * 1e6),
+                   "p90_us": float(np.quantile(t, 0.9) * 1e6),
+                   "time_over_jitted_paired": float(np.median(np.asarray(t) / reference))}
+            for name, t in times.items()}
+
+
+def report(result: dict) -> str:
+    m, c = result["machine"], result["config"]
+    lines = [f"bench_eager: {m['cpu_model']}, {m['cores']} cores, python {m['python']}, "
+             + ", ".join(f"{p} {v}" for p, v in m["versions"].items()),
+             f"host table of {c['trajectories']} trajectories of {LENGTH} steps; "
+             f"{BATCH} windows of {WINDOW}; median of {c['calls']} calls each (us; time over "
+             f"jitted, paired)"]
+    for section, title in (("sample", "sample (Uniform)"),
+                           ("per", "Prioritized(0.6) sample + update_priorities")):
+        lines.append(f"{title}:")
+        for name, s in result[section].items():
+            lines.append(f"  {name:12s} {s['median_us']:9.1f} us   "
+                         f"x{s['time_over_jitted_paired']:.3f} jitted")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=2000, help="timed rounds per section")
+    parser.add_argument("--trajectories", type=int, default=1000)
+    parser.add_argument("--out", default="benchmarks/results/bench_eager_cpu.json")
+    args = parser.parse_args(argv)
+
+    import jax
+    table = filled_table(args.trajectories)
+    keys = [jax.random.key(k) for k in range(64)]
+    result = {"config": {"calls": args.calls, "trajectories": args.trajectories,
+                         "length": LENGTH, "batch": BATCH, "window": WINDOW},
+              "machine": machine_info(), "load_average_start": os.getloadavg()}
+    result["sample"] = summary(take_turns(sample_forms(table, keys), args.calls))
+    result["per"] = summary(take_turns(per_forms(table, keys), args.calls))
+    table.close()
+    result["load_average_end"] = os.getloadavg()
+    text = report(result)
+    print(text)
+    write_results(args.out, result, text)
+    return result
+
+
+if __name__ == "__main__":
+    main()
