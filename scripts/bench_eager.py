@@ -8,8 +8,8 @@ call a table, and how a TorchRL user first tries one).
 A host table of ``--trajectories`` trajectories of 1,000 steps (obs
 float32[17], action float32[6]), the workloads of issue 49's table:
 
-* ``sample``: 256 windows of 20 steps (Uniform, ``pad="left"``), the batch
-  blocked on; forms ``eager`` (``table.sample(key, ...)``), ``eager-state``
+* ``sample``: 256 windows of 20 steps (Uniform, ``pad="left"``), the whole
+  batch made and blocked on by every form; forms ``eager`` (``table.sample(key, ...)``), ``eager-state``
   (``table.sample(table.state(), key, ...)``, the taught form called
   eagerly) and ``jitted`` (one jitted call, the state passed in and out);
 * ``per``: a Prioritized(0.6) sample of 256 windows of 20 and an update of
@@ -59,15 +59,17 @@ def sample_forms(table, keys) -> dict:
     def sample(state, key):
         return table.sample(state, key, BATCH, WINDOW, pad="left")
 
-    jitted = jax.jit(lambda s, k: (lambda r: (r[0], r[1]["obs"]))(sample(s, k)))
+    # Every form makes the whole batch (columns, keys, mask, ...), as an eager
+    # call does: a jitted call returning one column would leave XLA less to do.
+    jitted = jax.jit(sample)
     state = [table.state()]
 
     def call_jitted(i):
-        state[0], obs = jitted(state[0], keys[i % len(keys)])
-        return obs
+        state[0], batch = jitted(state[0], keys[i % len(keys)])
+        return batch
 
-    return {"eager": lambda i: table.sample(keys[i % len(keys)], BATCH, WINDOW, pad="left")["obs"],
-            "eager-state": lambda i: sample(table.state(), keys[i % len(keys)])[1]["obs"],
+    return {"eager": lambda i: table.sample(keys[i % len(keys)], BATCH, WINDOW, pad="left"),
+            "eager-state": lambda i: sample(table.state(), keys[i % len(keys)])[1],
             "jitted": call_jitted}
 
 
@@ -81,22 +83,23 @@ def per_forms(table, keys) -> dict:
 
     def step(state, key):
         state, batch = table.sample(state, key, BATCH, WINDOW, strategy)
-        return table.update_priorities(state, batch.keys, jnp.ones(BATCH, jnp.float32))
+        state, count = table.update_priorities(state, batch.keys, jnp.ones(BATCH, jnp.float32))
+        return state, (batch, count)
 
     jitted = jax.jit(step)
     state = [table.state()]
 
     def call_eager(i):
         batch = table.sample(keys[i % len(keys)], BATCH, WINDOW, strategy)
-        return table.update_priorities(batch.keys, ones)
+        return batch, table.update_priorities(batch.keys, ones)
 
     def call_eager_state(i):
         state, batch = table.sample(table.state(), keys[i % len(keys)], BATCH, WINDOW, strategy)
-        return table.update_priorities(state, batch.keys, ones)[1]
+        return batch, table.update_priorities(state, batch.keys, ones)[1]
 
     def call_jitted(i):
-        state[0], count = jitted(state[0], keys[i % len(keys)])
-        return count
+        state[0], out = jitted(state[0], keys[i % len(keys)])
+        return out
 
     return {"eager": call_eager, "eager-state": call_eager_state, "jitted": call_jitted}
 
