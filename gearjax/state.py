@@ -54,17 +54,6 @@ _started: list[tuple[Any, int, weakref.ref]] = []  # (trace, handle, the state):
 # compare by equality only (not hashable); entries of finished traces are pruned.
 
 
-# JAX's trace outside any transformation (the same object in every thread).
-_EAGER_TRACE = jax.extend.core.find_top_trace(())
-# Eager states, one per default device (jax.default_device's value): a state
-# is a value-0 array whose identity nothing uses, so an eager ``table.state()``
-# hands out the same one instead of dispatching a computation each time
-# (and freeing its array after): an eager state-form call paid both, the
-# stateless form neither. Arrays are immutable; one a program donated is
-# made again.
-_eager_states: dict[Any, jax.Array] = {}
-
-
 def initial() -> jax.Array:
     """A fresh table state (what ``table.state()`` returns once the table is
     checked open).
@@ -72,15 +61,12 @@ def initial() -> jax.Array:
     Returns:
       A uint32 scalar ``jax.Array`` of value 0.
     """
-    if jax.extend.core.find_top_trace(()) is _EAGER_TRACE:
-        device = jax.config.jax_default_device
-        state = _eager_states.get(device)
-        if state is None or state.is_deleted():
-            state = _eager_states[device] = jnp.zeros((), STATE_DTYPE)
-        return state
+    # A new array each time, never one shared: a program that donates a state
+    # (a train state donated whole) deletes that array, and a shared one would
+    # go from under every other holder.
     state = jnp.zeros((), STATE_DTYPE)
-    # Made while tracing: see consume().
-    _remember(_fresh, state, jax.extend.core.get_opaque_trace_state(convention="flax"))
+    if isinstance(state, jax.core.Tracer):  # made while tracing: see consume()
+        _remember(_fresh, state, jax.extend.core.get_opaque_trace_state(convention="flax"))
     return state
 
 

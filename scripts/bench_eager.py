@@ -9,14 +9,16 @@ A host table of ``--trajectories`` trajectories of 1,000 steps (obs
 float32[17], action float32[6]), the workloads of issue 49's table:
 
 * ``sample``: 256 windows of 20 steps (Uniform, ``pad="left"``), the whole
-  batch made and blocked on by every form; forms ``eager`` (``table.sample(key, ...)``), ``eager-state``
-  (``table.sample(table.state(), key, ...)``, the taught form called
-  eagerly) and ``jitted`` (one jitted call, the state passed in and out);
+  batch made and blocked on by every form; forms ``eager``
+  (``table.sample(key, ...)``), ``eager-state`` (``state, batch =
+  table.sample(state, key, ...)``, the taught form called eagerly, each call
+  given the state the last returned) and ``jitted`` (one jitted call, the
+  state passed in and out);
 * ``per``: a Prioritized(0.6) sample of 256 windows of 20 and an update of
   their keys' priorities; forms ``eager`` (two stateless calls),
-  ``eager-state`` (the two state-form calls eagerly, from one
-  ``table.state()``) and ``jitted`` (one jitted call doing both); the eager
-  forms pass NumPy priorities.
+  ``eager-state`` (the two state-form calls eagerly, the state passed from
+  call to call) and ``jitted`` (one jitted call doing both); the eager forms
+  pass NumPy priorities.
 
 Forms take turns call by call, in a shuffled order each round, so a noisy
 machine's slow phases hit them alike; medians are reported, with each form's
@@ -68,9 +70,14 @@ def sample_forms(table, keys) -> dict:
         state[0], batch = jitted(state[0], keys[i % len(keys)])
         return batch
 
+    eager_state = [table.state()]
+
+    def call_eager_state(i):
+        eager_state[0], batch = sample(eager_state[0], keys[i % len(keys)])
+        return batch
+
     return {"eager": lambda i: table.sample(keys[i % len(keys)], BATCH, WINDOW, pad="left"),
-            "eager-state": lambda i: sample(table.state(), keys[i % len(keys)])[1],
-            "jitted": call_jitted}
+            "eager-state": call_eager_state, "jitted": call_jitted}
 
 
 def per_forms(table, keys) -> dict:
@@ -87,15 +94,16 @@ def per_forms(table, keys) -> dict:
         return state, (batch, count)
 
     jitted = jax.jit(step)
-    state = [table.state()]
+    state, eager_state = [table.state()], [table.state()]
 
     def call_eager(i):
         batch = table.sample(keys[i % len(keys)], BATCH, WINDOW, strategy)
         return batch, table.update_priorities(batch.keys, ones)
 
     def call_eager_state(i):
-        state, batch = table.sample(table.state(), keys[i % len(keys)], BATCH, WINDOW, strategy)
-        return batch, table.update_priorities(state, batch.keys, ones)[1]
+        s, batch = table.sample(eager_state[0], keys[i % len(keys)], BATCH, WINDOW, strategy)
+        eager_state[0], count = table.update_priorities(s, batch.keys, ones)
+        return batch, count
 
     def call_jitted(i):
         state[0], out = jitted(state[0], keys[i % len(keys)])
