@@ -363,6 +363,7 @@ def test_a_host_writer_gives_up_on_a_gpu_update_that_never_reports(emulated_mapp
     a stuck stream) made every later insert, read and host sample of the table
     wait forever. Each waits gx.table.GPU_WAIT_SECONDS (60 s; 0.3 s here),
     then raises TimeoutError naming the update, and changes nothing."""
+    assert gx.table.GPU_WAIT_SECONDS == 60.0  # the default the README and effects.md state
     monkeypatch.setattr(gx.table, "GPU_WAIT_SECONDS", 0.3)
     with make_table() as table:  # full: an insert evicts
         prioritized_draws(table, 1.0)
