@@ -44,7 +44,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import random
 import sys
 import tempfile
 import time
@@ -54,6 +53,7 @@ import numpy as np
 
 from _machine import machine_info, version_of, write_results
 from _reverb import ReverbWorker, reply
+from _turns import take_turns
 
 TRAJECTORIES, LENGTH, OBS, ACT = 1000, 200, 17, 6
 BATCH, WINDOW = 256, 20
@@ -251,24 +251,6 @@ def train_forms(table, data: dict[str, np.ndarray], width: int) -> dict:
 # ---------------------------------------------------------------------------
 # Timing
 # ---------------------------------------------------------------------------
-
-
-def take_turns(forms: dict, rounds: int, warmup: int = 20) -> dict[str, list[float]]:
-    """name -> seconds per call over `rounds` rounds (each form once a round,
-    in a shuffled order), after `warmup` untimed rounds."""
-    import jax
-    live = {n: f for n, f in forms.items() if callable(f)}
-    times: dict[str, list[float]] = {n: [] for n in live}
-    order = list(live)
-    shuffle = random.Random(0).shuffle
-    for r in range(warmup + rounds):
-        shuffle(order)
-        for name in order:
-            begin = time.perf_counter()
-            jax.block_until_ready(live[name](r))
-            if r >= warmup:
-                times[name].append(time.perf_counter() - begin)
-    return times
 
 
 def summary(times: dict[str, list[float]], reference: str) -> dict:

@@ -31,12 +31,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
-import time
 
 import numpy as np
 
 from _machine import machine_info, write_results
+from _turns import take_turns
 
 LENGTH, OBS, ACT = 1000, 17, 6
 BATCH, WINDOW = 256, 20
@@ -110,23 +109,6 @@ def per_forms(table, keys) -> dict:
         return out
 
     return {"eager": call_eager, "eager-state": call_eager_state, "jitted": call_jitted}
-
-
-def take_turns(forms: dict, rounds: int, warmup: int = 20) -> dict[str, list[float]]:
-    """name -> seconds per call over `rounds` rounds (each form once a round,
-    in a shuffled order), after `warmup` untimed rounds."""
-    import jax
-    times: dict[str, list[float]] = {n: [] for n in forms}
-    order = list(forms)
-    shuffle = random.Random(0).shuffle
-    for r in range(warmup + rounds):
-        shuffle(order)
-        for name in order:
-            begin = time.perf_counter()
-            jax.block_until_ready(forms[name](r))
-            if r >= warmup:
-                times[name].append(time.perf_counter() - begin)
-    return times
 
 
 def summary(times: dict[str, list[float]]) -> dict:
