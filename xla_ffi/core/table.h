@@ -437,6 +437,14 @@ class Table {
   // Throws Closed if the table closed meanwhile, Timeout if the update has
   // not reported within slot_wait_seconds (the priorities then untouched).
   bool OwnPrioritiesLocked();
+  // Why a GPU update must be staged rather than run as a kernel, whatever
+  // its size: see BeginGpuUpdate.
+  bool KernelCannotUpdateLocked() const;
+  // Whether the last GPU update, or the last copy into the trees' mirrors
+  // (from two streams ever: any), came from a stream other than `stream`
+  // and may still run.
+  bool OtherStreamUpdateInFlightLocked(const void* stream) const;
+  bool OtherStreamMirrorCopyLocked(const void* stream) const;
   // When a wait for GPU work begun now gives up (TableSpec::slot_wait_seconds
   // from now), and the Timeout it then throws, naming `what` it waited for.
   Clock::time_point GpuWaitDeadline() const;

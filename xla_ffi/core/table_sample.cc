@@ -280,16 +280,10 @@ uint64_t Table::BeginGpuSample(const SampleRequest& r, GpuSelection* selection,
   // is not ordered after it: on first use it would read a mirror not yet
   // written). The mapped host tree serves those samples.
   const bool priorities_settled =
-      !selector.UsesPriority() ||
-      (staged_updates_.load(std::memory_order_acquire) == 0 &&
-       (gpu_update_last_ == 0 || gpu_update_stream_ == stream ||
-        !tickets_.InFlight(gpu_update_last_)));
-  const bool mirrors_settled =
-      mirror_copy_last_ == 0 ||
-      (stream == mirror_copy_stream_ && !mirror_copy_streams_mixed_) ||
-      !tickets_.InFlight(mirror_copy_last_);
-  if (copies != nullptr && !s.uniform && priorities_settled && mirrors_settled &&
-      MirrorsTreesLocked()) {
+      !selector.UsesPriority() || (staged_updates_.load(std::memory_order_acquire) == 0 &&
+                                   !OtherStreamUpdateInFlightLocked(stream));
+  if (copies != nullptr && !s.uniform && priorities_settled &&
+      !OtherStreamMirrorCopyLocked(stream) && MirrorsTreesLocked()) {
     const SumTree* tree = selector.DrawTree();
     double* mirror = nullptr;
     CopyMirrorsLocked(&tree, 1, ticket, stream, copies, &mirror, &retired);

@@ -115,6 +115,28 @@ bool Table::OwnPrioritiesLocked() {
   return true;
 }
 
+bool Table::KernelCannotUpdateLocked() const {
+  // A TopK heap or min-priority remover keeps priorities in host memory; a
+  // staged update's host function may still wait for the priorities (no
+  // kernel may queue behind it); a tree the GPU cannot reach.
+  return priority_selectors_.size() != prioritized_.size() ||
+         staged_updates_.load(std::memory_order_acquire) > 0 ||
+         std::any_of(prioritized_.begin(), prioritized_.end(), [](const auto& selector) {
+           return selector->tree().device_view().nodes == nullptr;
+         });
+}
+
+bool Table::OtherStreamUpdateInFlightLocked(const void* stream) const {
+  return gpu_update_last_ != 0 && stream != gpu_update_stream_ &&
+         tickets_.InFlight(gpu_update_last_);
+}
+
+bool Table::OtherStreamMirrorCopyLocked(const void* stream) const {
+  return mirror_copy_last_ != 0 &&
+         (stream != mirror_copy_stream_ || mirror_copy_streams_mixed_) &&
+         tickets_.InFlight(mirror_copy_last_);
+}
+
 uint64_t Table::BeginGpuUpdate(const void* stream, int64_t n, GpuUpdate* update,
                                MirrorCopies* copies) {
   copies->n = 0;
@@ -137,10 +159,9 @@ uint64_t Table::BeginGpuUpdate(const void* stream, int64_t n, GpuUpdate* update,
     // look again (the lock was released).
     if (!OwnPrioritiesLocked()) break;
   }
-  const bool staged = n > kMaxGpuUpdateKeys || slots_->device_info() == nullptr ||
-                      priority_selectors_.size() != prioritized_.size() ||
-                      staged_updates_.load(std::memory_order_acquire) > 0;
-  if (staged) return 0;
+  if (n > kMaxGpuUpdateKeys || slots_->device_info() == nullptr || KernelCannotUpdateLocked()) {
+    return 0;
+  }
   GpuUpdateReport* report = gpu_report_.load(std::memory_order_relaxed);
   if (report == nullptr) {
     gpu_report_owner_ = std::make_unique<MappedArray<GpuUpdateReport>>(1, mapped_by_);
@@ -151,9 +172,6 @@ uint64_t Table::BeginGpuUpdate(const void* stream, int64_t n, GpuUpdate* update,
     report = &(*gpu_report_owner_)[0];
     gpu_report_.store(report, std::memory_order_release);
   }
-  for (const auto& selector : prioritized_) {
-    if (selector->tree().device_view().nodes == nullptr) return 0;
-  }
   // The ticket first: TakeTicketLocked may release the lock to wait, and a
   // Prioritized tree made meanwhile must be among those the kernel updates.
   const uint64_t ticket = TakeTicketLocked(lock);  // the caller hands it to the device
@@ -161,14 +179,8 @@ uint64_t Table::BeginGpuUpdate(const void* stream, int64_t n, GpuUpdate* update,
   // claiming the priorities, another stream's update, a staged update, a
   // tree the kernel could not reach. Staged after all (always correct: a
   // host function in stream order), or Closed.
-  const bool changed =
-      priority_claims_ > 0 || prioritized_.size() != priority_selectors_.size() ||
-      staged_updates_.load(std::memory_order_acquire) > 0 ||
-      (gpu_update_last_ != 0 && stream != gpu_update_stream_ &&
-       tickets_.InFlight(gpu_update_last_)) ||
-      std::any_of(prioritized_.begin(), prioritized_.end(),
-                  [](const auto& s) { return s->tree().device_view().nodes == nullptr; });
-  if (closed() || changed) {
+  if (closed() || priority_claims_ > 0 || OtherStreamUpdateInFlightLocked(stream) ||
+      KernelCannotUpdateLocked()) {
     tickets_.Return(ticket);
     CheckOpenLocked();
     return 0;
@@ -196,13 +208,8 @@ uint64_t Table::BeginGpuUpdate(const void* stream, int64_t n, GpuUpdate* update,
     // for it. With gpu_update_last_ set, no new copy of a Prioritized tree
     // starts on another stream (BeginGpuSample) and host writers wait
     // (OwnPrioritiesLocked) meanwhile.
-    const auto foreign_copy = [&] {
-      return mirror_copy_last_ != 0 &&
-             (stream != mirror_copy_stream_ || mirror_copy_streams_mixed_) &&
-             tickets_.InFlight(mirror_copy_last_);
-    };
-    const bool copied =
-        WaitForTickets(lock, GpuWaitDeadline(), [&] { return closed() || !foreign_copy(); });
+    const bool copied = WaitForTickets(
+        lock, GpuWaitDeadline(), [&] { return closed() || !OtherStreamMirrorCopyLocked(stream); });
     if (closed() || !copied) {
       // Nothing enqueued under this ticket: give it back, and with it the
       // claim on the priorities (earlier updates of this stream stay owed).
