@@ -52,36 +52,17 @@ void ProbeTheLock() {
   stuck_probes.push_back(std::move(probe));
 }
 
-const MappedAllocator kLockProbingMapped{
-    [](size_t bytes, void** device) -> void* {
-      void* p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
-      *device = p;
-      return p;
-    },
-    [](void* p) {
-      ProbeTheLock();
-      std::free(p);
-    }};
-
-const MappedAllocator* probing_saved = nullptr;
-bool probing = false;
+const MappedAllocator kLockProbingMapped{AllocateHostAsMapped, [](void* p) {
+                                            ProbeTheLock();
+                                            std::free(p);
+                                          }};
 
 }  // namespace
 
 void DefineGpuWaitProbes(nb::module_ m) {
   m.def(
       "emulate_gpu_mapping_probing_frees",
-      [](bool on) {
-        if (on && !probing) {
-          probing_saved = GetMappedAllocator();
-          SetMappedAllocator(&kLockProbingMapped);
-          probing = true;
-        } else if (!on && probing) {
-          SetMappedAllocator(probing_saved);
-          probing = false;
-        }
-      },
-      "on"_a,
+      [](bool on) { ReplaceMapped(on, &kLockProbingMapped); }, "on"_a,
       "As emulate_gpu_mapping, but each free of the tables' mapped memory first asks for "
       "the watched table's lock from another thread (watch_frees, frees_under_lock).");
   m.def(

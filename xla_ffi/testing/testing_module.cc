@@ -99,13 +99,7 @@ const DeviceMemory kEmulatedDeviceMemory{
       return true;
     }};
 
-const MappedAllocator kHostAsMapped{
-    [](size_t bytes, void** device) -> void* {
-      void* p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);  // like cudaHostAlloc
-      *device = p;
-      return p;
-    },
-    [](void* p) { std::free(p); }};
+const MappedAllocator kHostAsMapped{AllocateHostAsMapped, [](void* p) { std::free(p); }};
 
 // The hooks an emulation replaced (a real GPU's, or none), put back when it
 // is switched off: never none where a GPU's were.
@@ -113,17 +107,6 @@ const MappedAllocator* saved_mapped = nullptr;
 bool mapped_replaced = false;
 const DeviceMemory* saved_device = nullptr;
 bool device_replaced = false;
-
-void ReplaceMapped(bool on, const MappedAllocator* replacement) {
-  if (on) {
-    if (!mapped_replaced) saved_mapped = GetMappedAllocator();
-    mapped_replaced = true;
-    SetMappedAllocator(replacement);
-  } else if (mapped_replaced) {
-    SetMappedAllocator(saved_mapped);
-    mapped_replaced = false;
-  }
-}
 
 void ReplaceDeviceMemory(bool on, const DeviceMemory* replacement) {
   if (on) {
@@ -315,6 +298,23 @@ int32_t StagedUpdateLikeTheGpu(int64_t handle, AnyArray keys, AnyArray prioritie
 }
 
 }  // namespace
+
+void* AllocateHostAsMapped(size_t bytes, void** device) {
+  void* p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);  // like cudaHostAlloc
+  *device = p;
+  return p;
+}
+
+void ReplaceMapped(bool on, const MappedAllocator* replacement) {
+  if (on) {
+    if (!mapped_replaced) saved_mapped = GetMappedAllocator();
+    mapped_replaced = true;
+    SetMappedAllocator(replacement);
+  } else if (mapped_replaced) {
+    SetMappedAllocator(saved_mapped);
+    mapped_replaced = false;
+  }
+}
 
 double* EmulatedHost(double* device) {
   return reinterpret_cast<uintptr_t>(device) & kEmulatedDeviceBit

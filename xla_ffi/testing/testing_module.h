@@ -4,6 +4,9 @@
 
 #include <nanobind/nanobind.h>
 
+#include <cstddef>
+
+#include "core/memory.h"
 #include "core/mirror_block.h"
 
 namespace gearjax::testing {
@@ -14,6 +17,13 @@ void DefineUpdateEmulation(nanobind::module_ m);
 // Probes of the GPU path's locks and stream order (gpu_wait_probes.cc); the
 // same.
 void DefineGpuWaitProbes(nanobind::module_ m);
+
+// Host memory that claims to be GPU-mapped at its own address (page
+// aligned, like cudaHostAlloc): the emulated mapping's allocate.
+void* AllocateHostAsMapped(size_t bytes, void** device);
+// Makes `replacement` the mapped allocator (on), or puts back the one an
+// emulation replaced (off): never none where a GPU's was.
+void ReplaceMapped(bool on, const MappedAllocator* replacement);
 
 // The host address behind an emulated GPU-memory address (the address itself
 // when it is not one).
