@@ -687,24 +687,41 @@ def _busy_program(table: gx.Table, keys, seconds: float):
         n *= max(2, int(seconds / max(took, 1e-3)))
 
 
-def test_an_insert_does_not_wait_for_a_busy_program_s_priority_update():
+@pytest.mark.parametrize("tree", [False, True], ids=["no-tree", "prioritized"])
+def test_an_insert_does_not_wait_for_a_busy_program_s_priority_update(tree):
     """Issue 48, item 1: an actor's insert right after the learner dispatched
     a step that updates priorities waited for that whole step on the GPU.
-    A table without a Prioritized tree stages its updates: the insert returns
-    while the program still runs."""
-    with on("gpu"), gx.Table({"x": gx.Column((3,), "float32")}, capacity=32, max_length=4,
-                             placement="host") as table:
+    A table without a Prioritized tree stages its updates; one with a tree
+    publishes the insert's record at once and leaves its leaves to the next
+    update kernel or to the host once none may run (an insert that evicts
+    still waits: samples taken before it may read the slot). Either way the
+    insert returns while the program still runs, and with a tree the new item
+    is then drawn with its exact probability."""
+    capacity = 64 if tree else 32  # with a tree, room: the insert evicts nothing
+    with on("gpu"), gx.Table({"x": gx.Column((3,), "float32")}, capacity=capacity,
+                             max_length=4, placement="host") as table:
         for i in range(40):
             table.insert({"x": np.full((2, 3), i, np.float32)}, priority=1.0)
+        if tree:
+            table.sample(jax.random.key(0), 8, 1, gx.Prioritized(1.0))  # makes the tree
         keys = jnp.asarray(table.contents()["key"][:8], jnp.int32)
         run, took = _busy_program(table, keys, seconds=1.0)
         assert took >= 1.0, f"the busy program took only {took:.2f} s"
         state = run(table.state())  # dispatched: the GPU works for ~took seconds
         started = time.monotonic()
-        table.insert({"x": np.ones((2, 3), np.float32)}, priority=1.0)  # evicts
+        new = table.insert({"x": np.ones((2, 3), np.float32)}, priority=5.0)
         waited = time.monotonic() - started
-        jax.block_until_ready(state)
+        state = jax.block_until_ready(state)
         assert waited < 0.5 * took, f"the insert waited {waited:.2f} s for a {took:.2f} s program"
+        if tree:
+            contents = table.contents()
+            priority = dict(zip(contents["key"].tolist(), contents["priority"].tolist()))
+            state, batch = table.sample(state, jax.random.key(1), 256, 1, gx.Prioritized(1.0))
+            drawn = np.asarray(batch.keys).tolist()
+            assert new in drawn
+            np.testing.assert_allclose(np.asarray(batch.probability),
+                                       [priority[k] / sum(priority.values()) for k in drawn],
+                                       rtol=1e-6)
 
 
 def test_a_device_table_with_staged_updates_and_growing_logs_never_deadlocks():

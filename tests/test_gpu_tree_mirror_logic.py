@@ -127,6 +127,39 @@ def test_the_update_kernel_writes_mirror_and_host_tree(device_mapping, twins):
     gpu_sample_equals_cpu(native, device, host, gx.Prioritized(0.5), 2)
 
 
+@pytest.mark.parametrize("who", ["next kernel", "host"])
+def test_leaves_an_insert_deferred_reach_mirror_and_tree(device_mapping, who):
+    """An insert that evicts nothing while an update kernel may run defers its
+    Prioritized leaves (test_gpu_update_deferred_leaves.py): the next kernel
+    writes them into both copies of the tree, or the next GPU sample sets them
+    on the host and copies them into the mirror. Either way the device
+    table's GPU draws equal its host twin's, whose insert wrote its leaves."""
+    native = device_mapping
+    device = make_table(native, capacity=48, inserts=20)
+    host = make_table(native, placement="host", capacity=48, inserts=20)
+    try:
+        gpu_sample_equals_cpu(native, device, host, gx.Prioritized(1.0), 0)  # the mirror
+        keys = keys_of(host)
+        first = native.begin_gpu_update(device.handle, keys[:4], np.full(4, 2.0))
+        for table in (device, host):  # the device table's does not wait: it evicts nothing
+            table.insert({"x": np.ones((2, 3), np.float32)}, priority=3.0)
+        updates = [(keys[:4], np.full(4, 2.0))]
+        if who == "next kernel":
+            second = native.begin_gpu_update(device.handle, keys[4:6], np.array([1.0, 1.5]))
+            updates.append((keys[4:6], np.array([1.0, 1.5])))
+        assert first.run(8) == 4
+        if who == "next kernel":
+            assert second.run(8) == 2
+            assert_mirrors_equal_trees(native, device, 1)  # the kernel wrote both copies
+        for k, p in updates:
+            host.update_priorities(k, p)
+        gpu_sample_equals_cpu(native, device, host, gx.Prioritized(1.0), 1)
+        assert_mirrors_equal_trees(native, device, 1)
+    finally:
+        device.close()
+        host.close()
+
+
 def test_host_tables_and_unmapped_device_tables_have_no_mirror(device_mapping):
     native = device_mapping
     with make_table(native, placement="host") as table:

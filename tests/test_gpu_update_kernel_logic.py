@@ -6,7 +6,8 @@ last reporting the ticket through the completion ring. The kernel must leave
 the table exactly as the host's update_priorities does (records, every
 Prioritized tree, counts), refuse bad values whole and defer them like the
 staged path, and host writers must keep out of the priorities until the
-kernel has reported."""
+kernel has reported (inserts that evict nothing defer instead:
+test_gpu_update_deferred_leaves.py)."""
 
 from __future__ import annotations
 
@@ -215,8 +216,10 @@ def test_an_update_waits_while_a_writer_claims_the_priorities(emulated_mapping):
     """No new kernel starts while a host writer waits for the last one: the
     writer would otherwise wait forever behind a busy stream. Once the kernel
     has reported, the next update may begin before the writer publishes (the
-    writer fills its slot unlocked); the writer then waits for that one kernel
-    and no more (it claims the priorities again to publish)."""
+    writer fills its slot unlocked); the writer then waits at most for that
+    one kernel (as for every sample taken before its eviction) and publishes
+    without claiming the priorities again (its leaves deferred:
+    test_gpu_update_deferred_leaves.py)."""
     with make_table() as table:
         live = np.array(list(contents(table)), np.int64)
         first = emulated_mapping.begin_gpu_update(table.handle, live[:4], np.full(4, 2.0), 1)

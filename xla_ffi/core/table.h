@@ -428,15 +428,24 @@ class Table {
   }
   bool InsideLocked() const;  // a sample, reader or writer is inside the table
   // Every reader and writer of the records' priorities, the Prioritized
-  // trees or the selectors filled from them calls this first, under mu_:
-  // waits (mu_ released meanwhile, so state read before may be stale) until
-  // no GPU priority update is in flight, keeping new ones from starting
-  // meanwhile; while the caller keeps mu_, none starts. Returns whether it
-  // waited. Nothing to do for tables never updated on the GPU (and tables
-  // without a Prioritized tree never are: BeginGpuUpdate stages theirs).
-  // Throws Closed if the table closed meanwhile, Timeout if the update has
-  // not reported within slot_wait_seconds (the priorities then untouched).
+  // trees or the selectors filled from them calls this first, under mu_
+  // (except a publish: PublishLocked defers its leaves instead): waits (mu_
+  // released meanwhile, so state read before may be stale) until no GPU
+  // priority update is in flight, keeping new ones from starting meanwhile;
+  // while the caller keeps mu_, none starts. Then sets the deferred leaves
+  // (SettledPrioritiesLocked). Returns whether it waited. Nothing to do for
+  // tables never updated on the GPU (and tables without a Prioritized tree
+  // never are: BeginGpuUpdate stages theirs). Throws Closed if the table
+  // closed meanwhile, Timeout if the update has not reported within
+  // slot_wait_seconds (the priorities then untouched).
   bool OwnPrioritiesLocked();
+  // Whether no GPU priority update may still run (forgetting the last one
+  // if so); if none, sets the Prioritized leaves deferred meanwhile, from
+  // their records, on the host (deferred_leaves_). Never waits.
+  bool SettledPrioritiesLocked();
+  // deferred_leaves_' slots whose record now holds a positive priority:
+  // counted by PositiveLocked, not yet drawable from the trees.
+  int64_t DeferredPositiveLocked() const;
   // Why a GPU update must be staged rather than run as a kernel, whatever
   // its size: see BeginGpuUpdate.
   bool KernelCannotUpdateLocked() const;
@@ -449,10 +458,6 @@ class Table {
   // from now), and the Timeout it then throws, naming `what` it waited for.
   Clock::time_point GpuWaitDeadline() const;
   [[noreturn]] void ThrowGpuWaitTimeout(const std::string& what) const;
-  // The same before an insert publishes its reserved slots: never throws
-  // (the caller then finds closed_ set and abandons them); a Timeout comes
-  // back for the caller to raise once it has abandoned them.
-  std::exception_ptr OwnPrioritiesDuringInsertLocked();
   // Live items with priority > 0: the host's count and the GPU updates'.
   int64_t PositiveLocked() const;
   // Takes the next sample ticket; with a completion ring, first waits until
@@ -475,6 +480,7 @@ class Table {
   std::unique_ptr<S> FilledLocked(std::unique_ptr<S> selector) const;
   void EvictLocked(int64_t slot);
   void RemoveFromSelectorsLocked(int64_t slot);
+  bool IsPrioritizedLocked(const Selector* selector) const;  // one of prioritized_
   void PublishLocked(int64_t slot, int64_t key, int64_t length, double priority,
                      int64_t stamp);
   // The trees GPU kernels may draw from: Timestep's, then each Prioritized.
@@ -498,6 +504,10 @@ class Table {
   // nullptr when none can be had.
   MappedArray<int64_t>* MirrorStagingLocked(int64_t entries, uint64_t ticket,
                                             RetiredStaging* retired);
+  // Hands deferred_leaves_ to the update kernel `u` (in a pinned list held
+  // for `ticket`), which sets them before its own entries; where no list can
+  // be had they stay deferred (the host sets them once the kernel has run).
+  void HandDeferredLeavesLocked(uint64_t ticket, GpuUpdate* u, RetiredStaging* retired);
   // Moves the table's memory (arena, slots, selectors) out, for Close to free
   // once it has released the mutex; the arena left behind is empty.
   std::vector<std::shared_ptr<void>> TakeMemoryLocked();
@@ -561,6 +571,13 @@ class Table {
   uint64_t gpu_update_last_ = 0;
   const void* gpu_update_stream_ = nullptr;
   int64_t priority_claims_ = 0;
+  // Slots published while a GPU update may run, whose Prioritized leaves
+  // (and their ancestors) are yet to be set from their records: an insert
+  // never waits for the GPU to publish. Their records are live; eviction and
+  // every other writer wait for the update (OwnPrioritiesLocked), which
+  // sets them first. The next update kernel sets them (HandDeferredLeaves-
+  // Locked), or the host once none may run (SettledPrioritiesLocked).
+  std::vector<int64_t> deferred_leaves_;
   // Mirror copies (CopyMirrorsLocked): their staging lists, each held until
   // its ticket ends, the last copy's ticket and stream, and whether copies
   // ever came from two streams (then every copy in flight is foreign to a

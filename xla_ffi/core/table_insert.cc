@@ -2,6 +2,7 @@
 // evictions, restores of saved slots.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <exception>
 #include <string>
@@ -61,8 +62,16 @@ void Table::CountDrawLocked(int64_t slot, uint64_t ticket) {
   freed_at_[slot] = ticket;
 }
 
+bool Table::IsPrioritizedLocked(const Selector* selector) const {
+  return std::any_of(prioritized_.begin(), prioritized_.end(),
+                     [&](const auto& p) { return p.get() == selector; });
+}
+
 void Table::PublishLocked(int64_t slot, int64_t key, int64_t length, double priority,
                           int64_t stamp) {
+  // While a GPU update may run, the Prioritized trees are its: the leaves
+  // wait in deferred_leaves_ and the insert does not wait for the GPU.
+  const bool defer = !prioritized_.empty() && !SettledPrioritiesLocked();
   stamps_[slot] = stamp;
   last_stamp_ = stamp;
   times_sampled_[slot] = 0;
@@ -70,9 +79,16 @@ void Table::PublishLocked(int64_t slot, int64_t key, int64_t length, double prio
   info.key = key;
   info.length = length;
   info.priority = priority;
-  info.state = SlotState::kLive;
+  // Last, with release: a kernel that reads the state live reads this key
+  // (GpuUpdateLiveKey), never the evicted item's.
+  __atomic_store_n(reinterpret_cast<uint8_t*>(&info.state), static_cast<uint8_t>(SlotState::kLive),
+                   __ATOMIC_RELEASE);
   const Item item{slot, key, length, priority};
-  for (Selector* selector : selectors_) selector->Insert(item);
+  for (Selector* selector : selectors_) {
+    if (defer && IsPrioritizedLocked(selector)) continue;
+    selector->Insert(item);
+  }
+  if (defer) deferred_leaves_.push_back(slot);
   ++live_;
   if (priority > 0) ++positive_;
   num_steps_ += length;
@@ -132,10 +148,8 @@ int64_t Table::InsertWith(int64_t length, double priority, const Fill& fill,
     throw;
   }
   lock.lock();
-  const std::exception_ptr refused = closed_ ? nullptr : OwnPrioritiesDuringInsertLocked();
-  if (closed_ || refused) {
+  if (closed_) {
     AbandonLocked(slot, restoring);
-    if (refused) std::rethrow_exception(refused);
     throw Closed("the table was closed during the insert");
   }
   return PublishReservedLocked(slot, length, priority, restore_key, restore_stamp);
@@ -183,10 +197,8 @@ int64_t Table::InsertManyWith(int64_t n, const int64_t* lengths, const double* p
         throw;
       }
       auto lock = Lock();
-      const std::exception_ptr refused = closed_ ? nullptr : OwnPrioritiesDuringInsertLocked();
-      if (closed_ || refused) {
+      if (closed_) {
         for (int64_t slot : slots) AbandonLocked(slot, false);
-        if (refused) std::rethrow_exception(refused);
         throw Closed("the table was closed during the insert");
       }
       for (size_t j = 0; j < slots.size(); ++j) {
@@ -266,17 +278,6 @@ int64_t Table::ReserveLocked(std::unique_lock<std::mutex>& lock, int64_t restore
                   " (a GPU stream that does not progress?)");
   }
   return slot;
-}
-
-std::exception_ptr Table::OwnPrioritiesDuringInsertLocked() {
-  try {
-    OwnPrioritiesLocked();
-  } catch (const Closed&) {
-    // closed_ is set: the caller abandons its slots.
-  } catch (const Timeout&) {
-    return std::current_exception();  // the caller abandons its slots, then raises it
-  }
-  return nullptr;
 }
 
 void Table::AbandonLocked(int64_t slot, bool restoring) {

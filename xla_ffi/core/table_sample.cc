@@ -261,6 +261,9 @@ uint64_t Table::BeginGpuSample(const SampleRequest& r, GpuSelection* selection,
     throw InvalidArgument("this table's selection state is not GPU-mapped");
   }
   WaitToSampleLocked(lock, r);
+  // Leaves deferred while an update ran go in now if none may run any more
+  // (so this sample, and the mirror copy below, see them).
+  if (!prioritized_.empty()) SettledPrioritiesLocked();
   GpuSelection s{};
   s.info = slots_->device_info();
   s.capacity = spec_.capacity;

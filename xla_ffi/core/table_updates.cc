@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <new>
 #include <string>
 #include <utility>
 
@@ -58,7 +59,14 @@ bool Table::WaitsForStagedUpdates(const SampleRequest& r) const {
   auto lock = Lock();
   const bool in_flight = staged_updates_.load(std::memory_order_acquire) > 0 ||
                          (gpu_update_last_ != 0 && tickets_.InFlight(gpu_update_last_));
-  return in_flight && PositiveLocked() == 0;
+  // Deferred leaves are not yet in the trees the kernels draw from.
+  return in_flight && PositiveLocked() - DeferredPositiveLocked() == 0;
+}
+
+int64_t Table::DeferredPositiveLocked() const {
+  int64_t positive = 0;
+  for (const int64_t slot : deferred_leaves_) positive += (*slots_)[slot].priority > 0;
+  return positive;
 }
 
 int64_t Table::PositiveLocked() const {
@@ -91,12 +99,50 @@ void Table::ThrowGpuWaitTimeout(const std::string& what) const {
                 "(gearjax.table.GPU_WAIT_SECONDS sets how long tables made after it wait)");
 }
 
-bool Table::OwnPrioritiesLocked() {
-  if (gpu_update_last_ == 0) return false;
-  if (!tickets_.InFlight(gpu_update_last_)) {
-    gpu_update_last_ = 0;  // and every earlier one: one stream at a time, in order
-    return false;
+bool Table::SettledPrioritiesLocked() {
+  if (gpu_update_last_ != 0 && tickets_.InFlight(gpu_update_last_)) return false;
+  gpu_update_last_ = 0;  // and every earlier one: one stream at a time, in order
+  if (deferred_leaves_.empty()) return true;
+  update_before_.clear();
+  update_after_.clear();
+  for (const int64_t slot : deferred_leaves_) {
+    const SlotInfo& info = (*slots_)[slot];
+    update_before_.push_back({slot, info.key, info.length, info.priority});
+    update_after_.push_back(info.priority);
   }
+  const int64_t n = static_cast<int64_t>(update_before_.size());
+  for (auto& selector : prioritized_) {
+    selector->UpdatePriorities(update_before_.data(), update_after_.data(), n);
+    // Only a live slot is deferred, and none leaves before this has run
+    // (every remover waits for the update first): kept for safety.
+    for (const Item& item : update_before_) {
+      if ((*slots_)[item.slot].state != SlotState::kLive) selector->Delete(item);
+    }
+  }
+  deferred_leaves_.clear();
+  return true;
+}
+
+void Table::HandDeferredLeavesLocked(uint64_t ticket, GpuUpdate* u, RetiredStaging* retired) {
+  u->deferred = nullptr;
+  u->deferred_n = 0;
+  if (deferred_leaves_.empty()) return;
+  const auto n = static_cast<int64_t>(deferred_leaves_.size());
+  MappedArray<int64_t>* list = nullptr;
+  try {
+    list = MirrorStagingLocked(n, ticket, retired);
+  } catch (const std::bad_alloc&) {
+    list = nullptr;
+  }
+  if (list == nullptr || list->device_data() == nullptr) return;  // the host sets them later
+  std::copy(deferred_leaves_.begin(), deferred_leaves_.end(), list->data());
+  u->deferred = list->device_data();
+  u->deferred_n = n;
+  deferred_leaves_.clear();
+}
+
+bool Table::OwnPrioritiesLocked() {
+  if (SettledPrioritiesLocked()) return false;
   // The caller's lock, borrowed to wait (and handed back still locked).
   std::unique_lock<std::mutex> lock(mu_, std::adopt_lock);
   ++priority_claims_;  // BeginGpuUpdate waits meanwhile: no new ticket to wait for
@@ -111,7 +157,7 @@ bool Table::OwnPrioritiesLocked() {
     // The kernel may still write the priorities: nothing here may touch them.
     ThrowGpuWaitTimeout("a GPU priority update (ticket " + std::to_string(awaited) + ")");
   }
-  gpu_update_last_ = 0;
+  SettledPrioritiesLocked();  // nothing in flight now: sets the deferred leaves
   return true;
 }
 
@@ -202,6 +248,7 @@ uint64_t Table::BeginGpuUpdate(const void* stream, int64_t n, GpuUpdate* update,
     trees[u.trees] = &selector->tree();
     u.tree[u.trees++] = {const_cast<double*>(view.nodes), nullptr, selector->alpha()};
   }
+  HandDeferredLeavesLocked(ticket, &u, &retired);
   if (MirrorsTreesLocked()) {
     // A copy into the mirrors enqueued on another stream may still run: it
     // could write a node this kernel writes after reading the host's. Wait

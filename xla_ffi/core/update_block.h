@@ -5,6 +5,11 @@
 //
 // The kernel does what Table::UpdatePriorities does on the host, with the
 // same result bit for bit (where the device's pow agrees with the host's):
+//  0. Deferred leaves: slots the host published while an earlier update
+//     could run (Table::deferred_leaves_) get their leaf in every Prioritized
+//     tree from their record, as the host's insert would have set it, before
+//     the update's own leaves (so an entry naming one wins), bad priorities
+//     or not.
 //  1. Check: every priority decoded (Float32ToDouble) and checked
 //     (ValidPriority); every key looked up in the slot records (live, same
 //     key: a stale key's slot holds another key or none); live keys entered in
@@ -14,14 +19,18 @@
 //     (Table::RaiseDeferredError), and the result is -1.
 //  3. Leaves: each slot's last entry (later duplicates win) sets its record's
 //     priority and its leaf in every Prioritized tree (PriorityWeight).
-//  4. Parents, level by level: each changed leaf's ancestor at that level is
+//  4. Parents, level by level: each changed leaf's (deferred ones too)
+//     ancestor at that level is
 //     recomputed from its children (SumTreeLineSum), as SumTree::SetMany does.
 //     Two threads may write one parent; they write the same value.
 //  5. Counts (entries naming a live key, stale keys, the change in positive
 //     priorities) added to the report, the result written, the ticket
 //     reported through the completion ring (completion_block.h).
 // The host keeps out of the records' priorities and the Prioritized trees
-// while the kernel may run (Table::OwnPrioritiesLocked).
+// while the kernel may run (Table::OwnPrioritiesLocked), but for inserts:
+// they publish new records meanwhile (never the priority of a live one) and
+// defer their leaves. A record's key is read only after its state says live
+// (GpuUpdateLiveKey), so a stale key never matches the slot's new item.
 #pragma once
 
 #include <cstdint>
@@ -83,6 +92,8 @@ struct GpuUpdate {
   GpuUpdateTree tree[kMaxPriorityTrees];
   GpuUpdateReport* report;
   CompletionView completion;
+  const int64_t* deferred;  // deferred leaves' slots (pinned, mapped), or null
+  int64_t deferred_n;
   // The call's.
   const void* keys;
   KeyFormat key_format;
@@ -198,13 +209,31 @@ GEARJAX_HD double GpuUpdatePriority(const GpuUpdate& u, int64_t i) {
   return Float32ToDouble(static_cast<const uint32_t*>(u.priorities)[i]);
 }
 
+// A record's key if its state says live, else -1; read as the host writes
+// them (Table::PublishLocked: the key, then the state with release): the
+// state first, with acquire, so a live state is never paired with the key
+// of the item evicted before. The host writes records while the kernel runs.
+GEARJAX_HD int64_t GpuUpdateLiveKey(const SlotInfo& info) {
+#ifdef __CUDA_ARCH__
+  const SlotState state = *reinterpret_cast<const volatile SlotState*>(&info.state);
+  __threadfence_system();  // the state's load before the key's
+  if (state != SlotState::kLive) return -1;
+  return *reinterpret_cast<const volatile int64_t*>(&info.key);
+#else
+  const auto* state = reinterpret_cast<const uint8_t*>(&info.state);
+  if (__atomic_load_n(state, __ATOMIC_ACQUIRE) != static_cast<uint8_t>(SlotState::kLive)) {
+    return -1;
+  }
+  return __atomic_load_n(&info.key, __ATOMIC_RELAXED);
+#endif
+}
+
 // Slots::Find at device addresses.
 GEARJAX_HD int64_t GpuUpdateFind(const GpuUpdate& u, int64_t key) {
   if (key < 0) return -1;
   const int64_t slot = key & u.slot_mask;
   if (slot >= u.capacity) return -1;
-  const SlotInfo& info = u.info[slot];
-  return info.state == SlotState::kLive && info.key == key ? slot : -1;
+  return GpuUpdateLiveKey(u.info[slot]) == key ? slot : -1;
 }
 
 // Where `slot` sits in the hash table (linear probing from a multiplicative
@@ -233,6 +262,20 @@ GEARJAX_HD void GpuUpdateClear(const GpuUpdate& u, const GpuUpdateShared& s, int
     *s.first_bad = u.n;
     *s.live = *s.skipped = 0;
     *s.positive = 0;
+  }
+}
+
+// Phase 0, with the clearing (see the top): a deferred slot's leaf from its
+// record (live, as every deferred slot is while the kernel may run, else 0).
+GEARJAX_HD void GpuUpdateDeferredLeaves(const GpuUpdate& u, int64_t t, int64_t threads) {
+  for (int64_t j = t; j < u.deferred_n; j += threads) {
+    const int64_t slot = u.deferred[j];
+    const SlotInfo& info = u.info[slot];
+    const bool live = GpuUpdateLiveKey(info) >= 0;
+    for (int32_t k = 0; k < u.trees; ++k) {
+      GpuUpdateWrite(u.tree[k], u.offsets[0] + slot,
+                     live ? PriorityWeight(info.priority, u.tree[k].alpha) : 0.0);
+    }
   }
 }
 
@@ -281,18 +324,24 @@ GEARJAX_HD void GpuUpdateLeaves(const GpuUpdate& u, const GpuUpdateShared& s, in
                                         static_cast<unsigned long long>(positive));
 }
 
-// Phase 3, once per level from 1 to levels - 1, after the level below.
-GEARJAX_HD void GpuUpdateParents(const GpuUpdate& u, const GpuUpdateShared& s, int32_t level,
-                                 int64_t t, int64_t threads) {
-  for (int64_t i = t; i < u.n; i += threads) {
-    const int32_t slot = s.slot[i];
-    if (slot < 0) continue;
-    const int64_t node = static_cast<int64_t>(slot) >> (3 * level);  // eight children a node
-    for (int32_t k = 0; k < u.trees; ++k) {
-      const double* below = u.tree[k].nodes + u.offsets[level - 1] + node * kSumTreeFanout;
-      GpuUpdateWrite(u.tree[k], u.offsets[level] + node, SumTreeLineSum(below));
-    }
+// The ancestor at `level` of `slot`'s leaf, summed again from its children.
+GEARJAX_HD void GpuUpdateParent(const GpuUpdate& u, int64_t slot, int32_t level) {
+  const int64_t node = slot >> (3 * level);  // eight children a node
+  for (int32_t k = 0; k < u.trees; ++k) {
+    const double* below = u.tree[k].nodes + u.offsets[level - 1] + node * kSumTreeFanout;
+    GpuUpdateWrite(u.tree[k], u.offsets[level] + node, SumTreeLineSum(below));
   }
+}
+
+// Phase 3, once per level from 1 to levels - 1, after the level below: the
+// ancestors of the deferred leaves and, when the update's priorities were
+// good (`applied`), of the leaves it set.
+GEARJAX_HD void GpuUpdateParents(const GpuUpdate& u, const GpuUpdateShared& s, int32_t level,
+                                 bool applied, int64_t t, int64_t threads) {
+  for (int64_t i = t; applied && i < u.n; i += threads) {
+    if (s.slot[i] >= 0) GpuUpdateParent(u, s.slot[i], level);
+  }
+  for (int64_t j = t; j < u.deferred_n; j += threads) GpuUpdateParent(u, u.deferred[j], level);
 }
 static_assert(kSumTreeFanout == 8, "GpuUpdateParents shifts by 3 bits a level");
 
@@ -325,13 +374,17 @@ GEARJAX_HD void GpuUpdateFinish(const GpuUpdate& u, const GpuUpdateShared& s) {
 // phases as the kernel has (`shared`: GpuUpdateSharedBytes(u.n)).
 inline void EmulateGpuUpdate(const GpuUpdate& u, void* shared, int64_t threads) {
   const GpuUpdateShared s = CarveGpuUpdateShared(shared, u.n);
-  for (int64_t t = 0; t < threads; ++t) GpuUpdateClear(u, s, t, threads);
+  for (int64_t t = 0; t < threads; ++t) {
+    GpuUpdateClear(u, s, t, threads);
+    GpuUpdateDeferredLeaves(u, t, threads);
+  }
   for (int64_t t = 0; t < threads; ++t) GpuUpdateCheck(u, s, t, threads);
-  if (*s.first_bad == u.n) {
+  const bool applied = *s.first_bad == u.n;
+  if (applied) {
     for (int64_t t = 0; t < threads; ++t) GpuUpdateLeaves(u, s, t, threads);
-    for (int32_t level = 1; level < u.levels; ++level) {
-      for (int64_t t = 0; t < threads; ++t) GpuUpdateParents(u, s, level, t, threads);
-    }
+  }
+  for (int32_t level = 1; level < u.levels; ++level) {
+    for (int64_t t = 0; t < threads; ++t) GpuUpdateParents(u, s, level, applied, t, threads);
   }
   GpuUpdateFinish(u, s);
 }

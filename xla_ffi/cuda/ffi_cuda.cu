@@ -27,7 +27,9 @@
 // priorities in host memory), one kernel
 // (update.cu) applies them to the slot records and Prioritized trees in
 // mapped memory and reports its ticket through the ring; host writers keep
-// out of the priorities until it has (Table::OwnPrioritiesLocked). Otherwise
+// out of the priorities until it has (Table::OwnPrioritiesLocked), but for
+// inserts, which publish and leave their tree leaves to the next kernel or
+// the host (Table::deferred_leaves_). Otherwise
 // the keys and priorities are copied into pinned host memory and a host
 // function applies them in stream order (core/staged_update.h). Either way a
 // bad value is raised by the next call on the table.

@@ -15,16 +15,16 @@ __global__ void PriorityUpdateKernel(const GpuUpdate u) {
   const GpuUpdateShared s = CarveGpuUpdateShared(shared, u.n);
   const int64_t t = threadIdx.x, threads = blockDim.x;
   GpuUpdateClear(u, s, t, threads);
-  __syncthreads();
+  GpuUpdateDeferredLeaves(u, t, threads);
+  __syncthreads();  // deferred leaves before the update's own (which win)
   GpuUpdateCheck(u, s, t, threads);
   __syncthreads();
-  if (*s.first_bad == u.n) {  // the same for every thread after the barrier
-    GpuUpdateLeaves(u, s, t, threads);
-    __syncthreads();  // leaves (and the records) before their parents
-    for (int32_t level = 1; level < u.levels; ++level) {
-      GpuUpdateParents(u, s, level, t, threads);
-      __syncthreads();  // this level before the one above
-    }
+  const bool applied = *s.first_bad == u.n;  // the same for every thread after the barrier
+  if (applied) GpuUpdateLeaves(u, s, t, threads);
+  __syncthreads();  // leaves (and the records) before their parents
+  for (int32_t level = 1; level < u.levels; ++level) {
+    GpuUpdateParents(u, s, level, applied, t, threads);
+    __syncthreads();  // this level before the one above
   }
   if (t == 0) GpuUpdateFinish(u, s);
 }

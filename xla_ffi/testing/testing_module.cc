@@ -396,6 +396,15 @@ void DefineModule(nb::module_ m) {
       "end_gpu_sample",
       [](int64_t handle, uint64_t ticket) { Find(handle)->EndSample(ticket); }, "handle"_a,
       "ticket"_a);
+  m.def(
+      "waits_for_staged_updates",
+      [](int64_t handle, int strategy, double alpha) {
+        const SampleRequest request = Request(1, strategy, alpha, 0, 1, 0, true);
+        return Find(handle)->WaitsForStagedUpdates(request);
+      },
+      "handle"_a, "strategy"_a, "alpha"_a = 0.0,
+      "Whether the CUDA handler would wait for the stream before this GPU sample "
+      "(Table::WaitsForStagedUpdates).");
   m.def("staged_update", &StagedUpdateLikeTheGpu, "handle"_a, "keys"_a, "priorities"_a,
         "A priority update as the CUDA handler stages and applies it; returns the count.");
   m.def("emulate_gpu_select", &EmulateGpuSelect, "handle"_a, "seed"_a, "batch"_a, "strategy"_a,
