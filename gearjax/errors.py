@@ -1,10 +1,13 @@
 """What a failed table call raises, and ``table_error``, which names the failure
 whatever class carried it.
 
-A table call can fail as it runs, after its arguments were accepted, in four
+A table call can fail as it runs, after its arguments were accepted, in five
 ways: the table is closed (``"closed"``), the call could not go ahead in time
-(``"timeout"``: a rate limiter held it past its timeout, or a sample found too
-few items and does not wait), it was waiting when a signal arrived and gave
+(``"timeout"``: a rate limiter held it past its timeout), a sample asked for
+more than the table can serve and does not wait (``"shortfall"``: an empty
+table, or too few items for ``cut="full"``, ``replace=False`` or
+``max_times_sampled``, with no rate limiter or timeout 0), it was waiting
+when a signal arrived and gave
 way to it (``"interrupted"``: Ctrl-C; docs: Rate limiters), or it failed for a
 reason its message gives (``"failed"``: a NaN priority computed inside the
 program, a GPU error).
@@ -33,7 +36,7 @@ Catch both and ask ``table_error`` whether the error is a table's::
     try:
         state, batch = step(state, key)
     except (jax.errors.JaxRuntimeError, ValueError) as e:
-        if gx.table_error(e) != "timeout":
+        if gx.table_error(e) not in ("timeout", "shortfall"):
             raise
 """
 
@@ -46,12 +49,13 @@ import jax
 
 from gearjax import _gearjax
 
-TableErrorKind = Literal["closed", "timeout", "interrupted", "failed"]
+TableErrorKind = Literal["closed", "timeout", "shortfall", "interrupted", "failed"]
 
 # A failure XLA carries: its status code, then the handler's own prefix
 # (xla_ffi/ffi_common.h: FromException), whose tag says the kind.
 _CARRIED = re.compile(
-    r"\b(FAILED_PRECONDITION|INVALID_ARGUMENT): gearjax(?: \[(closed|timeout|interrupted)\])?: ")
+    r"\b(FAILED_PRECONDITION|INVALID_ARGUMENT): gearjax"
+    r"(?: \[(closed|timeout|shortfall|interrupted)\])?: ")
 
 # Raised by the Python layer for a table, writer or sharded table closed
 # before the call: the native class, so one class means "closed" everywhere.
@@ -67,8 +71,11 @@ def table_error(error: BaseException) -> TableErrorKind | None:
     Returns:
       ``"closed"`` for a call on a closed table (or writer, or sharded
       table), ``"timeout"`` for a call that could not go ahead in time (a rate
-      limiter's timeout, a sample of too few items that does not wait, an
-      insert held back), ``"interrupted"`` for a compiled call that was
+      limiter's timeout, an insert held back), ``"shortfall"`` for a sample
+      of more than the table can serve that does not wait (an empty table;
+      too few trajectories for ``cut="full"``, ``replace=False`` or
+      ``max_times_sampled``; no rate limiter, or its timeout 0),
+      ``"interrupted"`` for a compiled call that was
       waiting when a signal (Ctrl-C) arrived and gave way to it (eager calls
       raise the signal handler's ``KeyboardInterrupt`` instead), ``"failed"``
       for a call that failed as it ran for
@@ -79,6 +86,8 @@ def table_error(error: BaseException) -> TableErrorKind | None:
     """
     if isinstance(error, _gearjax.TableClosedError):
         return "closed"
+    if isinstance(error, _gearjax.TableShortfallError):
+        return "shortfall"
     if isinstance(error, _gearjax.TableTimeoutError):
         return "timeout"
     if isinstance(error, _gearjax.TableFailedEarlierError):

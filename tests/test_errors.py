@@ -43,7 +43,7 @@ def _limited_table() -> gx.Table:
 # failure -> (make the table, the kind, close the table before which call)
 FAILURES = {
     "closed": (_closed_table, "closed", 1),
-    "consumed": (_consume_once_table, "timeout", None),
+    "consumed": (_consume_once_table, "shortfall", None),
     "rate_limited": (_limited_table, "timeout", None),
 }
 
@@ -253,7 +253,7 @@ def test_the_documented_retry_loop_catches_a_timeout_on_every_call(cpu_device):
 
 def test_an_empty_table_says_so_and_what_to_do(cpu_device):
     """Sampling an empty table eagerly: the class every eager table failure
-    has (JaxRuntimeError, kind "timeout": it does not wait), a message that
+    has (JaxRuntimeError, kind "shortfall": it does not wait), a message that
     says the table is empty and how to wait for inserts, never the XLA
     runtime's DEADLINE_EXCEEDED."""
     with gx.Table({"x": gx.Column((), "float32")}, capacity=4, max_length=2) as table:
@@ -263,4 +263,37 @@ def test_an_empty_table_says_so_and_what_to_do(cpu_device):
             message = str(raised.value)
             assert "the table is empty" in message and "MinSize(1, timeout=60)" in message
             assert "DEADLINE_EXCEEDED" not in message
-            assert gx.table_error(raised.value) == "timeout"
+            assert gx.table_error(raised.value) == "shortfall"
+
+
+@pytest.mark.parametrize("call", ["cut_full", "replace_false"])
+def test_a_shortfall_that_does_not_wait_is_its_own_kind_and_one_that_waited_a_timeout(
+        cpu_device, call):
+    """Issue 49: a cut="full" sample no trajectory can serve failed as
+    "gearjax [timeout]" though nothing waited. Without waiting (no rate
+    limiter) it is a "shortfall", in the message's tag too; where a rate
+    limiter let it wait for items and none came, it is a "timeout"."""
+    args = {"cut_full": dict(window=20, cut="full"), "replace_false": dict(window=2,
+                                                                          replace=False)}[call]
+    for limiter, kind in [(None, "shortfall"), (gx.MinSize(1, timeout=0.05), "timeout")]:
+        with gx.Table(COLUMNS, capacity=8, max_length=30, rate_limiter=limiter) as table:
+            table.insert({"x": np.zeros(5, np.float32)})
+            before = table.stats()["samples"]
+            with pytest.raises(JaxRuntimeError, match=rf"gearjax \[{kind}\]: cannot sample 4 "
+                                                      r"rows: the table holds 1 trajector"):
+                table.sample(jax.random.key(0), 4, **args)
+            with pytest.raises((JaxRuntimeError, ValueError)) as raised:
+                jax.block_until_ready(jax.jit(lambda s, k, t=table: t.sample(s, k, 4, **args))(
+                    table.state(), jax.random.key(0)))
+            assert gx.table_error(raised.value) == kind
+            assert table.stats()["samples"] == before  # nothing counted
+
+
+def test_a_shortfall_raised_by_the_core_is_a_timeout_error_of_its_own_class():
+    """A native call that raises it directly (not through a program) raises
+    TableShortfallError, a TimeoutError (so code that caught the timeout it
+    was before still catches it)."""
+    assert issubclass(_gearjax.TableShortfallError, _gearjax.TableTimeoutError)
+    assert issubclass(_gearjax.TableShortfallError, TimeoutError)
+    assert gx.table_error(_gearjax.TableShortfallError("x")) == "shortfall"
+    assert gx.table_error(_gearjax.TableTimeoutError("x")) == "timeout"

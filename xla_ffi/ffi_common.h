@@ -82,6 +82,9 @@ inline xla::ffi::Error FromException(std::exception_ptr p) {
   namespace ffi = xla::ffi;
   try {
     std::rethrow_exception(p);
+  } catch (const Shortfall& e) {
+    return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
+                      std::string("gearjax [shortfall]: ") + e.what());
   } catch (const Timeout& e) {
     return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
                       std::string("gearjax [timeout]: ") + e.what());

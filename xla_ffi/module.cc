@@ -490,7 +490,9 @@ NB_MODULE(_gearjax, m) {
   // The core's failures, as subclasses of the built-in classes the docs name
   // (TimeoutError, RuntimeError, ValueError), so gearjax.table_error tells
   // them from other errors of those classes by type, never by message.
-  nb::exception<gearjax::Timeout>(m, "TableTimeoutError", PyExc_TimeoutError);
+  nb::exception<gearjax::Timeout> timeout_error(m, "TableTimeoutError", PyExc_TimeoutError);
+  // Registered after its base: nanobind tries the newest translator first.
+  nb::exception<gearjax::Shortfall>(m, "TableShortfallError", timeout_error.ptr());
   nb::exception<gearjax::Closed>(m, "TableClosedError", PyExc_RuntimeError);
   nb::exception<gearjax::FailedEarlier>(m, "TableFailedEarlierError", PyExc_ValueError);
   // A wait that gave way to a signal raises what the signal's Python handler

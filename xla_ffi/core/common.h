@@ -35,6 +35,16 @@ class Timeout : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A sample asked for more than the table can serve now and does not wait
+// (no rate limiter, or its timeout 0): an empty table, or too few eligible
+// items (cut="full", replace=False, max_times_sampled). A Timeout for code
+// that catches those (nothing waited, so it is not one to the user: its own
+// kind, "shortfall", and TableShortfallError in Python).
+class Shortfall : public Timeout {
+ public:
+  using Timeout::Timeout;
+};
+
 // A wait gave way to a signal (interrupts.h): surfaces in Python as the
 // exception the signal's handler raised (KeyboardInterrupt for Ctrl-C).
 class Interrupted : public std::runtime_error {

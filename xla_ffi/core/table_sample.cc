@@ -46,10 +46,10 @@ void Table::WaitToSampleLocked(std::unique_lock<std::mutex>& lock, const SampleR
       if (live_ == 0 && timeout == 0) {
         // Both a table without a rate limiter and one whose limiter has
         // timeout 0 land here: the message fits both.
-        throw Timeout("cannot sample: the table is empty, and sampling does not wait for inserts "
-                      "here (the table has no rate limiter, or its limiter's timeout is 0): "
-                      "insert trajectories first, or give the table a rate limiter with a "
-                      "timeout > 0, e.g. MinSize(1, timeout=60), to wait for them");
+        throw Shortfall("cannot sample: the table is empty, and sampling does not wait for "
+                        "inserts here (the table has no rate limiter, or its limiter's timeout "
+                        "is 0): insert trajectories first, or give the table a rate limiter with "
+                        "a timeout > 0, e.g. MinSize(1, timeout=60), to wait for them");
       }
       throw Timeout("cannot sample " + std::to_string(r.batch) + " items: the rate limiter held "
                     "sampling back for " + Number(timeout) + " s (" +
@@ -97,10 +97,11 @@ uint64_t Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* dra
     int64_t servable = CandidatesLocked(r);
     if (servable < n) {
       const double timeout = spec_.limiter.timeout_seconds;
-      // Too few items and no waiting: a Timeout, as an empty table is, so a
-      // caller that retries a timed-out sample retries this one too.
-      if (timeout == 0) throw Timeout(ShortfallLocked(r, servable) + " (sampling does not wait "
-                                      "here: the table has no rate limiter, or its timeout is 0)");
+      // Too few items and no waiting: a Shortfall, as an empty table is.
+      if (timeout == 0) {
+        throw Shortfall(ShortfallLocked(r, servable) + " (sampling does not wait here: the table "
+                        "has no rate limiter, or its timeout is 0)");
+      }
       const CountedWait counted(waiting_);
       const auto deadline = Clock::now() + std::chrono::duration<double>(timeout);
       const auto servable_now = [&] {
