@@ -111,6 +111,53 @@ TEST(GpuUpdate, EqualsTheHostTreesAndRecordsWithLaterDuplicatesWinning) {
   }
 }
 
+// Slots published while an earlier kernel ran: their records set, their
+// leaves still 0 (Table::deferred_leaves_). The kernel sets them from the
+// records before its own entries (one of which names a deferred slot and
+// wins), good update or refused, and sums their parents with its own.
+TEST(GpuUpdate, DeferredLeavesAreSetFromTheRecordsBeforeTheUpdatesOwnEntries) {
+  for (const bool refused : {false, true}) {
+    for (int64_t threads : {1, 5, 64}) {
+      Fixture gpu, host;
+      const std::vector<int64_t> deferred = {9, 19, 150, 151, 299};  // free slots, published
+      for (Fixture* f : {&gpu, &host}) {
+        for (int64_t slot : deferred) {
+          f->info[slot] = {(int64_t{4} << kSlotBits) | slot, 2, 1.5 + static_cast<double>(slot),
+                           0, SlotState::kLive};
+        }
+      }
+      // The host's way: the deferred leaves (from the records), then the update.
+      for (int64_t slot : deferred) {
+        host.tree_a.Set(slot, PriorityWeight(host.info[slot].priority, 1.0));
+        host.tree_b.Set(slot, PriorityWeight(host.info[slot].priority, 0.5));
+      }
+      const std::vector<int64_t> keys = {(int64_t{3} << kSlotBits) | 1,
+                                         (int64_t{4} << kSlotBits) | 150};
+      const std::vector<double> priorities = {7.0, refused ? NAN : 0.25};
+      if (!refused) {
+        for (size_t i = 0; i < keys.size(); ++i) {
+          const int64_t slot = keys[i] & ((1 << kSlotBits) - 1);
+          host.info[slot].priority = priorities[i];
+          host.tree_a.Set(slot, PriorityWeight(priorities[i], 1.0));
+          host.tree_b.Set(slot, PriorityWeight(priorities[i], 0.5));
+        }
+      }
+      GpuUpdate u = gpu.View(keys, priorities);
+      u.deferred = deferred.data();
+      u.deferred_n = static_cast<int64_t>(deferred.size());
+      RunKernel(u, threads);
+      EXPECT_EQ(gpu.updated, refused ? -1 : 2) << threads;
+      for (int64_t s = 0; s < kCapacity; ++s) EXPECT_EQ(gpu.info[s].priority, host.info[s].priority);
+      const size_t nodes = gpu.tree_a.node_count();
+      for (const auto& [g, h] :
+           {std::pair{&gpu.tree_a, &host.tree_a}, {&gpu.tree_b, &host.tree_b}}) {
+        EXPECT_EQ(0, std::memcmp(g->view().nodes, h->view().nodes, nodes * sizeof(double)))
+            << "refused " << refused << ", threads " << threads;
+      }
+    }
+  }
+}
+
 TEST(GpuUpdate, ABadPriorityChangesNothingAndReportsTheFirstBadEntry) {
   Fixture f;
   const std::vector<double> before(f.tree_a.view().nodes,
