@@ -648,7 +648,8 @@ def report(result: dict) -> str:
     m, c = result["machine"], result["config"]
     lines = [f"bench_torchrl: {m['cpu_model']}, {m['cores']} cores, "
              f"{m['total_memory_bytes'] / 2**30:.0f} GiB, python {m['python']}, "
-             + ", ".join(f"{p} {v}" for p, v in m["versions"].items()),
+             + ", ".join(f"{p} {v}" for p, v in m["versions"].items())
+             + f"; commit {m.get('commit')}, gearjax built from {m.get('gearjax_built_from')}",
              f"episodes of {LENGTH} steps (obs float32[{OBS}], action float32[{ACT}], reward, "
              f"episode and step int32); {BATCH} windows of {WINDOW} (cut='full' / strict_length), "
              f"alpha {ALPHA}, beta {BETA}; median ms per call, TorchRL/gearjax in brackets; "
@@ -713,6 +714,23 @@ def report(result: dict) -> str:
     return "\n".join(lines)
 
 
+def provenance() -> dict:
+    """The repository's commit, and which sources the gearjax measured was built
+    from (scripts/bench_torchrl_setup.sh writes that beside its environment)."""
+    import subprocess
+    import sys
+    out = {}
+    try:
+        out["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], text=True,
+                                       capture_output=True, check=True,
+                                       cwd=Path(__file__).parent).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        out["commit"] = None
+    stamp = Path(sys.prefix) / "gearjax-built"
+    out["gearjax_built_from"] = stamp.read_text().strip() if stamp.exists() else None
+    return out
+
+
 def parse_sizes(text: str) -> list[int]:
     return [int(float(s)) for s in text.split(",") if s.strip()]
 
@@ -770,7 +788,8 @@ def main(argv: list[str] | None = None) -> dict:
                          "length": LENGTH, "obs": OBS, "action": ACT, "batch": BATCH,
                          "window": WINDOW, "alpha": ALPHA, "beta": BETA, "seed": args.seed,
                          "torch_threads": torch.get_num_threads()},
-              "machine": machine_info(PACKAGES), "load_average_start": os.getloadavg(),
+              "machine": machine_info(PACKAGES, **provenance()),
+              "load_average_start": os.getloadavg(),
               "windows": {}, "transitions": {}}
     for n in sizes:
         need, have = windows_bytes(n), available_memory()

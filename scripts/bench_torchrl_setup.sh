@@ -113,9 +113,11 @@ fi
 if [ "${GEARJAX_SOURCE:-head}" = worktree ]; then
   stamp_id="worktree-$({ bash scripts/sources_hash.sh; "$py" --version; } | sha256sum | cut -c1-16)"
 else
-  stamp_id="head-$(git rev-parse HEAD)"
+  # The committed sources' trees: a commit that changes none of them reuses the build.
+  stamp_id="head-$(git rev-parse --short HEAD) trees $(git rev-parse HEAD:gearjax HEAD:xla_ffi \
+    HEAD:pyproject.toml | cut -c1-12 | tr '\n' ' ')"
 fi
-if [ "$(cat "$venv/gearjax-built" 2>/dev/null)" != "$stamp_id" ]; then
+if [ "$(cut -d' ' -f2- "$venv/gearjax-built" 2>/dev/null)" != "$(echo "$stamp_id" | cut -d' ' -f2-)" ]; then
   wheels="$venv/gearjax-wheel"
   rm -rf "$wheels"
   if [ "${GEARJAX_SOURCE:-head}" = worktree ]; then
