@@ -54,28 +54,39 @@ class ScopedHook {
 // Runs this thread's hook; true (give up) for a thread without one.
 bool GivesUp();
 
+// The count a wait compares with, the counting handler put in front first.
+// Take it before the wait can be seen (Table::waiting()): a signal sent by
+// someone who saw the wait then always counts after it. Taken later, a signal
+// sent in between was lost, and the wait ran to its deadline.
+inline uint64_t Baseline() {
+  Watch();
+  return Count();
+}
+
 // changed.wait_until(lock, deadline, done), giving way to interrupting
-// signals: looks at the count every kPoll and, when a signal arrived, asks
-// GivesUp with `lock` released; throws Interrupted("<what> was interrupted
-// by a signal") where it gives up, and otherwise waits on to the same
-// deadline. `done` runs with the lock held. Returns done() at the end.
+// signals that arrived since `seen` (Baseline): looks at the count every
+// kPoll and at once, and when a signal arrived, asks GivesUp with `lock`
+// released; throws Interrupted("<what> was interrupted by a signal") where
+// it gives up, and otherwise waits on to the same deadline. `done` runs with
+// the lock held. Returns done() at the end.
 template <typename Clock, typename Duration, typename Predicate>
 bool WaitInterruptibly(std::condition_variable& changed, std::unique_lock<std::mutex>& lock,
                        std::chrono::time_point<Clock, Duration> deadline, Predicate done,
-                       const std::string& what) {
-  Watch();
-  uint64_t seen = Count();
+                       const std::string& what, uint64_t seen) {
+  Watch();  // Python's signal.signal may have put its own in front since
   while (!done()) {
+    if (Count() != seen) {
+      seen = Count();
+      lock.unlock();
+      const bool give_up = GivesUp();
+      lock.lock();
+      if (give_up) throw Interrupted(what + " was interrupted by a signal (Ctrl-C)");
+      continue;
+    }
     const auto now = Clock::now();
     if (now >= deadline) return false;
     const std::chrono::time_point<Clock, Duration> poll_end = now + kPoll;
     changed.wait_until(lock, deadline < poll_end ? deadline : poll_end);
-    if (Count() == seen) continue;
-    seen = Count();
-    lock.unlock();
-    const bool give_up = GivesUp();
-    lock.lock();
-    if (give_up) throw Interrupted(what + " was interrupted by a signal (Ctrl-C)");
   }
   return true;
 }

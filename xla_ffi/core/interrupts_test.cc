@@ -83,7 +83,7 @@ TEST(Interrupts, AWaitWithoutAHookGivesWayWithinAPoll) {
   std::thread sender = SendLater(SIGINT, 100ms);
   const auto start = Clock::now();
   EXPECT_THROW(interrupts::WaitInterruptibly(changed, lock, start + 30s, [] { return false; },
-                                             "the test's wait"),
+                                             "the test's wait", interrupts::Baseline()),
                Interrupted);
   sender.join();
   EXPECT_LT(Clock::now() - start, 100ms + interrupts::kPoll + 200ms);
@@ -100,9 +100,27 @@ TEST(Interrupts, AHookThatWaitsOnKeepsTheDeadline) {
   std::thread sender = SendLater(SIGINT, 50ms);
   const auto start = Clock::now();
   EXPECT_FALSE(interrupts::WaitInterruptibly(changed, lock, start + 400ms,
-                                             [] { return false; }, "the test's wait"));
+                                             [] { return false; }, "the test's wait",
+                                             interrupts::Baseline()));
   sender.join();
   EXPECT_GE(Clock::now() - start, 400ms);
+}
+
+// A signal sent once the wait could be seen, but before the wait began
+// looking (the caller's thread descheduled in between): counted after the
+// baseline, so the wait gives way at once instead of at its deadline.
+TEST(Interrupts, ASignalBetweenTheBaselineAndTheWaitIsNotLost) {
+  InstallPrevious(SIGINT);
+  const uint64_t seen = interrupts::Baseline();
+  ASSERT_EQ(raise(SIGINT), 0);
+  std::mutex mu;
+  std::condition_variable changed;
+  std::unique_lock<std::mutex> lock(mu);
+  const auto start = Clock::now();
+  EXPECT_THROW(interrupts::WaitInterruptibly(changed, lock, start + 30s, [] { return false; },
+                                             "the test's wait", seen),
+               Interrupted);
+  EXPECT_LT(Clock::now() - start, interrupts::kPoll);
 }
 
 TEST(Interrupts, ARateLimitedInsertAndSampleGiveWay) {

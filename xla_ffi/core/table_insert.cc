@@ -225,12 +225,13 @@ int64_t Table::ReserveLocked(std::unique_lock<std::mutex>& lock, int64_t restore
   // Checkpoint restores bypass the limiter: they recreate state, not traffic.
   if (!restoring && !limiter_.CanInsert(LimiterStateLocked())) {
     const double timeout = spec_.limiter.timeout_seconds;
+    const uint64_t seen = interrupts::Baseline();  // before the wait can be seen
     const CountedWait counted(waiting_);
     const auto deadline = Clock::now() + std::chrono::duration<double>(timeout);
     if (!interrupts::WaitInterruptibly(
             changed_, lock, deadline,
             [&] { return closed_ || limiter_.CanInsert(LimiterStateLocked()); },
-            "an insert held back by the rate limiter")) {
+            "an insert held back by the rate limiter", seen)) {
       throw Timeout("insert timed out after " + Number(timeout) +
                     " s: the rate limiter holds inserts back until more is sampled (" +
                     limiter_.Describe(LimiterStateLocked()) + ")");

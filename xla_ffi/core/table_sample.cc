@@ -37,12 +37,14 @@ void Table::WaitToSampleLocked(std::unique_lock<std::mutex>& lock, const SampleR
   CheckOpenLocked();
   if (!limiter_.CanSample(LimiterStateLocked(), r.batch)) {
     const double timeout = spec_.limiter.timeout_seconds;
+    const uint64_t seen = interrupts::Baseline();  // before the wait can be seen
     const CountedWait counted(waiting_);
     const auto deadline = Clock::now() + std::chrono::duration<double>(timeout);
     if (!interrupts::WaitInterruptibly(
             changed_, lock, deadline,
             [&] { return closed_ || limiter_.CanSample(LimiterStateLocked(), r.batch); },
-            "a sample of " + std::to_string(r.batch) + " rows held back by the rate limiter")) {
+            "a sample of " + std::to_string(r.batch) + " rows held back by the rate limiter",
+            seen)) {
       if (live_ == 0 && timeout == 0) {
         // Both a table without a rate limiter and one whose limiter has
         // timeout 0 land here: the message fits both.
@@ -102,6 +104,7 @@ uint64_t Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* dra
         throw Shortfall(ShortfallLocked(r, servable) + " (sampling does not wait here: the table "
                         "has no rate limiter, or its timeout is 0)");
       }
+      const uint64_t seen = interrupts::Baseline();  // before the wait can be seen
       const CountedWait counted(waiting_);
       const auto deadline = Clock::now() + std::chrono::duration<double>(timeout);
       const auto servable_now = [&] {
@@ -112,7 +115,8 @@ uint64_t Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* dra
       };
       if (!interrupts::WaitInterruptibly(changed_, lock, deadline, servable_now,
                                          "a sample of " + std::to_string(n) +
-                                             " rows waiting for items it may draw")) {
+                                             " rows waiting for items it may draw",
+                                         seen)) {
         char waited[32];
         std::snprintf(waited, sizeof(waited), "%g", timeout);
         throw Timeout(ShortfallLocked(r, servable) + " (waited " + waited + " s)");
