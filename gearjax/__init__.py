@@ -30,11 +30,12 @@ from gearjax.errors import table_error
 from gearjax.rate_limiters import MinSize, SampleToInsertRatio
 from gearjax.sharded import ShardedBatch, ShardedTable
 from gearjax.state import TableState
-from gearjax.strategies import Prioritized, Recent, Strategy, Timestep, TopK, Uniform
+from gearjax.strategies import (Prioritized, PrioritizedSteps, Recent, Strategy, Timestep, TopK,
+                                Uniform)
 from gearjax.table import Table
 
 __all__ = [
-    "Batch", "CheckpointError", "Column", "MinSize", "Prioritized", "Recent",
+    "Batch", "CheckpointError", "Column", "MinSize", "Prioritized", "PrioritizedSteps", "Recent",
     "SampleToInsertRatio", "ShardedBatch", "ShardedTable", "Strategy", "Table", "TableState",
     "Timestep", "TopK", "Uniform", "table_error",
 ]

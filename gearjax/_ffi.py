@@ -21,6 +21,7 @@ from gearjax._primitives import threaded_primitive
 SAMPLE_TARGET = "gearjax_sample"
 UPDATE_PRIORITIES_TARGET = "gearjax_update_priorities"
 INSERT_BATCH_TARGET = "gearjax_insert_batch"
+UPDATE_STEP_PRIORITIES_TARGET = "gearjax_update_step_priorities"
 ONE_SIDED_SAMPLE_TARGET = "gearjax_one_sided_sample"
 
 
@@ -182,6 +183,22 @@ def update_priorities_call(state: jax.Array, keys: jax.Array, priorities: jax.Ar
     priorities) and shapes."""
     state, count = update_priorities_p.bind(state, keys, priorities,
                                             table_handle=np.int64(handle))
+    return state, count
+
+
+update_step_priorities_p = threaded_primitive(
+    "gearjax_update_step_priorities", UPDATE_STEP_PRIORITIES_TARGET,
+    lambda keys, steps, priorities, **_: [jax.core.ShapedArray((), np.int32)])
+
+
+def update_step_priorities_call(state: jax.Array, keys: jax.Array, steps: jax.Array,
+                                priorities: jax.Array, *,
+                                handle: int) -> tuple[jax.Array, jax.Array]:
+    """Sets step priorities from inside traced code (keys [B]; steps and
+    priorities [B, W]; steps < 0 skipped); returns the successor of ``state``
+    and how many keys were live. The caller has checked dtypes and shapes."""
+    state, count = update_step_priorities_p.bind(state, keys, steps, priorities,
+                                                 table_handle=np.int64(handle))
     return state, count
 
 

@@ -73,6 +73,11 @@ class SampleSpec:
         -> (state, count)``, for the same reason."""
         return self._write("update_priorities", _ffi.update_priorities_call)
 
+    def update_step_priorities_program(self) -> Callable:
+        """The same with steps, ``(state, keys, steps, priorities) -> (state,
+        count)``."""
+        return self._write("update_step_priorities", _ffi.update_step_priorities_call)
+
     def _write(self, name: str, call: Callable) -> Callable:
         program = self._writes.get(name)
         if program is None:

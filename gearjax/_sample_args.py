@@ -80,7 +80,9 @@ def normalise(batch_size: Any, window: Any, strategy: Any, pad: Any = None, cut:
     replace = _checks.flag("replace", replace)
     if not isinstance(strategy, Strategy) or type(strategy) is Strategy:
         raise TypeError(f"strategy must be gearjax.Uniform(), Timestep(), Prioritized(alpha), "
-                        f"TopK(k) or Recent(n), got {strategy!r}")
+                        f"PrioritizedSteps(alpha), TopK(k) or Recent(n), got {strategy!r}")
+    if strategy.draws_steps and window is None:
+        raise ValueError(f"{strategy!r} places a window at the drawn step: give a window")
     if not replace and strategy.ranks and batch_size > strategy.count:
         raise ValueError(f"cannot sample {batch_size} distinct trajectories (replace=False) "
                          f"from the {strategy!r} best")

@@ -16,7 +16,10 @@ carries a CRC-32 that reading verifies) holding:
   were, so a loaded table gives the same batch for the same rng key as the
   saved one;
 * ``columns/<i>.bin``: column i's steps of every trajectory, concatenated in
-  key order (only real steps, no slot padding).
+  key order (only real steps, no slot padding);
+* ``step_priorities.npy`` (version 5, tables made with ``step_priorities``,
+  whose meta says so): every trajectory's step priorities, concatenated in key
+  order; each trajectory's priority is the largest of its steps'.
 
 ``save`` captures one moment of the table: its items, counters and free slots
 are read in one hold of the table's lock (inserts still in flight are not in
@@ -47,7 +50,8 @@ Version 1 checkpoints (gearjax 0.1, whose keys were plain sequence numbers)
 load too: each key k of slot s becomes ``k << slot_bits | s``, the key layout
 of this version, which keeps their order. Versions 1 and 2 have no stamps:
 their items are stamped anew, in key order, when loaded. Versions 1 to 3
-have no max_times_sampled: they load with 0 (unlimited).
+have no max_times_sampled: they load with 0 (unlimited). Versions 1 to 4 have
+no step priorities.
 
 This module knows the native table (``gearjax._gearjax.NativeTable``), not
 ``gearjax.table``: ``Table.save`` and ``Table.load`` call into it.
@@ -76,15 +80,15 @@ from gearjax._gearjax import NativeTable
 from gearjax.columns import Column
 
 FORMAT = "gearjax-table"
-VERSION = 4
-READABLE_VERSIONS = (1, 2, 3, 4)
+VERSION = 5
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 ITEM_ARRAYS = ("keys", "slots", "lengths", "priorities", "stamps", "times_sampled",
                "free_slots")
 # The item arrays each version has.
 _VERSION_ARRAYS = {1: ("keys", "slots", "lengths", "priorities", "free_slots"),
                    2: ("keys", "slots", "lengths", "priorities", "free_slots"),
                    3: ("keys", "slots", "lengths", "priorities", "stamps", "free_slots"),
-                   4: ITEM_ARRAYS}
+                   4: ITEM_ARRAYS, 5: ITEM_ARRAYS}
 MAX_STAMP = _checks.MAX_STAMP
 STAMP_SKEW_NS = 86_400 * 10**9
 COUNTERS = ("next_sequence", "inserts", "samples", "evictions", "priority_updates")
@@ -240,7 +244,7 @@ def save(native: NativeTable, header: dict[str, Any], path: str | os.PathLike) -
     """Writes a checkpoint of `native` atomically. `header` holds the table's
     configuration as JSON values: name, columns (a list of {"name", "shape",
     "dtype", "pad"}), capacity, max_length, placement, remover, rate_limiter,
-    max_times_sampled."""
+    max_times_sampled, step_priorities."""
     path = checkpoint_path(path)
     # One moment: the items (pinned), the counters and the free slots from
     # one hold of the table's lock. Read apart, inserts in between made files
@@ -259,6 +263,11 @@ def save(native: NativeTable, header: dict[str, Any], path: str | os.PathLike) -
                 for name, array in arrays.items():
                     with zf.open(f"{name}.npy", "w") as f:
                         np.save(f, array)
+                if header.get("step_priorities"):
+                    with zf.open("step_priorities.npy", "w", force_zip64=True) as f:
+                        np.save(f, np.concatenate(
+                            [native.read_step_priorities(int(slot), int(length))
+                             for slot, length in zip(slots, lengths)] or [np.zeros(0)]))
                 for c in range(len(header["columns"])):
                     with zf.open(f"columns/{c}.bin", "w", force_zip64=True) as f:
                         for slot, length in zip(slots, lengths):
@@ -339,6 +348,7 @@ class Checkpoint:
     stamps: np.ndarray | None  # None for versions 1 and 2: stamped anew
     times_sampled: np.ndarray
     free_slots: np.ndarray
+    step_priorities: np.ndarray | None  # None: a table without step priorities
     _zip: zipfile.ZipFile
 
     def __enter__(self) -> "Checkpoint":
@@ -357,16 +367,21 @@ class Checkpoint:
         try:
             stamps = self.stamps if self.stamps is not None else np.full(len(self.keys), -1)
             step_bytes = sum(c.step_bytes for c in self.columns.values())
+            first_step = np.concatenate([[0], np.cumsum(self.lengths)])
             for items in _chunks(self.lengths, step_bytes):
                 steps = int(self.lengths[items].sum())
                 arrays = [np.frombuffer(_read_exactly(s, steps * c.step_bytes), np.uint8)
                           for s, c in zip(streams, self.columns.values())]
+                step_priorities = None if self.step_priorities is None else \
+                    np.ascontiguousarray(self.step_priorities[
+                        first_step[items.start]:first_step[items.stop]])
                 native.restore_items(arrays, *(np.ascontiguousarray(a[items], dtype)
                                                for a, dtype in ((self.lengths, np.int64),
                                                                 (self.priorities, np.float64),
                                                                 (self.keys, np.int64),
                                                                 (self.slots, np.int64),
-                                                                (stamps, np.int64))))
+                                                                (stamps, np.int64))),
+                                     steps=step_priorities)
             for key, times in zip(self.keys, self.times_sampled):
                 if times:
                     native.restore_times_sampled(int(key), int(times))
@@ -551,8 +566,12 @@ def _read(zf: zipfile.ZipFile) -> Checkpoint:
     columns = {c["name"]: Column.from_json(c) for c in meta["columns"]}
     if len(columns) != len(meta["columns"]) or not all(isinstance(n, str) and n for n in columns):
         raise CheckpointError("column names must be distinct non-empty strings")
+    keeps_steps = meta.get("step_priorities", False) if version >= 5 else False
+    if not isinstance(keeps_steps, bool):
+        raise CheckpointError("step_priorities must be true or false")
     expected = {"meta.json", *(f"{n}.npy" for n in _VERSION_ARRAYS[version]),
-                *(f"columns/{i}.bin" for i in range(len(columns)))}
+                *(f"columns/{i}.bin" for i in range(len(columns))),
+                *(("step_priorities.npy",) if keeps_steps else ())}
     missing = sorted(expected - set(zf.namelist()))
     unexpected = sorted(set(zf.namelist()) - expected)
     if missing or unexpected:
@@ -618,6 +637,17 @@ def _read(zf: zipfile.ZipFile) -> Checkpoint:
     except ValueError as e:
         raise CheckpointError(str(e)) from None
     total_steps = int(lengths.sum())
+    step_priorities = None
+    if keeps_steps:
+        step_priorities = _load_npy(zf, "step_priorities", np.dtype("<f8"), total_steps)
+        try:
+            _checks.priorities(step_priorities, "step priorities")
+        except ValueError as e:
+            raise CheckpointError(str(e)) from None
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        if num_items and not np.array_equal(np.maximum.reduceat(step_priorities, starts),
+                                            priorities):
+            raise CheckpointError("a trajectory's priority is not the largest of its steps'")
     for i, (column_name, column) in enumerate(columns.items()):
         size = zf.getinfo(f"columns/{i}.bin").file_size
         if size != total_steps * column.step_bytes:
@@ -625,5 +655,5 @@ def _read(zf: zipfile.ZipFile) -> Checkpoint:
                                   f"{total_steps * column.step_bytes}")
     return Checkpoint(name, columns, capacity, max_length, meta["placement"], meta["remover"],
                       limiter, max_times_sampled, counters, keys, slots, lengths, priorities,
-                      stamps, times_sampled, free_slots, zf)
+                      stamps, times_sampled, free_slots, step_priorities, zf)
 

@@ -27,6 +27,9 @@ class Strategy:
     # Draws among the best ``count`` items it ranks (no weights, no sum tree):
     # what the exchanges, the one-sided readers and replace=False treat apart.
     ranks = False
+    # Draws a step, which places the window (PrioritizedSteps), rather than a
+    # trajectory: selected on the host; not in sharded tables.
+    draws_steps = False
 
     @property
     def alpha(self) -> float:
@@ -100,6 +103,53 @@ class Prioritized(Strategy):
     def __post_init__(self):
         object.__setattr__(self, "alpha",
                            _checks.real("Prioritized alpha", self.alpha, 0.0, _checks.MAX_ALPHA))
+
+
+@dataclasses.dataclass(frozen=True)
+class PrioritizedSteps(Strategy):
+    """Steps in proportion to ``step_priority ** alpha``; the drawn step
+    places the window.
+
+    For tables made with ``step_priorities=True``, which keep a priority per
+    stored step (TorchRL's ``PrioritizedSliceSampler``, R2D2-style sequence
+    replay). With ``cut="start"`` the window starts at the drawn step (cut
+    at the trajectory's end, padded); with ``cut="end"`` it ends there; with
+    ``cut="full"`` the step is drawn among the starts of full windows only
+    (the first ``length - window + 1`` steps of trajectories of at least
+    ``window`` steps). ``batch.probability`` is the drawn step's
+    probability; update the sampled steps' priorities with
+    ``update_priorities(..., steps=...)``. A table keeps one step tree per
+    alpha, at most 8; a window is required.
+
+    Args:
+      alpha: the exponent of step priorities, a real number in [0, 8].
+
+    Raises:
+      TypeError: ``alpha`` is not a real number (bools are refused).
+      ValueError: ``alpha`` is outside [0, 8] (or NaN).
+
+    Examples:
+      >>> steps = gx.Table(columns, capacity=16, max_length=50, step_priorities=True)
+      >>> key0 = steps.insert({"obs": np.zeros((30, 3), np.float32),
+      ...                      "reward": np.zeros(30, np.float32)},
+      ...                     priority=np.linspace(0.0, 1.0, 30))
+      >>> s, batch = steps.sample(steps.state(), key, 8, window=4, cut="full",
+      ...                         strategy=gx.PrioritizedSteps(alpha=0.6))
+      >>> td = jnp.ones((8, 4))
+      >>> s, n = steps.update_priorities(
+      ...     s, batch.keys, td, steps=jnp.where(batch.mask, batch.timestep, -1))
+      >>> int(n)
+      8
+      >>> steps.close()
+    """
+
+    alpha: float = 1.0  # type: ignore[assignment]
+    code = _checks.STRATEGY_CODES["prioritizedsteps"]
+    draws_steps = True
+
+    def __post_init__(self):
+        object.__setattr__(self, "alpha", _checks.real("PrioritizedSteps alpha", self.alpha, 0.0,
+                                                       _checks.MAX_ALPHA))
 
 
 def _check_count(name: str, value: object) -> int:

@@ -26,7 +26,7 @@ from gearjax._signatures import first_overload
 from gearjax.batch import Batch
 from gearjax.columns import Column, host_array
 from gearjax.state import TableState
-from gearjax.strategies import Prioritized, Strategy, Uniform
+from gearjax.strategies import Prioritized, PrioritizedSteps, Strategy, Uniform
 
 if TYPE_CHECKING:
     from gearjax.writer import Writer
@@ -75,13 +75,24 @@ class Table:
         (Reverb's; 1: consume-once, for on-policy data); 0 (default) never.
         Every row counts, also within one batch. See the docs' Windows page,
         "Consume-once tables".
+      step_priorities: keep a priority per stored step too (``False``,
+        default: one per trajectory), for :class:`gearjax.PrioritizedSteps`:
+        ``insert(..., priority=)`` then takes one per step (a scalar sets
+        every step), ``update_priorities(..., steps=)`` sets the sampled
+        steps', and a trajectory's own priority (``Prioritized``, ``TopK``,
+        the ``"min_priority"`` remover, ``contents()``) is the largest of its
+        steps'. Costs 8 bytes a step of ``capacity * max_length``, and each
+        ``PrioritizedSteps`` alpha sampled a sum tree over them (about 9.1
+        bytes a step), and one more per ``cut="full"`` window width (at most
+        2 an alpha). See the docs' Strategies page, "Priorities per step".
       _key_bits: keys stay below ``2**_key_bits`` (for the shards of a
         :class:`gearjax.ShardedTable`, whose keys carry the shard above them).
 
     Raises:
       TypeError: ``columns`` is not a non-empty mapping of non-empty string
         names to :class:`Column`; ``name`` is not a string; ``capacity``,
-        ``max_length`` or ``max_times_sampled`` is not an integer;
+        ``max_length`` or ``max_times_sampled`` is not an integer,
+        ``step_priorities`` not a bool;
         ``rate_limiter`` is not ``None``, :class:`gearjax.MinSize` or
         :class:`gearjax.SampleToInsertRatio`.
       ValueError: ``capacity``, ``max_length`` or ``max_times_sampled`` is out
@@ -111,7 +122,8 @@ class Table:
     def __init__(self, columns: Mapping[str, Column], capacity: int, max_length: int, *,
                  placement: str = "auto", remover: str = "fifo",
                  rate_limiter: rate_limiters.RateLimiter | None = None, name: str = "",
-                 max_times_sampled: int = 0, _key_bits: int = 63):
+                 max_times_sampled: int = 0, step_priorities: bool = False,
+                 _key_bits: int = 63):
         if not isinstance(columns, Mapping) or not columns:
             raise TypeError("columns must be a non-empty mapping of name -> gearjax.Column")
         for column_name, column in columns.items():
@@ -129,6 +141,8 @@ class Table:
             raise TypeError(f"name must be a string, got {name!r}")
         max_times_sampled = _checks.integer("max_times_sampled", max_times_sampled, 0,
                                             _checks.MAX_BATCH)
+        if not isinstance(step_priorities, bool):
+            raise TypeError(f"step_priorities must be a bool, got {step_priorities!r}")
         limiter_args = rate_limiters.native_args(rate_limiter)
         if limiter_args[0] > capacity:
             raise ValueError(f"the rate limiter's min size ({limiter_args[0]}) exceeds "
@@ -140,15 +154,17 @@ class Table:
         self._remover = remover
         self._rate_limiter = rate_limiter
         self._max_times_sampled = max_times_sampled
+        self._step_priorities = step_priorities
         arena_bytes = capacity * max_length * sum(c.step_bytes for c in self._columns.values())
         _check_fits_in_memory(arena_bytes, _gearjax.worst_bookkeeping_bytes(
-            capacity, max_length, _checks.REMOVER_CODES[remover]))
+            capacity, max_length, _checks.REMOVER_CODES[remover], step_priorities))
         on_device = _resolve_placement(placement, arena_bytes)
         self._native = NativeTable(
             name, [(n, c.step_bytes, c.pad_step()) for n, c in self._columns.items()],
             capacity, max_length, REMOVERS[remover], *limiter_args, gpu_mapped=True,
             on_device=on_device, key_bits=_key_bits, max_times_sampled=max_times_sampled,
-            gpu_wait_seconds=GPU_WAIT_SECONDS, device=_default_gpu() if on_device else -1)
+            gpu_wait_seconds=GPU_WAIT_SECONDS, device=_default_gpu() if on_device else -1,
+            step_priorities=step_priorities)
         _exit.track(self)  # blocked calls are woken at interpreter exit
         # The one-step fast path (insert_step, Writer.append): each column's
         # element kind and step shape (xla_ffi/step_values.h).
@@ -299,7 +315,12 @@ class Table:
           ``{"key": int64[N], "length": int64[N], "priority": float64[N],
             "times_sampled": int64[N]}``, NumPy arrays, one entry per stored
             trajectory; ``times_sampled`` counts the draws counted against
-            ``max_times_sampled`` (all 0 when the table has none).
+            ``max_times_sampled`` (all 0 when the table has none). A table
+            made with ``step_priorities=True`` adds ``"step_priorities":
+            float64[sum(length)]``, every trajectory's step priorities back
+            to back in the same order
+            (``np.split(c["step_priorities"], np.cumsum(c["length"])[:-1])``
+            gives them per trajectory).
 
         Raises:
           RuntimeError: the table is closed.
@@ -308,9 +329,16 @@ class Table:
         """
         self._check_open()
         keys, slots, lengths, priorities, _, times_sampled = self._native.pin_items()
-        self._native.unpin_slots(slots)
-        return {"key": keys, "length": lengths, "priority": priorities,
-                "times_sampled": times_sampled}
+        found = {"key": keys, "length": lengths, "priority": priorities,
+                 "times_sampled": times_sampled}
+        try:
+            if self._step_priorities:
+                found["step_priorities"] = np.concatenate(
+                    [self._native.read_step_priorities(int(s), int(n))
+                     for s, n in zip(slots, lengths)] or [np.zeros(0)])
+        finally:
+            self._native.unpin_slots(slots)
+        return found
 
     def get(self, key: int) -> dict[str, np.ndarray]:
         """Returns a copy of one stored trajectory.
@@ -417,7 +445,7 @@ class Table:
         return result
 
     # ---------------------------------------------------------------- insert
-    def insert(self, trajectory: Mapping[str, Any], priority: float = 1.0) -> int:
+    def insert(self, trajectory: Mapping[str, Any], priority: Any = 1.0) -> int:
         """Copies one trajectory into the table and returns its key.
 
         Acts at once, from any thread, with the GIL released while copying;
@@ -431,7 +459,10 @@ class Table:
             ``[1, max_length]``.
           priority: 0 or a float in [2.2250738585072014e-308,
             1.0000000150474662e+30] (used by ``Prioritized``, ``TopK`` and the
-            ``"min_priority"`` remover).
+            ``"min_priority"`` remover). On a table made with
+            ``step_priorities=True``, also an array of ``T`` such values, one
+            per step (``PrioritizedSteps``; the trajectory's own priority is
+            their largest); a scalar sets every step.
 
         Returns:
           The new trajectory's key (an ``int``).
@@ -440,11 +471,13 @@ class Table:
           TypeError: ``trajectory`` is not a mapping; a column holds
             non-numeric data or data whose kind cannot convert to the
             column's dtype (float into integer, complex into real);
-            ``priority`` is not a real number.
+            ``priority`` is not a real number (or, on a table made with
+            ``step_priorities=True``, an array of them).
           ValueError: a column is missing or unknown; a column's shape is not
             ``[T, *shape]``; the columns differ in length; ``T`` is outside
             ``[1, max_length]``; a value does not fit the column's dtype;
-            ``priority`` is out of range.
+            ``priority`` is out of range; an array of priorities not of ``T``
+            of them.
           TimeoutError: the rate limiter held the insert back past its
             timeout.
           RuntimeError: the table is closed (or was closed while the insert
@@ -459,7 +492,16 @@ class Table:
         """
         self._check_open()
         arrays, length = _inserts.trajectory_bytes(self._columns, self._max_length, trajectory)
-        return self._native.insert(arrays, length, _checks.priority(priority))
+        if np.ndim(priority) == 0:
+            return self._native.insert(arrays, length, _checks.priority(priority))
+        if not self._step_priorities:
+            raise TypeError(f"priority must be a real number, got {priority!r} (one priority "
+                            f"per step needs a table made with step_priorities=True)")
+        steps = _checks.priorities(priority, "step priorities")
+        if steps.shape != (length,):
+            raise ValueError(f"step priorities must be one per step, shape ({length},); got "
+                             f"shape {steps.shape}")
+        return self._native.insert(arrays, length, float(steps.max()), steps)
 
     def _insert_checked(self, arrays: Sequence[np.ndarray], length: int, priority: float) -> int:
         """Inserts columns already checked and of the columns' dtypes (the
@@ -787,6 +829,9 @@ class Table:
         if ordered is not None:
             _call_forms.warn_ordered(ordered)
         _sample_args.check_room("a sample", args, self._columns, self._rate_limiter)
+        if isinstance(args.strategy, PrioritizedSteps) and not self._step_priorities:
+            raise ValueError("PrioritizedSteps draws steps by their own priorities: make the "
+                             "table with step_priorities=True")
         if isinstance(args.strategy, Prioritized):
             alphas = self._native.alphas()
             if args.strategy.alpha not in alphas and len(alphas) >= _checks.MAX_PRIORITY_TREES:
@@ -801,11 +846,11 @@ class Table:
 
     # ------------------------------------------------------------ priorities
     @overload
-    def update_priorities(self, state: TableState, keys: Any,
-                          priorities: Any) -> tuple[TableState, jax.Array]: ...
+    def update_priorities(self, state: TableState, keys: Any, priorities: Any, *,
+                          steps: Any = None) -> tuple[TableState, jax.Array]: ...
 
     @overload
-    def update_priorities(self, keys: Any, priorities: Any) -> Any: ...
+    def update_priorities(self, keys: Any, priorities: Any, *, steps: Any = None) -> Any: ...
 
     @first_overload
     def update_priorities(self, *args: Any, **kwargs: Any) -> Any:
@@ -833,7 +878,16 @@ class Table:
           int64 or narrower (uint64 is refused).
         * ``priorities``: real numbers (integer or floating), as many as
           ``keys``: 0 or in [2.2250738585072014e-308, 1.0000000150474662e+30]
-          (``jnp.clip(p, 0, 1e30)`` in float32 passes).
+          (``jnp.clip(p, 0, 1e30)`` in float32 passes). On a table with step
+          priorities, a trajectory's priority sets every one of its steps.
+        * ``steps`` (keyword; tables made with ``step_priorities=True``):
+          per-step priorities instead. ``keys`` is then ``[B]`` and
+          ``priorities`` and ``steps`` are ``[B, W]``: entry ``[b, j]`` sets
+          step ``steps[b, j]`` of trajectory ``keys[b]``, and a step below 0
+          is skipped (padding). For a sampled batch,
+          ``steps=jnp.where(batch.mask, batch.timestep, -1)``. A named step
+          past its trajectory's length is refused (nothing changes); each
+          trajectory's own priority becomes the largest of its steps'.
 
         Returns:
           ``count``, the number of entries whose key was still stored: an
@@ -850,7 +904,10 @@ class Table:
             state; two arguments whose first is a uint32 scalar (a state
             with its priorities forgotten, or a key that reads as one); the
             stateless form traced.
-          ValueError: ``keys`` and ``priorities`` differ in size; a priority
+          ValueError: ``keys`` and ``priorities`` differ in size (with
+            ``steps``: ``priorities`` and ``steps`` are not ``[len(keys), W]``
+            alike, the table keeps no step priorities, or a step lies past its
+            trajectory's length); a priority
             is out of range (outside jit; nothing changes); ``state`` was
             already given to another table call of the function being traced;
             an earlier GPU update failed (raised by the next call on the
@@ -875,8 +932,11 @@ class Table:
         state, args = _call_forms.split_update_state(args, kwargs)
         return self._update_priorities(state, *args, **kwargs)
 
-    def _update_priorities(self, state: TableState | None, keys: Any, priorities: Any) -> Any:
+    def _update_priorities(self, state: TableState | None, keys: Any, priorities: Any, *,
+                           steps: Any = None) -> Any:
         self._check_open()
+        if steps is not None:
+            return self._update_step_priorities(state, keys, priorities, steps)
         if state is None:
             _call_forms.eager_state(
                 "table.update_priorities(keys, priorities)",
@@ -912,6 +972,58 @@ class Table:
                 errors.reraise(e)
         return self._native.update_priorities(np.ascontiguousarray(keys, np.int64),
                                               _checks.priorities(priorities))
+
+    def _update_step_priorities(self, state: TableState | None, keys: Any, priorities: Any,
+                                steps: Any) -> Any:
+        """update_priorities(..., steps=): per-step priorities (see there)."""
+        if not self._step_priorities:
+            raise ValueError("this table keeps one priority per trajectory: steps= needs a "
+                             "table made with step_priorities=True")
+        if state is None:
+            _call_forms.eager_state(
+                "table.update_priorities(keys, priorities, steps=...)",
+                "state, count = table.update_priorities(state, keys, priorities, steps=...)")
+            order = None
+        else:
+            order = table_state.consume(state, self, self._native.handle)
+        traced = any(isinstance(x, jax.core.Tracer) for x in (state, keys, priorities, steps))
+        if state is not None and not traced:
+            jax.block_until_ready(state)
+            return state, np.int32(self._update_step_priorities(None, keys, priorities, steps))
+        xp = jnp if traced else np
+        keys, priorities, steps = xp.asarray(keys), xp.asarray(priorities), xp.asarray(steps)
+        if keys.dtype == object or not jnp.issubdtype(keys.dtype, np.integer) or \
+                keys.dtype == np.uint64:
+            raise TypeError(f"keys must be int32, uint32 or int64 (or narrower), got {keys.dtype}")
+        if steps.dtype == object or not jnp.issubdtype(steps.dtype, np.signedinteger) or \
+                steps.dtype == np.uint64:
+            raise TypeError(f"steps must be signed integers (int32 or int64, or narrower), got "
+                            f"{steps.dtype}")
+        if priorities.dtype == object or not _inserts.is_real(priorities.dtype):
+            raise TypeError(f"priorities must be real numbers, got {priorities.dtype}")
+        if keys.ndim != 1 or priorities.ndim != 2 or steps.shape != priorities.shape or \
+                priorities.shape[0] != keys.shape[0]:
+            raise ValueError(f"with steps, keys must be [B] and priorities and steps [B, W] "
+                             f"alike; got keys {keys.shape}, priorities {priorities.shape}, "
+                             f"steps {steps.shape}")
+        if traced:
+            if keys.dtype not in (jnp.int32, jnp.uint32, jnp.int64):
+                keys = keys.astype(jnp.int32)
+            if steps.dtype not in (jnp.int32, jnp.int64):
+                steps = steps.astype(jnp.int32)
+            if priorities.dtype not in (jnp.float32, jnp.float64):
+                priorities = priorities.astype(_inserts.widest_float())
+            try:
+                order, count = self._spec.update_step_priorities_program()(
+                    order, keys, steps, priorities)
+                return self._eager((order, count))
+            except ValueError as e:
+                errors.reraise(e)
+        # Padding (a step below 0) may hold anything, NaN included: not checked.
+        values = _checks.priorities(np.where(np.ravel(steps) >= 0, np.ravel(priorities), 0))
+        return self._native.update_step_priorities(
+            np.ascontiguousarray(keys, np.int64), np.ascontiguousarray(np.ravel(steps), np.int64),
+            np.ascontiguousarray(values), int(priorities.shape[1]))
 
     # ------------------------------------------------------------ persistence
     def save(self, path: str | os.PathLike) -> None:
@@ -957,6 +1069,7 @@ class Table:
             "remover": self._remover,
             "rate_limiter": rate_limiters.to_json(self._rate_limiter),
             "max_times_sampled": self._max_times_sampled,
+            "step_priorities": self._step_priorities,
         }
 
     @classmethod
@@ -999,7 +1112,9 @@ class Table:
                 table = cls(saved.columns, saved.capacity, saved.max_length,
                             placement=placement or saved.placement, remover=saved.remover,
                             rate_limiter=saved.rate_limiter, name=saved.name,
-                            max_times_sampled=saved.max_times_sampled, _key_bits=_key_bits)
+                            max_times_sampled=saved.max_times_sampled,
+                            step_priorities=saved.step_priorities is not None,
+                            _key_bits=_key_bits)
             except (TypeError, ValueError) as e:
                 raise checkpoint.CheckpointError(f"{os.fspath(path)}: the table it describes "
                                                  f"cannot be made here: {e}") from None

@@ -479,7 +479,9 @@ def _meta(change):
 
 TAMPERING = {
     "wrong-format": _meta(lambda m: m.update(format="something-else")),
-    "future-version": _meta(lambda m: m.update(version=5)),
+    "future-version": _meta(lambda m: m.update(version=6)),
+    "step-priorities-not-a-bool": _meta(lambda m: m.update(step_priorities=1)),
+    "step-priorities-member-missing": _meta(lambda m: m.update(step_priorities=True)),
     "max-times-sampled-negative": _meta(lambda m: m.update(max_times_sampled=-1)),
     "max-times-sampled-missing": _meta(lambda m: m.pop("max_times_sampled")),
     "times-sampled-without-limit": lambda items: items.update(

@@ -157,9 +157,53 @@ inline bool ReadPriorities(xla::ffi::DataType type, const void* data, size_t n,
   return true;
 }
 
+// update_priorities(..., steps=): keys [B], steps and priorities [B, W], all
+// in host memory (the CUDA handler copies them there first); returns how
+// many rows named a live key (Table::UpdateStepPriorities). Throws
+// InvalidArgument for other dtypes or shapes.
+inline int32_t UpdateStepPrioritiesOnHost(Table& table, xla::ffi::DataType key_type,
+                                          const void* keys, size_t rows,
+                                          xla::ffi::DataType step_type, const void* steps,
+                                          size_t entries, xla::ffi::DataType priority_type,
+                                          const void* priorities, size_t values) {
+  thread_local std::vector<int64_t> key_values, step_values;
+  thread_local std::vector<double> priority_values;
+  if (!ReadKeys(key_type, keys, rows, key_values)) {
+    throw InvalidArgument("keys must be int32, uint32 or int64");
+  }
+  if (!ReadKeys(step_type, steps, entries, step_values)) {
+    throw InvalidArgument("steps must be int32 or int64");
+  }
+  if (!ReadPriorities(priority_type, priorities, values, priority_values)) {
+    throw InvalidArgument("priorities must be float32 or float64");
+  }
+  if (entries != values || (rows == 0 ? entries != 0 : entries % rows != 0)) {
+    throw InvalidArgument("steps and priorities must be [keys, width] alike");
+  }
+  const int64_t width = rows == 0 ? 0 : static_cast<int64_t>(entries / rows);
+  return static_cast<int32_t>(table.UpdateStepPriorities(
+      key_values.data(), step_values.data(), priority_values.data(),
+      static_cast<int64_t>(rows), width));
+}
+
 // The order operand and result of every table call: the table state (a uint32
 // scalar the result aliases; see the file comment), never read or written.
 using Order = xla::ffi::AnyBuffer;
+
+// update_priorities(..., steps=)'s operands (order, keys, steps,
+// priorities), results (order, count) and attribute after each handler's
+// context.
+template <typename Binding>
+auto BindUpdateStepPriorities(Binding&& binding) {
+  return std::move(binding)
+      .template Arg<Order>()
+      .template Arg<xla::ffi::AnyBuffer>()
+      .template Arg<xla::ffi::AnyBuffer>()
+      .template Arg<xla::ffi::AnyBuffer>()
+      .template Ret<Order>()
+      .template Ret<xla::ffi::Buffer<xla::ffi::S32>>()
+      .template Attr<int64_t>("table_handle");
+}
 
 // The sample call's attributes, in the order every sample handler takes them
 // after its context, order operand, seed and results.

@@ -185,6 +185,18 @@ ffi::Error UpdatePrioritiesStagedImpl(UpdateState* state, Order, ffi::AnyBuffer 
   return UpdatePriorities(keys, priorities, updated, state->site);
 }
 
+ffi::Error UpdateStepPrioritiesImpl(Order, ffi::AnyBuffer keys, ffi::AnyBuffer steps,
+                                    ffi::AnyBuffer priorities, ffi::Result<Order>,
+                                    ffi::Result<ffi::Buffer<ffi::S32>> updated,
+                                    int64_t table_handle) {
+  std::shared_ptr<Table> table = MakeTableSite(table_handle).Resolve();
+  *updated->typed_data() = UpdateStepPrioritiesOnHost(
+      *table, keys.element_type(), keys.untyped_data(), keys.element_count(),
+      steps.element_type(), steps.untyped_data(), steps.element_count(),
+      priorities.element_type(), priorities.untyped_data(), priorities.element_count());
+  return ffi::Error::Success();
+}
+
 // Inserts N trajectories given as padded arrays [N, T, *step] per column (the
 // first lengths[i] steps of row i are real); see InsertBatchRows.
 ffi::Error InsertBatchImpl(Order, ffi::AnyBuffer lengths, ffi::AnyBuffer priorities,
@@ -443,5 +455,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(UpdateExecuteCpu, Guarded<&UpdatePrioritiesStagedI
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(InsertBatchCpu, Guarded<&InsertBatchImpl>::Run,
                               BindInsertBatch(ffi::Ffi::Bind()));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(UpdateStepPrioritiesCpu, Guarded<&UpdateStepPrioritiesImpl>::Run,
+                              BindUpdateStepPriorities(ffi::Ffi::Bind()));
 
 }  // namespace gearjax

@@ -54,6 +54,7 @@ struct PlatformHandlers {
   XLA_FFI_Handler *update_instantiate, *update_execute;
   XLA_FFI_Handler *insert_batch, *shard_totals, *shard_plan, *shard_tops, *shard_rank,
       *shard_serve, *shard_keys, *int64_from_words, *zeros, *one_sided_sample;
+  XLA_FFI_Handler* update_steps;
 };
 
 // The targets gearjax/_ffi.py registers for a platform, by name.
@@ -67,6 +68,7 @@ nb::dict Targets(const PlatformHandlers& h, bool stages) {
     targets["gearjax_update_priorities"] = Capsule(h.update);
   }
   targets["gearjax_insert_batch"] = Capsule(h.insert_batch);
+  targets["gearjax_update_step_priorities"] = Capsule(h.update_steps);
   targets["gearjax_shard_totals"] = Capsule(h.shard_totals);
   targets["gearjax_shard_plan"] = Capsule(h.shard_plan);
   targets["gearjax_shard_tops"] = Capsule(h.shard_tops);
@@ -86,7 +88,8 @@ const PlatformHandlers kCpuHandlers{
     SampleInstantiateCpu, SampleExecuteCpu,
     UpdateInstantiateCpu, UpdateExecuteCpu,
     InsertBatchCpu, ShardTotalsCpu, ShardPlanCpu, ShardTopsCpu, ShardRankCpu,
-    ShardServeCpu, ShardKeysCpu, Int64FromWordsCpu, ZerosCpu, OneSidedSampleCpu};
+    ShardServeCpu, ShardKeysCpu, Int64FromWordsCpu, ZerosCpu, OneSidedSampleCpu,
+    UpdateStepPrioritiesCpu};
 
 #if defined(GEARJAX_WITH_CUDA)
 const PlatformHandlers kCudaHandlers{
@@ -94,7 +97,8 @@ const PlatformHandlers kCudaHandlers{
     SampleInstantiateCuda, SampleExecuteCuda,
     UpdateInstantiateCuda, UpdateExecuteCuda,
     InsertBatchCuda, ShardTotalsCuda, ShardPlanCuda, ShardTopsCuda, ShardRankCuda,
-    ShardServeCuda, ShardKeysCuda, Int64FromWordsCuda, ZerosCuda, nullptr};
+    ShardServeCuda, ShardKeysCuda, Int64FromWordsCuda, ZerosCuda, nullptr,
+    UpdateStepPrioritiesCuda};
 #endif
 
 }  // namespace

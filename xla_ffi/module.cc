@@ -7,6 +7,7 @@
 // (testing/testing_module.cc).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
@@ -14,6 +15,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -79,7 +81,7 @@ class NativeTable {
               int64_t capacity, int64_t max_length, int remover, int64_t min_size,
               double samples_per_insert, double min_diff, double max_diff, double timeout,
               bool gpu_mapped, bool on_device, int key_bits, int64_t max_times_sampled,
-              double gpu_wait_seconds, int device) {
+              double gpu_wait_seconds, int device, bool step_priorities) {
     TableSpec spec;
     spec.name = name;
     for (const auto& [column, step_bytes, pad] : columns) {
@@ -96,6 +98,7 @@ class NativeTable {
     spec.max_times_sampled = max_times_sampled;
     spec.slot_wait_seconds = gpu_wait_seconds;
     spec.device = device;
+    spec.step_priorities = step_priorities;
     table_ = std::make_shared<Table>(std::move(spec));
     handle_ = RegisterTable(table_);
   }
@@ -113,6 +116,7 @@ class NativeTable {
   }
 
   int64_t handle() const { return handle_; }
+  bool KeepsStepPriorities() const { return table_->keeps_step_priorities(); }
   std::string name() const { return table_->spec().name; }
   int slot_bits() const { return table_->key_layout().slot_bits(); }
   int key_bits() const { return table_->key_layout().key_bits(); }
@@ -141,7 +145,14 @@ class NativeTable {
     return table_->Close(wait_seconds);
   }
 
-  int64_t Insert(const std::vector<HostArray>& sources, int64_t length, double priority) {
+  // `steps`: a priority per step (length of them) for a table that keeps
+  // them, or None.
+  int64_t Insert(const std::vector<HostArray>& sources, int64_t length, double priority,
+                 std::optional<DoubleArray> steps) {
+    if (steps && steps->shape(0) != static_cast<size_t>(length)) {
+      throw InvalidArgument("expected " + std::to_string(length) + " step priorities, got " +
+                            std::to_string(steps->shape(0)));
+    }
     if (sources.size() != static_cast<size_t>(table_->num_columns())) {
       throw InvalidArgument("expected " + std::to_string(table_->num_columns()) + " columns");
     }
@@ -160,16 +171,19 @@ class NativeTable {
       pointers.push_back(sources[c].data());
     }
     python::ReleasedGil released;  // the copy, and any wait on the limiter
-    return table_->Insert(pointers, length, priority);
+    return table_->Insert(pointers, length, priority, -1, -1, -1,
+                          steps ? steps->data() : nullptr);
   }
 
   // Restores a checkpoint's items in one call: `sources` hold each column's
   // steps of these items back to back, in item order. One GIL release for
   // them all: released per item, a load under busy Python threads waited a
   // switch interval for the GIL after each (50 s for 4,096 items).
+  // `steps`: the items' step priorities back to back (a table that keeps
+  // them), or None.
   void RestoreItems(const std::vector<HostArray>& sources, Int64Array lengths,
                     DoubleArray priorities, Int64Array keys, Int64Array slots,
-                    Int64Array stamps) {
+                    Int64Array stamps, std::optional<DoubleArray> steps) {
     const size_t n = lengths.shape(0);
     if (priorities.shape(0) != n || keys.shape(0) != n || slots.shape(0) != n ||
         stamps.shape(0) != n) {
@@ -178,25 +192,30 @@ class NativeTable {
     if (sources.size() != static_cast<size_t>(table_->num_columns())) {
       throw InvalidArgument("expected " + std::to_string(table_->num_columns()) + " columns");
     }
-    uint64_t steps = 0;
+    uint64_t steps_total = 0;
     for (size_t i = 0; i < n; ++i) {
       if (lengths.data()[i] < 1 || lengths.data()[i] > table_->spec().max_length) {
         throw InvalidArgument("trajectory length " + std::to_string(lengths.data()[i]) +
                               " is out of range");
       }
-      steps += static_cast<uint64_t>(lengths.data()[i]);
+      steps_total += static_cast<uint64_t>(lengths.data()[i]);
     }
     std::vector<const uint8_t*> at(sources.size());
     std::vector<uint64_t> step_bytes(sources.size());
     for (size_t c = 0; c < sources.size(); ++c) {
       step_bytes[c] = static_cast<uint64_t>(table_->step_bytes(static_cast<int>(c)));
-      if (sources[c].nbytes() != steps * step_bytes[c]) {
+      if (sources[c].nbytes() != steps_total * step_bytes[c]) {
         throw InvalidArgument("column '" + table_->spec().columns[c].name + "' holds " +
                               std::to_string(sources[c].nbytes()) + " bytes, expected " +
-                              std::to_string(steps * step_bytes[c]));
+                              std::to_string(steps_total * step_bytes[c]));
       }
       at[c] = static_cast<const uint8_t*>(sources[c].data());
     }
+    if (steps && steps->shape(0) != steps_total) {
+      throw InvalidArgument("expected " + std::to_string(steps_total) +
+                            " step priorities, got " + std::to_string(steps->shape(0)));
+    }
+    const double* step_at = steps ? steps->data() : nullptr;
     python::ReleasedGil released;
     std::vector<const void*> pointers(sources.size());
     for (size_t i = 0; i < n; ++i) {
@@ -205,7 +224,8 @@ class NativeTable {
         at[c] += static_cast<uint64_t>(lengths.data()[i]) * step_bytes[c];
       }
       table_->Insert(pointers, lengths.data()[i], priorities.data()[i], keys.data()[i],
-                     slots.data()[i], stamps.data()[i]);
+                     slots.data()[i], stamps.data()[i], step_at);
+      if (step_at != nullptr) step_at += lengths.data()[i];
     }
   }
 
@@ -293,6 +313,33 @@ class NativeTable {
     python::ReleasedGil released;
     return table_->UpdatePriorities(keys.data(), priorities.data(),
                                     static_cast<int64_t>(keys.shape(0)));
+  }
+
+  // Step priorities: row b of `width` entries names keys[b] (see
+  // Table::UpdateStepPriorities); `steps` and `priorities` hold rows * width.
+  int64_t UpdateStepPriorities(Int64Array keys, Int64Array steps, DoubleArray priorities,
+                               int64_t width) {
+    const size_t rows = keys.shape(0);
+    if (width < 0 || steps.shape(0) != rows * static_cast<size_t>(width) ||
+        priorities.shape(0) != steps.shape(0)) {
+      throw InvalidArgument("steps and priorities must hold width entries a key");
+    }
+    python::ReleasedGil released;
+    return table_->UpdateStepPriorities(keys.data(), steps.data(), priorities.data(),
+                                        static_cast<int64_t>(rows), width);
+  }
+
+  // The first `steps` step priorities of a pinned slot (PinItems).
+  nb::ndarray<nb::numpy, double> ReadStepPriorities(int64_t slot, int64_t steps) {
+    if (!table_->keeps_step_priorities()) throw InvalidArgument("no step priorities");
+    if (slot < 0 || slot >= table_->spec().capacity || steps < 0 ||
+        steps > table_->spec().max_length) {
+      throw InvalidArgument("bad slot or step count");
+    }
+    NewArray<double> out({static_cast<size_t>(steps)});
+    python::ReleasedGil released;
+    table_->ReadStepPriorities(slot, steps, out.data);
+    return out.array;
   }
 
   // Raises (ValueError) the error a GPU priority update could not raise in
@@ -515,10 +562,11 @@ NB_MODULE(_gearjax, m) {
       "failed its program before Python could run them.");
   m.def(
       "worst_bookkeeping_bytes",
-      [](int64_t capacity, int64_t max_length, int remover) {
-        return gearjax::WorstBookkeepingBytes(capacity, max_length, gearjax::CheckRemover(remover));
+      [](int64_t capacity, int64_t max_length, int remover, bool step_priorities) {
+        return gearjax::WorstBookkeepingBytes(capacity, max_length,
+                                              gearjax::CheckRemover(remover), step_priorities);
       },
-      "capacity"_a, "max_length"_a, "remover"_a,
+      "capacity"_a, "max_length"_a, "remover"_a, "step_priorities"_a = false,
       "Host bytes a table's bookkeeping (all but its arena) may take at its worst "
       "(core/footprint.h).");
   m.def("set_leak_warnings", &nb::set_leak_warnings, "enabled"_a,
@@ -533,11 +581,11 @@ NB_MODULE(_gearjax, m) {
       .def(nb::init<const std::string&,
                     const std::vector<std::tuple<std::string, int64_t, nb::bytes>>&, int64_t,
                     int64_t, int, int64_t, double, double, double, double, bool, bool, int,
-                    int64_t, double, int>(),
+                    int64_t, double, int, bool>(),
            "name"_a, "columns"_a, "capacity"_a, "max_length"_a, "remover"_a, "min_size"_a,
            "samples_per_insert"_a, "min_diff"_a, "max_diff"_a, "timeout"_a, "gpu_mapped"_a,
            "on_device"_a, "key_bits"_a = 63, "max_times_sampled"_a = 0,
-           "gpu_wait_seconds"_a = 60.0, "device"_a = -1)
+           "gpu_wait_seconds"_a = 60.0, "device"_a = -1, "step_priorities"_a = false)
       .def_prop_ro("handle", &NativeTable::handle)
       .def_prop_ro("name", &NativeTable::name)
       .def_prop_ro("slot_bits", &NativeTable::slot_bits)
@@ -547,9 +595,14 @@ NB_MODULE(_gearjax, m) {
       .def_prop_ro("forked_copy", &NativeTable::forked_copy)
       .def_prop_ro("waiting", &NativeTable::waiting)
       .def("close", &NativeTable::Close, "wait_seconds"_a)
-      .def("insert", &NativeTable::Insert, "sources"_a, "length"_a, "priority"_a)
+      .def("insert", &NativeTable::Insert, "sources"_a, "length"_a, "priority"_a,
+           "steps"_a = nb::none())
       .def("restore_items", &NativeTable::RestoreItems, "sources"_a, "lengths"_a,
-           "priorities"_a, "keys"_a, "slots"_a, "stamps"_a)
+           "priorities"_a, "keys"_a, "slots"_a, "stamps"_a, "steps"_a = nb::none())
+      .def_prop_ro("keeps_step_priorities", &NativeTable::KeepsStepPriorities)
+      .def("update_step_priorities", &NativeTable::UpdateStepPriorities, "keys"_a, "steps"_a,
+           "priorities"_a, "width"_a)
+      .def("read_step_priorities", &NativeTable::ReadStepPriorities, "slot"_a, "steps"_a)
       .def("set_step_formats", &NativeTable::SetStepFormats, "formats"_a)
       // .none(): None (or any object) reaches the fast path, which declines it,
       // and the general path refuses it saying why, not with the binding's

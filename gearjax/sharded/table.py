@@ -612,6 +612,9 @@ class ShardedTable:
             raise ValueError(f"a ShardedTable samples with cut='start' and replacement only "
                              f"(got cut={args.cut!r}, replace={args.replace}): sample one "
                              f"process's table (table.local) for the other modes")
+        if args.strategy.draws_steps:
+            raise ValueError(f"a ShardedTable does not sample {args.strategy!r} yet (its shards "
+                             f"keep one priority per trajectory)")
         _sample_args.check_room("a sharded sample", args, self._local.columns,
                                 self._local.rate_limiter, rows=self._processes)
         if self._transport is not None:

@@ -9,6 +9,7 @@
 #include "huge_pages.h"
 #include "limits.h"
 #include "selectors/selector.h"
+#include "selectors/step_prioritized.h"
 #include "slots.h"
 #include "sum_tree.h"
 #include "table_reports.h"
@@ -41,7 +42,8 @@ int64_t TreeBytes(int64_t leaves, bool batched) {
 
 }  // namespace
 
-int64_t WorstBookkeepingBytes(int64_t capacity, int64_t max_length, Remover remover) {
+int64_t WorstBookkeepingBytes(int64_t capacity, int64_t max_length, Remover remover,
+                              bool step_priorities) {
   const int64_t c = capacity;
   int64_t bytes = 0;
   // Slot records, the free list, and per slot: stamp, times sampled, the
@@ -62,6 +64,14 @@ int64_t WorstBookkeepingBytes(int64_t capacity, int64_t max_length, Remover remo
   bytes += c * static_cast<int64_t>(sizeof(Candidate) + 8) + TreeBytes(c, true) + c * 2 * 8;
   // A checkpoint's (or contents()'s) items, and the arrays it returns.
   bytes += c * static_cast<int64_t>(sizeof(ItemInfo) + 6 * 8 + 8);
+  if (step_priorities) {
+    // The step priorities, and each PrioritizedSteps alpha's tree over them
+    // with an update's leaves and weights (a step a leaf), and the
+    // full-window trees (selectors/step_prioritized.h).
+    const int64_t steps = c * max_length;
+    bytes += steps * 8 + kMaxPriorityTrees * (TreeBytes(steps, true) + steps * 2 * 8);
+    bytes += kMaxPriorityTrees * kMaxFullWindowTrees * TreeBytes(steps, true);
+  }
   // Large arrays are on huge pages: each may round up by one.
   bytes += 24 * static_cast<int64_t>(kHugePageSize);
   return bytes;

@@ -21,7 +21,8 @@
 namespace gearjax {
 
 // Bytes of bookkeeping at its worst, for a table of `capacity` slots of at
-// most `max_length` steps with `remover`.
-int64_t WorstBookkeepingBytes(int64_t capacity, int64_t max_length, Remover remover);
+// most `max_length` steps with `remover`, keeping a priority per step or not.
+int64_t WorstBookkeepingBytes(int64_t capacity, int64_t max_length, Remover remover,
+                              bool step_priorities = false);
 
 }  // namespace gearjax

@@ -61,6 +61,10 @@ GEARJAX_HD bool ValidPriority(double priority) {
 // bounded; an alpha takes a place only when a sample with it is admitted.
 inline constexpr int kMaxPriorityTrees = 8;
 
+// At most this many step priorities a table (capacity * max_length, with
+// step_priorities): a step tree's leaves stay within kSumTreeMaxLevels.
+inline constexpr int64_t kMaxStepPriorities = int64_t{1} << 33;
+
 // Rate limiter settings: every product the limiter forms (inserts *
 // samples_per_insert, min_size * samples_per_insert +- error_buffer) stays
 // finite and far from float64's limit with these bounds.

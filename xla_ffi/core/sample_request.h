@@ -17,11 +17,12 @@ enum class Strategy : int32_t {
   kPrioritized = 2,  // trajectories in proportion to priority ** alpha
   kTopK = 3,         // uniformly over the k highest priorities (ties: newer first)
   kRecent = 4,       // uniformly over the n newest
+  kPrioritizedSteps = 5,  // steps in proportion to their priority ** alpha (step_priorities)
 };
 
 struct SampleRequest {
   Strategy strategy = Strategy::kUniform;
-  double alpha = 0.0;  // Prioritized
+  double alpha = 0.0;  // Prioritized, PrioritizedSteps
   int64_t count = 0;   // k for TopK, n for Recent (>= 1)
   int64_t batch = 0;
   int64_t window = 0;  // steps per window; 0 means whole trajectories from step 0

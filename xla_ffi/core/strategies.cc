@@ -12,12 +12,13 @@ namespace gearjax {
 namespace {
 
 constexpr StrategyEntry kStrategies[] = {
-    // strategy, key, name, ranks, weighs_by_priority
-    {Strategy::kUniform, "uniform", "Uniform", false, false},
-    {Strategy::kTimestep, "timestep", "Timestep", false, false},
-    {Strategy::kPrioritized, "prioritized", "Prioritized", false, true},
-    {Strategy::kTopK, "topk", "TopK", true, false},
-    {Strategy::kRecent, "recent", "Recent", true, false},
+    // strategy, key, name, ranks, weighs_by_priority, draws_steps
+    {Strategy::kUniform, "uniform", "Uniform", false, false, false},
+    {Strategy::kTimestep, "timestep", "Timestep", false, false, false},
+    {Strategy::kPrioritized, "prioritized", "Prioritized", false, true, false},
+    {Strategy::kTopK, "topk", "TopK", true, false, false},
+    {Strategy::kRecent, "recent", "Recent", true, false, false},
+    {Strategy::kPrioritizedSteps, "prioritizedsteps", "PrioritizedSteps", false, true, true},
 };
 
 constexpr bool InCodeOrder() {
@@ -40,6 +41,11 @@ const StrategyEntry* FindStrategy(int64_t code) {
 bool Ranks(Strategy strategy) {
   const StrategyEntry* entry = FindStrategy(static_cast<int64_t>(strategy));
   return entry != nullptr && entry->ranks;
+}
+
+bool DrawsSteps(Strategy strategy) {
+  const StrategyEntry* entry = FindStrategy(static_cast<int64_t>(strategy));
+  return entry != nullptr && entry->draws_steps;
 }
 
 bool WeighsByPriority(const SampleRequest& request) {

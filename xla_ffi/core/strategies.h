@@ -27,6 +27,10 @@ struct StrategyEntry {
   // Draws in proportion to priority ** alpha (Prioritized): with alpha > 0,
   // only items of priority > 0 can be drawn (see WeighsByPriority).
   bool weighs_by_priority;
+  // Draws a step of a trajectory, which places the window, rather than a
+  // trajectory (PrioritizedSteps, on tables that keep a priority per step):
+  // selected on the host.
+  bool draws_steps;
 };
 
 // How many strategies are registered: their codes are 0 .. count - 1.
@@ -37,6 +41,10 @@ const StrategyEntry* FindStrategy(int64_t code);
 
 // Whether `strategy` ranks (StrategyEntry::ranks); false for an unknown one.
 bool Ranks(Strategy strategy);
+
+// Whether `strategy` draws steps (StrategyEntry::draws_steps); false for an
+// unknown one.
+bool DrawsSteps(Strategy strategy);
 
 // Whether the request draws by priorities with alpha > 0: what a priority
 // update changes, and what a table whose priorities are all 0 cannot serve.

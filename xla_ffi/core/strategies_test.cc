@@ -25,7 +25,7 @@ SampleRequest Request(Strategy s, double alpha = 0.0, int64_t count = 0) {
 }
 
 TEST(Strategies, EveryCodeHasOneEntryWithAUniqueKeyAndName) {
-  ASSERT_EQ(NumStrategies(), 5);
+  ASSERT_EQ(NumStrategies(), 6);
   std::set<std::string> keys, names;
   for (int64_t code = 0; code < NumStrategies(); ++code) {
     const StrategyEntry* entry = FindStrategy(code);
@@ -35,8 +35,10 @@ TEST(Strategies, EveryCodeHasOneEntryWithAUniqueKeyAndName) {
     keys.insert(entry->key);
     names.insert(entry->name);
   }
-  EXPECT_EQ(keys, (std::set<std::string>{"uniform", "timestep", "prioritized", "topk", "recent"}));
-  EXPECT_EQ(names, (std::set<std::string>{"Uniform", "Timestep", "Prioritized", "TopK", "Recent"}));
+  EXPECT_EQ(keys, (std::set<std::string>{"uniform", "timestep", "prioritized", "topk", "recent",
+                                          "prioritizedsteps"}));
+  EXPECT_EQ(names, (std::set<std::string>{"Uniform", "Timestep", "Prioritized", "TopK", "Recent",
+                                           "PrioritizedSteps"}));
 }
 
 TEST(Strategies, UnknownCodesAreRefused) {
@@ -53,6 +55,15 @@ TEST(Strategies, UnknownCodesAreRefused) {
 }
 
 TEST(Strategies, OnlyTopKAndRecentRankAndOnlyPrioritizedWeighsByPriority) {
+  EXPECT_FALSE(Ranks(Strategy::kPrioritizedSteps));
+  EXPECT_TRUE(WeighsByPriority(Request(Strategy::kPrioritizedSteps, 0.6)));
+  EXPECT_FALSE(WeighsByPriority(Request(Strategy::kPrioritizedSteps, 0.0)));
+  EXPECT_THROW(CheckParameters(Request(Strategy::kPrioritizedSteps, 9.0)), InvalidArgument);
+  // Only PrioritizedSteps draws steps (and so selects on the host).
+  for (int64_t code = 0; code < NumStrategies(); ++code) {
+    const auto s = static_cast<Strategy>(code);
+    EXPECT_EQ(DrawsSteps(s), s == Strategy::kPrioritizedSteps);
+  }
   EXPECT_FALSE(Ranks(Strategy::kUniform));
   EXPECT_FALSE(Ranks(Strategy::kTimestep));
   EXPECT_FALSE(Ranks(Strategy::kPrioritized));

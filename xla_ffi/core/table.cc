@@ -59,6 +59,14 @@ Table::Table(TableSpec spec)
   mapped_by_ = arena_->on_device() || arena_->mapped_by() == state_mapped ? state_mapped : nullptr;
   device_memory_ = arena_->device_memory();
   device_ordinal_ = arena_->device_ordinal();
+  if (spec_.step_priorities) {
+    if (spec_.capacity > kMaxStepPriorities / spec_.max_length) {
+      throw InvalidArgument("step_priorities keeps capacity * max_length = " +
+                            std::to_string(spec_.capacity) + " * " +
+                            std::to_string(spec_.max_length) + " priorities, over 2^33");
+    }
+    step_priority_.assign(static_cast<size_t>(spec_.capacity * spec_.max_length), 0.0);
+  }
   stamps_.assign(static_cast<size_t>(spec_.capacity), -1);
   times_sampled_.assign(static_cast<size_t>(spec_.capacity), 0);
   freed_at_.assign(static_cast<size_t>(spec_.capacity), 0);
@@ -251,6 +259,7 @@ SamplingSelector& Table::SamplingSelectorLocked(const SampleRequest& r) {
     case Strategy::kPrioritized: return PrioritizedLocked(r.alpha);
     case Strategy::kTopK: return TopKLocked();
     case Strategy::kRecent: return RecentLocked();
+    case Strategy::kPrioritizedSteps: return StepPrioritizedLocked(r.alpha);
   }
   throw InvalidArgument("unknown sampling strategy " +
                         std::to_string(static_cast<int32_t>(r.strategy)));
@@ -283,6 +292,30 @@ PrioritizedSelector& Table::PrioritizedLocked(double alpha) {
       FilledLocked(std::make_unique<PrioritizedSelector>(alpha, spec_.capacity, spec_.gpu_mapped)));
   AttachLocked(prioritized_.back().get());
   return *prioritized_.back();
+}
+
+StepPrioritizedSelector& Table::StepPrioritizedLocked(double alpha) {
+  if (!spec_.step_priorities) {
+    throw InvalidArgument("PrioritizedSteps draws steps by their own priorities: make the table "
+                          "with step_priorities=True");
+  }
+  for (auto& selector : step_prioritized_) {
+    if (selector->alpha() == alpha) return *selector;
+  }
+  if (step_prioritized_.size() >= static_cast<size_t>(kMaxPriorityTrees)) {
+    std::string alphas;
+    for (auto& selector : step_prioritized_) {
+      alphas += (alphas.empty() ? "" : ", ") + Number(selector->alpha());
+    }
+    throw InvalidArgument("a table keeps step trees for at most " +
+                          std::to_string(kMaxPriorityTrees) + " PrioritizedSteps alphas (this "
+                          "one has " + alphas + "); PrioritizedSteps(" + Number(alpha) +
+                          ") would be one more");
+  }
+  step_prioritized_.push_back(FilledLocked(std::make_unique<StepPrioritizedSelector>(
+      alpha, spec_.capacity, spec_.max_length, step_priority_.data(), &(*slots_)[0])));
+  AttachLocked(step_prioritized_.back().get());
+  return *step_prioritized_.back();
 }
 
 RecentSelector& Table::RecentLocked() {

@@ -68,6 +68,7 @@
 #include "selectors/heap.h"
 #include "selectors/length_index.h"
 #include "selectors/prioritized.h"
+#include "selectors/step_prioritized.h"
 #include "selectors/recent.h"
 #include "selectors/timestep.h"
 #include "selectors/topk.h"
@@ -128,10 +129,12 @@ class Table {
   // `restore_key` >= 0 (above every key so far, naming `restore_slot`, which
   // must be free) and bypass the limiter; `restore_stamp` >= 0 restores the
   // insertion stamp too (above every stamp so far, below kMaxStamp), -1 takes
-  // a new one. Call without the GIL: it may wait.
+  // a new one. On a table with step priorities, `steps` (length of them,
+  // each checked) sets them and `priority` is ignored for their largest;
+  // null sets every step to `priority`. Call without the GIL: it may wait.
   int64_t Insert(const std::vector<const void*>& sources, int64_t length, double priority,
                  int64_t restore_key = -1, int64_t restore_slot = -1,
-                 int64_t restore_stamp = -1);
+                 int64_t restore_stamp = -1, const double* steps = nullptr);
 
   // Insert's slot lifecycle with the copy left to the caller: `fill(slot)`
   // runs without the mutex, once the slot is reserved and no sampler can read
@@ -141,7 +144,7 @@ class Table {
   using Fill = std::function<void(int64_t slot)>;
   int64_t InsertWith(int64_t length, double priority, const Fill& fill,
                      int64_t restore_key = -1, int64_t restore_slot = -1,
-                     int64_t restore_stamp = -1);
+                     int64_t restore_stamp = -1, const double* steps = nullptr);
 
   // InsertWith for n trajectories (lengths and priorities all checked first:
   // bad input inserts nothing) with one fill per chunk of rows: the rows of a
@@ -191,10 +194,10 @@ class Table {
   bool Constrained(const SampleRequest& request) const {
     return request.cut == Cut::kFull || !request.replace || spec_.max_times_sampled > 0;
   }
-  // Whether the GPU handler must select `request` on the host: TopK, Recent
-  // and constrained requests.
+  // Whether the GPU handler must select `request` on the host: TopK, Recent,
+  // PrioritizedSteps and constrained requests.
   bool SelectsOnHost(const SampleRequest& request) const {
-    return Ranks(request.strategy) || Constrained(request);
+    return Ranks(request.strategy) || DrawsSteps(request.strategy) || Constrained(request);
   }
 
   // GPU sampling for Uniform, Timestep and Prioritized: waits on the rate
@@ -280,6 +283,22 @@ class Table {
   // on error nothing changes. Later duplicates win. Returns how many entries
   // named a live key.
   int64_t UpdatePriorities(const int64_t* keys, const double* priorities, int64_t count);
+
+  // Step priorities (a table made with step_priorities): row b names
+  // keys[b] and its `width` entries steps[b * width + j] (a step of that
+  // trajectory; < 0: skipped, as padding) and priorities[b * width + j].
+  // Every named step of a live key must lie within its trajectory, and every
+  // priority of a named step be valid, or nothing changes (InvalidArgument);
+  // rows naming no live key are skipped and counted (skipped_updates). A
+  // step named twice ends with its last entry. Each trajectory's own
+  // priority becomes the largest of its steps'. Returns the rows that named
+  // a live key.
+  int64_t UpdateStepPriorities(const int64_t* keys, const int64_t* steps,
+                               const double* priorities, int64_t rows, int64_t width);
+  // Whether the table keeps a priority per step (TableSpec::step_priorities).
+  bool keeps_step_priorities() const { return spec_.step_priorities; }
+  // The first `steps` step priorities of a pinned slot (PinItems).
+  void ReadStepPriorities(int64_t slot, int64_t steps, double* dst) const;
 
   // Errors that could not fail the call that caused them (deferred_error.h):
   // a priority update applied by a GPU stream callback keeps its error here,
@@ -384,6 +403,7 @@ class Table {
   // Each strategy's selector (SamplingSelectorLocked), created on first use.
   TimestepSelector& TimestepLocked();
   PrioritizedSelector& PrioritizedLocked(double alpha);
+  StepPrioritizedSelector& StepPrioritizedLocked(double alpha);
   RecentSelector& RecentLocked();
   TopKSelector& TopKLocked();
   LengthIndex& LengthIndexLocked();
@@ -472,8 +492,11 @@ class Table {
   // counted in writers_; AbandonLocked or PublishReservedLocked ends that.
   int64_t ReserveLocked(std::unique_lock<std::mutex>& lock, int64_t restore_slot);
   void AbandonLocked(int64_t slot, bool restoring);
+  // `steps`: the slot's step priorities (a table that keeps them), or null:
+  // every step `priority`.
   int64_t PublishReservedLocked(int64_t slot, int64_t length, double priority,
-                                int64_t restore_key, int64_t restore_stamp);
+                                int64_t restore_key, int64_t restore_stamp,
+                                const double* steps = nullptr);
   Item ItemLocked(int64_t slot) const;
   std::vector<ItemInfo> PinItemsLocked(const int64_t* keys, int64_t count);
   template <typename S>
@@ -481,8 +504,10 @@ class Table {
   void EvictLocked(int64_t slot);
   void RemoveFromSelectorsLocked(int64_t slot);
   bool IsPrioritizedLocked(const Selector* selector) const;  // one of prioritized_
+  bool IsStepPrioritizedLocked(const Selector* selector) const;  // one of step_prioritized_
+  double LargestStepPriorityLocked(int64_t slot) const;  // of its live trajectory's steps
   void PublishLocked(int64_t slot, int64_t key, int64_t length, double priority,
-                     int64_t stamp);
+                     const double* steps, int64_t stamp);
   // The trees GPU kernels may draw from: Timestep's, then each Prioritized.
   std::vector<const SumTree*> DrawTreesLocked() const;
   // Whether this table's trees get copies in GPU memory (a device table).
@@ -547,6 +572,10 @@ class Table {
   std::unique_ptr<MinPriorityHeap> min_heap_;
   std::unique_ptr<TimestepSelector> timestep_;
   std::vector<std::unique_ptr<PrioritizedSelector>> prioritized_;
+  std::vector<std::unique_ptr<StepPrioritizedSelector>> step_prioritized_;
+  // Step priorities (TableSpec::step_priorities; else empty): max_length a
+  // slot, those past a trajectory's length unused.
+  std::vector<double> step_priority_;
   std::unique_ptr<RecentSelector> recent_;
   std::unique_ptr<TopKSelector> topk_;
   std::unique_ptr<LengthIndex> lengths_;

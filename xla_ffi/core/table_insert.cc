@@ -67,14 +67,23 @@ bool Table::IsPrioritizedLocked(const Selector* selector) const {
                      [&](const auto& p) { return p.get() == selector; });
 }
 
+bool Table::IsStepPrioritizedLocked(const Selector* selector) const {
+  return std::any_of(step_prioritized_.begin(), step_prioritized_.end(),
+                     [&](const auto& p) { return p.get() == selector; });
+}
+
 void Table::PublishLocked(int64_t slot, int64_t key, int64_t length, double priority,
-                          int64_t stamp) {
+                          const double* steps, int64_t stamp) {
   // While a GPU update may run, the Prioritized trees are its: the leaves
   // wait in deferred_leaves_ and the insert does not wait for the GPU.
   const bool defer = !prioritized_.empty() && !SettledPrioritiesLocked();
   stamps_[slot] = stamp;
   last_stamp_ = stamp;
   times_sampled_[slot] = 0;
+  if (!step_priority_.empty()) {  // read by the step trees' Insert below
+    double* raw = &step_priority_[static_cast<size_t>(slot * spec_.max_length)];
+    for (int64_t t = 0; t < length; ++t) raw[t] = steps != nullptr ? steps[t] + 0.0 : priority;
+  }
   SlotInfo& info = (*slots_)[slot];
   info.key = key;
   info.length = length;
@@ -95,7 +104,8 @@ void Table::PublishLocked(int64_t slot, int64_t key, int64_t length, double prio
 }
 
 int64_t Table::Insert(const std::vector<const void*>& sources, int64_t length, double priority,
-                      int64_t restore_key, int64_t restore_slot, int64_t restore_stamp) {
+                      int64_t restore_key, int64_t restore_slot, int64_t restore_stamp,
+                      const double* steps) {
   if (sources.size() != spec_.columns.size()) {
     throw InvalidArgument("expected " + std::to_string(spec_.columns.size()) + " columns, got " +
                           std::to_string(sources.size()));
@@ -108,14 +118,26 @@ int64_t Table::Insert(const std::vector<const void*>& sources, int64_t length, d
                         static_cast<size_t>(length * step_bytes(c)));
         }
       },
-      restore_key, restore_slot, restore_stamp);
+      restore_key, restore_slot, restore_stamp, steps);
 }
 
 int64_t Table::InsertWith(int64_t length, double priority, const Fill& fill,
-                          int64_t restore_key, int64_t restore_slot, int64_t restore_stamp) {
+                          int64_t restore_key, int64_t restore_slot, int64_t restore_stamp,
+                          const double* steps) {
   if (length < 1 || length > spec_.max_length) {
     throw InvalidArgument("trajectory length " + std::to_string(length) + " is outside [1, " +
                           std::to_string(spec_.max_length) + "]");
+  }
+  if (steps != nullptr) {
+    if (!spec_.step_priorities) {
+      throw InvalidArgument("this table keeps one priority per trajectory: make it with "
+                            "step_priorities=True to give one per step");
+    }
+    priority = 0.0;  // the trajectory's own: the largest of its steps'
+    for (int64_t t = 0; t < length; ++t) {
+      if (!ValidPriority(steps[t])) CheckPriority(steps[t], "step " + std::to_string(t));
+      priority = std::max(priority, steps[t] + 0.0);
+    }
   }
   CheckPriority(priority, "the priority");
   priority += 0.0;  // -0.0 -> 0.0
@@ -152,7 +174,7 @@ int64_t Table::InsertWith(int64_t length, double priority, const Fill& fill,
     AbandonLocked(slot, restoring);
     throw Closed("the table was closed during the insert");
   }
-  return PublishReservedLocked(slot, length, priority, restore_key, restore_stamp);
+  return PublishReservedLocked(slot, length, priority, restore_key, restore_stamp, steps);
 }
 
 int64_t Table::InsertManyWith(int64_t n, const int64_t* lengths, const double* priorities,
@@ -289,7 +311,8 @@ void Table::AbandonLocked(int64_t slot, bool restoring) {
 }
 
 int64_t Table::PublishReservedLocked(int64_t slot, int64_t length, double priority,
-                                     int64_t restore_key, int64_t restore_stamp) {
+                                     int64_t restore_key, int64_t restore_stamp,
+                                     const double* steps) {
   const bool restoring = restore_key >= 0;
   --writers_;
   const int64_t sequence = restoring ? key_layout_.Sequence(restore_key) : counters_.next_sequence;
@@ -303,7 +326,7 @@ int64_t Table::PublishReservedLocked(int64_t slot, int64_t length, double priori
                           .count();
   const int64_t stamp = restoring && restore_stamp >= 0 ? restore_stamp
                                                          : std::max(now, last_stamp_ + 1);
-  PublishLocked(slot, key, length, priority, stamp);
+  PublishLocked(slot, key, length, priority, steps, stamp);
   changed_.notify_all();
   return key;
 }

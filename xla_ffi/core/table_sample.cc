@@ -31,6 +31,15 @@ void Table::CheckRequest(const SampleRequest& r) const {
     throw InvalidArgument("unknown window cut " + std::to_string(static_cast<int32_t>(r.cut)));
   }
   CheckParameters(r);
+  if (DrawsSteps(r.strategy)) {
+    if (!spec_.step_priorities) {
+      throw InvalidArgument("PrioritizedSteps draws steps by their own priorities: make the "
+                            "table with step_priorities=True");
+    }
+    if (r.window == 0) {
+      throw InvalidArgument("PrioritizedSteps places a window at the drawn step: give a window");
+    }
+  }
 }
 
 void Table::WaitToSampleLocked(std::unique_lock<std::mutex>& lock, const SampleRequest& r) {
@@ -91,10 +100,15 @@ uint64_t Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* dra
   // Draws read (and max_times_sampled removals write) the priority trees.
   OwnPrioritiesLocked();
   const bool constrained = Constrained(r);
-  const bool fast_full = r.cut == Cut::kFull && r.window > 0 && r.replace &&
-                         spec_.max_times_sampled == 0 &&
-                         (r.strategy == Strategy::kUniform || r.strategy == Strategy::kTimestep) &&
-                         SelectFullLocked(r, seed, u.data(), selections.data());
+  const bool full_with_replacement =
+      r.cut == Cut::kFull && r.window > 0 && r.replace && spec_.max_times_sampled == 0;
+  const bool fast_full =
+      full_with_replacement &&
+      (((r.strategy == Strategy::kUniform || r.strategy == Strategy::kTimestep) &&
+        SelectFullLocked(r, seed, u.data(), selections.data())) ||
+       (DrawsSteps(r.strategy) &&
+        StepPrioritizedLocked(r.alpha).SelectFull({seed, u.data(), n, r.count, {}}, r.window,
+                                                   selections.data())));
   if (constrained && !fast_full) {
     int64_t servable = CandidatesLocked(r);
     if (servable < n) {
@@ -124,6 +138,11 @@ uint64_t Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* dra
       CheckOpenLocked();
     }
     constrained_.Draw(candidates_, u.data(), n, selections.data());
+    // A selector that draws steps chooses each row's within its item, from
+    // the words the cut would take (it places the window instead).
+    for (int64_t b = 0; b < n; ++b) u[b] = UniformFromBits(words[b].w[2], words[b].w[3]);
+    SamplingSelectorLocked(r).PlaceDrawnSteps(&(*slots_)[0], r.cut == Cut::kFull ? r.window : 0,
+                                              u.data(), selections.data(), n);
   } else if (!fast_full) {
     SelectLocked(r, seed, u.data(), selections.data());
   }
@@ -147,7 +166,10 @@ uint64_t Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* dra
     d.slot = slot;
     d.key = info.key;
     d.length = info.length;
-    const WindowCut cut = CutWindow(r.cut, d.length, r.window, words[b].w[2], words[b].w[3]);
+    const WindowCut cut =
+        selections[b].step >= 0
+            ? WindowAtStep(r.cut, d.length, r.window, selections[b].step)
+            : CutWindow(r.cut, d.length, r.window, words[b].w[2], words[b].w[3]);
     d.start = cut.start;
     d.valid = cut.valid;
     d.table_size = live_;

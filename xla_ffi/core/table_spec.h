@@ -32,6 +32,10 @@ struct TableSpec {
   // for another stream's (they finish in microseconds to milliseconds
   // unless a GPU stream stalls or failed).
   double slot_wait_seconds = 60.0;
+  // Keep a priority per step as well (PrioritizedSteps draws by them; a
+  // trajectory's own priority is then the largest of its steps'):
+  // 8 bytes a step of capacity * max_length.
+  bool step_priorities = false;
 };
 
 }  // namespace gearjax

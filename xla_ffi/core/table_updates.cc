@@ -8,6 +8,7 @@
 #include <new>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "limits.h"
 #include "prefetch.h"
@@ -41,6 +42,10 @@ int64_t Table::UpdatePriorities(const int64_t* keys, const double* priorities, i
     update_after_.push_back(priorities[i] + 0.0);  // -0.0 -> 0.0
     positive_ += (update_after_.back() > 0) - (info.priority > 0);
     info.priority = update_after_.back();
+    if (!step_priority_.empty()) {  // every step of it (the step trees read them)
+      double* raw = &step_priority_[static_cast<size_t>(slot * spec_.max_length)];
+      std::fill(raw, raw + info.length, info.priority);
+    }
   }
   const int64_t updated = static_cast<int64_t>(update_before_.size());
   for (Selector* selector : priority_selectors_) {
@@ -48,6 +53,124 @@ int64_t Table::UpdatePriorities(const int64_t* keys, const double* priorities, i
   }
   counters_.priority_updates += updated;
   return updated;
+}
+
+int64_t Table::UpdateStepPriorities(const int64_t* keys, const int64_t* steps,
+                                    const double* priorities, int64_t rows, int64_t width) {
+  if (!spec_.step_priorities) {
+    throw InvalidArgument("this table keeps one priority per trajectory: step priorities need "
+                          "a table made with step_priorities=True");
+  }
+  for (int64_t e = 0; e < rows * width; ++e) {
+    if (steps[e] < 0) continue;
+    if (steps[e] >= spec_.max_length) {
+      throw InvalidArgument("entry " + std::to_string(e) + " names step " +
+                            std::to_string(steps[e]) + ", past max_length " +
+                            std::to_string(spec_.max_length));
+    }
+    if (!ValidPriority(priorities[e])) CheckPriority(priorities[e], "entry " + std::to_string(e));
+  }
+  auto lock = Lock();
+  CheckOpenLocked();
+  OwnPrioritiesLocked();
+  // First every named step of a live key within its trajectory, or nothing.
+  for (int64_t b = 0; b < rows; ++b) {
+    const int64_t slot = slots_->Find(keys[b]);
+    if (slot < 0) continue;
+    const int64_t length = (*slots_)[slot].length;
+    for (int64_t j = 0; j < width; ++j) {
+      const int64_t step = steps[b * width + j];
+      if (step >= length) {
+        throw InvalidArgument("row " + std::to_string(b) + " names step " +
+                              std::to_string(step) + " of key " + std::to_string(keys[b]) +
+                              ", which has " + std::to_string(length) + " steps");
+      }
+    }
+  }
+  // Each row's slot, the largest value it wrote, and whether it may have
+  // lowered its trajectory's largest (wrote below a step that held it).
+  struct Written {
+    int64_t slot;
+    double largest;
+    bool lowered;
+  };
+  std::vector<int64_t> leaves;
+  std::vector<Written> written;
+  int64_t updated = 0;
+  for (int64_t b = 0; b < rows; ++b) {
+    const int64_t slot = slots_->Find(keys[b]);
+    if (slot < 0) {
+      if (keys[b] >= 0) ++skipped_updates_;
+      continue;
+    }
+    ++updated;
+    Written w{slot, 0.0, false};
+    const double held = (*slots_)[slot].priority;
+    for (int64_t j = 0; j < width; ++j) {
+      const int64_t step = steps[b * width + j];
+      if (step < 0) continue;
+      const int64_t leaf = slot * spec_.max_length + step;
+      double& raw = step_priority_[static_cast<size_t>(leaf)];
+      const double value = priorities[b * width + j] + 0.0;
+      w.lowered |= raw == held && value < held;
+      w.largest = std::max(w.largest, value);
+      raw = value;
+      leaves.push_back(leaf);
+    }
+    written.push_back(w);
+  }
+  for (auto& selector : step_prioritized_) {
+    selector->SetSteps(leaves.data(), static_cast<int64_t>(leaves.size()));
+  }
+  // Each trajectory's own priority: the largest of its steps'. Read again
+  // only where a write may have lowered it (a window rarely holds it).
+  std::sort(written.begin(), written.end(),
+            [](const Written& x, const Written& y) { return x.slot < y.slot; });
+  update_before_.clear();
+  update_after_.clear();
+  for (size_t i = 0; i < written.size();) {
+    const int64_t slot = written[i].slot;
+    bool lowered = false;
+    double largest_written = 0.0;
+    for (; i < written.size() && written[i].slot == slot; ++i) {
+      lowered |= written[i].lowered;
+      largest_written = std::max(largest_written, written[i].largest);
+    }
+    SlotInfo& info = (*slots_)[slot];
+    const double largest =
+        lowered ? LargestStepPriorityLocked(slot) : std::max(info.priority, largest_written);
+    if (largest == info.priority) continue;
+    update_before_.push_back({slot, info.key, info.length, info.priority});
+    update_after_.push_back(largest);
+    positive_ += (largest > 0) - (info.priority > 0);
+    info.priority = largest;
+  }
+  for (Selector* selector : priority_selectors_) {
+    if (IsStepPrioritizedLocked(selector)) continue;  // set step by step above
+    selector->UpdatePriorities(update_before_.data(), update_after_.data(),
+                               static_cast<int64_t>(update_before_.size()));
+  }
+  counters_.priority_updates += updated;
+  return updated;
+}
+
+double Table::LargestStepPriorityLocked(int64_t slot) const {
+  const double* raw = &step_priority_[static_cast<size_t>(slot * spec_.max_length)];
+  const int64_t length = (*slots_)[slot].length;
+  // Four running maxima: one would wait for the last at every step.
+  double m[4] = {0.0, 0.0, 0.0, 0.0};
+  int64_t t = 0;
+  for (; t + 4 <= length; t += 4) {
+    for (int k = 0; k < 4; ++k) m[k] = raw[t + k] > m[k] ? raw[t + k] : m[k];
+  }
+  for (; t < length; ++t) m[0] = raw[t] > m[0] ? raw[t] : m[0];
+  return std::max(std::max(m[0], m[1]), std::max(m[2], m[3]));
+}
+
+void Table::ReadStepPriorities(int64_t slot, int64_t steps, double* dst) const {
+  auto lock = Lock();
+  const double* raw = &step_priority_[static_cast<size_t>(slot * spec_.max_length)];
+  std::copy(raw, raw + steps, dst);
 }
 
 bool Table::WaitsForStagedUpdates(const SampleRequest& r) const {

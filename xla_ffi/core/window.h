@@ -61,6 +61,19 @@ GEARJAX_HD WindowCut CutWindow(Cut cut, int64_t length, int64_t window, uint32_t
   return WindowCut{drawn, remaining < window ? remaining : window};
 }
 
+// The window a drawn step places (PrioritizedSteps): it starts there
+// (kStart, cut at the trajectory's end; kFull, where the step is at most
+// length - window), or ends there (kEnd, cut at the trajectory's start).
+GEARJAX_HD WindowCut WindowAtStep(Cut cut, int64_t length, int64_t window, int64_t step) {
+  if (length <= 0 || step < 0 || step >= length) return WindowCut{0, 0};
+  if (cut == Cut::kEnd) {
+    const int64_t start = step - window + 1 > 0 ? step - window + 1 : 0;
+    return WindowCut{start, step - start + 1};
+  }
+  const int64_t remaining = length - step;
+  return WindowCut{step, remaining < window ? remaining : window};
+}
+
 // The first output position holding a real step of a row of `width` steps
 // with `valid` real ones, padded on the left or the right.
 GEARJAX_HD int64_t WindowOffset(int64_t valid, int64_t width, bool pad_left) {

@@ -348,6 +348,37 @@ ffi::Error UpdatePrioritiesStagedImpl(cudaStream_t stream, UpdateStateCuda* stat
   return UpdatePriorities(stream, keys, priorities, updated, state->site);
 }
 
+// update_priorities(..., steps=): the operands come to the host (one
+// synchronisation), the table applies them there, and the count goes back
+// (a second): step tables select on the host anyway.
+ffi::Error UpdateStepPrioritiesCudaImpl(cudaStream_t stream, Order, ffi::AnyBuffer keys,
+                                        ffi::AnyBuffer steps, ffi::AnyBuffer priorities,
+                                        ffi::Result<Order>,
+                                        ffi::Result<ffi::Buffer<ffi::S32>> updated,
+                                        int64_t table_handle) {
+  std::shared_ptr<Table> table = LookUpTableForThisGpu(table_handle);
+  std::vector<uint8_t> raw_keys, raw_steps, raw_priorities;
+  Count(HostWork::kCopy, 3);
+  if (!CopyToHost(keys, raw_keys, stream) || !CopyToHost(steps, raw_steps, stream) ||
+      !CopyToHost(priorities, raw_priorities, stream)) {
+    return Fail(CudaError("copying a step priority update to the host", cudaGetLastError()));
+  }
+  Count(HostWork::kSync);
+  cudaError_t error = cudaStreamSynchronize(stream);
+  if (error != cudaSuccess) return Fail(CudaError("copying a step priority update", error));
+  const int32_t count = UpdateStepPrioritiesOnHost(
+      *table, keys.element_type(), raw_keys.data(), keys.element_count(), steps.element_type(),
+      raw_steps.data(), steps.element_count(), priorities.element_type(),
+      raw_priorities.data(), priorities.element_count());
+  Count(HostWork::kCopy);
+  Count(HostWork::kSync);
+  error = cudaMemcpyAsync(updated->typed_data(), &count, sizeof(count), cudaMemcpyHostToDevice,
+                          stream);
+  if (error == cudaSuccess) error = cudaStreamSynchronize(stream);  // `count` lives here
+  if (error != cudaSuccess) return Fail(CudaError("writing a step update's count", error));
+  return ffi::Error::Success();
+}
+
 // Inserts N trajectories given as device arrays [N, T, *step] per column (see
 // the file comment and InsertBatchRows).
 ffi::Error InsertBatchCudaImpl(cudaStream_t stream, Order, ffi::AnyBuffer lengths,
@@ -490,6 +521,11 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(UpdateExecuteCuda, Guarded<&UpdatePrioritiesStaged
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(InsertBatchCuda, Guarded<&InsertBatchCudaImpl>::Run,
                               BindInsertBatch(ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(UpdateStepPrioritiesCuda,
+                              Guarded<&UpdateStepPrioritiesCudaImpl>::Run,
+                              BindUpdateStepPriorities(ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()));
 
 }  // namespace gearjax

@@ -42,6 +42,7 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(SampleExecuteCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(UpdateInstantiateCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(UpdateExecuteCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(InsertBatchCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(UpdateStepPrioritiesCuda);
 // The xla exchange's steps of a ShardedTable (ffi_cuda_shard.cu).
 XLA_FFI_DECLARE_HANDLER_SYMBOL(ShardTotalsCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(ShardTopsCuda);

@@ -32,10 +32,13 @@ struct Item {
   double priority;
 };
 
-// One drawn row: the slot, and the probability with which it was drawn.
+// One drawn row: the slot, the probability with which it was drawn, and for
+// selectors that draw steps (step_prioritized.h) the step that places its
+// window (-1: the cut places it).
 struct Selection {
   int64_t slot;
   double probability;
+  int64_t step = -1;
 };
 
 class Selector {
@@ -122,6 +125,17 @@ class SamplingSelector : public Selector {
   // the order the draw takes them: slot order, or best first for TopK and
   // Recent, which list their best `count` eligible items only.
   virtual void ListCandidates(const CandidateScan& scan, std::vector<Candidate>* out) const = 0;
+  // Rows a constrained sample drew among ListCandidates' items: a selector
+  // that draws steps chooses each row's step within its item (u[b], a
+  // uniform a row) and scales its probability; others leave them.
+  virtual void PlaceDrawnSteps(const SlotInfo* slots, int64_t full_window, const double* u,
+                               Selection* rows, int64_t n) const {
+    (void)slots;
+    (void)full_window;
+    (void)u;
+    (void)rows;
+    (void)n;
+  }
 };
 
 // A uniform index in [0, n) from u in [0, 1): the rank TopK and Recent draw.

@@ -1,0 +1,338 @@
+"""Priorities per step (issue 49): tables made with ``step_priorities=True``
+keep a priority for every stored step, ``gx.PrioritizedSteps(alpha)`` draws a
+step in proportion to ``priority ** alpha`` and places the window there
+(TorchRL's PrioritizedSliceSampler), and ``update_priorities(..., steps=)``
+sets the sampled steps' priorities, eagerly, in jit and in scan; checkpoints
+keep them. Bad input changes nothing."""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+import gearjax as gx
+from gearjax import _gearjax
+
+COLUMNS = {"x": gx.Column((), "float32")}
+JaxRuntimeError = jax.errors.JaxRuntimeError
+
+
+def step_table(capacity: int = 8, max_length: int = 10, **kwargs) -> gx.Table:
+    return gx.Table(COLUMNS, capacity=capacity, max_length=max_length, step_priorities=True,
+                    placement="host", **kwargs)
+
+
+def insert(table: gx.Table, length: int, priority) -> int:
+    """A trajectory whose column holds its step numbers."""
+    return table.insert({"x": np.arange(length, dtype=np.float32)}, priority=priority)
+
+
+def steps_of(table: gx.Table, key: int) -> np.ndarray:
+    """contents()'s step priorities of one trajectory."""
+    c = table.contents()
+    per_trajectory = np.split(c["step_priorities"], np.cumsum(c["length"])[:-1])
+    return per_trajectory[list(c["key"]).index(key)]
+
+
+def draw(table, n, window, cut="start", alpha=1.0, seed=0, **kwargs):
+    batch = table.sample(jax.random.key(seed), n, window, gx.PrioritizedSteps(alpha), cut=cut,
+                         **kwargs)
+    return (np.asarray(batch.keys), np.asarray(batch.start), np.asarray(batch.probability),
+            np.asarray(batch.mask), np.asarray(batch["x"]))
+
+
+@pytest.fixture
+def two():
+    """Two trajectories: a = 6 steps [1, 2, 0, 0, 4, 1], b = 4 steps of 0.5."""
+    table = step_table()
+    a = insert(table, 6, np.array([1.0, 2.0, 0.0, 0.0, 4.0, 1.0]))
+    b = insert(table, 4, 0.5)
+    yield table, a, b
+    table.close()
+
+
+def expected_start_probabilities(weights: dict[int, np.ndarray], eligible) -> dict:
+    """(key, start) -> probability: each step's weight over the total of the
+    eligible steps (eligible(key, step) says which may start a window)."""
+    total = sum(w[s] for k, w in weights.items() for s in range(len(w)) if eligible(k, s))
+    return {(k, s): w[s] / total for k, w in weights.items() for s in range(len(w))
+            if eligible(k, s) and w[s] > 0}
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.5])
+def test_steps_are_drawn_in_proportion_to_their_weight_and_start_the_window(two, alpha):
+    table, a, b = two
+    weights = {a: np.array([1.0, 2.0, 0.0, 0.0, 4.0, 1.0]) ** alpha, b: np.full(4, 0.5 ** alpha)}
+    weights[a][2:4] = 0.0  # priority 0 weighs 0 for alpha > 0
+    expected = expected_start_probabilities(weights, lambda k, s: True)
+    keys, start, probability, mask, x = draw(table, 20000, 3, alpha=alpha)
+    drawn = list(zip(keys.tolist(), start.tolist()))
+    assert set(drawn) <= set(expected), "a step of priority 0 started a window"
+    np.testing.assert_allclose(probability, [expected[d] for d in drawn], rtol=1e-6)
+    counts = np.array([drawn.count(d) for d in expected])
+    assert stats.chisquare(counts, np.array(list(expected.values())) * len(drawn)).pvalue > 1e-4
+    # The window starts at the drawn step, cut at the trajectory's end (left-padded).
+    row = drawn.index((a, 4))
+    assert mask[row].tolist() == [False, True, True] and x[row, 1:].tolist() == [4.0, 5.0]
+
+
+def test_cut_end_ends_the_window_at_the_drawn_step(two):
+    table, a, _ = two
+    keys, start, _, mask, x = draw(table, 4000, 3, cut="end")
+    rows = np.flatnonzero(keys == a)
+    last = start[rows] + mask[rows].sum(axis=1) - 1
+    assert set(last.tolist()) == {0, 1, 4, 5}  # the steps of positive priority
+    row = rows[np.flatnonzero(last == 1)[0]]
+    assert mask[row].tolist() == [False, True, True] and x[row, 1:].tolist() == [0.0, 1.0]
+
+
+def test_cut_full_draws_among_the_starts_of_full_windows(two):
+    table, a, b = two
+    weights = {a: np.array([1.0, 2.0, 0.0, 0.0, 4.0, 1.0]), b: np.full(4, 0.5)}
+    window = 4
+    lengths = {a: 6, b: 4}
+    expected = expected_start_probabilities(weights, lambda k, s: s <= lengths[k] - window)
+    keys, start, probability, mask, _ = draw(table, 20000, window, cut="full")
+    drawn = list(zip(keys.tolist(), start.tolist()))
+    assert set(drawn) == set(expected)  # (a, 0), (a, 1), (b, 0): step 4 of a is past them
+    assert mask.all()
+    np.testing.assert_allclose(probability, [expected[d] for d in drawn], rtol=1e-6)
+    counts = np.array([drawn.count(d) for d in expected])
+    assert stats.chisquare(counts, np.array(list(expected.values())) * len(drawn)).pvalue > 1e-4
+
+
+def test_without_replacement_rows_are_distinct_trajectories(two):
+    table, a, b = two
+    keys, start, probability, _, _ = draw(table, 2, 2, replace=False)
+    assert sorted(keys.tolist()) == sorted([a, b])
+    with pytest.raises(JaxRuntimeError, match="can serve only 2"):
+        draw(table, 3, 2, replace=False)
+
+
+def test_alpha_zero_draws_every_stored_step_alike(two):
+    table, a, b = two
+    keys, start, probability, _, _ = draw(table, 5000, 1, alpha=0.0)
+    np.testing.assert_allclose(probability, 1 / 10)  # 6 + 4 steps, priority 0 included
+    assert len(set(zip(keys.tolist(), start.tolist()))) == 10
+
+
+def test_a_trajectory_s_priority_is_the_largest_of_its_steps(two):
+    table, a, b = two
+    c = table.contents()
+    assert dict(zip(c["key"].tolist(), c["priority"].tolist())) == {a: 4.0, b: 0.5}
+    np.testing.assert_array_equal(steps_of(table, b), np.full(4, 0.5))
+    # Prioritized draws trajectories by it (and a trajectory update sets every step).
+    keys = np.asarray(table.sample(jax.random.key(0), 2000, 1, gx.Prioritized(1.0)).keys)
+    assert abs((keys == a).mean() - 4.0 / 4.5) < 0.03
+    assert table.update_priorities(np.array([a]), np.array([3.0])) == 1
+    np.testing.assert_array_equal(steps_of(table, a), np.full(6, 3.0))
+
+
+def test_step_updates_in_every_form_set_the_named_steps(two):
+    table, a, b = two
+    # Eager, stateless: padding (step -1) is skipped, its NaN never looked at.
+    assert table.update_priorities(np.array([a]), np.array([[9.0, np.nan, 7.0]]),
+                                   steps=np.array([[1, -1, 2]])) == 1
+    np.testing.assert_array_equal(steps_of(table, a), [1, 9, 7, 0, 4, 1])
+    # The state form eagerly, then in jit, then in scan.
+    state, n = table.update_priorities(table.state(), jnp.array([b]), jnp.array([[2.0]]),
+                                       steps=jnp.array([[3]]))
+    assert int(n) == 1 and steps_of(table, b).tolist() == [0.5, 0.5, 0.5, 2.0]
+    update = jax.jit(lambda s, k, p, t: table.update_priorities(s, k, p, steps=t))
+    state, n = update(state, jnp.array([a, b]), jnp.array([[0.0, 0.0], [1.0, 1.0]]),
+                      jnp.array([[1, 2], [0, -1]]))
+    assert int(n) == 2
+    np.testing.assert_array_equal(steps_of(table, a), [1, 0, 0, 0, 4, 1])
+
+    def step(s, key):
+        s, batch = table.sample(s, key, 8, 3, gx.PrioritizedSteps(1.0), cut="full")
+        s, count = table.update_priorities(s, batch.keys, jnp.full((8, 3), 0.25),
+                                           steps=jnp.where(batch.mask, batch.timestep, -1))
+        return s, count
+
+    state, counts = jax.jit(lambda s, k: jax.lax.scan(step, s, jax.random.split(k, 3)))(
+        state, jax.random.key(0))
+    assert np.asarray(counts).tolist() == [8, 8, 8]
+    assert 0.25 in steps_of(table, a).tolist() + steps_of(table, b).tolist()
+    c = table.contents()  # each trajectory's own priority followed its steps
+    for key, priority in zip(c["key"].tolist(), c["priority"].tolist()):
+        assert priority == steps_of(table, key).max()
+
+
+def test_duplicates_last_wins_and_stale_keys_are_skipped(two):
+    table, a, b = two
+    stale = a + (1 << 20)  # same slot, another sequence
+    before = table.stats()["skipped_updates"]
+    assert table.update_priorities(np.array([a, stale, a]), np.array([[5.0], [6.0], [8.0]]),
+                                   steps=np.array([[0], [0], [0]])) == 2
+    assert steps_of(table, a)[0] == 8.0
+    assert table.stats()["skipped_updates"] == before + 1
+
+
+@pytest.mark.parametrize("bad", [np.nan, -1.0, np.inf, 1e31, 1e-320])
+def test_a_bad_step_priority_changes_nothing(two, bad):
+    table, a, b = two
+    before = steps_of(table, a).copy()
+    with pytest.raises(ValueError, match="priorities must each be"):
+        table.update_priorities(np.array([a]), np.array([[1.0, bad]]), steps=np.array([[0, 1]]))
+    if bad != 1e-320:  # in float32 (jit's), 1e-320 is 0.0: a good priority
+        with pytest.raises((JaxRuntimeError, ValueError)) as raised:
+            jax.block_until_ready(jax.jit(lambda s: table.update_priorities(
+                s, jnp.array([a]), jnp.array([[1.0, bad]], jnp.float32),
+                steps=jnp.array([[0, 1]])))(table.state()))
+        assert gx.table_error(raised.value) == "failed"
+    np.testing.assert_array_equal(steps_of(table, a), before)
+    with pytest.raises(ValueError, match="step priorities must each be .*; entry 1 is"):
+        insert(table, 3, np.array([1.0, bad, 1.0]))
+    assert len(table.contents()["key"]) == 2
+
+
+def test_a_step_past_its_trajectory_changes_nothing(two):
+    table, a, b = two
+    before = (steps_of(table, a).copy(), steps_of(table, b).copy())
+    with pytest.raises(ValueError, match=f"names step 4 of key {b}, which has 4 steps"):
+        table.update_priorities(np.array([a, b]), np.array([[7.0], [7.0]]),
+                                steps=np.array([[0], [4]]))
+    with pytest.raises(ValueError, match="past max_length"):
+        table.update_priorities(np.array([a]), np.array([[7.0]]), steps=np.array([[10]]))
+    np.testing.assert_array_equal(steps_of(table, a), before[0])
+    np.testing.assert_array_equal(steps_of(table, b), before[1])
+
+
+def test_wrong_shapes_types_and_tables_are_refused(two):
+    table, a, _ = two
+    with pytest.raises(ValueError, match=r"priorities and steps \[B, W\] alike"):
+        table.update_priorities(np.array([a]), np.array([1.0]), steps=np.array([0]))
+    with pytest.raises(ValueError, match=r"\[B, W\] alike"):
+        table.update_priorities(np.array([a]), np.ones((1, 2)), steps=np.zeros((1, 3), int))
+    with pytest.raises(TypeError, match="steps must be signed integers"):
+        table.update_priorities(np.array([a]), np.ones((1, 1)), steps=np.zeros((1, 1)))
+    with pytest.raises(ValueError, match=r"shape \(5,\)"):
+        insert(table, 5, np.ones(4))
+    with pytest.raises(ValueError, match="give a window"):
+        table.sample(jax.random.key(0), 2, None, gx.PrioritizedSteps(1.0))
+    with gx.Table(COLUMNS, capacity=4, max_length=4, placement="host") as plain:
+        key = plain.insert({"x": np.zeros(2, np.float32)})
+        with pytest.raises(TypeError, match="step_priorities=True"):
+            plain.insert({"x": np.zeros(2, np.float32)}, priority=np.ones(2))
+        with pytest.raises(ValueError, match="step_priorities=True"):
+            plain.update_priorities(np.array([key]), np.ones((1, 1)), steps=np.zeros((1, 1), int))
+        with pytest.raises(ValueError, match="step_priorities=True"):
+            plain.sample(jax.random.key(0), 2, 1, gx.PrioritizedSteps(1.0))
+        assert len(plain.contents()["key"]) == 1
+    with pytest.raises(TypeError, match="step_priorities must be a bool"):
+        gx.Table(COLUMNS, capacity=4, max_length=4, step_priorities=1)
+    with pytest.raises(ValueError, match=r"alpha"):
+        gx.PrioritizedSteps(9.0)
+
+
+def test_an_evicted_trajectory_s_steps_are_never_drawn_again():
+    with step_table(capacity=2, max_length=10) as table:
+        insert(table, 10, 100.0)  # long and heavy
+        first = insert(table, 3, 1.0)
+        newest = insert(table, 2, 1.0)  # evicts the long one: its slot now holds 2 steps
+        keys, start, probability, _, _ = draw(table, 4000, 1)
+        assert set(keys.tolist()) == {first, newest}
+        assert set(zip(keys.tolist(), start.tolist())) == {(first, 0), (first, 1), (first, 2),
+                                                           (newest, 0), (newest, 1)}
+        np.testing.assert_allclose(probability, 1 / 5, rtol=1e-6)
+
+
+def test_batch_inserts_and_consume_once_tables_keep_step_priorities():
+    with step_table(capacity=8, max_length=6, max_times_sampled=1) as table:
+        state, keys = jax.jit(lambda s: table.insert_batch(
+            s, {"x": jnp.zeros((2, 6))}, jnp.array([6, 3]), jnp.array([2.0, 1.0])))(table.state())
+        keys = np.asarray(keys).tolist()
+        np.testing.assert_array_equal(steps_of(table, keys[0]), np.full(6, 2.0))
+        drawn = draw(table, 2, 2)[0]
+        assert sorted(drawn.tolist()) == sorted(keys)  # each consumed once
+        assert len(table.contents()["key"]) == 0
+
+
+def test_checkpoints_keep_step_priorities_and_batches(two, tmp_path):
+    table, a, b = two
+    table.update_priorities(np.array([b]), np.array([[3.0]]), steps=np.array([[2]]))
+    path = tmp_path / "steps.gx"
+    table.save(path)
+    with gx.Table.load(path, placement="host") as loaded:
+        for key in (a, b):
+            np.testing.assert_array_equal(steps_of(loaded, key), steps_of(table, key))
+        for cut in ("start", "full"):
+            for got, want in zip(draw(loaded, 64, 3, cut=cut, seed=4),
+                                 draw(table, 64, 3, cut=cut, seed=4)):
+                np.testing.assert_array_equal(got, want)
+
+
+def test_a_checkpoint_whose_priorities_disagree_with_their_steps_is_refused(two, tmp_path):
+    import zipfile
+
+    table, *_ = two
+    path = tmp_path / "steps.gx"
+    table.save(path)
+    bad = tmp_path / "bad.gx"
+    with zipfile.ZipFile(path) as zin, zipfile.ZipFile(bad, "w") as zout:
+        for item in zin.infolist():
+            data = zin.read(item)
+            if item.filename == "step_priorities.npy":
+                steps = np.load(__import__("io").BytesIO(data))
+                steps[4] = 5.0  # a's largest becomes 5, its priority says 4
+                buffer = __import__("io").BytesIO()
+                np.save(buffer, steps)
+                data = buffer.getvalue()
+            zout.writestr(item, data)
+    with pytest.raises(gx.CheckpointError, match="largest of its steps"):
+        gx.Table.load(bad, placement="host")
+    assert os.path.exists(path)
+
+
+def test_the_memory_estimate_counts_the_step_priorities():
+    plain = _gearjax.worst_bookkeeping_bytes(1000, 1000, 0)
+    steps = _gearjax.worst_bookkeeping_bytes(1000, 1000, 0, True)
+    assert steps - plain >= 1000 * 1000 * 8 * 2  # the priorities and at least one tree
+
+
+def test_full_window_draws_stay_exact_through_every_kind_of_write():
+    """cut="full" with replacement draws from a tree per window width (at most
+    2 an alpha; a third width lists the trajectories instead): after step and
+    trajectory updates, inserts and evictions, every row's probability is its
+    step's weight over the eligible steps' total, as the records give."""
+    rng = np.random.default_rng(1)
+    with step_table(capacity=6, max_length=8) as table:
+        def insert_random():
+            length = int(rng.integers(1, 9))
+            return insert(table, length, rng.uniform(0, 3, length).round(2))
+
+        def check(window, alpha, seed):
+            c = table.contents()
+            per = np.split(c["step_priorities"], np.cumsum(c["length"])[:-1])
+            weights = {k: np.where(p > 0, p ** alpha, 0.0) for k, p in zip(c["key"].tolist(), per)}
+            expected = expected_start_probabilities(
+                weights, lambda k, s: s <= len(weights[k]) - window)
+            if not expected:
+                return
+            keys, start, probability, mask, _ = draw(table, 512, window, cut="full", alpha=alpha,
+                                                     seed=seed)
+            drawn = list(zip(keys.tolist(), start.tolist()))
+            assert set(drawn) <= set(expected) and mask.all()
+            np.testing.assert_allclose(probability, [expected[d] for d in drawn], rtol=1e-6)
+
+        for _ in range(6):
+            insert_random()
+        for round_ in range(8):
+            for window in (1, 2, 3, 4):  # four widths: the third and fourth list
+                check(window, 0.7, round_ * 10 + window)
+            keys = table.contents()["key"]
+            if round_ % 3 == 0:  # steps, lowering and raising the largest
+                table.update_priorities(keys[:3], rng.uniform(0, 5, (3, 2)).round(2),
+                                        steps=np.array([[0, 1], [0, -1], [1, 0]]) % np.minimum(
+                                            table.contents()["length"][:3, None], 2))
+            elif round_ % 3 == 1:  # whole trajectories
+                table.update_priorities(keys[-2:], np.array([0.0, 2.5]))
+            else:  # inserts, evicting
+                insert_random()
+                insert_random()
