@@ -286,6 +286,9 @@ def test_sharded_samples_take_no_cut_or_replace():
         table.sample(jax.random.key(0), 2, 2, cut="full")
     with pytest.raises(ValueError, match="cut='start' and replacement only .*replace=False"):
         table.sample(jax.random.key(0), 2, 2, replace=False)
+    # Priorities per step are a Table's only, for now: refused, saying so.
+    with pytest.raises(ValueError, match=r"does not sample PrioritizedSteps\(alpha=1.0\) yet"):
+        table.sample(jax.random.key(0), 2, 2, strategy=gx.PrioritizedSteps(1.0))
     # The shared contract's checks come first: a bad cut is named as for a Table.
     with pytest.raises(ValueError, match="cut must be one of"):
         table.sample(jax.random.key(0), 2, 2, cut="middle")
