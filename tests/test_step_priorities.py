@@ -336,3 +336,15 @@ def test_full_window_draws_stay_exact_through_every_kind_of_write():
             else:  # inserts, evicting
                 insert_random()
                 insert_random()
+
+
+def test_a_step_named_twice_ends_with_its_last_value_and_the_largest_follows(two):
+    """Row 1 raises the step that held a's largest (4.0, step 4) to 10, row 2
+    lowers it to 1: the step ends at 1, and a's priority is the largest of
+    what its steps now hold (2.0), not 4 or 10."""
+    table, a, _ = two
+    table.update_priorities(np.array([a, a]), np.array([[10.0], [1.0]]),
+                            steps=np.array([[4], [4]]))
+    np.testing.assert_array_equal(steps_of(table, a), [1, 2, 0, 0, 1, 1])
+    c = table.contents()
+    assert dict(zip(c["key"].tolist(), c["priority"].tolist()))[a] == 2.0

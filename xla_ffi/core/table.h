@@ -506,6 +506,21 @@ class Table {
   bool IsPrioritizedLocked(const Selector* selector) const;  // one of prioritized_
   bool IsStepPrioritizedLocked(const Selector* selector) const;  // one of step_prioritized_
   double LargestStepPriorityLocked(int64_t slot) const;  // of its live trajectory's steps
+  // UpdateStepPriorities' rows that name a live key, in order: the slot,
+  // whether a named step held the trajectory's largest before the call,
+  // and where the row's written leaves end in the call's list of them.
+  struct StepRow {
+    int64_t slot;
+    bool held_largest;
+    int64_t leaves_end;
+  };
+  // Checks every named step of a live key lies within its trajectory
+  // (InvalidArgument otherwise, before anything is written).
+  std::vector<StepRow> NamedStepRowsLocked(const int64_t* keys, const int64_t* steps,
+                                           int64_t rows, int64_t width) const;
+  // After the writes: each trajectory's own priority, the largest of its
+  // steps', and the other priority selectors told.
+  void SettleLargestStepsLocked(std::vector<StepRow>& named, const std::vector<int64_t>& leaves);
   void PublishLocked(int64_t slot, int64_t key, int64_t length, double priority,
                      const double* steps, int64_t stamp);
   // The trees GPU kernels may draw from: Timestep's, then each Prioritized.

@@ -73,72 +73,86 @@ int64_t Table::UpdateStepPriorities(const int64_t* keys, const int64_t* steps,
   auto lock = Lock();
   CheckOpenLocked();
   OwnPrioritiesLocked();
-  // First every named step of a live key within its trajectory, or nothing.
-  for (int64_t b = 0; b < rows; ++b) {
-    const int64_t slot = slots_->Find(keys[b]);
-    if (slot < 0) continue;
-    const int64_t length = (*slots_)[slot].length;
-    for (int64_t j = 0; j < width; ++j) {
-      const int64_t step = steps[b * width + j];
-      if (step >= length) {
-        throw InvalidArgument("row " + std::to_string(b) + " names step " +
-                              std::to_string(step) + " of key " + std::to_string(keys[b]) +
-                              ", which has " + std::to_string(length) + " steps");
-      }
-    }
-  }
-  // Each row's slot, the largest value it wrote, and whether it may have
-  // lowered its trajectory's largest (wrote below a step that held it).
-  struct Written {
-    int64_t slot;
-    double largest;
-    bool lowered;
-  };
+  std::vector<StepRow> named = NamedStepRowsLocked(keys, steps, rows, width);
   std::vector<int64_t> leaves;
-  std::vector<Written> written;
-  int64_t updated = 0;
+  size_t next = 0;
   for (int64_t b = 0; b < rows; ++b) {
-    const int64_t slot = slots_->Find(keys[b]);
-    if (slot < 0) {
+    if (slots_->Find(keys[b]) < 0) {
       if (keys[b] >= 0) ++skipped_updates_;
       continue;
     }
-    ++updated;
-    Written w{slot, 0.0, false};
-    const double held = (*slots_)[slot].priority;
+    StepRow& row = named[next++];
     for (int64_t j = 0; j < width; ++j) {
-      const int64_t step = steps[b * width + j];
-      if (step < 0) continue;
-      const int64_t leaf = slot * spec_.max_length + step;
-      double& raw = step_priority_[static_cast<size_t>(leaf)];
-      const double value = priorities[b * width + j] + 0.0;
-      w.lowered |= raw == held && value < held;
-      w.largest = std::max(w.largest, value);
-      raw = value;
-      leaves.push_back(leaf);
+      if (steps[b * width + j] < 0) continue;
+      leaves.push_back(row.slot * spec_.max_length + steps[b * width + j]);
+      step_priority_[static_cast<size_t>(leaves.back())] = priorities[b * width + j] + 0.0;
     }
-    written.push_back(w);
+    row.leaves_end = static_cast<int64_t>(leaves.size());
   }
   for (auto& selector : step_prioritized_) {
     selector->SetSteps(leaves.data(), static_cast<int64_t>(leaves.size()));
   }
-  // Each trajectory's own priority: the largest of its steps'. Read again
-  // only where a write may have lowered it (a window rarely holds it).
-  std::sort(written.begin(), written.end(),
-            [](const Written& x, const Written& y) { return x.slot < y.slot; });
+  SettleLargestStepsLocked(named, leaves);
+  counters_.priority_updates += static_cast<int64_t>(named.size());
+  return static_cast<int64_t>(named.size());
+}
+
+std::vector<Table::StepRow> Table::NamedStepRowsLocked(const int64_t* keys, const int64_t* steps,
+                                                       int64_t rows, int64_t width) const {
+  std::vector<StepRow> named;
+  for (int64_t b = 0; b < rows; ++b) {
+    const int64_t slot = slots_->Find(keys[b]);
+    if (slot < 0) continue;
+    const SlotInfo& info = (*slots_)[slot];
+    const double* raw = &step_priority_[static_cast<size_t>(slot * spec_.max_length)];
+    StepRow row{slot, false, 0};
+    for (int64_t j = 0; j < width; ++j) {
+      const int64_t step = steps[b * width + j];
+      if (step >= info.length) {
+        throw InvalidArgument("row " + std::to_string(b) + " names step " +
+                              std::to_string(step) + " of key " + std::to_string(keys[b]) +
+                              ", which has " + std::to_string(info.length) + " steps");
+      }
+      if (step >= 0) row.held_largest |= raw[step] == info.priority;
+    }
+    named.push_back(row);
+  }
+  return named;
+}
+
+void Table::SettleLargestStepsLocked(std::vector<StepRow>& named,
+                                     const std::vector<int64_t>& leaves) {
+  // Each row's largest value as its steps end (a later entry for a step
+  // wins), then each trajectory's own priority: read again only where a
+  // named step held it (a window rarely does); otherwise it stays, or a
+  // new value beats it.
+  std::vector<std::pair<int64_t, double>> largest_written;  // slot, value
+  int64_t first = 0;
+  for (StepRow& row : named) {
+    double largest = 0.0;
+    for (int64_t i = first; i < row.leaves_end; ++i) {
+      largest = std::max(largest, step_priority_[static_cast<size_t>(leaves[i])]);
+    }
+    first = row.leaves_end;
+    largest_written.push_back({row.slot, largest});
+  }
+  std::vector<size_t> order(named.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](size_t x, size_t y) { return named[x].slot < named[y].slot; });
   update_before_.clear();
   update_after_.clear();
-  for (size_t i = 0; i < written.size();) {
-    const int64_t slot = written[i].slot;
-    bool lowered = false;
-    double largest_written = 0.0;
-    for (; i < written.size() && written[i].slot == slot; ++i) {
-      lowered |= written[i].lowered;
-      largest_written = std::max(largest_written, written[i].largest);
+  for (size_t k = 0; k < order.size();) {
+    const int64_t slot = named[order[k]].slot;
+    bool held_largest = false;
+    double written = 0.0;
+    for (; k < order.size() && named[order[k]].slot == slot; ++k) {
+      held_largest |= named[order[k]].held_largest;
+      written = std::max(written, largest_written[order[k]].second);
     }
     SlotInfo& info = (*slots_)[slot];
     const double largest =
-        lowered ? LargestStepPriorityLocked(slot) : std::max(info.priority, largest_written);
+        held_largest ? LargestStepPriorityLocked(slot) : std::max(info.priority, written);
     if (largest == info.priority) continue;
     update_before_.push_back({slot, info.key, info.length, info.priority});
     update_after_.push_back(largest);
@@ -146,12 +160,10 @@ int64_t Table::UpdateStepPriorities(const int64_t* keys, const int64_t* steps,
     info.priority = largest;
   }
   for (Selector* selector : priority_selectors_) {
-    if (IsStepPrioritizedLocked(selector)) continue;  // set step by step above
+    if (IsStepPrioritizedLocked(selector)) continue;  // set step by step
     selector->UpdatePriorities(update_before_.data(), update_after_.data(),
                                static_cast<int64_t>(update_before_.size()));
   }
-  counters_.priority_updates += updated;
-  return updated;
 }
 
 double Table::LargestStepPriorityLocked(int64_t slot) const {
