@@ -300,6 +300,32 @@ def torchrl_slice_buffer(storage, prioritized: bool, cache_values: bool, steps: 
 # ---------------------------------------------------------------------------
 
 
+class Busy:
+    """What other processes did to the machine while a row was timed: from
+    /proc/stat's busy time of all cores less this process's CPU time."""
+
+    def __init__(self):
+        self.wall, self.busy, self.own = time.perf_counter(), self._busy(), self._own()
+
+    @staticmethod
+    def _busy() -> float:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+        user, nice, system, idle, iowait, irq, softirq, steal = map(int, fields[:8])
+        return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+    @staticmethod
+    def _own() -> float:
+        t = os.times()
+        return t.user + t.system
+
+    def others(self) -> dict:
+        """Seconds of wall time, and the cores other processes kept busy on
+        average over it (0: a quiet machine; 1: one core of the two)."""
+        wall = time.perf_counter() - self.wall
+        others = (self._busy() - self.busy) - (self._own() - self.own)
+        return {"wall_s": wall, "cores_busy": max(others, 0.0) / max(wall, 1e-9)}
+
+
 def rounds_for(forms: dict, calls: int, budget_s: float, min_rounds: int) -> int:
     """Rounds that fit `budget_s` seconds, from one untimed call of each form
     (after the checks, so compiled already); between min_rounds and calls."""
@@ -325,9 +351,10 @@ def timed_row(torchrl: dict, gearjax: dict | str, args, scan_steps: int) -> dict
     if isinstance(gearjax, dict):
         forms |= {f"gearjax {n}": f for n, f in gearjax.items()}
     rounds = rounds_for(forms, args.calls, args.budget, args.min_calls)
-    load_start = os.getloadavg()
+    load_start, busy = os.getloadavg(), Busy()
     times = take_turns(forms, rounds, warmup=min(20, max(3, rounds // 10)))
     row = {"rounds": rounds, "load_average": [load_start, os.getloadavg()],
+           "others_cpu": busy.others(),
            "torchrl": {n: summarise(times[f"torchrl {n}"]) for n in torchrl}}
     best = min(row["torchrl"], key=lambda n: row["torchrl"][n]["median_ms"])
     row["torchrl_best"] = best
@@ -392,12 +419,13 @@ def windows_section(steps: int, args, keys) -> dict:
     warmup = min(20, episodes // 5)
     fill = {"torchrl extend": quiet(lambda r: uniform_default.extend(tds[r])),
             "gearjax insert": lambda r: table.insert(trajectories[r], priority=float(priority[r]))}
-    load_start = os.getloadavg()
+    load_start, busy = os.getloadavg(), Busy()
     begin = time.perf_counter()
     times = take_turns(fill, episodes - warmup, warmup=warmup)
     fill_s = time.perf_counter() - begin
     result["insert"] = {"rounds": episodes - warmup, "fill_seconds_both": fill_s,
                         "load_average": [load_start, os.getloadavg()],
+                        "others_cpu": busy.others(),
                         "torchrl": {"extend": summarise(times["torchrl extend"])},
                         "gearjax": {"insert": summarise(times["gearjax insert"])}}
     result["insert"]["gearjax"]["insert"]["torchrl_over_gearjax"] = (
@@ -706,6 +734,13 @@ def report(result: dict) -> str:
         + ", ".join(f"{k} scan {s[k]['scan_windows_checked']} windows ({s[k]['scan_bad_windows']} bad)"
                     for k in ("uniform", "prioritized"))
         for size, s in result["windows"].items() if "skipped" not in s))
+    busy = [f"{key} {size} {section[key]['others_cpu']['cores_busy']:.2f}"
+            for size, section in result["windows"].items() if "skipped" not in section
+            for key in ("insert", "uniform", "prioritized")]
+    busy += [f"transitions {size} {section['prioritized']['others_cpu']['cores_busy']:.2f}"
+             for size, section in result["transitions"].items() if "skipped" not in section]
+    lines.append("cores other processes kept busy, on average over each row (of "
+                 f"{m['cores']}; 0 is a quiet machine): " + ", ".join(busy))
     lines.append("load average (1, 5, 15 min) at start and end: "
                  f"{result['load_average_start']} -> {result['load_average_end']}")
     gpu = result["gpu"]
