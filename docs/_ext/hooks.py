@@ -97,6 +97,11 @@ SOURCES: list[tuple[str, str]] = [
     ("bench_dispatch_cpu.txt", "the printed report of `scripts/bench_dispatch.py` (same run)"),
     ("bench_eager_cpu.json", "`python scripts/bench_eager.py` (2-core dev VM, CPU only)"),
     ("bench_eager_cpu.txt", "the printed report of `scripts/bench_eager.py` (same run)"),
+    ("bench_torchrl_cpu.json",
+     "`.venv-torchrl/bin/python scripts/bench_torchrl.py` in the environment "
+     "`bash scripts/bench_torchrl_setup.sh` makes (2-core dev VM, CPU only; TorchRL 0.14.1 "
+     "on torch 2.13.0, both libraries in one process)"),
+    ("bench_torchrl_cpu.txt", "the printed report of `scripts/bench_torchrl.py` (same run)"),
     ("bench_call_sites_cpu.json",
      "`python scripts/bench_call_sites.py --baseline BUILD_OF_25be2b8 --baseline-name "
      "\"main 25be2b8\"` (2-core dev VM)"),
