@@ -23,7 +23,7 @@ def test_enum_codes_come_from_the_extension_one_per_name():
     assert checkpoint.PLACEMENTS == table.PLACEMENTS == _checks.PLACEMENTS
     assert checkpoint.MAX_STAMP == _gearjax.limits()["max_stamp"] == 1 << 62
     by_class = {gx.Uniform: "uniform", gx.Timestep: "timestep", gx.Prioritized: "prioritized",
-                gx.TopK: "topk", gx.Recent: "recent"}
+                gx.TopK: "topk", gx.Recent: "recent", gx.PrioritizedSteps: "prioritizedsteps"}
     assert {cls.code for cls in by_class} == set(enums["strategy"].values())
     for cls, name in by_class.items():
         assert cls.code == enums["strategy"][name]

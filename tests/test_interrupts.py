@@ -19,6 +19,10 @@ TIMEOUT = 20  # the limiter's: far beyond the 1 s a blocked call may take to giv
 
 PROGRAM = """
 import json, os, signal, sys, threading, time
+# What an interactive Python has: a process started in the background by a
+# shell without job control inherits SIGINT ignored, and Python then installs
+# no handler (nor does gearjax: it leaves an ignored signal alone).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import jax, numpy as np
 import gearjax as gx
 
