@@ -25,10 +25,13 @@ The rows, median ms per call:
    per trajectory today). Both start from the same priorities: each episode's
    (uniform in [0.1, 2]) on every one of its steps in TorchRL, so the first
    draws of both follow the same distribution.
-3. ``per_step``: prioritized windows by per-step priorities. TorchRL's side is
-   row 2's. gearjax's side is skipped until gearjax keeps per-step priorities
-   (issue 49, item 2): ``per_step_window_forms`` returns the reason today and
-   is where its forms go.
+3. ``per_step``: prioritized windows by per-step priorities, as TorchRL's
+   ``PrioritizedSliceSampler`` keeps them. TorchRL's side is row 2's; gearjax's
+   is a table with ``step_priorities=True`` (row 1's, made so: rows 1, 2
+   and 5 run on it too),
+   ``PrioritizedSteps(alpha)``, ``cut="full"``, then ``update_priorities`` of
+   the 5,120 sampled steps (``steps=`` the windows' timesteps), as TorchRL
+   updates them.
 4. ``transitions``: prioritized transitions, batch 256, and the update of
    their priorities: TorchRL ``PrioritizedSampler`` on a storage of N
    transitions against gearjax's transitions recipe (docs/concepts/
@@ -270,16 +273,38 @@ def prioritized_step(table, priorities: np.ndarray, window: int):
     return step
 
 
-def per_step_window_forms(table, keys, steps: int) -> str | dict:
-    """gearjax's side of the per-step prioritized windows row: a priority per
-    step, windows drawn where the priority mass is, the update of the sampled
-    steps' priorities. gearjax keeps one priority per trajectory today; when
-    per-step priorities exist (issue 49, item 2), build the step as
-    prioritized_step does with them and return gearjax_forms(table, keys,
-    step, steps) here (the table needs them at creation, see
-    windows_section)."""
-    return ("skipped: gearjax keeps one priority per trajectory; per-step priorities "
-            "(issue 49, item 2) are not in gearjax yet")
+def per_step_step(table, priorities: np.ndarray):
+    """PrioritizedSteps(ALPHA) windows (cut="full") and the update of the
+    sampled steps' priorities to `priorities` [BATCH, WINDOW] (every step of
+    a full window is real)."""
+    import gearjax as gx
+    import jax.numpy as jnp
+    strategy = gx.PrioritizedSteps(ALPHA)
+    device_priorities = jnp.asarray(priorities)
+
+    def step(state, key):
+        if state is None:
+            batch = table.sample(key, BATCH, WINDOW, strategy, cut="full")
+            steps = np.where(np.asarray(batch.mask), np.asarray(batch.timestep), -1)
+            return None, {"batch": batch, "count": table.update_priorities(
+                batch.keys, priorities, steps=steps)}
+        state, batch = table.sample(state, key, BATCH, WINDOW, strategy, cut="full")
+        state, count = table.update_priorities(state, batch.keys, device_priorities,
+                                               steps=jnp.where(batch.mask, batch.timestep, -1))
+        return state, {"batch": batch, "count": count}
+    return step
+
+
+def per_step_window_forms(table, keys, steps: int, seed: int) -> str | dict:
+    """gearjax's side of the per-step prioritized windows row (its forms), or
+    why it is skipped: a table without step priorities (a gearjax before
+    them)."""
+    import gearjax as gx
+    if not hasattr(gx, "PrioritizedSteps"):
+        return "skipped: this gearjax keeps one priority per trajectory"
+    priorities = np.random.default_rng(seed + 3).uniform(0.1, 2.0, (BATCH, WINDOW))
+    return gearjax_forms(table, keys, per_step_step(table, priorities.astype(np.float32)),
+                         steps, bad_windows_jax)
 
 
 # ---------------------------------------------------------------------------
@@ -410,7 +435,8 @@ def windows_section(steps: int, args, keys) -> dict:
     table = gx.Table({"obs": gx.Column((OBS,), "float32"), "action": gx.Column((ACT,), "float32"),
                       "reward": gx.Column((), "float32"), "episode": gx.Column((), "int32"),
                       "step": gx.Column((), "int32")},
-                     capacity=episodes, max_length=LENGTH, placement="host")
+                     capacity=episodes, max_length=LENGTH, placement="host",
+                     **({"step_priorities": True} if hasattr(gx, "PrioritizedSteps") else {}))
     result = {"steps": steps, "episodes": episodes, "checks": {}}
     checks = result["checks"]
 
@@ -493,8 +519,16 @@ def windows_section(steps: int, args, keys) -> dict:
         {n: quiet(c) for n, c in t_per.items()}, blockable(g_per), args, args.scan_steps)
     print(report_row("prioritized", result["prioritized"]), flush=True)
 
-    # Row 3: per-step prioritized windows (gearjax's side: not yet).
-    per_step = per_step_window_forms(table, keys, args.scan_steps)
+    # Row 3: per-step prioritized windows.
+    per_step = per_step_window_forms(table, keys, args.scan_steps, args.seed)
+    if not isinstance(per_step, str):
+        for name, form in per_step.items():
+            for i in range(args.checks):
+                out = form(i)
+                if name != "scan":
+                    verify(f"per-step gearjax {name}", check_gearjax_windows(out["batch"], data),
+                           checks)
+        per_step["scan"].bad_counts.clear()
     if isinstance(per_step, str):
         result["per_step"] = {"torchrl": "the prioritized row's PrioritizedSliceSampler",
                               "gearjax": {"status": "skipped", "reason": per_step}}
