@@ -27,8 +27,8 @@ The rows, median ms per call:
    draws of both follow the same distribution.
 3. ``per_step``: prioritized windows by per-step priorities, as TorchRL's
    ``PrioritizedSliceSampler`` keeps them. TorchRL's side is row 2's; gearjax's
-   is a table with ``step_priorities=True`` (row 1's, made so: rows 1, 2
-   and 5 run on it too),
+   is a table of the same episodes made with ``step_priorities=True`` (each
+   step starting at its episode's priority, as in TorchRL),
    ``PrioritizedSteps(alpha)``, ``cut="full"``, then ``update_priorities`` of
    the 5,120 sampled steps (``steps=`` the windows' timesteps), as TorchRL
    updates them.
@@ -296,11 +296,10 @@ def per_step_step(table, priorities: np.ndarray):
 
 
 def per_step_window_forms(table, keys, steps: int, seed: int) -> str | dict:
-    """gearjax's side of the per-step prioritized windows row (its forms), or
-    why it is skipped: a table without step priorities (a gearjax before
-    them)."""
-    import gearjax as gx
-    if not hasattr(gx, "PrioritizedSteps"):
+    """gearjax's side of the per-step prioritized windows row (its forms, on
+    `table`, made with step_priorities=True), or why it is skipped (a gearjax
+    without step priorities, `table` None)."""
+    if table is None:
         return "skipped: this gearjax keeps one priority per trajectory"
     priorities = np.random.default_rng(seed + 3).uniform(0.1, 2.0, (BATCH, WINDOW))
     return gearjax_forms(table, keys, per_step_step(table, priorities.astype(np.float32)),
@@ -435,8 +434,7 @@ def windows_section(steps: int, args, keys) -> dict:
     table = gx.Table({"obs": gx.Column((OBS,), "float32"), "action": gx.Column((ACT,), "float32"),
                       "reward": gx.Column((), "float32"), "episode": gx.Column((), "int32"),
                       "step": gx.Column((), "int32")},
-                     capacity=episodes, max_length=LENGTH, placement="host",
-                     **({"step_priorities": True} if hasattr(gx, "PrioritizedSteps") else {}))
+                     capacity=episodes, max_length=LENGTH, placement="host")
     result = {"steps": steps, "episodes": episodes, "checks": {}}
     checks = result["checks"]
 
@@ -519,8 +517,16 @@ def windows_section(steps: int, args, keys) -> dict:
         {n: quiet(c) for n, c in t_per.items()}, blockable(g_per), args, args.scan_steps)
     print(report_row("prioritized", result["prioritized"]), flush=True)
 
-    # Row 3: per-step prioritized windows.
-    per_step = per_step_window_forms(table, keys, args.scan_steps, args.seed)
+    # Row 3: per-step prioritized windows, on a table of the same episodes that
+    # keeps a priority per step (made apart: a trajectory update on it writes
+    # every step, which row 2 must not pay).
+    step_table = None
+    if hasattr(gx, "PrioritizedSteps"):
+        step_table = gx.Table(table.columns, capacity=episodes, max_length=LENGTH,
+                              placement="host", step_priorities=True)
+        for e in range(episodes):
+            step_table.insert(trajectories[e], priority=float(priority[e]))
+    per_step = per_step_window_forms(step_table, keys, args.scan_steps, args.seed)
     if not isinstance(per_step, str):
         for name, form in per_step.items():
             for i in range(args.checks):
@@ -538,6 +544,8 @@ def windows_section(steps: int, args, keys) -> dict:
             args.scan_steps)
     print(f"  per-step prioritized windows: gearjax {per_step if isinstance(per_step, str) else 'timed'}",
           flush=True)
+    if step_table is not None:
+        step_table.close()
 
     table.close()
     return result
