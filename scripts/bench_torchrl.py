@@ -410,6 +410,19 @@ def verify(name: str, errors: list[str], checks: dict) -> None:
         raise AssertionError(f"{name}: {'; '.join(errors)}")
 
 
+def verify_gearjax_forms(label: str, forms: dict, check, args, checks: dict) -> None:
+    """Runs each of gearjax's forms but the scan (which checks every window it
+    samples itself) args.checks times and verifies its batch by check(batch);
+    then forgets what the scan counted meanwhile (before timing)."""
+    for name, form in forms.items():
+        for i in range(args.checks):
+            out = form(i)
+            if name != "scan":
+                batch = out["batch"] if isinstance(out, dict) else out
+                verify(f"{label} gearjax {name}", check(batch), checks)
+    forms["scan"].bad_counts.clear()
+
+
 # ---------------------------------------------------------------------------
 # Sections
 # ---------------------------------------------------------------------------
@@ -475,13 +488,8 @@ def windows_section(steps: int, args, keys) -> dict:
         for _ in range(args.checks):
             verify(f"uniform torchrl {name}", check_torchrl_windows(rb.sample(), data), checks)
     g_uniform = gearjax_forms(table, keys, uniform_step(table), args.scan_steps, bad_windows_jax)
-    for name, form in g_uniform.items():
-        for i in range(args.checks):
-            out = form(i)
-            if name != "scan":
-                batch = out["batch"] if isinstance(out, dict) else out
-                verify(f"uniform gearjax {name}", check_gearjax_windows(batch, data), checks)
-    g_uniform["scan"].bad_counts.clear()
+    verify_gearjax_forms("uniform", g_uniform, lambda b: check_gearjax_windows(b, data), args,
+                         checks)
     result["uniform"] = timed_row(
         {n: quiet(lambda i, rb=rb: rb.sample()) for n, rb in uniform.items()},
         blockable(g_uniform), args, args.scan_steps)
@@ -506,13 +514,8 @@ def windows_section(steps: int, args, keys) -> dict:
             verify(f"prioritized torchrl {name}", check_torchrl_windows(call(i), data), checks)
     g_per = gearjax_forms(table, keys, prioritized_step(table, gj_priorities, WINDOW),
                           args.scan_steps, bad_windows_jax)
-    for name, form in g_per.items():
-        for i in range(args.checks):
-            out = form(i)
-            if name != "scan":
-                verify(f"prioritized gearjax {name}", check_gearjax_windows(out["batch"], data),
-                       checks)
-    g_per["scan"].bad_counts.clear()
+    verify_gearjax_forms("prioritized", g_per, lambda b: check_gearjax_windows(b, data), args,
+                         checks)
     result["prioritized"] = timed_row(
         {n: quiet(c) for n, c in t_per.items()}, blockable(g_per), args, args.scan_steps)
     print(report_row("prioritized", result["prioritized"]), flush=True)
@@ -528,13 +531,8 @@ def windows_section(steps: int, args, keys) -> dict:
             step_table.insert(trajectories[e], priority=float(priority[e]))
     per_step = per_step_window_forms(step_table, keys, args.scan_steps, args.seed)
     if not isinstance(per_step, str):
-        for name, form in per_step.items():
-            for i in range(args.checks):
-                out = form(i)
-                if name != "scan":
-                    verify(f"per-step gearjax {name}", check_gearjax_windows(out["batch"], data),
-                           checks)
-        per_step["scan"].bad_counts.clear()
+        verify_gearjax_forms("per-step", per_step, lambda b: check_gearjax_windows(b, data), args,
+                             checks)
     if isinstance(per_step, str):
         result["per_step"] = {"torchrl": "the prioritized row's PrioritizedSliceSampler",
                               "gearjax": {"status": "skipped", "reason": per_step}}
@@ -598,15 +596,9 @@ def transitions_section(n: int, args, keys) -> dict:
                checks)
     g_forms = gearjax_forms(table, keys, prioritized_step(table, gj_priorities, 1),
                             args.scan_steps, bad_transitions_jax)
-    for name, form in g_forms.items():
-        for i in range(args.checks):
-            out = form(i)
-            if name != "scan":
-                batch = out["batch"]
-                verify(f"transitions gearjax {name}",
-                       check_transitions(np.asarray(batch["t"]), np.asarray(batch["obs"]), data),
-                       checks)
-    g_forms["scan"].bad_counts.clear()
+    verify_gearjax_forms(
+        "transitions", g_forms,
+        lambda b: check_transitions(np.asarray(b["t"]), np.asarray(b["obs"]), data), args, checks)
     print("  prioritized transitions + update: timing", flush=True)
     result["prioritized"] = timed_row(
         {"default": quiet(torchrl_call)}, blockable(g_forms), args, args.scan_steps)
