@@ -101,22 +101,32 @@ const DeviceMemory kEmulatedDeviceMemory{
 
 const MappedAllocator kHostAsMapped{AllocateHostAsMapped, [](void* p) { std::free(p); }};
 
-// The hooks an emulation replaced (a real GPU's, or none), put back when it
-// is switched off: never none where a GPU's were.
-const MappedAllocator* saved_mapped = nullptr;
-bool mapped_replaced = false;
-const DeviceMemory* saved_device = nullptr;
-bool device_replaced = false;
+// A hook an emulation replaced (a real GPU's, or none), put back when it is
+// switched off: never none where a GPU's were.
+template <typename Hook, const Hook* (*Get)(), void (*Set)(const Hook*)>
+class ReplacedHook {
+ public:
+  void Replace(bool on, const Hook* replacement) {
+    if (on) {
+      if (!replaced_) saved_ = Get();
+      replaced_ = true;
+      Set(replacement);
+    } else if (replaced_) {
+      Set(saved_);
+      replaced_ = false;
+    }
+  }
+
+ private:
+  const Hook* saved_ = nullptr;
+  bool replaced_ = false;
+};
+
+ReplacedHook<MappedAllocator, GetMappedAllocator, SetMappedAllocator> mapped_hook;
+ReplacedHook<DeviceMemory, GetDeviceMemory, SetDeviceMemory> device_hook;
 
 void ReplaceDeviceMemory(bool on, const DeviceMemory* replacement) {
-  if (on) {
-    if (!device_replaced) saved_device = GetDeviceMemory();
-    device_replaced = true;
-    SetDeviceMemory(replacement);
-  } else if (device_replaced) {
-    SetDeviceMemory(saved_device);
-    device_replaced = false;
-  }
+  device_hook.Replace(on, replacement);
 }
 
 std::shared_ptr<Table> Find(int64_t handle) { return LookUpTable(handle); }
@@ -306,14 +316,7 @@ void* AllocateHostAsMapped(size_t bytes, void** device) {
 }
 
 void ReplaceMapped(bool on, const MappedAllocator* replacement) {
-  if (on) {
-    if (!mapped_replaced) saved_mapped = GetMappedAllocator();
-    mapped_replaced = true;
-    SetMappedAllocator(replacement);
-  } else if (mapped_replaced) {
-    SetMappedAllocator(saved_mapped);
-    mapped_replaced = false;
-  }
+  mapped_hook.Replace(on, replacement);
 }
 
 double* EmulatedHost(double* device) {
