@@ -935,95 +935,60 @@ class Table:
     def _update_priorities(self, state: TableState | None, keys: Any, priorities: Any, *,
                            steps: Any = None) -> Any:
         self._check_open()
-        if steps is not None:
-            return self._update_step_priorities(state, keys, priorities, steps)
+        if steps is not None and not self._step_priorities:
+            raise ValueError("this table keeps one priority per trajectory: steps= needs a "
+                             "table made with step_priorities=True")
+        form = "keys, priorities" if steps is None else "keys, priorities, steps=..."
         if state is None:
-            _call_forms.eager_state(
-                "table.update_priorities(keys, priorities)",
-                "state, count = table.update_priorities(state, keys, priorities)")
+            _call_forms.eager_state(f"table.update_priorities({form})",
+                                    f"state, count = table.update_priorities(state, {form})")
             order = None
         else:
             order = table_state.consume(state, self, self._native.handle)
         # Called eagerly, the state form does what the stateless form does,
         # once the calls before it (the state's program) have run: no
         # program of its own to dispatch and wait for.
-        traced = any(isinstance(x, jax.core.Tracer) for x in (state, keys, priorities))
+        traced = any(isinstance(x, jax.core.Tracer) for x in (state, keys, priorities, steps))
         if state is not None and not traced:
             jax.block_until_ready(state)
-            return state, np.int32(self._update_priorities(None, keys, priorities))
+            return state, np.int32(self._update_priorities(None, keys, priorities, steps=steps))
         xp = jnp if traced else np
-        keys, priorities = xp.ravel(xp.asarray(keys)), xp.ravel(xp.asarray(priorities))
-        if keys.dtype == object or not jnp.issubdtype(keys.dtype, np.integer) or \
-                keys.dtype == np.uint64:
-            raise TypeError(f"keys must be int32, uint32 or int64 (or narrower), got {keys.dtype}")
-        if priorities.dtype == object or not _inserts.is_real(priorities.dtype):
-            raise TypeError(f"priorities must be real numbers, got {priorities.dtype}")
-        if keys.shape != priorities.shape:
-            raise ValueError(f"got {priorities.shape[0]} priorities for {keys.shape[0]} keys")
+        keys, priorities = _update_operands(xp, keys, priorities, steps)
+        if steps is not None:
+            steps = xp.asarray(steps)
+            if steps.dtype == object or not jnp.issubdtype(steps.dtype, np.signedinteger):
+                raise TypeError(f"steps must be signed integers (int32 or int64, or narrower), "
+                                f"got {steps.dtype}")
+            if steps.shape != priorities.shape:
+                raise ValueError(f"with steps, keys must be [B] and priorities and steps [B, W] "
+                                 f"alike; got keys {keys.shape}, priorities {priorities.shape}, "
+                                 f"steps {steps.shape}")
         if traced:
             if keys.dtype not in (jnp.int32, jnp.uint32, jnp.int64):
                 keys = keys.astype(jnp.int32)  # int8/int16/uint8/uint16 widen exactly
             if priorities.dtype not in (jnp.float32, jnp.float64):
                 priorities = priorities.astype(_inserts.widest_float())
+            if steps is None:
+                program, operands = self._spec.update_priorities_program(), (keys, priorities)
+            else:
+                if steps.dtype not in (jnp.int32, jnp.int64):
+                    steps = steps.astype(jnp.int32)
+                program = self._spec.update_step_priorities_program()
+                operands = (keys, steps, priorities)
             try:
-                order, count = self._spec.update_priorities_program()(order, keys, priorities)
+                order, count = program(order, *operands)
                 return self._eager((order, count))
             except ValueError as e:
                 errors.reraise(e)
-        return self._native.update_priorities(np.ascontiguousarray(keys, np.int64),
-                                              _checks.priorities(priorities))
-
-    def _update_step_priorities(self, state: TableState | None, keys: Any, priorities: Any,
-                                steps: Any) -> Any:
-        """update_priorities(..., steps=): per-step priorities (see there)."""
-        if not self._step_priorities:
-            raise ValueError("this table keeps one priority per trajectory: steps= needs a "
-                             "table made with step_priorities=True")
-        if state is None:
-            _call_forms.eager_state(
-                "table.update_priorities(keys, priorities, steps=...)",
-                "state, count = table.update_priorities(state, keys, priorities, steps=...)")
-            order = None
-        else:
-            order = table_state.consume(state, self, self._native.handle)
-        traced = any(isinstance(x, jax.core.Tracer) for x in (state, keys, priorities, steps))
-        if state is not None and not traced:
-            jax.block_until_ready(state)
-            return state, np.int32(self._update_step_priorities(None, keys, priorities, steps))
-        xp = jnp if traced else np
-        keys, priorities, steps = xp.asarray(keys), xp.asarray(priorities), xp.asarray(steps)
-        if keys.dtype == object or not jnp.issubdtype(keys.dtype, np.integer) or \
-                keys.dtype == np.uint64:
-            raise TypeError(f"keys must be int32, uint32 or int64 (or narrower), got {keys.dtype}")
-        if steps.dtype == object or not jnp.issubdtype(steps.dtype, np.signedinteger) or \
-                steps.dtype == np.uint64:
-            raise TypeError(f"steps must be signed integers (int32 or int64, or narrower), got "
-                            f"{steps.dtype}")
-        if priorities.dtype == object or not _inserts.is_real(priorities.dtype):
-            raise TypeError(f"priorities must be real numbers, got {priorities.dtype}")
-        if keys.ndim != 1 or priorities.ndim != 2 or steps.shape != priorities.shape or \
-                priorities.shape[0] != keys.shape[0]:
-            raise ValueError(f"with steps, keys must be [B] and priorities and steps [B, W] "
-                             f"alike; got keys {keys.shape}, priorities {priorities.shape}, "
-                             f"steps {steps.shape}")
-        if traced:
-            if keys.dtype not in (jnp.int32, jnp.uint32, jnp.int64):
-                keys = keys.astype(jnp.int32)
-            if steps.dtype not in (jnp.int32, jnp.int64):
-                steps = steps.astype(jnp.int32)
-            if priorities.dtype not in (jnp.float32, jnp.float64):
-                priorities = priorities.astype(_inserts.widest_float())
-            try:
-                order, count = self._spec.update_step_priorities_program()(
-                    order, keys, steps, priorities)
-                return self._eager((order, count))
-            except ValueError as e:
-                errors.reraise(e)
+        keys = np.ascontiguousarray(keys, np.int64)
+        if steps is None:
+            return self._native.update_priorities(keys, _checks.priorities(priorities))
         # Padding (a step below 0) may hold anything, NaN included: not checked.
-        values = _checks.priorities(np.where(np.ravel(steps) >= 0, np.ravel(priorities), 0))
+        named = np.ravel(steps) >= 0
+        values = _checks.priorities(np.where(named, np.ravel(priorities), 0))
         return self._native.update_step_priorities(
-            np.ascontiguousarray(keys, np.int64), np.ascontiguousarray(np.ravel(steps), np.int64),
-            np.ascontiguousarray(values), int(priorities.shape[1]))
+            keys, np.ascontiguousarray(np.ravel(steps), np.int64), np.ascontiguousarray(values),
+            int(priorities.shape[1]))
 
     # ------------------------------------------------------------ persistence
     def save(self, path: str | os.PathLike) -> None:
@@ -1126,6 +1091,28 @@ class Table:
                     raise checkpoint.CheckpointError(f"{os.fspath(path)}: {e}") from None
                 raise
         return table
+
+
+def _update_operands(xp: Any, keys: Any, priorities: Any, steps: Any) -> tuple[Any, Any]:
+    """update_priorities' keys and priorities as xp (NumPy or jax.numpy)
+    arrays, their dtypes and shapes checked: flattened and as many of each, or
+    with steps, keys [B] and priorities [B, W]."""
+    keys, priorities = xp.asarray(keys), xp.asarray(priorities)
+    if steps is None:
+        keys, priorities = xp.ravel(keys), xp.ravel(priorities)
+    if keys.dtype == object or not jnp.issubdtype(keys.dtype, np.integer) or \
+            keys.dtype == np.uint64:
+        raise TypeError(f"keys must be int32, uint32 or int64 (or narrower), got {keys.dtype}")
+    if priorities.dtype == object or not _inserts.is_real(priorities.dtype):
+        raise TypeError(f"priorities must be real numbers, got {priorities.dtype}")
+    if steps is None and keys.shape != priorities.shape:
+        raise ValueError(f"got {priorities.shape[0]} priorities for {keys.shape[0]} keys")
+    if steps is not None and (keys.ndim != 1 or priorities.ndim != 2
+                              or priorities.shape[0] != keys.shape[0]):
+        raise ValueError(f"with steps, keys must be [B] and priorities and steps [B, W] alike; "
+                         f"got keys {keys.shape}, priorities {priorities.shape}, steps "
+                         f"{np.shape(steps)}")
+    return keys, priorities
 
 
 def _resolve_placement(placement: str, table_bytes: int) -> bool:
