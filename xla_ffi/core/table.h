@@ -506,10 +506,11 @@ class Table {
   bool IsPrioritizedLocked(const Selector* selector) const;  // one of prioritized_
   bool IsStepPrioritizedLocked(const Selector* selector) const;  // one of step_prioritized_
   double LargestStepPriorityLocked(int64_t slot) const;  // of its live trajectory's steps
-  // UpdateStepPriorities' rows that name a live key, in order: the slot,
-  // whether a named step held the trajectory's largest before the call,
-  // and where the row's written leaves end in the call's list of them.
+  // UpdateStepPriorities' rows that name a live key, in order: the row, its
+  // slot, whether a named step held the trajectory's largest before the
+  // call, and where the row's written leaves end in the call's list of them.
   struct StepRow {
+    int64_t row;
     int64_t slot;
     bool held_largest;
     int64_t leaves_end;

@@ -74,14 +74,13 @@ int64_t Table::UpdateStepPriorities(const int64_t* keys, const int64_t* steps,
   CheckOpenLocked();
   OwnPrioritiesLocked();
   std::vector<StepRow> named = NamedStepRowsLocked(keys, steps, rows, width);
+  // Rows naming no live key are skipped; those with a negative key are not
+  // counted (as UpdatePriorities counts them).
+  skipped_updates_ += std::count_if(keys, keys + rows, [](int64_t k) { return k >= 0; }) -
+                      static_cast<int64_t>(named.size());
   std::vector<int64_t> leaves;
-  size_t next = 0;
-  for (int64_t b = 0; b < rows; ++b) {
-    if (slots_->Find(keys[b]) < 0) {
-      if (keys[b] >= 0) ++skipped_updates_;
-      continue;
-    }
-    StepRow& row = named[next++];
+  for (StepRow& row : named) {
+    const int64_t b = row.row;
     for (int64_t j = 0; j < width; ++j) {
       if (steps[b * width + j] < 0) continue;
       leaves.push_back(row.slot * spec_.max_length + steps[b * width + j]);
@@ -105,7 +104,7 @@ std::vector<Table::StepRow> Table::NamedStepRowsLocked(const int64_t* keys, cons
     if (slot < 0) continue;
     const SlotInfo& info = (*slots_)[slot];
     const double* raw = &step_priority_[static_cast<size_t>(slot * spec_.max_length)];
-    StepRow row{slot, false, 0};
+    StepRow row{b, slot, false, 0};
     for (int64_t j = 0; j < width; ++j) {
       const int64_t step = steps[b * width + j];
       if (step >= info.length) {
@@ -246,13 +245,10 @@ bool Table::SettledPrioritiesLocked() {
     update_after_.push_back(info.priority);
   }
   const int64_t n = static_cast<int64_t>(update_before_.size());
+  // Every deferred slot is live: whatever removes one owns the priorities
+  // first (OwnPrioritiesLocked), which sets them before it returns.
   for (auto& selector : prioritized_) {
     selector->UpdatePriorities(update_before_.data(), update_after_.data(), n);
-    // Only a live slot is deferred, and none leaves before this has run
-    // (every remover waits for the update first): kept for safety.
-    for (const Item& item : update_before_) {
-      if ((*slots_)[item.slot].state != SlotState::kLive) selector->Delete(item);
-    }
   }
   deferred_leaves_.clear();
   return true;
