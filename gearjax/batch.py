@@ -28,7 +28,9 @@ class Batch:
         weights need: ``w = (table_size * probability) ** -beta``, usually
         divided by its maximum.
 
-    :meth:`gearjax.Table.sample` makes it. Its columns read like a mapping's:
+    :meth:`gearjax.Table.sample` makes it, of JAX arrays, or of NumPy arrays
+    (the same dtypes and shapes) from an eager ``sample(..., numpy=True)``.
+    Its columns read like a mapping's:
     ``batch["obs"]``, ``name in batch``, ``batch.get(name)``, ``iter(batch)``
     and ``len(batch)`` (column names), ``batch.items()``, ``batch.values()``.
     But ``batch.keys`` is the trajectory keys (an array, for

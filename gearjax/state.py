@@ -85,6 +85,8 @@ def is_state(value: Any) -> bool:
     dtype = getattr(value, "dtype", None)
     if dtype is None or getattr(value, "shape", None) != ():
         return False
+    if isinstance(dtype, np.dtype):  # an array's (never a PRNG key's): asked first, it is cheap
+        return dtype == STATE_DTYPE
     if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
         return False
     return np.dtype(dtype) == STATE_DTYPE

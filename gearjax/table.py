@@ -18,10 +18,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gearjax import (_call_forms, _checks, _exit, _gearjax, _inserts, _sample,
-                     _sample_args, checkpoint, errors, rate_limiters)
+from gearjax import (_call_forms, _checks, _eager_sample, _exit, _gearjax, _inserts,
+                     _sample, _sample_args, checkpoint, errors, rate_limiters)
 from gearjax import state as table_state
 from gearjax._gearjax import NativeTable
+from gearjax._sample_args import SampleArgs
 from gearjax._signatures import first_overload
 from gearjax.batch import Batch
 from gearjax.columns import Column, host_array
@@ -47,6 +48,9 @@ CUTS = _sample_args.CUTS
 # How long close() waits for samples, readers and writers inside the table
 # before it leaves the memory to the last of them.
 CLOSE_WAIT_SECONDS = 30.0
+# Distinct sample argument sets a table remembers as checked; more clear them
+# (a sweep over batch sizes checks again rather than growing without bound).
+_CHECKED_SAMPLES_KEPT = 64
 
 
 class Table:
@@ -174,6 +178,9 @@ class Table:
         # so a table nobody holds is freed at once (not by the cycle collector).
         self._spec = _sample.SampleSpec(self._native.handle, max_length, capacity, tuple(
             (n, c.shape, c.dtype) for n, c in self._columns.items()))
+        # Sample arguments already checked against this table, by what was
+        # passed (see _checked_sample_args).
+        self._checked_samples: dict[tuple, SampleArgs] = {}
 
     # ------------------------------------------------------------------ info
     @property
@@ -745,12 +752,13 @@ class Table:
     def sample(self, state: TableState, rng_key: jax.Array, batch_size: int,
                window: int | None = None, strategy: Strategy = Uniform(),
                pad: str | None = None, *, cut: str = "start",
-               replace: bool = True) -> tuple[TableState, Batch]: ...
+               replace: bool = True, numpy: bool = False) -> tuple[TableState, Batch]: ...
 
     @overload
     def sample(self, rng_key: jax.Array, batch_size: int, window: int | None = None,
                strategy: Strategy = Uniform(), pad: str | None = None, *,
-               cut: str = "start", replace: bool = True, ordered: bool | None = None) -> Batch: ...
+               cut: str = "start", replace: bool = True, ordered: bool | None = None,
+               numpy: bool = False) -> Batch: ...
 
     @first_overload
     def sample(self, *args: Any, **kwargs: Any) -> Any:
@@ -781,6 +789,11 @@ class Table:
           replace: keyword; ``False`` draws distinct trajectories in a batch.
           ordered: deprecated, does nothing (eager calls run in order;
             compiled calls are ordered by their state); warns.
+          numpy: keyword, eager calls on a host table only; ``True``: the
+            batch's arrays are NumPy arrays, selected and gathered by the
+            native core straight into them, with no XLA program (the
+            fastest eager sample; ``torch.from_numpy`` shares them). The same
+            key gives the same batch, in the same dtypes, as without it.
 
         Returns:
           The batch, a :class:`gearjax.Batch`; in the taught form
@@ -803,8 +816,10 @@ class Table:
             (an empty table, a rate limiter's timeout, too few eligible
             trajectories) raises ``jax.errors.JaxRuntimeError``, or
             ``ValueError`` at a later call of a compiled table-state program;
-            :func:`gearjax.table_error` names either (docs: Semantics in jit,
-            "Errors in compiled code").
+            with ``numpy=True`` (no program) ``TimeoutError`` (a shortfall or
+            a timeout) or ``RuntimeError`` (closed meanwhile), as a host
+            insert does; :func:`gearjax.table_error` names each (docs:
+            Semantics in jit, "Errors in compiled code").
 
         Examples:
           >>> state = table.state()
@@ -819,30 +834,74 @@ class Table:
     def _sample(self, state: TableState | None, rng_key: jax.Array, batch_size: int,
                 window: int | None = None, strategy: Strategy = Uniform(),
                 pad: str | None = None, *, cut: str = "start", replace: bool = True,
-                ordered: bool | None = None) -> Any:
+                ordered: bool | None = None, numpy: bool = False) -> Any:
         self._check_open()
         order = _call_forms.eager_state(
             "table.sample(rng_key, ...)", "state, batch = table.sample(state, rng_key, ...)") \
             if state is None else table_state.consume(state, self, self._native.handle)
-        args = _sample_args.check(rng_key, batch_size, window, strategy, pad, cut, replace,
-                                  max_length=self._max_length)
+        args = self._checked_sample_args(batch_size, window, strategy, pad, cut, replace)
+        _sample_args.check_rng_key(rng_key)
         if ordered is not None:
             _call_forms.warn_ordered(ordered)
-        _sample_args.check_room("a sample", args, self._columns, self._rate_limiter)
-        if isinstance(args.strategy, PrioritizedSteps) and not self._step_priorities:
-            raise ValueError("PrioritizedSteps draws steps by their own priorities: make the "
-                             "table with step_priorities=True")
+        if numpy is not False:
+            numpy = self._numpy_sample_allowed(numpy)
         if isinstance(args.strategy, Prioritized):
             alphas = self._native.alphas()
             if args.strategy.alpha not in alphas and len(alphas) >= _checks.MAX_PRIORITY_TREES:
                 raise ValueError(f"this table keeps sum trees for at most "
                                  f"{_checks.MAX_PRIORITY_TREES} Prioritized alphas ({alphas}); "
                                  f"Prioritized({args.strategy.alpha}) would be one more")
+        if numpy:
+            if state is not None:
+                jax.block_until_ready(state)  # after the state's program, as its calls are
+            batch = _eager_sample.sample_numpy(self._native, rng_key, args, self._capacity,
+                                               self._spec.columns)
+            return batch if state is None else (state, batch)
         try:
             order, batch = _sample.sample(rng_key, order, spec=self._spec, args=args)
             return self._eager(batch if state is None else (order, batch))
         except ValueError as e:
             errors.reraise(e)
+
+    def _numpy_sample_allowed(self, numpy: Any) -> bool:
+        """``sample(numpy=...)`` checked: a bool, and ``True`` only for an
+        eager call on a host table."""
+        numpy = _checks.flag("numpy", numpy)
+        if numpy and _call_forms.tracing():
+            raise TypeError("sample(numpy=True) returns NumPy arrays and is for eager calls: "
+                            "a traced sample's batch is JAX arrays (drop numpy=True)")
+        if numpy and self._native.memory == "device":
+            raise ValueError(f"{self!r} lives in GPU memory: numpy=True samples host tables "
+                             f"(drop it, or jax.device_get the batch)")
+        return numpy
+
+    def _checked_sample_args(self, batch_size: Any, window: Any, strategy: Any, pad: Any,
+                             cut: Any, replace: Any) -> SampleArgs:
+        """The sample arguments normalised and checked against this table
+        (the memory its results need, its rate limiter's batch, step
+        priorities), each distinct set once: the checks cost about 15 us,
+        a tenth of an eager sample's own overhead. Keyed by the values and
+        their types (``True`` must not pass as a checked ``1``); arguments
+        that cannot be hashed are checked every time."""
+        signature = (type(batch_size), batch_size, type(window), window, strategy, type(pad),
+                     pad, type(cut), cut, type(replace), replace)
+        try:
+            args = self._checked_samples.get(signature)
+        except TypeError:  # an unhashable argument: checked (and refused) below
+            signature, args = None, None
+        if args is not None:
+            return args
+        args = _sample_args.normalise(batch_size, window, strategy, pad, cut, replace,
+                                      max_length=self._max_length)
+        _sample_args.check_room("a sample", args, self._columns, self._rate_limiter)
+        if isinstance(args.strategy, PrioritizedSteps) and not self._step_priorities:
+            raise ValueError("PrioritizedSteps draws steps by their own priorities: make the "
+                             "table with step_priorities=True")
+        if signature is not None:
+            if len(self._checked_samples) >= _CHECKED_SAMPLES_KEPT:
+                self._checked_samples.clear()
+            self._checked_samples[signature] = args
+        return args
 
     # ------------------------------------------------------------ priorities
     @overload

@@ -212,7 +212,7 @@ def speed(samples: int) -> dict:
 
     import gearjax as gx
     from gearjax import _sample, _sample_args
-    from gearjax._call_forms import EAGER_STATE
+    from gearjax._call_forms import eager_state
     from gearjax.strategies import Uniform
 
     table = gx.Table({"obs": gx.Column((17,), "float32")}, capacity=64, max_length=32)
@@ -223,12 +223,13 @@ def speed(samples: int) -> dict:
     args = _sample_args.normalise(32, 8, Uniform(), max_length=32)
     key = jax.random.key(0)
     layout = shared_layout(spec)
+    EAGER_STATE = eager_state("table.sample(key, ...)", "")  # noqa: N806 (the eager calls' own)
     shared = _shared_program()
     # Each call takes the state and returns (the next state, what to block on).
     def threaded(call):
         return lambda s: (lambda state: (state, state))(call(s))
 
-    # The stateless form passes a fresh NumPy state (EAGER_STATE) and drops
+    # The stateless form passes the eager calls' own zero state and drops
     # the one returned, as Table.sample(key, ...) does eagerly.
     calls = {
         ("per-table", "threaded"): threaded(lambda s: _sample.sample(

@@ -1,5 +1,5 @@
 """Ctrl-C during a blocked table call: a call held back by a rate limiter (an
-insert, an eager sample, a sample in a jitted function or in lax.scan) gives way
+insert, an eager sample, with numpy=True too, a sample in a jitted function or in lax.scan) gives way
 to SIGINT within a moment, raising KeyboardInterrupt (it once waited out the
 limiter's whole timeout: 19 s of 20), and the table works afterwards. A SIGINT
 handler that does not raise lets an eager call wait on; a compiled call then
@@ -51,6 +51,8 @@ def blocked_call():
         table.insert(one)
     elif mode == "eager":
         table.sample(key, 4)
+    elif mode == "numpy":  # no XLA program: the native call waits itself
+        table.sample(key, 4, numpy=True)
     elif mode == "jit":
         state, batch = jax.jit(lambda s, k: table.sample(s, k, 4))(table.state(), key)
         jax.block_until_ready(batch.keys)
@@ -109,7 +111,8 @@ def _run(tmp_path, mode: str, sender: str, timeout: float = TIMEOUT) -> dict:
 
 
 @pytest.mark.parametrize("mode, sender", [("insert", "kill"), ("eager", "raise_signal"),
-                                          ("jit", "kill"), ("scan", "raise_signal")])
+                                          ("numpy", "kill"), ("jit", "kill"),
+                                          ("scan", "raise_signal")])
 def test_ctrl_c_ends_a_blocked_call_within_a_second(tmp_path, mode, sender):
     result = _run(tmp_path, mode, sender)
     assert result["outcome"] == "KeyboardInterrupt", result

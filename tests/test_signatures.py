@@ -14,7 +14,7 @@ import gearjax as gx
 FORMS = {
     # method -> the parameters its signature shows (the state form, first)
     gx.Table.sample: ["self", "state", "rng_key", "batch_size", "window", "strategy", "pad",
-                      "cut", "replace"],
+                      "cut", "replace", "numpy"],
     gx.Table.update_priorities: ["self", "state", "keys", "priorities", "steps"],
     gx.Table.insert_batch: ["self", "state", "columns", "lengths", "priorities"],
     gx.ShardedTable.sample: ["self", "state", "rng_key", "batch_size", "window", "strategy",

@@ -11,11 +11,21 @@ namespace {
 
 std::atomic<int64_t> instantiated{0};
 
-// The attributes' checks that need no buffer: codes that fit their enums,
-// flags that are 0 or 1, then the table's one check of a request
-// (Table::CheckRequest). XLA's attributes are int64 and the enums int32:
-// codes that do not fit are refused rather than narrowed into another code.
-SampleRequest CheckedRequest(const Table& table, const SampleAttrs& a) {
+// The site's request and width, or the error that refuses them.
+void CheckSite(const Table& table, SampleSite& site) {
+  try {
+    site.request = CheckedSampleRequest(table, site.attrs);
+    site.width = WindowWidth(site.attrs.window, table.spec().max_length);
+  } catch (...) {
+    site.invalid = std::current_exception();
+  }
+}
+
+}  // namespace
+
+// XLA's attributes are int64 and the enums int32: codes that do not fit are
+// refused rather than narrowed into another code.
+SampleRequest CheckedSampleRequest(const Table& table, const SampleAttrs& a) {
   if (a.strategy < 0 || a.strategy > INT32_MAX) {
     throw InvalidArgument("unknown sampling strategy " + std::to_string(a.strategy));
   }
@@ -29,18 +39,6 @@ SampleRequest CheckedRequest(const Table& table, const SampleAttrs& a) {
   table.CheckRequest(request);
   return request;
 }
-
-// The site's request and width, or the error that refuses them.
-void CheckSite(const Table& table, SampleSite& site) {
-  try {
-    site.request = CheckedRequest(table, site.attrs);
-    site.width = WindowWidth(site.attrs.window, table.spec().max_length);
-  } catch (...) {
-    site.invalid = std::current_exception();
-  }
-}
-
-}  // namespace
 
 int64_t SitesInstantiated() { return instantiated.load(std::memory_order_relaxed); }
 

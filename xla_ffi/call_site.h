@@ -36,6 +36,12 @@ struct SampleSite {
   std::exception_ptr invalid;   // set: the attributes are refused
 };
 
+// A sample's attributes checked as every call site checks them: codes that
+// fit their enums, flags that are 0 or 1, then the table's one check of a
+// request (Table::CheckRequest). Also what the Python module's eager sample
+// checks its arguments with, so both refuse the same values alike.
+SampleRequest CheckedSampleRequest(const Table& table, const SampleAttrs& attrs);
+
 // Never throws but for memory: a missing table or refused attributes are
 // kept for the executions to report.
 SampleSite MakeSampleSite(const SampleAttrs& attrs);

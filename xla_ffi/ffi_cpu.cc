@@ -103,19 +103,10 @@ ffi::Error Sample(ffi::ThreadPool& pool, const ffi::Buffer<ffi::U32>& seed,
   int64_t row_bytes = 0;
   for (int c = 0; c < table->num_columns(); ++c) row_bytes += width * table->step_bytes(c);
 
-  // Reused by every sample on this thread: no allocation per call. Named
-  // through a reference, so the gather's pool threads below reach this
-  // thread's buffer, not their own thread_local one.
-  thread_local std::vector<Draw> scratch;
-  std::vector<Draw>& draws = scratch;
-  draws.resize(static_cast<size_t>(batch));
-  struct EndSample {
-    Table& table;
-    uint64_t ticket;
-    ~EndSample() { table.EndSample(ticket); }
-  } end{*table, table->Select(request, seed.typed_data(), draws.data())};
-  GatherParallel(pool, batch, batch * row_bytes, [&](int64_t begin, int64_t end) {
-    GatherRows(*table, draws.data(), begin, end, width, pad_left, out);
+  SelectAndGather(*table, request, seed.typed_data(), [&](const Draw* draws) {
+    GatherParallel(pool, batch, batch * row_bytes, [&](int64_t begin, int64_t end) {
+      GatherRows(*table, draws, begin, end, width, pad_left, out);
+    });
   });
   return ffi::Error::Success();
 }

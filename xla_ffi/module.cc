@@ -27,6 +27,7 @@
 #include "core/registry.h"
 #include "core/sharding.h"
 #include "core/table.h"
+#include "eager_sample.h"
 #include "ffi_cpu.h"
 #include "ffi_targets.h"
 #include "ffi_one_sided.h"
@@ -313,6 +314,19 @@ class NativeTable {
     python::ReleasedGil released;
     return table_->UpdatePriorities(keys.data(), priorities.data(),
                                     static_cast<int64_t>(keys.shape(0)));
+  }
+
+  // An eager sample into the caller's NumPy arrays (eager_sample.h).
+  void SampleInto(python::SeedArray seed, int64_t batch, int64_t strategy, double alpha,
+                  int64_t count, int64_t window, bool pad_left, int64_t cut, bool replace,
+                  python::Out1D<int64_t> keys, python::Out1D<int32_t> start,
+                  python::Out1D<float> probability, python::Out1D<int64_t> table_size,
+                  python::Out1D<int32_t> valid, python::Out2D<bool> mask,
+                  python::Out2D<int32_t> timestep, std::vector<python::OutBytes> columns) {
+    python::EagerSample(*table_, seed, {batch, strategy, alpha, count, window, pad_left, cut,
+                                        replace},
+                        {keys, start, probability, table_size, valid, mask, timestep,
+                         std::move(columns)});
   }
 
   // Step priorities: row b of `width` entries names keys[b] (see
@@ -610,6 +624,10 @@ NB_MODULE(_gearjax, m) {
       .def("insert_step", &NativeTable::InsertStep, "step"_a.none(), "priority"_a.none())
       .def("write_step", &NativeTable::WriteStep, "step"_a.none(), "addresses"_a, "row"_a)
       .def("update_priorities", &NativeTable::UpdatePriorities, "keys"_a, "priorities"_a)
+      .def("sample_into", &NativeTable::SampleInto, "seed"_a, "batch"_a, "strategy"_a,
+           "alpha"_a, "count"_a, "window"_a, "pad_left"_a, "cut"_a, "replace"_a, "keys"_a,
+           "start"_a, "probability"_a, "table_size"_a, "valid"_a, "mask"_a, "timestep"_a,
+           "columns"_a)
       .def("raise_deferred_error", &NativeTable::RaiseDeferredError)
       .def("pin_items", &NativeTable::PinItems, "keys"_a = nb::none())
       .def("unpin_slots", &NativeTable::UnpinSlots, "slots"_a)

@@ -1,0 +1,47 @@
+"""An eager sample without XLA, ``Table.sample(..., numpy=True)``: the native
+core selects and gathers the windows straight into NumPy arrays made here
+(xla_ffi/eager_sample.h), through the same select and gather as the compiled
+sample's CPU handler and with the same checks, so a key gives the same batch
+either way, mask and timesteps included (the formula of
+gearjax/_sample.py window_steps, in C++ here).
+
+Why NumPy and not JAX arrays: on the 2-core VM JAX makes an array from host
+memory outside a program in about 25 us (``jax.device_put``, zero-copy or
+not), and a batch has nine, more than the sample's own work; the table's
+compiled program hands back all nine for less. So an eager sample that
+returns JAX arrays runs that program, and one that may return NumPy does
+not run XLA at all."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gearjax._sample import ColumnLayout, seed_words
+from gearjax._sample_args import SampleArgs
+from gearjax.batch import Batch
+
+
+def sample_numpy(native: Any, rng_key: Any, args: SampleArgs, capacity: int,
+                 columns: ColumnLayout) -> Batch:
+    """The batch of ``native`` (a host table's NativeTable) for ``rng_key``,
+    as the compiled sample of the same arguments draws it, in new NumPy
+    arrays of the compiled batch's dtypes. Arguments were checked by the
+    caller (and are checked again natively); the call waits on the table's
+    rate limiter with the GIL released, and raises the native classes
+    (gearjax.errors: a shortfall, a timeout, a closed table)."""
+    seed = np.asarray(seed_words(rng_key), np.uint32)
+    batch, width = args.batch_size, args.width
+    keys, table_size = np.empty(batch, np.int64), np.empty(batch, np.int64)
+    start, valid = np.empty(batch, np.int32), np.empty(batch, np.int32)
+    probability = np.empty(batch, np.float32)
+    mask, timestep = np.empty((batch, width), bool), np.empty((batch, width), np.int32)
+    arrays = [np.empty((batch, width, *shape), dtype) for _, shape, dtype in columns]
+    strategy = args.strategy
+    native.sample_into(seed, batch, strategy.code, strategy.alpha, min(strategy.count, capacity),
+                       args.window_code, args.pad_left, args.cut_code, args.replace, keys, start,
+                       probability, table_size, valid, mask, timestep, arrays)
+    return Batch(columns={name: a for (name, _, _), a in zip(columns, arrays)}, mask=mask,
+                 timestep=timestep, keys=keys, start=start, probability=probability,
+                 table_size=table_size)

@@ -1,0 +1,205 @@
+"""Eager samples as NumPy arrays, ``table.sample(..., numpy=True)`` (issue 49,
+item 1): the native core selects and gathers straight into NumPy arrays with
+no XLA program. The same key and contents give the batch the compiled sample
+gives, dtypes, mask and timesteps included, for every strategy, cut and pad;
+the sample counts as one (times sampled, rate limiters); bad use is refused;
+failures raise the native classes that gearjax.table_error names."""
+
+from __future__ import annotations
+
+import threading
+
+import jax
+import numpy as np
+import pytest
+
+import gearjax as gx
+
+COLUMNS = {"obs": gx.Column((3,), "float32"), "step": gx.Column((), "int32")}
+FIELDS = ("keys", "start", "probability", "table_size", "mask", "timestep")
+
+
+def filled(capacity: int = 16, max_length: int = 12, n: int = 12, **kwargs) -> gx.Table:
+    """n trajectories of varied lengths and priorities (the same each call)."""
+    table = gx.Table(COLUMNS, capacity=capacity, max_length=max_length, placement="host",
+                     **kwargs)
+    rng = np.random.default_rng(1)
+    for i in range(n):
+        length = int(rng.integers(1, max_length + 1))
+        table.insert({"obs": rng.standard_normal((length, 3), dtype=np.float32),
+                      "step": np.zeros(length, np.int32)}, priority=float(i % 4))
+    return table
+
+
+def stamped(table: gx.Table, n: int, max_length: int) -> None:
+    """n more trajectories whose obs hold their insertion number and whose
+    "step" column holds the step's index, so a row says what it gathered."""
+    rng = np.random.default_rng(table.stats()["inserts"])
+    for _ in range(n):
+        length = int(rng.integers(1, max_length + 1))
+        number = table.stats()["inserts"]
+        table.insert({"obs": np.full((length, 3), number, np.float32),
+                      "step": np.arange(length, dtype=np.int32)})
+
+
+def assert_coherent(batch: gx.Batch) -> None:
+    """Every row's real steps come from one trajectory (one insertion number)
+    and are the steps its timesteps name."""
+    mask, obs = batch.mask, batch["obs"]
+    first = obs[np.arange(len(mask)), mask.argmax(axis=1), 0]
+    np.testing.assert_array_equal(np.where(mask[..., None], obs, 0),
+                                  np.where(mask[..., None], first[:, None, None], 0) + 0 * obs)
+    np.testing.assert_array_equal(np.where(mask, batch["step"], -1),
+                                  np.where(mask, batch.timestep, -1))
+
+
+def assert_same(compiled: gx.Batch, numpy_batch: gx.Batch) -> None:
+    for field in FIELDS:
+        expected, got = getattr(compiled, field), getattr(numpy_batch, field)
+        assert isinstance(got, np.ndarray), field
+        assert got.dtype == expected.dtype and got.shape == expected.shape, field
+        np.testing.assert_array_equal(got, np.asarray(expected), err_msg=field)
+    assert list(numpy_batch) == list(compiled)
+    for name in compiled:
+        assert isinstance(numpy_batch[name], np.ndarray)
+        assert numpy_batch[name].dtype == compiled[name].dtype
+        np.testing.assert_array_equal(numpy_batch[name], np.asarray(compiled[name]), name)
+
+
+CASES = [
+    dict(window=5),
+    dict(window=5, pad="right"),
+    dict(window=5, cut="end"),
+    dict(window=4, cut="full"),
+    dict(window=None),
+    dict(window=5, strategy=gx.Prioritized(0.7)),
+    dict(window=3, strategy=gx.Prioritized(1.0), cut="end"),
+    dict(window=5, strategy=gx.Timestep(), replace=False),
+    dict(window=2, strategy=gx.TopK(4)),
+    dict(window=6, strategy=gx.Recent(5), pad="right"),
+    dict(window=5, replace=False),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+def test_the_same_key_gives_the_compiled_sample_s_batch(case):
+    table, other = filled(), filled()  # the same contents, sampled one way each
+    case = dict(case)
+    window = case.pop("window")
+    for seed in range(3):
+        key = jax.random.key(seed)
+        assert_same(table.sample(key, 8, window, **case),
+                    other.sample(key, 8, window, numpy=True, **case))
+    # Both counted their samples alike.
+    np.testing.assert_array_equal(table.contents()["times_sampled"],
+                                  other.contents()["times_sampled"])
+
+
+def test_legacy_keys_and_the_state_form_give_the_same_batch():
+    table = filled()
+    legacy = jax.random.PRNGKey(3)
+    state = table.state()
+    state, compiled = table.sample(state, legacy, 6, 4)
+    got_state, batch = table.sample(state, legacy, 6, 4, numpy=True)
+    assert got_state is state  # nothing to order after an eager call that waited
+    assert_same(compiled, batch)
+
+
+def test_step_priorities_draw_the_same_windows():
+    table = gx.Table(COLUMNS, capacity=8, max_length=10, step_priorities=True,
+                     placement="host")
+    for i in range(6):
+        table.insert({"obs": np.zeros((10, 3), np.float32), "step": np.arange(10, dtype=np.int32)},
+                     priority=np.linspace(0.1, 2.0, 10) * (i + 1))
+    for cut in ("start", "end", "full"):
+        key = jax.random.key(7)
+        assert_same(table.sample(key, 16, 4, gx.PrioritizedSteps(0.8), cut=cut),
+                    table.sample(key, 16, 4, gx.PrioritizedSteps(0.8), cut=cut, numpy=True))
+
+
+def test_windows_hold_the_steps_they_name():
+    table = gx.Table(COLUMNS, capacity=32, max_length=9, placement="host")
+    stamped(table, 20, 9)
+    for pad in ("left", "right"):
+        batch = table.sample(jax.random.key(0), 64, 6, pad=pad, numpy=True)
+        assert batch.mask.any(axis=1).all()
+        assert_coherent(batch)
+
+
+def test_a_sample_counts_for_the_rate_limiter():
+    table = gx.Table(COLUMNS, capacity=8, max_length=4, placement="host",
+                     rate_limiter=gx.SampleToInsertRatio(1.0, 1, 8.0, timeout=0))
+    stamped(table, 1, 4)
+    table.sample(jax.random.key(0), 8, 2, numpy=True)  # 8 samples of 1 insert: the budget
+    with pytest.raises(TimeoutError) as raised:
+        table.sample(jax.random.key(1), 1, 2, numpy=True)
+    assert gx.table_error(raised.value) == "timeout"
+    assert table.stats()["samples"] == 8
+
+
+def test_failures_raise_the_native_classes_and_change_nothing():
+    empty = gx.Table(COLUMNS, capacity=4, max_length=4, placement="host")
+    with pytest.raises(TimeoutError) as raised:
+        empty.sample(jax.random.key(0), 2, 2, numpy=True)
+    assert gx.table_error(raised.value) == "shortfall"
+    table = filled()
+    with pytest.raises(TimeoutError) as raised:  # more distinct trajectories than stored
+        table.sample(jax.random.key(0), 13, 1, replace=False, numpy=True)
+    assert gx.table_error(raised.value) == "shortfall"
+    assert table.contents()["times_sampled"].sum() == 0
+    table.close()
+    with pytest.raises(RuntimeError) as raised:
+        table.sample(jax.random.key(0), 2, 2, numpy=True)
+    assert gx.table_error(raised.value) == "closed"
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None, np.array(True)])
+def test_numpy_must_be_a_bool(value):
+    table = filled()
+    with pytest.raises(TypeError, match="numpy"):
+        table.sample(jax.random.key(0), 2, 2, numpy=value)
+    assert table.stats()["samples"] == 0
+
+
+def test_traced_calls_refuse_numpy():
+    table = filled()
+
+    @jax.jit
+    def step(state, key):
+        return table.sample(state, key, 2, 2, numpy=True)
+
+    with pytest.raises(TypeError, match="eager calls"):
+        step(table.state(), jax.random.key(0))
+    with pytest.raises(TypeError, match="without a table state was traced"):
+        jax.jit(lambda key: table.sample(key, 2, 2, numpy=True))(jax.random.key(0))
+
+
+def test_threads_sample_while_others_insert():
+    table = gx.Table(COLUMNS, capacity=16, max_length=8, placement="host")
+    stamped(table, 16, 8)
+    failures: list[BaseException] = []
+    stop = threading.Event()
+
+    def sampler(seed: int) -> None:
+        try:
+            for i in range(200):
+                assert_coherent(table.sample(jax.random.key(seed * 1000 + i), 16, 5,
+                                             numpy=True))
+        except BaseException as e:  # reported below
+            failures.append(e)
+
+    def inserter() -> None:
+        while not stop.is_set():
+            stamped(table, 1, 8)  # evicts the oldest: a slot reused under the samplers
+
+    threads = [threading.Thread(target=sampler, args=(s,)) for s in range(2)]
+    writer = threading.Thread(target=inserter)
+    writer.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    stop.set()
+    writer.join(timeout=60)
+    assert not failures, failures[0]
+    assert table.stats()["samples_in_flight"] == 0
