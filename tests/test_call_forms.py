@@ -48,3 +48,38 @@ def test_only_typed_keys_count_as_keys():
     assert _call_forms.is_key(jax.random.key(0))
     assert not _call_forms.is_key(jax.random.PRNGKey(0))
     assert not _call_forms.is_key(3)
+
+
+def small_table() -> gx.Table:
+    table = gx.Table({"x": gx.Column((), "float32")}, capacity=4, max_length=4)
+    table.insert({"x": np.arange(4, dtype=np.float32)})
+    return table
+
+
+def test_eager_calls_share_one_zero_state_and_remake_it_once_deleted():
+    first = _call_forms.eager_state("table.sample(key, ...)", "")
+    assert first is _call_forms.eager_state("table.sample(key, ...)", "")
+    assert first.shape == () and int(first) == 0
+    first.delete()  # as a program that donated it would
+    table = small_table()
+    assert table.sample(jax.random.key(0), 2, 2)["x"].shape == (2, 2)
+    again = _call_forms.eager_state("table.sample(key, ...)", "")
+    assert again is not first and not again.is_deleted()
+
+
+def test_a_checked_sample_argument_set_lets_nothing_else_pass_as_it():
+    table = small_table()
+    table.sample(jax.random.key(0), 1, 2)  # (int 1, int 2) checked and kept
+    with pytest.raises(TypeError, match="batch_size"):
+        table.sample(jax.random.key(0), True, 2)  # True == 1 and hashes alike
+    with pytest.raises(TypeError, match="window"):
+        table.sample(jax.random.key(0), 1, 2.0)
+    with pytest.raises(TypeError, match="batch_size"):
+        table.sample(jax.random.key(0), np.array([1]), 2)  # unhashable: checked, refused
+
+
+def test_checked_sample_argument_sets_are_bounded():
+    table = small_table()
+    for batch in range(1, 100):  # the checks alone: a sample would compile each
+        table._checked_sample_args(batch, 2, gx.Uniform(), None, "start", True)
+    assert 0 < len(table._checked_samples) <= 64
