@@ -12,19 +12,28 @@ float32[17], action float32[6]), the workloads of issue 49's table:
   batch made and blocked on by every form; forms ``eager``
   (``table.sample(key, ...)``), ``eager-state`` (``state, batch =
   table.sample(state, key, ...)``, the taught form called eagerly, each call
-  given the state the last returned) and ``jitted`` (one jitted call, the
-  state passed in and out);
+  given the state the last returned),
+  ``eager-numpy`` (``table.sample(key, ..., numpy=True)``: NumPy arrays, no
+  XLA program), ``eager-numpy-device_put`` (that batch made into JAX arrays
+  by ``jax.device_put``: what returning JAX arrays without a program would
+  cost) and ``jitted`` (one jitted call, the state passed in and out);
 * ``per``: a Prioritized(0.6) sample of 256 windows of 20 and an update of
   their keys' priorities; forms ``eager`` (two stateless calls),
   ``eager-state`` (the two state-form calls eagerly, the state passed from
-  call to call) and ``jitted`` (one jitted call doing both); the eager forms
+  call to call), ``eager-numpy`` (the stateless calls, the sample with
+  ``numpy=True``) and ``jitted`` (one jitted call doing both); the eager forms
   pass NumPy priorities.
+
+Every form draws with typed keys (``jax.random.key``); ``eager-numpy`` reads
+a typed key's two words with ``jax.random.key_data``, a JAX dispatch, which a
+legacy ``uint32[2]`` key would spare it.
 
 Forms take turns call by call, in a shuffled order each round, so a noisy
 machine's slow phases hit them alike; medians are reported, with each form's
 paired time over ``jitted`` (the median over rounds of the ratio in the same
-round): issue 49's goal is an eager sample at most 1.3 times the jitted call,
-and the state form eagerly no slower than the stateless form.
+round): issue 49's goals are an eager sample at most 1.3 times the jitted
+call, the state form eagerly no slower than the stateless form, and an eager
+prioritized sample + update at most 0.25 ms.
 """
 
 from __future__ import annotations
@@ -76,7 +85,14 @@ def sample_forms(table, keys) -> dict:
         return batch
 
     return {"eager": lambda i: table.sample(keys[i % len(keys)], BATCH, WINDOW, pad="left"),
-            "eager-state": call_eager_state, "jitted": call_jitted}
+            "eager-state": call_eager_state,
+            "eager-numpy": lambda i: table.sample(keys[i % len(keys)], BATCH, WINDOW, pad="left",
+                                                  numpy=True),
+            # What JAX arrays made from that NumPy batch outside a program
+            # would cost: why an eager sample of JAX arrays runs a program.
+            "eager-numpy-device_put": lambda i: jax.device_put(table.sample(
+                keys[i % len(keys)], BATCH, WINDOW, pad="left", numpy=True)),
+            "jitted": call_jitted}
 
 
 def per_forms(table, keys) -> dict:
@@ -104,11 +120,16 @@ def per_forms(table, keys) -> dict:
         eager_state[0], count = table.update_priorities(s, batch.keys, ones)
         return batch, count
 
+    def call_eager_numpy(i):
+        batch = table.sample(keys[i % len(keys)], BATCH, WINDOW, strategy, numpy=True)
+        return batch, table.update_priorities(batch.keys, ones)
+
     def call_jitted(i):
         state[0], out = jitted(state[0], keys[i % len(keys)])
         return out
 
-    return {"eager": call_eager, "eager-state": call_eager_state, "jitted": call_jitted}
+    return {"eager": call_eager, "eager-state": call_eager_state,
+            "eager-numpy": call_eager_numpy, "jitted": call_jitted}
 
 
 def summary(times: dict[str, list[float]]) -> dict:
