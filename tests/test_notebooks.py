@@ -36,6 +36,7 @@ EXPECTED = {
     "03_performance.ipynb": 5,
     "04_writer.ipynb": 1,
     "05_from_flashbax.ipynb": 0,
+    "06_from_torchrl.ipynb": 0,
 }
 CELL_TIMEOUT_S = 300
 MAX_COMMITTED_BYTES = 1_000_000
