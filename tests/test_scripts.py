@@ -3,7 +3,6 @@ checked here, only that they produce results): scripts rot silently otherwise.""
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
 import os
 import re
@@ -18,25 +17,9 @@ import pytest
 from conftest import cpu_only_env
 
 ROOT = Path(__file__).resolve().parents[1]
-CORE_SOURCES = sorted(str(p) for p in (ROOT / "xla_ffi" / "core").rglob("*.cc")
-                      if not p.name.endswith("_test.cc"))
 
-
-@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to build scripts/bench_core.cc")
-def test_bench_core_builds_and_runs(tmp_path):
-    binary = tmp_path / "bench_core"
-    sources = [str(ROOT / "scripts" / "bench_core.cc"), *CORE_SOURCES]
-    objects = [str(tmp_path / f"{i}.o") for i in range(len(sources))]
-    # One compiler per source, as many at once as there are cores (a single g++
-    # call compiles them one after another).
-    with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-        for done in pool.map(lambda so: subprocess.run(
-                ["g++", "-std=c++20", "-O1", f"-I{ROOT / 'xla_ffi'}", "-c", so[0], "-o", so[1]]),
-                zip(sources, objects)):
-            assert done.returncode == 0, done.args
-    subprocess.run(["g++", *objects, "-o", str(binary)], check=True)
-    out = subprocess.run([str(binary)], check=True, capture_output=True, text=True).stdout
-    assert out.count("select") == 6
+# scripts/bench_core.cc is built and run by the C++ unit tests (ctest:
+# BenchCore.BuildsAndRunsEveryStrategy), beside the Python install in CI.
 
 
 def test_bench_sample_runs(tmp_path):
