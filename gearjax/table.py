@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gearjax import (_call_forms, _checks, _eager_sample, _exit, _gearjax, _inserts,
-                     _sample, _sample_args, checkpoint, errors, rate_limiters)
+                     _sample, _sample_args, _update_args, checkpoint, errors, rate_limiters)
 from gearjax import state as table_state
 from gearjax._gearjax import NativeTable
 from gearjax._sample_args import SampleArgs
@@ -218,6 +218,12 @@ class Table:
     def max_times_sampled(self) -> int:
         """Draws after which a trajectory leaves the table; 0: never."""
         return self._max_times_sampled
+
+    @property
+    def step_priorities(self) -> bool:
+        """Whether the table keeps a priority per stored step (made with
+        ``step_priorities=True``; :class:`gearjax.PrioritizedSteps`)."""
+        return self._step_priorities
 
     @property
     def name(self) -> str:
@@ -1011,17 +1017,8 @@ class Table:
         if state is not None and not traced:
             jax.block_until_ready(state)
             return state, np.int32(self._update_priorities(None, keys, priorities, steps=steps))
-        xp = jnp if traced else np
-        keys, priorities = _update_operands(xp, keys, priorities, steps)
-        if steps is not None:
-            steps = xp.asarray(steps)
-            if steps.dtype == object or not jnp.issubdtype(steps.dtype, np.signedinteger):
-                raise TypeError(f"steps must be signed integers (int32 or int64, or narrower), "
-                                f"got {steps.dtype}")
-            if steps.shape != priorities.shape:
-                raise ValueError(f"with steps, keys must be [B] and priorities and steps [B, W] "
-                                 f"alike; got keys {keys.shape}, priorities {priorities.shape}, "
-                                 f"steps {steps.shape}")
+        keys, priorities, steps = _update_args.operands(jnp if traced else np, keys, priorities,
+                                                        steps)
         if traced:
             if keys.dtype not in (jnp.int32, jnp.uint32, jnp.int64):
                 keys = keys.astype(jnp.int32)  # int8/int16/uint8/uint16 widen exactly
@@ -1150,28 +1147,6 @@ class Table:
                     raise checkpoint.CheckpointError(f"{os.fspath(path)}: {e}") from None
                 raise
         return table
-
-
-def _update_operands(xp: Any, keys: Any, priorities: Any, steps: Any) -> tuple[Any, Any]:
-    """update_priorities' keys and priorities as xp (NumPy or jax.numpy)
-    arrays, their dtypes and shapes checked: flattened and as many of each, or
-    with steps, keys [B] and priorities [B, W]."""
-    keys, priorities = xp.asarray(keys), xp.asarray(priorities)
-    if steps is None:
-        keys, priorities = xp.ravel(keys), xp.ravel(priorities)
-    if keys.dtype == object or not jnp.issubdtype(keys.dtype, np.integer) or \
-            keys.dtype == np.uint64:
-        raise TypeError(f"keys must be int32, uint32 or int64 (or narrower), got {keys.dtype}")
-    if priorities.dtype == object or not _inserts.is_real(priorities.dtype):
-        raise TypeError(f"priorities must be real numbers, got {priorities.dtype}")
-    if steps is None and keys.shape != priorities.shape:
-        raise ValueError(f"got {priorities.shape[0]} priorities for {keys.shape[0]} keys")
-    if steps is not None and (keys.ndim != 1 or priorities.ndim != 2
-                              or priorities.shape[0] != keys.shape[0]):
-        raise ValueError(f"with steps, keys must be [B] and priorities and steps [B, W] alike; "
-                         f"got keys {keys.shape}, priorities {priorities.shape}, steps "
-                         f"{np.shape(steps)}")
-    return keys, priorities
 
 
 def _resolve_placement(placement: str, table_bytes: int) -> bool:

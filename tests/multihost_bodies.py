@@ -189,6 +189,97 @@ def in_shard_map(process, processes, directory, steps):
             "priorities": table.local.contents()["priority"].tolist()}
 
 
+def step_weights(ident: int, length: int) -> np.ndarray:
+    """Per-step priorities of trajectory `ident`: varied, some steps 0."""
+    return np.array([0.0 if (ident + t) % 5 == 0 else 0.5 + (ident * 7 + t * 3) % 4
+                     for t in range(length)])
+
+
+def step_priorities(process, processes, directory, calls, batch):
+    """PrioritizedSteps over every shard (the xla exchange): eager global
+    samples (every row checked; key, start, probability and table size
+    returned), a routed per-step update eagerly from process 0 to the first
+    trajectory of every shard, then, inside shard_map, a sample whose drawn
+    steps each process sets to 0.25; what each shard holds at the end."""
+    import gearjax as gx
+    from jax.experimental import multihost_utils
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    table = gx.ShardedTable({"x": gx.Column((2,), "int32")}, capacity=32, max_length=12,
+                            step_priorities=True)
+    inserted = {}
+    for ident, length, _ in shard_contents(process):
+        x = np.stack([np.full(length, ident), np.arange(length)], 1).astype(np.int32)
+        weights = step_weights(ident, length)
+        inserted[str(table.insert({"x": x}, priority=weights))] = [ident, weights.tolist()]
+    errors, rows = [], []
+    for c in range(calls):
+        b = table.sample(jax.random.key(c), batch, 3, gx.PrioritizedSteps(0.8))
+        e, r = check_rows(b, 3, table)
+        errors += e
+        rows += [row + [int(start)] for row, start in zip(r, np.asarray(b.start))]
+    # Routed eagerly: process 0 names every shard's first trajectory (steps 0
+    # and 1, a padding entry after them); the others pass no rows, of the
+    # same width.
+    first = next(int(k) for k, (_, w) in inserted.items() if len(w) >= 2)
+    firsts = np.asarray(multihost_utils.process_allgather(
+        np.array([first], np.int64).view(np.uint32))).view(np.int64).reshape(-1)
+    if process == 0:
+        steps = np.tile(np.array([[0, 1, -1]]), (processes, 1))
+        values = np.array([[100.0 + k, 200.0 + k, np.nan] for k in range(processes)])
+        eager_count = table.update_priorities(firsts, values, steps=steps)
+    else:
+        eager_count = table.update_priorities(np.zeros(0, np.int64), np.zeros((0, 3)),
+                                              steps=np.zeros((0, 3), np.int64))
+    # A step past its trajectory's length: its owner refuses its entries, and
+    # every process raises (none waits on the refusing one).
+    before = table.local.contents()["step_priorities"]
+    try:
+        table.update_priorities(firsts[:1], np.ones((1, 1)), steps=np.array([[50]]))
+        past_length = None
+    except ValueError as e:
+        past_length = str(e)
+    unchanged = bool(np.array_equal(before, table.local.contents()["step_priorities"]))
+    mesh = Mesh(np.array(jax.devices()), ("hosts",))
+
+    def step(key):
+        state, b = table.sample(table.state(), key[0], 4, 3, gx.PrioritizedSteps(0.8),
+                                axis_name="hosts")
+        steps = jax.numpy.where(b.mask, b.timestep, -1)
+        state, count = table.update_priorities(state, b.keys, jax.numpy.full((4, 3), 0.25),
+                                               axis_name="hosts", steps=steps)
+        return b.keys[None], steps[None], count[None]
+
+    program = jax.jit(jax.shard_map(step, mesh=mesh, in_specs=P("hosts"),
+                                    out_specs=(P("hosts"), P("hosts"), P("hosts"))))
+    key = jax.make_array_from_process_local_data(
+        NamedSharding(mesh, P("hosts")), jax.random.key_data(jax.random.key(process))[None])
+    drawn_keys, drawn_steps, jit_count = (np.asarray(a.addressable_data(0))
+                                          for a in program(key))
+    refusals = []
+    plain = gx.ShardedTable({"x": gx.Column((2,), "int32")}, capacity=4, max_length=12)
+    for call in (lambda: plain.sample(jax.random.key(0), 2, 3, gx.PrioritizedSteps(1.0)),
+                 lambda: plain.update_priorities(np.zeros(1, np.int64), np.ones((1, 1)),
+                                                 steps=np.zeros((1, 1), np.int64))):
+        try:
+            call()
+            refusals.append(None)
+        except ValueError as e:
+            refusals.append(str(e))
+    contents = table.local.contents()
+    per_key = np.split(contents["step_priorities"], np.cumsum(contents["length"])[:-1])
+    held = {str((process << table.shard_shift) | int(k)): p.tolist()
+            for k, p in zip(contents["key"], per_key)}
+    multihost_utils.sync_global_devices("step-priorities-done")
+    plain.close()
+    table.close()
+    return {"inserted": inserted, "errors": errors, "rows": rows, "firsts": firsts.tolist(),
+            "eager_count": eager_count, "drawn_keys": drawn_keys.reshape(-1).tolist(),
+            "drawn_steps": drawn_steps.reshape(-1, 3).tolist(),
+            "jit_count": int(jit_count.reshape(-1)[0]), "held": held, "refusals": refusals,
+            "past_length": past_length, "unchanged": unchanged}
+
+
 def routed_updates(process, processes, directory):
     """Process 0 updates keys of every shard; only owners apply them; an
     evicted key is skipped and counted."""

@@ -137,6 +137,59 @@ def check_global_distribution(strategy, exchange, results, inserted, stamps, dra
         assert r["served"] == (served[p] if exchange == "xla" else 0), strategy
 
 
+def test_step_priorities_sample_and_update_globally(tmp_path):
+    """PrioritizedSteps over two shards (xla exchange): every row's step is
+    drawn in proportion to its priority ** 0.8 over every shard's steps (the
+    reported probability exactly, the counts by a chi-square test), and
+    per-step updates reach their owners, eagerly and inside shard_map."""
+    processes, calls, batch, alpha = 2, 6, 512, 0.8
+    results = multihost.run("step_priorities", processes, tmp_path, timeout=300, calls=calls,
+                            batch=batch)
+    inserted = {int(k): v for r in results for k, v in r["inserted"].items()}
+    weights = {(key, t): w ** alpha if w > 0 else 0.0
+               for key, (_, steps) in inserted.items() for t, w in enumerate(steps)}
+    total = sum(weights.values())
+    counts = collections.Counter()
+    for r in results:
+        assert r["errors"] == [], r["errors"][:5]
+        for key, shard, probability, table_size, ident, start in r["rows"]:
+            assert inserted[key][0] == ident and shard == key >> SHIFT_2
+            assert table_size == len(inserted)
+            assert probability == pytest.approx(weights[key, start] / total, rel=1e-5)
+            counts[key, start] += 1
+    cells = sorted(weights)
+    observed = np.array([counts[c] for c in cells])
+    expected = np.array([weights[c] for c in cells]) / total
+    assert observed.sum() == processes * calls * batch
+    assert observed[expected == 0].sum() == 0, "drew a step of priority 0"
+    support = expected > 0
+    assert stats.chisquare(observed[support],
+                           observed.sum() * expected[support]).pvalue > P_MIN
+    # The eager routed update: each shard's first trajectory got steps 0 and
+    # 1 from process 0 (the padding entry, NaN, skipped); the inside-shard_map
+    # update then set each process's drawn steps to 0.25.
+    held = {int(k): v for r in results for k, v in r["held"].items()}
+    firsts = results[0]["firsts"]
+    assert [r["eager_count"] for r in results] == [processes] * processes
+    set_in_jit = {(k, t) for r in results for k, steps in zip(r["drawn_keys"], r["drawn_steps"])
+                  for t in steps if t >= 0}
+    for shard, key in enumerate(firsts):
+        for t, value in ((0, 100.0 + shard), (1, 200.0 + shard)):
+            assert held[key][t] == (0.25 if (key, t) in set_in_jit else value)
+    for key, t in set_in_jit:
+        assert held[key][t] == 0.25
+    assert [r["jit_count"] for r in results] == [4 * processes] * processes
+    for key, (_, steps) in inserted.items():  # everything else as inserted
+        for t, w in enumerate(steps):
+            if (key, t) not in set_in_jit and not (key in firsts and t < 2):
+                assert held[key][t] == w
+    for r in results:  # shard 0 refused the step past its length; nothing changed
+        assert "shard(s) [0] refused their entries" in r["past_length"] and r["unchanged"]
+    sample_refused, update_refused = results[0]["refusals"]
+    assert "step_priorities=True" in sample_refused
+    assert "step_priorities=True" in update_refused
+
+
 def test_shard_map_mode_samples_and_updates_inside_a_jitted_scan(tmp_path):
     steps = 6
     results = multihost.run("in_shard_map", 2, tmp_path, steps=steps)
@@ -286,8 +339,9 @@ def test_sharded_samples_take_no_cut_or_replace():
         table.sample(jax.random.key(0), 2, 2, cut="full")
     with pytest.raises(ValueError, match="cut='start' and replacement only .*replace=False"):
         table.sample(jax.random.key(0), 2, 2, replace=False)
-    # Priorities per step are a Table's only, for now: refused, saying so.
-    with pytest.raises(ValueError, match=r"does not sample PrioritizedSteps\(alpha=1.0\) yet"):
+    # Priorities per step need a table that keeps them: refused, saying so.
+    with pytest.raises(ValueError, match=r"PrioritizedSteps\(alpha=1.0\) draws steps .* "
+                                         r"step_priorities=True"):
         table.sample(jax.random.key(0), 2, 2, strategy=gx.PrioritizedSteps(1.0))
     # The shared contract's checks come first: a bad cut is named as for a Table.
     with pytest.raises(ValueError, match="cut must be one of"):

@@ -19,7 +19,8 @@ FORMS = {
     gx.Table.insert_batch: ["self", "state", "columns", "lengths", "priorities"],
     gx.ShardedTable.sample: ["self", "state", "rng_key", "batch_size", "window", "strategy",
                              "pad", "cut", "replace", "axis_name", "prefetch"],
-    gx.ShardedTable.update_priorities: ["self", "state", "keys", "priorities", "axis_name"],
+    gx.ShardedTable.update_priorities: ["self", "state", "keys", "priorities", "axis_name",
+                                        "steps"],
     gx.ShardedTable.insert_batch: ["self", "state", "columns", "lengths", "priorities"],
 }
 

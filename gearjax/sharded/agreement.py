@@ -24,14 +24,14 @@ from gearjax.columns import Column
 
 def table_spec(columns: dict[str, Column], capacity: int, max_length: int, remover: str,
                rate_limiter: rate_limiters.RateLimiter | None, exchange: str, name: str,
-               processes: int) -> dict:
+               processes: int, step_priorities: bool = False) -> dict:
     """The spec of a sharded table as JSON values: every argument that must
     be the same in every process (``placement``, ``exchange_timeout`` and
     ``on_dead_shard`` may differ: they act on this process alone)."""
     return {"columns": [column_entry(n, c) for n, c in columns.items()],
             "capacity": capacity, "max_length": max_length, "remover": remover,
             "exchange": exchange, "rate_limiter": rate_limiters.to_json(rate_limiter),
-            "name": name, "processes": processes}
+            "name": name, "processes": processes, "step_priorities": step_priorities}
 
 
 def column_entry(name: str, column: Column) -> dict:

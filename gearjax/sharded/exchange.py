@@ -400,6 +400,24 @@ def update_priorities(state: jax.Array, keys: jax.Array, priorities: jax.Array, 
     return state, jax.lax.psum(updated, axis_name)
 
 
+def update_step_priorities(state: jax.Array, keys: jax.Array, steps: jax.Array,
+                           priorities: jax.Array, *, spec: ShardSpec,
+                           axis_name: str) -> tuple[jax.Array, jax.Array]:
+    """Routed step priority updates, as update_priorities routes a
+    trajectory's: keys [B], steps and priorities [B, W] of every process
+    reach every owner, which sets the named steps of its own keys' windows (a
+    step below 0 is padding)."""
+    width = steps.shape[1]
+    all_keys = jax.lax.all_gather(keys, axis_name).reshape(-1)
+    all_steps = jax.lax.all_gather(steps, axis_name).reshape(-1, width)
+    all_priorities = jax.lax.all_gather(priorities, axis_name).reshape(-1, width)
+    local = _ffi.shard_keys_call(all_keys, shard=spec.shard, shard_shift=spec.shard_shift,
+                                 to_local=True)
+    state, updated = _ffi.update_step_priorities_call(state, local, all_steps, all_priorities,
+                                                      handle=spec.handle)
+    return state, jax.lax.psum(updated, axis_name)
+
+
 @functools.cache
 def process_mesh() -> Mesh:
     """One device per process (each process's first), in process order."""
@@ -454,30 +472,58 @@ def eager_sample(rng_key: jax.Array, *, spec: ShardSpec, args: SampleArgs) -> Sh
     return jax.tree.map(_local_block, program(_global_rows(seed)))
 
 
-def eager_update_priorities(keys: np.ndarray, priorities: np.ndarray, table) -> int:
+def eager_update_priorities(keys: np.ndarray, priorities: np.ndarray, table,
+                            steps: np.ndarray | None = None) -> int:
     """Routed priority updates called eagerly: every process runs it at the
     same call, in the same order, with any number of entries. The entries of
     every process are gathered on the host (as uint32 words: JAX without x64
-    would narrow int64 keys and float64 priorities), and each owner applies
-    those of its shard to its local :class:`gearjax.Table` (``table`` is the
-    ShardedTable), in process order. Returns the number of entries applied
-    over all processes."""
+    would narrow int64 keys, steps and float64 priorities), and each owner
+    applies those of its shard to its local :class:`gearjax.Table` (``table``
+    is the ShardedTable), in process order. With ``steps`` (``[B, W]``, like
+    ``priorities``; every process's ``W`` the same, else ``ValueError`` in
+    every process) the named steps' priorities. Returns the number of entries
+    applied over all processes."""
     from jax.experimental import multihost_utils
 
     spec: ShardSpec = table.spec
-    counts = np.asarray(multihost_utils.process_allgather(np.array([keys.shape[0]], np.int32)))
-    count = max(int(counts.max()), 1)
-    words = np.zeros((count, 4), np.uint32)
-    words[:keys.shape[0], :2] = keys.astype(np.int64).view(np.uint32).reshape(-1, 2)
-    words[:keys.shape[0], 2:] = priorities.astype(np.float64).view(np.uint32).reshape(-1, 2)
-    gathered = np.asarray(multihost_utils.process_allgather(words)).reshape(-1, count, 4)
-    all_keys, all_priorities = [], []
-    for process, n in enumerate(counts.reshape(-1)):
-        rows = np.ascontiguousarray(gathered[process, :n])
-        all_keys.append(rows[:, :2].copy().view(np.int64).reshape(-1))
-        all_priorities.append(rows[:, 2:].copy().view(np.float64).reshape(-1))
-    all_keys = np.concatenate(all_keys)
-    mine = keys_of.owners(all_keys, spec.shard_shift) == spec.shard
-    updated = table.local.update_priorities(
-        keys_of.local_keys(all_keys[mine], spec.shard_shift), np.concatenate(all_priorities)[mine])
-    return int(np.asarray(multihost_utils.process_allgather(np.array([updated], np.int32))).sum())
+    width = 1 if steps is None else steps.shape[1]
+    shape = np.asarray(multihost_utils.process_allgather(
+        np.array([keys.shape[0], width], np.int32))).reshape(-1, 2)
+    if (shape[:, 1] != width).any():
+        raise ValueError(f"every process passes steps of one width W (priorities and steps "
+                         f"[B, W]); the processes passed W = {shape[:, 1].tolist()}")
+    count = max(int(shape[:, 0].max()), 1)
+    # A row: the key, then W priorities, then (with steps) W steps; 2 words each.
+    fields = [keys.astype(np.int64)[:, None],
+              priorities.astype(np.float64).reshape(keys.shape[0], width)]
+    if steps is not None:
+        fields.append(steps.astype(np.int64))
+    rows = np.zeros((count, sum(f.shape[1] for f in fields) * 2), np.uint32)
+    rows[:keys.shape[0]] = np.concatenate([f.view(np.uint32) for f in fields], axis=1)
+    gathered = np.asarray(multihost_utils.process_allgather(rows)).reshape(-1, count,
+                                                                           rows.shape[1])
+    mine = np.concatenate([np.ascontiguousarray(gathered[p, :n]) for p, n in
+                           enumerate(shape[:, 0])])
+    all_keys = mine[:, :2].copy().view(np.int64).reshape(-1)
+    all_priorities = mine[:, 2:2 + 2 * width].copy().view(np.float64)
+    owned = keys_of.owners(all_keys, spec.shard_shift) == spec.shard
+    local_keys = keys_of.local_keys(all_keys[owned], spec.shard_shift)
+    if steps is None:
+        updated = table.local.update_priorities(local_keys, all_priorities[owned].reshape(-1))
+    else:
+        # Only the owner knows its trajectories' lengths: one that refuses a
+        # step still joins the gather below, so every process raises and
+        # none waits for it.
+        all_steps = mine[:, 2 + 2 * width:].copy().view(np.int64)
+        try:
+            updated = table.local.update_priorities(local_keys, all_priorities[owned],
+                                                    steps=all_steps[owned])
+        except ValueError:
+            updated = -1
+    results = np.asarray(multihost_utils.process_allgather(np.array([updated], np.int32)))
+    refused = np.flatnonzero(results.reshape(-1) < 0)
+    if refused.size:
+        raise ValueError(f"shard(s) {refused.tolist()} refused their entries (a step past its "
+                         f"trajectory's length; nothing changed there, the other shards "
+                         f"applied theirs)")
+    return int(results.sum())

@@ -21,8 +21,8 @@ import jax
 import numpy as np
 from jax.experimental import io_callback
 
-from gearjax import (_call_forms, _checks, _ffi, _gearjax, _sample_args, checkpoint,
-                     rate_limiters)
+from gearjax import (_call_forms, _checks, _ffi, _gearjax, _sample_args, _update_args,
+                     checkpoint, rate_limiters)
 from gearjax._signatures import first_overload
 from gearjax import state as table_state
 from gearjax.columns import Column
@@ -111,6 +111,10 @@ class ShardedTable:
       placement: as for :class:`gearjax.Table`, for this process's shard.
       name: a name for error messages and ``repr`` (each shard's own name is
         ``"<name> shard <k>"``, or ``"shard <k>"``).
+      step_priorities: as for :class:`gearjax.Table`, per shard: a priority
+        per stored step, for :class:`gearjax.PrioritizedSteps` (global
+        samples with the ``xla`` exchange) and ``update_priorities(...,
+        steps=...)``.
 
     Raises:
       TypeError: ``name`` is not a string; an argument of the shard fails
@@ -143,7 +147,7 @@ class ShardedTable:
                  exchange: str = "xla", remover: str = "fifo",
                  rate_limiter: rate_limiters.RateLimiter | None = None,
                  placement: str = "auto", name: str = "", exchange_timeout: float = 10.0,
-                 on_dead_shard: str = "raise"):
+                 on_dead_shard: str = "raise", step_priorities: bool = False):
         if not isinstance(exchange, str) or exchange not in EXCHANGES:
             raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
         if not isinstance(name, str):
@@ -163,6 +167,7 @@ class ShardedTable:
         local = Table(columns, capacity, max_length, placement=placement, remover=remover,
                       rate_limiter=rate_limiter,
                       name=f"{name} shard {shard}" if name else f"shard {shard}",
+                      step_priorities=step_priorities,
                       _key_bits=keys_of.shard_shift(jax.process_count()))
         self._become(local, name, exchange, exchange_timeout, on_dead_shard)
 
@@ -204,7 +209,7 @@ class ShardedTable:
         return agreement.table_spec(self._local.columns, self._local.capacity,
                                     self._local.max_length, self._local.remover,
                                     self._local.rate_limiter, self._exchange, self._name,
-                                    self._processes)
+                                    self._processes, self._local.step_priorities)
 
     # ------------------------------------------------------------------ info
     @property
@@ -613,8 +618,13 @@ class ShardedTable:
                              f"(got cut={args.cut!r}, replace={args.replace}): sample one "
                              f"process's table (table.local) for the other modes")
         if args.strategy.draws_steps:
-            raise ValueError(f"a ShardedTable does not sample {args.strategy!r} yet (its shards "
-                             f"keep one priority per trajectory)")
+            if not self._local.step_priorities:
+                raise ValueError(f"{args.strategy!r} draws steps by their own priorities: make "
+                                 f"the sharded table with step_priorities=True")
+            if self._transport is not None:
+                raise ValueError(f"exchange={self._exchange!r} does not sample "
+                                 f"{args.strategy!r} yet (its readers descend a shard's "
+                                 f"trajectory tree): use exchange='xla'")
         _sample_args.check_room("a sharded sample", args, self._local.columns,
                                 self._local.rate_limiter, rows=self._processes)
         if self._transport is not None:
@@ -717,11 +727,12 @@ class ShardedTable:
     # ------------------------------------------------------------ priorities
     @overload
     def update_priorities(self, state: TableState, keys: Any, priorities: Any, *,
-                          axis_name: str | None = None) -> tuple[TableState, Any]: ...
+                          axis_name: str | None = None,
+                          steps: Any = None) -> tuple[TableState, Any]: ...
 
     @overload
     def update_priorities(self, keys: Any, priorities: Any, *,
-                          axis_name: str | None = None) -> int: ...
+                          axis_name: str | None = None, steps: Any = None) -> int: ...
 
     @first_overload
     def update_priorities(self, *args: Any, axis_name: str | None = None, **kwargs: Any) -> Any:
@@ -754,6 +765,15 @@ class ShardedTable:
         * ``priorities``: real numbers, as many as ``keys``.
         * ``axis_name`` (keyword): the mesh axis inside ``jax.shard_map``
           (one device per process), or ``None``: eagerly.
+        * ``steps`` (keyword; tables made with ``step_priorities=True``, the
+          ``xla`` exchange): per-step priorities, as for
+          :meth:`gearjax.Table.update_priorities`: ``keys`` ``[B]``,
+          ``priorities`` and ``steps`` ``[B, W]`` (every process the same
+          ``W``), a step below 0 skipped. The owner checks each named step
+          against its trajectory's length: one past it refuses that owner's
+          entries (the other shards apply theirs), and every process raises
+          ``ValueError`` (eagerly; inside shard_map the owner's program
+          fails).
 
         Returns:
           The number of entries applied over all processes: an ``int``, or an
@@ -779,12 +799,16 @@ class ShardedTable:
         return self._update_priorities(state, *args, axis_name=axis_name, **kwargs)
 
     def _update_priorities(self, state: TableState | None, keys: Any, priorities: Any, *,
-                           axis_name: str | None) -> Any:
+                           axis_name: str | None, steps: Any = None) -> Any:
         self._local._check_open()
         given = state is not None
         state = table_state.consume(state, self) if given else _call_forms.eager_state(
             "ShardedTable.update_priorities(keys, priorities)",
             "state, count = table.update_priorities(state, keys, priorities, axis_name=...)")
+        if steps is not None:
+            state, count = self._update_step_priorities(state, keys, priorities, steps,
+                                                        axis_name)
+            return (state, count) if given else count
         if axis_name is not None:
             _check_platform()
             exchange.check_axis(axis_name, self._spec)
@@ -822,6 +846,43 @@ class ShardedTable:
             updated = exchange.eager_update_priorities(keys.astype(np.int64), checked, self)
             self._publish()
         return (state, updated) if given else updated
+
+    def _update_step_priorities(self, state: TableState, keys: Any, priorities: Any,
+                                steps: Any, axis_name: str | None) -> tuple[TableState, Any]:
+        """update_priorities(..., steps=...): routed by the xla exchange, in
+        shard_map (axis_name) or eagerly; (the state's successor, the count)."""
+        if not self._local.step_priorities:
+            raise ValueError("this sharded table keeps one priority per trajectory: steps= "
+                             "needs one made with step_priorities=True")
+        if self._transport is not None:
+            raise ValueError(f"exchange={self._exchange!r} does not route step priorities yet "
+                             f"(its owners apply messages of keys and priorities): use "
+                             f"exchange='xla'")
+        if axis_name is not None:
+            _check_platform()
+            exchange.check_axis(axis_name, self._spec)
+            keys, priorities, steps = _update_args.operands(jax.numpy, keys, priorities, steps)
+            if keys.dtype != np.int64:
+                raise TypeError(f"keys of a ShardedTable are int64 global keys, got {keys.dtype}")
+            if priorities.dtype not in (jax.numpy.float32, jax.numpy.float64):
+                priorities = priorities.astype(jax.numpy.float32)
+            if steps.dtype not in (jax.numpy.int32, jax.numpy.int64):
+                steps = steps.astype(jax.numpy.int32)
+            return exchange.update_step_priorities(state, keys, steps, priorities,
+                                                   spec=self._spec, axis_name=axis_name)
+        if any(isinstance(x, jax.core.Tracer) for x in (keys, priorities, steps)):
+            raise ValueError("ShardedTable.update_priorities with axis_name=None runs a "
+                             "collective program of its own, which cannot run inside a "
+                             "per-process jax.jit: call it eagerly, or inside jax.shard_map "
+                             "with axis_name")
+        keys, priorities, steps = _update_args.operands(np, keys, priorities, steps)
+        # Padding (a step below 0) may hold anything, NaN included: not checked.
+        checked = _checks.priorities(np.where(steps >= 0, priorities, 0).reshape(-1))
+        updated = exchange.eager_update_priorities(
+            keys.astype(np.int64), checked.reshape(priorities.shape), self,
+            steps=steps.astype(np.int64))
+        self._publish()
+        return state, updated
 
     def _update_one_sided(self, keys: np.ndarray, priorities: np.ndarray) -> int:
         """nixl, verbs: entries of this shard applied here, the others sent to

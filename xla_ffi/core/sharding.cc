@@ -28,6 +28,10 @@ SampleRequest ShardRequest(int64_t strategy, double alpha, int64_t count) {
   request.alpha = alpha;
   request.count = count;
   request.batch = 1;
+  // A strategy that places its window at a drawn step is a request only
+  // with a window; a shard's total (all of its steps' weights, cut="start")
+  // does not depend on the window's width.
+  if (DrawsSteps(request.strategy)) request.window = 1;
   return request;
 }
 
