@@ -30,9 +30,9 @@ _EAGER_TRACE = jax.extend.core.find_top_trace(())
 # one zero state, made once. Programs of one device run in dispatch order,
 # and an eager call waits for its results, so nothing is lost by not threading
 # it. A JAX array, not a NumPy scalar: JAX copies a NumPy argument into a new
-# buffer on every call (about 38 us of a 230 us eager sample on the 2-core
-# VM). Never handed to the caller, so no program donates it; remade if
-# something deleted it anyway.
+# buffer on every call, a large part of what an eager sample cost over the
+# jitted call (scripts/bench_eager.py). Never handed to the caller, so no
+# program donates it; remade if something deleted it anyway.
 _eager_states: dict[Any, jax.Array] = {}
 
 
