@@ -195,35 +195,74 @@ def step_weights(ident: int, length: int) -> np.ndarray:
                      for t in range(length)])
 
 
-def step_priorities(process, processes, directory, calls, batch):
-    """PrioritizedSteps over every shard (the xla exchange): eager global
-    samples (every row checked; key, start, probability and table size
-    returned), a routed per-step update eagerly from process 0 to the first
-    trajectory of every shard, then, inside shard_map, a sample whose drawn
-    steps each process sets to 0.25; what each shard holds at the end."""
+def step_priorities(process, processes, directory, calls, batch, exchange="xla"):
+    """PrioritizedSteps over every shard: eager global samples (every row
+    checked; key, start, probability and table size returned), then with the
+    xla exchange a routed per-step update eagerly from process 0 to a
+    trajectory of every shard, a refused one, and inside shard_map a sample
+    whose drawn steps each process sets to 0.25; with a one-sided exchange a
+    per-process jitted sample (rows checked) and the refused update. Returns
+    what each shard holds at the end."""
     import gearjax as gx
     from jax.experimental import multihost_utils
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
     table = gx.ShardedTable({"x": gx.Column((2,), "int32")}, capacity=32, max_length=12,
-                            step_priorities=True)
+                            step_priorities=True, exchange=exchange)
     inserted = {}
     for ident, length, _ in shard_contents(process):
         x = np.stack([np.full(length, ident), np.arange(length)], 1).astype(np.int32)
         weights = step_weights(ident, length)
         inserted[str(table.insert({"x": x}, priority=weights))] = [ident, weights.tolist()]
+    multihost_utils.sync_global_devices("filled")
     errors, rows = [], []
     for c in range(calls):
         b = table.sample(jax.random.key(c), batch, 3, gx.PrioritizedSteps(0.8))
         e, r = check_rows(b, 3, table)
         errors += e
         rows += [row + [int(start)] for row, start in zip(r, np.asarray(b.start))]
-    # Routed eagerly: process 0 names every shard's first trajectory (steps 0
-    # and 1, a padding entry after them); the others pass no rows, of the
-    # same width.
     first = next(int(k) for k, (_, w) in inserted.items() if len(w) >= 2)
     firsts = np.asarray(multihost_utils.process_allgather(
         np.array([first], np.int64).view(np.uint32))).view(np.int64).reshape(-1)
+    out = {"inserted": inserted, "errors": errors, "rows": rows, "firsts": firsts.tolist()}
+    if exchange == "xla":
+        out.update(_routed_step_updates(table, process, processes, firsts))
+    else:
+        # Only process 0 samples with another alpha: the other owner publishes
+        # that step tree when asked to (a tree request), not by sampling too.
+        if process == 0:
+            b = table.sample(jax.random.key(99), 64, 3, gx.PrioritizedSteps(0.3))
+            out["asked_errors"] = check_rows(b, 3, table)[0]
+        multihost_utils.sync_global_devices("asked")
+        step = jax.jit(lambda state, k: table.sample(state, k, 64, 3, gx.PrioritizedSteps(0.8)))
+        state, b = step(table.state(), jax.random.key(100 + process))
+        out["jit_errors"] = check_rows(b, 3, table)[0]
+        # Not collective: process 0's own entries applied at once, the other
+        # shard's sent to its owner (the padding entry, NaN, skipped).
+        if process == 0:
+            steps = np.tile(np.array([[0, 1, -1]]), (processes, 1))
+            values = np.array([[100.0 + k, 200.0 + k, np.nan] for k in range(processes)])
+            out["one_sided_count"] = table.update_priorities(firsts, values, steps=steps)
+        time.sleep(1.0)  # the owners' progress threads apply what arrived
+        multihost_utils.sync_global_devices("updated")
+        out["refused"] = table.stats()["refused_updates"]
+    contents = table.local.contents()
+    per_key = np.split(contents["step_priorities"], np.cumsum(contents["length"])[:-1])
+    out["held"] = {str((process << table.shard_shift) | int(k)): p.tolist()
+                   for k, p in zip(contents["key"], per_key)}
+    multihost_utils.sync_global_devices("step-priorities-done")
+    table.close()
+    return out
+
+
+def _routed_step_updates(table, process, processes, firsts) -> dict:
+    """step_priorities' xla part: the updates, eagerly and inside shard_map,
+    and the refusals."""
+    import gearjax as gx
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    # Routed eagerly: process 0 names every shard's first trajectory of two
+    # steps or more (steps 0 and 1, a padding entry after them); the others
+    # pass no rows, of the same width.
     if process == 0:
         steps = np.tile(np.array([[0, 1, -1]]), (processes, 1))
         values = np.array([[100.0 + k, 200.0 + k, np.nan] for k in range(processes)])
@@ -266,17 +305,10 @@ def step_priorities(process, processes, directory, calls, batch):
             refusals.append(None)
         except ValueError as e:
             refusals.append(str(e))
-    contents = table.local.contents()
-    per_key = np.split(contents["step_priorities"], np.cumsum(contents["length"])[:-1])
-    held = {str((process << table.shard_shift) | int(k)): p.tolist()
-            for k, p in zip(contents["key"], per_key)}
-    multihost_utils.sync_global_devices("step-priorities-done")
     plain.close()
-    table.close()
-    return {"inserted": inserted, "errors": errors, "rows": rows, "firsts": firsts.tolist(),
-            "eager_count": eager_count, "drawn_keys": drawn_keys.reshape(-1).tolist(),
+    return {"eager_count": eager_count, "drawn_keys": drawn_keys.reshape(-1).tolist(),
             "drawn_steps": drawn_steps.reshape(-1, 3).tolist(),
-            "jit_count": int(jit_count.reshape(-1)[0]), "held": held, "refusals": refusals,
+            "jit_count": int(jit_count.reshape(-1)[0]), "refusals": refusals,
             "past_length": past_length, "unchanged": unchanged}
 
 

@@ -137,14 +137,17 @@ def check_global_distribution(strategy, exchange, results, inserted, stamps, dra
         assert r["served"] == (served[p] if exchange == "xla" else 0), strategy
 
 
-def test_step_priorities_sample_and_update_globally(tmp_path):
-    """PrioritizedSteps over two shards (xla exchange): every row's step is
-    drawn in proportion to its priority ** 0.8 over every shard's steps (the
-    reported probability exactly, the counts by a chi-square test), and
-    per-step updates reach their owners, eagerly and inside shard_map."""
+@pytest.mark.parametrize("exchange", ["xla", ONE_SIDED[0]])
+def test_step_priorities_sample_and_update_globally(tmp_path, exchange):
+    """PrioritizedSteps over two shards: every row's step is drawn in
+    proportion to its priority ** 0.8 over every shard's steps (the reported
+    probability exactly, the counts by a chi-square test); with the xla
+    exchange per-step updates reach their owners, eagerly and inside
+    shard_map; with nixl a per-process jitted sample too, a step tree its
+    owner publishes when asked, and step updates sent to their owner."""
     processes, calls, batch, alpha = 2, 6, 512, 0.8
     results = multihost.run("step_priorities", processes, tmp_path, timeout=300, calls=calls,
-                            batch=batch)
+                            batch=batch, exchange=exchange)
     inserted = {int(k): v for r in results for k, v in r["inserted"].items()}
     weights = {(key, t): w ** alpha if w > 0 else 0.0
                for key, (_, steps) in inserted.items() for t, w in enumerate(steps)}
@@ -165,11 +168,22 @@ def test_step_priorities_sample_and_update_globally(tmp_path):
     support = expected > 0
     assert stats.chisquare(observed[support],
                            observed.sum() * expected[support]).pvalue > P_MIN
+    held = {int(k): v for r in results for k, v in r["held"].items()}
+    firsts = results[0]["firsts"]
+    if exchange != "xla":
+        assert results[0]["asked_errors"] == []  # the other owner answered the tree request
+        assert all(r["jit_errors"] == [] and r["refused"] == 0 for r in results)
+        assert results[0]["one_sided_count"] == 1  # its own shard's; the other's was sent
+        for key, (_, steps) in inserted.items():
+            shard = key >> SHIFT_2
+            expected = list(steps)
+            if key == firsts[shard]:
+                expected[:2] = [100.0 + shard, 200.0 + shard]
+            assert held[key] == expected, key
+        return
     # The eager routed update: each shard's first trajectory got steps 0 and
     # 1 from process 0 (the padding entry, NaN, skipped); the inside-shard_map
     # update then set each process's drawn steps to 0.25.
-    held = {int(k): v for r in results for k, v in r["held"].items()}
-    firsts = results[0]["firsts"]
     assert [r["eager_count"] for r in results] == [processes] * processes
     set_in_jit = {(k, t) for r in results for k, steps in zip(r["drawn_keys"], r["drawn_steps"])
                   for t in steps if t >= 0}

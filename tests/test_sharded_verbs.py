@@ -142,3 +142,32 @@ def test_update_messages_fit_a_receive_buffer_and_the_owner_applies_only_its_key
     chunks = list(verbs.message_chunks("tok", big, np.ones(10_000)))
     assert all(len(c) <= verbs.MESSAGE_BYTES for c in chunks)
     assert sum((len(c) - 7) // 16 for c in chunks) == 10_000
+
+
+def test_step_update_messages_fit_a_receive_buffer_and_the_owner_applies_its_rows():
+    table = gx.Table({"x": gx.Column((), "int32")}, capacity=8, max_length=4,
+                     step_priorities=True)
+    local = [table.insert({"x": np.zeros(3, np.int32)}, priority=1.0) for _ in range(2)]
+    shift = 62  # two shards; this table is shard 1
+    keys = np.concatenate([keys_of.global_keys(1, np.array(local), shift),
+                           keys_of.global_keys(0, np.array(local[:1]), shift)])
+    steps = np.array([[0, 2], [1, -1], [0, 1]])
+    priorities = np.array([[5.0, 6.0], [7.0, np.nan], [8.0, 9.0]])
+    messages = list(verbs.message_chunks("tok", keys, priorities, steps))
+    assert len(messages) == 1 and len(messages[0]) <= verbs.MESSAGE_BYTES
+    kind, body = messages[0][:4], messages[0][4 + 3:]
+    assert apply_updates(table, 1, shift, kind, body) == 1  # shard 0's row refused
+    np.testing.assert_array_equal(table.contents()["step_priorities"],
+                                  [5.0, 1.0, 6.0, 1.0, 7.0, 1.0])
+    assert apply_updates(table, 1, shift, kind, body[:-1]) == 1  # torn
+    past = list(verbs.message_chunks("tok", keys[:1], np.ones((1, 1)), np.array([[3]])))[0]
+    assert apply_updates(table, 1, shift, past[:4], past[7:]) == 1  # step 3 of 3: refused
+    np.testing.assert_array_equal(table.contents()["step_priorities"],
+                                  [5.0, 1.0, 6.0, 1.0, 7.0, 1.0])
+    wide = 10_000  # steps a row: 160 KB, more than a receive buffer holds
+    with pytest.raises(ValueError, match="does not fit one update message"):
+        list(verbs.message_chunks("tok", keys[:1], np.ones((1, wide)),
+                                  np.zeros((1, wide), np.int64)))
+    many = list(verbs.message_chunks("tok", np.zeros(3000, np.int64), np.ones((3000, 4)),
+                                     np.zeros((3000, 4), np.int64)))
+    assert len(many) > 1 and all(len(m) <= verbs.MESSAGE_BYTES for m in many)

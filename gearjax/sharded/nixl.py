@@ -47,8 +47,8 @@ import numpy as np
 
 from gearjax.errors import ClosedError
 from gearjax.sharded import coordination
-from gearjax.sharded.one_sided import (MAX_UPDATE_ENTRIES, OneSidedReader, aligned_zeros,
-                                       ShardUnavailable, strategy_key, update_message)
+from gearjax.sharded.one_sided import (OneSidedReader, aligned_zeros, ShardUnavailable,
+                                       strategy_key, update_messages)
 
 __all__ = ["ShardUnavailable", "Transport", "capi_library", "nixl_api"]
 
@@ -263,13 +263,12 @@ class Transport(OneSidedReader):
         if failed >= 0:
             raise ShardUnavailable(shards[failed], why)
 
-    def send_updates(self, shard: int, keys: np.ndarray, priorities: np.ndarray) -> None:
+    def send_updates(self, shard: int, keys: np.ndarray, priorities: np.ndarray,
+                     steps: np.ndarray | None = None) -> None:
         name = self._peer(shard)
-        for start in range(0, len(keys), MAX_UPDATE_ENTRIES):
-            k = keys[start:start + MAX_UPDATE_ENTRIES]
-            p = priorities[start:start + MAX_UPDATE_ENTRIES]
+        for message, rows in update_messages(self._token, keys, priorities, steps):
             try:
-                self._agent.notify(name, update_message(self._token, k, p))
+                self._agent.notify(name, message)
             except Exception as e:  # noqa: BLE001
                 raise ShardUnavailable(shard, f"{type(e).__name__}: {e}") from None
-            self.sent_updates += len(k)
+            self.sent_updates += rows

@@ -37,8 +37,8 @@ from gearjax.sharded.one_sided_native import NativeSampling
 from gearjax.sharded.one_sided_protocol import (  # noqa: F401 (re-exported)
     _LIVE, _RECORD, _SLOT_BYTES, ALIGNMENT, MAX_UPDATE_ENTRIES, OUTPUT_BUFFERS, TREE_REQUEST,
     ShardUnavailable, _check_layout, _fields, _slot_bits, _unreferenced, aligned_zeros,
-    apply_updates, copy_local, strategy_key, update_message)
-from gearjax.strategies import Prioritized, Timestep
+    apply_updates, copy_local, strategy_key, update_message, update_messages)
+from gearjax.strategies import Prioritized, PrioritizedSteps, Timestep
 
 
 class OneSidedReader(NativeSampling):
@@ -153,7 +153,8 @@ class OneSidedReader(NativeSampling):
     def _serve(self, message: bytes) -> None:
         """The owner's handling of one message from a peer (a NIXL
         notification, a verbs SEND), checked before anything is applied: the
-        job token, then a tree request (Timestep or Prioritized with alpha in
+        job token, then a tree request (Timestep, Prioritized, or
+        PrioritizedSteps on a table that keeps step priorities, with alpha in
         [0, 8]) or an update message (apply_updates). Refusals are counted in
         ``refused_updates``."""
         token = self._token.encode()
@@ -164,7 +165,8 @@ class OneSidedReader(NativeSampling):
         if kind == TREE_REQUEST:
             request = json.loads(body)
             code, alpha = int(request["code"]), float(request["alpha"])
-            if code in (Timestep.code, Prioritized.code) and 0.0 <= alpha <= 8.0:
+            steps = code == PrioritizedSteps.code and self._local.step_priorities
+            if (code in (Timestep.code, Prioritized.code) or steps) and 0.0 <= alpha <= 8.0:
                 self._layout(code, alpha)
             return
         self.refused_updates += apply_updates(self._local, self._shard, self._shard_shift,

@@ -35,6 +35,10 @@ _LIVE = _LAYOUT["live_state"]
 # and n float64 priorities; at most this many entries a message.
 _UPDATE = b"GXUP"
 MAX_UPDATE_ENTRIES = 1 << 20
+# Step priority updates: _STEP_UPDATE, the job token, then n and W (int64),
+# n int64 keys, n x W int64 steps (below 0: padding) and n x W float64
+# priorities; at most MAX_UPDATE_ENTRIES steps a message.
+_STEP_UPDATE = b"GXUS"
 # A reader's request that the owner register and publish a strategy's tree:
 # TREE_REQUEST, the job token, then {"code", "alpha"} as JSON.
 TREE_REQUEST = b"GXTR"
@@ -101,11 +105,47 @@ def update_message(token: str, keys: np.ndarray, priorities: np.ndarray) -> byte
     return _UPDATE + token.encode() + k.tobytes() + p.tobytes()
 
 
+def update_messages(token: str, keys: np.ndarray, priorities: np.ndarray,
+                    steps: np.ndarray | None = None, max_bytes: int | None = None):
+    """The messages that carry an update to one owner, in order, as
+    ``(message, rows)``: at most MAX_UPDATE_ENTRIES entries (steps, with
+    ``steps``) and, where given, ``max_bytes`` bytes each. Raises
+    ``ValueError`` where one row of steps does not fit ``max_bytes``."""
+    head = 4 + len(token.encode())
+    width = 1 if steps is None else steps.shape[1]
+    row_bytes, fixed = (16, 0) if steps is None else (8 + 16 * width, 16)
+    rows = MAX_UPDATE_ENTRIES // width
+    if max_bytes is not None:
+        rows = min(rows, (max_bytes - head - fixed) // row_bytes)
+    if rows < 1:
+        raise ValueError(f"a row of {width} step priorities does not fit one update message "
+                         f"({max_bytes} bytes): update fewer steps a row")
+    for start in range(0, len(keys), rows):
+        part = slice(start, start + rows)
+        if steps is None:
+            yield update_message(token, keys[part], priorities[part]), len(keys[part])
+        else:
+            yield (step_update_message(token, keys[part], steps[part], priorities[part]),
+                   len(keys[part]))
+
+
+def step_update_message(token: str, keys: np.ndarray, steps: np.ndarray,
+                        priorities: np.ndarray) -> bytes:
+    """A step priority update (keys [n], steps and priorities [n, W])."""
+    k = np.ascontiguousarray(keys, np.int64)
+    s = np.ascontiguousarray(steps, np.int64)
+    p = np.ascontiguousarray(priorities, np.float64)
+    return (_STEP_UPDATE + token.encode() + np.array(s.shape, np.int64).tobytes() +
+            k.tobytes() + s.tobytes() + p.tobytes())
+
+
 def apply_updates(local, shard: int, shard_shift: int, kind: bytes, body: bytes) -> int:
     """The owner's side of an update message whose token was checked: applies
     the entries of this shard's keys to ``local`` (a gx.Table), after its
-    own checks; returns how many entries were refused (a malformed message
-    counts as one)."""
+    own checks; returns how many entries (rows of a step update) were
+    refused (a malformed message counts as one)."""
+    if kind == _STEP_UPDATE:
+        return _apply_step_updates(local, shard, shard_shift, body)
     if kind != _UPDATE or len(body) % 16 != 0 or len(body) // 16 > MAX_UPDATE_ENTRIES:
         return 1
     n = len(body) // 16
@@ -115,6 +155,29 @@ def apply_updates(local, shard: int, shard_shift: int, kind: bytes, body: bytes)
     refused = int((~mine).sum())
     try:
         local.update_priorities(keys_of.local_keys(keys[mine], shard_shift), priorities[mine])
+    except (TypeError, ValueError, RuntimeError):
+        refused += int(mine.sum())
+    return refused
+
+
+def _apply_step_updates(local, shard: int, shard_shift: int, body: bytes) -> int:
+    """A step update message's rows of this shard's keys, applied together
+    (a step past its trajectory's length refuses them all)."""
+    if len(body) < 16:
+        return 1
+    n, width = (int(v) for v in np.frombuffer(body, np.int64, 2))
+    if not (0 <= n and 1 <= width and n * width <= MAX_UPDATE_ENTRIES and
+            len(body) == 16 + 8 * n + 16 * n * width):
+        return 1
+    keys = np.frombuffer(body, np.int64, n, offset=16)
+    steps = np.frombuffer(body, np.int64, n * width, offset=16 + 8 * n).reshape(n, width)
+    priorities = np.frombuffer(body, np.float64, n * width,
+                               offset=16 + 8 * n + 8 * n * width).reshape(n, width)
+    mine = keys_of.owners(keys, shard_shift) == shard
+    refused = int((~mine).sum())
+    try:
+        local.update_priorities(keys_of.local_keys(keys[mine], shard_shift), priorities[mine],
+                                steps=steps[mine])
     except (TypeError, ValueError, RuntimeError):
         refused += int(mine.sum())
     return refused

@@ -113,8 +113,7 @@ class ShardedTable:
         ``"<name> shard <k>"``, or ``"shard <k>"``).
       step_priorities: as for :class:`gearjax.Table`, per shard: a priority
         per stored step, for :class:`gearjax.PrioritizedSteps` (global
-        samples with the ``xla`` exchange) and ``update_priorities(...,
-        steps=...)``.
+        samples, every exchange) and ``update_priorities(..., steps=...)``.
 
     Raises:
       TypeError: ``name`` is not a string; an argument of the shard fails
@@ -621,10 +620,6 @@ class ShardedTable:
             if not self._local.step_priorities:
                 raise ValueError(f"{args.strategy!r} draws steps by their own priorities: make "
                                  f"the sharded table with step_priorities=True")
-            if self._transport is not None:
-                raise ValueError(f"exchange={self._exchange!r} does not sample "
-                                 f"{args.strategy!r} yet (its readers descend a shard's "
-                                 f"trajectory tree): use exchange='xla'")
         _sample_args.check_room("a sharded sample", args, self._local.columns,
                                 self._local.rate_limiter, rows=self._processes)
         if self._transport is not None:
@@ -765,15 +760,17 @@ class ShardedTable:
         * ``priorities``: real numbers, as many as ``keys``.
         * ``axis_name`` (keyword): the mesh axis inside ``jax.shard_map``
           (one device per process), or ``None``: eagerly.
-        * ``steps`` (keyword; tables made with ``step_priorities=True``, the
-          ``xla`` exchange): per-step priorities, as for
-          :meth:`gearjax.Table.update_priorities`: ``keys`` ``[B]``,
-          ``priorities`` and ``steps`` ``[B, W]`` (every process the same
-          ``W``), a step below 0 skipped. The owner checks each named step
-          against its trajectory's length: one past it refuses that owner's
-          entries (the other shards apply theirs), and every process raises
-          ``ValueError`` (eagerly; inside shard_map the owner's program
-          fails).
+        * ``steps`` (keyword; tables made with ``step_priorities=True``):
+          per-step priorities, as for :meth:`gearjax.Table.update_priorities`:
+          ``keys`` ``[B]``, ``priorities`` and ``steps`` ``[B, W]``, a step
+          below 0 skipped. The owner checks each named step against its
+          trajectory's length: one past it refuses that owner's entries (the
+          other shards apply theirs). With ``xla`` every process passes the
+          same ``W`` and, eagerly, every process then raises ``ValueError``
+          (inside shard_map the owner's program fails). With a one-sided
+          exchange, eagerly only: this shard's refusal raises ``ValueError``
+          here; another owner counts what it refuses
+          (``stats()["refused_updates"]``).
 
         Returns:
           The number of entries applied over all processes: an ``int``, or an
@@ -855,9 +852,8 @@ class ShardedTable:
             raise ValueError("this sharded table keeps one priority per trajectory: steps= "
                              "needs one made with step_priorities=True")
         if self._transport is not None:
-            raise ValueError(f"exchange={self._exchange!r} does not route step priorities yet "
-                             f"(its owners apply messages of keys and priorities): use "
-                             f"exchange='xla'")
+            return state, self._update_step_priorities_one_sided(keys, priorities, steps,
+                                                                 axis_name)
         if axis_name is not None:
             _check_platform()
             exchange.check_axis(axis_name, self._spec)
@@ -884,17 +880,39 @@ class ShardedTable:
         self._publish()
         return state, updated
 
-    def _update_one_sided(self, keys: np.ndarray, priorities: np.ndarray) -> int:
-        """nixl, verbs: entries of this shard applied here, the others sent to
-        their owners as messages (applied there by their progress threads)."""
+    def _update_step_priorities_one_sided(self, keys: Any, priorities: Any, steps: Any,
+                                          axis_name: str | None) -> int:
+        """nixl, verbs: step updates called eagerly, checked here, routed as
+        _update_one_sided routes a trajectory's."""
+        if axis_name is not None or any(isinstance(x, jax.core.Tracer)
+                                        for x in (keys, priorities, steps)):
+            raise ValueError(f"exchange={self._exchange!r} updates step priorities eagerly "
+                             f"(axis_name=None, concrete arrays): its owners apply messages")
+        keys, priorities, steps = _update_args.operands(np, keys, priorities, steps)
+        # Padding (a step below 0) may hold anything, NaN included: not checked.
+        checked = _checks.priorities(np.where(steps >= 0, priorities, 0).reshape(-1))
+        return self._update_one_sided(keys.astype(np.int64), checked.reshape(priorities.shape),
+                                      steps.astype(np.int64))
+
+    def _update_one_sided(self, keys: np.ndarray, priorities: np.ndarray,
+                          steps: np.ndarray | None = None) -> int:
+        """nixl, verbs: entries of this shard applied here (a step past its
+        trajectory's length raises ValueError, changing nothing here), the
+        others sent to their owners as messages (applied there by their
+        progress threads, which count what they refuse)."""
         owners = keys_of.owners(keys, self._shard_shift)
         mine = owners == self._shard
-        applied = self._local.update_priorities(
-            keys_of.local_keys(keys[mine], self._shard_shift), priorities[mine])
+        local_keys = keys_of.local_keys(keys[mine], self._shard_shift)
+        if steps is None:
+            applied = self._local.update_priorities(local_keys, priorities[mine])
+        else:
+            applied = self._local.update_priorities(local_keys, priorities[mine],
+                                                    steps=steps[mine])
         for owner in np.unique(owners[~mine]):
             if 0 <= owner < self._processes:
                 chosen = owners == owner
-                self._transport.send_updates(int(owner), keys[chosen], priorities[chosen])
+                self._transport.send_updates(int(owner), keys[chosen], priorities[chosen],
+                                             None if steps is None else steps[chosen])
         self._publish()
         return int(applied)
 

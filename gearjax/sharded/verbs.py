@@ -57,7 +57,7 @@ import numpy as np
 from gearjax.errors import ClosedError
 from gearjax.sharded import coordination
 from gearjax.sharded.one_sided import (OneSidedReader, ShardUnavailable, aligned_zeros,
-                                       strategy_key, update_message)
+                                       strategy_key, update_messages)
 
 __all__ = ["ShardUnavailable", "Transport", "verbs_api"]
 
@@ -150,11 +150,12 @@ def endpoint_of(raw: bytes | str, token: str, shard: int, me: int) -> dict:
             "rd_responder": rd_responder}
 
 
-def message_chunks(token: str, keys: np.ndarray, priorities: np.ndarray):
-    """Update messages of at most MESSAGE_BYTES each."""
-    per = (MESSAGE_BYTES - 4 - len(token.encode())) // 16
-    for start in range(0, len(keys), per):
-        yield update_message(token, keys[start:start + per], priorities[start:start + per])
+def message_chunks(token: str, keys: np.ndarray, priorities: np.ndarray,
+                   steps: np.ndarray | None = None):
+    """Update messages (of steps too, with ``steps``) of at most
+    MESSAGE_BYTES each: what a receive buffer holds."""
+    for message, _ in update_messages(token, keys, priorities, steps, MESSAGE_BYTES):
+        yield message
 
 
 # ------------------------------------------------------------ the transport
@@ -537,8 +538,9 @@ class Transport(OneSidedReader):
             if polled and completions[0].wr_id == wr_id:
                 return
 
-    def send_updates(self, shard: int, keys: np.ndarray, priorities: np.ndarray) -> None:
-        for message in message_chunks(self._token, keys, priorities):
+    def send_updates(self, shard: int, keys: np.ndarray, priorities: np.ndarray,
+                     steps: np.ndarray | None = None) -> None:
+        for message in message_chunks(self._token, keys, priorities, steps):
             self._send(shard, message)
         self.sent_updates += len(keys)
 

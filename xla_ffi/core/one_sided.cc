@@ -115,18 +115,20 @@ class Sampler {
       ShardSpans sp{static_cast<int>(k), {}, {}, {}};
       for (size_t i = 0; i < d.rows[k].size(); ++i) {
         const SlotInfo& rec = d.before[k][i];
+        const int64_t step = d.step[k][i];  // >= 0: a drawn step starts the window
         const bool good = d.slot[k][i] >= 0 && d.weight[k][i] > 0.0 &&
                           rec.state == SlotState::kLive && rec.length >= 1 &&
-                          rec.length <= s.max_length;
+                          rec.length <= s.max_length && step < rec.length;
         if (!good) {
           failed.push_back(d.rows[k][i]);
           continue;
         }
         const Words4& w = d.start_words[k][i];
-        const int64_t first = r_.window > 0
-            ? static_cast<int64_t>(BelowFromBits(w.w[0], w.w[1],
-                                                 static_cast<uint64_t>(rec.length)))
-            : 0;
+        const int64_t first =
+            step >= 0 ? step
+            : r_.window > 0 ? static_cast<int64_t>(BelowFromBits(
+                                  w.w[0], w.w[1], static_cast<uint64_t>(rec.length)))
+                            : 0;
         const int64_t n = std::min<int64_t>(width_, rec.length - first);
         const int64_t offset = r_.pad_left ? width_ - n : 0;
         planned[k].push_back(i);
@@ -243,6 +245,9 @@ Counts Sample(Reader& reader, const std::vector<ShardLayout>& shards, const Requ
   }
   if (request.window < 0 || request.window > shards[0].max_length) {
     throw InvalidArgument("the window must be in [0, max_length]");
+  }
+  if (DrawsSteps(request.strategy) && request.window < 1) {
+    throw InvalidArgument("a strategy that draws steps places a window there: give a window");
   }
   Sampler sampler(reader, shards, request, out);
   return sampler.Run();

@@ -4,14 +4,16 @@
 // as verbs, memcpy for this process's shards). One call is a whole sample:
 //
 // 1. what the draw needs of each shard, in one read: for a tree strategy
-//    (Uniform, Timestep, Prioritized) the sum-tree levels that fit
+//    (Uniform, Timestep, Prioritized, PrioritizedSteps) the sum-tree levels that fit
 //    whole_read_bytes from the root down (the root is the shard's total),
 //    the shard's size (Uniform's root) and, where they fit, its slot records;
 //    for a ranking one (TopK, Recent) every slot record and insertion stamp;
 // 2. each row's slot: for a tree strategy its shard in proportion to the
 //    totals, then its slot down that shard's tree, through the levels held,
 //    then one read a level for the rest (SumTreeChild: exactly the owner's
-//    own draw; one_sided_tree.cc); for a ranking one uniformly among the
+//    own draw; one_sided_tree.cc; PrioritizedSteps' tree has a leaf per step,
+//    so the descent ends at a slot and the step its window starts at); for a
+//    ranking one uniformly among the
 //    `count` best live items of every shard in the global order (shard_ranking.h;
 //    one_sided_ranked.cc);
 // 3. each slot's record (from step 1, else read), the window, and the record

@@ -59,10 +59,12 @@ class Reads {
 };
 
 // What one round drew, by shard k: its rows, each row's slot (-1: the draw
-// found none), weight (its probability is weight / total), record as read
-// before the window, and the words its window's start is drawn from.
+// found none), step (a strategy that draws steps: where the window starts;
+// else -1, and the start is drawn from start_words), weight (its
+// probability is weight / total), record as read before the window, and the
+// words its window's start is drawn from.
 struct Drawn {
-  std::vector<std::vector<int64_t>> rows, slot;
+  std::vector<std::vector<int64_t>> rows, slot, step;
   std::vector<std::vector<double>> weight;
   std::vector<std::vector<SlotInfo>> before;
   std::vector<std::vector<Words4>> start_words;
@@ -70,11 +72,13 @@ struct Drawn {
   int64_t table_size = 0;  // live items over every shard
 
   explicit Drawn(size_t shards)
-      : rows(shards), slot(shards), weight(shards), before(shards), start_words(shards) {}
+      : rows(shards), slot(shards), step(shards), weight(shards), before(shards),
+        start_words(shards) {}
 };
 
 // Round `round`'s draw of the rows `todo` by the shards' sum trees (Uniform,
-// Timestep, Prioritized). Throws InvalidArgument when no shard holds
+// Timestep, Prioritized; PrioritizedSteps, whose tree has a leaf per step of
+// every slot, max_length a slot). Throws InvalidArgument when no shard holds
 // anything the strategy can draw.
 Drawn DrawByTree(Reads& reads, const Request& request, const std::vector<int64_t>& todo,
                  int round);

@@ -61,6 +61,7 @@ Drawn DrawRanked(Reads& reads, const Request& request, const std::vector<int64_t
     const size_t k = static_cast<size_t>(item.rank.shard);
     d.rows[k].push_back(row);
     d.slot[k].push_back(item.slot);
+    d.step[k].push_back(-1);  // the window's start is drawn from start_words
     d.weight[k].push_back(1.0);
     d.before[k].push_back(reinterpret_cast<const SlotInfo*>(spans[k].local[0])[item.slot]);
     d.start_words[k].push_back(

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <vector>
@@ -173,6 +174,83 @@ TEST(OneSided, ProbabilitiesAreEachRowsWeightOverTheTotal) {
     EXPECT_EQ(b.start[row], 0);  // window 0: whole trajectories
     EXPECT_EQ(b.valid[row], s.items[b.keys[row]].second);
   }
+}
+
+// PrioritizedSteps: each row's step (where its window starts) in proportion
+// to the step's priority ** alpha over every shard's steps, read down the
+// owners' step trees (a leaf per step of every slot); the probability is the
+// step's weight over the total, the window holds the steps it names.
+TEST(OneSided, PrioritizedStepsDrawStepsByTheirWeightOverEveryShard) {
+  Shards s;
+  std::map<std::pair<int64_t, int64_t>, double> weight;  // (global key, step) -> weight
+  const double alpha = 0.5;
+  double total = 0.0;
+  for (size_t k = 0; k < 2; ++k) {
+    TableSpec spec = Spec(8);
+    spec.step_priorities = true;
+    s.tables.push_back(std::make_unique<Table>(spec));
+    for (int64_t i = 0; i < 3 + 2 * static_cast<int64_t>(k); ++i) {
+      const int64_t length = 2 + (i * 5 + static_cast<int64_t>(k)) % 11;
+      std::vector<int32_t> data(static_cast<size_t>(length));
+      std::vector<double> steps(static_cast<size_t>(length));
+      for (int64_t t = 0; t < length; ++t) {
+        data[t] = static_cast<int32_t>(1000 * k + i + 100000 * t);
+        steps[t] = (i + t) % 4 == 0 ? 0.0 : 0.5 + static_cast<double>((3 * i + t + k) % 5);
+      }
+      const double largest = *std::max_element(steps.begin(), steps.end());
+      const int64_t key = s.tables[k]->Insert({data.data()}, length, largest, -1, -1, -1,
+                                              steps.data());
+      const int64_t global = (static_cast<int64_t>(k) << 61) | key;
+      s.items[global] = {largest, length};
+      for (int64_t t = 0; t < length; ++t) {
+        weight[{global, t}] = steps[t] > 0 ? std::pow(steps[t], alpha) : 0.0;
+        total += weight[{global, t}];
+      }
+    }
+  }
+  std::vector<ShardLayout> shards;
+  for (const auto& table : s.tables) {
+    ShardLayout layout = Layout(*table, Strategy::kUniform, 0.0);
+    const RemoteLayout r = table->Remote({Strategy::kPrioritizedSteps, alpha, 0, 1, 1});
+    layout.tree = reinterpret_cast<uint64_t>(r.tree.nodes);
+    layout.tree_offsets.assign(r.tree.offsets, r.tree.offsets + r.tree.levels);
+    layout.tree_nodes = static_cast<int64_t>(r.tree_nodes);
+    shards.push_back(layout);
+  }
+  CopyReader reader;
+  std::map<std::pair<int64_t, int64_t>, int64_t> counts;
+  const int64_t batch = 512, width = 3;
+  int64_t drawn = 0;
+  for (uint32_t seed = 0; seed < 20; ++seed) {
+    Batch b(batch, width);
+    Request r = MakeRequest(batch, width, seed % 2 == 0, seed);
+    r.strategy = Strategy::kPrioritizedSteps;
+    Sample(reader, shards, r, b.out);
+    CheckRows(s, b, batch, width, seed % 2 == 0);
+    for (int64_t row = 0; row < batch; ++row) {
+      const std::pair<int64_t, int64_t> cell{b.keys[row], b.start[row]};
+      ASSERT_GT(weight[cell], 0.0) << "drew a step of priority 0";
+      EXPECT_FLOAT_EQ(b.probability[row], weight[cell] / total);
+      ++counts[cell];
+    }
+    drawn += batch;
+  }
+  double chi2 = 0.0;
+  int cells = 0;
+  for (const auto& [cell, w] : weight) {
+    if (w == 0.0) continue;
+    const double expected = drawn * w / total;
+    const double d = counts[cell] - expected;
+    chi2 += d * d / expected;
+    ++cells;
+  }
+  // About 40 cells: 2 x cells + 10 is above the chi-square's 0.9999 quantile
+  // (86 for 42 degrees of freedom); a draw off by a step fails far above it.
+  EXPECT_LT(chi2, 2.0 * cells + 10.0) << cells << " cells";
+  Request no_window = MakeRequest(4, 0, false, 1);
+  no_window.strategy = Strategy::kPrioritizedSteps;
+  Batch b(4, 12);
+  EXPECT_THROW(Sample(reader, shards, no_window, b.out), InvalidArgument);
 }
 
 // Counts round trips: a reader that copies, as CopyReader, but counts, and

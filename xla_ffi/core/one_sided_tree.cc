@@ -1,13 +1,15 @@
 // The one-sided draw by the shards' sum trees (one_sided_draw.h; steps 1
-// and 2 of one_sided.h for Uniform, Timestep and Prioritized): a snapshot of
-// each shard in one read, each row's shard in proportion to the totals, its
-// slot down that shard's tree, its record.
+// and 2 of one_sided.h for Uniform, Timestep, Prioritized and
+// PrioritizedSteps): a snapshot of each shard in one read, each row's shard
+// in proportion to the totals, its slot (and step) down that shard's tree,
+// its record.
 #include <algorithm>
 #include <cstring>
 #include <map>
 
 #include "common.h"
 #include "one_sided_draw.h"
+#include "strategies.h"
 #include "sum_tree.h"
 
 namespace gearjax::one_sided {
@@ -74,12 +76,13 @@ std::vector<Snapshot> TakeSnapshots(Reads& reads) {
   return snapshots;
 }
 
-// Each row's slot down its shard's tree (d.slot, d.weight; -1 where the path
-// found no weight): through the levels its snapshot holds, then one read a
-// level (every shard at once). d.rows and `target` (each row's target in its
-// shard's total) are given.
+// Each row's leaf down its shard's tree (d.slot, d.weight; -1 where the path
+// found no weight or ended past the shard's `leaves_per_slot` leaves a
+// slot): through the levels its snapshot holds, then one read a level (every
+// shard at once). d.rows and `target` (each row's target in its shard's
+// total) are given.
 void Descend(Reads& reads, const std::vector<Snapshot>& snapshots,
-             std::vector<std::vector<double>>& target, Drawn& d) {
+             std::vector<std::vector<double>>& target, bool per_step, Drawn& d) {
   const std::vector<ShardLayout>& shards = reads.shards();
   const size_t S = shards.size();
   std::vector<std::vector<int64_t>> node(S);
@@ -138,9 +141,14 @@ void Descend(Reads& reads, const std::vector<Snapshot>& snapshots,
     }
   }
   for (size_t k = 0; k < S; ++k) {
-    d.slot[k] = node[k];
-    for (size_t i = 0; i < d.slot[k].size(); ++i) {
-      if (dead[k][i] || d.slot[k][i] >= shards[k].capacity) d.slot[k][i] = -1;
+    // A step strategy's leaf s * max_length + t is step t of slot s.
+    const int64_t per_slot = per_step ? shards[k].max_length : 1;
+    d.slot[k].assign(node[k].size(), -1);
+    d.step[k].assign(node[k].size(), -1);
+    for (size_t i = 0; i < node[k].size(); ++i) {
+      if (dead[k][i] || node[k][i] >= shards[k].capacity * per_slot) continue;
+      d.slot[k][i] = node[k][i] / per_slot;
+      if (per_step) d.step[k][i] = node[k][i] % per_slot;
     }
   }
 }
@@ -176,7 +184,7 @@ Drawn DrawByTree(Reads& reads, const Request& request, const std::vector<int64_t
     d.start_words[k].push_back(
         AttemptWords(request.seed, row, static_cast<uint32_t>(2 * round + 1)));
   }
-  Descend(reads, snapshots, target, d);
+  Descend(reads, snapshots, target, DrawsSteps(request.strategy), d);
   // The records before the window: from the snapshot, or read now.
   std::vector<std::vector<int64_t>> to_read(S);
   for (size_t k = 0; k < S; ++k) {

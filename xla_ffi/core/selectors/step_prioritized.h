@@ -47,6 +47,10 @@ class StepPrioritizedSelector final : public SamplingSelector {
   // total); prefetches nothing (a leaf is not a slot).
   void SelectMany(const SelectionBatch& batch, Selection* out) const override;
   double TotalWeight() const override { return tree_.Total(); }
+  // The step tree, which one-sided readers of other processes descend too:
+  // its leaf s * max_length + t is step t of slot s (core/one_sided_tree.cc).
+  // Never a GPU draw's: this selector is selected on the host.
+  const SumTree* DrawTree() const override { return &tree_; }
   // Every eligible item, weighing the steps a window may be placed at: the
   // first length - full_window + 1 (cut="full"), else all of them.
   void ListCandidates(const CandidateScan& scan, std::vector<Candidate>* out) const override;
