@@ -15,8 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from gearjax import _checks
-from gearjax.columns import (Column, cast_to_column, check_traced_conversion, is_numeric,
-                             numeric_host_array)
+from gearjax.columns import (Column, cast_to_column, check_traced_conversion, host_array,
+                             is_numeric, numeric_host_array)
 
 
 def check_column_names(what: str, columns: Mapping[str, Column], given: Any) -> None:
@@ -60,11 +60,13 @@ def trajectory_bytes(columns: Mapping[str, Column], max_length: int,
 
 
 def batch_columns(columns: Mapping[str, Column], max_length: int,
-                  given: Mapping[str, Any]) -> list[jax.Array]:
+                  given: Mapping[str, Any], host: bool = False) -> list[Any]:
     """insert_batch's columns, [N, T, *shape] each with the same N >= 1 and
     T in [1, max_length], converted to the columns' dtypes: host data as
     insert converts it (refusing values that do not fit), JAX arrays only
-    where every value of their dtype fits (columns.check_traced_conversion)."""
+    where every value of their dtype fits (columns.check_traced_conversion,
+    in convert_batch_columns). Host data stays NumPy with ``host`` (the
+    eager path), else becomes JAX arrays; JAX arrays stay as they are."""
     if not isinstance(given, Mapping):
         raise TypeError("columns must be a mapping of column name -> [N, T, *shape] array")
     missing = [n for n in columns if n not in given]
@@ -77,9 +79,11 @@ def batch_columns(columns: Mapping[str, Column], max_length: int,
             raise TypeError(f"column {n!r} is {column.dtype}, which JAX represents only with "
                             f"jax_enable_x64 on; turn it on, or insert from the host with "
                             f"insert/insert_many")
-    arrays = [jnp.asarray(cast_to_column(n, np.asarray(given[n]), c.dtype))
-              if not isinstance(given[n], (jax.Array, jax.core.Tracer))
-              else given[n] for n, c in columns.items()]
+    arrays = [given[n] if isinstance(given[n], (jax.Array, jax.core.Tracer))
+              else cast_to_column(n, np.asarray(given[n]), c.dtype) for n, c in columns.items()]
+    if not host:
+        arrays = [a if isinstance(a, (jax.Array, jax.core.Tracer)) else jnp.asarray(a)
+                  for a in arrays]
     rows, steps = arrays[0].shape[:2] if arrays[0].ndim >= 2 else (None, None)
     for (n, column), array in zip(columns.items(), arrays):
         if array.shape != (rows, steps, *column.shape):
@@ -95,29 +99,36 @@ def batch_columns(columns: Mapping[str, Column], max_length: int,
     return arrays
 
 
-def convert_batch_columns(columns: Mapping[str, Column],
-                          arrays: list[jax.Array]) -> list[jax.Array]:
+def convert_batch_columns(columns: Mapping[str, Column], arrays: list[Any],
+                          host: bool = False) -> list[Any]:
     """batch_columns' arrays in the columns' dtypes, each conversion checked
-    (after lengths and priorities, whose errors come first)."""
+    (after lengths and priorities, whose errors come first); with ``host``,
+    as C-contiguous NumPy arrays (a JAX array read on the host)."""
     for (n, column), array in zip(columns.items(), arrays):
         check_traced_conversion(n, array.dtype, column.dtype)
-    return [a.astype(c.dtype) for a, c in zip(arrays, columns.values())]
+    if not host:
+        return [a.astype(c.dtype) for a, c in zip(arrays, columns.values())]
+    return [np.ascontiguousarray(host_array(a), dtype=c.dtype)
+            for a, c in zip(arrays, columns.values())]
 
 
-def batch_lengths(lengths: Any, rows: int, steps: int) -> jax.Array:
+def batch_lengths(lengths: Any, rows: int, steps: int, host: bool = False) -> Any:
     """insert_batch's lengths: integers [rows] in [1, steps] (checked now
-    when concrete, by the handler when traced), as int32 or int64."""
+    when concrete, by the handler when traced), as int32 or int64; with
+    ``host`` (concrete lengths only), a NumPy int64 array."""
     if not isinstance(lengths, jax.core.Tracer):
-        host = np.asarray(lengths)
-        if host.shape != (rows,) or not np.issubdtype(host.dtype, np.integer):
+        values = np.asarray(lengths)
+        if values.shape != (rows,) or not np.issubdtype(values.dtype, np.integer):
             raise ValueError(f"lengths must be integers of shape ({rows},), got "
-                             f"{host.dtype}{list(host.shape)}")
-        bad = (host < 1) | (host > steps)
+                             f"{values.dtype}{list(values.shape)}")
+        bad = (values < 1) | (values > steps)
         if bad.any():
             i = int(np.argmax(bad))
-            raise ValueError(f"lengths must be in [1, T={steps}]; entry {i} is {host[i]}; "
+            raise ValueError(f"lengths must be in [1, T={steps}]; entry {i} is {values[i]}; "
                              f"nothing was inserted")
-        return jnp.asarray(host.astype(np.int32))  # exact: 1 <= length <= T < 2**31
+        if host:
+            return np.ascontiguousarray(values, np.int64)
+        return jnp.asarray(values.astype(np.int32))  # exact: 1 <= length <= T < 2**31
     if lengths.shape != (rows,) or not jnp.issubdtype(lengths.dtype, jnp.integer):
         raise ValueError(f"lengths must be integers of shape ({rows},), got "
                          f"{lengths.dtype}{list(lengths.shape)}")
@@ -129,16 +140,20 @@ def batch_lengths(lengths: Any, rows: int, steps: int) -> jax.Array:
     return lengths.astype(jnp.int32)  # int8/int16/uint8/uint16 widen exactly
 
 
-def batch_priorities(priorities: Any, rows: int) -> jax.Array:
+def batch_priorities(priorities: Any, rows: int, host: bool = False) -> Any:
     """insert_batch's priorities: real numbers [rows] (checked now when
-    concrete, by the handler when traced), float32 or float64; None: 1.0."""
+    concrete, by the handler when traced), float32 or float64; None: 1.0.
+    With ``host`` (concrete priorities only), a NumPy float64 array, as
+    given: nothing narrows them to float32."""
     if priorities is None:
-        return jnp.ones(rows, jnp.float32)
+        return np.ones(rows) if host else jnp.ones(rows, jnp.float32)
     if not isinstance(priorities, jax.core.Tracer):
-        host = np.asarray(priorities)
-        if host.shape != (rows,):
-            raise ValueError(f"priorities must have shape ({rows},), got {list(host.shape)}")
-        checked = _checks.priorities(host)
+        values = np.asarray(priorities)
+        if values.shape != (rows,):
+            raise ValueError(f"priorities must have shape ({rows},), got {list(values.shape)}")
+        checked = _checks.priorities(values)
+        if host:
+            return np.ascontiguousarray(checked, np.float64)
         narrowed = checked.astype(widest_float())
         lost = (checked > 0) & (narrowed == 0)
         if lost.any():

@@ -119,6 +119,15 @@ def raise_if_interrupted(error: BaseException) -> None:
         raise raised from error
 
 
+def as_call_failure(error: BaseException) -> jax.errors.JaxRuntimeError:
+    """A native failure (a timeout, a shortfall, a close) of an eager call that
+    runs no program but keeps the compiled call's contract (eager
+    ``insert_batch``): the ``jax.errors.JaxRuntimeError`` that call's program
+    would raise, its message tagged as the handlers tag it."""
+    kind = table_error(error)
+    return jax.errors.JaxRuntimeError(f"FAILED_PRECONDITION: gearjax [{kind}]: {error}")
+
+
 def reraise(error: ValueError) -> NoReturn:
     """Raises `error` as an eager ``Table`` call does: a table failure that
     JAX's fast dispatch path carried as a ``ValueError`` becomes the

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gearjax import (_call_forms, _checks, _eager_sample, _exit, _gearjax, _inserts,
+from gearjax import (_call_forms, _checks, _eager_sample, _exit, _ffi, _gearjax, _inserts,
                      _sample, _sample_args, _update_args, checkpoint, errors, rate_limiters)
 from gearjax import state as table_state
 from gearjax._gearjax import NativeTable
@@ -682,6 +682,11 @@ class Table:
         * ``keys = table.insert_batch(columns, lengths, priorities=None)``:
           eager calls only; returns the keys. Traced, it raises ``TypeError``.
 
+        Called eagerly (either form) on a host table, the rows go straight to
+        the native core, as :meth:`insert_many`'s do: no program is made or
+        run, and priorities are kept as given (a compiled call passes them as
+        float32 without ``jax_enable_x64``).
+
         Arguments (both forms):
 
         * ``state`` (``TableState``, first form only): the table state (from
@@ -708,8 +713,8 @@ class Table:
             ``[N, T, *shape]`` with the same ``N`` and ``T`` as the others;
             ``N < 1``; ``T`` outside ``[1, max_length]``; lengths or
             priorities of the wrong shape or dtype, or concrete ones out of
-            range (or a priority that would become 0 in float32 without
-            ``jax_enable_x64``): nothing is inserted; ``state`` was already
+            range (or, in a compiled call, a priority that would become 0 in
+            float32 without ``jax_enable_x64``): nothing is inserted; ``state`` was already
             given to another table call of the function being traced.
           RuntimeError: the table is closed. Errors found when the call runs
             (traced lengths or priorities out of range, a rate-limiter
@@ -741,17 +746,44 @@ class Table:
             "table.insert_batch(columns, lengths, ...)",
             "state, keys = table.insert_batch(state, columns, lengths, ...)") \
             if state is None else table_state.consume(state, self, self._native.handle)
-        arrays = _inserts.batch_columns(self._columns, self._max_length, columns)
+        # Called eagerly on a host table, the rows go straight to the native
+        # core, as insert_many's do: no program, no JAX arrays made of them.
+        given = [state, lengths, priorities, *(columns.values() if isinstance(columns, Mapping)
+                                                else ())]
+        host = self._native.memory != "device" and not _call_forms.tracing() and \
+            not any(isinstance(x, jax.core.Tracer) for x in given)
+        arrays = _inserts.batch_columns(self._columns, self._max_length, columns, host)
         rows, steps = arrays[0].shape[:2]
-        lengths = _inserts.batch_lengths(lengths, rows, steps)
-        priorities = _inserts.batch_priorities(priorities, rows)
-        arrays = _inserts.convert_batch_columns(self._columns, arrays)
+        lengths = _inserts.batch_lengths(lengths, rows, steps, host)
+        priorities = _inserts.batch_priorities(priorities, rows, host)
+        arrays = _inserts.convert_batch_columns(self._columns, arrays, host)
+        if host:
+            if state is not None:
+                jax.block_until_ready(state)  # after the state's program, as its calls are
+            # The keys as the compiled call returns them: int64 JAX arrays, also
+            # without jax_enable_x64 (which jnp.asarray would narrow to int32).
+            keys = _ffi.int64_array(self._insert_rows(arrays, rows, steps, lengths, priorities))
+            return keys if state is None else (state, keys)
         try:
             order, keys = self._spec.insert_batch_program()(order, arrays, lengths,
                                                             priorities)
             return self._eager(keys if state is None else (order, keys))
         except ValueError as e:
             errors.reraise(e)
+
+    def _insert_rows(self, arrays: list[np.ndarray], rows: int, steps: int,
+                     lengths: np.ndarray, priorities: np.ndarray) -> np.ndarray:
+        """insert_batch's rows, checked, through the native core (eager, host
+        tables). A failure as it runs is raised as the compiled call raises it
+        (jax.errors.JaxRuntimeError, its message tagged as gearjax.table_error
+        reads it): a rate limiter's timeout, a close meanwhile."""
+        try:
+            # As bytes: NumPy hands ml_dtypes arrays (bfloat16, ...) to no buffer
+            # protocol, and the core copies bytes anyway.
+            return self._native.insert_rows([a.reshape(-1).view(np.uint8) for a in arrays],
+                                            rows, steps, lengths, priorities)
+        except (_gearjax.TableTimeoutError, _gearjax.TableClosedError) as e:
+            raise errors.as_call_failure(e) from None
 
     # ---------------------------------------------------------------- sample
     @overload

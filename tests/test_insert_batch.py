@@ -92,6 +92,50 @@ def test_eager_call_and_dtype_conversion(table):
     assert table.get(int(keys[1]))["obs"].dtype == np.float32
 
 
+def test_an_eager_call_runs_no_program_and_matches_the_compiled_one(table, monkeypatch):
+    """Eagerly, host data goes straight to the native core (no program made or
+    run), stores what the compiled call stores (its float32 priorities
+    aside: they are kept as given, as insert keeps them) and returns the keys
+    as a JAX array; the state form too, after the state's program."""
+    columns = {"obs": np.arange(24, dtype=np.float32).reshape(2, 4, 3),
+               "step": np.arange(8, dtype=np.int32).reshape(2, 4)}
+    compiled = gx.Table(COLUMNS, capacity=6, max_length=8)
+    state, compiled_keys = jax.jit(lambda s, c: compiled.insert_batch(
+        s, c, jnp.array([4, 2]), jnp.array([0.5, 2.0])))(compiled.state(), columns)
+    jax.block_until_ready(state)
+
+    def no_program(spec):
+        raise AssertionError("an eager insert_batch made a program")
+
+    monkeypatch.setattr(type(table._spec), "insert_batch_program", no_program)
+    keys = table.insert_batch(columns, np.array([4, 2]), np.array([0.5, 2.0]))
+    assert isinstance(keys, jax.Array) and keys.dtype == np.int64
+    np.testing.assert_array_equal(keys, compiled_keys)
+    for key in np.asarray(keys).tolist():
+        for name in COLUMNS:
+            np.testing.assert_array_equal(table.get(key)[name], compiled.get(key)[name])
+    np.testing.assert_array_equal(table.contents()["length"], [4, 2])
+    state, more = table.insert_batch(table.state(), columns, np.array([1, 1]),
+                                     np.array([0.1, 0.3]))
+    assert (np.asarray(more) >> table.slot_bits).tolist() == [2, 3]
+    assert table.contents()["priority"].tolist() == [0.5, 2.0, 0.1, 0.3]  # not float32's
+    compiled.close()
+
+
+def test_an_eager_call_held_back_raises_as_the_compiled_call_does():
+    limited = gx.Table(COLUMNS, capacity=6, max_length=8,
+                       rate_limiter=gx.SampleToInsertRatio(1.0, 1, 1.0, timeout=0.05))
+    columns = {"obs": np.zeros((3, 2, 3), np.float32), "step": np.zeros((3, 2), np.int32)}
+    with pytest.raises(jax.errors.JaxRuntimeError,
+                       match=r"gearjax \[timeout\]: .*stopped after inserting 2 of 3") as e:
+        limited.insert_batch(columns, np.array([2, 2, 2]))
+    assert gx.table_error(e.value) == "timeout"
+    assert len(limited) == 2
+    limited.close()
+    with pytest.raises(RuntimeError):
+        limited.insert_batch(columns, np.array([2, 2, 2]))
+
+
 def test_scan_that_rolls_out_inserts_and_samples(table):
     """An on-device loop: each step inserts one trajectory, then samples it
     back with Recent(1) in the same compiled program."""

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/footprint.h"
+#include "core/insert_rows.h"
 #include "core/limits.h"
 #include "core/random.h"
 #include "core/registry.h"
@@ -314,6 +315,39 @@ class NativeTable {
     python::ReleasedGil released;
     return table_->UpdatePriorities(keys.data(), priorities.data(),
                                     static_cast<int64_t>(keys.shape(0)));
+  }
+
+  // An eager insert_batch from host arrays (gearjax/table.py): column c is
+  // [rows, steps, *step] of the column's dtype, C-contiguous; rows whose
+  // lengths and priorities the caller checked (checked again here). The
+  // insert_batch handler's body (core/insert_rows.h), copying with memcpy
+  // into a host arena; returns the keys.
+  nb::ndarray<nb::numpy, int64_t> InsertRows(const std::vector<HostArray>& columns, int64_t rows,
+                                             int64_t steps, Int64Array lengths,
+                                             DoubleArray priorities) {
+    if (table_->on_device()) {
+      throw InvalidArgument("this table lives in GPU memory: insert_batch's host path copies "
+                            "into host tables");
+    }
+    std::vector<ColumnSource> sources;
+    for (const HostArray& column : columns) {
+      sources.push_back({static_cast<const uint8_t*>(column.data()), column.nbytes()});
+    }
+    const std::vector<int64_t> length_values(lengths.data(), lengths.data() + lengths.shape(0));
+    const std::vector<double> priority_values(priorities.data(),
+                                              priorities.data() + priorities.shape(0));
+    NewArray<int64_t> keys({static_cast<size_t>(std::max<int64_t>(rows, 0))});
+    {
+      python::ReleasedGil released;
+      uint8_t* arena = table_->arena_data();
+      gearjax::InsertRows(
+          *table_, rows, steps, sources, keys.array.shape(0), length_values, priority_values,
+          [&](const std::vector<ColumnCopy>& copies) {
+            for (const ColumnCopy& c : copies) std::memcpy(arena + c.dst_offset, c.src, c.bytes);
+          },
+          keys.data);
+    }
+    return keys.array;
   }
 
   // An eager sample into the caller's NumPy arrays (eager_sample.h).
@@ -624,6 +658,8 @@ NB_MODULE(_gearjax, m) {
       .def("insert_step", &NativeTable::InsertStep, "step"_a.none(), "priority"_a.none())
       .def("write_step", &NativeTable::WriteStep, "step"_a.none(), "addresses"_a, "row"_a)
       .def("update_priorities", &NativeTable::UpdatePriorities, "keys"_a, "priorities"_a)
+      .def("insert_rows", &NativeTable::InsertRows, "columns"_a, "rows"_a, "steps"_a,
+           "lengths"_a, "priorities"_a)
       .def("sample_into", &NativeTable::SampleInto, "seed"_a, "batch"_a, "strategy"_a,
            "alpha"_a, "count"_a, "window"_a, "pad_left"_a, "cut"_a, "replace"_a, "keys"_a,
            "start"_a, "probability"_a, "table_size"_a, "valid"_a, "mask"_a, "timestep"_a,
