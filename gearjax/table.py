@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gearjax import (_call_forms, _checks, _eager_sample, _exit, _ffi, _gearjax, _inserts,
+from gearjax import (_call_forms, _checks, _eager_sample, _exit, _gearjax, _inserts,
                      _sample, _sample_args, _update_args, checkpoint, errors, rate_limiters)
 from gearjax import state as table_state
 from gearjax._gearjax import NativeTable
@@ -662,11 +662,11 @@ class Table:
 
     @overload
     def insert_batch(self, state: TableState, columns: Mapping[str, Any], lengths: Any,
-                     priorities: Any = None) -> tuple[TableState, jax.Array]: ...
+                     priorities: Any = None) -> tuple[TableState, jax.Array | np.ndarray]: ...
 
     @overload
     def insert_batch(self, columns: Mapping[str, Any], lengths: Any,
-                     priorities: Any = None) -> jax.Array: ...
+                     priorities: Any = None) -> np.ndarray: ...
 
     @first_overload
     def insert_batch(self, *args: Any, **kwargs: Any) -> Any:
@@ -684,8 +684,9 @@ class Table:
 
         Called eagerly (either form) on a host table, the rows go straight to
         the native core, as :meth:`insert_many`'s do: no program is made or
-        run, and priorities are kept as given (a compiled call passes them as
-        float32 without ``jax_enable_x64``).
+        run, priorities are kept as given (a compiled call passes them as
+        float32 without ``jax_enable_x64``), and the keys come back as a
+        NumPy array.
 
         Arguments (both forms):
 
@@ -700,8 +701,10 @@ class Table:
           it, or ``None``: 1.0 each.
 
         Returns:
-          The keys, int64 ``[N]``; in the taught form ``(state, keys)``, the
-            state's successor first.
+          The keys, int64 ``[N]``: a ``jax.Array`` in compiled code (and
+            eagerly on a table in GPU memory), a NumPy array from an eager call
+            on a host table; in the taught form ``(state, keys)``, the state's
+            successor first.
 
         Raises:
           TypeError: ``columns`` is not a mapping; a column holds non-numeric
@@ -760,9 +763,10 @@ class Table:
         if host:
             if state is not None:
                 jax.block_until_ready(state)  # after the state's program, as its calls are
-            # The keys as the compiled call returns them: int64 JAX arrays, also
-            # without jax_enable_x64 (which jnp.asarray would narrow to int32).
-            keys = _ffi.int64_array(self._insert_rows(arrays, rows, steps, lengths, priorities))
+            # NumPy keys, as insert_many returns them: a JAX int64 array would
+            # cost a dispatch (without jax_enable_x64, a custom call: jnp.asarray
+            # narrows to int32), two thirds of the call.
+            keys = self._insert_rows(arrays, rows, steps, lengths, priorities)
             return keys if state is None else (state, keys)
         try:
             order, keys = self._spec.insert_batch_program()(order, arrays, lengths,

@@ -28,6 +28,16 @@ Every form draws with typed keys (``jax.random.key``); ``eager-numpy`` reads
 a typed key's two words with ``jax.random.key_data``, a JAX dispatch, which a
 legacy ``uint32[2]`` key would spare it.
 
+* ``insert``: ``insert_batch`` of 8 trajectories of 100 steps from NumPy
+  arrays, forms ``eager``, ``eager-state``, ``jitted`` (taking the same NumPy
+  arrays) and ``insert_many`` of the same trajectories (for scale); run last,
+  as it evicts;
+* ``call``: where the jitted sample's time goes: forms ``jitted`` (as in
+  ``sample``), ``jitted-no-table`` (a jitted call returning arrays of the
+  batch's shapes made in XLA, no table call: what any jitted call returning a
+  batch pays) and ``scan`` (the sample inside a jitted ``lax.scan`` of 16,
+  per sample).
+
 Forms take turns call by call, in a shuffled order each round, so a noisy
 machine's slow phases hit them alike; medians are reported, with each form's
 paired time over ``jitted`` (the median over rounds of the ratio in the same
@@ -132,6 +142,82 @@ def per_forms(table, keys) -> dict:
             "eager-numpy": call_eager_numpy, "jitted": call_jitted}
 
 
+SCAN_STEPS = 16
+INSERT_ROWS, INSERT_STEPS = 8, 100
+
+
+def insert_forms(table) -> dict:
+    """name -> call(i): insert_batch of 8 trajectories of 100 steps given as
+    NumPy arrays (a host-side loop's rollouts): ``eager`` and ``eager-state``
+    (both forms called eagerly: the rows go straight to the native core),
+    ``jitted`` (one jitted call taking the same NumPy arrays) and
+    ``insert_many`` (the host insert of the same trajectories, for scale)."""
+    import jax
+    rng = np.random.default_rng(1)
+    columns = {"obs": rng.standard_normal((INSERT_ROWS, INSERT_STEPS, OBS), dtype=np.float32),
+               "action": rng.standard_normal((INSERT_ROWS, INSERT_STEPS, ACT), dtype=np.float32)}
+    lengths = np.full(INSERT_ROWS, INSERT_STEPS)
+    jitted = jax.jit(lambda state, c, n: table.insert_batch(state, c, n))
+    states = {"jitted": [table.state()], "eager-state": [table.state()]}
+    trajectories = [{n: c[i] for n, c in columns.items()} for i in range(INSERT_ROWS)]
+
+    def call_jitted(i):
+        states["jitted"][0], keys = jitted(states["jitted"][0], columns, lengths)
+        return keys
+
+    def call_eager_state(i):
+        states["eager-state"][0], keys = table.insert_batch(states["eager-state"][0], columns,
+                                                            lengths)
+        return keys
+
+    return {"eager": lambda i: table.insert_batch(columns, lengths),
+            "eager-state": call_eager_state, "jitted": call_jitted,
+            "insert_many": lambda i: table.insert_many(trajectories)}
+
+
+def call_forms(table, keys) -> dict:
+    """name -> call(i): where a jitted call's time goes (issue 49, item 3:
+    the jitted call within 1.5x of the same sample inside lax.scan). ``jitted``
+    samples and returns the whole batch; ``jitted-no-table`` returns arrays of
+    the batch's shapes and dtypes made in XLA (zeros, plus the key's words so
+    the program has an input) with no table call, what any jitted call
+    returning a batch pays; ``scan`` is a jitted lax.scan of SCAN_STEPS
+    samples returning the last batch, timed per sample."""
+    import jax
+    import jax.numpy as jnp
+
+    def sample(state, key):
+        return table.sample(state, key, BATCH, WINDOW, pad="left")
+
+    jitted = jax.jit(sample)
+    _, shapes = jax.eval_shape(sample, table.state(), keys[0])
+
+    @jax.jit
+    def no_table(state, key):
+        word = jax.random.key_data(key)[0]
+        return state, jax.tree.map(lambda s: jnp.full(s.shape, word, s.dtype), shapes)
+
+    @jax.jit
+    def scanned(state, key):
+        def body(state, k):
+            state, batch = sample(state, k)
+            return state, batch
+        state, batches = jax.lax.scan(body, state, jax.random.split(key, SCAN_STEPS))
+        return state, jax.tree.map(lambda x: x[-1], batches)
+
+    states = {name: [table.state()] for name in ("jitted", "no-table", "scan")}
+
+    def threaded(name, program):
+        def call(i):
+            states[name][0], out = program(states[name][0], keys[i % len(keys)])
+            return out
+        return call
+
+    return {"jitted": threaded("jitted", jitted),
+            "jitted-no-table": threaded("no-table", no_table),
+            "scan": threaded("scan", scanned)}
+
+
 def summary(times: dict[str, list[float]]) -> dict:
     reference = np.asarray(times["jitted"])
     return {name: {"median_us": float(np.median(t) * 1e6),
@@ -149,7 +235,10 @@ def report(result: dict) -> str:
              f"{BATCH} windows of {WINDOW}; median of {c['calls']} calls each (us; time over "
              f"jitted, paired)"]
     for section, title in (("sample", "sample (Uniform)"),
-                           ("per", "Prioritized(0.6) sample + update_priorities")):
+                           ("per", "Prioritized(0.6) sample + update_priorities"),
+                           ("call", f"the jitted call (scan: per sample, of {SCAN_STEPS})"),
+                           ("insert", f"insert_batch of {INSERT_ROWS} x {INSERT_STEPS} steps "
+                                      f"from NumPy")):
         lines.append(f"{title}:")
         for name, s in result[section].items():
             lines.append(f"  {name:12s} {s['median_us']:9.1f} us   "
@@ -172,6 +261,10 @@ def main(argv: list[str] | None = None) -> dict:
               "machine": machine_info(), "load_average_start": os.getloadavg()}
     result["sample"] = summary(take_turns(sample_forms(table, keys), args.calls))
     result["per"] = summary(take_turns(per_forms(table, keys), args.calls))
+    call = take_turns(call_forms(table, keys), args.calls)
+    call["scan"] = [t / SCAN_STEPS for t in call["scan"]]
+    result["call"] = summary(call)
+    result["insert"] = summary(take_turns(insert_forms(table), args.calls))  # evicts: last
     table.close()
     result["load_average_end"] = os.getloadavg()
     text = report(result)

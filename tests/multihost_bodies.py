@@ -245,6 +245,10 @@ def step_priorities(process, processes, directory, calls, batch, exchange="xla")
         time.sleep(1.0)  # the owners' progress threads apply what arrived
         multihost_utils.sync_global_devices("updated")
         out["refused"] = table.stats()["refused_updates"]
+    # Last (its data names no trajectory): an eager insert_batch's NumPy keys
+    # are this shard's global keys.
+    batch_keys = table.insert_batch({"x": np.zeros((1, 2, 2), np.int32)}, np.array([2]))
+    out["batch_shards"] = [table.shard_of(int(k)) for k in batch_keys]
     contents = table.local.contents()
     per_key = np.split(contents["step_priorities"], np.cumsum(contents["length"])[:-1])
     out["held"] = {str((process << table.shard_shift) | int(k)): p.tolist()

@@ -168,7 +168,8 @@ def test_step_priorities_sample_and_update_globally(tmp_path, exchange):
     support = expected > 0
     assert stats.chisquare(observed[support],
                            observed.sum() * expected[support]).pvalue > P_MIN
-    held = {int(k): v for r in results for k, v in r["held"].items()}
+    assert [r["batch_shards"] for r in results] == [[p] for p in range(processes)]
+    held = {int(k): v for r in results for k, v in r["held"].items() if int(k) in inserted}
     firsts = results[0]["firsts"]
     if exchange != "xla":
         assert results[0]["asked_errors"] == []  # the other owner answered the tree request
@@ -392,6 +393,9 @@ def test_one_process_needs_no_distributed_setup():
     assert gx.state.is_state(state) and keys.dtype == np.int64
     assert [table.shard_of(int(k)) for k in np.asarray(keys)] == [0, 0]
     assert [table.get(int(k))["x"].shape for k in np.asarray(keys)] == [(1, 2), (2, 2)]
+    keys = table.insert_batch({"x": np.full((1, 2, 2), 8, np.int32)}, np.array([2]))  # eagerly
+    assert isinstance(keys, np.ndarray) and keys.dtype == np.int64
+    assert table.get(int(keys[0]))["x"].tolist() == [[8, 8], [8, 8]]
     table.close()
     assert table.closed
 

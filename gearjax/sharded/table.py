@@ -462,8 +462,11 @@ class ShardedTable:
         local = self._local.insert_batch(*args, **kwargs) if state is None else \
             self._local.insert_batch(state, *args, **kwargs)
         state, keys = (None, local) if state is None else local
-        keys = _ffi.shard_keys_call(keys, shard=self._shard, shard_shift=self._shard_shift,
-                                    to_local=False)
+        if isinstance(keys, np.ndarray):  # an eager call on a host shard: NumPy keys
+            keys = keys_of.global_keys(self._shard, keys, self._shard_shift)
+        else:
+            keys = _ffi.shard_keys_call(keys, shard=self._shard, shard_shift=self._shard_shift,
+                                        to_local=False)
         return keys if state is None else (state, keys)
 
     def get(self, key: int) -> dict[str, np.ndarray]:
