@@ -43,7 +43,9 @@ The rows, median ms per call:
 
 TorchRL's number for rows 1 and 2 is the faster of its shipped configuration
 and ``cache_values=True`` (both are timed). gearjax's forms: ``eager`` (the
-stateless call, ``table.sample(key, ...)``), ``jitted`` (one ``jax.jit`` call
+stateless call, ``table.sample(key, ...)``), ``eager-numpy`` (the same with
+``numpy=True``: NumPy arrays gathered by the native core, no XLA program),
+``jitted`` (one ``jax.jit`` call
 taking and returning the table state) and ``scan`` (a jitted ``lax.scan`` of
 ``--scan-steps`` samples, its time divided by that number). Forms take turns
 call by call in a shuffled order (scripts/_turns.py), so a noisy machine's slow
@@ -80,7 +82,7 @@ ALPHA, BETA = 0.6, 0.4
 STEP_BYTES = (OBS + ACT + 1) * 4 + 2 * 4          # obs, action, reward, episode, step
 TRANSITION_BYTES = (2 * OBS + ACT + 1) * 4 + 1 + 4  # obs, next_obs, action, reward, done, t
 PACKAGES = ("torch", "torchrl", "tensordict")
-GJ_FORMS = ("eager", "jitted", "scan")
+GJ_FORMS = ("eager", "eager-numpy", "jitted", "scan")
 
 
 # ---------------------------------------------------------------------------
@@ -198,9 +200,10 @@ def check_transitions(t: np.ndarray, obs: np.ndarray, data) -> list[str]:
 
 
 def gearjax_forms(table, keys, step, steps: int, bad_rows) -> dict:
-    """eager / jitted / scan forms of one workload. step(state_or_None, key)
-    -> (state, out) does the work once: with a state, the state form (for jit
-    and scan); with None, the stateless eager calls; out holds the "batch"
+    """eager / eager-numpy / jitted / scan forms of one workload.
+    step(state_or_None, key, numpy=False) -> (state, out) does the work once:
+    with a state, the state form (for jit and scan); with None, the stateless
+    eager calls (numpy: the sample with numpy=True); out holds the "batch"
     (and the update's "count"). Each form returns what to block on. The scan
     adds up one obs entry of every row (so that XLA keeps the sample) and
     bad_rows(batch), the rows that fail the check, which the scan form keeps
@@ -235,8 +238,9 @@ def gearjax_forms(table, keys, step, steps: int, bad_rows) -> dict:
         return total, bad
 
     call_scan.bad_counts = bad_counts
-    return {"eager": lambda i: step(None, keys[i % len(keys)])[1], "jitted": call_jitted,
-            "scan": call_scan}
+    return {"eager": lambda i: step(None, keys[i % len(keys)])[1],
+            "eager-numpy": lambda i: step(None, keys[i % len(keys)], numpy=True)[1],
+            "jitted": call_jitted, "scan": call_scan}
 
 
 def bad_transitions_jax(batch):
@@ -246,9 +250,9 @@ def bad_transitions_jax(batch):
 
 
 def uniform_step(table):
-    def step(state, key):
+    def step(state, key, numpy=False):
         if state is None:
-            return None, {"batch": table.sample(key, BATCH, WINDOW, cut="full")}
+            return None, {"batch": table.sample(key, BATCH, WINDOW, cut="full", numpy=numpy)}
         state, batch = table.sample(state, key, BATCH, WINDOW, cut="full")
         return state, {"batch": batch}
     return step
@@ -263,9 +267,9 @@ def prioritized_step(table, priorities: np.ndarray, window: int):
     cut = "full" if window > 1 else "start"
     device_priorities = jnp.asarray(priorities)
 
-    def step(state, key):
+    def step(state, key, numpy=False):
         if state is None:
-            batch = table.sample(key, BATCH, window, strategy, cut=cut)
+            batch = table.sample(key, BATCH, window, strategy, cut=cut, numpy=numpy)
             return None, {"batch": batch, "count": table.update_priorities(batch.keys, priorities)}
         state, batch = table.sample(state, key, BATCH, window, strategy, cut=cut)
         state, count = table.update_priorities(state, batch.keys, device_priorities)
@@ -282,9 +286,9 @@ def per_step_step(table, priorities: np.ndarray):
     strategy = gx.PrioritizedSteps(ALPHA)
     device_priorities = jnp.asarray(priorities)
 
-    def step(state, key):
+    def step(state, key, numpy=False):
         if state is None:
-            batch = table.sample(key, BATCH, WINDOW, strategy, cut="full")
+            batch = table.sample(key, BATCH, WINDOW, strategy, cut="full", numpy=numpy)
             steps = np.where(np.asarray(batch.mask), np.asarray(batch.timestep), -1)
             return None, {"batch": batch, "count": table.update_priorities(
                 batch.keys, priorities, steps=steps)}
@@ -719,9 +723,9 @@ def report(result: dict) -> str:
              f"scan: per sample, {c['scan_steps']} samples a dispatch"
              + (" [--quick: a smoke test, not a measurement]" if c["quick"] else ""),
              "",
-             "| workload | N | TorchRL | gearjax eager | gearjax jitted call | "
-             "gearjax in lax.scan (per sample) |",
-             "|---|---|---|---|---|---|"]
+             "| workload | N | TorchRL | gearjax eager | gearjax eager, numpy=True | "
+             "gearjax jitted call | gearjax in lax.scan (per sample) |",
+             "|---|---|---|---|---|---|---|"]
     titles = {"uniform": "256 windows of 20 (SliceSampler / Uniform, cut='full')",
               "prioritized": "prioritized windows + update (PrioritizedSliceSampler / "
                              "Prioritized + update_priorities, one priority per trajectory)",
@@ -730,13 +734,13 @@ def report(result: dict) -> str:
     for key, title in titles.items():
         for size, section in result["windows"].items():
             if "skipped" in section:
-                lines.append(f"| {title} | {size} | skipped: {section['skipped']} | | | |")
+                lines.append(f"| {title} | {size} | skipped: {section['skipped']} | | | | |")
                 continue
             row = section[key]
             if key == "per_step" and "rounds" not in row:
                 t = section["prioritized"]
                 lines.append(f"| {title} | {size} | {t['torchrl'][t['torchrl_best']]['median_ms']:.3f}"
-                             f" | {row['gearjax']['reason']} | | |")
+                             f" | {row['gearjax']['reason']} | | | |")
                 continue
             t = row["torchrl"][row["torchrl_best"]]["median_ms"]
             g = row["gearjax"]
@@ -745,7 +749,7 @@ def report(result: dict) -> str:
     for size, section in result["transitions"].items():
         title = "prioritized transitions + update, batch 256 (PrioritizedSampler / transitions recipe)"
         if "skipped" in section:
-            lines.append(f"| {title} | {size} | skipped: {section['skipped']} | | | |")
+            lines.append(f"| {title} | {size} | skipped: {section['skipped']} | | | | |")
             continue
         row = section["prioritized"]
         lines.append(f"| {title} | {size} | {row['torchrl']['default']['median_ms']:.3f} | "
@@ -756,7 +760,7 @@ def report(result: dict) -> str:
         row = section["insert"]
         lines.append(f"| insert, per 1,000-step episode (extend / table.insert, the fill to N) | "
                      f"{size} | {row['torchrl']['extend']['median_ms']:.3f} | "
-                     f"{fmt_cell(row['gearjax']['insert'])} | | |")
+                     f"{fmt_cell(row['gearjax']['insert'])} | | | |")
     lines.append("")
     lines.append("TorchRL configurations (median ms): " + "; ".join(
         f"{key} {size}: " + ", ".join(f"{n} {s['median_ms']:.3f}"

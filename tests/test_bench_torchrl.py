@@ -66,7 +66,7 @@ def test_bench_torchrl_quick_checks_windows_and_times_every_form(tmp_path):
         timed = windows[row]
         assert set(timed["torchrl"]) == {"default", "cache_values"}
         assert timed["torchrl_best"] in timed["torchrl"]
-        assert set(timed["gearjax"]) == {"eager", "jitted", "scan"}
+        assert set(timed["gearjax"]) == {"eager", "eager-numpy", "jitted", "scan"}
         for form in timed["gearjax"].values():
             assert form["median_ms"] > 0 and form["torchrl_over_gearjax"] > 0
         assert timed["scan_windows_checked"] > 0 and timed["scan_bad_windows"] == 0
@@ -78,7 +78,7 @@ def test_bench_torchrl_quick_checks_windows_and_times_every_form(tmp_path):
 
     transitions = result["transitions"]["10^5"]
     assert all(v == "ok" for v in transitions["checks"].values())
-    assert set(transitions["prioritized"]["gearjax"]) == {"eager", "jitted", "scan"}
+    assert set(transitions["prioritized"]["gearjax"]) == {"eager", "eager-numpy", "jitted", "scan"}
 
     assert result["gpu"]["status"] == "skipped" and result["gpu"]["reason"]
     text = out.with_suffix(".txt").read_text()
