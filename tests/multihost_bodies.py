@@ -283,6 +283,20 @@ def _routed_step_updates(table, process, processes, firsts) -> dict:
     except ValueError as e:
         past_length = str(e)
     unchanged = bool(np.array_equal(before, table.local.contents()["step_priorities"]))
+    # Processes that disagree on the call's shape: every one raises, none waits.
+    mismatches = []
+    width = 2 + process  # each process its own W
+    for call in (lambda: table.update_priorities(np.zeros(0, np.int64), np.zeros((0, width)),
+                                                 steps=np.zeros((0, width), np.int64)),
+                 lambda: table.update_priorities(np.zeros(0, np.int64), np.zeros((0, 2)),
+                                                 steps=np.zeros((0, 2), np.int64))
+                 if process == 0 else table.update_priorities(np.zeros(0, np.int64),
+                                                              np.zeros(0))):
+        try:
+            call()
+            mismatches.append(None)
+        except ValueError as e:
+            mismatches.append(str(e))
     mesh = Mesh(np.array(jax.devices()), ("hosts",))
 
     def step(key):
@@ -313,7 +327,7 @@ def _routed_step_updates(table, process, processes, firsts) -> dict:
     return {"eager_count": eager_count, "drawn_keys": drawn_keys.reshape(-1).tolist(),
             "drawn_steps": drawn_steps.reshape(-1, 3).tolist(),
             "jit_count": int(jit_count.reshape(-1)[0]), "refusals": refusals,
-            "past_length": past_length, "unchanged": unchanged}
+            "past_length": past_length, "unchanged": unchanged, "mismatches": mismatches}
 
 
 def routed_updates(process, processes, directory):

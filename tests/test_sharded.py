@@ -200,6 +200,9 @@ def test_step_priorities_sample_and_update_globally(tmp_path, exchange):
                 assert held[key][t] == w
     for r in results:  # shard 0 refused the step past its length; nothing changed
         assert "shard(s) [0] refused their entries" in r["past_length"] and r["unchanged"]
+        widths, with_and_without = r["mismatches"]
+        assert "one width W" in widths and "W = [2, 3]" in widths
+        assert "every process passes steps= or none does" in with_and_without
     sample_refused, update_refused = results[0]["refusals"]
     assert "step_priorities=True" in sample_refused
     assert "step_priorities=True" in update_refused

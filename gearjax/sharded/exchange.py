@@ -488,7 +488,10 @@ def eager_update_priorities(keys: np.ndarray, priorities: np.ndarray, table,
     spec: ShardSpec = table.spec
     width = 1 if steps is None else steps.shape[1]
     shape = np.asarray(multihost_utils.process_allgather(
-        np.array([keys.shape[0], width], np.int32))).reshape(-1, 2)
+        np.array([keys.shape[0], width, steps is not None], np.int32))).reshape(-1, 3)
+    if (shape[:, 2] != (steps is not None)).any():
+        raise ValueError(f"every process passes steps= or none does; processes "
+                         f"{np.flatnonzero(shape[:, 2]).tolist()} passed steps")
     if (shape[:, 1] != width).any():
         raise ValueError(f"every process passes steps of one width W (priorities and steps "
                          f"[B, W]); the processes passed W = {shape[:, 1].tolist()}")
