@@ -76,11 +76,12 @@ std::vector<Snapshot> TakeSnapshots(Reads& reads) {
   return snapshots;
 }
 
-// Each row's leaf down its shard's tree (d.slot, d.weight; -1 where the path
-// found no weight or ended past the shard's `leaves_per_slot` leaves a
-// slot): through the levels its snapshot holds, then one read a level (every
-// shard at once). d.rows and `target` (each row's target in its shard's
-// total) are given.
+// Each row's leaf down its shard's tree, as its slot (and, `per_step`, the
+// step its window starts at: d.step) and weight; slot -1 where the path found
+// no weight or ended past the shard's leaves (capacity of them, or capacity x
+// max_length per step). Through the levels its snapshot holds, then one read
+// a level (every shard at once). d.rows and `target` (each row's target in
+// its shard's total) are given.
 void Descend(Reads& reads, const std::vector<Snapshot>& snapshots,
              std::vector<std::vector<double>>& target, bool per_step, Drawn& d) {
   const std::vector<ShardLayout>& shards = reads.shards();
