@@ -96,6 +96,31 @@ def test_gpu_samples_report_themselves_done_through_the_ring(gpu_table, strategy
 
 
 @pytest.mark.parametrize("placement", ["host", "device"])
+def test_numpy_samples_and_eager_insert_batch_on_gpu_tables(gpu_table, tmp_path):
+    """numpy=True: a GPU-mapped host table gives the GPU sample's batch (the
+    native core gathers from the mapped arena on the host); a device table is
+    refused, saying so. An eager insert_batch of NumPy rows goes in either
+    way (natively into host memory, through the CUDA handler into a device
+    table)."""
+    table, _ = gpu_table
+    key = jax.random.key(5)
+    if table.stats()["memory"] == "device":
+        with pytest.raises(ValueError, match="lives in GPU memory: numpy=True"):
+            table.sample(key, 8, 4, numpy=True)
+    else:
+        with on("gpu"):
+            expected = table.sample(key, 8, 4)
+        got = table.sample(key, 8, 4, numpy=True)
+        for name in ("keys", "start", "mask", "timestep"):
+            np.testing.assert_array_equal(getattr(got, name), np.asarray(getattr(expected, name)))
+        for name in expected:
+            np.testing.assert_array_equal(got[name], np.asarray(expected[name]))
+    rows = {n: np.zeros((2, 3, *c.shape), c.dtype) for n, c in table.columns.items()}
+    with on("gpu"):
+        keys = table.insert_batch(rows, np.array([3, 1]))
+    assert [len(table.get(int(k))[next(iter(rows))]) for k in np.asarray(keys)] == [3, 1]
+
+
 def test_gpu_insert_batch_inside_jit(placement):
     """What test_insert_batch.py checks on the CPU, through the CUDA handler."""
     from test_insert_batch import COLUMNS as ROLLOUT, insert_batch_twice_in_jit_and_check
