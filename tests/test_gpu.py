@@ -95,8 +95,7 @@ def test_gpu_samples_report_themselves_done_through_the_ring(gpu_table, strategy
     assert done.wait(30), "an insert waited on samples the ring had reported done"
 
 
-@pytest.mark.parametrize("placement", ["host", "device"])
-def test_numpy_samples_and_eager_insert_batch_on_gpu_tables(gpu_table, tmp_path):
+def test_numpy_samples_and_eager_insert_batch_on_gpu_tables(gpu_table):
     """numpy=True: a GPU-mapped host table gives the GPU sample's batch (the
     native core gathers from the mapped arena on the host); a device table is
     refused, saying so. An eager insert_batch of NumPy rows goes in either
@@ -121,6 +120,7 @@ def test_numpy_samples_and_eager_insert_batch_on_gpu_tables(gpu_table, tmp_path)
     assert [len(table.get(int(k))[next(iter(rows))]) for k in np.asarray(keys)] == [3, 1]
 
 
+@pytest.mark.parametrize("placement", ["host", "device"])
 def test_gpu_insert_batch_inside_jit(placement):
     """What test_insert_batch.py checks on the CPU, through the CUDA handler."""
     from test_insert_batch import COLUMNS as ROLLOUT, insert_batch_twice_in_jit_and_check
