@@ -263,9 +263,13 @@ def test_another_stream_waits_for_the_updates_in_flight(emulated_mapping):
         assert [contents(table)[int(k)] for k in live[:4]] == [4.0, 4.0, 3.0, 3.0]
 
 
-@pytest.mark.parametrize("why", ["topk", "min-priority remover", "too many keys"])
+@pytest.mark.parametrize("why", ["topk", "min-priority remover", "too many keys",
+                                 "step priorities"])
 def test_what_the_gpu_cannot_update_is_staged(emulated_mapping, why):
-    kwargs = {"remover": "min_priority"} if why == "min-priority remover" else {}
+    # A table with step priorities keeps each trajectory's steps in host
+    # memory, which an update sets too (the kernel writes records and trees).
+    kwargs = {"min-priority remover": {"remover": "min_priority"},
+              "step priorities": {"step_priorities": True}}.get(why, {})
     with make_table(**kwargs) as table:
         if why == "topk":
             table.sample(jax.random.key(0), 2, strategy=gx.TopK(3))  # a heap in host memory

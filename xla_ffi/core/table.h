@@ -327,7 +327,8 @@ class Table {
   // addresses; the report made on first use). Returns 0 instead, taking
   // nothing, where the update must be staged (staged_update.h): more than
   // kMaxGpuUpdateKeys keys, selection state not GPU-mapped, a TopK heap
-  // (host memory) keeping priorities, or a staged update in flight (its host
+  // (host memory) keeping priorities, a table with step priorities (its
+  // per-step copies are host memory), or a staged update in flight (its host
   // function may wait for the priorities, so no kernel may queue behind it).
   // Waits first while the host claims the priorities (OwnPrioritiesLocked),
   // and for GPU updates and mirror copies in flight on another stream: one

@@ -293,10 +293,12 @@ bool Table::OwnPrioritiesLocked() {
 }
 
 bool Table::KernelCannotUpdateLocked() const {
-  // A TopK heap or min-priority remover keeps priorities in host memory; a
-  // staged update's host function may still wait for the priorities (no
-  // kernel may queue behind it); a tree the GPU cannot reach.
-  return priority_selectors_.size() != prioritized_.size() ||
+  // A TopK heap or min-priority remover keeps priorities in host memory, and
+  // so does a table with step priorities (an update sets every step of each
+  // trajectory, step_priority_, which the kernel does not write); a staged
+  // update's host function may still wait for the priorities (no kernel may
+  // queue behind it); a tree the GPU cannot reach.
+  return priority_selectors_.size() != prioritized_.size() || !step_priority_.empty() ||
          staged_updates_.load(std::memory_order_acquire) > 0 ||
          std::any_of(prioritized_.begin(), prioritized_.end(), [](const auto& selector) {
            return selector->tree().device_view().nodes == nullptr;
