@@ -168,6 +168,8 @@ def test_step_update_messages_fit_a_receive_buffer_and_the_owner_applies_its_row
     with pytest.raises(ValueError, match="does not fit one update message"):
         list(verbs.message_chunks("tok", keys[:1], np.ones((1, wide)),
                                   np.zeros((1, wide), np.int64)))
+    none = list(verbs.message_chunks("tok", keys[:1], np.ones((1, 0)), np.zeros((1, 0), int)))
+    assert apply_updates(table, 1, shift, none[0][:4], none[0][7:]) == 0  # W = 0: names nothing
     many = list(verbs.message_chunks("tok", np.zeros(3000, np.int64), np.ones((3000, 4)),
                                      np.zeros((3000, 4), np.int64)))
     assert len(many) > 1 and all(len(m) <= verbs.MESSAGE_BYTES for m in many)

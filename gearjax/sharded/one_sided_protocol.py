@@ -114,7 +114,7 @@ def update_messages(token: str, keys: np.ndarray, priorities: np.ndarray,
     head = 4 + len(token.encode())
     width = 1 if steps is None else steps.shape[1]
     row_bytes, fixed = (16, 0) if steps is None else (8 + 16 * width, 16)
-    rows = MAX_UPDATE_ENTRIES // width
+    rows = MAX_UPDATE_ENTRIES // max(width, 1)  # W = 0: rows that name no step
     if max_bytes is not None:
         rows = min(rows, (max_bytes - head - fixed) // row_bytes)
     if rows < 1:
@@ -166,7 +166,7 @@ def _apply_step_updates(local, shard: int, shard_shift: int, body: bytes) -> int
     if len(body) < 16:
         return 1
     n, width = (int(v) for v in np.frombuffer(body, np.int64, 2))
-    if not (0 <= n and 1 <= width and n * width <= MAX_UPDATE_ENTRIES and
+    if not (0 <= n <= MAX_UPDATE_ENTRIES and 0 <= width and n * width <= MAX_UPDATE_ENTRIES and
             len(body) == 16 + 8 * n + 16 * n * width):
         return 1
     keys = np.frombuffer(body, np.int64, n, offset=16)
