@@ -145,6 +145,44 @@ def test_gpu_sample_equals_cpu_sample(gpu_table, strategy, window, pad, tmp_path
     check_batch(gpu, stored, COLUMNS, window or table.max_length, pad)
 
 
+@pytest.mark.parametrize("placement", ["host", "device"])
+@pytest.mark.parametrize("cut", ["start", "end", "full"])
+def test_gpu_step_draws_equal_cpu_step_draws(placement, cut, rng, tmp_path):
+    """PrioritizedSteps on the GPU (its kernel descends the step tree for cut
+    "start" and "end"; "full" is selected on the host), then a per-step
+    update in the same program: the CPU's batch for the same key, and the
+    table as the CPU's update leaves it."""
+    with gx.Table(COLUMNS, capacity=16, max_length=12, placement=placement,
+                  step_priorities=True) as table:
+        for _ in range(20):
+            length = int(rng.integers(4, 13))
+            table.insert(random_trajectory(rng, COLUMNS, length),
+                         priority=rng.uniform(0, 2, length))
+        reference = reference_table(table, tmp_path)
+        strategy, key = gx.PrioritizedSteps(0.7), jax.random.key(4)
+
+        def step(state, key):
+            state, batch = table.sample(state, key, 64, 4, strategy, cut=cut)
+            steps = jnp.where(batch.mask, batch.timestep, -1)
+            state, _ = table.update_priorities(state, batch.keys, jnp.full((64, 4), 0.5),
+                                               steps=steps)
+            return state, batch
+
+        with on("cpu"):  # first: the reference may be the table itself
+            cpu = sample_in_jit(reference, on_cpu(key), 64, 4, strategy, cut=cut)
+        with on("gpu"):
+            state, gpu = jax.jit(step)(table.state(), key)
+            jax.block_until_ready(state)
+        for g, c in zip(jax.tree.leaves(gpu), jax.tree.leaves(cpu)):
+            np.testing.assert_array_equal(np.asarray(g), np.asarray(c))
+        contents = table.contents()
+        per_key = dict(zip(contents["key"].tolist(), np.split(
+            contents["step_priorities"], np.cumsum(contents["length"])[:-1])))
+        for k, starts, mask in zip(np.asarray(gpu.keys), np.asarray(gpu.start),
+                                   np.asarray(gpu.mask)):
+            assert (per_key[int(k)][starts:starts + int(mask.sum())] == 0.5).all()
+
+
 # Per call of each CUDA path: (launches, copies, host functions, syncs,
 # scratch allocations) the handler asks of the host (xla_ffi/cuda/host_work.h).
 HOST_WORK_PER_CALL = {

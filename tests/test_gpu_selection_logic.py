@@ -55,6 +55,41 @@ def test_gpu_selection_equals_cpu_selection(mapped_table, native_testing, strate
     np.testing.assert_array_equal(lengths, contents["length"][np.searchsorted(contents["key"], keys)])
 
 
+@pytest.mark.parametrize("window, cut", [(1, "start"), (7, "start"), (1, "end"), (7, "end")])
+@pytest.mark.parametrize("alpha", [0.5, 1.0])
+def test_gpu_selection_of_steps_equals_cpu_selection(emulated_mapping, native_testing, window,
+                                                     cut, alpha):
+    """PrioritizedSteps on the GPU: the kernel descends the step tree (a leaf
+    per step) and places each window at its drawn step, exactly as the host
+    does; rows never land on a step of priority 0."""
+    table = gx.Table(COLUMNS, capacity=16, max_length=20, placement="host",
+                     step_priorities=True)
+    rng = np.random.default_rng(3)
+    for length in rng.integers(1, 21, size=24):  # evicts 8
+        steps = rng.uniform(0, 3, int(length)) * (rng.uniform(size=int(length)) > 0.3)
+        table.insert(random_trajectory(rng, COLUMNS, int(length)), priority=steps)
+    strategy = gx.PrioritizedSteps(alpha)
+    key = jax.random.key(12)
+    batch = table.sample(key, 256, window, strategy, cut=cut)
+    seed = np.asarray(seed_words(key))
+    keys, start, probability, table_size, slots, lengths, valid = \
+        native_testing.emulate_gpu_select(table.handle, (int(seed[0]), int(seed[1])), 256,
+                                          strategy.code, strategy.alpha, 0, window,
+                                          cut=gx.table.CUTS[cut])
+    np.testing.assert_array_equal(keys, batch.keys)
+    np.testing.assert_array_equal(start, batch.start)
+    np.testing.assert_array_equal(valid, np.asarray(batch.mask).sum(1))
+    np.testing.assert_array_equal(probability, batch.probability)
+    np.testing.assert_array_equal(table_size, batch.table_size)
+    contents = table.contents()
+    per_key = dict(zip(contents["key"].tolist(),
+                       np.split(contents["step_priorities"], np.cumsum(contents["length"])[:-1])))
+    drawn = np.asarray(batch.start) if cut == "start" else \
+        np.asarray(batch.start) + np.asarray(batch.mask).sum(1) - 1
+    assert all(per_key[int(k)][int(t)] > 0 for k, t in zip(keys, drawn))
+    table.close()
+
+
 def test_topk_and_recent_are_not_selected_on_the_gpu(mapped_table, native_testing):
     with pytest.raises(ValueError, match="not selected on the GPU"):
         native_testing.begin_gpu_sample(mapped_table.handle, 4, gx.TopK(2).code, count=2)

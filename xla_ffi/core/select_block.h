@@ -1,7 +1,9 @@
-// GPU-side selection for Uniform, Timestep and Prioritized, written once for
-// nvcc and the host compiler: row b expands the device-resident seed with
-// Philox, draws a slot (uniform.h's rejection draw for Uniform, a sum-tree
-// descent otherwise), validates it, and reads the slot's key and length. It computes
+// GPU-side selection for Uniform, Timestep, Prioritized and PrioritizedSteps,
+// written once for nvcc and the host compiler: row b expands the
+// device-resident seed with Philox, draws a slot (uniform.h's rejection draw
+// for Uniform, a sum-tree descent otherwise: to a step of a slot for
+// PrioritizedSteps, where its window is placed), validates it, and reads the
+// slot's key and length. It computes
 // exactly what Table::Select computes on the host for the same seed and the
 // same table state, so the CPU emulator (xla_ffi/testing) checks it against
 // the CPU handler bit for bit.
@@ -22,15 +24,17 @@ namespace gearjax {
 // come from RedrawRow (random.h).
 inline constexpr uint32_t kGpuRedraws = 8;
 
-// Whether a drawn slot may be returned: a live slot (its record says so) and,
-// for the tree strategies, a positive weight in the tree as the kernel reads
-// it now.
-GEARJAX_HD bool DrawIsValid(const GpuSelection& s, int64_t slot) {
+// Whether a drawn leaf (a slot; for PrioritizedSteps a step of a slot) may be
+// returned: a live slot (its record says so), a step it holds, and, for the
+// tree strategies, a positive weight in the tree as the kernel reads it now.
+GEARJAX_HD bool DrawIsValid(const GpuSelection& s, int64_t leaf) {
   // A tree's padding leaves lie past the slots: a descent through nodes not
   // yet written (a torn read) can end there.
-  if (slot < 0 || slot >= s.capacity) return false;
+  if (leaf < 0 || leaf >= s.capacity * s.leaves_per_slot) return false;
+  const int64_t slot = leaf / s.leaves_per_slot;
   if (s.info[slot].state != SlotState::kLive) return false;
-  return s.uniform || SumTreeWeight(s.tree, slot) > 0.0;
+  if (leaf % s.leaves_per_slot >= s.info[slot].length) return false;
+  return s.uniform || SumTreeWeight(s.tree, leaf) > 0.0;
 }
 
 // Row b. The kernel reads the selection state in mapped host memory while the
@@ -49,15 +53,17 @@ GEARJAX_HD Draw SelectRow(const GpuSelection& s, const uint32_t seed[2], int64_t
   Draw d;
   d.table_size = s.table_size;
   d.slot = -1;
+  int64_t step = -1;  // PrioritizedSteps: the drawn step, where the window goes
   for (uint32_t redraw = 0; redraw <= kGpuRedraws; ++redraw) {
     const int64_t row = RedrawRow(b, redraw);
     const Words4 w = redraw == 0 ? words : RowWords(seed, row);
     const double u = UniformFromBits(w.w[0], w.w[1]);
-    const int64_t slot = s.uniform ? UniformDraw(s.live, seed, row, u) : SumTreeDraw(s.tree, u);
-    if (!DrawIsValid(s, slot)) continue;
-    d.slot = slot;
+    const int64_t leaf = s.uniform ? UniformDraw(s.live, seed, row, u) : SumTreeDraw(s.tree, u);
+    if (!DrawIsValid(s, leaf)) continue;
+    d.slot = leaf / s.leaves_per_slot;
+    if (s.leaves_per_slot > 1) step = leaf % s.leaves_per_slot;
     d.probability = s.uniform ? static_cast<float>(1.0 / static_cast<double>(s.table_size))
-                              : static_cast<float>(SumTreeWeight(s.tree, slot) /
+                              : static_cast<float>(SumTreeWeight(s.tree, leaf) /
                                                    SumTreeTotal(s.tree));
     break;
   }
@@ -75,7 +81,8 @@ GEARJAX_HD Draw SelectRow(const GpuSelection& s, const uint32_t seed[2], int64_t
   const SlotInfo& info = s.info[d.slot];
   d.key = info.key;
   d.length = info.length;
-  const WindowCut cut = CutWindow(s.cut, d.length, window, words.w[2], words.w[3]);
+  const WindowCut cut = step >= 0 ? WindowAtStep(s.cut, d.length, window, step)
+                                  : CutWindow(s.cut, d.length, window, words.w[2], words.w[3]);
   d.start = cut.start;
   d.valid = cut.valid;
   return d;

@@ -313,7 +313,8 @@ StepPrioritizedSelector& Table::StepPrioritizedLocked(double alpha) {
                           ") would be one more");
   }
   step_prioritized_.push_back(FilledLocked(std::make_unique<StepPrioritizedSelector>(
-      alpha, spec_.capacity, spec_.max_length, step_priority_.data(), &(*slots_)[0])));
+      alpha, spec_.capacity, spec_.max_length, step_priority_.data(), &(*slots_)[0],
+      spec_.gpu_mapped)));
   AttachLocked(step_prioritized_.back().get());
   return *step_prioritized_.back();
 }

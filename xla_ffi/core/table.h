@@ -194,13 +194,14 @@ class Table {
   bool Constrained(const SampleRequest& request) const {
     return request.cut == Cut::kFull || !request.replace || spec_.max_times_sampled > 0;
   }
-  // Whether the GPU handler must select `request` on the host: TopK, Recent,
-  // PrioritizedSteps and constrained requests.
+  // Whether the GPU handler must select `request` on the host: TopK, Recent
+  // and constrained requests (cut="full", replace=False, max_times_sampled).
   bool SelectsOnHost(const SampleRequest& request) const {
-    return Ranks(request.strategy) || DrawsSteps(request.strategy) || Constrained(request);
+    return Ranks(request.strategy) || Constrained(request);
   }
 
-  // GPU sampling for Uniform, Timestep and Prioritized: waits on the rate
+  // GPU sampling for Uniform, Timestep, Prioritized and PrioritizedSteps
+  // (cut "start" or "end", with replacement): waits on the rate
   // limiter like Select, counts the samples, and returns the device view of
   // the strategy's selector and a ticket to hand back with EndSample once the
   // stream has passed the kernels. Throws if the table is not GPU-mapped or

@@ -312,7 +312,9 @@ uint64_t Table::BeginGpuSample(const SampleRequest& r, GpuSelection* selection,
   const bool priorities_settled =
       !selector.UsesPriority() || (staged_updates_.load(std::memory_order_acquire) == 0 &&
                                    !OtherStreamUpdateInFlightLocked(stream));
-  if (copies != nullptr && !s.uniform && priorities_settled &&
+  // A step tree (capacity x max_length leaves) is read where it is, in mapped
+  // host memory: a mirror would copy all of it into GPU memory.
+  if (copies != nullptr && !s.uniform && s.leaves_per_slot == 1 && priorities_settled &&
       !OtherStreamMirrorCopyLocked(stream) && MirrorsTreesLocked()) {
     const SumTree* tree = selector.DrawTree();
     double* mirror = nullptr;

@@ -1,6 +1,8 @@
 // Drawing steps by their priorities (see step_prioritized.h).
 #include "core/selectors/step_prioritized.h"
 
+#include "core/common.h"
+#include "core/gpu_selection.h"
 #include "core/priority_weight.h"
 #include "core/selectors/candidate_scan.h"
 #include "core/slots.h"
@@ -10,9 +12,17 @@ namespace gearjax {
 
 StepPrioritizedSelector::StepPrioritizedSelector(double alpha, int64_t capacity,
                                                  int64_t max_length, const double* steps,
-                                                 const SlotInfo* slots)
+                                                 const SlotInfo* slots, bool gpu_mapped)
     : alpha_(alpha), max_length_(max_length), steps_(steps), slots_(slots),
-      tree_(capacity * max_length, /*gpu_mapped=*/false) {}
+      tree_(capacity * max_length, gpu_mapped) {}
+
+bool StepPrioritizedSelector::DescribeForGpu(GpuSelection* selection) const {
+  selection->uniform = false;
+  selection->tree = tree_.device_view();
+  if (selection->tree.nodes == nullptr) throw InvalidArgument("the step tree is not GPU-mapped");
+  selection->leaves_per_slot = max_length_;
+  return true;
+}
 
 void StepPrioritizedSelector::SetFullLeaves(const int64_t* leaves, int64_t n, int64_t length) {
   if (full_.empty()) return;

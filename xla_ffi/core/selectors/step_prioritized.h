@@ -32,8 +32,10 @@ class StepPrioritizedSelector final : public SamplingSelector {
   // `steps`: the table's step priorities, max_length a slot, which the
   // table keeps up to date before it tells the selector; `slots`: the
   // table's slot records (capacity of them). Both read, never written, here.
+  // `gpu_mapped`: the step tree in GPU-mapped pinned memory, which GPU
+  // selection kernels descend (DescribeForGpu).
   StepPrioritizedSelector(double alpha, int64_t capacity, int64_t max_length,
-                          const double* steps, const SlotInfo* slots);
+                          const double* steps, const SlotInfo* slots, bool gpu_mapped = false);
   // Every step's leaf of the item, from the table's step priorities.
   void Insert(const Item& item) override;
   void Delete(const Item& item) override;
@@ -49,8 +51,10 @@ class StepPrioritizedSelector final : public SamplingSelector {
   double TotalWeight() const override { return tree_.Total(); }
   // The step tree, which one-sided readers of other processes descend too:
   // its leaf s * max_length + t is step t of slot s (core/one_sided_tree.cc).
-  // Never a GPU draw's: this selector is selected on the host.
   const SumTree* DrawTree() const override { return &tree_; }
+  // A GPU draw (cut "start" or "end", with replacement) descends the step
+  // tree too, max_length leaves a slot (select_block.h SelectRow).
+  bool DescribeForGpu(GpuSelection* selection) const override;
   // Every eligible item, weighing the steps a window may be placed at: the
   // first length - full_window + 1 (cut="full"), else all of them.
   void ListCandidates(const CandidateScan& scan, std::vector<Candidate>* out) const override;
