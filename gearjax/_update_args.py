@@ -10,7 +10,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from gearjax import _inserts
+from gearjax import _checks, _inserts
 
 
 def operands(xp: Any, keys: Any, priorities: Any, steps: Any = None) -> tuple[Any, Any, Any]:
@@ -44,3 +44,11 @@ def operands(xp: Any, keys: Any, priorities: Any, steps: Any = None) -> tuple[An
                          f"got keys {keys.shape}, priorities {priorities.shape}, steps "
                          f"{steps.shape}")
     return keys, priorities, steps
+
+
+def step_values(priorities: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """Concrete per-step priorities ``[B, W]`` as float64, checked, their
+    padding entries (a step below 0, which may hold anything, NaN included)
+    set to 0 and not checked. Raises ``ValueError`` naming the first bad
+    entry (in row-major order)."""
+    return _checks.priorities(np.where(steps >= 0, priorities, 0))

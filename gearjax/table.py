@@ -1075,12 +1075,9 @@ class Table:
         keys = np.ascontiguousarray(keys, np.int64)
         if steps is None:
             return self._native.update_priorities(keys, _checks.priorities(priorities))
-        # Padding (a step below 0) may hold anything, NaN included: not checked.
-        named = np.ravel(steps) >= 0
-        values = _checks.priorities(np.where(named, np.ravel(priorities), 0))
         return self._native.update_step_priorities(
-            keys, np.ascontiguousarray(np.ravel(steps), np.int64), np.ascontiguousarray(values),
-            int(priorities.shape[1]))
+            keys, np.ascontiguousarray(np.ravel(steps), np.int64),
+            np.ravel(_update_args.step_values(priorities, steps)), int(priorities.shape[1]))
 
     # ------------------------------------------------------------ persistence
     def save(self, path: str | os.PathLike) -> None:

@@ -849,14 +849,16 @@ class ShardedTable:
 
     def _update_step_priorities(self, state: TableState, keys: Any, priorities: Any,
                                 steps: Any, axis_name: str | None) -> tuple[TableState, Any]:
-        """update_priorities(..., steps=...): routed by the xla exchange, in
-        shard_map (axis_name) or eagerly; (the state's successor, the count)."""
+        """update_priorities(..., steps=...): with xla routed in shard_map
+        (axis_name) or eagerly, with a one-sided exchange eagerly as messages;
+        (the state's successor, the count)."""
         if not self._local.step_priorities:
             raise ValueError("this sharded table keeps one priority per trajectory: steps= "
                              "needs one made with step_priorities=True")
-        if self._transport is not None:
-            return state, self._update_step_priorities_one_sided(keys, priorities, steps,
-                                                                 axis_name)
+        traced = any(isinstance(x, jax.core.Tracer) for x in (keys, priorities, steps))
+        if self._transport is not None and (axis_name is not None or traced):
+            raise ValueError(f"exchange={self._exchange!r} updates step priorities eagerly "
+                             f"(axis_name=None, concrete arrays): its owners apply messages")
         if axis_name is not None:
             _check_platform()
             exchange.check_axis(axis_name, self._spec)
@@ -869,33 +871,19 @@ class ShardedTable:
                 steps = steps.astype(jax.numpy.int32)
             return exchange.update_step_priorities(state, keys, steps, priorities,
                                                    spec=self._spec, axis_name=axis_name)
-        if any(isinstance(x, jax.core.Tracer) for x in (keys, priorities, steps)):
+        if traced:
             raise ValueError("ShardedTable.update_priorities with axis_name=None runs a "
                              "collective program of its own, which cannot run inside a "
                              "per-process jax.jit: call it eagerly, or inside jax.shard_map "
                              "with axis_name")
         keys, priorities, steps = _update_args.operands(np, keys, priorities, steps)
-        # Padding (a step below 0) may hold anything, NaN included: not checked.
-        checked = _checks.priorities(np.where(steps >= 0, priorities, 0).reshape(-1))
-        updated = exchange.eager_update_priorities(
-            keys.astype(np.int64), checked.reshape(priorities.shape), self,
-            steps=steps.astype(np.int64))
+        values = _update_args.step_values(priorities, steps)
+        keys, steps = keys.astype(np.int64), steps.astype(np.int64)
+        if self._transport is not None:  # nixl, verbs: routed as a trajectory's are
+            return state, self._update_one_sided(keys, values, steps)
+        updated = exchange.eager_update_priorities(keys, values, self, steps=steps)
         self._publish()
         return state, updated
-
-    def _update_step_priorities_one_sided(self, keys: Any, priorities: Any, steps: Any,
-                                          axis_name: str | None) -> int:
-        """nixl, verbs: step updates called eagerly, checked here, routed as
-        _update_one_sided routes a trajectory's."""
-        if axis_name is not None or any(isinstance(x, jax.core.Tracer)
-                                        for x in (keys, priorities, steps)):
-            raise ValueError(f"exchange={self._exchange!r} updates step priorities eagerly "
-                             f"(axis_name=None, concrete arrays): its owners apply messages")
-        keys, priorities, steps = _update_args.operands(np, keys, priorities, steps)
-        # Padding (a step below 0) may hold anything, NaN included: not checked.
-        checked = _checks.priorities(np.where(steps >= 0, priorities, 0).reshape(-1))
-        return self._update_one_sided(keys.astype(np.int64), checked.reshape(priorities.shape),
-                                      steps.astype(np.int64))
 
     def _update_one_sided(self, keys: np.ndarray, priorities: np.ndarray,
                           steps: np.ndarray | None = None) -> int:
