@@ -34,16 +34,14 @@ def mapped_table(emulated_mapping):
     table.close()
 
 
-@pytest.mark.parametrize("strategy", [gx.Uniform(), gx.Timestep(), gx.Prioritized(0.5),
-                                      gx.Prioritized(1.0)], ids=repr)
-@pytest.mark.parametrize("window, cut", [(None, "start"), (1, "start"), (7, "start"),
-                                         (1, "end"), (7, "end")])
-def test_gpu_selection_equals_cpu_selection(mapped_table, native_testing, strategy, window, cut):
-    key = jax.random.key(11)
-    batch = mapped_table.sample(key, 256, window, strategy, cut=cut)
+def assert_gpu_selects_as_cpu(table, native_testing, key, strategy, window, cut) -> gx.Batch:
+    """The kernel's selection code (emulated) against the CPU handler's sample
+    of 256 rows with the same key: keys, starts, real steps, probabilities,
+    table sizes and the slots' lengths. Returns the CPU's batch."""
+    batch = table.sample(key, 256, window, strategy, cut=cut)
     seed = np.asarray(seed_words(key))
     keys, start, probability, table_size, slots, lengths, valid = \
-        native_testing.emulate_gpu_select(mapped_table.handle, (int(seed[0]), int(seed[1])), 256,
+        native_testing.emulate_gpu_select(table.handle, (int(seed[0]), int(seed[1])), 256,
                                           strategy.code, strategy.alpha, 0, window or 0,
                                           cut=gx.table.CUTS[cut])
     np.testing.assert_array_equal(keys, batch.keys)
@@ -51,8 +49,18 @@ def test_gpu_selection_equals_cpu_selection(mapped_table, native_testing, strate
     np.testing.assert_array_equal(valid, np.asarray(batch.mask).sum(1))
     np.testing.assert_array_equal(probability, batch.probability)
     np.testing.assert_array_equal(table_size, batch.table_size)
-    contents = mapped_table.contents()
+    contents = table.contents()
     np.testing.assert_array_equal(lengths, contents["length"][np.searchsorted(contents["key"], keys)])
+    return batch
+
+
+@pytest.mark.parametrize("strategy", [gx.Uniform(), gx.Timestep(), gx.Prioritized(0.5),
+                                      gx.Prioritized(1.0)], ids=repr)
+@pytest.mark.parametrize("window, cut", [(None, "start"), (1, "start"), (7, "start"),
+                                         (1, "end"), (7, "end")])
+def test_gpu_selection_equals_cpu_selection(mapped_table, native_testing, strategy, window, cut):
+    assert_gpu_selects_as_cpu(mapped_table, native_testing, jax.random.key(11), strategy, window,
+                              cut)
 
 
 @pytest.mark.parametrize("window, cut", [(1, "start"), (7, "start"), (1, "end"), (7, "end")])
@@ -68,25 +76,14 @@ def test_gpu_selection_of_steps_equals_cpu_selection(emulated_mapping, native_te
     for length in rng.integers(1, 21, size=24):  # evicts 8
         steps = rng.uniform(0, 3, int(length)) * (rng.uniform(size=int(length)) > 0.3)
         table.insert(random_trajectory(rng, COLUMNS, int(length)), priority=steps)
-    strategy = gx.PrioritizedSteps(alpha)
-    key = jax.random.key(12)
-    batch = table.sample(key, 256, window, strategy, cut=cut)
-    seed = np.asarray(seed_words(key))
-    keys, start, probability, table_size, slots, lengths, valid = \
-        native_testing.emulate_gpu_select(table.handle, (int(seed[0]), int(seed[1])), 256,
-                                          strategy.code, strategy.alpha, 0, window,
-                                          cut=gx.table.CUTS[cut])
-    np.testing.assert_array_equal(keys, batch.keys)
-    np.testing.assert_array_equal(start, batch.start)
-    np.testing.assert_array_equal(valid, np.asarray(batch.mask).sum(1))
-    np.testing.assert_array_equal(probability, batch.probability)
-    np.testing.assert_array_equal(table_size, batch.table_size)
+    batch = assert_gpu_selects_as_cpu(table, native_testing, jax.random.key(12),
+                                      gx.PrioritizedSteps(alpha), window, cut)
     contents = table.contents()
     per_key = dict(zip(contents["key"].tolist(),
                        np.split(contents["step_priorities"], np.cumsum(contents["length"])[:-1])))
     drawn = np.asarray(batch.start) if cut == "start" else \
         np.asarray(batch.start) + np.asarray(batch.mask).sum(1) - 1
-    assert all(per_key[int(k)][int(t)] > 0 for k, t in zip(keys, drawn))
+    assert all(per_key[int(k)][int(t)] > 0 for k, t in zip(np.asarray(batch.keys), drawn))
     table.close()
 
 

@@ -34,7 +34,7 @@ void WindowSteps(const SampleOutputs& out, int64_t batch, int64_t width, bool pa
                  bool* mask, int32_t* timestep) {
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t valid = out.valid[b];
-    const int64_t first = pad_left ? width - valid : 0;  // where the real steps begin
+    const int64_t first = WindowOffset(valid, width, pad_left);  // where the real steps begin
     for (int64_t w = 0; w < width; ++w) {
       const int64_t offset = w - first;
       const bool real = offset >= 0 && offset < valid;

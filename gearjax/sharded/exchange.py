@@ -505,10 +505,10 @@ def eager_update_priorities(keys: np.ndarray, priorities: np.ndarray, table,
     rows[:keys.shape[0]] = np.concatenate([f.view(np.uint32) for f in fields], axis=1)
     gathered = np.asarray(multihost_utils.process_allgather(rows)).reshape(-1, count,
                                                                            rows.shape[1])
-    mine = np.concatenate([np.ascontiguousarray(gathered[p, :n]) for p, n in
-                           enumerate(shape[:, 0])])
-    all_keys = mine[:, :2].copy().view(np.int64).reshape(-1)
-    all_priorities = mine[:, 2:2 + 2 * width].copy().view(np.float64)
+    every_row = np.concatenate([np.ascontiguousarray(gathered[p, :n]) for p, n in
+                                enumerate(shape[:, 0])])  # every process's, in process order
+    all_keys = every_row[:, :2].copy().view(np.int64).reshape(-1)
+    all_priorities = every_row[:, 2:2 + 2 * width].copy().view(np.float64)
     owned = keys_of.owners(all_keys, spec.shard_shift) == spec.shard
     local_keys = keys_of.local_keys(all_keys[owned], spec.shard_shift)
     if steps is None:
@@ -517,7 +517,7 @@ def eager_update_priorities(keys: np.ndarray, priorities: np.ndarray, table,
         # Only the owner knows its trajectories' lengths: one that refuses a
         # step still joins the gather below, so every process raises and
         # none waits for it.
-        all_steps = mine[:, 2 + 2 * width:].copy().view(np.int64)
+        all_steps = every_row[:, 2 + 2 * width:].copy().view(np.int64)
         try:
             updated = table.local.update_priorities(local_keys, all_priorities[owned],
                                                     steps=all_steps[owned])
