@@ -179,8 +179,8 @@ def call_forms(table, keys) -> dict:
     """name -> call(i): where a jitted call's time goes (issue 49, item 3:
     the jitted call within 1.5x of the same sample inside lax.scan). ``jitted``
     samples and returns the whole batch; ``jitted-no-table`` returns arrays of
-    the batch's shapes and dtypes made in XLA (zeros, plus the key's words so
-    the program has an input) with no table call, what any jitted call
+    the batch's shapes and dtypes made in XLA (filled with a word of the key,
+    so the program has an input) with no table call, what any jitted call
     returning a batch pays; ``scan`` is a jitted lax.scan of SCAN_STEPS
     samples, each read whole inside it (summed), timed per sample."""
     import jax

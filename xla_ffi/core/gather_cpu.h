@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "draw.h"
-
 #include "table.h"
 
 namespace gearjax {
