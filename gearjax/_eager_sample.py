@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import numpy as np
 
 from gearjax._sample import ColumnLayout, seed_words
@@ -31,7 +32,7 @@ def sample_numpy(native: Any, rng_key: Any, args: SampleArgs, capacity: int,
     caller (and are checked again natively); the call waits on the table's
     rate limiter with the GIL released, and raises the native classes
     (gearjax.errors: a shortfall, a timeout, a closed table)."""
-    seed = np.asarray(seed_words(rng_key), np.uint32)
+    seed = host_seed_words(rng_key)
     batch, width = args.batch_size, args.width
     keys, table_size = np.empty(batch, np.int64), np.empty(batch, np.int64)
     start, valid = np.empty(batch, np.int32), np.empty(batch, np.int32)
@@ -45,3 +46,21 @@ def sample_numpy(native: Any, rng_key: Any, args: SampleArgs, capacity: int,
     return Batch(columns={name: a for (name, _, _), a in zip(columns, arrays)}, mask=mask,
                  timestep=timestep, keys=keys, start=start, probability=probability,
                  table_size=table_size)
+
+
+def host_seed_words(rng_key: Any) -> np.ndarray:
+    """``seed_words(rng_key)`` as a NumPy ``uint32[2]``, for a concrete key.
+
+    A typed threefry key's two words are read from the array under it,
+    without the JAX dispatch of ``jax.random.key_data`` (about 20-100 us on
+    the 2-core machine: as much as the sample itself, scripts/bench_eager.py).
+    That array is a JAX internal (``PRNGKeyArray._base_array``), read and
+    never written: where it is missing or not two uint32 words, the public
+    path is taken, and tests/test_sample_numpy.py checks on every JAX minor
+    CI runs that both give the same words."""
+    base = getattr(rng_key, "_base_array", None)
+    if base is not None and jax.dtypes.issubdtype(rng_key.dtype, jax.dtypes.prng_key):
+        words = np.asarray(base)
+        if words.shape == (2,) and words.dtype == np.uint32:
+            return words
+    return np.asarray(seed_words(rng_key), np.uint32)
