@@ -557,12 +557,13 @@ def test_bench_eager_times_every_form_against_the_jitted_call(tmp_path):
                     "--trajectories", "30", "--out", str(out)],
                    check=True, capture_output=True, timeout=600, cwd=ROOT)
     result = json.loads(out.read_text())
-    assert set(result["call"]) == {"jitted", "jitted-no-table", "scan"}
-    assert set(result["insert"]) == {"eager", "eager-state", "jitted", "insert_many"}
-    for section in ("sample", "per"):
-        assert {"eager", "eager-state", "eager-numpy", "jitted"} <= set(result[section])
-        assert result[section]["jitted"]["time_over_jitted_paired"] == 1.0
-        assert all(f["median_us"] > 0 for f in result[section].values())
+    for runs in ("", "_runs"):  # interleaved, and in runs of calls of one form
+        assert set(result["call" + runs]) == {"jitted", "jitted-no-table", "scan"}
+        assert set(result["insert" + runs]) == {"eager", "eager-state", "jitted", "insert_many"}
+        for section in ("sample" + runs, "per" + runs):
+            assert {"eager", "eager-state", "eager-numpy", "jitted"} <= set(result[section])
+            assert result[section]["jitted"]["time_over_jitted_paired"] == 1.0
+            assert all(f["median_us"] > 0 for f in result[section].values())
     assert (tmp_path / "eager.txt").read_text().startswith("bench_eager:")
 
 
