@@ -3,7 +3,7 @@
 // buffers against it, let the core select and pin rows, gather the rows (in
 // parallel on XLA's intra-op thread pool when the batch is large), end the
 // sample.
-#include "ffi_cpu.h"
+#include "ffi_handlers.h"
 
 #include <algorithm>
 #include <atomic>
@@ -20,6 +20,8 @@
 #include "core/sharding.h"
 #include "core/table.h"
 #include "ffi_common.h"
+#include "ffi_one_sided.h"
+#include "shard_steps.h"
 
 namespace ffi = xla::ffi;
 
@@ -217,89 +219,6 @@ ffi::Error InsertBatchImpl(Order, ffi::AnyBuffer lengths, ffi::AnyBuffer priorit
 
 // ------------------------------------------------ sharded tables (sharding.h)
 
-// Step 1 of a global sample: this shard's summary for the strategy, as eight
-// uint32 words.
-ffi::Error ShardTotalsImpl(Order, ffi::Result<Order>,
-                           ffi::Result<ffi::Buffer<ffi::U32>> summary, int64_t table_handle,
-                           int64_t strategy, double alpha, int64_t shard) {
-  std::shared_ptr<Table> table = LookUpTable(table_handle);
-  if (summary->element_count() != kSummaryWords) return Fail("the summary has the wrong size");
-  const ShardSummary s = Summarize(shard, table->Totals(ShardRequest(strategy, alpha)));
-  std::memcpy(summary->typed_data(), &s, sizeof(s));
-  return ffi::Error::Success();
-}
-
-// Step 1 for TopK and Recent: this shard's summary (its weight: the length
-// of its list) and its best list of `per_shard` entries (TopEntry as four
-// uint32 words each; past the list, stamp -1), in one snapshot.
-ffi::Error ShardTopsImpl(Order, ffi::Result<Order>,
-                         ffi::Result<ffi::Buffer<ffi::U32>> summary,
-                         ffi::Result<ffi::Buffer<ffi::U32>> entries, int64_t table_handle,
-                         int64_t strategy, int64_t count, int64_t shard) {
-  std::shared_ptr<Table> table = LookUpTable(table_handle);
-  if (summary->element_count() != kSummaryWords) return Fail("the summary has the wrong size");
-  const SampleRequest request =
-      TopsRequest(strategy, count, static_cast<int64_t>(entries->element_count()),
-                  table->spec().capacity);
-  const int64_t per_shard = static_cast<int64_t>(entries->element_count()) / kEntryWords;
-  auto* list = reinterpret_cast<TopEntry*>(entries->typed_data());
-  std::fill(list, list + per_shard, TopEntry{0.0, -1});
-  const ShardSummary s = Summarize(shard, table->Tops(request, list));
-  std::memcpy(summary->typed_data(), &s, sizeof(s));
-  return ffi::Error::Success();
-}
-
-// The gathered summaries, checked: one per shard, `shards` of them.
-ShardSummary* BindSummaries(ffi::Buffer<ffi::U32>& summaries, int64_t shards) {
-  if (shards < 1 || static_cast<int64_t>(summaries.element_count()) != shards * kSummaryWords) {
-    throw InvalidArgument("the gathered summaries have the wrong size");
-  }
-  return reinterpret_cast<ShardSummary*>(summaries.typed_data());
-}
-
-// Step 2: the shard of each row of each requester (no table is touched):
-// requester j's rows from seeds[j], so every process computes every
-// process's plan from one gather and knows what is asked of its shard.
-ffi::Error ShardPlanImpl(ffi::Buffer<ffi::U32> seeds, ffi::Buffer<ffi::U32> summaries,
-                         ffi::Result<ffi::Buffer<ffi::S32>> shard_of_row,
-                         ffi::Result<ffi::Buffer<ffi::S32>> rank_in_shard,
-                         ffi::Result<ffi::Buffer<ffi::S32>> counts) {
-  const int64_t requesters = static_cast<int64_t>(seeds.element_count()) / 2;
-  if (requesters < 1 || static_cast<int64_t>(seeds.element_count()) != 2 * requesters) {
-    return Fail("expected two seed words per requester");
-  }
-  const int64_t shards = static_cast<int64_t>(counts->element_count()) / requesters;
-  if (shards * requesters != static_cast<int64_t>(counts->element_count()) ||
-      shard_of_row->element_count() % requesters != 0 ||
-      rank_in_shard->element_count() != shard_of_row->element_count()) {
-    return Fail("the plan's results do not match the requesters");
-  }
-  const ShardSummary* s = BindSummaries(summaries, shards);
-  const int64_t batch = static_cast<int64_t>(shard_of_row->element_count()) / requesters;
-  for (int64_t j = 0; j < requesters; ++j) {
-    PlanShards(s, shards, seeds.typed_data() + 2 * j, batch,
-               shard_of_row->typed_data() + j * batch, rank_in_shard->typed_data() + j * batch,
-               counts->typed_data() + j * shards);
-  }
-  return ffi::Error::Success();
-}
-
-// Step 1b for TopK and Recent (no table is touched): the gathered summaries
-// with each shard's weight replaced by its share of the global best `count`
-// (RankShards), from the gathered best lists.
-ffi::Error ShardRankImpl(ffi::Buffer<ffi::U32> summaries, ffi::Buffer<ffi::U32> entries,
-                         ffi::Result<ffi::Buffer<ffi::U32>> ranked, int64_t strategy,
-                         int64_t count) {
-  if (ranked->element_count() != summaries.element_count()) return Fail("sizes differ");
-  const RankShape shape = RankShapeOf(static_cast<int64_t>(summaries.element_count()),
-                                      static_cast<int64_t>(entries.element_count()));
-  const SampleRequest request = ShardRequest(strategy, 0.0, count);
-  std::memcpy(ranked->typed_data(), summaries.typed_data(), summaries.size_bytes());
-  RankShards(request.strategy, count, reinterpret_cast<const TopEntry*>(entries.typed_data()),
-             shape.per_shard, BindSummaries(*ranked, shape.shards), shape.shards);
-  return ffi::Error::Success();
-}
-
 // Step 3, the owner's part: for each requester j, counts[j] rows drawn with
 // seeds[j] into the first rows of block j of `block` rows. The rest of each
 // block is left unwritten: the requester never reads it.
@@ -313,14 +232,11 @@ ffi::Error ShardServeImpl(ffi::ThreadPool pool, Order, ffi::Buffer<ffi::U32> see
     return Fail("this shard lives in GPU memory (placement 'device'); sharded samples gather "
                 "on the host");
   }
-  const int64_t shards = static_cast<int64_t>(counts.element_count());
-  if (static_cast<int64_t>(seeds.element_count()) != 2 * shards) {
-    return Fail("expected two seed words per requester");
-  }
-  if (block < 1 || shards > kMaxBatch / block) return Fail("block size out of range");
-  if (shard_shift < 1 || shard_shift > 62) return Fail("shard_shift out of range");
-  const ShardSummary* s = BindSummaries(summaries, shards);
-  const int64_t rows = shards * block;
+  const shard_steps::ServeShape shape = shard_steps::CheckServe(
+      seeds.element_count(), counts.element_count(), summaries.element_count(), block,
+      shard_shift);
+  const int64_t shards = shape.shards, rows = shape.rows;
+  const auto* s = reinterpret_cast<const ShardSummary*>(summaries.typed_data());
   const SampleCall call = BindSampleCall(
       *table, 2, rets, /*first=*/1,
       {table_handle, rows, strategy, alpha, ServeRequestCount(strategy), window, pad_left,
@@ -360,58 +276,36 @@ ffi::Error ShardServeImpl(ffi::ThreadPool pool, Order, ffi::Buffer<ffi::U32> see
   return ffi::Error::Success();
 }
 
-// Keys between a shard's own layout and the global one (sharding.h,
-// GlobalKey): to_local maps global keys of shard `shard` to its own keys and
-// every other key to -1 (update_priorities skips those); otherwise own keys
-// become global.
-ffi::Error ShardKeysImpl(ffi::Buffer<ffi::S64> keys, ffi::Result<ffi::Buffer<ffi::S64>> out,
-                         int64_t shard, int64_t shard_shift, int64_t to_local) {
-  if (shard_shift < 1 || shard_shift > 62 || shard < 0 || shard >= (int64_t{1} << (63 - shard_shift))) {
-    return Fail("shard or shard_shift out of range");
-  }
-  if (out->element_count() != keys.element_count()) return Fail("keys differ in size");
-  TranslateKeys(keys.typed_data(), out->typed_data(), static_cast<int64_t>(keys.element_count()),
-                shard, static_cast<int>(shard_shift), to_local != 0);
-  return ffi::Error::Success();
-}
+// The sharded steps (shard_steps.h) over host memory.
+template <auto Step>
+using OnCpu = OnPlatform<HostMemory, Step>;
 
-// int64 values from their two uint32 words (little-endian): how host data
-// with 64-bit keys (a one-sided sample's) becomes a JAX int64 array where JAX
-// without x64 would narrow it to int32 on the way in.
-ffi::Error Int64FromWordsImpl(ffi::Buffer<ffi::U32> words, ffi::Result<ffi::Buffer<ffi::S64>> out) {
-  if (words.element_count() != 2 * out->element_count()) return Fail("expected two words a value");
-  std::memcpy(out->typed_data(), words.typed_data(), out->size_bytes());
-  return ffi::Error::Success();
-}
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ZerosCpu, Guarded<&OnCpu<&shard_steps::Zeros<HostMemory>>::Run>::Run,
+                              BindZeros(ffi::Ffi::Bind()));
 
-// Zero bytes in every result: what the other devices compute where a table
-// call runs on one device of several (gearjax/_primitives.py,
-// one_logical_call), whatever the results' dtypes.
-ffi::Error ZerosImpl(ffi::RemainingRets rets) {
-  for (size_t i = 0; i < rets.size(); ++i) {
-    auto result = rets.get<ffi::AnyBuffer>(i);
-    if (!result.has_value()) return Fail("zeros: result " + std::to_string(i) + " is not a buffer");
-    std::memset((*result)->untyped_data(), 0, (*result)->size_bytes());
-  }
-  return ffi::Error::Success();
-}
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    Int64FromWordsCpu, Guarded<&OnCpu<&shard_steps::Int64FromWords<HostMemory>>::Run>::Run,
+    BindInt64FromWords(ffi::Ffi::Bind()));
 
-}  // namespace
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardKeysCpu,
+                              Guarded<&OnCpu<&shard_steps::Keys<HostMemory>>::Run>::Run,
+                              BindShardKeys(ffi::Ffi::Bind()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(ZerosCpu, Guarded<&ZerosImpl>::Run, BindZeros(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardTotalsCpu,
+                              Guarded<&OnCpu<&shard_steps::Totals<HostMemory>>::Run>::Run,
+                              BindShardTotals(ffi::Ffi::Bind()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Int64FromWordsCpu, Guarded<&Int64FromWordsImpl>::Run,
-                              BindInt64FromWords(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardTopsCpu,
+                              Guarded<&OnCpu<&shard_steps::Tops<HostMemory>>::Run>::Run,
+                              BindShardTops(ffi::Ffi::Bind()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardKeysCpu, Guarded<&ShardKeysImpl>::Run, BindShardKeys(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardRankCpu,
+                              Guarded<&OnCpu<&shard_steps::Rank<HostMemory>>::Run>::Run,
+                              BindShardRank(ffi::Ffi::Bind()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardTotalsCpu, Guarded<&ShardTotalsImpl>::Run, BindShardTotals(ffi::Ffi::Bind()));
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardTopsCpu, Guarded<&ShardTopsImpl>::Run, BindShardTops(ffi::Ffi::Bind()));
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardRankCpu, Guarded<&ShardRankImpl>::Run, BindShardRank(ffi::Ffi::Bind()));
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardPlanCpu, Guarded<&ShardPlanImpl>::Run, BindShardPlan(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardPlanCpu,
+                              Guarded<&OnCpu<&shard_steps::Plan<HostMemory>>::Run>::Run,
+                              BindShardPlan(ffi::Ffi::Bind()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ShardServeCpu, Guarded<&ShardServeImpl>::Run,
                               BindShardServe(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
@@ -449,5 +343,24 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(InsertBatchCpu, Guarded<&InsertBatchImpl>::Run,
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(UpdateStepPrioritiesCpu, Guarded<&UpdateStepPrioritiesImpl>::Run,
                               BindUpdateStepPriorities(ffi::Ffi::Bind()));
+
+}  // namespace
+
+PlatformTargets CpuTargets() {
+  return {{{"gearjax_sample", SampleCpu, SampleInstantiateCpu, SampleExecuteCpu},
+           {"gearjax_update_priorities", UpdatePrioritiesCpu, UpdateInstantiateCpu,
+            UpdateExecuteCpu}},
+          {{"gearjax_insert_batch", InsertBatchCpu},
+           {"gearjax_update_step_priorities", UpdateStepPrioritiesCpu},
+           {"gearjax_shard_totals", ShardTotalsCpu},
+           {"gearjax_shard_plan", ShardPlanCpu},
+           {"gearjax_shard_tops", ShardTopsCpu},
+           {"gearjax_shard_rank", ShardRankCpu},
+           {"gearjax_shard_serve", ShardServeCpu},
+           {"gearjax_shard_keys", ShardKeysCpu},
+           {"gearjax_int64_from_words", Int64FromWordsCpu},
+           {"gearjax_zeros", ZerosCpu},
+           {"gearjax_one_sided_sample", OneSidedSampleCpu}}};
+}
 
 }  // namespace gearjax

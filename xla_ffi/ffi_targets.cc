@@ -1,5 +1,6 @@
-// The extension's XLA FFI targets and state types (ffi_targets.h). sample
-// and update_priorities come in two registrations: with stages,
+// The extension's XLA FFI targets and state types (ffi_targets.h), from each
+// platform's list of handlers by name (ffi_handlers.h). sample and
+// update_priorities come in two registrations: with stages,
 // a dict of an instantiate handler (the call site, made once: call_site.h)
 // and an execute handler reading it; without, one handler that makes the
 // site on every call. gearjax/_ffi.py picks one, and registers the state
@@ -10,8 +11,7 @@
 
 #include "call_site.h"
 #include "core/registry.h"
-#include "ffi_cpu.h"
-#include "ffi_one_sided.h"
+#include "ffi_handlers.h"
 #if defined(GEARJAX_WITH_CUDA)
 #include "cuda/ffi_cuda.h"
 #endif
@@ -46,60 +46,19 @@ nb::dict TypeRegistration() {
   return registration;
 }
 
-// One platform's handlers. sample and update_priorities come per call or as
-// stages; one_sided_sample is the CPU's only (null elsewhere).
-struct PlatformHandlers {
-  XLA_FFI_Handler *sample, *update;
-  XLA_FFI_Handler *sample_instantiate, *sample_execute;
-  XLA_FFI_Handler *update_instantiate, *update_execute;
-  XLA_FFI_Handler *insert_batch, *shard_totals, *shard_plan, *shard_tops, *shard_rank,
-      *shard_serve, *shard_keys, *int64_from_words, *zeros, *one_sided_sample;
-  XLA_FFI_Handler* update_steps;
-};
-
 // The targets gearjax/_ffi.py registers for a platform, by name.
-nb::dict Targets(const PlatformHandlers& h, bool stages) {
+nb::dict Targets(const PlatformTargets& platform, bool stages) {
   nb::dict targets;
-  if (stages) {
-    targets["gearjax_sample"] = Stages(h.sample_instantiate, h.sample_execute);
-    targets["gearjax_update_priorities"] = Stages(h.update_instantiate, h.update_execute);
-  } else {
-    targets["gearjax_sample"] = Capsule(h.sample);
-    targets["gearjax_update_priorities"] = Capsule(h.update);
+  for (const StagedFfiTarget& t : platform.staged) {
+    if (stages) {
+      targets[t.name] = Stages(t.instantiate, t.execute);
+    } else {
+      targets[t.name] = Capsule(t.per_call);
+    }
   }
-  targets["gearjax_insert_batch"] = Capsule(h.insert_batch);
-  targets["gearjax_update_step_priorities"] = Capsule(h.update_steps);
-  targets["gearjax_shard_totals"] = Capsule(h.shard_totals);
-  targets["gearjax_shard_plan"] = Capsule(h.shard_plan);
-  targets["gearjax_shard_tops"] = Capsule(h.shard_tops);
-  targets["gearjax_shard_rank"] = Capsule(h.shard_rank);
-  targets["gearjax_shard_serve"] = Capsule(h.shard_serve);
-  targets["gearjax_shard_keys"] = Capsule(h.shard_keys);
-  targets["gearjax_int64_from_words"] = Capsule(h.int64_from_words);
-  targets["gearjax_zeros"] = Capsule(h.zeros);
-  if (h.one_sided_sample != nullptr) {
-    targets["gearjax_one_sided_sample"] = Capsule(h.one_sided_sample);
-  }
+  for (const FfiTarget& t : platform.plain) targets[t.name] = Capsule(t.handler);
   return targets;
 }
-
-const PlatformHandlers kCpuHandlers{
-    SampleCpu, UpdatePrioritiesCpu,
-    SampleInstantiateCpu, SampleExecuteCpu,
-    UpdateInstantiateCpu, UpdateExecuteCpu,
-    InsertBatchCpu, ShardTotalsCpu, ShardPlanCpu, ShardTopsCpu, ShardRankCpu,
-    ShardServeCpu, ShardKeysCpu, Int64FromWordsCpu, ZerosCpu, OneSidedSampleCpu,
-    UpdateStepPrioritiesCpu};
-
-#if defined(GEARJAX_WITH_CUDA)
-const PlatformHandlers kCudaHandlers{
-    SampleCuda, UpdatePrioritiesCuda,
-    SampleInstantiateCuda, SampleExecuteCuda,
-    UpdateInstantiateCuda, UpdateExecuteCuda,
-    InsertBatchCuda, ShardTotalsCuda, ShardPlanCuda, ShardTopsCuda, ShardRankCuda,
-    ShardServeCuda, ShardKeysCuda, Int64FromWordsCuda, ZerosCuda, nullptr,
-    UpdateStepPrioritiesCuda};
-#endif
 
 }  // namespace
 
@@ -111,7 +70,7 @@ void DefineFfiTargets(nb::module_& m) {
     return types;
   }, "The CPU targets' state types, to register before the targets with stages.");
 
-  m.def("ffi_targets", [](bool stages) { return Targets(kCpuHandlers, stages); },
+  m.def("ffi_targets", [](bool stages) { return Targets(CpuTargets(), stages); },
         nb::arg("stages"), "The CPU targets; sample and update_priorities with instantiate "
         "and execute stages if `stages`, else per call.");
 
@@ -131,7 +90,7 @@ void DefineFfiTargets(nb::module_& m) {
     return types;
   }, "The CUDA targets' state types, to register before the targets with stages.");
 
-  m.def("cuda_ffi_targets", [](bool stages) { return Targets(kCudaHandlers, stages); },
+  m.def("cuda_ffi_targets", [](bool stages) { return Targets(CudaTargets(), stages); },
         nb::arg("stages"), "The CUDA targets, as ffi_targets.");
 #endif
 }

@@ -29,7 +29,6 @@
 #include "core/sharding.h"
 #include "core/table.h"
 #include "eager_sample.h"
-#include "ffi_cpu.h"
 #include "ffi_targets.h"
 #include "ffi_one_sided.h"
 #include "new_array.h"

@@ -76,6 +76,7 @@
 #include "cuda/mirror.cuh"
 #include "cuda/update.cuh"
 #include "ffi_common.h"
+#include "ffi_handlers.h"
 
 namespace ffi = xla::ffi;
 
@@ -485,6 +486,8 @@ std::shared_ptr<Table> ForThisGpu(std::shared_ptr<Table> table) {
   return table;
 }
 
+namespace {
+
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SampleCuda, Guarded<&SampleCudaImpl>::Run,
                               BindSampleAttrs(ffi::Ffi::Bind()
                                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()
@@ -504,8 +507,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SampleExecuteCuda, Guarded<&SampleStagedImpl>::Run
                                   .Arg<Order>()
                                   .Arg<ffi::Buffer<ffi::U32>>()
                                   .RemainingRets());
-
-
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(UpdatePrioritiesCuda, Guarded<&UpdatePrioritiesCudaImpl>::Run,
                               BindUpdatePriorities(ffi::Ffi::Bind()
@@ -527,5 +528,18 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(UpdateStepPrioritiesCuda,
                               Guarded<&UpdateStepPrioritiesCudaImpl>::Run,
                               BindUpdateStepPriorities(ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()));
+
+}  // namespace
+
+PlatformTargets CudaTargets() {
+  PlatformTargets targets{
+      {{"gearjax_sample", SampleCuda, SampleInstantiateCuda, SampleExecuteCuda},
+       {"gearjax_update_priorities", UpdatePrioritiesCuda, UpdateInstantiateCuda,
+        UpdateExecuteCuda}},
+      {{"gearjax_insert_batch", InsertBatchCuda},
+       {"gearjax_update_step_priorities", UpdateStepPrioritiesCuda}}};
+  for (const FfiTarget& t : CudaShardTargets()) targets.plain.push_back(t);
+  return targets;
+}
 
 }  // namespace gearjax

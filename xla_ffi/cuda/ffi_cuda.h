@@ -1,6 +1,6 @@
 // CUDA side of the extension: the memory hooks for table arenas (mapped pinned
-// host memory, GPU memory) and the XLA FFI handlers registered for platform
-// "CUDA".
+// host memory, GPU memory) and what the XLA FFI handlers registered for
+// platform "CUDA" share (their list by name: ffi_handlers.h, CudaTargets).
 #pragma once
 
 #include <cstdint>
@@ -33,24 +33,5 @@ extern const char kCudaArchitecturesBuilt[];
 std::string KernelImageProblem(int device);
 // The same for any GPU, from any thread (its current GPU is restored).
 std::string KernelImageProblemOn(int device);
-
-XLA_FFI_DECLARE_HANDLER_SYMBOL(SampleCuda);
-XLA_FFI_DECLARE_HANDLER_SYMBOL(UpdatePrioritiesCuda);
-// The same as instantiate and execute stages (call_site.h).
-XLA_FFI_DECLARE_HANDLER_SYMBOL(SampleInstantiateCuda);
-XLA_FFI_DECLARE_HANDLER_SYMBOL(SampleExecuteCuda);
-XLA_FFI_DECLARE_HANDLER_SYMBOL(UpdateInstantiateCuda);
-XLA_FFI_DECLARE_HANDLER_SYMBOL(UpdateExecuteCuda);
-XLA_FFI_DECLARE_HANDLER_SYMBOL(InsertBatchCuda);
-XLA_FFI_DECLARE_HANDLER_SYMBOL(UpdateStepPrioritiesCuda);
-// The xla exchange's steps of a ShardedTable (ffi_cuda_shard.cu).
-XLA_FFI_DECLARE_HANDLER_SYMBOL(ShardTotalsCuda);
-XLA_FFI_DECLARE_HANDLER_SYMBOL(ShardTopsCuda);
-XLA_FFI_DECLARE_HANDLER_SYMBOL(ShardRankCuda);
-XLA_FFI_DECLARE_HANDLER_SYMBOL(ShardPlanCuda);
-XLA_FFI_DECLARE_HANDLER_SYMBOL(ShardServeCuda);
-XLA_FFI_DECLARE_HANDLER_SYMBOL(ShardKeysCuda);
-XLA_FFI_DECLARE_HANDLER_SYMBOL(Int64FromWordsCuda);
-XLA_FFI_DECLARE_HANDLER_SYMBOL(ZerosCuda);
 
 }  // namespace gearjax
