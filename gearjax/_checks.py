@@ -44,7 +44,8 @@ REMOVER_CODES: dict[str, int] = ENUMS["remover"]
 # Where a table's memory lives: a Python choice that the extension gets as flags.
 PLACEMENTS = ("host", "device", "auto")
 
-PRIORITY_RANGE = "0 or a float in [2.2250738585072014e-308, 1.0000000150474662e+30] (1e30 as a float32)"
+# The priority range as messages say it, from the core's own bounds.
+PRIORITY_RANGE = f"0 or a float in [{MIN_PRIORITY!r}, {MAX_PRIORITY!r}] (1e30 as a float32)"
 
 
 def integer(name: str, value: Any, lo: int, hi: int) -> int:

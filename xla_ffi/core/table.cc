@@ -21,12 +21,13 @@ using table_internal::Number;
 void CheckPriority(double priority, const std::string& what) {
   if (IsSubnormal(priority)) {
     throw InvalidArgument(what + " is " + Number(priority) +
-                          ", a subnormal float64; priorities are 0 or in [2.2250738585072014e-308, "
-                          "1.0000000150474662e+30]");
+                          ", a subnormal float64; priorities are 0 or in [" +
+                          Number(kMinPriority) + ", " + Number(kMaxPriority) + "]");
   }
   if (!(priority >= 0.0 && priority <= kMaxPriority)) {
     throw InvalidArgument(what + " is " + Number(priority) +
-                          "; priorities must be finite, >= 0 and <= 1.0000000150474662e+30 (1e30 as a float32)");
+                          "; priorities must be finite, >= 0 and <= " + Number(kMaxPriority) +
+                          " (1e30 as a float32)");
   }
 }
 
