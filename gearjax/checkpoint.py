@@ -551,31 +551,10 @@ def _counters(meta: dict, version: int) -> dict[str, int | float]:
 
 
 def _read(zf: zipfile.ZipFile) -> Checkpoint:
-    info = zf.getinfo("meta.json")
-    if info.file_size > MAX_META_BYTES:
-        raise CheckpointError(f"meta.json holds {info.file_size} bytes; that is not metadata")
-    meta = decode_json(zf.read("meta.json"), "meta.json")
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise CheckpointError("not a gearjax table checkpoint")
-    version = meta.get("version")
-    if version not in READABLE_VERSIONS or isinstance(version, bool):
-        raise CheckpointError(f"format version {version!r}; this gearjax reads versions "
-                              f"{READABLE_VERSIONS}")
-    if not isinstance(meta["columns"], list) or not meta["columns"]:
-        raise CheckpointError("a checkpoint needs at least one column")
-    columns = {c["name"]: Column.from_json(c) for c in meta["columns"]}
-    if len(columns) != len(meta["columns"]) or not all(isinstance(n, str) and n for n in columns):
-        raise CheckpointError("column names must be distinct non-empty strings")
-    keeps_steps = meta.get("step_priorities", False) if version >= 5 else False
-    if not isinstance(keeps_steps, bool):
-        raise CheckpointError("step_priorities must be true or false")
-    expected = {"meta.json", *(f"{n}.npy" for n in _VERSION_ARRAYS[version]),
-                *(f"columns/{i}.bin" for i in range(len(columns))),
-                *(("step_priorities.npy",) if keeps_steps else ())}
-    missing = sorted(expected - set(zf.namelist()))
-    unexpected = sorted(set(zf.namelist()) - expected)
-    if missing or unexpected:
-        raise CheckpointError(f"missing members {missing}, unexpected members {unexpected}")
+    """The checkpoint in ``zf``, every part checked: its metadata, its
+    members, its items' arrays, their keys and priorities, its columns."""
+    meta, version, columns, keeps_steps = _read_meta(zf)
+    _check_member_names(zf, version, len(columns), keeps_steps)
     capacity = _count(meta, "capacity", 1, _checks.MAX_CAPACITY)
     max_length = _count(meta, "max_length", 1, _checks.MAX_LENGTH)
     num_items = _count(meta, "num_items", 0, capacity)
@@ -598,26 +577,86 @@ def _read(zf: zipfile.ZipFile) -> Checkpoint:
     slots = _load_npy(zf, "slots", i64, num_items)
     lengths = _load_npy(zf, "lengths", i64, num_items)
     priorities = _load_npy(zf, "priorities", np.dtype("<f8"), num_items)
-    stamps = _load_npy(zf, "stamps", i64, num_items) if version >= 3 else None
-    if stamps is not None and num_items and (stamps.min() < 0 or stamps.max() >= MAX_STAMP
-                                             or np.any(np.diff(stamps) <= 0)):
-        raise CheckpointError("insertion stamps are not increasing in [0, 2**62)")
-    # A stamp far in the future would keep its shard "newest" for TopK and
-    # Recent long after: a day of clock skew is tolerated, no more.
-    if stamps is not None and num_items and \
-            stamps.max() > time.time_ns() + STAMP_SKEW_NS:
-        raise CheckpointError("insertion stamps lie more than a day in the future")
+    stamps = _read_stamps(zf, version, num_items)
     times_sampled = _load_npy(zf, "times_sampled", i64, num_items) if version >= 4 \
         else np.zeros(num_items, np.int64)
     if num_items and (times_sampled.min() < 0 or times_sampled.max() >= max(max_times_sampled, 1)):
         raise CheckpointError(f"times_sampled must lie in [0, max_times_sampled="
                               f"{max_times_sampled}) (all 0 without max_times_sampled)")
     free_slots = _load_npy(zf, "free_slots", i64, capacity - num_items)
+    keys = _checked_keys(keys, slots, free_slots, capacity, version, counters["next_sequence"])
+    if num_items and (lengths.min() < 1 or lengths.max() > max_length):
+        raise CheckpointError("a trajectory length is outside [1, max_length]")
+    _check_priorities(priorities, "priorities")
+    step_priorities = _read_step_priorities(zf, lengths, priorities) if keeps_steps else None
+    _check_column_sizes(zf, columns, int(lengths.sum()))
+    return Checkpoint(name, columns, capacity, max_length, meta["placement"], meta["remover"],
+                      limiter, max_times_sampled, counters, keys, slots, lengths, priorities,
+                      stamps, times_sampled, free_slots, step_priorities, zf)
 
+
+def _read_meta(zf: zipfile.ZipFile) -> tuple[dict, int, dict[str, Column], bool]:
+    """meta.json, bounded and checked: (meta, version, columns by name,
+    whether the checkpoint keeps step priorities)."""
+    info = zf.getinfo("meta.json")
+    if info.file_size > MAX_META_BYTES:
+        raise CheckpointError(f"meta.json holds {info.file_size} bytes; that is not metadata")
+    meta = decode_json(zf.read("meta.json"), "meta.json")
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise CheckpointError("not a gearjax table checkpoint")
+    version = meta.get("version")
+    if version not in READABLE_VERSIONS or isinstance(version, bool):
+        raise CheckpointError(f"format version {version!r}; this gearjax reads versions "
+                              f"{READABLE_VERSIONS}")
+    if not isinstance(meta["columns"], list) or not meta["columns"]:
+        raise CheckpointError("a checkpoint needs at least one column")
+    columns = {c["name"]: Column.from_json(c) for c in meta["columns"]}
+    if len(columns) != len(meta["columns"]) or not all(isinstance(n, str) and n for n in columns):
+        raise CheckpointError("column names must be distinct non-empty strings")
+    keeps_steps = meta.get("step_priorities", False) if version >= 5 else False
+    if not isinstance(keeps_steps, bool):
+        raise CheckpointError("step_priorities must be true or false")
+    return meta, version, columns, keeps_steps
+
+
+def _check_member_names(zf: zipfile.ZipFile, version: int, num_columns: int,
+                        keeps_steps: bool) -> None:
+    """The members a checkpoint of this version and shape holds, no more."""
+    expected = {"meta.json", *(f"{n}.npy" for n in _VERSION_ARRAYS[version]),
+                *(f"columns/{i}.bin" for i in range(num_columns)),
+                *(("step_priorities.npy",) if keeps_steps else ())}
+    missing = sorted(expected - set(zf.namelist()))
+    unexpected = sorted(set(zf.namelist()) - expected)
+    if missing or unexpected:
+        raise CheckpointError(f"missing members {missing}, unexpected members {unexpected}")
+
+
+def _read_stamps(zf: zipfile.ZipFile, version: int, num_items: int) -> np.ndarray | None:
+    """The items' insertion stamps (from version 3), increasing, in range and
+    not in the future."""
+    if version < 3:
+        return None
+    stamps = _load_npy(zf, "stamps", np.dtype("<i8"), num_items)
+    if num_items and (stamps.min() < 0 or stamps.max() >= MAX_STAMP
+                      or np.any(np.diff(stamps) <= 0)):
+        raise CheckpointError("insertion stamps are not increasing in [0, 2**62)")
+    # A stamp far in the future would keep its shard "newest" for TopK and
+    # Recent long after: a day of clock skew is tolerated, no more.
+    if num_items and stamps.max() > time.time_ns() + STAMP_SKEW_NS:
+        raise CheckpointError("insertion stamps lie more than a day in the future")
+    return stamps
+
+
+def _checked_keys(keys: np.ndarray, slots: np.ndarray, free_slots: np.ndarray, capacity: int,
+                  version: int, next_sequence: int) -> np.ndarray:
+    """The items' keys in this version's layout (sequence number, then slot),
+    checked: slots and free slots partition the table, keys increase below
+    next_sequence and name their slots."""
     every_slot = np.concatenate([slots, free_slots])
     if not np.array_equal(np.sort(every_slot), np.arange(capacity)):
         raise CheckpointError("slots and free slots do not partition the table")
     slot_bits = (capacity - 1).bit_length()
+    num_items = len(keys)
     if version == 1:  # keys were sequence numbers; give them this version's layout
         if num_items and (keys.min() < 0 or keys.max() >= 2 ** (63 - slot_bits)):
             raise CheckpointError("a key is out of range")
@@ -625,35 +664,39 @@ def _read(zf: zipfile.ZipFile) -> Checkpoint:
     sequences = keys >> slot_bits
     if num_items and (keys.min() < 0 or np.any(np.diff(keys) <= 0)
                       or np.any((keys & ((1 << slot_bits) - 1)) != slots)
-                      or sequences[-1] >= counters["next_sequence"]):
+                      or sequences[-1] >= next_sequence):
         raise CheckpointError("keys are not increasing below next_sequence, or do not name "
                               "their slots")
-    if counters["next_sequence"] > (_checks.INT64_MAX >> slot_bits) + 1:
+    if next_sequence > (_checks.INT64_MAX >> slot_bits) + 1:
         raise CheckpointError("next_sequence is beyond the key space")
-    if num_items and (lengths.min() < 1 or lengths.max() > max_length):
-        raise CheckpointError("a trajectory length is outside [1, max_length]")
+    return keys
+
+
+def _check_priorities(values: np.ndarray, name: str) -> None:
     try:
-        _checks.priorities(priorities)
+        _checks.priorities(values, name)
     except ValueError as e:
         raise CheckpointError(str(e)) from None
-    total_steps = int(lengths.sum())
-    step_priorities = None
-    if keeps_steps:
-        step_priorities = _load_npy(zf, "step_priorities", np.dtype("<f8"), total_steps)
-        try:
-            _checks.priorities(step_priorities, "step priorities")
-        except ValueError as e:
-            raise CheckpointError(str(e)) from None
-        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-        if num_items and not np.array_equal(np.maximum.reduceat(step_priorities, starts),
-                                            priorities):
-            raise CheckpointError("a trajectory's priority is not the largest of its steps'")
+
+
+def _read_step_priorities(zf: zipfile.ZipFile, lengths: np.ndarray,
+                          priorities: np.ndarray) -> np.ndarray:
+    """Every step's priority, item after item, checked: valid priorities,
+    each item's priority the largest of its steps'."""
+    step_priorities = _load_npy(zf, "step_priorities", np.dtype("<f8"), int(lengths.sum()))
+    _check_priorities(step_priorities, "step priorities")
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    if len(lengths) and not np.array_equal(np.maximum.reduceat(step_priorities, starts),
+                                           priorities):
+        raise CheckpointError("a trajectory's priority is not the largest of its steps'")
+    return step_priorities
+
+
+def _check_column_sizes(zf: zipfile.ZipFile, columns: dict[str, Column], total_steps: int) -> None:
+    """Each column's member holds every stored step, no more, no less."""
     for i, (column_name, column) in enumerate(columns.items()):
         size = zf.getinfo(f"columns/{i}.bin").file_size
         if size != total_steps * column.step_bytes:
             raise CheckpointError(f"column {column_name!r} holds {size} bytes, expected "
                                   f"{total_steps * column.step_bytes}")
-    return Checkpoint(name, columns, capacity, max_length, meta["placement"], meta["remover"],
-                      limiter, max_times_sampled, counters, keys, slots, lengths, priorities,
-                      stamps, times_sampled, free_slots, step_priorities, zf)
 
