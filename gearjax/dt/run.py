@@ -42,6 +42,7 @@ from gearjax.dt.model import SIZES, DTConfig
 from gearjax.dt.online import OnlineConfig, finetune
 from gearjax.dt.orbax_table import latest_table
 from gearjax.dt.train import Learner, Normalizer, TrainConfig
+from gearjax.table import Table
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,63 +143,131 @@ def run(config: RunConfig = RunConfig(), progress: bool = True,
     say = _Say(progress)
     say("generating the dataset (a few seconds)" if config.data is None
         else f"loading the dataset {config.data}")
-    data = load_data(config)
-    env_id = config.env_id or data.metadata.get("env_id")
-    if not env_id:
-        raise ValueError("the dataset names no environment; pass env_id (--env)")
-    targets = targets_of(data)
-    best = max(targets.values())
-    mean, std = data.state_stats()
-    normalizer = Normalizer(mean, std, rtg_scale=max(1.0, float(np.abs(data.returns()).max())))
-    model_config = DTConfig.sized(
-        config.size, obs_dim=data.obs_dim, act_dim=data.act_dim, context=config.context,
-        dropout=config.dropout, max_timestep=max(1000, data.max_length),
-        action_scale=_action_scale(env_id), stochastic=config.stochastic,
-        condition_on_return=config.policy == "dt")
-    out = config.out_dir
-    out.mkdir(parents=True, exist_ok=True)
-    checkpoints = out / "checkpoints"
+    setup = _Setup.make(config)
+    first_step = setup.learner.step
+    train_seconds = _train_offline(setup, progress, on_evaluation)
+    online = None
+    if config.online_calls:
+        online, seconds = _train_online(setup)
+        train_seconds += seconds
+
+    say(f"evaluating the trained model at each of its {len(setup.targets)} target returns "
+        f"({config.episodes} episodes each)")
+    final = {label: {"target": target, **setup.evaluate_at(target)}
+             for label, target in setup.targets.items()}
+    data, learner = setup.data, setup.learner
+    results = {
+        "config": dataclasses.asdict(config),
+        "model": dataclasses.asdict(setup.model_config),
+        "dataset": {"episodes": len(data), "steps": data.num_steps, "env_id": setup.env_id,
+                    "policy_returns": data.metadata.get("policy_returns"),
+                    "reference_returns": data.metadata.get("reference_returns")},
+        "curve": setup.curve,
+        "final": final,
+        "online": online,
+        "best_target": setup.best,
+        "train_steps_per_second": ((learner.step - first_step) / train_seconds
+                                   if train_seconds else None),
+        "wall_seconds": time.perf_counter() - start,
+        "machine": _machine(),
+    }
+    (config.out_dir / "results.json").write_text(json.dumps(results, indent=1))
+    plot(results, config.out_dir / "learning_curve.png")
+    return results
+
+
+@dataclasses.dataclass
+class _Setup:
+    """What a run trains and evaluates: its data, model, replay table and
+    learner (restored when resuming), and the learning curve so far."""
+    config: RunConfig
+    data: dt_data.Episodes
+    env_id: str
+    targets: dict[str, float]
+    best: float
+    normalizer: Normalizer
+    model_config: DTConfig
+    checkpoints: Path
+    table: Table
+    learner: Learner
+    curve: list[dict]
+
+    @classmethod
+    def make(cls, config: RunConfig) -> _Setup:
+        data = load_data(config)
+        env_id = config.env_id or data.metadata.get("env_id")
+        if not env_id:
+            raise ValueError("the dataset names no environment; pass env_id (--env)")
+        targets = targets_of(data)
+        mean, std = data.state_stats()
+        normalizer = Normalizer(mean, std,
+                                rtg_scale=max(1.0, float(np.abs(data.returns()).max())))
+        model_config = DTConfig.sized(
+            config.size, obs_dim=data.obs_dim, act_dim=data.act_dim, context=config.context,
+            dropout=config.dropout, max_timestep=max(1000, data.max_length),
+            action_scale=_action_scale(env_id), stochastic=config.stochastic,
+            condition_on_return=config.policy == "dt")
+        checkpoints = _checkpoint_dir(config)
+        # Resuming restores the replay too (Online DT changed it), from the same
+        # checkpoint step as the model.
+        table = (config.resume and latest_table(checkpoints)) or dt_data.make_table(data)
+        learner = Learner(model_config, normalizer, table, TrainConfig(
+            batch_size=config.batch_size, learning_rate=config.learning_rate,
+            warmup_steps=config.warmup_steps, steps_per_call=config.steps_per_call,
+            seed=config.seed))
+        curve: list[dict] = []
+        if config.resume and learner.restore(checkpoints):
+            previous = config.out_dir / "results.json"
+            if previous.exists():
+                curve = [p for p in json.loads(previous.read_text())["curve"]
+                         if p["step"] <= learner.step]
+        return cls(config, data, env_id, targets, max(targets.values()), normalizer,
+                   model_config, checkpoints, table, learner, curve)
+
+    def evaluate_at(self, target: float) -> dict:
+        config = self.config
+        result = evaluate(self.learner.model, self.normalizer, self.env_id, [target],
+                          config.episodes, seed=10_000 + config.seed,
+                          max_steps=config.eval_max_steps)[float(target)]
+        return {**result, "score": _score(result["mean"], self.data.metadata)}
+
+    def evaluation(self) -> dict:
+        """An evaluation at the best target, as curve entries (eval_*)."""
+        return {f"eval_{k}": v for k, v in self.evaluate_at(self.best).items() if k != "returns"}
+
+    def curve_point(self, metrics: dict) -> dict:
+        """The recent training loss and an evaluation at the best target."""
+        return {"step": self.learner.step, "loss": float(np.mean(metrics["loss"][-50:])),
+                **self.evaluation()}
+
+
+def _checkpoint_dir(config: RunConfig) -> Path:
+    """The run's checkpoint folder; a fresh run (not --resume) replaces an
+    old one's, saying so."""
+    config.out_dir.mkdir(parents=True, exist_ok=True)
+    checkpoints = config.out_dir / "checkpoints"
     if not config.resume and checkpoints.exists():
         # A fresh run replaces an old one: say so, and how to keep it (--quiet too).
         print(f"gearjax-train: replacing the previous run's checkpoints in {checkpoints} "
               f"(--resume continues that run instead; --out writes elsewhere)",
               file=sys.stderr, flush=True)
         shutil.rmtree(checkpoints, ignore_errors=True)
-    # Resuming restores the replay too (Online DT changed it), from the same
-    # checkpoint step as the model.
-    table = (config.resume and latest_table(checkpoints)) or dt_data.make_table(data)
-    learner = Learner(model_config, normalizer, table, TrainConfig(
-        batch_size=config.batch_size, learning_rate=config.learning_rate,
-        warmup_steps=config.warmup_steps, steps_per_call=config.steps_per_call,
-        seed=config.seed))
+    return checkpoints
 
-    curve: list[dict] = []
-    if config.resume and learner.restore(checkpoints):
-        previous = out / "results.json"
-        if previous.exists():
-            curve = [p for p in json.loads(previous.read_text())["curve"]
-                     if p["step"] <= learner.step]
 
-    def evaluate_at(target: float) -> dict:
-        result = evaluate(learner.model, normalizer, env_id, [target], config.episodes,
-                          seed=10_000 + config.seed,
-                          max_steps=config.eval_max_steps)[float(target)]
-        return {**result, "score": _score(result["mean"], data.metadata)}
-
-    def curve_point(metrics: dict) -> dict:
-        # the recent training loss and an evaluation at the best target
-        evaluation = {f"eval_{k}": v for k, v in evaluate_at(best).items() if k != "returns"}
-        return {"step": learner.step, "loss": float(np.mean(metrics["loss"][-50:])), **evaluation}
-
+def _train_offline(setup: _Setup, progress: bool,
+                   on_evaluation: Callable[[dict], None] | None) -> float:
+    """Trains to config.steps from the replay, evaluating and checkpointing
+    every eval_every steps (the untrained model first, on a fresh curve);
+    returns the seconds spent training."""
+    config, learner = setup.config, setup.learner
     bar = _Progress(config.steps, learner.step, enabled=progress)
     train_seconds, first_step = 0.0, learner.step
     with bar:
-        if not curve:
+        if not setup.curve:
             # The untrained model first, so the curve shows what training did.
             bar.note(f"evaluating the untrained model ({config.episodes} episodes)")
-            curve.append({"step": learner.step, "loss": None,
-                          **{f"eval_{k}": v for k, v in evaluate_at(best).items()
-                             if k != "returns"}})
+            setup.curve.append({"step": learner.step, "loss": None, **setup.evaluation()})
         while learner.step < config.steps:
             tick = time.perf_counter()
             # One fused call at a time, so the bar moves with each.
@@ -211,47 +280,30 @@ def run(config: RunConfig = RunConfig(), progress: bool = True,
             metrics = {k: np.concatenate([m[k] for m in calls]) for k in calls[0]}
             train_seconds += time.perf_counter() - tick
             bar.note(f"evaluating ({config.episodes} episodes)")
-            point = curve_point(metrics)
-            curve.append(point)
+            point = setup.curve_point(metrics)
+            setup.curve.append(point)
             if on_evaluation is not None:
                 on_evaluation(point)
-            learner.save(checkpoints, table)
+            learner.save(setup.checkpoints, setup.table)
             bar.update(learner.step, point)
+    return train_seconds
 
-    online = None
-    if config.online_calls:
-        tick = time.perf_counter()
-        target = best if config.online_target is None else config.online_target
-        result = finetune(learner, table, OnlineConfig(
-            env_id, target, calls=config.online_calls, actors=config.actors,
-            explore=config.stochastic, max_episode_steps=config.eval_max_steps,
-            seed=config.seed))
-        train_seconds += time.perf_counter() - tick
-        online = {"target": target, "episodes": result.episodes, "seconds": result.seconds}
-        curve.append({**curve_point(result.metrics), "online": True})
-        learner.save(checkpoints, table)
 
-    say(f"evaluating the trained model at each of its {len(targets)} target returns "
-        f"({config.episodes} episodes each)")
-    final = {label: {"target": target, **evaluate_at(target)} for label, target in targets.items()}
-    results = {
-        "config": dataclasses.asdict(config),
-        "model": dataclasses.asdict(model_config),
-        "dataset": {"episodes": len(data), "steps": data.num_steps, "env_id": env_id,
-                    "policy_returns": data.metadata.get("policy_returns"),
-                    "reference_returns": data.metadata.get("reference_returns")},
-        "curve": curve,
-        "final": final,
-        "online": online,
-        "best_target": best,
-        "train_steps_per_second": ((learner.step - first_step) / train_seconds
-                                   if train_seconds else None),
-        "wall_seconds": time.perf_counter() - start,
-        "machine": _machine(),
-    }
-    (out / "results.json").write_text(json.dumps(results, indent=1))
-    plot(results, out / "learning_curve.png")
-    return results
+def _train_online(setup: _Setup) -> tuple[dict, float]:
+    """Online fine-tuning (config.online_calls calls): actors roll out, the
+    replay takes their episodes, the learner trains on it; returns the
+    results' "online" entry and the seconds spent fine-tuning (not the
+    evaluation after it)."""
+    config = setup.config
+    target = setup.best if config.online_target is None else config.online_target
+    tick = time.perf_counter()
+    result = finetune(setup.learner, setup.table, OnlineConfig(
+        setup.env_id, target, calls=config.online_calls, actors=config.actors,
+        explore=config.stochastic, max_episode_steps=config.eval_max_steps, seed=config.seed))
+    seconds = time.perf_counter() - tick
+    setup.curve.append({**setup.curve_point(result.metrics), "online": True})
+    setup.learner.save(setup.checkpoints, setup.table)
+    return {"target": target, "episodes": result.episodes, "seconds": result.seconds}, seconds
 
 
 def plot(results: dict, path: str | os.PathLike) -> None:
