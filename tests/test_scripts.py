@@ -135,18 +135,35 @@ def test_gpu_check_names_tests_that_exist(tmp_path):
     subsets = re.findall(r" -k '([^']+)' ", text)
     assert len(ids) == 3 and len(subsets) == 2
 
-    def collected(*args: str) -> int:
-        done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
-                               "-p", "no:cacheprovider", "--rootdir", str(ROOT), *args],
+    def collected(*selections: list[str]) -> list[int]:
+        """How many tests pytest collects for each selection (its arguments):
+        one interpreter runs them all, pytest.main once a selection (so -k is
+        pytest's own), importing jax and the test modules once, not once each."""
+        script = (
+            "import json, sys, pytest\n"
+            "class Count:\n"
+            "    def pytest_collection_finish(self, session):\n"
+            "        self.n = len(session.items)  # after -k deselected\n"
+            "counts = []\n"
+            "for args in json.loads(sys.argv[1]):\n"
+            "    count = Count()\n"
+            "    code = pytest.main(['--collect-only', '-q', '-p', 'no:cacheprovider',\n"
+            "                        '--rootdir', sys.argv[2], *args], plugins=[count])\n"
+            "    counts.append(count.n if code in (0, 5) else f'exit {int(code)}')\n"
+            "print(json.dumps(counts))\n")
+        done = subprocess.run([sys.executable, "-c", script, json.dumps(selections), str(ROOT)],
                               capture_output=True, text=True, cwd=tmp_path)
-        found = re.search(r"(\d+)(?:/\d+)? tests? collected", done.stdout)
-        assert found, done.stdout[-2000:] + done.stderr[-2000:]
-        return int(found[1])
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        counts = json.loads(done.stdout.strip().splitlines()[-1])
+        assert all(isinstance(n, int) for n in counts), done.stdout[-4000:] + str(counts)
+        return counts
 
-    assert collected(*(str(ROOT / i.split("::")[0]) + "::" + i.split("::")[1]
-                       for i in ids)) == 3
-    for subset in subsets:
-        assert collected("-k", subset, str(ROOT / "tests" / "test_gpu.py")) >= 4, subset
+    first, *by_subset = collected(
+        [str(ROOT / i.split("::")[0]) + "::" + i.split("::")[1] for i in ids],
+        *(["-k", subset, str(ROOT / "tests" / "test_gpu.py")] for subset in subsets))
+    assert first == 3
+    for subset, n in zip(subsets, by_subset, strict=True):
+        assert n >= 4, subset
 
 
 def test_gpu_check_records_each_stage_and_always_ends_with_the_summary(tmp_path):
