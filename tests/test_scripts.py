@@ -538,15 +538,19 @@ def test_bench_actors_measures_the_learner_and_its_actors(tmp_path):
 def test_tune_dt_sweeps_with_asha_and_reports_every_trial(tmp_path):
     pytest.importorskip("ray.tune", reason="tune_dt needs Ray Tune (the tune extra)")
     out = tmp_path / "tune.json"
+    # Two rungs of two steps each: all ASHA needs to stop a trial after its
+    # first (a reference-size step takes about 0.2 s on 2 cores; compiling is
+    # most of a trial).
+    eval_every = 2
     subprocess.run([sys.executable, str(ROOT / "scripts" / "tune_dt.py"), "--samples", "2",
-                    "--steps", "40", "--eval-every", "20", "--episodes", "1",
-                    "--eval-max-steps", "20", "--out", str(out)],
+                    "--steps", str(2 * eval_every), "--eval-every", str(eval_every),
+                    "--episodes", "1", "--eval-max-steps", "20", "--out", str(out)],
                    check=True, capture_output=True, timeout=600, cwd=tmp_path)
     result = json.loads(out.read_text())
     assert len(result["trials"]) == 2
     for trial in result["trials"]:
         assert 1 <= trial["evaluations"] <= 2  # ASHA may stop a trial after its first
-        assert trial["last"]["step"] == 20 * trial["evaluations"]
+        assert trial["last"]["step"] == eval_every * trial["evaluations"]
         assert trial["config"]["size"] in ("tiny", "reference")
         assert 3e-4 <= trial["config"]["learning_rate"] <= 3e-3
     assert result["best"]["eval_score"] == max(t["last"]["eval_score"] for t in result["trials"])
