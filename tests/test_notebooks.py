@@ -1,6 +1,11 @@
 """The notebooks in notebooks/ run top to bottom (in their small, CPU-sized
 configurations) and show what they mean to show.
 
+They run with GEARJAX_NOTEBOOK_SMOKE=1: a notebook whose cells train or
+benchmark reads it to shrink its budgets further (fewer steps and calls,
+shorter evaluation episodes), so that every cell still runs and shows its
+output, in less time; its committed outputs come from the budgets as written.
+
 Each notebook is executed with nbclient on an in-memory copy (the committed
 file, with its outputs, is left alone; the executed copy is written under
 pytest's tmp_path for inspection), in a kernel running this interpreter, with
@@ -98,6 +103,7 @@ def test_committed_notebook_carries_its_outputs(name):
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_notebook_runs(name, kernel_path, tmp_path, monkeypatch):
     monkeypatch.setenv("JUPYTER_PATH", str(kernel_path))
+    monkeypatch.setenv("GEARJAX_NOTEBOOK_SMOKE", "1")   # the kernel inherits it
     committed = nbformat.read(NOTEBOOKS / name, as_version=4)
     nb = copy.deepcopy(committed)
     for cell in nb.cells:                 # start clean: what is checked below is this run's
