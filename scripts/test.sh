@@ -2,7 +2,8 @@
 # Set-up command 2: install gearjax into .venv (with the newest Python >= 3.12
 # found, and so the newest JAX; PYTHON=... picks another), build and run the
 # native core's C++ unit tests (GoogleTest, under AddressSanitizer and UBSan,
-# through ctest), then run the Python test suite against the installed package,
+# through ctest) and check its lock requirements with clang's thread safety
+# analysis (scripts/check_thread_safety.sh), then run the Python test suite against the installed package,
 # and the tests of the JAX internals it patches on the other supported JAX
 # minors (scripts/test_jax_minors.sh: 0.11 on this Python, 0.10 on Python 3.11).
 # Extra arguments go to pytest (and then only the suite runs, with them). The
@@ -24,6 +25,17 @@ if ! have_gtest; then
 fi
 # The Python 3.11 environment of the JAX 0.10 tests, built beside the rest
 # (only for a whole run).
+have_clang() {
+  for c in clang++ clang++-19 clang++-18 clang++-17 clang++-16 clang++-15 clang++-14; do
+    command -v "$c" >/dev/null && return 0
+  done
+  return 1
+}
+if ! have_clang && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  apt-get install -y -q clang-14 >/dev/null 2>&1 ||
+    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q clang-14 >/dev/null 2>&1; } ||
+    true
+fi
 minors=""
 if [ $# -eq 0 ]; then
   mkdir -p build
@@ -45,7 +57,18 @@ else
 fi
 
 # If anything below fails, do not leave the builds running.
-trap 'kill $core_build $minors 2>/dev/null || true' EXIT
+locks=""
+locks_log=build/thread-safety.log
+if have_clang; then
+  mkdir -p build
+  bash scripts/check_thread_safety.sh >"$locks_log" 2>&1 &
+  locks=$!
+else
+  echo "scripts/test.sh: clang++ not found (install clang-14): skipping the check of the" \
+       "native core's lock requirements" >&2
+fi
+
+trap 'kill $core_build $minors $locks 2>/dev/null || true' EXIT
 
 GEARJAX_EXTRA=test
 source scripts/_env.sh
@@ -79,6 +102,13 @@ fi
 
 # The test-only submodule is built in (see _env.sh): tests that need it must
 # not skip here.
+if [ -n "$locks" ]; then
+  wait "$locks" ||
+    { cat "$locks_log"; echo "scripts/test.sh: the native core breaks a lock requirement" >&2
+      exit 1; }
+  tail -n 1 "$locks_log"
+fi
+
 export GEARJAX_REQUIRE_TESTING_MODULE=1
 if [ $# -gt 0 ]; then
   exec pytest "$@"

@@ -89,12 +89,12 @@ void Table::WaitForDeviceTickets() {
   // table. Wait for the GPU to say they are done; if it never does (a hung
   // or failed stream), keep the memory rather than free it under a kernel.
   if (completions_.load(std::memory_order_acquire) == nullptr) return;
-  std::unique_lock<std::mutex> lock(mu_);  // not Lock(): a destructor must not throw
+  MutexLock lock(mu_);  // not CheckedMutex(): a destructor must not throw
   // Inside a stream callback (a sharded sample's host function dropped the
   // last reference) the kernels still to report may be queued behind the
   // callback itself: do not wait there.
   const auto deadline = Clock::now() + std::chrono::seconds(InStreamCallback() ? 0 : 60);
-  if (WaitForTickets(lock, deadline, [&] { return tickets_.on_device() == 0; })) return;
+  if (WaitForTickets(lock.native(), deadline, [&] { return tickets_.on_device() == 0; })) return;
   // Kept for the life of the process (reachable, so no leak checker flags it).
   static std::mutex kept_mu;
   static std::vector<std::shared_ptr<void>> kept;
@@ -107,7 +107,7 @@ void Table::WaitForDeviceTickets() {
 void Table::UseGpuCompletions(const DeviceMemory* memory, int device) {
   const GpuCompletions* made = completions_.load(std::memory_order_acquire);
   if (made != nullptr && made->HasDevice(device)) return;
-  auto lock = Lock();
+  MutexLock lock(CheckedMutex());
   CheckOpenLocked();
   if (completions_owner_ == nullptr) {
     auto completions = std::make_unique<GpuCompletions>(mapped_by_);
@@ -120,13 +120,13 @@ void Table::UseGpuCompletions(const DeviceMemory* memory, int device) {
   }
 }
 
-uint64_t Table::TakeTicketLocked(std::unique_lock<std::mutex>& lock) {
+uint64_t Table::TakeTicketLocked(MutexLock& lock) {
   const uint64_t ticket = tickets_.Take();
   if (completions_.load(std::memory_order_relaxed) == nullptr) return ticket;
   // Almost never waits: only when GpuCompletions::kSize later tickets were
   // taken while an earlier one in the same place is still in flight.
   const auto deadline = Clock::now() + std::chrono::seconds(60);
-  if (!WaitForTickets(lock, deadline, [&] {
+  if (!WaitForTickets(lock.native(), deadline, [&] {
         return tickets_.SharesPlaceWith(ticket, GpuCompletions::kSize) == 0;
       })) {
     tickets_.Return(ticket);
@@ -181,20 +181,23 @@ bool Table::InsideLocked() const {
 }
 
 int64_t Table::waiting() const {
-  auto lock = Lock();
+  MutexLock lock(CheckedMutex());
   return waiting_;
 }
 
 bool Table::Close(double wait_seconds) {
   std::vector<std::shared_ptr<void>> memory;
   {
-    auto lock = Lock();
+    MutexLock lock(CheckedMutex());
     closed_.store(true, std::memory_order_release);
     changed_.notify_all();
     if (released_) return true;
     const auto deadline = Clock::now() + std::chrono::duration<double>(
                                              std::clamp(wait_seconds, 0.0, kMaxTimeoutSeconds));
-    if (!WaitForTickets(lock, deadline, [&] { return !InsideLocked(); })) return false;
+    if (!WaitForTickets(lock.native(), deadline, [&] {
+      mu_.AssertHeld();
+      return !InsideLocked();
+    })) return false;
     memory = TakeMemoryLocked();
   }
   // Freed without the mutex: freeing pinned or GPU memory may wait for the

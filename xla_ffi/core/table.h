@@ -63,6 +63,7 @@
 #include "sample_request.h"
 #include "strategies.h"
 #include "sample_tickets.h"
+#include "thread_annotations.h"
 #include "selectors/constrained.h"
 #include "selectors/fifo.h"
 #include "selectors/heap.h"
@@ -249,7 +250,7 @@ class Table {
   void UseGpuCompletions(const DeviceMemory* memory, int device);
   // Tickets handed to the device that its kernels have not reported yet.
   int64_t TicketsOnDevice() const {
-    auto lock = Lock();
+    MutexLock lock(CheckedMutex());
     return tickets_.on_device();
   }
   // What the last kernel of the sample with `ticket`, on GPU `device`,
@@ -387,28 +388,29 @@ class Table {
  private:
   using Clock = std::chrono::steady_clock;
 
-  // The mutex, held; throws Closed (forks.h) where this process is a fork
-  // of the one that made the table: its holders may not have survived it.
-  std::unique_lock<std::mutex> Lock() const {
+  // The mutex, to hold (MutexLock lock(CheckedMutex())); throws Closed
+  // (forks.h) where this process is a fork of the one that made the table:
+  // its holders may not have survived it.
+  Mutex& CheckedMutex() const GEARJAX_RETURN_CAPABILITY(mu_) {
     if (fork_generation_ != forks::Generation()) [[unlikely]] ThrowForkedCopy();
-    return std::unique_lock<std::mutex>(mu_);
+    return mu_;
   }
   [[noreturn]] void ThrowForkedCopy() const;
-  void CheckOpenLocked() const;
-  LimiterState LimiterStateLocked() const;
+  void CheckOpenLocked() const GEARJAX_REQUIRES(mu_);
+  LimiterState LimiterStateLocked() const GEARJAX_REQUIRES(mu_);
   // Waits until the limiter admits the request (or throws Timeout/Closed).
-  void WaitToSampleLocked(std::unique_lock<std::mutex>& lock, const SampleRequest& request);
+  void WaitToSampleLocked(MutexLock& lock, const SampleRequest& request) GEARJAX_REQUIRES(mu_);
   // The selector a sample's strategy draws from, created (and filled) on
   // first use: where strategies are registered, the one place the table
   // maps a strategy to its selector.
-  SamplingSelector& SamplingSelectorLocked(const SampleRequest& request);
+  SamplingSelector& SamplingSelectorLocked(const SampleRequest& request) GEARJAX_REQUIRES(mu_);
   // Each strategy's selector (SamplingSelectorLocked), created on first use.
-  TimestepSelector& TimestepLocked();
-  PrioritizedSelector& PrioritizedLocked(double alpha);
-  StepPrioritizedSelector& StepPrioritizedLocked(double alpha);
-  RecentSelector& RecentLocked();
-  TopKSelector& TopKLocked();
-  LengthIndex& LengthIndexLocked();
+  TimestepSelector& TimestepLocked() GEARJAX_REQUIRES(mu_);
+  PrioritizedSelector& PrioritizedLocked(double alpha) GEARJAX_REQUIRES(mu_);
+  StepPrioritizedSelector& StepPrioritizedLocked(double alpha) GEARJAX_REQUIRES(mu_);
+  RecentSelector& RecentLocked() GEARJAX_REQUIRES(mu_);
+  TopKSelector& TopKLocked() GEARJAX_REQUIRES(mu_);
+  LengthIndex& LengthIndexLocked() GEARJAX_REQUIRES(mu_);
   // cut="full" with replacement by Uniform or Timestep, without listing the
   // table: rows drawn from the strategy's selector and kept when their window
   // fits (Timestep: with probability (L - w + 1) / L), normalised by the
@@ -416,17 +418,18 @@ class Table {
   // is not worth it or not possible (no eligible item, few eligible, or a row
   // that keeps missing); the listing path then serves the sample.
   bool SelectFullLocked(const SampleRequest& request, const uint32_t seed[2], const double* u,
-                        Selection* out);
-  void AttachLocked(Selector* selector);
+                        Selection* out) GEARJAX_REQUIRES(mu_);
+  void AttachLocked(Selector* selector) GEARJAX_REQUIRES(mu_);
   void SelectLocked(const SampleRequest& request, const uint32_t seed[2], const double* u,
-                    Selection* out);
+                    Selection* out) GEARJAX_REQUIRES(mu_);
   // Constrained requests: lists the eligible items in candidates_ and
   // returns how many rows they can serve (up to request.batch).
-  int64_t CandidatesLocked(const SampleRequest& request);
-  std::string ShortfallLocked(const SampleRequest& request, int64_t servable) const;
+  int64_t CandidatesLocked(const SampleRequest& request) GEARJAX_REQUIRES(mu_);
+  std::string ShortfallLocked(const SampleRequest& request, int64_t servable) const
+      GEARJAX_REQUIRES(mu_);
   // Counts a draw of `slot` against max_times_sampled; removes the item when
   // it reaches it (`ticket`: the drawing sample's).
-  void CountDrawLocked(int64_t slot, uint64_t ticket);
+  void CountDrawLocked(int64_t slot, uint64_t ticket) GEARJAX_REQUIRES(mu_);
   // changed_.wait_until in slices of at most 1 ms: EndSample
   // notifies without the table's mutex, so a waiter for tickets may miss one
   // notification and would otherwise sleep to its deadline. While tickets are
@@ -448,7 +451,8 @@ class Table {
     }
     return true;
   }
-  bool InsideLocked() const;  // a sample, reader or writer is inside the table
+  // a sample, reader or writer is inside the table
+  bool InsideLocked() const GEARJAX_REQUIRES(mu_);
   // Every reader and writer of the records' priorities, the Prioritized
   // trees or the selectors filled from them calls this first, under mu_
   // (except a publish: PublishLocked defers its leaves instead): waits (mu_
@@ -460,54 +464,57 @@ class Table {
   // never are: BeginGpuUpdate stages theirs). Throws Closed if the table
   // closed meanwhile, Timeout if the update has not reported within
   // slot_wait_seconds (the priorities then untouched).
-  bool OwnPrioritiesLocked();
+  bool OwnPrioritiesLocked() GEARJAX_REQUIRES(mu_);
   // Whether no GPU priority update may still run (forgetting the last one
   // if so); if none, sets the Prioritized leaves deferred meanwhile, from
   // their records, on the host (deferred_leaves_). Never waits.
-  bool SettledPrioritiesLocked();
+  bool SettledPrioritiesLocked() GEARJAX_REQUIRES(mu_);
   // deferred_leaves_' slots whose record now holds a positive priority:
   // counted by PositiveLocked, not yet drawable from the trees.
-  int64_t DeferredPositiveLocked() const;
+  int64_t DeferredPositiveLocked() const GEARJAX_REQUIRES(mu_);
   // Why a GPU update must be staged rather than run as a kernel, whatever
   // its size: see BeginGpuUpdate.
-  bool KernelCannotUpdateLocked() const;
+  bool KernelCannotUpdateLocked() const GEARJAX_REQUIRES(mu_);
   // Whether the last GPU update, or the last copy into the trees' mirrors
   // (from two streams ever: any), came from a stream other than `stream`
   // and may still run.
-  bool OtherStreamUpdateInFlightLocked(const void* stream) const;
-  bool OtherStreamMirrorCopyLocked(const void* stream) const;
+  bool OtherStreamUpdateInFlightLocked(const void* stream) const GEARJAX_REQUIRES(mu_);
+  bool OtherStreamMirrorCopyLocked(const void* stream) const GEARJAX_REQUIRES(mu_);
   // When a wait for GPU work begun now gives up (TableSpec::slot_wait_seconds
   // from now), and the Timeout it then throws, naming `what` it waited for.
   Clock::time_point GpuWaitDeadline() const;
   [[noreturn]] void ThrowGpuWaitTimeout(const std::string& what) const;
   // Live items with priority > 0: the host's count and the GPU updates'.
-  int64_t PositiveLocked() const;
+  int64_t PositiveLocked() const GEARJAX_REQUIRES(mu_);
   // Takes the next sample ticket; with a completion ring, first waits until
   // no earlier ticket in flight shares its place (gpu_completions.h).
-  uint64_t TakeTicketLocked(std::unique_lock<std::mutex>& lock);
+  uint64_t TakeTicketLocked(MutexLock& lock) GEARJAX_REQUIRES(mu_);
   // ~Table: waits for the GPU samples still reading the table's memory.
   void WaitForDeviceTickets();
-  int64_t AcquireSlotLocked(std::unique_lock<std::mutex>& lock, bool* evicted);
+  int64_t AcquireSlotLocked(MutexLock& lock, bool* evicted) GEARJAX_REQUIRES(mu_);
   // An insert's slot: waits on the limiter (not for restores,
   // restore_slot >= 0), takes a slot (evicting by the remover), and waits for
   // the samples and readers still reading it. The slot is then kWriting and
   // counted in writers_; AbandonLocked or PublishReservedLocked ends that.
-  int64_t ReserveLocked(std::unique_lock<std::mutex>& lock, int64_t restore_slot);
-  void AbandonLocked(int64_t slot, bool restoring);
+  int64_t ReserveLocked(MutexLock& lock, int64_t restore_slot) GEARJAX_REQUIRES(mu_);
+  void AbandonLocked(int64_t slot, bool restoring) GEARJAX_REQUIRES(mu_);
   // `steps`: the slot's step priorities (a table that keeps them), or null:
   // every step `priority`.
   int64_t PublishReservedLocked(int64_t slot, int64_t length, double priority,
                                 int64_t restore_key, int64_t restore_stamp,
-                                const double* steps = nullptr);
-  Item ItemLocked(int64_t slot) const;
-  std::vector<ItemInfo> PinItemsLocked(const int64_t* keys, int64_t count);
+                                const double* steps = nullptr) GEARJAX_REQUIRES(mu_);
+  Item ItemLocked(int64_t slot) const GEARJAX_REQUIRES(mu_);
+  std::vector<ItemInfo> PinItemsLocked(const int64_t* keys, int64_t count) GEARJAX_REQUIRES(mu_);
   template <typename S>
-  std::unique_ptr<S> FilledLocked(std::unique_ptr<S> selector) const;
-  void EvictLocked(int64_t slot);
-  void RemoveFromSelectorsLocked(int64_t slot);
-  bool IsPrioritizedLocked(const Selector* selector) const;  // one of prioritized_
-  bool IsStepPrioritizedLocked(const Selector* selector) const;  // one of step_prioritized_
-  double LargestStepPriorityLocked(int64_t slot) const;  // of its live trajectory's steps
+  std::unique_ptr<S> FilledLocked(std::unique_ptr<S> selector) const GEARJAX_REQUIRES(mu_);
+  void EvictLocked(int64_t slot) GEARJAX_REQUIRES(mu_);
+  void RemoveFromSelectorsLocked(int64_t slot) GEARJAX_REQUIRES(mu_);
+  // one of prioritized_
+  bool IsPrioritizedLocked(const Selector* selector) const GEARJAX_REQUIRES(mu_);
+  // one of step_prioritized_
+  bool IsStepPrioritizedLocked(const Selector* selector) const GEARJAX_REQUIRES(mu_);
+  // of its live trajectory's steps
+  double LargestStepPriorityLocked(int64_t slot) const GEARJAX_REQUIRES(mu_);
   // UpdateStepPriorities' rows that name a live key, in order: the row, its
   // slot, whether a named step held the trajectory's largest before the
   // call, and where the row's written leaves end in the call's list of them.
@@ -520,16 +527,17 @@ class Table {
   // Checks every named step of a live key lies within its trajectory
   // (InvalidArgument otherwise, before anything is written).
   std::vector<StepRow> NamedStepRowsLocked(const int64_t* keys, const int64_t* steps,
-                                           int64_t rows, int64_t width) const;
+                                           int64_t rows, int64_t width) const GEARJAX_REQUIRES(mu_);
   // After the writes: each trajectory's own priority, the largest of its
   // steps', and the other priority selectors told.
-  void SettleLargestStepsLocked(std::vector<StepRow>& named, const std::vector<int64_t>& leaves);
+  void SettleLargestStepsLocked(std::vector<StepRow>& named, const std::vector<int64_t>& leaves)
+      GEARJAX_REQUIRES(mu_);
   void PublishLocked(int64_t slot, int64_t key, int64_t length, double priority,
-                     const double* steps, int64_t stamp);
+                     const double* steps, int64_t stamp) GEARJAX_REQUIRES(mu_);
   // The trees GPU kernels may draw from: Timestep's, then each Prioritized.
-  std::vector<const SumTree*> DrawTreesLocked() const;
+  std::vector<const SumTree*> DrawTreesLocked() const GEARJAX_REQUIRES(mu_);
   // Whether this table's trees get copies in GPU memory (a device table).
-  bool MirrorsTreesLocked() const;
+  bool MirrorsTreesLocked() const GEARJAX_REQUIRES(mu_);
   // Staging lists replaced by larger ones. Freeing pinned memory
   // (cudaFreeHost) waits for the whole device, and a staged update's host
   // function queued there may need mu_: the caller frees them only after
@@ -542,33 +550,34 @@ class Table {
   // nullptr where the mapped tree must serve.
   void CopyMirrorsLocked(const SumTree* const* trees, int n, uint64_t ticket,
                          const void* stream, MirrorCopies* copies, double** mirrors,
-                         RetiredStaging* retired);
+                         RetiredStaging* retired) GEARJAX_REQUIRES(mu_);
   // Pinned memory for `entries` logged nodes, free once its ticket ended;
   // nullptr when none can be had.
   MappedArray<int64_t>* MirrorStagingLocked(int64_t entries, uint64_t ticket,
-                                            RetiredStaging* retired);
+                                            RetiredStaging* retired) GEARJAX_REQUIRES(mu_);
   // Hands deferred_leaves_ to the update kernel `u` (in a pinned list held
   // for `ticket`), which sets them before its own entries; where no list can
   // be had they stay deferred (the host sets them once the kernel has run).
-  void HandDeferredLeavesLocked(uint64_t ticket, GpuUpdate* u, RetiredStaging* retired);
+  void HandDeferredLeavesLocked(uint64_t ticket, GpuUpdate* u, RetiredStaging* retired)
+      GEARJAX_REQUIRES(mu_);
   // Moves the table's memory (arena, slots, selectors) out, for Close to free
   // once it has released the mutex; the arena left behind is empty.
-  std::vector<std::shared_ptr<void>> TakeMemoryLocked();
+  std::vector<std::shared_ptr<void>> TakeMemoryLocked() GEARJAX_REQUIRES(mu_);
 
   TableSpec spec_;
   ColumnLayout layout_;
   KeyLayout key_layout_;
-  RateLimiter limiter_;
+  RateLimiter limiter_ GEARJAX_GUARDED_BY(mu_);
   Clock::time_point created_at_;
 
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   const uint64_t fork_generation_ = forks::Generation();  // when the table was made
   std::condition_variable changed_;  // any publish, release, eviction or close
   // Set under mu_; atomic so that closed() needs no lock (the writer's
   // per-step fast path asks it).
   std::atomic<bool> closed_{false};
-  bool released_ = false;
-  int64_t waiting_ = 0;  // see waiting()
+  bool released_ GEARJAX_GUARDED_BY(mu_) = false;
+  int64_t waiting_ GEARJAX_GUARDED_BY(mu_) = 0;  // see waiting()
 
   // Which hooks made the memory (CheckGpuReachable, CheckDevice): fixed at
   // construction, so the checks need no lock while Close swaps the arena.
@@ -577,54 +586,64 @@ class Table {
   int device_ordinal_ = -1;
 
   // Memory, released at close (see TakeMemoryLocked).
+  // Not GEARJAX_GUARDED_BY(mu_): swapped under mu_ by Close, read without it
+  // by callers inside the table (a writer's reserved slot, a sample's
+  // ticket, a pinned slot), which Close waits for before taking the memory.
   std::unique_ptr<Arena> arena_;
-  std::unique_ptr<Slots> slots_;
-  std::vector<int64_t> stamps_;  // per slot: the insertion stamp of its item
-  std::vector<int64_t> times_sampled_;  // per slot: draws of its item (max_times_sampled)
-  std::vector<uint64_t> freed_at_;  // per slot: the ticket of the sample that removed it
-  int64_t last_stamp_ = -1;
+  std::unique_ptr<Slots> slots_ GEARJAX_GUARDED_BY(mu_);
+  // per slot: the insertion stamp of its item
+  std::vector<int64_t> stamps_ GEARJAX_GUARDED_BY(mu_);
+  // per slot: draws of its item (max_times_sampled)
+  std::vector<int64_t> times_sampled_ GEARJAX_GUARDED_BY(mu_);
+  // per slot: the ticket of the sample that removed it
+  std::vector<uint64_t> freed_at_ GEARJAX_GUARDED_BY(mu_);
+  int64_t last_stamp_ GEARJAX_GUARDED_BY(mu_) = -1;
   // Selectors: insertion order and Uniform always, the remover's heap when the
   // remover is min-priority, the others when a sample first asks for them.
-  std::unique_ptr<InsertionOrder> order_;
-  std::unique_ptr<UniformSelector> uniform_;
-  std::unique_ptr<MinPriorityHeap> min_heap_;
-  std::unique_ptr<TimestepSelector> timestep_;
-  std::vector<std::unique_ptr<PrioritizedSelector>> prioritized_;
-  std::vector<std::unique_ptr<StepPrioritizedSelector>> step_prioritized_;
+  std::unique_ptr<InsertionOrder> order_ GEARJAX_GUARDED_BY(mu_);
+  std::unique_ptr<UniformSelector> uniform_ GEARJAX_GUARDED_BY(mu_);
+  std::unique_ptr<MinPriorityHeap> min_heap_ GEARJAX_GUARDED_BY(mu_);
+  std::unique_ptr<TimestepSelector> timestep_ GEARJAX_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<PrioritizedSelector>> prioritized_ GEARJAX_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<StepPrioritizedSelector>> step_prioritized_ GEARJAX_GUARDED_BY(mu_);
   // Step priorities (TableSpec::step_priorities; else empty): max_length a
   // slot, those past a trajectory's length unused.
-  std::vector<double> step_priority_;
-  std::unique_ptr<RecentSelector> recent_;
-  std::unique_ptr<TopKSelector> topk_;
-  std::unique_ptr<LengthIndex> lengths_;
-  std::vector<Selector*> selectors_;           // every one of the above that exists
-  std::vector<Selector*> priority_selectors_;  // those whose UsesPriority()
+  std::vector<double> step_priority_ GEARJAX_GUARDED_BY(mu_);
+  std::unique_ptr<RecentSelector> recent_ GEARJAX_GUARDED_BY(mu_);
+  std::unique_ptr<TopKSelector> topk_ GEARJAX_GUARDED_BY(mu_);
+  std::unique_ptr<LengthIndex> lengths_ GEARJAX_GUARDED_BY(mu_);
+  // every one of the above that exists
+  std::vector<Selector*> selectors_ GEARJAX_GUARDED_BY(mu_);
+  std::vector<Selector*> priority_selectors_ GEARJAX_GUARDED_BY(mu_);  // those whose UsesPriority()
 
-  int64_t live_ = 0, writers_ = 0, num_steps_ = 0;
-  int64_t positive_ = 0;  // live items with priority > 0, as the host changed them
+  int64_t live_ GEARJAX_GUARDED_BY(mu_) = 0;
+  int64_t writers_ GEARJAX_GUARDED_BY(mu_) = 0;
+  int64_t num_steps_ GEARJAX_GUARDED_BY(mu_) = 0;
+  // live items with priority > 0, as the host changed them
+  int64_t positive_ GEARJAX_GUARDED_BY(mu_) = 0;
   // Samples in flight: taken under mu_, returned by EndSample without it (it
   // runs in GPU stream callbacks, which must not wait behind the table's).
   mutable SampleTickets tickets_;
   // Made by UseGpuCompletions (under mu_; read without it once made).
-  std::unique_ptr<GpuCompletions> completions_owner_;
+  std::unique_ptr<GpuCompletions> completions_owner_ GEARJAX_GUARDED_BY(mu_);
   std::atomic<GpuCompletions*> completions_{nullptr};
   std::atomic<int64_t> staged_updates_{0};
   // GPU priority updates (BeginGpuUpdate): the kernels' report (made under
   // mu_, read without it once made), the last update's ticket (0: none in
   // flight as of the last look) and stream, and the callers of
   // OwnPrioritiesLocked waiting for it.
-  std::unique_ptr<MappedArray<GpuUpdateReport>> gpu_report_owner_;
+  std::unique_ptr<MappedArray<GpuUpdateReport>> gpu_report_owner_ GEARJAX_GUARDED_BY(mu_);
   std::atomic<GpuUpdateReport*> gpu_report_{nullptr};
-  uint64_t gpu_update_last_ = 0;
-  const void* gpu_update_stream_ = nullptr;
-  int64_t priority_claims_ = 0;
+  uint64_t gpu_update_last_ GEARJAX_GUARDED_BY(mu_) = 0;
+  const void* gpu_update_stream_ GEARJAX_GUARDED_BY(mu_) = nullptr;
+  int64_t priority_claims_ GEARJAX_GUARDED_BY(mu_) = 0;
   // Slots published while a GPU update may run, whose Prioritized leaves
   // (and their ancestors) are yet to be set from their records: an insert
   // never waits for the GPU to publish. Their records are live; eviction and
   // every other writer wait for the update (OwnPrioritiesLocked), which
   // sets them first. The next update kernel sets them (HandDeferredLeaves-
   // Locked), or the host once none may run (SettledPrioritiesLocked).
-  std::vector<int64_t> deferred_leaves_;
+  std::vector<int64_t> deferred_leaves_ GEARJAX_GUARDED_BY(mu_);
   // Mirror copies (CopyMirrorsLocked): their staging lists, each held until
   // its ticket ends, the last copy's ticket and stream, and whether copies
   // ever came from two streams (then every copy in flight is foreign to a
@@ -633,19 +652,19 @@ class Table {
     uint64_t ticket;
     MappedArray<int64_t> list;
   };
-  std::vector<std::shared_ptr<MirrorStaging>> mirror_staging_;
-  uint64_t mirror_copy_last_ = 0;
-  const void* mirror_copy_stream_ = nullptr;
-  bool mirror_copy_streams_mixed_ = false;
+  std::vector<std::shared_ptr<MirrorStaging>> mirror_staging_ GEARJAX_GUARDED_BY(mu_);
+  uint64_t mirror_copy_last_ GEARJAX_GUARDED_BY(mu_) = 0;
+  const void* mirror_copy_stream_ GEARJAX_GUARDED_BY(mu_) = nullptr;
+  bool mirror_copy_streams_mixed_ GEARJAX_GUARDED_BY(mu_) = false;
   std::atomic<unsigned long long> gpu_failures_raised_{0};
   DeferredError deferred_;  // DeferError's, raised by RaiseDeferredError
-  Counters counters_;
+  Counters counters_ GEARJAX_GUARDED_BY(mu_);
   ExchangeCounters exchange_counters_;  // its own lock: not under mu_
-  int64_t skipped_updates_ = 0;
-  std::vector<Item> update_before_;    // UpdatePriorities' scratch
-  std::vector<double> update_after_;
-  std::vector<Candidate> candidates_;  // constrained samples' scratch
-  ConstrainedDraw constrained_;
+  int64_t skipped_updates_ GEARJAX_GUARDED_BY(mu_) = 0;
+  std::vector<Item> update_before_ GEARJAX_GUARDED_BY(mu_);    // UpdatePriorities' scratch
+  std::vector<double> update_after_ GEARJAX_GUARDED_BY(mu_);
+  std::vector<Candidate> candidates_ GEARJAX_GUARDED_BY(mu_);  // constrained samples' scratch
+  ConstrainedDraw constrained_ GEARJAX_GUARDED_BY(mu_);
 };
 
 // Throws InvalidArgument unless ValidPriority (limits.h); `what` names the

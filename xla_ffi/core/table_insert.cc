@@ -20,7 +20,7 @@ namespace gearjax {
 using table_internal::CountedWait;
 using table_internal::Number;
 
-int64_t Table::AcquireSlotLocked(std::unique_lock<std::mutex>& lock, bool* evicted) {
+int64_t Table::AcquireSlotLocked(MutexLock& lock, bool* evicted) {
   *evicted = false;
   for (;;) {
     const int64_t free = slots_->AcquireFree();
@@ -34,7 +34,7 @@ int64_t Table::AcquireSlotLocked(std::unique_lock<std::mutex>& lock, bool* evict
     }
     // Every slot is being written by another inserter; copies are finite, so
     // one is published (or abandoned) soon.
-    changed_.wait(lock);
+    changed_.wait(lock.native());
     CheckOpenLocked();
   }
 }
@@ -142,7 +142,7 @@ int64_t Table::InsertWith(int64_t length, double priority, const Fill& fill,
   CheckPriority(priority, "the priority");
   priority += 0.0;  // -0.0 -> 0.0
   const bool restoring = restore_key >= 0;
-  auto lock = Lock();
+  MutexLock lock(CheckedMutex());
   CheckOpenLocked();
   if (restoring) {
     if (restore_slot < 0 || restore_slot >= spec_.capacity ||
@@ -161,15 +161,15 @@ int64_t Table::InsertWith(int64_t length, double priority, const Fill& fill,
     }
   }
   const int64_t slot = ReserveLocked(lock, restoring ? restore_slot : -1);
-  lock.unlock();
+  lock.Unlock();
   try {
     fill(slot);
   } catch (...) {
-    lock.lock();
+    lock.Relock();
     AbandonLocked(slot, restoring);
     throw;
   }
-  lock.lock();
+  lock.Relock();
   if (closed_) {
     AbandonLocked(slot, restoring);
     throw Closed("the table was closed during the insert");
@@ -197,7 +197,7 @@ int64_t Table::InsertManyWith(int64_t n, const int64_t* lengths, const double* p
     slots.clear();
     std::exception_ptr failed;
     {
-      auto lock = Lock();
+      MutexLock lock(CheckedMutex());
       for (int64_t i = 0; i < rows; ++i) {
         try {
           CheckOpenLocked();
@@ -214,11 +214,11 @@ int64_t Table::InsertManyWith(int64_t n, const int64_t* lengths, const double* p
       try {
         fill(first, slots.data(), static_cast<int64_t>(slots.size()));
       } catch (...) {
-        auto lock = Lock();
+        MutexLock lock(CheckedMutex());
         for (int64_t slot : slots) AbandonLocked(slot, false);
         throw;
       }
-      auto lock = Lock();
+      MutexLock lock(CheckedMutex());
       if (closed_) {
         for (int64_t slot : slots) AbandonLocked(slot, false);
         throw Closed("the table was closed during the insert");
@@ -234,7 +234,7 @@ int64_t Table::InsertManyWith(int64_t n, const int64_t* lengths, const double* p
   return *inserted;
 }
 
-int64_t Table::ReserveLocked(std::unique_lock<std::mutex>& lock, int64_t restore_slot) {
+int64_t Table::ReserveLocked(MutexLock& lock, int64_t restore_slot) {
   const bool restoring = restore_slot >= 0;
   if (!restoring && counters_.next_sequence + writers_ > key_layout_.max_sequence()) {
     throw InvalidArgument("this table has issued every key it can (" +
@@ -251,8 +251,11 @@ int64_t Table::ReserveLocked(std::unique_lock<std::mutex>& lock, int64_t restore
     const CountedWait counted(waiting_);
     const auto deadline = Clock::now() + std::chrono::duration<double>(timeout);
     if (!interrupts::WaitInterruptibly(
-            changed_, lock, deadline,
-            [&] { return closed_ || limiter_.CanInsert(LimiterStateLocked()); },
+            changed_, lock.native(), deadline,
+            [&] {
+              mu_.AssertHeld();
+              return closed_ || limiter_.CanInsert(LimiterStateLocked());
+            },
             "an insert held back by the rate limiter", seen)) {
       throw Timeout("insert timed out after " + Number(timeout) +
                     " s: the rate limiter holds inserts back until more is sampled (" +
@@ -284,7 +287,8 @@ int64_t Table::ReserveLocked(std::unique_lock<std::mutex>& lock, int64_t restore
   // the next writer waits for them too.
   const uint64_t quiet_after = evicted ? tickets_.last() : freed_at_[slot];
   const auto deadline = Clock::now() + std::chrono::duration<double>(spec_.slot_wait_seconds);
-  const bool quiet = WaitForTickets(lock, deadline, [&] {
+  const bool quiet = WaitForTickets(lock.native(), deadline, [&] {
+    mu_.AssertHeld();
     return closed_ || ((*slots_)[slot].pins == 0 && tickets_.QuietSince(quiet_after));
   });
   if (closed_) {

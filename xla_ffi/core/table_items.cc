@@ -23,7 +23,7 @@ void Table::ReadSteps(int c, int64_t slot, int64_t steps, void* dst) const {
 }
 
 std::vector<ItemInfo> Table::PinItems(const int64_t* keys, int64_t count) {
-  auto lock = Lock();
+  MutexLock lock(CheckedMutex());
   return PinItemsLocked(keys, count);
 }
 
@@ -32,6 +32,7 @@ std::vector<ItemInfo> Table::PinItemsLocked(const int64_t* keys, int64_t count) 
   OwnPrioritiesLocked();  // the priorities as the programs before left them
   std::vector<ItemInfo> items;
   auto pin = [&](int64_t slot) {
+    mu_.AssertHeld();
     const SlotInfo& info = (*slots_)[slot];
     items.push_back(
         {info.key, slot, info.length, info.priority, stamps_[slot], times_sampled_[slot]});
@@ -50,7 +51,7 @@ std::vector<ItemInfo> Table::PinItemsLocked(const int64_t* keys, int64_t count) 
 }
 
 Snapshot Table::PinSnapshot() {
-  auto lock = Lock();
+  MutexLock lock(CheckedMutex());
   Snapshot snapshot;
   snapshot.items = PinItemsLocked(nullptr, 0);
   snapshot.counters = counters_;
@@ -68,13 +69,13 @@ Snapshot Table::PinSnapshot() {
 }
 
 void Table::UnpinSlots(const std::vector<int64_t>& slots) {
-  auto lock = Lock();
+  MutexLock lock(CheckedMutex());
   for (int64_t slot : slots) slots_->Unpin(slot);
   changed_.notify_all();
 }
 
 void Table::RestoreTimesSampled(int64_t key, int64_t times_sampled) {
-  auto lock = Lock();
+  MutexLock lock(CheckedMutex());
   CheckOpenLocked();
   const int64_t slot = slots_->Find(key);
   if (slot < 0) throw InvalidArgument("restored key " + std::to_string(key) + " is not stored");
@@ -87,13 +88,13 @@ void Table::RestoreTimesSampled(int64_t key, int64_t times_sampled) {
 }
 
 std::vector<int64_t> Table::FreeSlots() const {
-  auto lock = Lock();
+  MutexLock lock(CheckedMutex());
   CheckOpenLocked();
   return slots_->FreeInOrder();
 }
 
 void Table::RestoreState(const Counters& counters, const std::vector<int64_t>& free_slots) {
-  auto lock = Lock();
+  MutexLock lock(CheckedMutex());
   CheckOpenLocked();
   OwnPrioritiesLocked();
   if (counters.next_sequence < counters_.next_sequence ||
@@ -124,14 +125,14 @@ void Table::RestoreState(const Counters& counters, const std::vector<int64_t>& f
 }
 
 std::vector<double> Table::Alphas() const {
-  auto lock = Lock();
+  MutexLock lock(CheckedMutex());
   std::vector<double> alphas;
   for (const auto& selector : prioritized_) alphas.push_back(selector->alpha());
   return alphas;
 }
 
 Stats Table::GetStats() const {
-  auto lock = Lock();
+  MutexLock lock(CheckedMutex());
   int64_t bytes_per_step = 0;
   for (const ColumnSpec& c : spec_.columns) bytes_per_step += c.step_bytes;
   Stats s;

@@ -43,7 +43,7 @@ MappedArray<int64_t>* Table::MirrorStagingLocked(int64_t entries, uint64_t ticke
 
 std::pair<void*, const void*> Table::StagingFor(uint64_t ticket, size_t bytes) {
   RetiredStaging retired;  // freed after the lock is released (declared first)
-  auto lock = Lock();
+  MutexLock lock(CheckedMutex());
   CheckOpenLocked();
   MappedArray<int64_t>* list = nullptr;
   try {
@@ -102,14 +102,14 @@ std::vector<const SumTree*> Table::DrawTreesLocked() const {
 }
 
 void Table::MirrorCopiesLost() {
-  auto lock = Lock();
+  MutexLock lock(CheckedMutex());
   for (const SumTree* tree : DrawTreesLocked()) {
     if (TreeMirror* mirror = tree->mirror()) mirror->WroteAll();
   }
 }
 
 std::vector<Table::MirroredTree> Table::MirroredTrees() const {
-  auto lock = Lock();
+  MutexLock lock(CheckedMutex());
   std::vector<MirroredTree> out;
   for (const SumTree* tree : DrawTreesLocked()) {
     const TreeMirror* mirror = tree->mirror();

@@ -42,7 +42,7 @@ void Table::CheckRequest(const SampleRequest& r) const {
   }
 }
 
-void Table::WaitToSampleLocked(std::unique_lock<std::mutex>& lock, const SampleRequest& r) {
+void Table::WaitToSampleLocked(MutexLock& lock, const SampleRequest& r) {
   CheckOpenLocked();
   if (!limiter_.CanSample(LimiterStateLocked(), r.batch)) {
     const double timeout = spec_.limiter.timeout_seconds;
@@ -50,8 +50,11 @@ void Table::WaitToSampleLocked(std::unique_lock<std::mutex>& lock, const SampleR
     const CountedWait counted(waiting_);
     const auto deadline = Clock::now() + std::chrono::duration<double>(timeout);
     if (!interrupts::WaitInterruptibly(
-            changed_, lock, deadline,
-            [&] { return closed_ || limiter_.CanSample(LimiterStateLocked(), r.batch); },
+            changed_, lock.native(), deadline,
+            [&] {
+              mu_.AssertHeld();
+              return closed_ || limiter_.CanSample(LimiterStateLocked(), r.batch);
+            },
             "a sample of " + std::to_string(r.batch) + " rows held back by the rate limiter",
             seen)) {
       if (live_ == 0 && timeout == 0) {
@@ -95,7 +98,7 @@ uint64_t Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* dra
   selections.resize(static_cast<size_t>(n));
   RowWordsMany(seed, n, words.data());
   for (int64_t b = 0; b < n; ++b) u[b] = UniformFromBits(words[b].w[0], words[b].w[1]);
-  auto lock = Lock();
+  MutexLock lock(CheckedMutex());
   WaitToSampleLocked(lock, r);
   // Draws read (and max_times_sampled removals write) the priority trees.
   OwnPrioritiesLocked();
@@ -122,12 +125,13 @@ uint64_t Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* dra
       const CountedWait counted(waiting_);
       const auto deadline = Clock::now() + std::chrono::duration<double>(timeout);
       const auto servable_now = [&] {
+        mu_.AssertHeld();
         if (closed_) return true;
         if (!limiter_.CanSample(LimiterStateLocked(), n)) return false;
         servable = CandidatesLocked(r);
         return servable >= n;
       };
-      if (!interrupts::WaitInterruptibly(changed_, lock, deadline, servable_now,
+      if (!interrupts::WaitInterruptibly(changed_, lock.native(), deadline, servable_now,
                                          "a sample of " + std::to_string(n) +
                                              " rows waiting for items it may draw",
                                          seen)) {
@@ -240,6 +244,7 @@ int64_t Table::CandidatesLocked(const SampleRequest& r) {
   candidates_.clear();
   const int64_t limit = spec_.max_times_sampled;
   auto budget = [&](int64_t slot) {
+    mu_.AssertHeld();
     const int64_t left = limit > 0 ? limit - times_sampled_[slot] : r.batch;
     return r.replace ? left : std::min<int64_t>(left, 1);
   };
@@ -282,7 +287,7 @@ uint64_t Table::BeginGpuSample(const SampleRequest& r, GpuSelection* selection,
     throw InvalidArgument("TopK, Recent and constrained samples are not selected on the GPU");
   }
   RetiredStaging retired;  // freed after the lock is released (declared first)
-  auto lock = Lock();
+  MutexLock lock(CheckedMutex());
   CheckOpenLocked();
   if (slots_->device_info() == nullptr) {
     throw InvalidArgument("this table's selection state is not GPU-mapped");

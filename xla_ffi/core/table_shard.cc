@@ -16,7 +16,7 @@ namespace gearjax {
 
 StrategyTotals Table::Totals(const SampleRequest& r) {
   CheckRequest(r);
-  auto lock = Lock();
+  MutexLock lock(CheckedMutex());
   CheckOpenLocked();
   OwnPrioritiesLocked();
   if (Ranks(r.strategy)) throw InvalidArgument("TopK and Recent have no totals to draw shards by");
@@ -30,7 +30,7 @@ StrategyTotals Table::Totals(const SampleRequest& r) {
 
 RemoteLayout Table::Remote(const SampleRequest& r) {
   CheckRequest(r);
-  auto lock = Lock();
+  MutexLock lock(CheckedMutex());
   CheckOpenLocked();
   OwnPrioritiesLocked();
   if (arena_->host_data() == nullptr) {
@@ -53,7 +53,7 @@ StrategyTotals Table::Tops(const SampleRequest& r, TopEntry* out) {
   if (!Ranks(r.strategy)) {
     throw InvalidArgument("only TopK and Recent rank their items");
   }
-  auto lock = Lock();
+  MutexLock lock(CheckedMutex());
   CheckOpenLocked();
   OwnPrioritiesLocked();
   const std::vector<int64_t> slots = SamplingSelectorLocked(r).Best(r.count);

@@ -22,7 +22,7 @@ int64_t Table::UpdatePriorities(const int64_t* keys, const double* priorities, i
   for (int64_t i = 0; i < count; ++i) {
     if (!ValidPriority(priorities[i])) CheckPriority(priorities[i], "entry " + std::to_string(i));
   }
-  auto lock = Lock();
+  MutexLock lock(CheckedMutex());
   CheckOpenLocked();
   OwnPrioritiesLocked();
   update_before_.clear();
@@ -70,7 +70,7 @@ int64_t Table::UpdateStepPriorities(const int64_t* keys, const int64_t* steps,
     }
     if (!ValidPriority(priorities[e])) CheckPriority(priorities[e], "entry " + std::to_string(e));
   }
-  auto lock = Lock();
+  MutexLock lock(CheckedMutex());
   CheckOpenLocked();
   OwnPrioritiesLocked();
   std::vector<StepRow> named = NamedStepRowsLocked(keys, steps, rows, width);
@@ -179,7 +179,7 @@ double Table::LargestStepPriorityLocked(int64_t slot) const {
 }
 
 void Table::ReadStepPriorities(int64_t slot, int64_t steps, double* dst) const {
-  auto lock = Lock();
+  MutexLock lock(CheckedMutex());
   const double* raw = &step_priority_[static_cast<size_t>(slot * spec_.max_length)];
   std::copy(raw, raw + steps, dst);
 }
@@ -190,7 +190,7 @@ bool Table::WaitsForStagedUpdates(const SampleRequest& r) const {
       gpu_report_.load(std::memory_order_acquire) == nullptr) {
     return false;  // never updated on the GPU, nothing staged
   }
-  auto lock = Lock();
+  MutexLock lock(CheckedMutex());
   const bool in_flight = staged_updates_.load(std::memory_order_acquire) > 0 ||
                          (gpu_update_last_ != 0 && tickets_.InFlight(gpu_update_last_));
   // Deferred leaves are not yet in the trees the kernels draw from.
@@ -275,11 +275,14 @@ void Table::HandDeferredLeavesLocked(uint64_t ticket, GpuUpdate* u, RetiredStagi
 bool Table::OwnPrioritiesLocked() {
   if (SettledPrioritiesLocked()) return false;
   // The caller's lock, borrowed to wait (and handed back still locked).
-  std::unique_lock<std::mutex> lock(mu_, std::adopt_lock);
+  std::unique_lock<std::mutex> lock(mu_.native(), std::adopt_lock);
   ++priority_claims_;  // BeginGpuUpdate waits meanwhile: no new ticket to wait for
   const uint64_t awaited = gpu_update_last_;
   const bool reported = WaitForTickets(
-      lock, GpuWaitDeadline(), [&] { return closed() || !tickets_.InFlight(gpu_update_last_); });
+      lock, GpuWaitDeadline(), [&] {
+        mu_.AssertHeld();
+        return closed() || !tickets_.InFlight(gpu_update_last_);
+      });
   --priority_claims_;
   lock.release();
   changed_.notify_all();
@@ -320,7 +323,7 @@ uint64_t Table::BeginGpuUpdate(const void* stream, int64_t n, GpuUpdate* update,
                                MirrorCopies* copies) {
   copies->n = 0;
   RetiredStaging retired;  // freed after the lock is released (declared first)
-  auto lock = Lock();
+  MutexLock lock(CheckedMutex());
   CheckOpenLocked();
   // Without a Prioritized tree the kernel would only rewrite records, yet
   // every host insert would wait for it (an evicted or published record may
@@ -328,8 +331,11 @@ uint64_t Table::BeginGpuUpdate(const void* stream, int64_t n, GpuUpdate* update,
   // stream order under the lock, and inserts never wait for the GPU.
   if (prioritized_.empty()) return 0;
   for (;;) {
-    if (!changed_.wait_until(lock, GpuWaitDeadline(),
-                             [&] { return priority_claims_ == 0 || closed(); })) {
+    if (!changed_.wait_until(lock.native(), GpuWaitDeadline(),
+                             [&] {
+                               mu_.AssertHeld();
+                               return priority_claims_ == 0 || closed();
+                             })) {
       ThrowGpuWaitTimeout("a host call that waits for an earlier GPU priority update");
     }
     CheckOpenLocked();
@@ -389,7 +395,10 @@ uint64_t Table::BeginGpuUpdate(const void* stream, int64_t n, GpuUpdate* update,
     // starts on another stream (BeginGpuSample) and host writers wait
     // (OwnPrioritiesLocked) meanwhile.
     const bool copied = WaitForTickets(
-        lock, GpuWaitDeadline(), [&] { return closed() || !OtherStreamMirrorCopyLocked(stream); });
+        lock.native(), GpuWaitDeadline(), [&] {
+          mu_.AssertHeld();
+          return closed() || !OtherStreamMirrorCopyLocked(stream);
+        });
     if (closed() || !copied) {
       // Nothing enqueued under this ticket: give it back, and with it the
       // claim on the priorities (earlier updates of this stream stay owed).
