@@ -235,6 +235,11 @@ def run_worker(shards: int, args, first_round: bool) -> dict:
                XLA_FLAGS=f"--xla_force_host_platform_device_count={shards}")
     if not args.system_malloc:
         env.update(KEEP_MEMORY)
+    if args.compilation_cache is not None:
+        # JAX's persistent cache: a later round's worker loads the programs the
+        # first round's compiled (every P compiles the same programs each round).
+        env.update(JAX_COMPILATION_CACHE_DIR=args.compilation_cache,
+                   JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
     done = subprocess.run([sys.executable, __file__, "--worker", str(shards), "--batches",
                            *map(str, args.batches), "--calls", str(args.calls),
                            "--trajectories", str(args.trajectories),
@@ -321,6 +326,10 @@ def main(argv: list[str] | None = None) -> dict:
                              "of KEEP_MEMORY")
     parser.add_argument("--out", default="benchmarks/results/bench_exchange_scaling_cpu.json")
     parser.add_argument("--plot", action="store_true", help="also write a PNG beside --out")
+    parser.add_argument("--compilation-cache", default=None, metavar="DIR",
+                        help="the workers share JAX's persistent compilation cache in DIR, so "
+                             "rounds after the first load their programs instead of compiling "
+                             "them (their compile_seconds are then load times)")
     parser.add_argument("--report-from", default=None, metavar="JSON",
                         help="fit and report the measurements of an earlier run again")
     parser.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
@@ -340,7 +349,9 @@ def main(argv: list[str] | None = None) -> dict:
                          "repeats": args.repeats,
                          "trajectories": args.trajectories, "window": WINDOW,
                          "malloc": "system" if args.system_malloc else KEEP_MEMORY,
-                         "step": list(STEP), "length": LENGTH},
+                         "step": list(STEP), "length": LENGTH,
+                         **({"compilation_cache": args.compilation_cache}
+                            if args.compilation_cache is not None else {})},
               "machine": {"platform": platform.platform(), "cpu_model": cpu_model(),
                           "cores": len(os.sched_getaffinity(0)),
                           "python": platform.python_version(),

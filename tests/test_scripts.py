@@ -461,9 +461,12 @@ def exchange_blocks(batch, shards):
 
 def test_bench_exchange_scaling_measures_both_policies(tmp_path):
     out = tmp_path / "scaling.json"
+    # The second round's worker loads the programs the first compiled
+    # (compiling was most of a worker's time).
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_exchange_scaling.py"),
                            "--shards", "2", "--batches", "16", "--calls", "2", "--repeats", "2",
-                           "--trajectories", "8", "--out", str(out)], capture_output=True,
+                           "--trajectories", "8", "--compilation-cache", str(tmp_path / "jax"),
+                           "--out", str(out)], capture_output=True,
                           text=True, timeout=300, cwd=tmp_path, env=cpu_only_env())
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     result = json.loads(out.read_text())
