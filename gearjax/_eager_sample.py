@@ -1,6 +1,6 @@
 """An eager sample without XLA, ``Table.sample(..., numpy=True)``: the native
 core selects and gathers the windows straight into NumPy arrays made here
-(xla_ffi/eager_sample.h), through the same select and gather as the compiled
+(xla_ffi/python/eager_sample.h), through the same select and gather as the compiled
 sample's CPU handler and with the same checks, so a key gives the same batch
 either way, mask and timesteps included (the formula of
 gearjax/_sample.py window_steps, in C++ here).

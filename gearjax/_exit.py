@@ -5,7 +5,7 @@ thread dispatched) would otherwise hold exit for the limiter's whole timeout, or
 down mid-wait while Python finalises (which aborted the process). At exit, each table with
 blocked calls is closed: they wake and fail with the table's "is closed" error, and get a
 moment to leave before finalisation. Tables without blocked calls are left as they are.
-Then the exit gate closes (xla_ffi/python_gil.h): a thread still inside a table call (a
+Then the exit gate closes (xla_ffi/python/python_gil.h): a thread still inside a table call (a
 daemon thread inserting, say) parks when it leaves it, where Python would end it by
 unwinding through the call's C++ frames and abort the process.
 Registered when gearjax is imported, after jax, so it runs before JAX's own exit
@@ -63,7 +63,7 @@ def at_exit() -> None:
     """Wakes blocked calls, then closes the exit gate: from here on a thread
     that leaves a table call (or calls Python from native code) parks instead
     of taking the GIL, which Python would answer by ending the thread through
-    the C++ frames of the call, aborting the process (xla_ffi/python_gil.h)."""
+    the C++ frames of the call, aborting the process (xla_ffi/python/python_gil.h)."""
     wake_blocked_calls()
     _gearjax.close_exit_gate(GATE_SECONDS)
     if any(t.daemon and t.is_alive() for t in threading.enumerate()):

@@ -87,7 +87,7 @@ def _register() -> dict[str, bool]:
 #: registered with XLA FFI execution stages: an instantiate stage resolves the
 #: table, decodes the attributes and checks the request once per call site of
 #: a compiled program, and each execution only selects and gathers
-#: (xla_ffi/call_site.h). GEARJAX_FFI_STAGES=0 registers them per call
+#: (xla_ffi/ffi/call_site.h). GEARJAX_FFI_STAGES=0 registers them per call
 #: instead (each call looks its table up and checks its attributes); results
 #: and errors are the same either way.
 STAGED: dict[str, bool] = _register()
@@ -156,7 +156,7 @@ one_sided_sample_p = threaded_primitive("gearjax_one_sided_sample", ONE_SIDED_SA
 def one_sided_sample_call(state: jax.Array, seed: jax.Array, *, plan: int, batch: int,
                           width: int, columns: Columns) -> tuple[jax.Array, list[jax.Array]]:
     """A sharded table's one-sided sample inside a program: the registered
-    plan (xla_ffi/core/one_sided_plan.h) run with ``seed`` (uint32[2]);
+    plan (xla_ffi/core/one_sided/one_sided_plan.h) run with ``seed`` (uint32[2]);
     returns the successor of ``state`` and (keys, start, probability,
     table_size, valid, shard, *columns)."""
     state, *results = one_sided_sample_p.bind(state, seed, plan_handle=np.int64(plan),
@@ -225,7 +225,7 @@ def insert_batch_call(state: jax.Array, columns: list[jax.Array], lengths: jax.A
 
 
 # ------------------------------------------------- sharded tables (gearjax.sharded)
-# The three steps of a global sample (xla_ffi/core/sharding.h): this shard's
+# The three steps of a global sample (xla_ffi/core/sharding/sharding.h): this shard's
 # summary (a table call, threading the state), the shard of each row (pure:
 # it reads no table), and the owner's draws for every requester (a table call).
 SHARD_TOTALS_TARGET = "gearjax_shard_totals"

@@ -54,7 +54,7 @@ from gearjax import _gearjax
 TableErrorKind = Literal["closed", "timeout", "shortfall", "interrupted", "failed"]
 
 # A failure XLA carries: its status code, then the handler's own prefix
-# (xla_ffi/ffi_common.h: FromException), whose tag says the kind.
+# (xla_ffi/ffi/ffi_common.h: FromException), whose tag says the kind.
 _CARRIED = re.compile(
     r"\b(FAILED_PRECONDITION|INVALID_ARGUMENT): gearjax"
     r"(?: \[(closed|timeout|shortfall|interrupted)\])?: ")

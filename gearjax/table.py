@@ -171,7 +171,7 @@ class Table:
             step_priorities=step_priorities)
         _exit.track(self)  # blocked calls are woken at interpreter exit
         # The one-step fast path (insert_step, Writer.append): each column's
-        # element kind and step shape (xla_ffi/step_values.h).
+        # element kind and step shape (xla_ffi/python/step_values.h).
         self._native.set_step_formats([(_inserts.fast_kind(c.dtype), c.dtype.itemsize, c.shape)
                                        for c in self._columns.values()])
         # What compiled samples need to know: no reference back to this object,
@@ -1217,7 +1217,7 @@ def _check_fits_in_memory(arena_bytes: int, bookkeeping_bytes: int) -> None:
     """Refuses a table larger than this machine's memory: its arena and what
     its bookkeeping holds at its worst (every selector and sum tree its
     samples may build, the scratch of calls over every key; see
-    xla_ffi/core/footprint.h). It could never be filled, or would be killed
+    xla_ffi/core/table/footprint.h). It could never be filled, or would be killed
     for memory once sampled by every strategy."""
     memory = _checks.physical_memory()
     if memory is not None and arena_bytes + bookkeeping_bytes > memory:

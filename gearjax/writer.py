@@ -128,7 +128,7 @@ class Writer:
             insert of a full piece past its timeout.
         """
         # The fast path: numbers and exactly typed arrays, converted and written
-        # in native code (xla_ffi/step_values.h); anything else takes the
+        # in native code (xla_ffi/python/step_values.h); anything else takes the
         # general path below, which checks it as insert does.
         if self._addresses is not None and self._steps < self._max_length and \
                 self._native.write_step(step, self._addresses, self._steps):

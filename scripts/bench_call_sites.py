@@ -1,5 +1,5 @@
 """Benchmark: what the XLA FFI execution stages save a table call in a compiled
-loop (gearjax/_ffi.py STAGED, xla_ffi/call_site.h): the same programs with
+loop (gearjax/_ffi.py STAGED, xla_ffi/ffi/call_site.h): the same programs with
 sample and update_priorities registered with stages (the table resolved and
 the attributes checked once per call site) and per call
 (GEARJAX_FFI_STAGES=0: every execution looks its table up in the registry and

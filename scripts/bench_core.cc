@@ -13,7 +13,7 @@
 #include <random>
 #include <vector>
 #include "core/gather_cpu.h"
-#include "core/table.h"
+#include "core/table/table.h"
 using namespace gearjax;
 int main() {
   TableSpec spec; spec.columns.push_back({"obs", 68, std::vector<uint8_t>(68, 0)});

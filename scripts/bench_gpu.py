@@ -323,7 +323,7 @@ def selection_and_update(args) -> list[dict]:
             start = time.perf_counter()
             fill_one_step(table, n, rng)
             # On a device table the trees the GPU draws from and updates are
-            # copies in GPU memory (core/tree_mirror.h); on a host table the
+            # copies in GPU memory (core/gpu/tree_mirror.h); on a host table the
             # mapped host trees.
             row = {"n": n, "fill_seconds": time.perf_counter() - start,
                    "placement": table.placement}

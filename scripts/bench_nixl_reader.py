@@ -113,7 +113,7 @@ def spans(case: str, base: int, into: int, rng) -> tuple[np.ndarray, np.ndarray,
 
 
 # A sample's snapshot read of one shard: three sum-tree levels, the shard's
-# size, its slot records (xla_ffi/core/one_sided.h's read plan).
+# size, its slot records (xla_ffi/core/one_sided/one_sided.h's read plan).
 SNAPSHOT_SIZES = (128, 2048, 32768, 8, 65536)
 
 

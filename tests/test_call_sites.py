@@ -1,4 +1,4 @@
-"""Call sites (xla_ffi/call_site.h, gearjax/_ffi.py STAGED): sample and
+"""Call sites (xla_ffi/ffi/call_site.h, gearjax/_ffi.py STAGED): sample and
 update_priorities are registered with XLA FFI execution stages, so a compiled
 call resolves its table and checks its attributes once, when XLA instantiates
 it, and its executions do neither. The per-call registration

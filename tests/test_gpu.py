@@ -77,7 +77,7 @@ def test_auto_placement_follows_free_gpu_memory():
 def test_gpu_samples_report_themselves_done_through_the_ring(gpu_table, strategy):
     """Nothing but the kernels goes on the stream for a sample: its ticket
     comes back when the gather's last block writes it into the table's
-    completion ring (xla_ffi/core/gpu_completions.h), which the host reads
+    completion ring (xla_ffi/core/gpu/gpu_completions.h), which the host reads
     when asked. Once the results are ready no sample is in flight, and a
     writer that evicts, in a thread, gets its slot."""
     table, _ = gpu_table
@@ -191,11 +191,11 @@ HOST_WORK_PER_CALL = {
     # TopK: the seed down, the draws into the table's pinned staging (read in
     # place by the gather: Table::StagingFor), the gather.
     "host-selected sample": (1, 1, 0, 1, 0),
-    "priority update": (1, 0, 0, 0, 0),         # one kernel (core/update_block.h)
+    "priority update": (1, 0, 0, 0, 0),         # one kernel (core/gpu/update_block.h)
     # No Prioritized tree: staged, so that inserts never wait for the GPU.
     "priority update without a tree": (0, 3, 2, 0, 0),
     # A device table's Prioritized tree has a copy in GPU memory
-    # (core/tree_mirror.h): nothing written on the host between calls,
+    # (core/gpu/tree_mirror.h): nothing written on the host between calls,
     # nothing to copy into it.
     "mirrored prioritized sample": (1, 0, 0, 0, 0),
     "mirrored priority update": (1, 0, 0, 0, 0),
@@ -258,7 +258,7 @@ def test_each_cuda_path_asks_the_host_for_no_more_than_its_counts(path, rng):
 def test_both_gpu_sample_kernels_equal_the_cpu(placement, strategy, window, rng, tmp_path):
     """Windows of 9 steps of 6912 bytes fit one gather part: the fused kernel
     selects and gathers. 10 steps do not: the select kernel, then the gather
-    kernel split over the row (xla_ffi/core/sample_block.h)."""
+    kernel split over the row (xla_ffi/core/gpu/sample_block.h)."""
     wide = {"frame": gx.Column((48, 48, 3), "uint8", pad=3), "r": gx.Column((), "float32")}
     with gx.Table(wide, capacity=8, max_length=12, placement=placement) as table:
         for length in rng.integers(1, 13, size=10):
@@ -353,7 +353,7 @@ def test_gpu_threaded_calls_keep_the_fast_dispatch_path(gpu_table, monkeypatch):
 
 def test_gpu_priority_updates_count_and_defer_a_bad_value(gpu_table):
     """The CUDA update never waits for the stream: one kernel applies it
-    (core/update_block.h) and writes the count; a bad value changes nothing,
+    (core/gpu/update_block.h) and writes the count; a bad value changes nothing,
     counts -1 and fails the next call on the table, once."""
     table, _ = gpu_table
     keys = table.contents()["key"]
@@ -507,7 +507,7 @@ def test_gpu_update_kernels_and_inserting_threads_keep_the_trees_exact(placement
         expected = [priority[int(k)] / sum(priority.values()) for k in np.asarray(batch.keys)]
         np.testing.assert_allclose(np.asarray(batch.probability), expected, rtol=1e-6)
         # The GPU's draws too: on a device table they read the tree's copy in
-        # GPU memory (core/tree_mirror.h), which this call brings up to date.
+        # GPU memory (core/gpu/tree_mirror.h), which this call brings up to date.
         with on("gpu"):
             batch = sample_in_jit(table, jax.random.key(98), 256, 1, gx.Prioritized(1.0))
         expected = [priority[int(k)] / sum(priority.values()) for k in np.asarray(batch.keys)]

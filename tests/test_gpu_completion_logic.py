@@ -1,5 +1,5 @@
 """GPU samples hand their tickets back through the table's completion ring
-(xla_ffi/core/gpu_completions.h), run on the CPU: the CUDA handler hands a
+(xla_ffi/core/gpu/gpu_completions.h), run on the CPU: the CUDA handler hands a
 sample's ticket to the device once its kernels are enqueued, and the gather
 kernel's last block writes it into the ring; nothing else goes on the stream.
 The test-only hooks do each step by hand (hand_to_device, kernel_report:

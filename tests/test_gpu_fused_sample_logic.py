@@ -1,7 +1,7 @@
 """The fused GPU sample kernel's logic, run on the CPU: where every column's
 window fits one gather part, a Uniform, Timestep or Prioritized sample is one
 kernel whose blocks each select their row once on the GPU and copy all of it
-(xla_ffi/core/sample_block.h, emulated block by block and thread by thread).
+(xla_ffi/core/gpu/sample_block.h, emulated block by block and thread by thread).
 It must produce exactly what the CPU handler produces for the same seed,
 across alignments, windows, pad sides and cuts, and hand its ticket back
 through the completion ring; rows too wide for one part are not fused."""

@@ -1,5 +1,5 @@
 """The GPU gather kernel's logic, run on the CPU: the kernel's block code
-(xla_ffi/core/gather_block.h, emulated block by block and thread by thread)
+(xla_ffi/core/gpu/gather_block.h, emulated block by block and thread by thread)
 must produce exactly what the CPU handler produces for the same seed, across
 alignments (3-byte steps force byte copies, 68-byte steps 4-byte words),
 rows split over several blocks, both pad sides and every strategy."""

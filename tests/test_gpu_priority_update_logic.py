@@ -1,6 +1,6 @@
 """GPU priority updates, run on the CPU: the CUDA handler stages a program's
 keys and priorities in pinned host memory and applies them in a stream
-callback, without waiting for the stream (xla_ffi/core/staged_update.h). The
+callback, without waiting for the stream (xla_ffi/core/gpu/staged_update.h). The
 test-only ``staged_update`` does exactly what that handler and its host
 functions do, with memcpy for the copies. It must update like the host path,
 and a bad value, which the callback cannot raise in its own program, must
@@ -105,7 +105,7 @@ def test_the_next_host_call_or_gpu_update_raises_it(table, native_testing):
     table.insert({"x": np.zeros(1, np.float32)})
     assert len(table) == 13
     # Failures queued before any call looks (GPU updates enqueued back to back)
-    # are reported together: xla_ffi/core/staged_update_test.cc.
+    # are reported together: xla_ffi/core/gpu/staged_update_test.cc.
 
 
 def test_bad_types_and_sizes_fail_at_once(table, native_testing):

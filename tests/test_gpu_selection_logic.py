@@ -1,7 +1,7 @@
 """GPU-side selection and its slot protocol, run on the CPU: tables made under
 the test-only emulate_gpu_mapping keep their selection state at "device"
 addresses that are host addresses, so the GPU selection's row code
-(core/select_block.h) and the ticket protocol that replaces pins for GPU
+(core/gpu/select_block.h) and the ticket protocol that replaces pins for GPU
 samples run here."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Sum trees' copies in GPU memory for device tables (xla_ffi/core/tree_mirror.h),
+"""Sum trees' copies in GPU memory for device tables (xla_ffi/core/gpu/tree_mirror.h),
 run on the CPU: a device table's Timestep and Prioritized GPU draws and GPU
 priority updates read the tree's mirror, which each GPU call first brings up
 to date with a copy of the nodes the host wrote since the last (the whole

@@ -2,7 +2,7 @@
 the CPU: while an update kernel may run, the Prioritized trees are the
 kernel's, so an insert that evicts nothing publishes its record at once and
 defers its leaves (Table::deferred_leaves_). The next update kernel sets them
-before its own entries (core/update_block.h, phase 0), or the host does once
+before its own entries (core/gpu/update_block.h, phase 0), or the host does once
 no kernel may run. Either way the trees end exactly as if the insert had
 written them itself. The kernels are the emulator's (the kernel's own phases
 thread by thread), as in test_gpu_update_kernel_logic.py."""

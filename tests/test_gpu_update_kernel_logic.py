@@ -1,4 +1,4 @@
-"""GPU priority updates applied by one kernel (xla_ffi/core/update_block.h),
+"""GPU priority updates applied by one kernel (xla_ffi/core/gpu/update_block.h),
 run on the CPU: the test-only ``begin_gpu_update`` begins an update as the
 CUDA handler does (Table::BeginGpuUpdate: ticket, the table's device view)
 and its ``run(threads)`` runs the kernel's own phases thread by thread, the

@@ -1,4 +1,4 @@
-"""Table.insert_step and the writer's one-step fast path (xla_ffi/step_values.cc):
+"""Table.insert_step and the writer's one-step fast path (xla_ffi/python/step_values.cc):
 values the fast path takes are stored exactly as the general path (insert of
 a length-1 trajectory) stores them; everything else goes the general way and
 is converted or refused with its rules; a refused step inserts nothing."""

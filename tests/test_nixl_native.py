@@ -1,5 +1,5 @@
 """gearjax._gearjax.NixlAgent, the nixl exchange's native agent (NIXL's C API,
-xla_ffi/core/nixl_agent.h), in one process: two agents, one owning a shard,
+xla_ffi/core/nixl/nixl_agent.h), in one process: two agents, one owning a shard,
 one reading it. The multi-process exchange over it is tests/test_sharded.py."""
 
 from __future__ import annotations

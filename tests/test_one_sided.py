@@ -1,7 +1,7 @@
 """The one-sided sampler in one process: its shards are gx.Tables here and
 its transport copies their memory, so the sampling is checked for exact
 distribution, window contents and round trips without a second process,
-over both kinds of transport the native sampler (xla_ffi/core/one_sided.h)
+over both kinds of transport the native sampler (xla_ffi/core/one_sided/one_sided.h)
 takes: a Python one called back for each round trip (what verbs is; on both
 read paths: tree levels and slot records read whole in the snapshot, or one
 descriptor a row past whole_read_bytes), and none, every shard copied in

@@ -1,7 +1,7 @@
 """Pieces of the one-sided exchange that need no second process: the slot
 record's layout (from the core) and int64 keys handed to JAX without x64.
 The sampler's tree descent is the owner's own SumTreeChild
-(xla_ffi/core/sum_tree_test.cc, one_sided_test.cc)."""
+(xla_ffi/core/selectors/sum_tree_test.cc, one_sided_test.cc)."""
 
 from __future__ import annotations
 

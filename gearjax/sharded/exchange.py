@@ -2,7 +2,7 @@
 JAX collectives inside one program, over a mesh axis with one device per
 process (gloo between CPU processes, NCCL between GPUs).
 
-A global sample of B rows per process (see xla_ffi/core/sharding.h for the
+A global sample of B rows per process (see xla_ffi/core/sharding/sharding.h for the
 arithmetic):
 
 1. each shard's summary (``shard_totals``) and each process's plan seed are

@@ -2,7 +2,7 @@
 key``, where the shard is the owning process's index and its own key is a
 ``gearjax.Table`` key (``sequence << slot_bits | slot``) of at most
 ``shard_shift`` bits. Every layer that splits or joins keys does it here
-(the native side: xla_ffi/core/sharding.h, GlobalKey)."""
+(the native side: xla_ffi/core/sharding/sharding.h, GlobalKey)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ for peers: the arena, the slot records, the insertion stamps, and the sum
 tree of each strategy sampled so far. It publishes the agent's metadata and
 those addresses through JAX's key-value store under the job token; peers load
 them only if the token matches. What a sample reads, and how it never sees a
-torn window, is the native one-sided sampler (xla_ffi/core/one_sided.h,
+torn window, is the native one-sided sampler (xla_ffi/core/one_sided/one_sided.h,
 shared with ``verbs``), which reads through this exchange's agent with no
 Python in the loop.
 
@@ -22,7 +22,7 @@ the sample raise ``ShardUnavailable`` naming the shard, or, with
 ``on_dead_shard="skip"``, continue on the live shards with probabilities
 renormalised and the loss in ``stats()["lost_shards"]``.
 
-The agent is native (gearjax._gearjax.NixlAgent, xla_ffi/core/nixl_agent.h):
+The agent is native (gearjax._gearjax.NixlAgent, xla_ffi/core/nixl/nixl_agent.h):
 NIXL's C API loaded from the installed wheel, not NIXL's Python API, so a
 read's transfers to every shard are posted and polled to completion in one
 call with the GIL released. It runs without NIXL's progress thread (that

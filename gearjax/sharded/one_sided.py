@@ -10,11 +10,11 @@ here, once: finding peers' layouts, serving peers' messages, reading one
 trajectory (``get``) and the buffers samples land in.
 
 Samples, of every strategy and over every transport, are drawn by the one
-native sampler (xla_ffi/core/one_sided.h documents the protocol; its Python
+native sampler (xla_ffi/core/one_sided/one_sided.h documents the protocol; its Python
 side is gearjax/sharded/one_sided_native.py): a NIXL transport hands it its
 agent and no Python runs during a sample; any other transport (verbs) is
 called back for each round trip (one_sided_native.py PythonTransport,
-xla_ffi/one_sided_module.cc PythonReader).
+xla_ffi/python/one_sided_module.cc PythonReader).
 What readers and owners agree on is gearjax/sharded/one_sided_protocol.py.
 
 A shard whose reads fail or time out raises :class:`ShardUnavailable`, or,

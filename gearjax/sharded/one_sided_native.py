@@ -1,4 +1,4 @@
-"""The Python side of the native one-sided sampler (xla_ffi/core/one_sided.h),
+"""The Python side of the native one-sided sampler (xla_ffi/core/one_sided/one_sided.h),
 which draws every one-sided sample: eager samples in one native call with
 the GIL released (through the transport's NIXL agent, or calling a Python
 transport back for its reads: PythonTransport),
@@ -25,7 +25,7 @@ class NativeSampling:
     # run the native sampler inside the program (plan), else an io_callback.
     _compiles = False
     # Tree levels and slot records up to this many bytes a shard are read
-    # whole rather than per row (xla_ffi/core/one_sided.h Request).
+    # whole rather than per row (xla_ffi/core/one_sided/one_sided.h Request).
     whole_read_bytes = _gearjax.one_sided_whole_read_bytes
 
     def _native_transport(self) -> Any:
@@ -95,7 +95,7 @@ class NativeSampling:
 
     def _sample_native(self, seed, args: SampleArgs, shards):
         """One sample over `shards` in one native call with the GIL released
-        (xla_ffi/core/one_sided.h), the rows straight into output buffers
+        (xla_ffi/core/one_sided/one_sided.h), the rows straight into output buffers
         handed out as they are. Raises ShardUnavailable naming a shard."""
         batch, strategy = args.batch_size, args.strategy
         outputs, pooled = self._outputs(batch, args.width)
@@ -121,9 +121,9 @@ class PythonTransport:
     """What the native sampler calls back, for a transport written in Python
     (verbs; tests' loopback ones), to move bytes: ``read`` (a round trip's
     spans of other processes' shards) and ``staging`` (registered buffers by
-    use). See PythonReader, xla_ffi/one_sided_module.cc."""
+    use). See PythonReader, xla_ffi/python/one_sided_module.cc."""
 
-    # The sampler's staging buffers by use (xla_ffi/core/one_sided.h Use).
+    # The sampler's staging buffers by use (xla_ffi/core/one_sided/one_sided.h Use).
     STAGINGS = ("snapshot", "tree", "records")
 
     def __init__(self, reader: Any):

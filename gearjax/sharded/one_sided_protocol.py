@@ -1,8 +1,8 @@
 """What one-sided readers and shard owners agree on (the ``nixl`` and
 ``verbs`` exchanges): a shard's published layout and its checks, the slot
-record as xla_ffi/core/slots.h lays it out, the messages an owner accepts
+record as xla_ffi/core/table/slots.h lays it out, the messages an owner accepts
 (priority updates, tree requests), and the registered buffers reads land in.
-The sampler is native (xla_ffi/core/one_sided.h); gearjax/sharded/
+The sampler is native (xla_ffi/core/one_sided/one_sided.h); gearjax/sharded/
 one_sided.py and one_sided_native.py are its Python side."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ OUTPUT_BUFFERS = 4
 # (jax.numpy.from_dlpack on CPU copies memory less aligned than 64 bytes).
 ALIGNMENT = 64
 # The owner's memory as the core lays it out, from the core itself (one
-# definition: xla_ffi/core/slots.h and sum_tree.h).
+# definition: xla_ffi/core/table/slots.h and sum_tree.h).
 _LAYOUT = _gearjax.slot_layout()
 _FANOUT = _LAYOUT["sum_tree_fanout"]
 _SLOT_BYTES = _LAYOUT["slot_bytes"]
@@ -202,7 +202,7 @@ _RECORD = np.dtype({"names": ["key", "length", "priority", "pins", "state"],
 
 
 def _slot_bits(capacity: int) -> int:
-    """KeyLayout's slot bits (xla_ffi/core/slots.h): the fewest that hold
+    """KeyLayout's slot bits (xla_ffi/core/table/slots.h): the fewest that hold
     every slot number."""
     return 0 if capacity <= 1 else (capacity - 1).bit_length()
 

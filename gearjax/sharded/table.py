@@ -5,7 +5,7 @@ Every process makes the table with the same arguments, in the same order as
 its other sharded tables (construction is collective: the processes check
 that they agree). Each process inserts into its own shard; a sample draws rows
 from all shards exactly as one table holding every shard would (see
-``gearjax.sharded.exchange`` and ``xla_ffi/core/sharding.h``).
+``gearjax.sharded.exchange`` and ``xla_ffi/core/sharding/sharding.h``).
 """
 
 from __future__ import annotations

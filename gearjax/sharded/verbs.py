@@ -1,7 +1,7 @@
 """The ``verbs`` exchange: one-sided RDMA READs of other processes' shards
 through pyverbs (rdma-core's Python binding), over reliable-connected queue
 pairs, with no call into the owners. What a sample reads, and why it never
-sees a torn window, is the native one-sided sampler (xla_ffi/core/one_sided.h,
+sees a torn window, is the native one-sided sampler (xla_ffi/core/one_sided/one_sided.h,
 shared with ``nixl``), which calls this module back to move the bytes of
 each round trip (gearjax/sharded/one_sided_native.py PythonTransport).
 

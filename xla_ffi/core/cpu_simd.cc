@@ -1,5 +1,5 @@
 // CPU vector extension detection (see cpu_simd.h).
-#include "cpu_simd.h"
+#include "core/cpu_simd.h"
 
 #include <algorithm>
 #include <atomic>

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <vector>
 
-#include "common.h"
+#include "core/common.h"
 
 namespace gearjax {
 

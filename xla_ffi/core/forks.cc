@@ -1,5 +1,5 @@
 // The fork count and its pthread_atfork handler (see forks.h).
-#include "forks.h"
+#include "core/forks.h"
 
 #include <pthread.h>
 #include <unistd.h>

@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/table.h"
+#include "core/table/table.h"
 
 namespace gearjax {
 namespace {

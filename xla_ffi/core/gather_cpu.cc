@@ -1,11 +1,11 @@
 // CPU gather (see gather_cpu.h).
-#include "gather_cpu.h"
+#include "core/gather_cpu.h"
 
 #include <algorithm>
 #include <cstring>
 
-#include "prefetch.h"
-#include "window.h"
+#include "core/prefetch.h"
+#include "core/window.h"
 
 namespace gearjax {
 namespace {

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "draw.h"
-#include "table.h"
+#include "core/draw.h"
+#include "core/table/table.h"
 
 namespace gearjax {
 

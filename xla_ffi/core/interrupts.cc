@@ -1,5 +1,5 @@
 // The interrupting signals' count and its handler (see interrupts.h).
-#include "interrupts.h"
+#include "core/interrupts.h"
 
 #include <signal.h>
 

@@ -19,7 +19,7 @@
 #include <mutex>
 #include <string>
 
-#include "common.h"
+#include "core/common.h"
 
 namespace gearjax::interrupts {
 

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "common.h"
+#include "core/common.h"
 
 namespace gearjax {
 

@@ -1,5 +1,5 @@
 // The process-wide memory hooks (see memory.h).
-#include "memory.h"
+#include "core/memory.h"
 
 #include <atomic>
 #include <mutex>

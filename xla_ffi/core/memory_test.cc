@@ -18,9 +18,9 @@
 #include <stdexcept>
 #include <vector>
 
-#include "core/fake_pinned.h"
-#include "core/mapped_array.h"
-#include "core/table.h"
+#include "core/gpu/fake_pinned.h"
+#include "core/gpu/mapped_array.h"
+#include "core/table/table.h"
 
 namespace gearjax {
 namespace {

@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-#include "common.h"
+#include "core/common.h"
 
 namespace gearjax {
 

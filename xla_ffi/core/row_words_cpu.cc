@@ -1,9 +1,9 @@
 // RowWordsMany (see row_words_cpu.h).
-#include "row_words_cpu.h"
+#include "core/row_words_cpu.h"
 
 #include <algorithm>
 
-#include "cpu_simd.h"
+#include "core/cpu_simd.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "random.h"
+#include "core/random.h"
 
 namespace gearjax {
 

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "window.h"
+#include "core/window.h"
 
 namespace gearjax {
 

@@ -18,8 +18,8 @@
 
 #include <cstdint>
 
-#include "common.h"
-#include "random.h"
+#include "core/common.h"
+#include "core/random.h"
 
 namespace gearjax {
 

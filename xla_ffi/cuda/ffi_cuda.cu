@@ -10,7 +10,7 @@
 //   the handler takes a ticket (Table::BeginGpuSample, which also applies the
 //   rate limiter) before enqueueing the kernels, and the last kernel's last
 //   block writes it into the table's completion ring when every block has
-//   read its rows (core/gpu_completions.h): nothing but the kernels goes on
+//   read its rows (core/gpu/gpu_completions.h): nothing but the kernels goes on
 //   the stream.
 //   A writer that evicts a slot waits for every ticket taken before the
 //   eviction (reading the ring); samples enqueued later never draw the slot.
@@ -31,7 +31,7 @@
 // inserts, which publish and leave their tree leaves to the next kernel or
 // the host (Table::deferred_leaves_). Otherwise
 // the keys and priorities are copied into pinned host memory and a host
-// function applies them in stream order (core/staged_update.h). Either way a
+// function applies them in stream order (core/gpu/staged_update.h). Either way a
 // bad value is raised by the next call on the table.
 //
 // insert_batch copies device arrays into the table on XLA's stream: the
@@ -62,11 +62,11 @@
 #include <string>
 #include <vector>
 
-#include "call_site.h"
-#include "core/gather_plan.h"
-#include "core/kernel_check.h"
+#include "ffi/call_site.h"
+#include "core/gpu/gather_plan.h"
+#include "core/gpu/kernel_check.h"
 #include "core/memory.h"
-#include "core/staged_update.h"
+#include "core/gpu/staged_update.h"
 #include "cuda/gather.cuh"
 #include "cuda/host_work.h"
 #include "cuda/memory_hooks.h"
@@ -75,8 +75,8 @@
 #include "cuda/tickets.h"
 #include "cuda/mirror.cuh"
 #include "cuda/update.cuh"
-#include "ffi_common.h"
-#include "ffi_handlers.h"
+#include "ffi/ffi_common.h"
+#include "ffi/ffi_handlers.h"
 
 namespace ffi = xla::ffi;
 
@@ -91,7 +91,7 @@ const char kCudaArchitecturesBuilt[] = GEARJAX_CUDA_ARCHITECTURES_BUILT;
 namespace {
 
 // The copies a Begin asked for into the table's tree mirrors
-// (core/tree_mirror.h), ahead of the kernel that reads them: one launch,
+// (core/gpu/tree_mirror.h), ahead of the kernel that reads them: one launch,
 // none when nothing changed since the last.
 ffi::Error CopyMirrors(Table& table, const MirrorCopies& copies, cudaStream_t stream) {
   if (copies.n == 0) return ffi::Error::Success();
@@ -230,7 +230,7 @@ bool CopyToHost(const ffi::AnyBuffer& buffer, std::vector<uint8_t>& out, cudaStr
                          stream) == cudaSuccess;
 }
 
-// The host functions of a staged priority update (core/staged_update.h). They
+// The host functions of a staged priority update (core/gpu/staged_update.h). They
 // run as stream callbacks: no CUDA calls, and a table or buffer released
 // there is released later (memory.h).
 void CUDART_CB ApplyStagedUpdate(void* data) {
@@ -243,7 +243,7 @@ void CUDART_CB RecycleStagedUpdate(void* data) {
   StagedUpdate::Recycle(static_cast<StagedUpdate*>(data));
 }
 
-// One kernel applies the update on the GPU (core/update_block.h) and reports
+// One kernel applies the update on the GPU (core/gpu/update_block.h) and reports
 // its ticket through the completion ring: nothing else on the stream.
 ffi::Error UpdateOnDevice(cudaStream_t stream, int device, const std::shared_ptr<Table>& table,
                           uint64_t ticket, GpuUpdate& update, const MirrorCopies& copies,

@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "core/table.h"
+#include "core/table/table.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace gearjax {

@@ -1,5 +1,5 @@
 // CUDA FFI handlers of a ShardedTable's xla exchange (gearjax/sharded/
-// exchange.py, xla_ffi/core/sharding.h), for programs whose collectives run
+// exchange.py, xla_ffi/core/sharding/sharding.h), for programs whose collectives run
 // over GPUs (NCCL).
 //
 // The arithmetic of every step (summaries, best lists, ranking, the shard
@@ -25,15 +25,15 @@
 #include <string>
 #include <vector>
 
-#include "call_site.h"
-#include "core/gather_plan.h"
-#include "core/sharding.h"
+#include "ffi/call_site.h"
+#include "core/gpu/gather_plan.h"
+#include "core/sharding/sharding.h"
 #include "cuda/ffi_cuda.h"
 #include "cuda/gather.cuh"
 #include "cuda/tickets.h"
-#include "ffi_common.h"
-#include "ffi_handlers.h"
-#include "shard_steps.h"
+#include "ffi/ffi_common.h"
+#include "ffi/ffi_handlers.h"
+#include "ffi/shard_steps.h"
 
 namespace ffi = xla::ffi;
 

@@ -1,4 +1,4 @@
-// The GPU gather kernel: each block runs GatherBlock (core/gather_block.h),
+// The GPU gather kernel: each block runs GatherBlock (core/gpu/gather_block.h),
 // the same code the CPU emulator tests, with CUDA's indices.
 #include "cuda/gather.cuh"
 

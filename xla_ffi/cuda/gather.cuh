@@ -1,9 +1,9 @@
-// Launching the GPU gather (core/gather_block.h) on a CUDA stream.
+// Launching the GPU gather (core/gpu/gather_block.h) on a CUDA stream.
 #pragma once
 
 #include <cuda_runtime.h>
 
-#include "core/gather_block.h"
+#include "core/gpu/gather_block.h"
 
 namespace gearjax {
 

@@ -1,5 +1,5 @@
 // The copy into sum trees' mirrors in GPU memory: each thread runs
-// CopyMirrorNode (core/mirror_block.h), the code the CPU emulator runs.
+// CopyMirrorNode (core/gpu/mirror_block.h), the code the CPU emulator runs.
 #include "cuda/mirror.cuh"
 
 #include <algorithm>

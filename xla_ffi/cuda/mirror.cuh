@@ -1,10 +1,10 @@
 // Launching the copy into sum trees' mirrors in GPU memory
-// (core/mirror_block.h) on a CUDA stream.
+// (core/gpu/mirror_block.h) on a CUDA stream.
 #pragma once
 
 #include <cuda_runtime.h>
 
-#include "core/mirror_block.h"
+#include "core/gpu/mirror_block.h"
 
 namespace gearjax {
 

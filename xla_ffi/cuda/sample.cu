@@ -1,5 +1,5 @@
 // The fused GPU sample kernel: each block runs FusedRowDraw (one thread) and
-// GatherRow (every thread) of core/sample_block.h, the code the CPU emulator
+// GatherRow (every thread) of core/gpu/sample_block.h, the code the CPU emulator
 // checks against the CPU handler, then reports itself done.
 #include "cuda/sample.cuh"
 

@@ -1,9 +1,9 @@
-// Launching the fused GPU sample (core/sample_block.h) on a CUDA stream.
+// Launching the fused GPU sample (core/gpu/sample_block.h) on a CUDA stream.
 #pragma once
 
 #include <cuda_runtime.h>
 
-#include "core/sample_block.h"
+#include "core/gpu/sample_block.h"
 
 namespace gearjax {
 

@@ -1,8 +1,8 @@
-// The GPU selection kernel: each thread runs SelectRow (core/select_block.h),
+// The GPU selection kernel: each thread runs SelectRow (core/gpu/select_block.h),
 // the same code the CPU emulator checks against the CPU handler.
 #include "cuda/select.cuh"
 
-#include "core/select_block.h"
+#include "core/gpu/select_block.h"
 
 namespace gearjax {
 namespace {

@@ -1,10 +1,10 @@
-// Launching GPU-side selection (core/select_block.h) on a CUDA stream.
+// Launching GPU-side selection (core/gpu/select_block.h) on a CUDA stream.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include "core/draw.h"
-#include "core/table.h"
+#include "core/table/table.h"
 
 namespace gearjax {
 

@@ -2,7 +2,7 @@
 // BeginGpuSample, ServeDraws) back once XLA's stream has passed the kernels
 // that read the drawn slots:
 //  * DeviceTicket (one table's sample): the gather kernel writes the ticket
-//    into the table's completion ring (core/gpu_completions.h); nothing but
+//    into the table's completion ring (core/gpu/gpu_completions.h); nothing but
 //    the kernels goes on the stream.
 //  * StreamTickets (a shard serving several requesters, several tickets and
 //    gathers): a host function after the last gather returns them.
@@ -17,7 +17,7 @@
 
 #include "core/draw.h"
 #include "core/memory.h"
-#include "core/table.h"
+#include "core/table/table.h"
 
 namespace gearjax {
 

@@ -1,5 +1,5 @@
 // The GPU priority-update kernel: one block runs the phases of
-// core/update_block.h, the code the CPU emulator checks against
+// core/gpu/update_block.h, the code the CPU emulator checks against
 // Table::UpdatePriorities, with a block barrier between phases.
 #include "cuda/update.cuh"
 

@@ -1,9 +1,9 @@
-// Launching a GPU priority update (core/update_block.h) on a CUDA stream.
+// Launching a GPU priority update (core/gpu/update_block.h) on a CUDA stream.
 #pragma once
 
 #include <cuda_runtime.h>
 
-#include "core/update_block.h"
+#include "core/gpu/update_block.h"
 
 namespace gearjax {
 

@@ -1,5 +1,5 @@
 // Call sites of sample and update_priorities (call_site.h).
-#include "call_site.h"
+#include "ffi/call_site.h"
 
 #include <atomic>
 #include <string>

@@ -19,9 +19,9 @@
 #include <exception>
 #include <memory>
 
-#include "core/table.h"
-#include "core/table_site.h"
-#include "ffi_common.h"
+#include "core/table/table.h"
+#include "core/table/table_site.h"
+#include "ffi/ffi_common.h"
 
 namespace gearjax {
 

@@ -23,10 +23,10 @@
 #include "core/decode.h"
 #include "core/gather_cpu.h"
 #include "core/huge_pages.h"
-#include "core/insert_rows.h"
+#include "core/table/insert_rows.h"
 #include "core/limits.h"
-#include "core/registry.h"
-#include "core/table.h"
+#include "core/table/registry.h"
+#include "core/table/table.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace gearjax {
@@ -401,7 +401,7 @@ inline std::vector<ColumnSource> ColumnSources(xla::ffi::RemainingArgs& columns)
 }
 
 // insert_batch after its lengths and priorities are read, in a handler:
-// core/insert_rows.h InsertRows over the call's column buffers.
+// core/table/insert_rows.h InsertRows over the call's column buffers.
 inline void InsertBatchRows(Table& table, int64_t rows, int64_t steps,
                             xla::ffi::RemainingArgs& columns, size_t key_count,
                             const std::vector<int64_t>& lengths,

@@ -3,7 +3,7 @@
 // buffers against it, let the core select and pin rows, gather the rows (in
 // parallel on XLA's intra-op thread pool when the batch is large), end the
 // sample.
-#include "ffi_handlers.h"
+#include "ffi/ffi_handlers.h"
 
 #include <algorithm>
 #include <atomic>
@@ -15,13 +15,13 @@
 #include <string>
 #include <vector>
 
-#include "call_site.h"
+#include "ffi/call_site.h"
 #include "core/gather_cpu.h"
-#include "core/sharding.h"
-#include "core/table.h"
-#include "ffi_common.h"
-#include "ffi_one_sided.h"
-#include "shard_steps.h"
+#include "core/sharding/sharding.h"
+#include "core/table/table.h"
+#include "ffi/ffi_common.h"
+#include "ffi/ffi_one_sided.h"
+#include "ffi/shard_steps.h"
 
 namespace ffi = xla::ffi;
 

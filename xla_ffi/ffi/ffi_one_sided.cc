@@ -1,16 +1,16 @@
 // The XLA FFI handler of a compiled one-sided sample of a sharded table
-// (gearjax_one_sided_sample, CPU): a registered plan (core/one_sided_plan.h)
+// (gearjax_one_sided_sample, CPU): a registered plan (core/one_sided/one_sided_plan.h)
 // run with the program's seed, its results written into the program's
 // buffers. Operands: the order (the table state, never read) and
 // the seed (uint32[2]); results: the order, keys (int64[B]), start (int32),
 // probability (float32), table_size (int64), valid (int32), shard (int32),
 // then one [B, W, ...] buffer per column; attribute: plan_handle.
-#include "ffi_one_sided.h"
+#include "ffi/ffi_one_sided.h"
 
 #include <string>
 
-#include "core/one_sided_plan.h"
-#include "ffi_common.h"
+#include "core/one_sided/one_sided_plan.h"
+#include "ffi/ffi_common.h"
 
 namespace ffi = xla::ffi;
 

@@ -5,13 +5,13 @@
 // and an execute handler reading it; without, one handler that makes the
 // site on every call. gearjax/_ffi.py picks one, and registers the state
 // types first where it picks stages.
-#include "ffi_targets.h"
+#include "ffi/ffi_targets.h"
 
 #include <type_traits>
 
-#include "call_site.h"
-#include "core/registry.h"
-#include "ffi_handlers.h"
+#include "ffi/call_site.h"
+#include "core/table/registry.h"
+#include "ffi/ffi_handlers.h"
 #if defined(GEARJAX_WITH_CUDA)
 #include "cuda/ffi_cuda.h"
 #endif
@@ -80,7 +80,7 @@ void DefineFfiTargets(nb::module_& m) {
     counts["registry_lookups"] = RegistryLookUps();
     return counts;
   }, "Call sites instantiated and table look-ups in the registry since import "
-     "(xla_ffi/call_site.h): a staged call looks its table up once, when instantiated.");
+     "(xla_ffi/ffi/call_site.h): a staged call looks its table up once, when instantiated.");
 
 #if defined(GEARJAX_WITH_CUDA)
   m.def("cuda_ffi_types", []() {

@@ -1,5 +1,5 @@
 // The steps of a ShardedTable's xla exchange (gearjax/sharded/exchange.py,
-// core/sharding.h) that only exchange a few words per shard or per row, each
+// core/sharding/sharding.h) that only exchange a few words per shard or per row, each
 // written once for every platform: a step reads its operands and writes its
 // results through a `Memory`, the platform's copy policy. On the CPU, XLA's
 // buffers are host memory and the policy (HostMemory, below) hands them over
@@ -24,9 +24,9 @@
 #include <memory>
 #include <string>
 
-#include "core/sharding.h"
-#include "core/table.h"
-#include "ffi_common.h"
+#include "core/sharding/sharding.h"
+#include "core/table/table.h"
+#include "ffi/ffi_common.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace gearjax {

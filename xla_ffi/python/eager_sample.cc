@@ -1,12 +1,12 @@
 // The Python module's eager sample (eager_sample.h).
-#include "eager_sample.h"
+#include "python/eager_sample.h"
 
 #include <string>
 
-#include "call_site.h"
+#include "ffi/call_site.h"
 #include "core/gather_cpu.h"
 #include "core/window.h"
-#include "python_gil.h"
+#include "python/python_gil.h"
 
 namespace gearjax::python {
 namespace {

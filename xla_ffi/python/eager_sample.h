@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/table.h"
+#include "core/table/table.h"
 
 namespace gearjax::python {
 

@@ -21,21 +21,21 @@
 #include <tuple>
 #include <vector>
 
-#include "core/footprint.h"
-#include "core/insert_rows.h"
+#include "core/table/footprint.h"
+#include "core/table/insert_rows.h"
 #include "core/limits.h"
 #include "core/random.h"
-#include "core/registry.h"
-#include "core/sharding.h"
-#include "core/table.h"
-#include "eager_sample.h"
-#include "ffi_targets.h"
-#include "ffi_one_sided.h"
-#include "new_array.h"
-#include "nixl_module.h"
-#include "one_sided_module.h"
-#include "python_gil.h"
-#include "step_values.h"
+#include "core/table/registry.h"
+#include "core/sharding/sharding.h"
+#include "core/table/table.h"
+#include "python/eager_sample.h"
+#include "ffi/ffi_targets.h"
+#include "ffi/ffi_one_sided.h"
+#include "python/new_array.h"
+#include "python/nixl_module.h"
+#include "python/one_sided_module.h"
+#include "python/python_gil.h"
+#include "python/step_values.h"
 #if defined(GEARJAX_WITH_CUDA)
 #include "cuda/ffi_cuda.h"
 #include "cuda/host_work.h"
@@ -319,7 +319,7 @@ class NativeTable {
   // An eager insert_batch from host arrays (gearjax/table.py): column c is
   // [rows, steps, *step] of the column's dtype, C-contiguous; rows whose
   // lengths and priorities the caller checked (checked again here). The
-  // insert_batch handler's body (core/insert_rows.h), copying with memcpy
+  // insert_batch handler's body (core/table/insert_rows.h), copying with memcpy
   // into a host arena; returns the keys.
   nb::ndarray<nb::numpy, int64_t> InsertRows(const std::vector<HostArray>& columns, int64_t rows,
                                              int64_t steps, Int64Array lengths,
@@ -615,7 +615,7 @@ NB_MODULE(_gearjax, m) {
       },
       "capacity"_a, "max_length"_a, "remover"_a, "step_priorities"_a = false,
       "Host bytes a table's bookkeeping (all but its arena) may take at its worst "
-      "(core/footprint.h).");
+      "(core/table/footprint.h).");
   m.def("set_leak_warnings", &nb::set_leak_warnings, "enabled"_a,
         "Whether nanobind reports objects still alive when the module unloads "
         "(gearjax._exit turns it off where daemon threads, parked at exit, still "

@@ -1,7 +1,7 @@
 // gearjax._gearjax.NixlAgent (see nixl_module.h). Every call into NIXL runs
 // with the GIL released; a read's spans come as uint64 arrays, checked here
 // for shape and length before NIXL sees them.
-#include "nixl_module.h"
+#include "python/nixl_module.h"
 
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/pair.h>
@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "core/common.h"
-#include "core/nixl_agent.h"
-#include "python_gil.h"
+#include "core/nixl/nixl_agent.h"
+#include "python/python_gil.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -71,7 +71,7 @@ std::vector<std::pair<std::string, nb::bytes>> Notifications(nixl::Agent& agent)
 void DefineNixlAgent(nb::module_& m) {
   using nixl::Agent;
   nb::class_<Agent>(m, "NixlAgent",
-                    "One process's NIXL agent through NIXL's C API (xla_ffi/core/nixl_agent.h).")
+                    "One process's NIXL agent through NIXL's C API (xla_ffi/core/nixl/nixl_agent.h).")
       .def(nb::init<const std::string&, const std::string&>(), "library"_a, "name"_a,
            nb::call_guard<python::ReleasedGil>())
       .def("register", &Agent::Register, "address"_a, "bytes"_a,

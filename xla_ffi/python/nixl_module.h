@@ -1,5 +1,5 @@
 // gearjax._gearjax.NixlAgent: the nixl exchange's native agent
-// (core/nixl_agent.h) as Python sees it.
+// (core/nixl/nixl_agent.h) as Python sees it.
 #pragma once
 
 #include <nanobind/nanobind.h>

@@ -3,7 +3,7 @@
 // Python at all), a CopyReader (every shard in this process), or a
 // PythonReader, whose transport is Python code (the verbs exchange, tests'
 // loopback transports): the same sampler whatever moves the bytes.
-#include "one_sided_module.h"
+#include "python/one_sided_module.h"
 
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
@@ -22,14 +22,14 @@
 #include <vector>
 
 #include "core/common.h"
-#include "core/nixl_agent.h"
-#include "core/one_sided.h"
-#include "core/one_sided_nixl.h"
-#include "core/one_sided_plan.h"
-#include "core/slots.h"
-#include "core/sum_tree.h"
+#include "core/nixl/nixl_agent.h"
+#include "core/one_sided/one_sided.h"
+#include "core/nixl/one_sided_nixl.h"
+#include "core/one_sided/one_sided_plan.h"
+#include "core/table/slots.h"
+#include "core/selectors/sum_tree.h"
 #include "core/window.h"
-#include "python_gil.h"
+#include "python/python_gil.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -174,7 +174,7 @@ class PythonReader : public one_sided::Reader {
   nb::object error_;  // set and cleared with the GIL
 };
 
-// The native one-sided sample (core/one_sided.h) into the given arrays;
+// The native one-sided sample (core/one_sided/one_sided.h) into the given arrays;
 // returns (index of the shard that failed or -1, why, round trips,
 // descriptors). Other errors raise.
 std::tuple<int, std::string, int, int64_t> OneSidedSample(
@@ -246,7 +246,7 @@ std::tuple<int, std::string, int, int64_t> OneSidedSample(
   return result;
 }
 
-// A plan for compiled samples (core/one_sided_plan.h); returns its handle.
+// A plan for compiled samples (core/one_sided/one_sided_plan.h); returns its handle.
 int64_t OneSidedPlan(nixl::Agent* agent, const std::vector<LayoutTuple>& layouts,
                      const std::vector<int>& numbers, int shard_shift, const Columns& columns,
                      int64_t strategy, int64_t count, int64_t batch, int64_t window,
@@ -269,7 +269,7 @@ void DefineOneSided(nb::module_& m) {
         "batch"_a, "window"_a, "pad_left"_a, "keys"_a, "start"_a, "probability"_a,
         "table_size"_a, "valid"_a, "shard"_a, "column_outputs"_a, "timeout"_a,
         "whole_read_bytes"_a = one_sided::kWholeReadBytes,
-        "A one-sided sample in native code (xla_ffi/core/one_sided.h) into the given arrays, "
+        "A one-sided sample in native code (xla_ffi/core/one_sided/one_sided.h) into the given arrays, "
         "through `transport`: a NixlAgent, None (every shard in this process, copied), or a "
         "Python transport with read(requests, fixed) and staging(use, bytes) (see "
         "one_sided_module.cc); returns (index of the shard that failed or -1, why, round "
@@ -279,7 +279,7 @@ void DefineOneSided(nb::module_& m) {
   m.def("one_sided_plan", &OneSidedPlan, "agent"_a.none(), "layouts"_a, "numbers"_a,
         "shard_shift"_a, "columns"_a, "strategy"_a, "count"_a, "batch"_a, "window"_a,
         "pad_left"_a, "timeout"_a, "skip_dead"_a,
-        "Registers a plan for compiled one-sided samples (xla_ffi/core/one_sided_plan.h); "
+        "Registers a plan for compiled one-sided samples (xla_ffi/core/one_sided/one_sided_plan.h); "
         "returns its handle, the gearjax_one_sided_sample call's plan_handle. The agent must "
         "outlive it: close the plan first.");
   m.attr("one_sided_plan_max_columns") = one_sided::Plan::kMaxColumns;
@@ -301,7 +301,7 @@ void DefineOneSided(nb::module_& m) {
     d["pins_offset"] = offsetof(SlotInfo, pins);
     d["state_offset"] = offsetof(SlotInfo, state);
     return d;
-  }, "The slot record's and sum tree's layout (core/slots.h, core/sum_tree.h), which "
+  }, "The slot record's and sum tree's layout (core/table/slots.h, core/selectors/sum_tree.h), which "
      "one-sided readers in Python decode.");
 }
 

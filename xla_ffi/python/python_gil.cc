@@ -1,6 +1,6 @@
 // The exit gate, and the GIL guards and signal hook built on it (see
 // python_gil.h).
-#include "python_gil.h"
+#include "python/python_gil.h"
 
 #include <pthread.h>
 #include <unistd.h>

@@ -1,5 +1,5 @@
 // One step of Python values to the columns' bytes (see step_values.h).
-#include "step_values.h"
+#include "python/step_values.h"
 
 #include <cfloat>
 #include <cmath>

@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "core/memory.h"
-#include "core/registry.h"
-#include "core/table.h"
-#include "python_gil.h"
+#include "core/table/registry.h"
+#include "core/table/table.h"
+#include "python/python_gil.h"
 #include "testing/testing_module.h"
 
 namespace nb = nanobind;

@@ -33,18 +33,18 @@
 #include <tuple>
 #include <vector>
 
-#include "core/completion_block.h"
-#include "core/gather_plan.h"
-#include "core/gpu_completions.h"
+#include "core/gpu/completion_block.h"
+#include "core/gpu/gather_plan.h"
+#include "core/gpu/gpu_completions.h"
 #include "core/memory.h"
-#include "core/registry.h"
-#include "core/sample_block.h"
-#include "core/select_block.h"
-#include "core/staged_update.h"
-#include "core/table.h"
+#include "core/table/registry.h"
+#include "core/gpu/sample_block.h"
+#include "core/gpu/select_block.h"
+#include "core/gpu/staged_update.h"
+#include "core/table/table.h"
 #include "core/window.h"
-#include "new_array.h"
-#include "python_gil.h"
+#include "python/new_array.h"
+#include "python/python_gil.h"
 #include "testing/array_formats.h"
 
 namespace nb = nanobind;
@@ -209,7 +209,7 @@ nb::tuple EmulateGpuSample(int64_t handle, std::tuple<uint32_t, uint32_t> seed, 
   return results.Results();
 }
 
-// The fused GPU sample (core/sample_block.h) run on the CPU as the CUDA
+// The fused GPU sample (core/gpu/sample_block.h) run on the CPU as the CUDA
 // handler runs it for Uniform, Timestep and Prioritized: BeginGpuSample, the
 // kernel's blocks (each selecting its row once and copying all of it), the
 // ticket back through the completion ring or by hand. Same results as
@@ -283,7 +283,7 @@ nb::tuple EmulateGpuSelect(int64_t handle, std::tuple<uint32_t, uint32_t> seed, 
 
 // What the CUDA priority-update handler does, with its copies as memcpy and
 // its two host functions run here, in order, inside a stream-callback scope
-// (core/staged_update.h): looks the table up (raising its deferred error),
+// (core/gpu/staged_update.h): looks the table up (raising its deferred error),
 // checks types and sizes, stages, applies, recycles; returns the count.
 int32_t StagedUpdateLikeTheGpu(int64_t handle, AnyArray keys, AnyArray priorities) {
   std::shared_ptr<Table> table = Find(handle);

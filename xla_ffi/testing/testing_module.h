@@ -7,7 +7,7 @@
 #include <cstddef>
 
 #include "core/memory.h"
-#include "core/mirror_block.h"
+#include "core/gpu/mirror_block.h"
 
 namespace gearjax::testing {
 

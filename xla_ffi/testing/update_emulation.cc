@@ -1,4 +1,4 @@
-// Test-only hooks for GPU priority updates (core/update_block.h): the CUDA
+// Test-only hooks for GPU priority updates (core/gpu/update_block.h): the CUDA
 // handler's path with the kernel's phases run on the CPU, thread by thread,
 // so the update kernel's code is checked against Table::UpdatePriorities on
 // machines without a GPU, and the protocol that keeps host writers out of
@@ -12,11 +12,11 @@
 #include <vector>
 
 #include "core/decode.h"
-#include "core/gpu_completions.h"
-#include "core/registry.h"
-#include "core/table.h"
-#include "core/update_block.h"
-#include "python_gil.h"
+#include "core/gpu/gpu_completions.h"
+#include "core/table/registry.h"
+#include "core/table/table.h"
+#include "core/gpu/update_block.h"
+#include "python/python_gil.h"
 #include "testing/array_formats.h"
 #include "testing/testing_module.h"
 

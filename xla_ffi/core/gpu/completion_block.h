@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "common.h"
+#include "core/common.h"
 
 namespace gearjax {
 

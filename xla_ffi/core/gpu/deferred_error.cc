@@ -1,7 +1,7 @@
 // Errors kept for the next call to raise (see deferred_error.h).
-#include "deferred_error.h"
+#include "core/gpu/deferred_error.h"
 
-#include "common.h"
+#include "core/common.h"
 
 namespace gearjax {
 

@@ -1,7 +1,7 @@
 // Tests of deferred errors: the first error is raised once with how many came
 // after it, nothing is raised when nothing is kept, and of many threads
 // raising one error at once exactly one throws.
-#include "core/deferred_error.h"
+#include "core/gpu/deferred_error.h"
 
 #include <gtest/gtest.h>
 

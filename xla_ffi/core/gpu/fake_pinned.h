@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "memory.h"
+#include "core/memory.h"
 
 namespace gearjax::fake_pinned {
 

@@ -11,10 +11,10 @@
 #include <cstdint>
 #include <cstring>
 
-#include "common.h"
-#include "draw.h"
-#include "completion_block.h"
-#include "window.h"
+#include "core/common.h"
+#include "core/draw.h"
+#include "core/gpu/completion_block.h"
+#include "core/window.h"
 
 namespace gearjax {
 

@@ -1,5 +1,5 @@
 // See gather_plan.h.
-#include "gather_plan.h"
+#include "core/gpu/gather_plan.h"
 
 #include <string>
 

@@ -5,9 +5,9 @@
 
 #include <cstdint>
 
-#include "gather_block.h"
-#include "gather_cpu.h"
-#include "table.h"
+#include "core/gpu/gather_block.h"
+#include "core/gather_cpu.h"
+#include "core/table/table.h"
 
 namespace gearjax {
 

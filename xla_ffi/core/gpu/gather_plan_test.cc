@@ -1,14 +1,14 @@
 // Tests of the GPU gather's plan (gather_plan.h): a grid the kernel cannot
 // launch, or whose blocks one 32-bit completion counter cannot count, is
 // refused with what to change, where it would otherwise never report its end.
-#include "core/gather_plan.h"
+#include "core/gpu/gather_plan.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "core/table.h"
+#include "core/table/table.h"
 
 namespace gearjax {
 namespace {

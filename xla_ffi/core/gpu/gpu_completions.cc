@@ -1,5 +1,5 @@
 // A table's GPU completion ring and block counts (see gpu_completions.h).
-#include "gpu_completions.h"
+#include "core/gpu/gpu_completions.h"
 
 #include <stdexcept>
 #include <string>

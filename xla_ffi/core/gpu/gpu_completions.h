@@ -23,10 +23,10 @@
 #include <atomic>
 #include <cstdint>
 
-#include "common.h"
-#include "completion_block.h"
-#include "mapped_array.h"
-#include "memory.h"
+#include "core/common.h"
+#include "core/gpu/completion_block.h"
+#include "core/gpu/mapped_array.h"
+#include "core/memory.h"
 
 namespace gearjax {
 

@@ -3,7 +3,7 @@
 // every block, and leaves its place's count at 0; the ring's counts go to GPU
 // memory through the device hooks when given (zeroed there), and a real GPU's
 // ring must be mapped. (Tickets handed to the ring: sample_tickets_test.cc.)
-#include "core/gpu_completions.h"
+#include "core/gpu/gpu_completions.h"
 
 #include <gtest/gtest.h>
 

@@ -7,10 +7,10 @@
 
 #include <cstdint>
 
-#include "selectors/uniform.h"
-#include "slots.h"
-#include "sum_tree.h"
-#include "window.h"
+#include "core/selectors/uniform.h"
+#include "core/table/slots.h"
+#include "core/selectors/sum_tree.h"
+#include "core/window.h"
 
 namespace gearjax {
 

@@ -1,7 +1,7 @@
 // Tests of KernelCheck (kernel_check.h): "the kernels run" is remembered per
 // GPU; a refusal, whatever its cause, is asked again at the next call, so a
 // passing failure (memory, a sticky error) never becomes a lasting refusal.
-#include "core/kernel_check.h"
+#include "core/gpu/kernel_check.h"
 
 #include <gtest/gtest.h>
 

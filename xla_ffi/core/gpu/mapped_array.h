@@ -12,8 +12,8 @@
 #include <type_traits>
 #include <utility>
 
-#include "huge_pages.h"
-#include "memory.h"
+#include "core/huge_pages.h"
+#include "core/memory.h"
 
 namespace gearjax {
 

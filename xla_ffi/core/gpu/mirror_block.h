@@ -16,8 +16,8 @@
 
 #include <cstdint>
 
-#include "common.h"
-#include "limits.h"
+#include "core/common.h"
+#include "core/limits.h"
 
 namespace gearjax {
 

@@ -12,9 +12,9 @@
 
 #include <cstdint>
 
-#include "gather_block.h"
-#include "gpu_selection.h"
-#include "select_block.h"
+#include "core/gpu/gather_block.h"
+#include "core/gpu/gpu_selection.h"
+#include "core/gpu/select_block.h"
 
 namespace gearjax {
 

@@ -11,12 +11,12 @@
 
 #include <cstdint>
 
-#include "common.h"
-#include "draw.h"
-#include "gpu_selection.h"
-#include "random.h"
-#include "sum_tree.h"
-#include "window.h"
+#include "core/common.h"
+#include "core/draw.h"
+#include "core/gpu/gpu_selection.h"
+#include "core/random.h"
+#include "core/selectors/sum_tree.h"
+#include "core/window.h"
 
 namespace gearjax {
 

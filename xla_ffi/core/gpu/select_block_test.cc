@@ -4,13 +4,13 @@
 // was still in the tree, a tree emptied under a stale root. A zero-weight or
 // non-live slot is never returned, and a row that finds nothing comes back
 // empty with a finite importance weight.
-#include "core/select_block.h"
+#include "core/gpu/select_block.h"
 
 #include <gtest/gtest.h>
 
 #include <vector>
 
-#include "core/sum_tree.h"
+#include "core/selectors/sum_tree.h"
 
 namespace gearjax {
 namespace {

@@ -1,6 +1,6 @@
 // StagedUpdate: the pool of staging buffers and the host function's work (see
 // staged_update.h).
-#include "staged_update.h"
+#include "core/gpu/staged_update.h"
 
 #include <cstdint>
 #include <cstdlib>
@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "common.h"
+#include "core/common.h"
 
 namespace gearjax {
 namespace {

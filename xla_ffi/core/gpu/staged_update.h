@@ -37,9 +37,9 @@
 #include <cstdint>
 #include <memory>
 
-#include "decode.h"
-#include "memory.h"
-#include "table.h"
+#include "core/decode.h"
+#include "core/memory.h"
+#include "core/table/table.h"
 
 namespace gearjax {
 

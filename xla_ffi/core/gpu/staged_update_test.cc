@@ -4,7 +4,7 @@
 // table counts -1 and keeps nothing; buffers are pooled (pinned ones apart
 // from plain ones) and released safely from inside a stream callback; many
 // threads updating at once lose nothing.
-#include "core/staged_update.h"
+#include "core/gpu/staged_update.h"
 
 #include <gtest/gtest.h>
 
@@ -17,8 +17,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/fake_pinned.h"
-#include "core/registry.h"
+#include "core/gpu/fake_pinned.h"
+#include "core/table/registry.h"
 
 namespace gearjax {
 namespace {

@@ -1,5 +1,5 @@
 // A sum tree's copy in GPU memory and its write log (see tree_mirror.h).
-#include "tree_mirror.h"
+#include "core/gpu/tree_mirror.h"
 
 #include <algorithm>
 #include <new>

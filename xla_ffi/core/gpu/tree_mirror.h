@@ -21,8 +21,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "memory.h"
-#include "mirror_block.h"
+#include "core/memory.h"
+#include "core/gpu/mirror_block.h"
 
 namespace gearjax {
 

@@ -5,7 +5,7 @@
 // each copy the mirror equals the host tree bit for bit, whatever mix of
 // Set and SetMany ran; a failed allocation leaves no mirror and is not
 // retried; the memory goes back through the hooks.
-#include "core/tree_mirror.h"
+#include "core/gpu/tree_mirror.h"
 
 #include <gtest/gtest.h>
 
@@ -15,8 +15,8 @@
 #include <set>
 #include <vector>
 
-#include "core/fake_pinned.h"
-#include "core/sum_tree.h"
+#include "core/gpu/fake_pinned.h"
+#include "core/selectors/sum_tree.h"
 
 namespace gearjax {
 namespace {

@@ -35,13 +35,13 @@
 
 #include <cstdint>
 
-#include "common.h"
-#include "completion_block.h"
-#include "decode.h"
-#include "limits.h"
-#include "priority_weight.h"
-#include "slots.h"
-#include "sum_tree.h"
+#include "core/common.h"
+#include "core/gpu/completion_block.h"
+#include "core/decode.h"
+#include "core/limits.h"
+#include "core/selectors/priority_weight.h"
+#include "core/table/slots.h"
+#include "core/selectors/sum_tree.h"
 
 namespace gearjax {
 

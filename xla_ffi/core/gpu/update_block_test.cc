@@ -2,7 +2,7 @@
 // emulator on plain host arrays, against SumTree::SetMany and the records a
 // host update leaves; under the sanitizers, so the carved shared memory is
 // checked for overruns too.
-#include "update_block.h"
+#include "core/gpu/update_block.h"
 
 #include <gtest/gtest.h>
 
@@ -11,8 +11,8 @@
 #include <random>
 #include <vector>
 
-#include "priority_weight.h"
-#include "sum_tree.h"
+#include "core/selectors/priority_weight.h"
+#include "core/selectors/sum_tree.h"
 
 namespace gearjax {
 namespace {

@@ -1,5 +1,5 @@
 // The nixl exchange's agent over NIXL's C API (see nixl_agent.h).
-#include "nixl_agent.h"
+#include "core/nixl/nixl_agent.h"
 
 #include <algorithm>
 #include <chrono>

@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "nixl_capi.h"
+#include "core/nixl/nixl_capi.h"
 
 namespace gearjax::nixl {
 

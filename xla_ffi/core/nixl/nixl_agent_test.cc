@@ -2,7 +2,7 @@
 // the loopback cases need NIXL's C API, named by GEARJAX_NIXL_CAPI (the
 // Python suite, tests/test_nixl_native.py, sets it from the installed wheel
 // and runs the same paths where NIXL is installed).
-#include "nixl_agent.h"
+#include "core/nixl/nixl_agent.h"
 
 #include <gtest/gtest.h>
 

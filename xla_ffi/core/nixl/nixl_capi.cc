@@ -1,5 +1,5 @@
 // Loading NIXL's C API (see nixl_capi.h).
-#include "nixl_capi.h"
+#include "core/nixl/nixl_capi.h"
 
 #include <dlfcn.h>
 

@@ -1,5 +1,5 @@
 // The sampler's reader over NIXL (see one_sided_nixl.h).
-#include "one_sided_nixl.h"
+#include "core/nixl/one_sided_nixl.h"
 
 #include <cstring>
 

@@ -4,8 +4,8 @@
 // fixed reads (the snapshot) kept by the agent and posted again.
 #pragma once
 
-#include "nixl_agent.h"
-#include "one_sided.h"
+#include "core/nixl/nixl_agent.h"
+#include "core/one_sided/one_sided.h"
 
 namespace gearjax::one_sided {
 

@@ -1,16 +1,16 @@
 // The native one-sided sampler (see one_sided.h): the rounds of a sample,
 // the reads its steps share, and step 3 (the windows and the records again).
 // The draws of step 2 are one_sided_tree.cc and one_sided_ranked.cc.
-#include "one_sided.h"
+#include "core/one_sided/one_sided.h"
 
 #include <algorithm>
 #include <cstring>
 
-#include "common.h"
-#include "one_sided_draw.h"
-#include "strategies.h"
-#include "sum_tree.h"
-#include "window.h"
+#include "core/common.h"
+#include "core/one_sided/one_sided_draw.h"
+#include "core/selectors/strategies.h"
+#include "core/selectors/sum_tree.h"
+#include "core/window.h"
 
 namespace gearjax::one_sided {
 

@@ -32,8 +32,8 @@
 #include <string>
 #include <vector>
 
-#include "nixl_agent.h"
-#include "sample_request.h"
+#include "core/nixl/nixl_agent.h"
+#include "core/sample_request.h"
 
 namespace gearjax::one_sided {
 

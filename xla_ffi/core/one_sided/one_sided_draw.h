@@ -10,9 +10,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "one_sided.h"
-#include "random.h"
-#include "slots.h"
+#include "core/one_sided/one_sided.h"
+#include "core/random.h"
+#include "core/table/slots.h"
 
 namespace gearjax::one_sided {
 

@@ -1,12 +1,12 @@
 // One-sided sampling plans and their registry (see one_sided_plan.h).
-#include "one_sided_plan.h"
+#include "core/one_sided/one_sided_plan.h"
 
 #include <cstring>
 #include <string>
 #include <unordered_map>
 
-#include "common.h"
-#include "one_sided_nixl.h"
+#include "core/common.h"
+#include "core/nixl/one_sided_nixl.h"
 
 namespace gearjax::one_sided {
 namespace {

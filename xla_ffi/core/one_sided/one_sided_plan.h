@@ -13,8 +13,8 @@
 #include <mutex>
 #include <vector>
 
-#include "nixl_agent.h"
-#include "one_sided.h"
+#include "core/nixl/nixl_agent.h"
+#include "core/one_sided/one_sided.h"
 
 namespace gearjax::one_sided {
 

@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <functional>
 
-#include "common.h"
-#include "limits.h"
-#include "one_sided_draw.h"
-#include "shard_ranking.h"
+#include "core/common.h"
+#include "core/limits.h"
+#include "core/one_sided/one_sided_draw.h"
+#include "core/sharding/shard_ranking.h"
 
 namespace gearjax::one_sided {
 

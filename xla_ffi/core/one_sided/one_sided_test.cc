@@ -4,8 +4,8 @@
 // paths (snapshot, or per row for shards too large), the ranking strategies
 // (TopK, Recent) over every shard, rows drawn again when their slot is
 // rewritten during the sample, and refusals.
-#include "core/one_sided.h"
-#include "core/one_sided_plan.h"
+#include "core/one_sided/one_sided.h"
+#include "core/one_sided/one_sided_plan.h"
 
 #include <gtest/gtest.h>
 
@@ -14,7 +14,7 @@
 #include <map>
 #include <vector>
 
-#include "core/table.h"
+#include "core/table/table.h"
 
 namespace gearjax::one_sided {
 namespace {

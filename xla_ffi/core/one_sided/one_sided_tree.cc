@@ -7,10 +7,10 @@
 #include <cstring>
 #include <map>
 
-#include "common.h"
-#include "one_sided_draw.h"
-#include "strategies.h"
-#include "sum_tree.h"
+#include "core/common.h"
+#include "core/one_sided/one_sided_draw.h"
+#include "core/selectors/strategies.h"
+#include "core/selectors/sum_tree.h"
 
 namespace gearjax::one_sided {
 namespace {

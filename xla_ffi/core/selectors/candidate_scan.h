@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/selectors/selector.h"
-#include "core/slots.h"
+#include "core/table/slots.h"
 
 namespace gearjax {
 

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "core/selectors/selector.h"
-#include "core/sum_tree.h"
+#include "core/selectors/sum_tree.h"
 
 namespace gearjax {
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/priority_weight.h"
+#include "core/selectors/priority_weight.h"
 #include "core/selectors/weight_tree.h"
 
 namespace gearjax {

@@ -5,8 +5,8 @@
 
 #include <cmath>
 
-#include "common.h"
-#include "limits.h"
+#include "core/common.h"
+#include "core/limits.h"
 
 namespace gearjax {
 

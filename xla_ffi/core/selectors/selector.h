@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/sum_tree.h"
+#include "core/selectors/sum_tree.h"
 
 namespace gearjax {
 

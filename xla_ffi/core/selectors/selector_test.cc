@@ -15,14 +15,14 @@
 #include <stdexcept>
 #include <vector>
 
-#include "core/gpu_selection.h"
+#include "core/gpu/gpu_selection.h"
 #include "core/random.h"
 #include "core/selectors/prioritized.h"
 #include "core/selectors/recent.h"
 #include "core/selectors/timestep.h"
 #include "core/selectors/topk.h"
 #include "core/selectors/uniform.h"
-#include "core/slots.h"
+#include "core/table/slots.h"
 
 namespace gearjax {
 namespace {

@@ -2,11 +2,11 @@
 #include "core/selectors/step_prioritized.h"
 
 #include "core/common.h"
-#include "core/gpu_selection.h"
-#include "core/priority_weight.h"
+#include "core/gpu/gpu_selection.h"
+#include "core/selectors/priority_weight.h"
 #include "core/selectors/candidate_scan.h"
-#include "core/slots.h"
-#include "core/sum_tree_range.h"
+#include "core/table/slots.h"
+#include "core/selectors/sum_tree_range.h"
 
 namespace gearjax {
 

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "core/selectors/selector.h"
-#include "core/sum_tree.h"
+#include "core/selectors/sum_tree.h"
 
 namespace gearjax {
 
@@ -50,7 +50,7 @@ class StepPrioritizedSelector final : public SamplingSelector {
   void SelectMany(const SelectionBatch& batch, Selection* out) const override;
   double TotalWeight() const override { return tree_.Total(); }
   // The step tree, which one-sided readers of other processes descend too:
-  // its leaf s * max_length + t is step t of slot s (core/one_sided_tree.cc).
+  // its leaf s * max_length + t is step t of slot s (core/one_sided/one_sided_tree.cc).
   const SumTree* DrawTree() const override { return &tree_; }
   // A GPU draw (cut "start" or "end", with replacement) descends the step
   // tree too, max_length leaves a slot (select_block.h SelectRow).

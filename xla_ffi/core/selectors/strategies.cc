@@ -1,12 +1,12 @@
 // The registry of sampling strategies (see strategies.h).
-#include "strategies.h"
+#include "core/selectors/strategies.h"
 
 #include <iterator>
 #include <string>
 
-#include "common.h"
-#include "limits.h"
-#include "table_internal.h"  // Number
+#include "core/common.h"
+#include "core/limits.h"
+#include "core/table/table_internal.h"  // Number
 
 namespace gearjax {
 namespace {

@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <string>
 
-#include "sample_request.h"
+#include "core/sample_request.h"
 
 namespace gearjax {
 

@@ -1,7 +1,7 @@
 // Tests of the strategy registry (strategies.h): one entry per code in code
 // order, what ranks and what weighs by priority, the parameter checks and
 // eligibility words that follow from each entry, and unknown codes refused.
-#include "core/strategies.h"
+#include "core/selectors/strategies.h"
 
 #include <gtest/gtest.h>
 

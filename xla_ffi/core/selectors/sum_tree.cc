@@ -1,11 +1,11 @@
 // The eight-way sum tree (see sum_tree.h).
-#include "sum_tree.h"
+#include "core/selectors/sum_tree.h"
 
 #include <algorithm>
 
-#include "common.h"
-#include "prefetch.h"
-#include "tree_mirror.h"
+#include "core/common.h"
+#include "core/prefetch.h"
+#include "core/gpu/tree_mirror.h"
 
 namespace gearjax {
 namespace {

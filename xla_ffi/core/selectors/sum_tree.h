@@ -19,9 +19,9 @@
 #include <memory>
 #include <vector>
 
-#include "common.h"
-#include "mapped_array.h"
-#include "memory.h"
+#include "core/common.h"
+#include "core/gpu/mapped_array.h"
+#include "core/memory.h"
 
 namespace gearjax {
 

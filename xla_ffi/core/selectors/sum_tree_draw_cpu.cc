@@ -8,9 +8,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "cpu_simd.h"
-#include "prefetch.h"
-#include "sum_tree.h"
+#include "core/cpu_simd.h"
+#include "core/prefetch.h"
+#include "core/selectors/sum_tree.h"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>

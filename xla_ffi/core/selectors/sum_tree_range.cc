@@ -1,5 +1,5 @@
 // Range sums and draws over a sum tree (see sum_tree_range.h).
-#include "sum_tree_range.h"
+#include "core/selectors/sum_tree_range.h"
 
 #include <algorithm>
 

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "sum_tree.h"
+#include "core/selectors/sum_tree.h"
 
 namespace gearjax {
 

@@ -1,7 +1,7 @@
 // Range sums and draws (sum_tree_range.h) against sums and prefix searches
 // over the leaves themselves, on trees of one to four levels and ranges of
 // every alignment.
-#include "sum_tree_range.h"
+#include "core/selectors/sum_tree_range.h"
 
 #include <gtest/gtest.h>
 

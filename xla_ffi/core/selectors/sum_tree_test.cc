@@ -2,7 +2,7 @@
 // cumulative sum, zero-weight leaves never drawn, batched updates and draws
 // equal to the one-at-a-time ones (batched draws with every CPU kernel), no
 // drift.
-#include "core/sum_tree.h"
+#include "core/selectors/sum_tree.h"
 
 #include <gtest/gtest.h>
 

@@ -3,7 +3,7 @@
 
 #include <vector>
 
-#include "core/gpu_selection.h"
+#include "core/gpu/gpu_selection.h"
 #include "core/selectors/candidate_scan.h"
 
 namespace gearjax {

@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "core/common.h"
-#include "core/mapped_array.h"
+#include "core/gpu/mapped_array.h"
 #include "core/random.h"
-#include "core/sum_tree.h"
+#include "core/selectors/sum_tree.h"
 #include "core/selectors/selector.h"
 
 namespace gearjax {

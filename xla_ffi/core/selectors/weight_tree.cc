@@ -2,7 +2,7 @@
 #include "core/selectors/weight_tree.h"
 
 #include "core/common.h"
-#include "core/gpu_selection.h"
+#include "core/gpu/gpu_selection.h"
 #include "core/selectors/candidate_scan.h"
 
 namespace gearjax {

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/sum_tree.h"
+#include "core/selectors/sum_tree.h"
 #include "core/selectors/selector.h"
 
 namespace gearjax {

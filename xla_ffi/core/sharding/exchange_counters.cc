@@ -1,5 +1,5 @@
 // What a shard's owner has served to the xla exchange (see exchange_counters.h).
-#include "core/exchange_counters.h"
+#include "core/sharding/exchange_counters.h"
 
 #include "core/common.h"
 

@@ -1,5 +1,5 @@
 // Tests of the exchange counters: totals, block histogram, refusals.
-#include "core/exchange_counters.h"
+#include "core/sharding/exchange_counters.h"
 
 #include <gtest/gtest.h>
 

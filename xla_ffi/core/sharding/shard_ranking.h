@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "sample_request.h"
+#include "core/sample_request.h"
 
 namespace gearjax {
 

@@ -1,5 +1,5 @@
 // Global sampling over shards (see sharding.h).
-#include "sharding.h"
+#include "core/sharding/sharding.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "random.h"
-#include "row_words_cpu.h"
-#include "shard_ranking.h"
+#include "core/random.h"
+#include "core/row_words_cpu.h"
+#include "core/sharding/shard_ranking.h"
 
 namespace gearjax {
 

@@ -3,7 +3,7 @@
 // checks, the owner's draws (global keys, sizes and probabilities, empty
 // rows, counted samples) and keys of fewer than 63 bits. The shard draw is
 // checked row for row against a scan from shard 0.
-#include "core/sharding.h"
+#include "core/sharding/sharding.h"
 
 #include <gtest/gtest.h>
 

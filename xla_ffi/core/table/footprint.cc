@@ -1,18 +1,18 @@
 // The worst bookkeeping of a table (see footprint.h): one term per structure,
 // in the order table.h lists them. footprint_test.cc and
 // tests/test_table_memory.py check it against what a table holds.
-#include "footprint.h"
+#include "core/table/footprint.h"
 
 #include <cstdint>
 #include <utility>
 
-#include "huge_pages.h"
-#include "limits.h"
-#include "selectors/selector.h"
-#include "selectors/step_prioritized.h"
-#include "slots.h"
-#include "sum_tree.h"
-#include "table_reports.h"
+#include "core/huge_pages.h"
+#include "core/limits.h"
+#include "core/selectors/selector.h"
+#include "core/selectors/step_prioritized.h"
+#include "core/table/slots.h"
+#include "core/selectors/sum_tree.h"
+#include "core/table/table_reports.h"
 
 namespace gearjax {
 namespace {

@@ -16,7 +16,7 @@
 
 #include <cstdint>
 
-#include "removers.h"
+#include "core/table/removers.h"
 
 namespace gearjax {
 

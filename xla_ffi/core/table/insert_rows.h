@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "common.h"
-#include "table.h"
+#include "core/common.h"
+#include "core/table/table.h"
 
 namespace gearjax {
 

@@ -1,11 +1,11 @@
 // The rate limiter (see rate_limiter.h).
-#include "rate_limiter.h"
+#include "core/table/rate_limiter.h"
 
 #include <cmath>
 #include <sstream>
 
-#include "common.h"
-#include "limits.h"
+#include "core/common.h"
+#include "core/limits.h"
 
 namespace gearjax {
 

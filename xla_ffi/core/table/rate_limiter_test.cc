@@ -1,5 +1,5 @@
 // Tests of the rate limiter: spec validation and the admit rules.
-#include "core/rate_limiter.h"
+#include "core/table/rate_limiter.h"
 
 #include <gtest/gtest.h>
 

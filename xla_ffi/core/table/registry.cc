@@ -1,5 +1,5 @@
 // Process-wide map from table handle to table (see registry.h).
-#include "registry.h"
+#include "core/table/registry.h"
 
 #include <pthread.h>
 
@@ -7,7 +7,7 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "memory.h"
+#include "core/memory.h"
 
 namespace gearjax {
 namespace {

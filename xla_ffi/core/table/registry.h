@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "table.h"
+#include "core/table/table.h"
 
 namespace gearjax {
 

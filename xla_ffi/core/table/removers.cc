@@ -1,7 +1,7 @@
 // Removers (see removers.h).
-#include "removers.h"
+#include "core/table/removers.h"
 
-#include "common.h"
+#include "core/common.h"
 
 namespace gearjax {
 

@@ -1,5 +1,5 @@
 // Tests of the removers' victim choice.
-#include "core/removers.h"
+#include "core/table/removers.h"
 
 #include <gtest/gtest.h>
 

@@ -1,9 +1,9 @@
 // The tickets of samples in flight (see sample_tickets.h).
-#include "sample_tickets.h"
+#include "core/table/sample_tickets.h"
 
 #include <algorithm>
 
-#include "gpu_completions.h"
+#include "core/gpu/gpu_completions.h"
 
 namespace gearjax {
 namespace {

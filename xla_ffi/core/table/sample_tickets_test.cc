@@ -4,14 +4,14 @@
 // twice or never given changes nothing. Tickets handed to the device come back
 // only when the GPU completion ring says so, never from a stale report, and a
 // ticket is told which earlier ticket in flight shares its ring place.
-#include "core/sample_tickets.h"
+#include "core/table/sample_tickets.h"
 
 #include <gtest/gtest.h>
 
 #include <thread>
 #include <vector>
 
-#include "core/gpu_completions.h"
+#include "core/gpu/gpu_completions.h"
 
 namespace gearjax {
 namespace {

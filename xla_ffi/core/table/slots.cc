@@ -1,10 +1,10 @@
 // Slots and keys (see slots.h).
-#include "slots.h"
+#include "core/table/slots.h"
 
 #include <bit>
 #include <string>
 
-#include "common.h"
+#include "core/common.h"
 
 namespace gearjax {
 

@@ -18,7 +18,7 @@
 #include <limits>
 #include <vector>
 
-#include "mapped_array.h"
+#include "core/gpu/mapped_array.h"
 
 namespace gearjax {
 

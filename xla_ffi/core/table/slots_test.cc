@@ -1,5 +1,5 @@
 // Tests of keys (layout, lookup with the generation check) and slot records.
-#include "core/slots.h"
+#include "core/table/slots.h"
 
 #include <gtest/gtest.h>
 

@@ -1,14 +1,14 @@
 // The arena and the column layout (see storage.h).
-#include "storage.h"
+#include "core/table/storage.h"
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 
-#include "common.h"
-#include "huge_pages.h"
-#include "limits.h"
+#include "core/common.h"
+#include "core/huge_pages.h"
+#include "core/limits.h"
 
 namespace gearjax {
 namespace {

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "memory.h"
+#include "core/memory.h"
 
 namespace gearjax {
 

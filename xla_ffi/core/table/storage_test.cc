@@ -1,5 +1,5 @@
 // Tests of the column layout and the host arena.
-#include "core/storage.h"
+#include "core/table/storage.h"
 
 #include <gtest/gtest.h>
 

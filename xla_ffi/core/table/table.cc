@@ -2,17 +2,17 @@
 // closing, and the selectors it keeps. The rest of Table's methods live beside
 // it by seam: table_insert.cc, table_sample.cc, table_shard.cc,
 // table_updates.cc, table_items.cc.
-#include "table.h"
+#include "core/table/table.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <utility>
 
-#include "limits.h"
-#include "prefetch.h"
-#include "random.h"
-#include "table_internal.h"
+#include "core/limits.h"
+#include "core/prefetch.h"
+#include "core/random.h"
+#include "core/table/table_internal.h"
 
 namespace gearjax {
 

@@ -8,12 +8,12 @@
 #include <string>
 #include <utility>
 
-#include "interrupts.h"
-#include "limits.h"
-#include "prefetch.h"
-#include "random.h"
-#include "table.h"
-#include "table_internal.h"
+#include "core/interrupts.h"
+#include "core/limits.h"
+#include "core/prefetch.h"
+#include "core/random.h"
+#include "core/table/table.h"
+#include "core/table/table_internal.h"
 
 namespace gearjax {
 

@@ -6,11 +6,11 @@
 #include <string>
 #include <utility>
 
-#include "limits.h"
-#include "prefetch.h"
-#include "random.h"
-#include "table.h"
-#include "table_internal.h"
+#include "core/limits.h"
+#include "core/prefetch.h"
+#include "core/random.h"
+#include "core/table/table.h"
+#include "core/table/table_internal.h"
 
 namespace gearjax {
 

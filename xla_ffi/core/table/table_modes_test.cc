@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/table.h"
+#include "core/table/table.h"
 #include "core/window.h"
 
 namespace gearjax {

@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "slots.h"
-#include "sum_tree.h"
+#include "core/table/slots.h"
+#include "core/selectors/sum_tree.h"
 
 namespace gearjax {
 

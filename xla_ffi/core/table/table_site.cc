@@ -1,8 +1,8 @@
 // A call site's table (table_site.h).
-#include "table_site.h"
+#include "core/table/table_site.h"
 
-#include "memory.h"
-#include "registry.h"
+#include "core/memory.h"
+#include "core/table/registry.h"
 
 namespace gearjax {
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "table.h"
+#include "core/table/table.h"
 
 namespace gearjax {
 

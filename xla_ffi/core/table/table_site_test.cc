@@ -2,7 +2,7 @@
 // resolve the handle (the same table, its deferred error raised once, the
 // registry's error for an unknown handle and for a closed table), without a
 // registry look-up while the table is open, and held weakly.
-#include "core/table_site.h"
+#include "core/table/table_site.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "core/registry.h"
+#include "core/table/registry.h"
 
 namespace gearjax {
 namespace {

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "rate_limiter.h"
-#include "removers.h"
-#include "storage.h"
+#include "core/table/rate_limiter.h"
+#include "core/table/removers.h"
+#include "core/table/storage.h"
 
 namespace gearjax {
 

@@ -1,7 +1,7 @@
 // Tests of the composed table: the slot lifecycle, removers, selection per
 // strategy, priority updates by key, the numeric contract, lazily created
 // selectors, and closing (memory released once nothing is inside).
-#include "core/table.h"
+#include "core/table/table.h"
 
 #include <gtest/gtest.h>
 
@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/gpu_completions.h"
+#include "core/gpu/gpu_completions.h"
 #include "core/limits.h"
 #include "core/memory.h"
 
