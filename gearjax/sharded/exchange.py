@@ -246,142 +246,192 @@ def sample(state: jax.Array, rng_key: jax.Array, *, spec: ShardSpec | tuple[Shar
     block (default :func:`block_cap`; B gives one round for every plan, as
     the exchange was before rounds). ``ragged`` chooses the ragged all-to-all
     (default: :func:`ragged_default`); ``min_block`` then does nothing."""
-    batch_size, strategy = args.batch_size, args.strategy
     specs = spec if isinstance(spec, tuple) else (spec,)
-    first = specs[0]
-    shards = first.shards
+    batch_size, shards = args.batch_size, specs[0].shards
     cap = block_cap(batch_size, shards) if max_block is None else int(max_block)
     if not 1 <= cap <= batch_size:
         raise ValueError(f"max_block must be in [1, batch_size = {batch_size}], got {max_block}")
     if len(specs) > 1 and [s.shard for s in specs] != list(range(shards)):
         raise ValueError("a tuple of specs must hold every shard, in order")
     # This device's shard: a number known at trace time, or its axis index.
-    me = first.shard if len(specs) == 1 else jax.lax.axis_index(axis_name)
+    me = specs[0].shard if len(specs) == 1 else jax.lax.axis_index(axis_name)
+    state, plan = _plan(state, rng_key, specs, args, axis_name, me)
+    rounds = _Rounds(specs, args, axis_name, me, cap, plan)
+    # Every process holds the same counts, so every process takes the same
+    # branch and the same number of rounds.
+    if ragged_default() if ragged is None else ragged:
+        state, _, received = rounds.ragged(jnp.int32(0), plan.serve_seeds, state)
+        later_round = rounds.ragged
+    else:
+        state, received = rounds.first_blocked(state, min_block)
+        later_round = functools.partial(rounds.blocked, cap)
+    state, received = rounds.later(state, received, later_round)
+    keys, start, probability, table_size, valid, *columns = received
+    mask, timestep = window_steps(start, valid, args.width, args.pad_left)
+    return state, ShardedBatch(columns={n: c for (n, _, _), c in zip(specs[0].columns, columns)},
+                               mask=mask, timestep=timestep, keys=keys, start=start,
+                               probability=probability, table_size=table_size,
+                               shard=plan.shard_of_row)
 
-    def own(call, state):
-        """call(state, spec) on this device's own shard."""
-        if len(specs) == 1:
-            return call(state, first)
-        return jax.lax.switch(me, [functools.partial(lambda s, st: call(st, s), s)
-                                   for s in specs], state)
 
+def _own(specs: tuple[ShardSpec, ...], me, call, state: jax.Array):
+    """call(state, spec) on this device's own shard: the one spec, or the
+    device's of every shard's (a switch on its axis index)."""
+    if len(specs) == 1:
+        return call(state, specs[0])
+    return jax.lax.switch(me, [functools.partial(lambda s, st: call(st, s), s)
+                               for s in specs], state)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """What every process knows after the one gather of a global sample:
+    every shard's summary, the owner asked for each of this process's rows
+    and its rank there, and how many rows each process asks of this shard;
+    with the key that seeds this shard's draws for each requester."""
+
+    summaries: jax.Array     # every shard's (ranked: with its share of the best)
+    counts: jax.Array        # [P, P]: rows requester i asks of shard j
+    shard_of_row: jax.Array  # [B]: the shard each of this process's rows comes from
+    rank: jax.Array          # [B]: that row's rank among those asked of its shard
+    asked: jax.Array         # [P]: rows each process asks of this shard
+    serve_key: jax.Array
+    serve_seeds: jax.Array   # [P, 2]: round 0's seed of each requester's draws
+
+
+def _plan(state: jax.Array, rng_key: jax.Array, specs: tuple[ShardSpec, ...], args: SampleArgs,
+          axis_name: str, me) -> tuple[jax.Array, _Plan]:
+    """Steps 1 and 2: this shard's summary (and best list, for a ranking
+    strategy), one gather of every shard's and of every process's plan seed,
+    and every process's plan drawn from it, so that each owner knows what is
+    asked of it without a second exchange."""
+    strategy, shards = args.strategy, specs[0].shards
     # The same key in every process still gives each its own rows and each
     # owner its own draws: the shard's number is folded in.
     plan_seed = seed_words(jax.random.fold_in(jax.random.fold_in(rng_key, 0), me))
     serve_key = jax.random.fold_in(jax.random.fold_in(rng_key, 1), me)
     # One vectorised op for every requester's seed, not P of them.
-    requesters = jnp.arange(shards, dtype=jnp.uint32)
-    serve_seeds = jax.vmap(lambda j: seed_words(jax.random.fold_in(serve_key, j)))(requesters)
-    ranked = strategy.ranks
-    if ranked:
-        per_shard = min(strategy.count, first.capacity)
-        state, summary, entries = own(lambda st, s: _ffi.shard_tops_call(
+    serve_seeds = jax.vmap(lambda j: seed_words(jax.random.fold_in(serve_key, j)))(
+        jnp.arange(shards, dtype=jnp.uint32))
+    if strategy.ranks:
+        per_shard = min(strategy.count, specs[0].capacity)
+        state, summary, entries = _own(specs, me, lambda st, s: _ffi.shard_tops_call(
             st, handle=s.handle, strategy=strategy.code, count=strategy.count, shard=s.shard,
             per_shard=per_shard), state)
     else:
-        state, summary = own(lambda st, s: _ffi.shard_totals_call(
+        state, summary = _own(specs, me, lambda st, s: _ffi.shard_totals_call(
             st, handle=s.handle, strategy=strategy.code, alpha=strategy.alpha,
             shard=s.shard), state)
         entries = jnp.zeros((0,), jnp.uint32)
-    # One gather brings every shard's summary (and best list) and every
-    # process's plan seed: each process then draws every process's plan, so
-    # each owner knows what is asked of it without a second exchange.
     words = _ffi.SUMMARY_WORDS
     gathered = jax.lax.all_gather(jnp.concatenate([summary, plan_seed, entries]), axis_name)
     summaries = gathered[:, :words].reshape(-1)
-    if ranked:
+    if strategy.ranks:
         summaries = _ffi.shard_rank_call(summaries, gathered[:, words + 2:].reshape(-1),
                                          strategy=strategy.code, count=strategy.count)
     shard_of_rows, ranks, counts = _ffi.shard_plan_call(
-        gathered[:, words:words + 2], summaries, batch=batch_size, shards=shards)
+        gathered[:, words:words + 2], summaries, batch=args.batch_size, shards=shards)
     # Row b of this process is the rank[b]-th row it asked of shard
     # shard_of_row[b] (the plan counts them as it draws: O(B), not the O(B P)
     # of a cumulative sum over a [B, P] one-hot).
-    shard_of_row, rank = shard_of_rows[me], ranks[me]
-    asked = counts[:, me]  # rows each process asks of this shard
-    width = args.width
+    return state, _Plan(summaries, counts, shard_of_rows[me], ranks[me], counts[:, me],
+                        serve_key, serve_seeds)
 
-    def round_seeds(r: jax.Array) -> jax.Array:
+
+@dataclasses.dataclass(frozen=True)
+class _Rounds:
+    """Step 3, in rounds: each owner draws what each requester asked of it,
+    and one all-to-all per round brings each requester its rows. A round
+    carries the ranks offset ... offset + block - 1 of every (requester,
+    owner) pair, in blocks of ``block`` rows (or exactly its rows, ragged)."""
+
+    specs: tuple[ShardSpec, ...]
+    args: SampleArgs
+    axis_name: str
+    me: object  # this device's shard: an int, or its traced axis index
+    cap: int
+    plan: _Plan
+
+    def seeds(self, r: jax.Array) -> jax.Array:
         """Each requester's seed in round r >= 1 (round 0 takes serve_seeds)."""
+        key = self.plan.serve_key
         return jax.vmap(lambda j: seed_words(jax.random.fold_in(
-            jax.random.fold_in(serve_key, j), r)))(requesters)
+            jax.random.fold_in(key, j), r)))(jnp.arange(self.specs[0].shards, dtype=jnp.uint32))
 
-    def serve(state: jax.Array, block: int, is_ragged: bool, asked_now: jax.Array,
+    def serve(self, state: jax.Array, block: int, is_ragged: bool, asked_now: jax.Array,
               seeds: jax.Array):
         """(the state's successor, the owner's rows)."""
+        args, strategy = self.args, self.args.strategy
+
         def call(st, s):
             st, rows = _ffi.shard_serve_call(
-                st, seeds, asked_now, summaries, handle=s.handle, block=block,
+                st, seeds, asked_now, self.plan.summaries, handle=s.handle, block=block,
                 strategy=strategy.code, alpha=strategy.alpha, window=args.window_code,
-                width=width, pad_left=args.pad_left, shard=s.shard, shard_shift=s.shard_shift,
+                width=args.width, pad_left=args.pad_left, shard=s.shard,
+                shard_shift=s.shard_shift,
                 columns=tuple((shape, dtype) for _, shape, dtype in s.columns),
                 ragged=is_ragged)
             return st, tuple(rows)
 
-        return own(call, state)
+        return _own(self.specs, self.me, call, state)
 
-    def blocked_round(block: int, offset: jax.Array, seeds: jax.Array, state: jax.Array):
+    def blocked(self, block: int, offset: jax.Array, seeds: jax.Array, state: jax.Array):
         """(the state's successor, rows taken, the rows) of the round
         carrying ranks offset ... offset + block - 1 in blocks of ``block``
         rows."""
-        state, served = serve(state, block, False, round_counts(asked, offset, block), seeds)
-        taken, index = round_index(shard_of_row, rank, offset, block)
+        plan, shards = self.plan, self.specs[0].shards
+        state, served = self.serve(state, block, False, round_counts(plan.asked, offset, block),
+                                   seeds)
+        taken, index = round_index(plan.shard_of_row, plan.rank, offset, block)
 
         def receive(x: jax.Array) -> jax.Array:
             blocks = x.reshape(shards, block, *x.shape[1:])
-            received = jax.lax.all_to_all(blocks, axis_name, 0, 0, tiled=False)
+            received = jax.lax.all_to_all(blocks, self.axis_name, 0, 0, tiled=False)
             return received.reshape(shards * block, *x.shape[1:])[index]
 
         return state, taken, tuple(receive(x) for x in served)
 
-    def ragged_round(offset: jax.Array, seeds: jax.Array, state: jax.Array):
+    def ragged(self, offset: jax.Array, seeds: jax.Array, state: jax.Array):
         """The same by a ragged all-to-all: exactly the round's rows move."""
-        served_now, sizes, taken, index = ragged_round_plan(counts, me, offset, cap,
-                                                            shard_of_row, rank)
+        plan, batch_size = self.plan, self.args.batch_size
+        served_now, sizes, taken, index = ragged_round_plan(
+            plan.counts, self.me, offset, self.cap, plan.shard_of_row, plan.rank)
 
         def receive_ragged(x: jax.Array) -> jax.Array:
             # full_like keeps x's dtype: jnp.zeros(..., int64) is int32 without
             # x64, and a ragged all-to-all from int64 keys into an int32 buffer
             # delivered garbage keys on the GPU (the first GPU run).
             output = jax.lax.full_like(x, 0, shape=(batch_size, *x.shape[1:]))
-            return jax.lax.ragged_all_to_all(x, output, *sizes, axis_name=axis_name)[index]
+            return jax.lax.ragged_all_to_all(x, output, *sizes,
+                                             axis_name=self.axis_name)[index]
 
-        state, served = serve(state, cap, True, served_now, seeds)
+        state, served = self.serve(state, self.cap, True, served_now, seeds)
         return state, taken, tuple(receive_ragged(x) for x in served)
 
-    # Every process holds the same counts, so every process takes the same
-    # branch and the same number of rounds.
-    need = counts.max()
-    zero = jnp.int32(0)
-    if ragged_default() if ragged is None else ragged:
-        state, _, received = ragged_round(zero, serve_seeds, state)
-        later_round = ragged_round
-    else:
-        # Round 0: the smallest block that holds the largest count (or the cap).
-        sizes = block_sizes(batch_size, shards, cap)
-        wanted = jnp.minimum(jnp.maximum(need, jnp.asarray(min_block, jnp.int32)), cap)
+    def first_blocked(self, state: jax.Array, min_block):
+        """Round 0 in blocks: the smallest block that holds the largest count
+        (and min_block), or the cap."""
+        sizes = block_sizes(self.args.batch_size, self.specs[0].shards, self.cap)
+        need = self.plan.counts.max()
+        wanted = jnp.minimum(jnp.maximum(need, jnp.asarray(min_block, jnp.int32)), self.cap)
         branch = jnp.minimum(jnp.searchsorted(jnp.asarray(sizes, jnp.int32), wanted),
                              len(sizes) - 1)
         state, _, received = jax.lax.switch(
-            branch, [functools.partial(blocked_round, b, zero, serve_seeds) for b in sizes],
-            state)
-        later_round = functools.partial(blocked_round, cap)
+            branch, [functools.partial(self.blocked, b, jnp.int32(0), self.plan.serve_seeds)
+                     for b in sizes], state)
+        return state, received
 
-    def next_round(r, carry):
-        state, rows = carry
-        state, taken, new = later_round(r * cap, round_seeds(r), state)
-        return state, tuple(jnp.where(taken.reshape(-1, *(1,) * (n.ndim - 1)), n, old)
-                            for n, old in zip(new, rows))
+    def later(self, state: jax.Array, received, later_round):
+        """Rounds 1 ...: only plans whose largest pair count is above the cap;
+        each round's rows replace the rows it took."""
+        def next_round(r, carry):
+            state, rows = carry
+            state, taken, new = later_round(r * self.cap, self.seeds(r), state)
+            return state, tuple(jnp.where(taken.reshape(-1, *(1,) * (n.ndim - 1)), n, old)
+                                for n, old in zip(new, rows))
 
-    # Rounds 1 ...: only plans whose largest pair count is above the cap.
-    state, received = jax.lax.fori_loop(1, rounds_needed(need, cap), next_round,
-                                        (state, received))
-    keys, start, probability, table_size, valid, *columns = received
-    mask, timestep = window_steps(start, valid, width, args.pad_left)
-    return state, ShardedBatch(columns={n: c for (n, _, _), c in zip(first.columns, columns)},
-                               mask=mask, timestep=timestep, keys=keys, start=start,
-                               probability=probability, table_size=table_size,
-                               shard=shard_of_row)
+        return jax.lax.fori_loop(1, rounds_needed(self.plan.counts.max(), self.cap),
+                                 next_round, (state, received))
 
 
 def update_priorities(state: jax.Array, keys: jax.Array, priorities: jax.Array, *,
