@@ -215,61 +215,75 @@ TransferCounts Agent::Transfers() {
 }
 
 ReadResult Agent::Read(const std::vector<ReadRequest>& requests, double timeout_seconds) {
-  struct Pending {
-    int request;
-    Handle handle;
-    bool done;
-    bool kept;  // an entry of kept_ holds the handle
-  };
   std::vector<Pending> pending;
   ReadResult result;
-  auto fail = [&result](int request, std::string why) {
-    if (result.request < 0) result = {request, std::move(why)};
-  };
   {
     std::lock_guard<std::mutex> lock(mu_);
     CheckOpen();
-    const int64_t read = ++reads_;
-    for (size_t r = 0; r < requests.size() && result.request < 0; ++r) {
-      const ReadRequest& q = requests[r];
-      if (q.n == 0) continue;
-      Handle handle = nullptr;
-      Kept* kept = nullptr;
-      if (q.keep) {
-        auto mine = kept_.find(q.peer);
-        for (size_t i = 0; mine != kept_.end() && i < mine->second.size(); ++i) {
-          // One another Read has posted is not touched: this Read makes its own.
-          Kept& k = mine->second[i];
-          if (!k.posted && !k.stale && SameSpans(k.remote, q.remote, q.n) &&
-              SameSpans(k.local, q.local, q.n) && SameSpans(k.sizes, q.sizes, q.n)) {
-            kept = &k;
-            break;
-          }
-        }
-      }
-      if (kept != nullptr) {
-        handle = kept->handle;
-        ++transfers_.reposted;
-      } else {
-        const int status = MakeTransfer(api_, agent_, q, &handle);
-        if (status != kSuccess) {
-          fail(static_cast<int>(r), Failed("transfer creation", status));
-          break;
-        }
-        ++transfers_.made;
-        if (q.keep) kept = Keep(q, handle);
-      }
-      if (kept != nullptr) {
-        kept->posted = true;
-        kept->last_used = read;
-      }
-      const int status = api_.post_xfer_req(agent_, handle, nullptr);
-      pending.push_back({static_cast<int>(r), handle, status == kSuccess, kept != nullptr});
-      if (status != kSuccess && status != kInProgress) {
-        fail(static_cast<int>(r), Failed("posting the transfer", status));
-      }
+    PostLocked(requests, pending, result);
+  }
+  Poll(pending, timeout_seconds, result);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (agent_ == nullptr) return result;  // closed meanwhile: the agent took its transfers
+  SettleLocked(requests, pending);
+  return result;
+}
+
+namespace {
+
+// Records the first failure of a Read (later ones follow from it).
+void FirstFailure(ReadResult& result, int request, std::string why) {
+  if (result.request < 0) result = {request, std::move(why)};
+}
+
+}  // namespace
+
+Agent::Kept* Agent::FindKeptLocked(const ReadRequest& q) {
+  auto mine = kept_.find(q.peer);
+  for (size_t i = 0; mine != kept_.end() && i < mine->second.size(); ++i) {
+    // One another Read has posted is not touched: this Read makes its own.
+    Kept& k = mine->second[i];
+    if (!k.posted && !k.stale && SameSpans(k.remote, q.remote, q.n) &&
+        SameSpans(k.local, q.local, q.n) && SameSpans(k.sizes, q.sizes, q.n)) {
+      return &k;
     }
   }
+  return nullptr;
+}
+
+void Agent::PostLocked(const std::vector<ReadRequest>& requests, std::vector<Pending>& pending,
+                       ReadResult& result) {
+  const int64_t read = ++reads_;
+  for (size_t r = 0; r < requests.size() && result.request < 0; ++r) {
+    const ReadRequest& q = requests[r];
+    if (q.n == 0) continue;
+    Handle handle = nullptr;
+    Kept* kept = q.keep ? FindKeptLocked(q) : nullptr;
+    if (kept != nullptr) {
+      handle = kept->handle;
+      ++transfers_.reposted;
+    } else {
+      const int status = MakeTransfer(api_, agent_, q, &handle);
+      if (status != kSuccess) {
+        FirstFailure(result, static_cast<int>(r), Failed("transfer creation", status));
+        break;
+      }
+      ++transfers_.made;
+      if (q.keep) kept = Keep(q, handle);
+    }
+    if (kept != nullptr) {
+      kept->posted = true;
+      kept->last_used = read;
+    }
+    const int status = api_.post_xfer_req(agent_, handle, nullptr);
+    pending.push_back({static_cast<int>(r), handle, status == kSuccess, kept != nullptr});
+    if (status != kSuccess && status != kInProgress) {
+      FirstFailure(result, static_cast<int>(r), Failed("posting the transfer", status));
+    }
+  }
+}
+
+void Agent::Poll(std::vector<Pending>& pending, double timeout_seconds, ReadResult& result) {
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::duration<double>(timeout_seconds);
   for (int polls = 0; result.request < 0; ++polls) {
@@ -285,20 +299,21 @@ ReadResult Agent::Read(const std::vector<ReadRequest>& requests, double timeout_
         } else if (status == kInProgress) {
           all_done = false;
         } else {
-          fail(p.request, Failed("the transfer", status));
+          FirstFailure(result, p.request, Failed("the transfer", status));
           break;
         }
       }
     }
-    if (all_done || result.request >= 0) break;
+    if (all_done || result.request >= 0) return;
     if (std::chrono::steady_clock::now() > deadline) {
       for (const Pending& p : pending) {
         if (!p.done) {
-          fail(p.request, "no answer within " + std::to_string(timeout_seconds) + " s");
+          FirstFailure(result, p.request,
+                       "no answer within " + std::to_string(timeout_seconds) + " s");
           break;
         }
       }
-      break;
+      return;
     }
     // Spin briefly (a loopback read takes microseconds), then back off so a
     // frozen peer does not cost a core until the deadline.
@@ -308,8 +323,10 @@ ReadResult Agent::Read(const std::vector<ReadRequest>& requests, double timeout_
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  if (agent_ == nullptr) return result;  // closed meanwhile: the agent took its transfers
+}
+
+void Agent::SettleLocked(const std::vector<ReadRequest>& requests,
+                         const std::vector<Pending>& pending) {
   for (const Pending& p : pending) {
     auto mine = p.kept ? kept_.find(requests[p.request].peer) : kept_.end();
     if (mine != kept_.end()) {
@@ -326,7 +343,6 @@ ReadResult Agent::Read(const std::vector<ReadRequest>& requests, double timeout_
     }
     Release(p.handle);
   }
-  return result;
 }
 
 uint8_t* Agent::Staging(int use, size_t bytes) {

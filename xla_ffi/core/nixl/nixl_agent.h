@@ -109,6 +109,27 @@ class Agent {
   // one of the peer's is posted now (not kept). mu_ held.
   Kept* Keep(const ReadRequest& q, Handle handle);
   void Release(Handle transfer);  // mu_ held
+  // Read's three phases. A transfer of this Read, and whether it completed.
+  struct Pending {
+    int request;
+    Handle handle;
+    bool done;
+    bool kept;  // an entry of kept_ holds the handle
+  };
+  // Posts each request's transfer (a kept one with the same spans, or a new
+  // one), into `pending`; the first failure goes into `result`. mu_ held.
+  void PostLocked(const std::vector<ReadRequest>& requests, std::vector<Pending>& pending,
+                  ReadResult& result);
+  // The peer's kept transfer for q's spans that no Read has posted, or null.
+  // mu_ held.
+  Kept* FindKeptLocked(const ReadRequest& q);
+  // Polls the posted transfers until all are done, one fails, or the
+  // deadline passes (each poll takes mu_).
+  void Poll(std::vector<Pending>& pending, double timeout_seconds, ReadResult& result);
+  // Releases the transfers, keeping those kept_ holds that completed. mu_
+  // held.
+  void SettleLocked(const std::vector<ReadRequest>& requests,
+                    const std::vector<Pending>& pending);
 
   const Api& api_;
   std::mutex mu_;
