@@ -60,6 +60,7 @@
 #include "core/gpu/mirror_block.h"
 #include "core/table/rate_limiter.h"
 #include "core/table/removers.h"
+#include "core/random.h"
 #include "core/sample_request.h"
 #include "core/selectors/strategies.h"
 #include "core/table/sample_tickets.h"
@@ -422,6 +423,18 @@ class Table {
   void AttachLocked(Selector* selector) GEARJAX_REQUIRES(mu_);
   void SelectLocked(const SampleRequest& request, const uint32_t seed[2], const double* u,
                     Selection* out) GEARJAX_REQUIRES(mu_);
+  // Select's steps: cut="full" with replacement drawn without listing the
+  // table, where the strategy can (returns false where not: nothing drawn);
+  // a constrained request's draw from the listed candidates (waiting for
+  // enough of them, as the limiter allows); the draws made from the rows
+  // selected.
+  bool SelectFastFullLocked(const SampleRequest& request, const uint32_t seed[2], const double* u,
+                            Selection* out) GEARJAX_REQUIRES(mu_);
+  void SelectConstrainedLocked(MutexLock& lock, const SampleRequest& request,
+                               const Words4* words, double* u, Selection* out)
+      GEARJAX_REQUIRES(mu_);
+  void FillDrawsLocked(const SampleRequest& request, const Words4* words,
+                       const Selection* selections, Draw* draws) const GEARJAX_REQUIRES(mu_);
   // Constrained requests: lists the eligible items in candidates_ and
   // returns how many rows they can serve (up to request.batch).
   int64_t CandidatesLocked(const SampleRequest& request) GEARJAX_REQUIRES(mu_);

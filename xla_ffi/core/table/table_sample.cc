@@ -103,54 +103,80 @@ uint64_t Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* dra
   // Draws read (and max_times_sampled removals write) the priority trees.
   OwnPrioritiesLocked();
   const bool constrained = Constrained(r);
-  const bool full_with_replacement =
-      r.cut == Cut::kFull && r.window > 0 && r.replace && spec_.max_times_sampled == 0;
-  const bool fast_full =
-      full_with_replacement &&
-      (((r.strategy == Strategy::kUniform || r.strategy == Strategy::kTimestep) &&
-        SelectFullLocked(r, seed, u.data(), selections.data())) ||
-       (DrawsSteps(r.strategy) &&
-        StepPrioritizedLocked(r.alpha).SelectFull({seed, u.data(), n, r.count, {}}, r.window,
-                                                   selections.data())));
+  const bool fast_full = SelectFastFullLocked(r, seed, u.data(), selections.data());
   if (constrained && !fast_full) {
-    int64_t servable = CandidatesLocked(r);
-    if (servable < n) {
-      const double timeout = spec_.limiter.timeout_seconds;
-      // Too few items and no waiting: a Shortfall, as an empty table is.
-      if (timeout == 0) {
-        throw Shortfall(ShortfallLocked(r, servable) + " (sampling does not wait here: the table "
-                        "has no rate limiter, or its timeout is 0)");
-      }
-      const uint64_t seen = interrupts::Baseline();  // before the wait can be seen
-      const CountedWait counted(waiting_);
-      const auto deadline = Clock::now() + std::chrono::duration<double>(timeout);
-      const auto servable_now = [&] {
-        mu_.AssertHeld();
-        if (closed_) return true;
-        if (!limiter_.CanSample(LimiterStateLocked(), n)) return false;
-        servable = CandidatesLocked(r);
-        return servable >= n;
-      };
-      if (!interrupts::WaitInterruptibly(changed_, lock.native(), deadline, servable_now,
-                                         "a sample of " + std::to_string(n) +
-                                             " rows waiting for items it may draw",
-                                         seen)) {
-        char waited[32];
-        std::snprintf(waited, sizeof(waited), "%g", timeout);
-        throw Timeout(ShortfallLocked(r, servable) + " (waited " + waited + " s)");
-      }
-      CheckOpenLocked();
-    }
-    constrained_.Draw(candidates_, u.data(), n, selections.data());
-    // A selector that draws steps chooses each row's within its item, from
-    // the words the cut would take (it places the window instead).
-    for (int64_t b = 0; b < n; ++b) u[b] = UniformFromBits(words[b].w[2], words[b].w[3]);
-    SamplingSelectorLocked(r).PlaceDrawnSteps(&(*slots_)[0], r.cut == Cut::kFull ? r.window : 0,
-                                              u.data(), selections.data(), n);
+    SelectConstrainedLocked(lock, r, words.data(), u.data(), selections.data());
   } else if (!fast_full) {
     SelectLocked(r, seed, u.data(), selections.data());
   }
   const uint64_t ticket = tickets_.next();  // the one Take gives below
+  FillDrawsLocked(r, words.data(), selections.data(), draws);
+  // After every row has its table size: the draws that use up an item's
+  // max_times_sampled remove it now (its data stays readable until the
+  // sample ends: see freed_at_).
+  if (constrained) {
+    for (int64_t b = 0; b < n; ++b) CountDrawLocked(selections[b].slot, ticket);
+  }
+  counters_.samples += static_cast<double>(n);
+  changed_.notify_all();  // inserters and other samplers may be waiting
+  return TakeTicketLocked(lock);
+}
+
+bool Table::SelectFastFullLocked(const SampleRequest& r, const uint32_t seed[2], const double* u,
+                                 Selection* out) {
+  if (!(r.cut == Cut::kFull && r.window > 0 && r.replace && spec_.max_times_sampled == 0)) {
+    return false;
+  }
+  if (r.strategy == Strategy::kUniform || r.strategy == Strategy::kTimestep) {
+    return SelectFullLocked(r, seed, u, out);
+  }
+  return DrawsSteps(r.strategy) &&
+         StepPrioritizedLocked(r.alpha).SelectFull({seed, u, r.batch, r.count, {}}, r.window,
+                                                   out);
+}
+
+void Table::SelectConstrainedLocked(MutexLock& lock, const SampleRequest& r, const Words4* words,
+                                    double* u, Selection* out) {
+  const int64_t n = r.batch;
+  int64_t servable = CandidatesLocked(r);
+  if (servable < n) {
+    const double timeout = spec_.limiter.timeout_seconds;
+    // Too few items and no waiting: a Shortfall, as an empty table is.
+    if (timeout == 0) {
+      throw Shortfall(ShortfallLocked(r, servable) + " (sampling does not wait here: the table "
+                      "has no rate limiter, or its timeout is 0)");
+    }
+    const uint64_t seen = interrupts::Baseline();  // before the wait can be seen
+    const CountedWait counted(waiting_);
+    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout);
+    const auto servable_now = [&] {
+      mu_.AssertHeld();
+      if (closed_) return true;
+      if (!limiter_.CanSample(LimiterStateLocked(), n)) return false;
+      servable = CandidatesLocked(r);
+      return servable >= n;
+    };
+    if (!interrupts::WaitInterruptibly(changed_, lock.native(), deadline, servable_now,
+                                       "a sample of " + std::to_string(n) +
+                                           " rows waiting for items it may draw",
+                                       seen)) {
+      char waited[32];
+      std::snprintf(waited, sizeof(waited), "%g", timeout);
+      throw Timeout(ShortfallLocked(r, servable) + " (waited " + waited + " s)");
+    }
+    CheckOpenLocked();
+  }
+  constrained_.Draw(candidates_, u, n, out);
+  // A selector that draws steps chooses each row's within its item, from
+  // the words the cut would take (it places the window instead).
+  for (int64_t b = 0; b < n; ++b) u[b] = UniformFromBits(words[b].w[2], words[b].w[3]);
+  SamplingSelectorLocked(r).PlaceDrawnSteps(&(*slots_)[0], r.cut == Cut::kFull ? r.window : 0, u,
+                                            out, n);
+}
+
+void Table::FillDrawsLocked(const SampleRequest& r, const Words4* words,
+                            const Selection* selections, Draw* draws) const {
+  const int64_t n = r.batch;
   // Slot records prefetched ahead of the one read: far enough for a miss to
   // memory (and its TLB miss) to finish, as each record takes little work.
   constexpr int64_t kAhead = 32;
@@ -179,15 +205,6 @@ uint64_t Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* dra
     d.table_size = live_;
     d.probability = static_cast<float>(selections[b].probability);
   }
-  // After every row has its table size: the draws that use up an item's
-  // max_times_sampled remove it now (its data stays readable until the
-  // sample ends: see freed_at_).
-  if (constrained) {
-    for (int64_t b = 0; b < n; ++b) CountDrawLocked(selections[b].slot, ticket);
-  }
-  counters_.samples += static_cast<double>(n);
-  changed_.notify_all();  // inserters and other samplers may be waiting
-  return TakeTicketLocked(lock);
 }
 
 bool Table::SelectFullLocked(const SampleRequest& r, const uint32_t seed[2], const double* u,
