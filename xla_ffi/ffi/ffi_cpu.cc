@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "ffi/call_site.h"
 #include "core/gather_cpu.h"
 #include "core/sharding/sharding.h"
 #include "core/table/table.h"
+#include "ffi/call_site.h"
 #include "ffi/ffi_common.h"
 #include "ffi/ffi_one_sided.h"
 #include "ffi/shard_steps.h"

@@ -9,8 +9,8 @@
 
 #include <type_traits>
 
-#include "ffi/call_site.h"
 #include "core/table/registry.h"
+#include "ffi/call_site.h"
 #include "ffi/ffi_handlers.h"
 #if defined(GEARJAX_WITH_CUDA)
 #include "cuda/ffi_cuda.h"

@@ -3,9 +3,9 @@
 
 #include <string>
 
-#include "ffi/call_site.h"
 #include "core/gather_cpu.h"
 #include "core/window.h"
+#include "ffi/call_site.h"
 #include "python/python_gil.h"
 
 namespace gearjax::python {

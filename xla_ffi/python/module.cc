@@ -21,16 +21,16 @@
 #include <tuple>
 #include <vector>
 
-#include "core/table/footprint.h"
-#include "core/table/insert_rows.h"
 #include "core/limits.h"
 #include "core/random.h"
-#include "core/table/registry.h"
 #include "core/sharding/sharding.h"
+#include "core/table/footprint.h"
+#include "core/table/insert_rows.h"
+#include "core/table/registry.h"
 #include "core/table/table.h"
-#include "python/eager_sample.h"
-#include "ffi/ffi_targets.h"
 #include "ffi/ffi_one_sided.h"
+#include "ffi/ffi_targets.h"
+#include "python/eager_sample.h"
 #include "python/new_array.h"
 #include "python/nixl_module.h"
 #include "python/one_sided_module.h"

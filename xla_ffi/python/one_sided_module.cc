@@ -23,11 +23,11 @@
 
 #include "core/common.h"
 #include "core/nixl/nixl_agent.h"
-#include "core/one_sided/one_sided.h"
 #include "core/nixl/one_sided_nixl.h"
+#include "core/one_sided/one_sided.h"
 #include "core/one_sided/one_sided_plan.h"
-#include "core/table/slots.h"
 #include "core/selectors/sum_tree.h"
+#include "core/table/slots.h"
 #include "core/window.h"
 #include "python/python_gil.h"
 

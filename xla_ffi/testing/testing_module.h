@@ -6,8 +6,8 @@
 
 #include <cstddef>
 
-#include "core/memory.h"
 #include "core/gpu/mirror_block.h"
+#include "core/memory.h"
 
 namespace gearjax::testing {
 

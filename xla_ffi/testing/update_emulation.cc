@@ -13,9 +13,9 @@
 
 #include "core/decode.h"
 #include "core/gpu/gpu_completions.h"
+#include "core/gpu/update_block.h"
 #include "core/table/registry.h"
 #include "core/table/table.h"
-#include "core/gpu/update_block.h"
 #include "python/python_gil.h"
 #include "testing/array_formats.h"
 #include "testing/testing_module.h"

@@ -5,8 +5,8 @@
 
 #include <cstdint>
 
-#include "core/gpu/gather_block.h"
 #include "core/gather_cpu.h"
+#include "core/gpu/gather_block.h"
 #include "core/table/table.h"
 
 namespace gearjax {

@@ -7,9 +7,9 @@
 
 #include <cstdint>
 
+#include "core/selectors/sum_tree.h"
 #include "core/selectors/uniform.h"
 #include "core/table/slots.h"
-#include "core/selectors/sum_tree.h"
 #include "core/window.h"
 
 namespace gearjax {

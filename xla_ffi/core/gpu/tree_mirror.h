@@ -21,8 +21,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/memory.h"
 #include "core/gpu/mirror_block.h"
+#include "core/memory.h"
 
 namespace gearjax {
 

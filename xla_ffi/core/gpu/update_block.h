@@ -36,12 +36,12 @@
 #include <cstdint>
 
 #include "core/common.h"
-#include "core/gpu/completion_block.h"
 #include "core/decode.h"
+#include "core/gpu/completion_block.h"
 #include "core/limits.h"
 #include "core/selectors/priority_weight.h"
-#include "core/table/slots.h"
 #include "core/selectors/sum_tree.h"
+#include "core/table/slots.h"
 
 namespace gearjax {
 

@@ -4,8 +4,8 @@
 #include <algorithm>
 
 #include "core/common.h"
-#include "core/prefetch.h"
 #include "core/gpu/tree_mirror.h"
+#include "core/prefetch.h"
 
 namespace gearjax {
 namespace {

@@ -18,8 +18,8 @@
 #include "core/common.h"
 #include "core/gpu/mapped_array.h"
 #include "core/random.h"
-#include "core/selectors/sum_tree.h"
 #include "core/selectors/selector.h"
+#include "core/selectors/sum_tree.h"
 
 namespace gearjax {
 

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/selectors/sum_tree.h"
 #include "core/selectors/selector.h"
+#include "core/selectors/sum_tree.h"
 
 namespace gearjax {
 

@@ -10,8 +10,8 @@
 #include "core/limits.h"
 #include "core/selectors/selector.h"
 #include "core/selectors/step_prioritized.h"
-#include "core/table/slots.h"
 #include "core/selectors/sum_tree.h"
+#include "core/table/slots.h"
 #include "core/table/table_reports.h"
 
 namespace gearjax {

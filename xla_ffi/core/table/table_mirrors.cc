@@ -6,8 +6,8 @@
 #include <new>
 #include <utility>
 
-#include "core/table/table.h"
 #include "core/gpu/tree_mirror.h"
+#include "core/table/table.h"
 
 namespace gearjax {
 

@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/table/slots.h"
 #include "core/selectors/sum_tree.h"
+#include "core/table/slots.h"
 
 namespace gearjax {
 
