@@ -14,7 +14,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from gearjax import _checks
+from gearjax import _checks, _gearjax
 from gearjax.columns import Column
 from gearjax.strategies import Strategy
 
@@ -86,8 +86,10 @@ def normalise(batch_size: Any, window: Any, strategy: Any, pad: Any = None, cut:
     if not replace and strategy.ranks and batch_size > strategy.count:
         raise ValueError(f"cannot sample {batch_size} distinct trajectories (replace=False) "
                          f"from the {strategy!r} best")
+    # The width comes from the core's one derivation (window.h WindowWidth),
+    # which the native calls use too.
     return SampleArgs(batch_size, window, strategy, pad, cut, replace,
-                      window if window is not None else max_length)
+                      _gearjax.window_width(window or 0, max_length))
 
 
 def check(rng_key: Any, batch_size: Any, window: Any, strategy: Any, pad: Any, cut: Any,

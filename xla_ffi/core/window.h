@@ -27,7 +27,8 @@ enum class Cut : int32_t { kStart = 0, kEnd = 1, kFull = 2 };
 inline constexpr int32_t kNumCuts = 3;
 
 // The steps a row of a sample holds: the window, or a whole trajectory's
-// room (max_length) for window == 0. The one place this is derived.
+// room (max_length) for window == 0. The one place this is derived: Python
+// asks it for the batch's shapes (_gearjax.window_width, _sample_args.py).
 GEARJAX_HD int64_t WindowWidth(int64_t window, int64_t max_length) {
   return window == 0 ? max_length : window;
 }

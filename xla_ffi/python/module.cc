@@ -28,6 +28,7 @@
 #include "core/table/insert_rows.h"
 #include "core/table/registry.h"
 #include "core/table/table.h"
+#include "core/window.h"
 #include "ffi/ffi_one_sided.h"
 #include "ffi/ffi_targets.h"
 #include "python/eager_sample.h"
@@ -682,6 +683,9 @@ NB_MODULE(_gearjax, m) {
   gearjax::DefineOneSided(m);
 
   m.def("limits", &gearjax::Limits, "The numeric contract every argument is checked against.");
+  m.def("window_width", &gearjax::WindowWidth, "window"_a, "max_length"_a,
+        "The steps a row of a sample holds: the window, or max_length for whole trajectories "
+        "(window 0). The core's one derivation, which Python asks for the batch's shapes.");
   m.def("enums", &gearjax::Enums,
         "The codes of the core's strategies, cuts and removers, by name.");
 
