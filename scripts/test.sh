@@ -23,8 +23,8 @@ if ! have_gtest; then
       true
   fi
 fi
-# The Python 3.11 environment of the JAX 0.10 tests, built beside the rest
-# (only for a whole run).
+# clang++ for the check of the core's lock requirements, installed as
+# GoogleTest is.
 have_clang() {
   for c in clang++ clang++-19 clang++-18 clang++-17 clang++-16 clang++-15 clang++-14; do
     command -v "$c" >/dev/null && return 0
@@ -36,6 +36,8 @@ if ! have_clang && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q clang-14 >/dev/null 2>&1; } ||
     true
 fi
+# The Python 3.11 environment of the JAX 0.10 tests, built beside the rest
+# (only for a whole run).
 minors=""
 if [ $# -eq 0 ]; then
   mkdir -p build
@@ -58,17 +60,24 @@ fi
 
 # If anything below fails, do not leave the builds running.
 locks=""
+trap 'kill $core_build $minors $locks 2>/dev/null || true' EXIT
+
+# The lock check, beside the C++ build. Without clang it is skipped, saying
+# so, unless GEARJAX_REQUIRE_LOCK_CHECK=1 (.ci/run sets it: CI never passes
+# without the check).
 locks_log=build/thread-safety.log
 if have_clang; then
   mkdir -p build
   bash scripts/check_thread_safety.sh >"$locks_log" 2>&1 &
   locks=$!
+elif [ "${GEARJAX_REQUIRE_LOCK_CHECK:-0}" = 1 ]; then
+  echo "scripts/test.sh: clang++ not found and GEARJAX_REQUIRE_LOCK_CHECK=1: cannot check the" \
+       "native core's lock requirements (install clang-14)" >&2
+  exit 1
 else
   echo "scripts/test.sh: clang++ not found (install clang-14): skipping the check of the" \
        "native core's lock requirements" >&2
 fi
-
-trap 'kill $core_build $minors $locks 2>/dev/null || true' EXIT
 
 GEARJAX_EXTRA=test
 source scripts/_env.sh
@@ -100,8 +109,6 @@ fi
 # main returns; measured on these machines), which would fail the nixl tests.
 # Without pyverbs the verbs tests skip, saying so.
 
-# The test-only submodule is built in (see _env.sh): tests that need it must
-# not skip here.
 if [ -n "$locks" ]; then
   wait "$locks" ||
     { cat "$locks_log"; echo "scripts/test.sh: the native core breaks a lock requirement" >&2
@@ -109,6 +116,8 @@ if [ -n "$locks" ]; then
   tail -n 1 "$locks_log"
 fi
 
+# The test-only submodule is built in (see _env.sh): tests that need it must
+# not skip here.
 export GEARJAX_REQUIRE_TESTING_MODULE=1
 if [ $# -gt 0 ]; then
   exec pytest "$@"
