@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The tests of the JAX internals gearjax patches and of its in-jit contract,
+# The tests of the JAX internals gearjax patches or reads, and of its in-jit contract,
 # run on the other supported JAX minors beside the one the whole suite ran on
 # (scripts/test.sh runs this after the suite; pyproject.toml: jax>=0.10,<0.13):
 #
@@ -20,7 +20,8 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 TESTS=(tests/test_jax_fixes.py tests/test_effects.py tests/test_state.py tests/test_contract.py
-       tests/test_insert_batch.py)
+       tests/test_insert_batch.py
+       "tests/test_sample_numpy.py::test_a_key_s_words_read_on_the_host_are_the_public_words")
 JAX_011="0.11.2"
 JAX_010="0.10.0"
 VENV_311="build/venv-py3.11"

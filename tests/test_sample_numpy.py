@@ -106,18 +106,26 @@ def test_legacy_keys_and_the_state_form_give_the_same_batch():
 
 
 @pytest.mark.parametrize("impl", ["threefry2x32", "rbg", "unsafe_rbg"])
-def test_a_key_s_words_read_on_the_host_are_the_public_words(impl):
+def test_a_key_s_words_read_on_the_host_are_the_public_words(impl, monkeypatch):
     # The eager sample reads a typed key's words from JAX's internal base
-    # array, sparing a dispatch: this JAX must mean by it what key_data says.
-    from gearjax._eager_sample import host_seed_words
+    # array, sparing a dispatch: this JAX must mean by it what key_data says,
+    # and a threefry key must take that path (not the public fallback).
+    from gearjax import _eager_sample
     from gearjax._sample import seed_words
-    for key in (jax.random.key(7, impl=impl), jax.random.split(jax.random.key(8, impl=impl))[1]):
-        words = host_seed_words(key)
+    keys = (jax.random.key(7, impl=impl), jax.random.split(jax.random.key(8, impl=impl))[1])
+    expected = [np.asarray(seed_words(key)) for key in keys]
+    if impl == "threefry2x32":
+        def refuse(key):
+            raise AssertionError("a threefry key's words took the key_data dispatch")
+        monkeypatch.setattr(_eager_sample, "seed_words", refuse)
+    for key, want in zip(keys, expected):
+        words = _eager_sample.host_seed_words(key)
         assert words.dtype == np.uint32 and words.shape == (2,)
-        np.testing.assert_array_equal(words, np.asarray(seed_words(key)))
+        np.testing.assert_array_equal(words, want)
     legacy = jax.random.PRNGKey(9)
-    np.testing.assert_array_equal(host_seed_words(legacy), np.asarray(legacy))
-    np.testing.assert_array_equal(host_seed_words(np.asarray(legacy)), np.asarray(legacy))
+    np.testing.assert_array_equal(_eager_sample.host_seed_words(legacy), np.asarray(legacy))
+    np.testing.assert_array_equal(_eager_sample.host_seed_words(np.asarray(legacy)),
+                                  np.asarray(legacy))
 
 
 def test_step_priorities_draw_the_same_windows():
