@@ -3,7 +3,8 @@
 # analysis (xla_ffi/core/thread_annotations.h): every source of the core is
 # compiled for syntax only with -Wthread-safety as an error, so a field read
 # without the mutex that guards it, or a "...Locked" function called without
-# it, fails. Needs clang++ (Debian: apt-get install clang-14); CLANGXX picks
+# it, fails, wherever a mutex is annotated (the table's and the NIXL agent's;
+# thread_annotations.h says which are not). Needs clang++ (Debian: apt-get install clang-14); CLANGXX picks
 # one. Usage: bash scripts/check_thread_safety.sh [-j N]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

@@ -1,9 +1,12 @@
 // Lock requirements that the compiler checks: clang's thread safety analysis
 // (-Wthread-safety; scripts/check_thread_safety.sh runs it over the core).
 // A field says which mutex guards it (GEARJAX_GUARDED_BY), a function which
-// mutex its caller must hold (GEARJAX_REQUIRES: the core's "...Locked"
-// functions); holding one means a MutexLock in scope. Other compilers see no
-// attributes: the checks are clang's, the code is the same.
+// mutex its caller must hold (GEARJAX_REQUIRES: the "...Locked" functions);
+// holding one means a MutexLock in scope. Annotated so far: the table's mutex
+// (table/table.h) and the NIXL agent's (nixl/nixl_agent.h); the core's other
+// mutexes (the registry's, the exchange counters', the one-sided plans') are
+// plain std::mutex, unchecked. Other compilers see no attributes: the checks
+// are clang's, the code is the same.
 #pragma once
 
 #include <mutex>

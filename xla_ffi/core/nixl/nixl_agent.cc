@@ -57,7 +57,7 @@ int64_t Agent::Register(uint64_t address, uint64_t bytes) {
   if (address == 0 || bytes == 0) {
     throw std::invalid_argument("register a non-empty span at a non-null address");
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   CheckOpen();
   Handle list = nullptr;
   Check(api_.create_reg_dlist(kDram, &list), "descriptor list");
@@ -73,7 +73,7 @@ int64_t Agent::Register(uint64_t address, uint64_t bytes) {
 }
 
 void Agent::Deregister(int64_t id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   CheckOpen();
   auto it = registered_.find(id);
   if (it == registered_.end()) throw std::invalid_argument("no such registration");
@@ -85,7 +85,7 @@ void Agent::Deregister(int64_t id) {
 }
 
 std::string Agent::Metadata() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   CheckOpen();
   void* data = nullptr;
   size_t len = 0;
@@ -97,7 +97,7 @@ std::string Agent::Metadata() {
 
 std::string Agent::LoadPeer(const std::string& metadata) {
   if (metadata.empty()) throw std::invalid_argument("empty NIXL metadata");
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   CheckOpen();
   char* name = nullptr;
   Check(api_.load_remote_md(agent_, metadata.data(), metadata.size(), &name),
@@ -109,21 +109,21 @@ std::string Agent::LoadPeer(const std::string& metadata) {
 }
 
 void Agent::ForgetPeer(const std::string& peer) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   CheckOpen();
   DropKept(&peer);
   Check(api_.invalidate_remote_md(agent_, peer.c_str()), "forgetting a peer");
 }
 
 void Agent::Notify(const std::string& peer, const std::string& message) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   CheckOpen();
   Check(api_.gen_notif(agent_, peer.c_str(), message.data(), message.size(), nullptr),
         "notification");
 }
 
 std::vector<std::pair<std::string, std::string>> Agent::Notifications() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   CheckOpen();
   std::vector<std::pair<std::string, std::string>> out;
   Check(api_.get_notifs(agent_, notif_map_, nullptr), "progress");
@@ -210,7 +210,7 @@ Agent::Kept* Agent::Keep(const ReadRequest& q, Handle handle) {
 }
 
 TransferCounts Agent::Transfers() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return transfers_;
 }
 
@@ -218,12 +218,12 @@ ReadResult Agent::Read(const std::vector<ReadRequest>& requests, double timeout_
   std::vector<Pending> pending;
   ReadResult result;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     CheckOpen();
     PostLocked(requests, pending, result);
   }
   Poll(pending, timeout_seconds, result);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (agent_ == nullptr) return result;  // closed meanwhile: the agent took its transfers
   SettleLocked(requests, pending);
   return result;
@@ -289,7 +289,7 @@ void Agent::Poll(std::vector<Pending>& pending, double timeout_seconds, ReadResu
   for (int polls = 0; result.request < 0; ++polls) {
     bool all_done = true;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       CheckOpen();
       for (Pending& p : pending) {
         if (p.done) continue;
@@ -362,7 +362,7 @@ uint8_t* Agent::Staging(int use, size_t bytes) {
 }
 
 void Agent::Close() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (agent_ == nullptr) return;
   DropKept(nullptr);
   kept_.clear();  // posted ones too: their Reads see the agent closed

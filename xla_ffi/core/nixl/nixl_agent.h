@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/nixl/nixl_capi.h"
+#include "core/thread_annotations.h"
 
 namespace gearjax::nixl {
 
@@ -100,15 +101,15 @@ class Agent {
   void Close();
 
  private:
-  void CheckOpen() const;
+  void CheckOpen() const GEARJAX_REQUIRES(mu_);
   // Releases the kept transfers of `peer` (every peer's if null); mu_ held.
-  void DropKept(const std::string* peer);
+  void DropKept(const std::string* peer) GEARJAX_REQUIRES(mu_);
   struct Kept;
   // Keeps `handle`, made for q, releasing the peer's least recently used
   // kept transfer past kKeptPerPeer; returns the entry, or null when every
   // one of the peer's is posted now (not kept). mu_ held.
-  Kept* Keep(const ReadRequest& q, Handle handle);
-  void Release(Handle transfer);  // mu_ held
+  Kept* Keep(const ReadRequest& q, Handle handle) GEARJAX_REQUIRES(mu_);
+  void Release(Handle transfer) GEARJAX_REQUIRES(mu_);
   // Read's three phases. A transfer of this Read, and whether it completed.
   struct Pending {
     int request;
@@ -119,25 +120,25 @@ class Agent {
   // Posts each request's transfer (a kept one with the same spans, or a new
   // one), into `pending`; the first failure goes into `result`. mu_ held.
   void PostLocked(const std::vector<ReadRequest>& requests, std::vector<Pending>& pending,
-                  ReadResult& result);
+                  ReadResult& result) GEARJAX_REQUIRES(mu_);
   // The peer's kept transfer for q's spans that no Read has posted, or null.
   // mu_ held.
-  Kept* FindKeptLocked(const ReadRequest& q);
+  Kept* FindKeptLocked(const ReadRequest& q) GEARJAX_REQUIRES(mu_);
   // Polls the posted transfers until all are done, one fails, or the
   // deadline passes (each poll takes mu_).
   void Poll(std::vector<Pending>& pending, double timeout_seconds, ReadResult& result);
   // Releases the transfers, keeping those kept_ holds that completed. mu_
   // held.
   void SettleLocked(const std::vector<ReadRequest>& requests,
-                    const std::vector<Pending>& pending);
+                    const std::vector<Pending>& pending) GEARJAX_REQUIRES(mu_);
 
   const Api& api_;
-  std::mutex mu_;
-  Handle agent_ = nullptr;
+  Mutex mu_;
+  Handle agent_ GEARJAX_GUARDED_BY(mu_) = nullptr;
   Handle backend_ = nullptr;
   Handle notif_map_ = nullptr;
-  std::map<int64_t, Handle> registered_;  // id -> the registered descriptor list
-  int64_t next_id_ = 1;
+  std::map<int64_t, Handle> registered_ GEARJAX_GUARDED_BY(mu_);  // id -> the registered descriptor list
+  int64_t next_id_ GEARJAX_GUARDED_BY(mu_) = 1;
   struct Kept {
     std::vector<uint64_t> remote, local, sizes;
     Handle handle = nullptr;
@@ -145,9 +146,9 @@ class Agent {
     bool stale = false;   // dropped while posted: its Read releases it
     int64_t last_used = 0;  // a Read's number
   };
-  std::map<std::string, std::vector<Kept>> kept_;  // peer -> at most kKeptPerPeer
-  int64_t reads_ = 0;
-  TransferCounts transfers_;
+  std::map<std::string, std::vector<Kept>> kept_ GEARJAX_GUARDED_BY(mu_);  // peer -> at most kKeptPerPeer
+  int64_t reads_ GEARJAX_GUARDED_BY(mu_) = 0;
+  TransferCounts transfers_ GEARJAX_GUARDED_BY(mu_);
   struct Buffer {
     std::unique_ptr<uint8_t[]> memory;
     uint8_t* data = nullptr;  // aligned, inside memory
