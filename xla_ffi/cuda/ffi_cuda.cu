@@ -62,19 +62,19 @@
 #include <string>
 #include <vector>
 
-#include "ffi/call_site.h"
 #include "core/gpu/gather_plan.h"
 #include "core/gpu/kernel_check.h"
-#include "core/memory.h"
 #include "core/gpu/staged_update.h"
+#include "core/memory.h"
 #include "cuda/gather.cuh"
 #include "cuda/host_work.h"
 #include "cuda/memory_hooks.h"
+#include "cuda/mirror.cuh"
 #include "cuda/sample.cuh"
 #include "cuda/select.cuh"
 #include "cuda/tickets.h"
-#include "cuda/mirror.cuh"
 #include "cuda/update.cuh"
+#include "ffi/call_site.h"
 #include "ffi/ffi_common.h"
 #include "ffi/ffi_handlers.h"
 

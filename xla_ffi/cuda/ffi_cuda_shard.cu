@@ -6,8 +6,8 @@
 // draw, the owner's draws, key translation) is the core's and runs on the
 // host: its inputs are a few words per shard or per row. The steps other than
 // the owner's gather are written once (shard_steps.h) and bound here to
-// DeviceMemory, which copies their operands from the GPU and their results
-// back, with one stream synchronisation for each.
+// DeviceMemory, which copies each operand from the GPU (waiting for it) and
+// the results back (waiting once for them all).
 // Only the owner's windows move in bulk, and they are gathered on the GPU by
 // the sample kernels' gather (cuda/gather.cu), zero-copy from a mapped host
 // arena or from a device arena, straight into each requester's block of XLA's
@@ -25,12 +25,12 @@
 #include <string>
 #include <vector>
 
-#include "ffi/call_site.h"
 #include "core/gpu/gather_plan.h"
 #include "core/sharding/sharding.h"
 #include "cuda/ffi_cuda.h"
 #include "cuda/gather.cuh"
 #include "cuda/tickets.h"
+#include "ffi/call_site.h"
 #include "ffi/ffi_common.h"
 #include "ffi/ffi_handlers.h"
 #include "ffi/shard_steps.h"
