@@ -295,6 +295,7 @@ class _Plan:
     shard_of_row: jax.Array  # [B]: the shard each of this process's rows comes from
     rank: jax.Array          # [B]: that row's rank among those asked of its shard
     asked: jax.Array         # [P]: rows each process asks of this shard
+    need: jax.Array          # the largest of counts: what the rounds must carry
     serve_key: jax.Array
     serve_seeds: jax.Array   # [P, 2]: round 0's seed of each requester's draws
 
@@ -335,7 +336,7 @@ def _plan(state: jax.Array, rng_key: jax.Array, specs: tuple[ShardSpec, ...], ar
     # shard_of_row[b] (the plan counts them as it draws: O(B), not the O(B P)
     # of a cumulative sum over a [B, P] one-hot).
     return state, _Plan(summaries, counts, shard_of_rows[me], ranks[me], counts[:, me],
-                        serve_key, serve_seeds)
+                        counts.max(), serve_key, serve_seeds)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -412,8 +413,8 @@ class _Rounds:
         """Round 0 in blocks: the smallest block that holds the largest count
         (and min_block), or the cap."""
         sizes = block_sizes(self.args.batch_size, self.specs[0].shards, self.cap)
-        need = self.plan.counts.max()
-        wanted = jnp.minimum(jnp.maximum(need, jnp.asarray(min_block, jnp.int32)), self.cap)
+        wanted = jnp.minimum(jnp.maximum(self.plan.need, jnp.asarray(min_block, jnp.int32)),
+                             self.cap)
         branch = jnp.minimum(jnp.searchsorted(jnp.asarray(sizes, jnp.int32), wanted),
                              len(sizes) - 1)
         state, _, received = jax.lax.switch(
@@ -430,7 +431,7 @@ class _Rounds:
             return state, tuple(jnp.where(taken.reshape(-1, *(1,) * (n.ndim - 1)), n, old)
                                 for n, old in zip(new, rows))
 
-        return jax.lax.fori_loop(1, rounds_needed(self.plan.counts.max(), self.cap),
+        return jax.lax.fori_loop(1, rounds_needed(self.plan.need, self.cap),
                                  next_round, (state, received))
 
 
