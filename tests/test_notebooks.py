@@ -9,10 +9,11 @@ output, in less time; its committed outputs come from the budgets as written.
 Each notebook is executed with nbclient on an in-memory copy (the committed
 file, with its outputs, is left alone; the executed copy is written under
 pytest's tmp_path for inspection), in a kernel running this interpreter, with
-notebooks/ as the working directory. Code cells tagged ``expect-image`` must
-produce an ``image/png``; every other code cell must produce some output
-unless tagged ``no-output``. The committed files must carry those outputs too
-and stay small.
+notebooks/ as the working directory; two at a time, in the background from the
+first test_notebook_runs on (the ``executions`` fixture), each test checking
+its own. Code cells tagged ``expect-image`` must produce an ``image/png``;
+every other code cell must produce some output unless tagged ``no-output``.
+The committed files must carry those outputs too and stay small.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import copy
 import json
 import sys
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -45,6 +47,9 @@ EXPECTED = {
 }
 CELL_TIMEOUT_S = 300
 MAX_COMMITTED_BYTES = 1_000_000
+# Notebooks executing at once: a kernel keeps about one core busy (mostly
+# compiling, which XLA does on one thread), so two fill a 2-core machine.
+PARALLEL = 2
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +62,56 @@ def kernel_path(tmp_path_factory):
     spec = json.loads((Path(spec_dir) / "kernel.json").read_text())
     assert spec["argv"][0] == sys.executable, spec["argv"]
     return jupyter_path
+
+
+def _execute(name: str):
+    """Executes notebooks/<name> on an in-memory copy with its outputs cleared;
+    returns the executed copy and what execute() raised (None when nothing)."""
+    nb = copy.deepcopy(nbformat.read(NOTEBOOKS / name, as_version=4))
+    for cell in nb.cells:                 # start clean: what is checked is this run's
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    client = nbclient.NotebookClient(
+        nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", allow_errors=False,
+        resources={"metadata": {"path": str(NOTEBOOKS)}})
+    try:
+        client.execute()
+    except Exception as error:  # noqa: BLE001 - raised again by the notebook's test
+        return nb, error
+    return nb, None
+
+
+@pytest.fixture(scope="module")
+def executions(request, kernel_path):
+    """name -> the future of _execute(name). Every notebook this session's
+    test_notebook_runs will check starts at the first one's request, PARALLEL
+    at a time in this process (each in its own kernel); a test waits for its
+    own. Under pytest-xdist, which does not say which tests a worker will run,
+    each test starts its own notebook when it asks."""
+    selected = [] if hasattr(request.config, "workerinput") else [
+        item.callspec.params["name"] for item in request.session.items
+        if getattr(item, "originalname", None) == "test_notebook_runs"]
+    with pytest.MonkeyPatch.context() as env, ThreadPoolExecutor(PARALLEL) as pool:
+        env.setenv("JUPYTER_PATH", str(kernel_path))      # the kernels inherit both
+        env.setenv("GEARJAX_NOTEBOOK_SMOKE", "1")
+        futures = _Executions(pool)
+        for name in selected:
+            futures[name]
+        yield futures
+        for future in futures.values():  # a stopped session (-x) leaves the rest
+            future.cancel()
+
+
+class _Executions(dict):
+    """Starts a notebook's execution when it is first looked up."""
+
+    def __init__(self, pool: ThreadPoolExecutor):
+        super().__init__()
+        self.pool = pool
+
+    def __missing__(self, name: str) -> Future:
+        self[name] = self.pool.submit(_execute, name)
+        return self[name]
 
 
 def _checks(nb) -> list[str]:
@@ -101,21 +156,11 @@ def test_committed_notebook_carries_its_outputs(name):
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_notebook_runs(name, kernel_path, tmp_path, monkeypatch):
-    monkeypatch.setenv("JUPYTER_PATH", str(kernel_path))
-    monkeypatch.setenv("GEARJAX_NOTEBOOK_SMOKE", "1")   # the kernel inherits it
-    committed = nbformat.read(NOTEBOOKS / name, as_version=4)
-    nb = copy.deepcopy(committed)
-    for cell in nb.cells:                 # start clean: what is checked below is this run's
-        if cell.cell_type == "code":
-            cell.outputs, cell.execution_count = [], None
-    client = nbclient.NotebookClient(
-        nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", allow_errors=False,
-        resources={"metadata": {"path": str(NOTEBOOKS)}})
-    try:
-        client.execute()
-    finally:
-        nbformat.write(nb, tmp_path / name)   # the executed copy, for a look when it fails
+def test_notebook_runs(name, executions, tmp_path):
+    nb, error = executions[name].result()
+    nbformat.write(nb, tmp_path / name)   # the executed copy, for a look when it fails
+    if error is not None:
+        raise error
     problems = _checks(nb)
     assert problems == [], "\n".join(problems)
     assert _image_cells(nb) >= EXPECTED[name]
