@@ -5,7 +5,8 @@
 # without the mutex that guards it, or a "...Locked" function called without
 # it, fails, wherever a mutex is annotated (the table's and the NIXL agent's;
 # thread_annotations.h says which are not). Needs clang++ (Debian: apt-get install clang-14); CLANGXX picks
-# one. Usage: bash scripts/check_thread_safety.sh [-j N]
+# one. Usage: bash scripts/check_thread_safety.sh [-j N | --which]
+# (--which: print the clang++ it would use, exit 2 where none is found).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 jobs=2
@@ -20,6 +21,7 @@ if [ -z "$clangxx" ]; then
   echo "scripts/check_thread_safety.sh: no clang++ found (apt-get install clang-14)" >&2
   exit 2
 fi
+if [ "${1:-}" = "--which" ]; then echo "$clangxx"; exit 0; fi
 flags=(-std=c++20 -fsyntax-only -Ixla_ffi -Wthread-safety -Werror=thread-safety
        -Wno-unknown-warning-option)
 # First, that the analysis is on: a field read without its mutex must fail

@@ -12,30 +12,21 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-# GoogleTest comes from the system's packages (Debian/Ubuntu: libgtest-dev).
-# Where it is missing and we may install packages, install it; where we may
-# not, say so and skip the C++ tests rather than fail the Python ones.
-have_gtest() { [ -f /usr/include/gtest/gtest.h ] || [ -f /usr/local/include/gtest/gtest.h ]; }
-if ! have_gtest; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    apt-get install -y -q libgtest-dev >/dev/null 2>&1 ||
-      { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q libgtest-dev >/dev/null 2>&1; } ||
-      true
-  fi
-fi
-# clang++ for the check of the core's lock requirements, installed as
-# GoogleTest is.
-have_clang() {
-  for c in clang++ clang++-19 clang++-18 clang++-17 clang++-16 clang++-15 clang++-14; do
-    command -v "$c" >/dev/null && return 0
-  done
-  return 1
-}
-if ! have_clang && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  apt-get install -y -q clang-14 >/dev/null 2>&1 ||
-    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q clang-14 >/dev/null 2>&1; } ||
+# GoogleTest (for the C++ tests) and clang++ (for the check of the core's lock
+# requirements) come from the system's packages (Debian/Ubuntu: libgtest-dev,
+# clang-14). Where one is missing and we may install packages, install it;
+# where we may not, say so below and skip what needs it rather than fail the
+# Python tests.
+apt_install() {
+  [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null || return 0
+  apt-get install -y -q "$1" >/dev/null 2>&1 ||
+    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q "$1" >/dev/null 2>&1; } ||
     true
-fi
+}
+have_gtest() { [ -f /usr/include/gtest/gtest.h ] || [ -f /usr/local/include/gtest/gtest.h ]; }
+have_clang() { bash scripts/check_thread_safety.sh --which >/dev/null 2>&1; }
+have_gtest || apt_install libgtest-dev
+have_clang || apt_install clang-14
 # The Python 3.11 environment of the JAX 0.10 tests, built beside the rest
 # (only for a whole run).
 minors=""
