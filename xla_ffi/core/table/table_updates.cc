@@ -274,26 +274,27 @@ void Table::HandDeferredLeavesLocked(uint64_t ticket, GpuUpdate* u, RetiredStagi
 
 bool Table::OwnPrioritiesLocked() {
   if (SettledPrioritiesLocked()) return false;
-  // The caller's lock, borrowed to wait and handed back still locked on every
-  // path, a throwing wait's too (the caller's MutexLock unlocks it, once).
-  std::unique_lock<std::mutex> lock(mu_.native(), std::adopt_lock);
-  struct HandBack {
-    std::unique_lock<std::mutex>& lock;
-    ~HandBack() { lock.release(); }
-  } hand_back{lock};
-  ++priority_claims_;  // BeginGpuUpdate waits meanwhile: no new ticket to wait for
   const uint64_t awaited = gpu_update_last_;
-  bool reported = false;
-  try {
+  bool reported;
+  {
+    // The caller's lock, borrowed to wait. A claim keeps BeginGpuUpdate
+    // waiting meanwhile (no new ticket to wait for); leaving this scope, a
+    // throwing wait's too, ends the claim and hands the lock back still
+    // locked (the caller's MutexLock unlocks it, once).
+    std::unique_lock<std::mutex> lock(mu_.native(), std::adopt_lock);
+    struct Claim {
+      int64_t& claims;
+      std::unique_lock<std::mutex>& lock;
+      ~Claim() {
+        --claims;
+        lock.release();
+      }
+    } claim{++priority_claims_, lock};
     reported = WaitForTickets(lock, GpuWaitDeadline(), [&] {
       mu_.AssertHeld();
       return closed() || !tickets_.InFlight(gpu_update_last_);
     });
-  } catch (...) {
-    --priority_claims_;
-    throw;
   }
-  --priority_claims_;
   changed_.notify_all();
   CheckOpenLocked();
   if (!reported) {
