@@ -4,7 +4,7 @@
 # exists; JAX stops at 0.10 there).
 #
 #   bash scripts/bench_torchrl_setup.sh          # makes or completes .venv-torchrl
-#   .venv-torchrl/bin/python -P scripts/bench_torchrl.py --quick
+#   .venv-torchrl/bin/python scripts/bench_torchrl.py --quick
 #
 # What it installs into $TORCHRL_VENV (default .venv-torchrl, git-ignored):
 #  * torch==2.13.0 (the CPU build that lies on these machines' disk: any other
