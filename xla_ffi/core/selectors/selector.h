@@ -9,9 +9,9 @@
 // strategy is first admitted, and keeps them up to date from then on, so a
 // table pays only for the selection it uses. The selectors users choose
 // (SamplingSelector) also draw: the table asks the strategy's selector for a
-// batch (Table::SamplingSelectorLocked makes each strategy's selector; the
-// rest the core knows of a strategy is in strategies.h) and never switches
-// on the strategy to select.
+// batch (the strategy registry's factory makes each strategy's selector,
+// strategies.h; the table keeps them in a SelectorSet, selector_set.h) and
+// never switches on the strategy to select.
 #pragma once
 
 #include <cstdint>

@@ -2,23 +2,56 @@
 #include "core/selectors/strategies.h"
 
 #include <iterator>
+#include <memory>
 #include <string>
 
 #include "core/common.h"
 #include "core/limits.h"
+#include "core/selectors/prioritized.h"
+#include "core/selectors/recent.h"
+#include "core/selectors/step_prioritized.h"
+#include "core/selectors/timestep.h"
+#include "core/selectors/topk.h"
+#include "core/selectors/uniform.h"
 #include "core/table/table_internal.h"  // Number
 
 namespace gearjax {
 namespace {
 
+// Each strategy's selector factory (SelectorFactory).
+std::unique_ptr<SamplingSelector> MakeUniform(const SelectorContext& c, double) {
+  return std::make_unique<UniformSelector>(c.capacity, c.gpu_mapped);
+}
+std::unique_ptr<SamplingSelector> MakeTimestep(const SelectorContext& c, double) {
+  return std::make_unique<TimestepSelector>(c.capacity, c.gpu_mapped);
+}
+std::unique_ptr<SamplingSelector> MakePrioritized(const SelectorContext& c, double alpha) {
+  return std::make_unique<PrioritizedSelector>(alpha, c.capacity, c.gpu_mapped);
+}
+std::unique_ptr<SamplingSelector> MakeTopK(const SelectorContext&, double) {
+  return std::make_unique<TopKSelector>();
+}
+std::unique_ptr<SamplingSelector> MakeRecent(const SelectorContext&, double) {
+  return std::make_unique<RecentSelector>();
+}
+std::unique_ptr<SamplingSelector> MakePrioritizedSteps(const SelectorContext& c, double alpha) {
+  if (c.step_priorities == nullptr) {
+    throw InvalidArgument("PrioritizedSteps draws steps by their own priorities: make the table "
+                          "with step_priorities=True");
+  }
+  return std::make_unique<StepPrioritizedSelector>(alpha, c.capacity, c.max_length,
+                                                   c.step_priorities, c.slots, c.gpu_mapped);
+}
+
 constexpr StrategyEntry kStrategies[] = {
-    // strategy, key, name, ranks, weighs_by_priority, draws_steps
-    {Strategy::kUniform, "uniform", "Uniform", false, false, false},
-    {Strategy::kTimestep, "timestep", "Timestep", false, false, false},
-    {Strategy::kPrioritized, "prioritized", "Prioritized", false, true, false},
-    {Strategy::kTopK, "topk", "TopK", true, false, false},
-    {Strategy::kRecent, "recent", "Recent", true, false, false},
-    {Strategy::kPrioritizedSteps, "prioritizedsteps", "PrioritizedSteps", false, true, true},
+    // strategy, key, name, ranks, weighs_by_priority, draws_steps, make
+    {Strategy::kUniform, "uniform", "Uniform", false, false, false, MakeUniform},
+    {Strategy::kTimestep, "timestep", "Timestep", false, false, false, MakeTimestep},
+    {Strategy::kPrioritized, "prioritized", "Prioritized", false, true, false, MakePrioritized},
+    {Strategy::kTopK, "topk", "TopK", true, false, false, MakeTopK},
+    {Strategy::kRecent, "recent", "Recent", true, false, false, MakeRecent},
+    {Strategy::kPrioritizedSteps, "prioritizedsteps", "PrioritizedSteps", false, true, true,
+     MakePrioritizedSteps},
 };
 
 constexpr bool InCodeOrder() {

@@ -1,19 +1,45 @@
 // The sampling strategies users choose, registered once: each one's code,
-// name, and how it draws (ranks, or weighs by priority), from which its
-// parameter checks and the words naming what makes an item eligible follow. Adding a strategy: an enum value (sample_request.h),
-// an entry here, its selector (selectors/, made by
-// Table::SamplingSelectorLocked), its Python class (gearjax/strategies.py).
-// The table's checks and messages, the sharded plan and the bindings read
-// this registry instead of switching on the strategy (the two places that
-// still name strategies, as optimisations, are listed in docs/internals.md).
+// name, how it draws (ranks, or weighs by priority), from which its
+// parameter checks and the words naming what makes an item eligible follow,
+// and the factory that makes its selector. Adding a strategy: an enum value
+// (sample_request.h), an entry here with its factory, its selector
+// (selectors/), its Python class (gearjax/strategies.py). The table keeps the
+// selectors the factories make in a SelectorSet (selector_set.h); its checks
+// and messages, the sharded plan and the bindings read this registry instead
+// of switching on the strategy (the places that still name strategies, as
+// optimisations, are listed in docs/internals.md).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "core/sample_request.h"
 
 namespace gearjax {
+
+class SamplingSelector;  // selector.h
+struct SlotInfo;         // slots.h
+
+// What a strategy's selector is made from: the table's shape, and the state
+// of the table it reads (never writes) and that outlives it.
+struct SelectorContext {
+  int64_t capacity;
+  int64_t max_length;
+  // Its trees in GPU-mapped pinned memory (TableSpec::gpu_mapped), which GPU
+  // selection kernels descend.
+  bool gpu_mapped;
+  // The table's step priorities, max_length a slot; null where the table
+  // keeps none (TableSpec::step_priorities).
+  const double* step_priorities;
+  const SlotInfo* slots;  // the slot records, capacity of them
+};
+
+// Makes a strategy's selector, empty, for `alpha` (ignored by strategies that
+// do not weigh by priority); throws InvalidArgument where the table cannot
+// serve the strategy.
+using SelectorFactory = std::unique_ptr<SamplingSelector> (*)(const SelectorContext& context,
+                                                              double alpha);
 
 struct StrategyEntry {
   Strategy strategy;
@@ -31,6 +57,9 @@ struct StrategyEntry {
   // trajectory (PrioritizedSteps, on tables that keep a priority per step):
   // selected on the host.
   bool draws_steps;
+  // Makes its selector. Strategies that weigh by priority get one per alpha
+  // (at most kMaxPriorityTrees), the others one.
+  SelectorFactory make;
 };
 
 // How many strategies are registered: their codes are 0 .. count - 1.

@@ -11,6 +11,7 @@
 
 #include "core/limits.h"
 #include "core/prefetch.h"
+#include "core/selectors/length_index.h"
 #include "core/random.h"
 #include "core/table/table_internal.h"
 
@@ -71,13 +72,10 @@ Table::Table(TableSpec spec)
   stamps_.assign(static_cast<size_t>(spec_.capacity), -1);
   times_sampled_.assign(static_cast<size_t>(spec_.capacity), 0);
   freed_at_.assign(static_cast<size_t>(spec_.capacity), 0);
-  order_ = std::make_unique<InsertionOrder>(spec_.capacity);
-  uniform_ = std::make_unique<UniformSelector>(spec_.capacity, spec_.gpu_mapped);
-  AttachLocked(order_.get());
-  AttachLocked(uniform_.get());
+  order_ = &selectors_.Keep(std::make_unique<InsertionOrder>(spec_.capacity));
+  SamplingSelectorLocked(Strategy::kUniform, 0.0);  // every table draws Uniform's live bitmap
   if (spec_.remover == Remover::kMinPriority) {
-    min_heap_ = std::make_unique<MinPriorityHeap>(spec_.capacity);
-    AttachLocked(min_heap_.get());
+    min_heap_ = &selectors_.Keep(std::make_unique<MinPriorityHeap>(spec_.capacity));
   }
 }
 
@@ -212,17 +210,10 @@ std::vector<std::shared_ptr<void>> Table::TakeMemoryLocked() {
   auto take = [&](auto& owner) {
     if (owner != nullptr) memory.emplace_back(std::move(owner));
   };
-  selectors_.clear();
-  priority_selectors_.clear();
-  take(topk_);
-  take(lengths_);
-  take(recent_);
-  for (auto& tree : prioritized_) take(tree);
-  prioritized_.clear();
-  take(timestep_);
-  take(min_heap_);
-  take(uniform_);
-  take(order_);
+  for (std::shared_ptr<void>& selector : selectors_.TakeAll()) memory.push_back(std::move(selector));
+  order_ = nullptr;
+  min_heap_ = nullptr;
+  lengths_ = nullptr;
   for (auto& staging : mirror_staging_) take(staging);
   mirror_staging_.clear();
   take(slots_);
@@ -237,114 +228,43 @@ LimiterState Table::LimiterStateLocked() const {
   return {live_, writers_, counters_.inserts, counters_.samples};
 }
 
-void Table::AttachLocked(Selector* selector) {
-  selectors_.push_back(selector);
-  if (selector->UsesPriority()) priority_selectors_.push_back(selector);
-}
-
 Item Table::ItemLocked(int64_t slot) const {
   const SlotInfo& info = (*slots_)[slot];
   return {slot, info.key, info.length, info.priority};
 }
 
-// Each lazily created selector is filled with the live items, oldest first,
-// before it is installed (a throw leaves the table as it was), then kept up
-// to date like the others.
-template <typename S>
-std::unique_ptr<S> Table::FilledLocked(std::unique_ptr<S> selector) const {
-  for (int64_t s = order_->Oldest(); s >= 0; s = order_->Next(s)) selector->Insert(ItemLocked(s));
-  return selector;
+// Each lazily made selector is filled with the live items, oldest first,
+// before it is kept (a throw leaves the table as it was), then kept up to
+// date like the others.
+void Table::FillLocked(Selector& selector) const {
+  for (int64_t s = order_->Oldest(); s >= 0; s = order_->Next(s)) selector.Insert(ItemLocked(s));
 }
 
-SamplingSelector& Table::SamplingSelectorLocked(const SampleRequest& r) {
-  switch (r.strategy) {
-    case Strategy::kUniform: return *uniform_;
-    case Strategy::kTimestep: return TimestepLocked();
-    case Strategy::kPrioritized: return PrioritizedLocked(r.alpha);
-    case Strategy::kTopK: return TopKLocked();
-    case Strategy::kRecent: return RecentLocked();
-    case Strategy::kPrioritizedSteps: return StepPrioritizedLocked(r.alpha);
-  }
-  throw InvalidArgument("unknown sampling strategy " +
-                        std::to_string(static_cast<int32_t>(r.strategy)));
+SelectorContext Table::SelectorContextLocked() const {
+  return {spec_.capacity, spec_.max_length, spec_.gpu_mapped,
+          spec_.step_priorities ? step_priority_.data() : nullptr, &(*slots_)[0]};
 }
 
-TimestepSelector& Table::TimestepLocked() {
-  if (!timestep_) {
-    timestep_ = FilledLocked(std::make_unique<TimestepSelector>(spec_.capacity, spec_.gpu_mapped));
-    AttachLocked(timestep_.get());
-  }
-  return *timestep_;
-}
-
-PrioritizedSelector& Table::PrioritizedLocked(double alpha) {
-  // A new tree is filled from the records' priorities: first no GPU update
-  // may be writing them (and the lock may be released meanwhile: look again).
+SamplingSelector& Table::SamplingSelectorLocked(Strategy strategy, double alpha) {
+  std::unique_ptr<SamplingSelector> made;
   do {
-    for (auto& selector : prioritized_) {
-      if (selector->alpha() == alpha) return *selector;
-    }
-  } while (OwnPrioritiesLocked());
-  if (prioritized_.size() >= static_cast<size_t>(kMaxPriorityTrees)) {
-    std::string alphas;
-    for (auto& selector : prioritized_) alphas += (alphas.empty() ? "" : ", ") + Number(selector->alpha());
-    throw InvalidArgument("a table keeps sum trees for at most " +
-                          std::to_string(kMaxPriorityTrees) + " Prioritized alphas (this one has " +
-                          alphas + "); Prioritized(" + Number(alpha) + ") would be one more");
-  }
-  prioritized_.push_back(
-      FilledLocked(std::make_unique<PrioritizedSelector>(alpha, spec_.capacity, spec_.gpu_mapped)));
-  AttachLocked(prioritized_.back().get());
-  return *prioritized_.back();
-}
-
-StepPrioritizedSelector& Table::StepPrioritizedLocked(double alpha) {
-  if (!spec_.step_priorities) {
-    throw InvalidArgument("PrioritizedSteps draws steps by their own priorities: make the table "
-                          "with step_priorities=True");
-  }
-  for (auto& selector : step_prioritized_) {
-    if (selector->alpha() == alpha) return *selector;
-  }
-  if (step_prioritized_.size() >= static_cast<size_t>(kMaxPriorityTrees)) {
-    std::string alphas;
-    for (auto& selector : step_prioritized_) {
-      alphas += (alphas.empty() ? "" : ", ") + Number(selector->alpha());
-    }
-    throw InvalidArgument("a table keeps step trees for at most " +
-                          std::to_string(kMaxPriorityTrees) + " PrioritizedSteps alphas (this "
-                          "one has " + alphas + "); PrioritizedSteps(" + Number(alpha) +
-                          ") would be one more");
-  }
-  step_prioritized_.push_back(FilledLocked(std::make_unique<StepPrioritizedSelector>(
-      alpha, spec_.capacity, spec_.max_length, step_priority_.data(), &(*slots_)[0],
-      spec_.gpu_mapped)));
-  AttachLocked(step_prioritized_.back().get());
-  return *step_prioritized_.back();
-}
-
-RecentSelector& Table::RecentLocked() {
-  if (!recent_) {
-    recent_ = FilledLocked(std::make_unique<RecentSelector>());
-    AttachLocked(recent_.get());
-  }
-  return *recent_;
+    if (SamplingSelector* found = selectors_.Find(strategy, alpha)) return *found;
+    made = selectors_.Make(strategy, alpha, SelectorContextLocked());
+    // One that keeps priorities is filled from the records': first no GPU
+    // update may be writing them (the lock may be released meanwhile: look
+    // again).
+  } while (made->UsesPriority() && OwnPrioritiesLocked());
+  FillLocked(*made);
+  return selectors_.Add(strategy, alpha, std::move(made));
 }
 
 LengthIndex& Table::LengthIndexLocked() {
-  if (!lengths_) {
-    lengths_ = FilledLocked(std::make_unique<LengthIndex>(spec_.max_length));
-    AttachLocked(lengths_.get());
+  if (lengths_ == nullptr) {
+    auto index = std::make_unique<LengthIndex>(spec_.max_length);
+    FillLocked(*index);
+    lengths_ = &selectors_.Keep(std::move(index));
   }
   return *lengths_;
-}
-
-TopKSelector& Table::TopKLocked() {
-  if (!topk_) {
-    topk_ = FilledLocked(std::make_unique<TopKSelector>());
-    AttachLocked(topk_.get());
-  }
-  return *topk_;
 }
 
 }  // namespace gearjax

@@ -61,17 +61,10 @@
 #include "core/random.h"
 #include "core/sample_request.h"
 #include "core/selectors/constrained.h"
-#include "core/selectors/fifo.h"
-#include "core/selectors/heap.h"
-#include "core/selectors/length_index.h"
-#include "core/selectors/prioritized.h"
-#include "core/selectors/recent.h"
-#include "core/selectors/step_prioritized.h"
+#include "core/selectors/selector.h"
+#include "core/selectors/selector_set.h"
 #include "core/selectors/strategies.h"
 #include "core/selectors/sum_tree.h"
-#include "core/selectors/timestep.h"
-#include "core/selectors/topk.h"
-#include "core/selectors/uniform.h"
 #include "core/sharding/exchange_counters.h"
 #include "core/table/rate_limiter.h"
 #include "core/table/removers.h"
@@ -84,6 +77,8 @@
 #include "core/window.h"
 
 namespace gearjax {
+
+class LengthIndex;  // selectors/length_index.h
 
 class Table {
  public:
@@ -401,17 +396,23 @@ class Table {
   LimiterState LimiterStateLocked() const GEARJAX_REQUIRES(mu_);
   // Waits until the limiter admits the request (or throws Timeout/Closed).
   void WaitToSampleLocked(MutexLock& lock, const SampleRequest& request) GEARJAX_REQUIRES(mu_);
-  // The selector a sample's strategy draws from, created (and filled) on
-  // first use: where strategies are registered, the one place the table
-  // maps a strategy to its selector.
-  SamplingSelector& SamplingSelectorLocked(const SampleRequest& request) GEARJAX_REQUIRES(mu_);
-  // Each strategy's selector (SamplingSelectorLocked), created on first use.
-  TimestepSelector& TimestepLocked() GEARJAX_REQUIRES(mu_);
-  PrioritizedSelector& PrioritizedLocked(double alpha) GEARJAX_REQUIRES(mu_);
-  StepPrioritizedSelector& StepPrioritizedLocked(double alpha) GEARJAX_REQUIRES(mu_);
-  RecentSelector& RecentLocked() GEARJAX_REQUIRES(mu_);
-  TopKSelector& TopKLocked() GEARJAX_REQUIRES(mu_);
+  // The selector a sample's strategy (and alpha) draws from, made by the
+  // strategy registry's factory and filled on first use (selector_set.h).
+  SamplingSelector& SamplingSelectorLocked(const SampleRequest& request) GEARJAX_REQUIRES(mu_) {
+    return SamplingSelectorLocked(request.strategy, request.alpha);
+  }
+  SamplingSelector& SamplingSelectorLocked(Strategy strategy, double alpha) GEARJAX_REQUIRES(mu_);
+  // The same as its own type S, for the strategies the table names as
+  // optimisations (docs/internals.md): Timestep's tree for cut="full" and
+  // the GPU mirrors.
+  template <typename S>
+  S& SamplingSelectorLocked(Strategy strategy, double alpha = 0.0) GEARJAX_REQUIRES(mu_) {
+    return static_cast<S&>(SamplingSelectorLocked(strategy, alpha));
+  }
+  // The length index cut="full" samples normalise by, made on first use.
   LengthIndex& LengthIndexLocked() GEARJAX_REQUIRES(mu_);
+  // What the registry's factories make selectors from.
+  SelectorContext SelectorContextLocked() const GEARJAX_REQUIRES(mu_);
   // cut="full" with replacement by Uniform or Timestep, without listing the
   // table: rows drawn from the strategy's selector and kept when their window
   // fits (Timestep: with probability (L - w + 1) / L), normalised by the
@@ -518,14 +519,11 @@ class Table {
                                 const double* steps = nullptr) GEARJAX_REQUIRES(mu_);
   Item ItemLocked(int64_t slot) const GEARJAX_REQUIRES(mu_);
   std::vector<ItemInfo> PinItemsLocked(const int64_t* keys, int64_t count) GEARJAX_REQUIRES(mu_);
-  template <typename S>
-  std::unique_ptr<S> FilledLocked(std::unique_ptr<S> selector) const GEARJAX_REQUIRES(mu_);
+  // Tells a selector just made every live item, oldest first (before it is
+  // kept: a throw leaves the table as it was).
+  void FillLocked(Selector& selector) const GEARJAX_REQUIRES(mu_);
   void EvictLocked(int64_t slot) GEARJAX_REQUIRES(mu_);
   void RemoveFromSelectorsLocked(int64_t slot) GEARJAX_REQUIRES(mu_);
-  // one of prioritized_
-  bool IsPrioritizedLocked(const Selector* selector) const GEARJAX_REQUIRES(mu_);
-  // one of step_prioritized_
-  bool IsStepPrioritizedLocked(const Selector* selector) const GEARJAX_REQUIRES(mu_);
   // of its live trajectory's steps
   double LargestStepPriorityLocked(int64_t slot) const GEARJAX_REQUIRES(mu_);
   // UpdateStepPriorities' rows that name a live key, in order: the row, its
@@ -611,23 +609,17 @@ class Table {
   // per slot: the ticket of the sample that removed it
   std::vector<uint64_t> freed_at_ GEARJAX_GUARDED_BY(mu_);
   int64_t last_stamp_ GEARJAX_GUARDED_BY(mu_) = -1;
-  // Selectors: insertion order and Uniform always, the remover's heap when the
-  // remover is min-priority, the others when a sample first asks for them.
-  std::unique_ptr<InsertionOrder> order_ GEARJAX_GUARDED_BY(mu_);
-  std::unique_ptr<UniformSelector> uniform_ GEARJAX_GUARDED_BY(mu_);
-  std::unique_ptr<MinPriorityHeap> min_heap_ GEARJAX_GUARDED_BY(mu_);
-  std::unique_ptr<TimestepSelector> timestep_ GEARJAX_GUARDED_BY(mu_);
-  std::vector<std::unique_ptr<PrioritizedSelector>> prioritized_ GEARJAX_GUARDED_BY(mu_);
-  std::vector<std::unique_ptr<StepPrioritizedSelector>> step_prioritized_ GEARJAX_GUARDED_BY(mu_);
+  // Every selector (selector_set.h): the insertion order and Uniform
+  // always, the remover's heap when the remover is min-priority, the others
+  // when a sample first asks for them. The set owns them; the pointers name
+  // the three no strategy draws from (null until made, and after Close).
+  SelectorSet selectors_ GEARJAX_GUARDED_BY(mu_);
+  InsertionOrder* order_ GEARJAX_GUARDED_BY(mu_) = nullptr;
+  MinPriorityHeap* min_heap_ GEARJAX_GUARDED_BY(mu_) = nullptr;
+  LengthIndex* lengths_ GEARJAX_GUARDED_BY(mu_) = nullptr;
   // Step priorities (TableSpec::step_priorities; else empty): max_length a
   // slot, those past a trajectory's length unused.
   std::vector<double> step_priority_ GEARJAX_GUARDED_BY(mu_);
-  std::unique_ptr<RecentSelector> recent_ GEARJAX_GUARDED_BY(mu_);
-  std::unique_ptr<TopKSelector> topk_ GEARJAX_GUARDED_BY(mu_);
-  std::unique_ptr<LengthIndex> lengths_ GEARJAX_GUARDED_BY(mu_);
-  // every one of the above that exists
-  std::vector<Selector*> selectors_ GEARJAX_GUARDED_BY(mu_);
-  std::vector<Selector*> priority_selectors_ GEARJAX_GUARDED_BY(mu_);  // those whose UsesPriority()
 
   int64_t live_ GEARJAX_GUARDED_BY(mu_) = 0;
   int64_t writers_ GEARJAX_GUARDED_BY(mu_) = 0;

@@ -25,7 +25,7 @@ int64_t Table::AcquireSlotLocked(MutexLock& lock, bool* evicted) {
   for (;;) {
     const int64_t free = slots_->AcquireFree();
     if (free >= 0) return free;
-    const int64_t victim = ChooseVictim(spec_.remover, *order_, min_heap_.get());
+    const int64_t victim = ChooseVictim(spec_.remover, *order_, min_heap_);
     if (victim >= 0) {
       if (OwnPrioritiesLocked()) continue;  // waited: look again
       EvictLocked(victim);
@@ -41,7 +41,7 @@ int64_t Table::AcquireSlotLocked(MutexLock& lock, bool* evicted) {
 
 void Table::RemoveFromSelectorsLocked(int64_t slot) {
   const Item item = ItemLocked(slot);
-  for (Selector* selector : selectors_) selector->Delete(item);
+  for (Selector* selector : selectors_.all()) selector->Delete(item);
   --live_;
   if (item.priority > 0) --positive_;
   num_steps_ -= item.length;
@@ -62,21 +62,11 @@ void Table::CountDrawLocked(int64_t slot, uint64_t ticket) {
   freed_at_[slot] = ticket;
 }
 
-bool Table::IsPrioritizedLocked(const Selector* selector) const {
-  return std::any_of(prioritized_.begin(), prioritized_.end(),
-                     [&](const auto& p) { return p.get() == selector; });
-}
-
-bool Table::IsStepPrioritizedLocked(const Selector* selector) const {
-  return std::any_of(step_prioritized_.begin(), step_prioritized_.end(),
-                     [&](const auto& p) { return p.get() == selector; });
-}
-
 void Table::PublishLocked(int64_t slot, int64_t key, int64_t length, double priority,
                           const double* steps, int64_t stamp) {
   // While a GPU update may run, the Prioritized trees are its: the leaves
   // wait in deferred_leaves_ and the insert does not wait for the GPU.
-  const bool defer = !prioritized_.empty() && !SettledPrioritiesLocked();
+  const bool defer = selectors_.Has(Strategy::kPrioritized) && !SettledPrioritiesLocked();
   stamps_[slot] = stamp;
   last_stamp_ = stamp;
   times_sampled_[slot] = 0;
@@ -93,8 +83,8 @@ void Table::PublishLocked(int64_t slot, int64_t key, int64_t length, double prio
   __atomic_store_n(reinterpret_cast<uint8_t*>(&info.state), static_cast<uint8_t>(SlotState::kLive),
                    __ATOMIC_RELEASE);
   const Item item{slot, key, length, priority};
-  for (Selector* selector : selectors_) {
-    if (defer && IsPrioritizedLocked(selector)) continue;
+  for (Selector* selector : selectors_.all()) {
+    if (defer && selectors_.Holds(Strategy::kPrioritized, selector)) continue;
     selector->Insert(item);
   }
   if (defer) deferred_leaves_.push_back(slot);

@@ -9,6 +9,7 @@
 #include "core/limits.h"
 #include "core/prefetch.h"
 #include "core/random.h"
+#include "core/selectors/prioritized.h"
 #include "core/table/table.h"
 #include "core/table/table_internal.h"
 
@@ -127,7 +128,10 @@ void Table::RestoreState(const Counters& counters, const std::vector<int64_t>& f
 std::vector<double> Table::Alphas() const {
   MutexLock lock(CheckedMutex());
   std::vector<double> alphas;
-  for (const auto& selector : prioritized_) alphas.push_back(selector->alpha());
+  for (const PrioritizedSelector* selector :
+       selectors_.Of<PrioritizedSelector>(Strategy::kPrioritized)) {
+    alphas.push_back(selector->alpha());
+  }
   return alphas;
 }
 
@@ -149,7 +153,10 @@ Stats Table::GetStats() const {
   s.bytes_reserved = released_ ? 0 : static_cast<int64_t>(arena_->bytes());
   s.bytes_used = num_steps_ * bytes_per_step;
   s.seconds_alive = std::chrono::duration<double>(Clock::now() - created_at_).count();
-  for (const auto& selector : prioritized_) s.alphas.push_back(selector->alpha());
+  for (const PrioritizedSelector* selector :
+       selectors_.Of<PrioritizedSelector>(Strategy::kPrioritized)) {
+    s.alphas.push_back(selector->alpha());
+  }
   s.skipped_updates = skipped_updates_ + static_cast<int64_t>(gpu.skipped);
   return s;
 }

@@ -7,6 +7,8 @@
 #include <utility>
 
 #include "core/gpu/tree_mirror.h"
+#include "core/selectors/prioritized.h"
+#include "core/selectors/timestep.h"
 #include "core/table/table.h"
 
 namespace gearjax {
@@ -96,8 +98,13 @@ void Table::CopyMirrorsLocked(const SumTree* const* trees, int n, uint64_t ticke
 
 std::vector<const SumTree*> Table::DrawTreesLocked() const {
   std::vector<const SumTree*> trees;
-  if (timestep_ != nullptr) trees.push_back(&timestep_->tree());
-  for (const auto& selector : prioritized_) trees.push_back(&selector->tree());
+  for (const TimestepSelector* selector : selectors_.Of<TimestepSelector>(Strategy::kTimestep)) {
+    trees.push_back(&selector->tree());
+  }
+  for (const PrioritizedSelector* selector :
+       selectors_.Of<PrioritizedSelector>(Strategy::kPrioritized)) {
+    trees.push_back(&selector->tree());
+  }
   return trees;
 }
 

@@ -11,6 +11,10 @@
 #include "core/prefetch.h"
 #include "core/random.h"
 #include "core/row_words_cpu.h"
+#include "core/selectors/length_index.h"
+#include "core/selectors/step_prioritized.h"
+#include "core/selectors/timestep.h"
+#include "core/selectors/uniform.h"
 #include "core/table/table.h"
 #include "core/table/table_internal.h"
 
@@ -71,7 +75,7 @@ void Table::WaitToSampleLocked(MutexLock& lock, const SampleRequest& r) {
     }
     CheckOpenLocked();
   }
-  // Checked before PrioritizedLocked may create a tree, so a refused sample
+  // Checked before SamplingSelectorLocked may make a tree, so a refused sample
   // takes no alpha's place.
   if (WeighsByPriority(r) && PositiveLocked() == 0) {
     throw InvalidArgument("cannot sample with Prioritized: every stored trajectory has priority 0");
@@ -131,8 +135,8 @@ bool Table::SelectFastFullLocked(const SampleRequest& r, const uint32_t seed[2],
     return SelectFullLocked(r, seed, u, out);
   }
   return DrawsSteps(r.strategy) &&
-         StepPrioritizedLocked(r.alpha).SelectFull({seed, u, r.batch, r.count, {}}, r.window,
-                                                   out);
+         SamplingSelectorLocked<StepPrioritizedSelector>(r.strategy, r.alpha)
+             .SelectFull({seed, u, r.batch, r.count, {}}, r.window, out);
 }
 
 void Table::SelectConstrainedLocked(MutexLock& lock, const SampleRequest& r, const Words4* words,
@@ -226,8 +230,9 @@ bool Table::SelectFullLocked(const SampleRequest& r, const uint32_t seed[2], con
   const double total = static_cast<double>(timestep ? index.FullWindows(w) : eligible);
   const double acceptance = total / static_cast<double>(timestep ? num_steps_ : live_);
   if (acceptance < kMinAcceptance) return false;
-  const UniformView view = uniform_->view();
-  const SumTree* tree = timestep ? &TimestepLocked().tree() : nullptr;
+  const UniformView view = SamplingSelectorLocked<UniformSelector>(Strategy::kUniform).view();
+  const SumTree* tree =
+      timestep ? &SamplingSelectorLocked<TimestepSelector>(Strategy::kTimestep).tree() : nullptr;
   for (int64_t b = 0; b < n; ++b) {
     bool found = false;
     for (uint32_t t = 0; t < kTries && !found; ++t) {
@@ -312,7 +317,7 @@ uint64_t Table::BeginGpuSample(const SampleRequest& r, GpuSelection* selection,
   WaitToSampleLocked(lock, r);
   // Leaves deferred while an update ran go in now if none may run any more
   // (so this sample, and the mirror copy below, see them).
-  if (!prioritized_.empty()) SettledPrioritiesLocked();
+  if (selectors_.Has(Strategy::kPrioritized)) SettledPrioritiesLocked();
   GpuSelection s{};
   s.info = slots_->device_info();
   s.capacity = spec_.capacity;

@@ -13,6 +13,8 @@
 #include "core/limits.h"
 #include "core/prefetch.h"
 #include "core/random.h"
+#include "core/selectors/prioritized.h"
+#include "core/selectors/step_prioritized.h"
 #include "core/table/table.h"
 #include "core/table/table_internal.h"
 
@@ -48,7 +50,7 @@ int64_t Table::UpdatePriorities(const int64_t* keys, const double* priorities, i
     }
   }
   const int64_t updated = static_cast<int64_t>(update_before_.size());
-  for (Selector* selector : priority_selectors_) {
+  for (Selector* selector : selectors_.using_priority()) {
     selector->UpdatePriorities(update_before_.data(), update_after_.data(), updated);
   }
   counters_.priority_updates += updated;
@@ -88,7 +90,8 @@ int64_t Table::UpdateStepPriorities(const int64_t* keys, const int64_t* steps,
     }
     row.leaves_end = static_cast<int64_t>(leaves.size());
   }
-  for (auto& selector : step_prioritized_) {
+  for (StepPrioritizedSelector* selector :
+       selectors_.Of<StepPrioritizedSelector>(Strategy::kPrioritizedSteps)) {
     selector->SetSteps(leaves.data(), static_cast<int64_t>(leaves.size()));
   }
   SettleLargestStepsLocked(named, leaves);
@@ -158,8 +161,8 @@ void Table::SettleLargestStepsLocked(std::vector<StepRow>& named,
     positive_ += (largest > 0) - (info.priority > 0);
     info.priority = largest;
   }
-  for (Selector* selector : priority_selectors_) {
-    if (IsStepPrioritizedLocked(selector)) continue;  // set step by step
+  for (Selector* selector : selectors_.using_priority()) {
+    if (selectors_.Holds(Strategy::kPrioritizedSteps, selector)) continue;  // set step by step
     selector->UpdatePriorities(update_before_.data(), update_after_.data(),
                                static_cast<int64_t>(update_before_.size()));
   }
@@ -247,7 +250,7 @@ bool Table::SettledPrioritiesLocked() {
   const int64_t n = static_cast<int64_t>(update_before_.size());
   // Every deferred slot is live: whatever removes one owns the priorities
   // first (OwnPrioritiesLocked), which sets them before it returns.
-  for (auto& selector : prioritized_) {
+  for (PrioritizedSelector* selector : selectors_.Of<PrioritizedSelector>(Strategy::kPrioritized)) {
     selector->UpdatePriorities(update_before_.data(), update_after_.data(), n);
   }
   deferred_leaves_.clear();
@@ -311,10 +314,12 @@ bool Table::KernelCannotUpdateLocked() const {
   // trajectory, step_priority_, which the kernel does not write); a staged
   // update's host function may still wait for the priorities (no kernel may
   // queue behind it); a tree the GPU cannot reach.
-  return priority_selectors_.size() != prioritized_.size() || !step_priority_.empty() ||
+  const SelectorsOf<PrioritizedSelector> prioritized =
+      selectors_.Of<PrioritizedSelector>(Strategy::kPrioritized);
+  return selectors_.using_priority().size() != prioritized.size() || !step_priority_.empty() ||
          staged_updates_.load(std::memory_order_acquire) > 0 ||
-         std::any_of(prioritized_.begin(), prioritized_.end(), [](const auto& selector) {
-           return selector->tree().device_view().nodes == nullptr;
+         std::any_of(prioritized.begin(), prioritized.end(), [](const PrioritizedSelector* p) {
+           return p->tree().device_view().nodes == nullptr;
          });
 }
 
@@ -339,7 +344,7 @@ uint64_t Table::BeginGpuUpdate(const void* stream, int64_t n, GpuUpdate* update,
   // every host insert would wait for it (an evicted or published record may
   // be one it writes): staged, the update is applied by a host function in
   // stream order under the lock, and inserts never wait for the GPU.
-  if (prioritized_.empty()) return 0;
+  if (!selectors_.Has(Strategy::kPrioritized)) return 0;
   for (;;) {
     if (!changed_.wait_until(lock.native(), GpuWaitDeadline(),
                              [&] {
@@ -390,7 +395,8 @@ uint64_t Table::BeginGpuUpdate(const void* stream, int64_t n, GpuUpdate* update,
   u.slot_mask = (int64_t{1} << key_layout_.slot_bits()) - 1;
   u.report = const_cast<GpuUpdateReport*>(gpu_report_owner_->device_data());
   const SumTree* trees[kMaxPriorityTrees];
-  for (const auto& selector : prioritized_) {
+  for (const PrioritizedSelector* selector :
+       selectors_.Of<PrioritizedSelector>(Strategy::kPrioritized)) {
     const SumTreeView view = selector->tree().device_view();
     u.levels = view.levels;
     std::copy(view.offsets, view.offsets + kSumTreeMaxLevels, u.offsets);
