@@ -2,11 +2,12 @@
 #include "core/memory.h"
 
 #include <atomic>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "core/thread_annotations.h"
 
 namespace gearjax {
 namespace {
@@ -23,8 +24,8 @@ struct Deferred {
 };
 
 struct DeferredQueue {
-  std::mutex mu;
-  std::vector<Deferred> items;
+  Mutex mu;
+  std::vector<Deferred> items GEARJAX_GUARDED_BY(mu);
   std::atomic<size_t> size{0};
 };
 
@@ -35,7 +36,7 @@ DeferredQueue& Queue() {
 
 void Defer(Deferred item) {
   DeferredQueue& q = Queue();
-  std::lock_guard<std::mutex> lock(q.mu);
+  MutexLock lock(q.mu);
   q.items.push_back(item);
   q.size.store(q.items.size());
 }
@@ -87,7 +88,7 @@ size_t DrainDeferredReleases() {
   if (callback_depth > 0 || q.size.load() == 0) return 0;
   std::vector<Deferred> items;
   {
-    std::lock_guard<std::mutex> lock(q.mu);
+    MutexLock lock(q.mu);
     items.swap(q.items);
     q.size.store(0);
   }

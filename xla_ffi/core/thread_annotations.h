@@ -2,11 +2,15 @@
 // (-Wthread-safety; scripts/check_thread_safety.sh runs it over the core).
 // A field says which mutex guards it (GEARJAX_GUARDED_BY), a function which
 // mutex its caller must hold (GEARJAX_REQUIRES: the "...Locked" functions);
-// holding one means a MutexLock in scope. Annotated so far: the table's mutex
-// (table/table.h) and the NIXL agent's (nixl/nixl_agent.h); the core's other
-// mutexes (the registry's, the exchange counters', the one-sided plans') are
-// plain std::mutex, unchecked. Other compilers see no attributes: the checks
-// are clang's, the code is the same.
+// holding one means a MutexLock in scope. Every mutex of the core that guards
+// state used from more than one function is one: the table's (table/table.h),
+// its sample tickets' return list, the table registry's, the exchange
+// counters', the deferred errors', the staged updates' pool, the deferred
+// releases' queue, the NIXL agent's two and the one-sided plans' with their
+// registry. Plain std::mutex is left only where the lock and what it guards
+// live in one function (the signal handlers' install, NIXL's loader, the
+// keep list of a table that cannot free its memory). Other compilers see no
+// attributes: the checks are clang's, the code is the same.
 #pragma once
 
 #include <mutex>

@@ -225,7 +225,7 @@ std::tuple<int, std::string, int, int64_t> OneSidedSample(
     try {
       one_sided::Counts counts;
       if (agent != nullptr) {
-        std::lock_guard<std::mutex> sampling(agent->sampling());
+        MutexLock sampling(agent->sampling());
         one_sided::AgentReader reader(*agent, timeout);
         counts = one_sided::Sample(reader, shards, request, out);
       } else if (python != nullptr) {

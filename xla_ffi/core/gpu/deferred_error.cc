@@ -6,7 +6,7 @@
 namespace gearjax {
 
 void DeferredError::Defer(const std::string& message) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (pending_.load(std::memory_order_relaxed)) {
     ++more_;
     return;
@@ -20,7 +20,7 @@ void DeferredError::Raise(const std::string& what) {
   if (!pending_.load(std::memory_order_acquire)) return;
   std::string message;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!pending_.load(std::memory_order_relaxed)) return;  // raised by another call
     message = what + first_;
     if (more_ > 0) message += " (and " + std::to_string(more_) + " later updates failed too)";

@@ -8,8 +8,9 @@
 
 #include <atomic>
 #include <cstdint>
-#include <mutex>
 #include <string>
+
+#include "core/thread_annotations.h"
 
 namespace gearjax {
 
@@ -24,9 +25,9 @@ class DeferredError {
   bool pending() const { return pending_.load(std::memory_order_acquire); }
 
  private:
-  std::mutex mu_;
-  std::string first_;
-  int64_t more_ = 0;
+  Mutex mu_;
+  std::string first_ GEARJAX_GUARDED_BY(mu_);
+  int64_t more_ GEARJAX_GUARDED_BY(mu_) = 0;
   std::atomic<bool> pending_{false};
 };
 

@@ -4,13 +4,13 @@
 
 #include <cstdint>
 #include <cstdlib>
-#include <mutex>
 #include <new>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/common.h"
+#include "core/thread_annotations.h"
 
 namespace gearjax {
 namespace {
@@ -19,8 +19,8 @@ constexpr size_t kMinCapacity = 4096;
 constexpr size_t kAlignment = 64;
 
 struct Pool {
-  std::mutex mu;
-  std::vector<StagedUpdate*> free;
+  Mutex mu;
+  std::vector<StagedUpdate*> free GEARJAX_GUARDED_BY(mu);
 };
 
 Pool& GetPool() {
@@ -48,7 +48,7 @@ StagedUpdate* StagedUpdate::Take(std::shared_ptr<Table> table, KeyFormat keys,
   StagedUpdate* update = nullptr;
   {
     Pool& pool = GetPool();
-    std::lock_guard<std::mutex> lock(pool.mu);
+    MutexLock lock(pool.mu);
     // Smallest fit, and only memory of the kind the allocator gives now.
     size_t best = pool.free.size();
     for (size_t i = 0; i < pool.free.size(); ++i) {
@@ -96,7 +96,7 @@ void StagedUpdate::Recycle(StagedUpdate* update) {
   update->table_.reset();  // may be the last reference: its releases defer in callbacks
   {
     Pool& pool = GetPool();
-    std::lock_guard<std::mutex> lock(pool.mu);
+    MutexLock lock(pool.mu);
     // Only memory of the kind Take hands out now is worth keeping.
     if (pool.free.size() < kMaxPooled && update->allocator_ == GetMappedAllocator()) {
       pool.free.push_back(update);
@@ -117,7 +117,7 @@ void StagedUpdate::Free() {
 
 size_t StagedUpdate::PoolSize() {
   Pool& pool = GetPool();
-  std::lock_guard<std::mutex> lock(pool.mu);
+  MutexLock lock(pool.mu);
   return pool.free.size();
 }
 

@@ -362,6 +362,7 @@ uint8_t* Agent::Staging(int use, size_t bytes) {
 }
 
 void Agent::Close() {
+  MutexLock sampling(sampling_);  // a sample in flight still uses the staging buffers
   MutexLock lock(mu_);
   if (agent_ == nullptr) return;
   DropKept(nullptr);

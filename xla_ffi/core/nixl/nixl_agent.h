@@ -94,8 +94,8 @@ class Agent {
   // (0 to 7), kept and grown; an outgrown one stays registered (a read may
   // still be landing in it) until Close. 64-byte aligned. Callers hold
   // sampling() while they use one: samples share these buffers.
-  uint8_t* Staging(int use, size_t bytes);
-  std::mutex& sampling() { return sampling_; }
+  uint8_t* Staging(int use, size_t bytes) GEARJAX_REQUIRES(sampling_);
+  Mutex& sampling() GEARJAX_RETURN_CAPABILITY(sampling_) { return sampling_; }
 
   // Releases every registration and the agent; later calls throw. Idempotent.
   void Close();
@@ -154,9 +154,11 @@ class Agent {
     uint8_t* data = nullptr;  // aligned, inside memory
     size_t bytes = 0;
   };
-  Buffer staging_[8];
-  std::vector<Buffer> retired_;
-  std::mutex sampling_;  // one sample at a time uses the staging buffers
+  // One sample at a time uses the staging buffers; taken before mu_ (a
+  // sample reads while it holds it; Close takes both).
+  Mutex sampling_;
+  Buffer staging_[8] GEARJAX_GUARDED_BY(sampling_);
+  std::vector<Buffer> retired_ GEARJAX_GUARDED_BY(sampling_);
 };
 
 }  // namespace gearjax::nixl

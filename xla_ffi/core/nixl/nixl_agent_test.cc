@@ -182,5 +182,26 @@ TEST(NixlAgentTest, KeptTransfersArePostedAgainTheOldestGoFirstAndAReloadedPeerD
   progress.join();
 }
 
+TEST(NixlAgentTest, CloseWaitsForASampleUsingTheStagingBuffers) {
+  if (Library() == nullptr) GTEST_SKIP() << "GEARJAX_NIXL_CAPI is not set (no NIXL here)";
+  Agent agent(Library(), "gearjax-test-close");
+  std::atomic<bool> closed{false};
+  std::thread closer;
+  {
+    // A sample holds sampling() while it reads into a staging buffer.
+    MutexLock sampling(agent.sampling());
+    uint8_t* staging = agent.Staging(0, 4096);
+    closer = std::thread([&] {
+      agent.Close();
+      closed = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_FALSE(closed.load()) << "Close freed the staging buffers under a sample";
+    std::memset(staging, 7, 4096);  // still the sample's (ASan: not freed)
+  }
+  closer.join();
+  EXPECT_TRUE(closed.load());
+}
+
 }  // namespace
 }  // namespace gearjax::nixl

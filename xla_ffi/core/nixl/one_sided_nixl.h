@@ -15,7 +15,12 @@ class AgentReader : public Reader {
       : agent_(agent), timeout_(timeout_seconds) {}
   nixl::ReadResult Read(const std::vector<ShardLayout>& shards,
                         const std::vector<ShardSpans>& spans, bool fixed) override;
-  uint8_t* Staging(int use, size_t bytes) override { return agent_.Staging(use, bytes); }
+  // Its callers hold agent.sampling() for the whole sample
+  // (one_sided_plan.cc, python/one_sided_module.cc); the analysis cannot
+  // follow that through the Reader interface.
+  uint8_t* Staging(int use, size_t bytes) override GEARJAX_NO_THREAD_SAFETY_ANALYSIS {
+    return agent_.Staging(use, bytes);
+  }
 
  private:
   nixl::Agent& agent_;

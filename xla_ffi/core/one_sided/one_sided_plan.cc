@@ -12,9 +12,9 @@ namespace gearjax::one_sided {
 namespace {
 
 struct Registry {
-  std::mutex mu;
-  int64_t next = 1;
-  std::unordered_map<int64_t, std::shared_ptr<Plan>> plans;
+  Mutex mu;
+  int64_t next GEARJAX_GUARDED_BY(mu) = 1;
+  std::unordered_map<int64_t, std::shared_ptr<Plan>> plans GEARJAX_GUARDED_BY(mu);
 };
 
 Registry& GetRegistry() {
@@ -26,21 +26,31 @@ Registry& GetRegistry() {
 
 Plan::Plan(nixl::Agent* agent, std::vector<ShardLayout> shards, Request request, double timeout,
            bool skip_dead)
-    : agent_(agent), shards_(std::move(shards)), request_(std::move(request)),
-      timeout_(timeout), skip_dead_(skip_dead) {
+    : batch_(request.batch),
+      columns_(request.columns),
+      width_(WidthOf(request, shards)),
+      agent_(agent),
+      timeout_(timeout),
+      skip_dead_(skip_dead),
+      shards_(std::move(shards)),
+      request_(std::move(request)) {
   if (shards_.empty() || request_.numbers.size() != shards_.size()) {
     throw InvalidArgument("a one-sided plan needs one number per shard, and a shard");
   }
   if (!(timeout_ > 0.0)) throw InvalidArgument("a one-sided plan needs a positive timeout");
-  if (agent_ != nullptr && request_.columns.size() > kMaxColumns) {
+  if (agent_ != nullptr && columns_.size() > kMaxColumns) {
     throw InvalidArgument("a compiled one-sided sample takes at most " +
                           std::to_string(kMaxColumns) + " columns");
   }
-  width_ = request_.window > 0 ? request_.window : shards_[0].max_length;
+}
+
+int64_t Plan::WidthOf(const Request& request, const std::vector<ShardLayout>& shards) {
+  if (request.window > 0) return request.window;
+  return shards.empty() ? 0 : shards[0].max_length;  // no shard: refused by the constructor
 }
 
 Counts Plan::Sample(const uint32_t seed[2], const Outputs& out) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (closed_) throw Closed("this sharded table's one-sided sampling is closed");
   request_.seed[0] = seed[0];  // under mu_: one sample of this plan at a time
   request_.seed[1] = seed[1];
@@ -52,15 +62,15 @@ Counts Plan::Sample(const uint32_t seed[2], const Outputs& out) {
       }
       // Remote reads must land in registered memory: the agent's staging,
       // one buffer per column, copied to `out` after.
-      std::lock_guard<std::mutex> sampling(agent_->sampling());
+      MutexLock sampling(agent_->sampling());
       Outputs into = out;
-      for (size_t c = 0; c < request_.columns.size(); ++c) {
+      for (size_t c = 0; c < columns_.size(); ++c) {
         into.columns[c] = agent_->Staging(kFirstColumnStaging + static_cast<int>(c),
                                           ColumnBytes(c));
       }
       AgentReader reader(*agent_, timeout_);
       const Counts counts = one_sided::Sample(reader, shards_, request_, into);
-      for (size_t c = 0; c < request_.columns.size(); ++c) {
+      for (size_t c = 0; c < columns_.size(); ++c) {
         std::memcpy(out.columns[c], into.columns[c], ColumnBytes(c));
       }
       return counts;
@@ -78,22 +88,22 @@ Counts Plan::Sample(const uint32_t seed[2], const Outputs& out) {
 }
 
 size_t Plan::ColumnBytes(size_t c) const {
-  return static_cast<size_t>(request_.batch * width_ * request_.columns[c].step_bytes);
+  return static_cast<size_t>(batch_ * width_ * columns_[c].step_bytes);
 }
 
 void Plan::Close() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   closed_ = true;
 }
 
 std::vector<int> Plan::lost() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return lost_;
 }
 
 int64_t RegisterPlan(std::shared_ptr<Plan> plan) {
   Registry& r = GetRegistry();
-  std::lock_guard<std::mutex> lock(r.mu);
+  MutexLock lock(r.mu);
   const int64_t handle = r.next++;
   r.plans.emplace(handle, std::move(plan));
   return handle;
@@ -101,7 +111,7 @@ int64_t RegisterPlan(std::shared_ptr<Plan> plan) {
 
 std::shared_ptr<Plan> LookUpPlan(int64_t handle) {
   Registry& r = GetRegistry();
-  std::lock_guard<std::mutex> lock(r.mu);
+  MutexLock lock(r.mu);
   auto it = r.plans.find(handle);
   if (it == r.plans.end()) {
     throw InvalidArgument("no one-sided sampling plan " + std::to_string(handle) +
@@ -114,7 +124,7 @@ std::vector<int> ClosePlan(int64_t handle) {
   std::shared_ptr<Plan> plan;
   {
     Registry& r = GetRegistry();
-    std::lock_guard<std::mutex> lock(r.mu);
+    MutexLock lock(r.mu);
     auto it = r.plans.find(handle);
     if (it == r.plans.end()) return {};
     plan = std::move(it->second);

@@ -10,11 +10,11 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "core/nixl/nixl_agent.h"
 #include "core/one_sided/one_sided.h"
+#include "core/thread_annotations.h"
 
 namespace gearjax::one_sided {
 
@@ -35,9 +35,10 @@ class Plan {
   // Waits for a sample in flight; later ones throw Closed. Idempotent.
   void Close();
   std::vector<int> lost();  // numbers of the shards left out
-  int64_t batch() const { return request_.batch; }
+  // The batch's shape, fixed when the plan is made (read without the lock).
+  int64_t batch() const { return batch_; }
   int64_t width() const { return width_; }
-  const std::vector<Column>& columns() const { return request_.columns; }
+  const std::vector<Column>& columns() const { return columns_; }
 
   // Columns of a plan with an agent: each stages its reads in one of the
   // agent's buffers, after the sampler's own three (nixl_agent.h: 8 in all).
@@ -46,16 +47,21 @@ class Plan {
 
  private:
   size_t ColumnBytes(size_t c) const;
+  static int64_t WidthOf(const Request& request, const std::vector<ShardLayout>& shards);
 
-  std::mutex mu_;
-  nixl::Agent* agent_;
-  std::vector<ShardLayout> shards_;
-  Request request_;
-  double timeout_;
-  bool skip_dead_;
-  int64_t width_;
-  bool closed_ = false;
-  std::vector<int> lost_;
+  const int64_t batch_;
+  const std::vector<Column> columns_;
+  const int64_t width_;
+  nixl::Agent* const agent_;
+  const double timeout_;
+  const bool skip_dead_;
+  // One sample of this plan at a time: it sets the request's seed, and
+  // drops the shards it loses.
+  Mutex mu_;
+  std::vector<ShardLayout> shards_ GEARJAX_GUARDED_BY(mu_);
+  Request request_ GEARJAX_GUARDED_BY(mu_);
+  bool closed_ GEARJAX_GUARDED_BY(mu_) = false;
+  std::vector<int> lost_ GEARJAX_GUARDED_BY(mu_);
 };
 
 int64_t RegisterPlan(std::shared_ptr<Plan> plan);  // a new handle (>= 1)

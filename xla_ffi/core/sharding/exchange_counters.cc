@@ -30,7 +30,7 @@ void ExchangeCounters::Record(int64_t block, int64_t rows_asked, int64_t rows_se
   if (rows_sent < rows_asked) throw InvalidArgument("an exchange sent fewer rows than asked");
   const int64_t sent_bytes = Product(rows_sent, row_bytes);
   const int64_t asked_bytes = Product(rows_asked, row_bytes);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   // Every sum is checked before any is stored: a throw records nothing.
   const int64_t serves = Sum(totals_.serves, 1);
   const int64_t asked = Sum(totals_.rows_asked, rows_asked);
@@ -46,7 +46,7 @@ void ExchangeCounters::Record(int64_t block, int64_t rows_asked, int64_t rows_se
 }
 
 ExchangeTotals ExchangeCounters::Totals() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return totals_;
 }
 

@@ -8,7 +8,8 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
+
+#include "core/thread_annotations.h"
 
 namespace gearjax {
 
@@ -31,8 +32,8 @@ class ExchangeCounters {
   ExchangeTotals Totals() const;
 
  private:
-  mutable std::mutex mu_;
-  ExchangeTotals totals_;
+  mutable Mutex mu_;
+  ExchangeTotals totals_ GEARJAX_GUARDED_BY(mu_);
 };
 
 }  // namespace gearjax

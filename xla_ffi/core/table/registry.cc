@@ -4,29 +4,31 @@
 #include <pthread.h>
 
 #include <atomic>
-#include <mutex>
 #include <unordered_map>
 
 #include "core/memory.h"
+#include "core/thread_annotations.h"
 
 namespace gearjax {
 namespace {
 
 struct Registry {
-  std::mutex mu;
-  int64_t next_handle = 1;
-  std::unordered_map<int64_t, std::shared_ptr<Table>> tables;
+  Mutex mu;
+  int64_t next_handle GEARJAX_GUARDED_BY(mu) = 1;
+  std::unordered_map<int64_t, std::shared_ptr<Table>> tables GEARJAX_GUARDED_BY(mu);
   // How closed tables were described, for the errors of programs compiled
   // against them (a few bytes per closed table).
-  std::unordered_map<int64_t, std::string> closed;
+  std::unordered_map<int64_t, std::string> closed GEARJAX_GUARDED_BY(mu);
 };
 
 std::atomic<int64_t> lookups{0};
 
 // Held across fork (pthread_atfork): a child never inherits the map
 // half-changed, nor its lock held by a thread the fork did not copy.
-void LockForFork();
-void UnlockAfterFork();
+// (The analysis cannot follow a lock taken in one function and released in
+// another.)
+void LockForFork() GEARJAX_NO_THREAD_SAFETY_ANALYSIS;
+void UnlockAfterFork() GEARJAX_NO_THREAD_SAFETY_ANALYSIS;
 
 Registry& GetRegistry() {
   static Registry* registry = [] {
@@ -36,15 +38,15 @@ Registry& GetRegistry() {
   return *registry;
 }
 
-void LockForFork() { GetRegistry().mu.lock(); }
-void UnlockAfterFork() { GetRegistry().mu.unlock(); }
+void LockForFork() GEARJAX_NO_THREAD_SAFETY_ANALYSIS { GetRegistry().mu.lock(); }
+void UnlockAfterFork() GEARJAX_NO_THREAD_SAFETY_ANALYSIS { GetRegistry().mu.unlock(); }
 
 }  // namespace
 
 int64_t RegisterTable(std::shared_ptr<Table> table) {
   DrainDeferredReleases();  // memory whose release a stream callback deferred (memory.h)
   Registry& r = GetRegistry();
-  std::lock_guard<std::mutex> lock(r.mu);
+  MutexLock lock(r.mu);
   const int64_t handle = r.next_handle++;
   r.tables.emplace(handle, std::move(table));
   return handle;
@@ -52,7 +54,7 @@ int64_t RegisterTable(std::shared_ptr<Table> table) {
 
 std::shared_ptr<Table> RegisteredTable(int64_t handle) {
   Registry& r = GetRegistry();
-  std::lock_guard<std::mutex> lock(r.mu);
+  MutexLock lock(r.mu);
   auto it = r.tables.find(handle);
   return it == r.tables.end() ? nullptr : it->second;
 }
@@ -63,11 +65,11 @@ std::shared_ptr<Table> LookUpTable(int64_t handle) {
   lookups.fetch_add(1, std::memory_order_relaxed);
   DrainDeferredReleases();  // memory whose release a stream callback deferred (memory.h)
   Registry& r = GetRegistry();
-  std::unique_lock<std::mutex> lock(r.mu);
+  MutexLock lock(r.mu);
   auto it = r.tables.find(handle);
   if (it != r.tables.end()) {
     std::shared_ptr<Table> table = it->second;
-    lock.unlock();
+    lock.Unlock();
     table->RaiseDeferredError();  // a failed GPU priority update (staged_update.h), once
     return table;
   }
@@ -83,7 +85,7 @@ std::shared_ptr<Table> LookUpTable(int64_t handle) {
 
 void UnregisterTable(int64_t handle) {
   Registry& r = GetRegistry();
-  std::lock_guard<std::mutex> lock(r.mu);
+  MutexLock lock(r.mu);
   auto it = r.tables.find(handle);
   if (it == r.tables.end()) return;
   r.closed.emplace(handle, it->second->Describe(handle));

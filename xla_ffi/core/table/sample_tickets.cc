@@ -53,13 +53,13 @@ uint64_t SampleTickets::SharesPlaceWith(uint64_t ticket, uint64_t ring) {
 }
 
 void SampleTickets::Return(uint64_t ticket) {
-  std::lock_guard<std::mutex> lock(returned_mu_);
+  MutexLock lock(returned_mu_);
   returned_.push_back(ticket);
   has_returned_.store(true, std::memory_order_release);
 }
 
 void SampleTickets::HandToDevice(uint64_t ticket) {
-  std::lock_guard<std::mutex> lock(returned_mu_);
+  MutexLock lock(returned_mu_);
   handed_.push_back(ticket);
   has_returned_.store(true, std::memory_order_release);
 }
@@ -67,7 +67,7 @@ void SampleTickets::HandToDevice(uint64_t ticket) {
 void SampleTickets::Drain() {
   if (has_returned_.load(std::memory_order_acquire)) {
     {
-      std::lock_guard<std::mutex> lock(returned_mu_);
+      MutexLock lock(returned_mu_);
       draining_.swap(returned_);
       for (uint64_t ticket : handed_) {
         // Only a ticket still in flight goes to the device list (one returned

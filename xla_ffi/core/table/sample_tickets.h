@@ -14,8 +14,9 @@
 
 #include <atomic>
 #include <cstdint>
-#include <mutex>
 #include <vector>
+
+#include "core/thread_annotations.h"
 
 namespace gearjax {
 
@@ -52,9 +53,9 @@ class SampleTickets {
   uint64_t last_ = 0;
   std::vector<uint64_t> in_flight_;  // ascending: every Take appends the largest yet
   std::vector<uint64_t> on_device_;  // in flight, handed to the device (ascending)
-  std::mutex returned_mu_;
-  std::vector<uint64_t> returned_;   // handed back, not yet drained
-  std::vector<uint64_t> handed_;     // handed to the device, not yet drained
+  Mutex returned_mu_;
+  std::vector<uint64_t> returned_ GEARJAX_GUARDED_BY(returned_mu_);  // handed back, not yet drained
+  std::vector<uint64_t> handed_ GEARJAX_GUARDED_BY(returned_mu_);  // handed to the device, not yet drained
   std::vector<uint64_t> draining_;   // Drain's scratch: no allocation per drain
   std::atomic<bool> has_returned_{false};
 };
