@@ -3,8 +3,10 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "core/draw.h"
-#include "core/table/table.h"
+#include "core/gpu/gpu_selection.h"
 
 namespace gearjax {
 

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <utility>
 
+#include "core/gpu/gpu_staging.h"
 #include "core/limits.h"
 #include "core/prefetch.h"
 #include "core/selectors/length_index.h"
@@ -214,8 +215,7 @@ std::vector<std::shared_ptr<void>> Table::TakeMemoryLocked() {
   order_ = nullptr;
   min_heap_ = nullptr;
   lengths_ = nullptr;
-  for (auto& staging : mirror_staging_) take(staging);
-  mirror_staging_.clear();
+  take(gpu_staging_);
   take(slots_);
   take(arena_);
   arena_ = std::make_unique<Arena>(0, /*gpu_mapped=*/false, /*on_device=*/false);  // empty

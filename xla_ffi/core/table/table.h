@@ -78,6 +78,7 @@
 
 namespace gearjax {
 
+class GpuStaging;   // gpu/gpu_staging.h
 class LengthIndex;  // selectors/length_index.h
 
 class Table {
@@ -549,23 +550,12 @@ class Table {
   std::vector<const SumTree*> DrawTreesLocked() const GEARJAX_REQUIRES(mu_);
   // Whether this table's trees get copies in GPU memory (a device table).
   bool MirrorsTreesLocked() const GEARJAX_REQUIRES(mu_);
-  // Staging lists replaced by larger ones. Freeing pinned memory
-  // (cudaFreeHost) waits for the whole device, and a staged update's host
-  // function queued there may need mu_: the caller frees them only after
-  // releasing mu_ (declare the list before the lock).
-  struct MirrorStaging;
-  using RetiredStaging = std::vector<std::shared_ptr<MirrorStaging>>;
-  // Adds to *copies what brings the mirrors of `trees` up to date (each
-  // made on first use), the logged nodes staged in pinned memory held until
-  // `ticket` ends; writes each tree's mirror address to mirrors[i], or
-  // nullptr where the mapped tree must serve.
-  void CopyMirrorsLocked(const SumTree* const* trees, int n, uint64_t ticket,
-                         const void* stream, MirrorCopies* copies, double** mirrors,
-                         RetiredStaging* retired) GEARJAX_REQUIRES(mu_);
-  // Pinned memory for `entries` logged nodes, free once its ticket ended;
-  // nullptr when none can be had.
-  MappedArray<int64_t>* MirrorStagingLocked(int64_t entries, uint64_t ticket,
-                                            RetiredStaging* retired) GEARJAX_REQUIRES(mu_);
+  // Staging lists replaced by larger ones (GpuStaging::Retired): the caller
+  // frees them only after releasing mu_ (declare the list before the lock).
+  using RetiredStaging = std::vector<std::shared_ptr<void>>;
+  // The GPU calls' staging lists and mirror copies (gpu/gpu_staging.h), made
+  // on first use: CPU-only tables never hold one.
+  GpuStaging& GpuStagingLocked() GEARJAX_REQUIRES(mu_);
   // Hands deferred_leaves_ to the update kernel `u` (in a pinned list held
   // for `ticket`), which sets them before its own entries; where no list can
   // be had they stay deferred (the host sets them once the kernel has run).
@@ -649,18 +639,8 @@ class Table {
   // sets them first. The next update kernel sets them (HandDeferredLeaves-
   // Locked), or the host once none may run (SettledPrioritiesLocked).
   std::vector<int64_t> deferred_leaves_ GEARJAX_GUARDED_BY(mu_);
-  // Mirror copies (CopyMirrorsLocked): their staging lists, each held until
-  // its ticket ends, the last copy's ticket and stream, and whether copies
-  // ever came from two streams (then every copy in flight is foreign to a
-  // GPU update: BeginGpuUpdate).
-  struct MirrorStaging {
-    uint64_t ticket;
-    MappedArray<int64_t> list;
-  };
-  std::vector<std::shared_ptr<MirrorStaging>> mirror_staging_ GEARJAX_GUARDED_BY(mu_);
-  uint64_t mirror_copy_last_ GEARJAX_GUARDED_BY(mu_) = 0;
-  const void* mirror_copy_stream_ GEARJAX_GUARDED_BY(mu_) = nullptr;
-  bool mirror_copy_streams_mixed_ GEARJAX_GUARDED_BY(mu_) = false;
+  // Staging lists and the last copy into the mirrors (GpuStagingLocked).
+  std::unique_ptr<GpuStaging> gpu_staging_ GEARJAX_GUARDED_BY(mu_);
   std::atomic<unsigned long long> gpu_failures_raised_{0};
   DeferredError deferred_;  // DeferError's, raised by RaiseDeferredError
   Counters counters_ GEARJAX_GUARDED_BY(mu_);

@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "core/gpu/gpu_staging.h"
 #include "core/interrupts.h"
 #include "core/limits.h"
 #include "core/prefetch.h"
@@ -345,7 +346,7 @@ uint64_t Table::BeginGpuSample(const SampleRequest& r, GpuSelection* selection,
       !OtherStreamMirrorCopyLocked(stream) && MirrorsTreesLocked()) {
     const SumTree* tree = selector.DrawTree();
     double* mirror = nullptr;
-    CopyMirrorsLocked(&tree, 1, ticket, stream, copies, &mirror, &retired);
+    GpuStagingLocked().CopyMirrors(&tree, 1, ticket, stream, tickets_, copies, &mirror, &retired);
     if (mirror != nullptr) s.tree.nodes = mirror;
   }
   *selection = s;

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/gpu/gpu_staging.h"
 #include "core/limits.h"
 #include "core/prefetch.h"
 #include "core/random.h"
@@ -264,7 +265,7 @@ void Table::HandDeferredLeavesLocked(uint64_t ticket, GpuUpdate* u, RetiredStagi
   const auto n = static_cast<int64_t>(deferred_leaves_.size());
   MappedArray<int64_t>* list = nullptr;
   try {
-    list = MirrorStagingLocked(n, ticket, retired);
+    list = GpuStagingLocked().ListFor(n, ticket, tickets_, retired);
   } catch (const std::bad_alloc&) {
     list = nullptr;
   }
@@ -329,9 +330,7 @@ bool Table::OtherStreamUpdateInFlightLocked(const void* stream) const {
 }
 
 bool Table::OtherStreamMirrorCopyLocked(const void* stream) const {
-  return mirror_copy_last_ != 0 &&
-         (stream != mirror_copy_stream_ || mirror_copy_streams_mixed_) &&
-         tickets_.InFlight(mirror_copy_last_);
+  return gpu_staging_ != nullptr && gpu_staging_->OtherStreamCopyInFlight(stream, tickets_);
 }
 
 uint64_t Table::BeginGpuUpdate(const void* stream, int64_t n, GpuUpdate* update,
@@ -423,12 +422,13 @@ uint64_t Table::BeginGpuUpdate(const void* stream, int64_t n, GpuUpdate* update,
       tickets_.Return(ticket);
       CheckOpenLocked();  // throws Closed
       ThrowGpuWaitTimeout("a copy into the trees' GPU mirrors on another stream (ticket " +
-                          std::to_string(mirror_copy_last_) + ")");
+                          std::to_string(gpu_staging_->last_copy()) + ")");
     }
     // The kernel reads and writes the mirrors, brought up to date first,
     // and writes the host trees too.
     double* mirrors[kMaxPriorityTrees];
-    CopyMirrorsLocked(trees, u.trees, ticket, stream, copies, mirrors, &retired);
+    GpuStagingLocked().CopyMirrors(trees, u.trees, ticket, stream, tickets_, copies, mirrors,
+                                   &retired);
     for (int32_t k = 0; k < u.trees; ++k) {
       if (mirrors[k] == nullptr) continue;
       u.tree[k].host_nodes = u.tree[k].nodes;
