@@ -1,7 +1,7 @@
 // The trajectory table (see table.h for the invariants): construction,
 // closing, and the selectors it keeps. The rest of Table's methods live beside
 // it by seam: table_insert.cc, table_sample.cc, table_shard.cc,
-// table_updates.cc, table_items.cc.
+// table_updates.cc, table_gpu_updates.cc, table_mirrors.cc, table_items.cc.
 #include "core/table/table.h"
 
 #include <algorithm>

@@ -1,0 +1,294 @@
+// Table's GPU priority updates (see table.h): staged from a stream, or applied
+// by a kernel (BeginGpuUpdate), and the protocol that keeps the host out of
+// the priorities while one may run (OwnPrioritiesLocked, the deferred leaves
+// of inserts meanwhile); and the errors deferred from compiled calls.
+#include <algorithm>
+#include <new>
+#include <string>
+
+#include "core/gpu/gpu_staging.h"
+#include "core/limits.h"
+#include "core/selectors/prioritized.h"
+#include "core/table/table.h"
+#include "core/table/table_internal.h"
+
+namespace gearjax {
+
+bool Table::WaitsForStagedUpdates(const SampleRequest& r) const {
+  if (!WeighsByPriority(r)) return false;
+  if (staged_updates_.load(std::memory_order_acquire) == 0 &&
+      gpu_report_.load(std::memory_order_acquire) == nullptr) {
+    return false;  // never updated on the GPU, nothing staged
+  }
+  MutexLock lock(CheckedMutex());
+  const bool in_flight = staged_updates_.load(std::memory_order_acquire) > 0 ||
+                         (gpu_update_last_ != 0 && tickets_.InFlight(gpu_update_last_));
+  // Deferred leaves are not yet in the trees the kernels draw from.
+  return in_flight && PositiveLocked() - DeferredPositiveLocked() == 0;
+}
+
+int64_t Table::DeferredPositiveLocked() const {
+  int64_t positive = 0;
+  for (const int64_t slot : deferred_leaves_) positive += (*slots_)[slot].priority > 0;
+  return positive;
+}
+
+int64_t Table::PositiveLocked() const {
+  const GpuUpdateReport* report = gpu_report_.load(std::memory_order_acquire);
+  if (report == nullptr) return positive_;
+  // Two's complement: the kernels add negative changes as large unsigned ones.
+  return positive_ + static_cast<int64_t>(__atomic_load_n(&report->positive, __ATOMIC_ACQUIRE));
+}
+
+GpuUpdateReport Table::GpuUpdateCounts() const {
+  GpuUpdateReport counts{};
+  if (const GpuUpdateReport* report = gpu_report_.load(std::memory_order_acquire)) {
+    counts.updated = __atomic_load_n(&report->updated, __ATOMIC_ACQUIRE);
+    counts.skipped = __atomic_load_n(&report->skipped, __ATOMIC_ACQUIRE);
+    counts.positive = __atomic_load_n(&report->positive, __ATOMIC_ACQUIRE);
+    counts.failed = __atomic_load_n(&report->failed, __ATOMIC_ACQUIRE);
+  }
+  return counts;
+}
+
+Table::Clock::time_point Table::GpuWaitDeadline() const {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                            std::chrono::duration<double>(spec_.slot_wait_seconds));
+}
+
+void Table::ThrowGpuWaitTimeout(const std::string& what) const {
+  throw Timeout("waited " + table_internal::Number(spec_.slot_wait_seconds) + " s for " + what +
+                ", which has not reported (a GPU stream that does not progress, or a failed "
+                "one: a CUDA error in an earlier program?); nothing was changed "
+                "(gearjax.table.GPU_WAIT_SECONDS sets how long tables made after it wait)");
+}
+
+bool Table::SettledPrioritiesLocked() {
+  if (gpu_update_last_ != 0 && tickets_.InFlight(gpu_update_last_)) return false;
+  gpu_update_last_ = 0;  // and every earlier one: one stream at a time, in order
+  if (deferred_leaves_.empty()) return true;
+  update_before_.clear();
+  update_after_.clear();
+  for (const int64_t slot : deferred_leaves_) {
+    const SlotInfo& info = (*slots_)[slot];
+    update_before_.push_back({slot, info.key, info.length, info.priority});
+    update_after_.push_back(info.priority);
+  }
+  const int64_t n = static_cast<int64_t>(update_before_.size());
+  // Every deferred slot is live: whatever removes one owns the priorities
+  // first (OwnPrioritiesLocked), which sets them before it returns.
+  for (PrioritizedSelector* selector : selectors_.Of<PrioritizedSelector>(Strategy::kPrioritized)) {
+    selector->UpdatePriorities(update_before_.data(), update_after_.data(), n);
+  }
+  deferred_leaves_.clear();
+  return true;
+}
+
+void Table::HandDeferredLeavesLocked(uint64_t ticket, GpuUpdate* u, RetiredStaging* retired) {
+  u->deferred = nullptr;
+  u->deferred_n = 0;
+  if (deferred_leaves_.empty()) return;
+  const auto n = static_cast<int64_t>(deferred_leaves_.size());
+  MappedArray<int64_t>* list = nullptr;
+  try {
+    list = GpuStagingLocked().ListFor(n, ticket, tickets_, retired);
+  } catch (const std::bad_alloc&) {
+    list = nullptr;
+  }
+  if (list == nullptr || list->device_data() == nullptr) return;  // the host sets them later
+  std::copy(deferred_leaves_.begin(), deferred_leaves_.end(), list->data());
+  u->deferred = list->device_data();
+  u->deferred_n = n;
+  deferred_leaves_.clear();
+}
+
+bool Table::OwnPrioritiesLocked() {
+  if (SettledPrioritiesLocked()) return false;
+  const uint64_t awaited = gpu_update_last_;
+  bool reported;
+  {
+    // The caller's lock, borrowed to wait. A claim keeps BeginGpuUpdate
+    // waiting meanwhile (no new ticket to wait for); leaving this scope, a
+    // throwing wait's too, ends the claim and hands the lock back still
+    // locked (the caller's MutexLock unlocks it, once).
+    std::unique_lock<std::mutex> lock(mu_.native(), std::adopt_lock);
+    struct Claim {
+      int64_t& claims;
+      std::unique_lock<std::mutex>& lock;
+      ~Claim() {
+        --claims;
+        lock.release();
+      }
+    } claim{++priority_claims_, lock};
+    reported = WaitForTickets(lock, GpuWaitDeadline(), [&] {
+      mu_.AssertHeld();
+      return closed() || !tickets_.InFlight(gpu_update_last_);
+    });
+  }
+  changed_.notify_all();
+  CheckOpenLocked();
+  if (!reported) {
+    // The kernel may still write the priorities: nothing here may touch them.
+    ThrowGpuWaitTimeout("a GPU priority update (ticket " + std::to_string(awaited) + ")");
+  }
+  SettledPrioritiesLocked();  // nothing in flight now: sets the deferred leaves
+  return true;
+}
+
+bool Table::KernelCannotUpdateLocked() const {
+  // A TopK heap or min-priority remover keeps priorities in host memory, and
+  // so does a table with step priorities (an update sets every step of each
+  // trajectory, step_priority_, which the kernel does not write); a staged
+  // update's host function may still wait for the priorities (no kernel may
+  // queue behind it); a tree the GPU cannot reach.
+  const SelectorsOf<PrioritizedSelector> prioritized =
+      selectors_.Of<PrioritizedSelector>(Strategy::kPrioritized);
+  return selectors_.using_priority().size() != prioritized.size() || !step_priority_.empty() ||
+         staged_updates_.load(std::memory_order_acquire) > 0 ||
+         std::any_of(prioritized.begin(), prioritized.end(), [](const PrioritizedSelector* p) {
+           return p->tree().device_view().nodes == nullptr;
+         });
+}
+
+bool Table::OtherStreamUpdateInFlightLocked(const void* stream) const {
+  return gpu_update_last_ != 0 && stream != gpu_update_stream_ &&
+         tickets_.InFlight(gpu_update_last_);
+}
+
+bool Table::OtherStreamMirrorCopyLocked(const void* stream) const {
+  return gpu_staging_ != nullptr && gpu_staging_->OtherStreamCopyInFlight(stream, tickets_);
+}
+
+uint64_t Table::BeginGpuUpdate(const void* stream, int64_t n, GpuUpdate* update,
+                               MirrorCopies* copies) {
+  copies->n = 0;
+  RetiredStaging retired;  // freed after the lock is released (declared first)
+  MutexLock lock(CheckedMutex());
+  CheckOpenLocked();
+  // Without a Prioritized tree the kernel would only rewrite records, yet
+  // every host insert would wait for it (an evicted or published record may
+  // be one it writes): staged, the update is applied by a host function in
+  // stream order under the lock, and inserts never wait for the GPU.
+  if (!selectors_.Has(Strategy::kPrioritized)) return 0;
+  for (;;) {
+    if (!changed_.wait_until(lock.native(), GpuWaitDeadline(),
+                             [&] {
+                               mu_.AssertHeld();
+                               return priority_claims_ == 0 || closed();
+                             })) {
+      ThrowGpuWaitTimeout("a host call that waits for an earlier GPU priority update");
+    }
+    CheckOpenLocked();
+    if (gpu_update_last_ == 0 || stream == gpu_update_stream_) break;
+    // Another stream's updates may still be writing: wait for them, then
+    // look again (the lock was released).
+    if (!OwnPrioritiesLocked()) break;
+  }
+  if (n > kMaxGpuUpdateKeys || slots_->device_info() == nullptr || KernelCannotUpdateLocked()) {
+    return 0;
+  }
+  GpuUpdateReport* report = gpu_report_.load(std::memory_order_relaxed);
+  if (report == nullptr) {
+    gpu_report_owner_ = std::make_unique<MappedArray<GpuUpdateReport>>(1, mapped_by_);
+    if (gpu_report_owner_->device_data() == nullptr) {
+      gpu_report_owner_.reset();
+      return 0;
+    }
+    report = &(*gpu_report_owner_)[0];
+    gpu_report_.store(report, std::memory_order_release);
+  }
+  // The ticket first: TakeTicketLocked may release the lock to wait, and a
+  // Prioritized tree made meanwhile must be among those the kernel updates.
+  const uint64_t ticket = TakeTicketLocked(lock);  // the caller hands it to the device
+  // If it waited, what the checks above saw may have changed: a host writer
+  // claiming the priorities, another stream's update, a staged update, a
+  // tree the kernel could not reach. Staged after all (always correct: a
+  // host function in stream order), or Closed.
+  if (closed() || priority_claims_ > 0 || OtherStreamUpdateInFlightLocked(stream) ||
+      KernelCannotUpdateLocked()) {
+    tickets_.Return(ticket);
+    CheckOpenLocked();
+    return 0;
+  }
+  const uint64_t earlier_last = gpu_update_last_;
+  const void* const earlier_stream = gpu_update_stream_;
+  gpu_update_last_ = std::max(gpu_update_last_, ticket);
+  gpu_update_stream_ = stream;
+  GpuUpdate u{};
+  u.info = const_cast<SlotInfo*>(slots_->device_info());  // the kernel writes priorities
+  u.capacity = spec_.capacity;
+  u.slot_mask = (int64_t{1} << key_layout_.slot_bits()) - 1;
+  u.report = const_cast<GpuUpdateReport*>(gpu_report_owner_->device_data());
+  const SumTree* trees[kMaxPriorityTrees];
+  for (const PrioritizedSelector* selector :
+       selectors_.Of<PrioritizedSelector>(Strategy::kPrioritized)) {
+    const SumTreeView view = selector->tree().device_view();
+    u.levels = view.levels;
+    std::copy(view.offsets, view.offsets + kSumTreeMaxLevels, u.offsets);
+    trees[u.trees] = &selector->tree();
+    u.tree[u.trees++] = {const_cast<double*>(view.nodes), nullptr, selector->alpha()};
+  }
+  HandDeferredLeavesLocked(ticket, &u, &retired);
+  if (MirrorsTreesLocked()) {
+    // A copy into the mirrors enqueued on another stream may still run: it
+    // could write a node this kernel writes after reading the host's. Wait
+    // for it. With gpu_update_last_ set, no new copy of a Prioritized tree
+    // starts on another stream (BeginGpuSample) and host writers wait
+    // (OwnPrioritiesLocked) meanwhile.
+    const bool copied = WaitForTickets(
+        lock.native(), GpuWaitDeadline(), [&] {
+          mu_.AssertHeld();
+          return closed() || !OtherStreamMirrorCopyLocked(stream);
+        });
+    if (closed() || !copied) {
+      // Nothing enqueued under this ticket: give it back, and with it the
+      // claim on the priorities (earlier updates of this stream stay owed).
+      gpu_update_last_ = earlier_last;
+      gpu_update_stream_ = earlier_stream;
+      tickets_.Return(ticket);
+      CheckOpenLocked();  // throws Closed
+      ThrowGpuWaitTimeout("a copy into the trees' GPU mirrors on another stream (ticket " +
+                          std::to_string(gpu_staging_->last_copy()) + ")");
+    }
+    // The kernel reads and writes the mirrors, brought up to date first,
+    // and writes the host trees too.
+    double* mirrors[kMaxPriorityTrees];
+    GpuStagingLocked().CopyMirrors(trees, u.trees, ticket, stream, tickets_, copies, mirrors,
+                                   &retired);
+    for (int32_t k = 0; k < u.trees; ++k) {
+      if (mirrors[k] == nullptr) continue;
+      u.tree[k].host_nodes = u.tree[k].nodes;
+      u.tree[k].nodes = mirrors[k];
+    }
+  }
+  *update = u;
+  return ticket;
+}
+
+void Table::DeferError(const std::string& message) { deferred_.Defer(message); }
+
+void Table::RaiseDeferredError() {
+  // GPU updates refused since the last look: the first one's first bad
+  // entry, in the words the host's check uses, and how many more.
+  if (GpuUpdateReport* report = gpu_report_.load(std::memory_order_acquire)) {
+    const unsigned long long failed = __atomic_load_n(&report->failed, __ATOMIC_ACQUIRE);
+    unsigned long long raised = gpu_failures_raised_.load(std::memory_order_relaxed);
+    if (failed != raised && gpu_failures_raised_.compare_exchange_strong(raised, failed)) {
+      std::string message = "a bad priority";  // details lost to a race (see GpuUpdateReport)
+      if (__atomic_load_n(&report->held, __ATOMIC_ACQUIRE) != 0) {
+        const long long entry = report->bad_entry;
+        const double value = report->bad_value;
+        __atomic_store_n(&report->held, 0ull, __ATOMIC_RELEASE);  // the next refusal's place
+        try {
+          CheckPriority(value, "entry " + std::to_string(entry));
+        } catch (const InvalidArgument& e) {
+          message = e.what();
+        }
+      }
+      for (unsigned long long i = raised; i < failed; ++i) DeferError(message);
+    }
+  }
+  deferred_.Raise("a priority update from an earlier GPU program failed and changed nothing: ");
+}
+
+}  // namespace gearjax
