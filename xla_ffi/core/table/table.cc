@@ -252,7 +252,9 @@ SamplingSelector& Table::SamplingSelectorLocked(Strategy strategy, double alpha)
     made = selectors_.Make(strategy, alpha, SelectorContextLocked());
     // One that keeps priorities is filled from the records': first no GPU
     // update may be writing them (the lock may be released meanwhile: look
-    // again).
+    // again). Select, Totals, Remote and Tops own the priorities before
+    // they get here; BeginGpuSample does not, and a Prioritized tree it
+    // makes waits here.
   } while (made->UsesPriority() && OwnPrioritiesLocked());
   FillLocked(*made);
   return selectors_.Add(strategy, alpha, std::move(made));
