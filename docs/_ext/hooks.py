@@ -154,6 +154,18 @@ SOURCES: list[tuple[str, str]] = [
      "the same command with `--workloads prioritized,sample`, run right after it"),
     ("count_against_2a7b2a8_0e00296_rerun_cpu.txt",
      "the printed report of `scripts/count_against.py` (same run)"),
+    ("count_against_2a7b2a8_09713c5_cpu.json",
+     "`python scripts/count_against.py --baseline BUILD_OF_2a7b2a8 --baseline-name 2a7b2a8 "
+     "--current BUILD_OF_09713c5` (issue 50's refactors and issue 49's per-step priorities; "
+     "both CPU-only Release builds for Python 3.11 with jax 0.10.2, under valgrind's "
+     "callgrind, 2-core dev VM)"),
+    ("count_against_2a7b2a8_09713c5_cpu.txt",
+     "the printed report of `scripts/count_against.py` (same run)"),
+    ("count_against_2a7b2a8_7fea72d_cpu.json",
+     "the same command for 7fea72d (Table.insert without np.ndim for a Python number), run "
+     "after it"),
+    ("count_against_2a7b2a8_7fea72d_cpu.txt",
+     "the printed report of `scripts/count_against.py` (same run)"),
     ("bench_dqn_cpu.json", "`python scripts/bench_dqn.py --seeds 0,1,2`"),
     ("bench_insert_step_cpu.json", "`python scripts/bench_insert_step.py`"),
     ("bench_insert_step_cpu.txt", "the printed report of `scripts/bench_insert_step.py` (same run)"),
