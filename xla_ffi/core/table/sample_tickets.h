@@ -54,8 +54,9 @@ class SampleTickets {
   std::vector<uint64_t> in_flight_;  // ascending: every Take appends the largest yet
   std::vector<uint64_t> on_device_;  // in flight, handed to the device (ascending)
   Mutex returned_mu_;
-  std::vector<uint64_t> returned_ GEARJAX_GUARDED_BY(returned_mu_);  // handed back, not yet drained
-  std::vector<uint64_t> handed_ GEARJAX_GUARDED_BY(returned_mu_);  // handed to the device, not yet drained
+  // Handed back, and handed to the device, not yet drained.
+  std::vector<uint64_t> returned_ GEARJAX_GUARDED_BY(returned_mu_);
+  std::vector<uint64_t> handed_ GEARJAX_GUARDED_BY(returned_mu_);
   std::vector<uint64_t> draining_;   // Drain's scratch: no allocation per drain
   std::atomic<bool> has_returned_{false};
 };

@@ -12,8 +12,8 @@
 #include "core/gpu/gpu_staging.h"
 #include "core/limits.h"
 #include "core/prefetch.h"
-#include "core/selectors/length_index.h"
 #include "core/random.h"
+#include "core/selectors/length_index.h"
 #include "core/table/table_internal.h"
 
 namespace gearjax {
@@ -211,7 +211,9 @@ std::vector<std::shared_ptr<void>> Table::TakeMemoryLocked() {
   auto take = [&](auto& owner) {
     if (owner != nullptr) memory.emplace_back(std::move(owner));
   };
-  for (std::shared_ptr<void>& selector : selectors_.TakeAll()) memory.push_back(std::move(selector));
+  for (std::shared_ptr<void>& selector : selectors_.TakeAll()) {
+    memory.push_back(std::move(selector));
+  }
   order_ = nullptr;
   min_heap_ = nullptr;
   lengths_ = nullptr;
