@@ -543,6 +543,24 @@ def test_a_restarted_process_is_refused_saying_what_happened_and_what_to_do(monk
         table.close()
 
 
+def test_a_closed_table_leaves_its_spec_for_peers_still_agreeing(monkeypatch):
+    """A process that made a table and closed it at once deleted its spec
+    while a slower peer had yet to read it: the peer waited for it until the
+    agreement's timeout, and the fast process in its next collective (found
+    under load in test_step_priorities_sample_and_update_globally). Its stats
+    still go."""
+    store = JaxLikeStore({})
+    monkeypatch.setattr(coordination, "client", lambda: store)
+    monkeypatch.setattr(coordination, "_joined_store", None)
+    table = gx.ShardedTable({"x": gx.Column((), "int32")}, capacity=4, max_length=2)
+    path = table._path
+    table.stats()  # publishes this shard's stats
+    assert f"{path}/stats/0" in store.values
+    table.close()
+    assert f"{path}/spec/0" in store.values, "a peer still agreeing could not read it"
+    assert f"{path}/stats/0" not in store.values
+
+
 @needs_nixl
 def test_prefetched_batches_are_at_most_one_step_old():
     table = gx.ShardedTable({"x": gx.Column((2,), "int32")}, capacity=8, max_length=4,

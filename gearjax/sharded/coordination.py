@@ -270,13 +270,15 @@ def latest_stats(path: str, processes: int) -> list[dict | None]:
 
 
 def forget(path: str, process: int) -> None:
-    """Removes what this process published for the table."""
-    store = client()
-    for what in ("stats", "spec"):
-        try:
-            store.key_value_delete(f"{path}/{what}/{process}")
-        except Exception:  # noqa: BLE001 - already gone, or the service is shutting down
-            pass
+    """Removes the stats this process published for the table. Its spec stays
+    (a few hundred bytes for the job's life, under a path no later table
+    takes): a peer still agreeing on the table reads it, and one that a quick
+    close got ahead of waited for it until the agreement's timeout while this
+    process waited for it in a collective."""
+    try:
+        client().key_value_delete(f"{path}/stats/{process}")
+    except Exception:  # noqa: BLE001 - already gone, or the service is shutting down
+        pass
 
 
 def _blocking_get(store: Any, key: str) -> str:
