@@ -2,8 +2,8 @@
 core selects and gathers the windows straight into NumPy arrays made here
 (xla_ffi/python/eager_sample.h), through the same select and gather as the compiled
 sample's CPU handler and with the same checks, so a key gives the same batch
-either way, mask and timesteps included (the formula of
-gearjax/_sample.py window_steps, in C++ here).
+either way, mask and timesteps included (written by the same gather:
+xla_ffi/core/gather_cpu.h).
 
 Why NumPy and not JAX arrays: JAX makes each array from host memory outside
 a program with a dispatch of its own (``jax.device_put``, zero-copy or not),

@@ -10,13 +10,16 @@ types (int64, float64) and calls are cached by attribute value.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import jax
 import numpy as np
+from jax.interpreters import mlir
 
 from gearjax import _gearjax
-from gearjax._primitives import threaded_primitive
+from gearjax._primitives import one_logical_call, threaded_primitive
+from gearjax._window_steps import window_steps
 
 SAMPLE_TARGET = "gearjax_sample"
 UPDATE_PRIORITIES_TARGET = "gearjax_update_priorities"
@@ -101,23 +104,51 @@ def _avals(types: list[jax.ShapeDtypeStruct]) -> list[jax.core.ShapedArray]:
 Columns = tuple[tuple[tuple[int, ...], np.dtype], ...]
 
 
-def _sample_result_types(batch: int, width: int, columns: Columns) -> list[jax.ShapeDtypeStruct]:
+def _sample_result_types(batch: int, width: int, columns: Columns,
+                         steps: bool = False) -> list[jax.ShapeDtypeStruct]:
+    """keys, start, probability, table_size, valid, (mask and timestep, with
+    ``steps``), then the columns."""
+    window = [jax.ShapeDtypeStruct((batch, width), np.bool_),
+              jax.ShapeDtypeStruct((batch, width), np.int32)] if steps else []
     return [
         jax.ShapeDtypeStruct((batch,), np.int64),
         jax.ShapeDtypeStruct((batch,), np.int32),
         jax.ShapeDtypeStruct((batch,), np.float32),
         jax.ShapeDtypeStruct((batch,), np.int64),
         jax.ShapeDtypeStruct((batch,), np.int32),
+        *window,
     ] + [jax.ShapeDtypeStruct((batch, width, *shape), dtype) for shape, dtype in columns]
 
 
 def _sample_avals(seed, *, batch_size, width, columns, **_):
     del seed
-    return _avals(_sample_result_types(int(batch_size), width, columns))
+    return _avals(_sample_result_types(int(batch_size), width, columns, steps=True))
 
 
 sample_p = threaded_primitive("gearjax_sample", SAMPLE_TARGET, _sample_avals,
                               ("width", "columns"))
+
+
+def _sample_lowering_steps_in_xla(ctx, state, seed, *, width, columns, **attributes):
+    """sample_p on a GPU: the CUDA handler returns no mask or timestep, XLA
+    derives them from start and valid (gearjax/_window_steps.py says why the
+    CPU handler writes them instead)."""
+    del columns
+    avals = list(ctx.avals_out)  # state, keys, start, probability, table_size, valid,
+    #                              mask, timestep, *columns
+    call = jax.ffi.ffi_lowering(SAMPLE_TARGET, has_side_effect=True,
+                                operand_output_aliases={0: 0})
+    results = list(call(ctx.replace(avals_out=avals[:6] + avals[8:]), state, seed, **attributes))
+    steps = mlir.lower_fun(
+        functools.partial(window_steps, width=width, pad_left=bool(attributes["pad_left"])),
+        multiple_results=True)
+    mask, timestep = steps(ctx.replace(avals_in=[avals[2], avals[5]], avals_out=avals[6:8]),
+                           results[2], results[5])
+    return results[:6] + [mask, timestep] + results[6:]
+
+
+mlir.register_lowering(sample_p, one_logical_call(sample_p, _sample_lowering_steps_in_xla),
+                       platform="cuda")
 
 
 def sample_call(state: jax.Array, seed: jax.Array, *, handle: int, batch: int, strategy: int,
@@ -125,12 +156,12 @@ def sample_call(state: jax.Array, seed: jax.Array, *, handle: int, batch: int, s
                 columns: Columns, cut: int = 0, replace: bool = True
                 ) -> tuple[jax.Array, list[jax.Array]]:
     """Samples ``batch`` rows determined by ``seed`` (uint32[2]); returns the
-    successor of ``state`` and (keys, start, probability,
-    table_size, valid, *columns), where ``valid`` counts each row's real steps
-    (the caller derives mask and timesteps from it, in XLA, where they fuse
-    into their users or vanish unused). ``window=0`` asks for whole
-    trajectories of ``width`` (= max_length) steps. Every argument was checked
-    by the caller (gearjax/_checks.py)."""
+    successor of ``state`` and (keys, start, probability, table_size, valid,
+    mask, timestep, *columns), where ``valid`` counts each row's real steps
+    and mask and timestep are [batch, width] (the CPU handler writes them; on
+    a GPU, XLA derives them: gearjax/_window_steps.py). ``window=0`` asks for
+    whole trajectories of ``width`` (= max_length) steps. Every argument was
+    checked by the caller (gearjax/_checks.py)."""
     attributes = dict(table_handle=np.int64(handle), batch_size=np.int64(batch),
                       strategy=np.int64(strategy), alpha=np.float64(alpha),
                       count=np.int64(count), window=np.int64(window),

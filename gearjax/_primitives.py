@@ -22,7 +22,7 @@ its part of the program runs:
   (every branch and iteration then runs for every element), and
   gearjax/_jax_fixes.py refuses those programs before it gets here;
 - under a jit over several devices, one logical call (see
-  :func:`_one_logical_call`).
+  :func:`one_logical_call`).
 
 JAX's own dead-code elimination drops a whole ``cond``, loop, nested ``jit``
 or ``checkpoint`` none of whose results is used, asking only whether it has
@@ -65,7 +65,7 @@ ZEROS_TARGET = "gearjax_zeros"
 _DEVICES_AXIS = "gearjax_devices"
 
 
-def _one_logical_call(primitive: core.Primitive, lowering):
+def one_logical_call(primitive: core.Primitive, lowering):
     """Wraps a table call's lowering so that a jit over several devices
     without ``shard_map`` runs the call once, not once per device (XLA's SPMD
     partitioner would otherwise run it on every device: every device drawing
@@ -213,7 +213,7 @@ def threaded_primitive(name: str, target: str, abstract_eval: AbstractEval,
         return [STATE_AVAL, *abstract_eval(*operands, **params)]
 
     primitive.def_abstract_eval(abstract)
-    mlir.register_lowering(primitive, _one_logical_call(
+    mlir.register_lowering(primitive, one_logical_call(
         primitive, _threaded_lowering(target, not_attributes)))
     pe.dce_rules[primitive] = _keep_when_unused
     pe.partial_eval_jaxpr_custom_rules[primitive] = _run_once_under_remat

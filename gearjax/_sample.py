@@ -1,5 +1,5 @@
-"""The compiled sample: a table's FFI sample call, the seed it draws with, and
-the mask and timesteps of its windows, as one jitted function per table.
+"""The compiled sample: a table's FFI sample call and the seed it draws with,
+as one jitted function per table.
 
 Each table owns its jitted function (through its :class:`SampleSpec`), so the
 programs it compiles for eager samples live as long as the table: JAX keys its
@@ -130,35 +130,23 @@ def _jitted_write(call: Callable, handle: int) -> Callable:
 
 def _draw(rng_key: jax.Array, state: jax.Array, handle: int, capacity: int,
           columns: ColumnLayout, args: SampleArgs) -> tuple[jax.Array, Batch]:
-    """The traced body of a sample: the FFI call, then the windows' mask and
-    timesteps."""
+    """The traced body of a sample: the FFI call (which gives the windows'
+    mask and timesteps too: gearjax/_ffi.py sample_call)."""
     # The key's own 64 bits seed Philox4x32-10, which the native core expands
     # per row: no random numbers are computed in XLA (the key is a threefry
     # output already; other key kinds are hashed to two words first).
     seed = seed_words(rng_key)
     strategy = args.strategy
-    state, (keys, start, probability, table_size, valid, *arrays) = _ffi.sample_call(
-        state, seed, handle=handle, batch=args.batch_size, strategy=strategy.code,
-        alpha=strategy.alpha, count=min(strategy.count, capacity),
-        window=args.window_code, width=args.width, pad_left=args.pad_left, cut=args.cut_code,
-        replace=args.replace, columns=tuple((shape, dtype) for _, shape, dtype in columns))
-    mask, timestep = window_steps(start, valid, args.width, args.pad_left)
+    state, (keys, start, probability, table_size, _, mask, timestep, *arrays) = \
+        _ffi.sample_call(
+            state, seed, handle=handle, batch=args.batch_size, strategy=strategy.code,
+            alpha=strategy.alpha, count=min(strategy.count, capacity),
+            window=args.window_code, width=args.width, pad_left=args.pad_left,
+            cut=args.cut_code, replace=args.replace,
+            columns=tuple((shape, dtype) for _, shape, dtype in columns))
     return state, Batch(columns={n: c for (n, _, _), c in zip(columns, arrays)}, mask=mask,
                         timestep=timestep, keys=keys, start=start, probability=probability,
                         table_size=table_size)
-
-
-def window_steps(start: jax.Array, valid: jax.Array, width: int,
-                 pad_left: bool) -> tuple[jax.Array, jax.Array]:
-    """(mask, timestep), both [B, W], of windows whose row b holds valid[b]
-    real steps from trajectory step start[b] on, padded on the given side.
-    Computed here rather than written by the native gather: XLA fuses them
-    into whatever reads them, and drops them when nothing does."""
-    position = jnp.arange(width, dtype=jnp.int32)[None, :]
-    valid = valid[:, None]
-    offset = position - (width - valid if pad_left else 0)  # index among the real steps
-    mask = (offset >= 0) & (offset < valid)
-    return mask, jnp.where(mask, start[:, None] + offset, 0)
 
 
 def seed_words(key: jax.Array) -> jax.Array:

@@ -74,7 +74,8 @@ from gearjax import _ffi
 from gearjax import state as state_module
 from gearjax.batch import Batch
 from gearjax.sharded import keys as keys_of
-from gearjax._sample import seed_words, window_steps
+from gearjax._sample import seed_words
+from gearjax._window_steps import window_steps
 from gearjax._sample_args import SampleArgs
 
 # The mesh axis of the programs that eager calls run.

@@ -30,7 +30,8 @@ from gearjax.sharded import agreement, coordination, exchange, keys as keys_of, 
 from gearjax.sharded.exchange import ShardedBatch, ShardSpec
 from gearjax.sharded.prefetch import Prefetcher
 from gearjax.strategies import Strategy, Uniform
-from gearjax._sample import seed_words, window_steps
+from gearjax._sample import seed_words
+from gearjax._window_steps import window_steps
 from gearjax.state import TableState
 from gearjax.table import Table
 

@@ -86,6 +86,21 @@ void PrefetchWindow(const ColumnRun* runs, int num_columns, const Draw& d) {
   }
 }
 
+// Row b's mask and timesteps: the real steps are the row's [offset, offset +
+// valid), step start + (w - offset) of the trajectory; padding is masked out
+// with timestep 0 (gearjax/_window_steps.py derives the same in XLA).
+void WriteWindowSteps(const Draw& d, int64_t b, int64_t width, int64_t offset,
+                      const SampleOutputs& out) {
+  bool* mask = out.mask + b * width;
+  int32_t* timestep = out.timestep + b * width;
+  for (int64_t w = 0; w < width; ++w) {
+    const int64_t step = w - offset;
+    const bool real = step >= 0 && step < d.valid;
+    mask[w] = real;
+    timestep[w] = real ? static_cast<int32_t>(d.start + step) : 0;
+  }
+}
+
 }  // namespace
 
 void GatherRows(const Table& table, const Draw* draws, int64_t row_begin, int64_t row_end,
@@ -120,6 +135,7 @@ void GatherRows(const Table& table, const Draw* draws, int64_t row_begin, int64_
     out.valid[b] = static_cast<int32_t>(d.valid);
     const int64_t offset = WindowOffset(d.valid, width, pad_left);
     const int64_t pad = width - d.valid;
+    if (out.mask != nullptr) WriteWindowSteps(d, b, width, offset, out);
     for (int c = 0; c < num_columns; ++c) {
       const ColumnRun& run = runs[c];
       const int64_t step_bytes = run.step_bytes;

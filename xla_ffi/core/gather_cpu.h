@@ -15,8 +15,14 @@ struct SampleOutputs {
   int32_t* start;                // [B]
   float* probability;            // [B]
   int64_t* table_size;           // [B]
-  int32_t* valid;                // [B]: real steps in the row (XLA derives mask and timestep)
+  int32_t* valid;                // [B]: real steps in the row
   std::vector<uint8_t*> columns; // [B, W, step_bytes[c]] each
+  // [B, W] each, written when set: which steps of a row are real, and their
+  // step in the trajectory (0 for padding). The CPU sample handler and the
+  // eager sample set them; on a GPU, XLA derives them from start and valid
+  // (gearjax/_window_steps.py says why).
+  bool* mask = nullptr;
+  int32_t* timestep = nullptr;
 };
 
 // Writes rows [row_begin, row_end) of the outputs for the given draws.

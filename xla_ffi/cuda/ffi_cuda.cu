@@ -150,7 +150,7 @@ ffi::Error Sample(cudaStream_t stream, ffi::ScratchAllocator& scratch,
   std::shared_ptr<Table> table = ForThisGpu(site.table.Resolve());
   const bool pad_left = site.attrs.pad_left != 0;
   const SampleCall call =
-      BindSampleCall(*table, site, seed.element_count(), rets, first, /*host_results=*/false);
+      BindSampleCall(*table, site, seed.element_count(), rets, first, SampleResults::kDevice);
   const SampleRequest& request = call.request;
   const int64_t batch = request.batch, width = call.width;
   const SampleOutputs& out = call.out;

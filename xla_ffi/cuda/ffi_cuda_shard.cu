@@ -134,7 +134,7 @@ ffi::Error ShardServeCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch
       *table, 2, rets, /*first=*/1,
       {table_handle, rows, strategy, alpha, ServeRequestCount(strategy), window, pad_left,
        static_cast<int64_t>(Cut::kStart), /*replace=*/1},
-      /*host_results=*/false);
+      SampleResults::kDevice);
   DeviceMemory memory(stream);
   const uint32_t* seed = memory.Read(seeds.typed_data(), static_cast<size_t>(2 * shards));
   const int32_t* asked = memory.Read(counts.typed_data(), static_cast<size_t>(shards));

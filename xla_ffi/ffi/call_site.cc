@@ -60,19 +60,19 @@ const SampleSite& Current(const SampleSite& site, SampleSite& fresh) {
 }
 
 SampleCall BindSampleCall(const Table& table, size_t seed_words, xla::ffi::RemainingRets& rets,
-                          size_t first, const SampleAttrs& attrs, bool host_results) {
+                          size_t first, const SampleAttrs& attrs, SampleResults results) {
   SampleSite site;
   site.attrs = attrs;
   CheckSite(table, site);
-  return BindSampleCall(table, site, seed_words, rets, first, host_results);
+  return BindSampleCall(table, site, seed_words, rets, first, results);
 }
 
 SampleCall BindSampleCall(const Table& table, const SampleSite& site, size_t seed_words,
-                          xla::ffi::RemainingRets& rets, size_t first, bool host_results) {
+                          xla::ffi::RemainingRets& rets, size_t first, SampleResults results) {
   if (seed_words != 2) throw InvalidArgument("the seed must be two uint32 words");
   if (site.invalid) std::rethrow_exception(site.invalid);
   return {site.request, site.width,
-          BindSampleOutputs(table, rets, first, site.request.batch, site.width, host_results)};
+          BindSampleOutputs(table, rets, first, site.request.batch, site.width, results)};
 }
 
 }  // namespace gearjax

@@ -57,12 +57,12 @@ const SampleSite& Current(const SampleSite& site, SampleSite& fresh);
 // this GPU reaches it): the seed's size, the site's verdict on the
 // attributes, then the results (BindSampleOutputs).
 SampleCall BindSampleCall(const Table& table, const SampleSite& site, size_t seed_words,
-                          xla::ffi::RemainingRets& rets, size_t first, bool host_results);
+                          xla::ffi::RemainingRets& rets, size_t first, SampleResults results);
 
 // The same for a table already resolved and attributes built by the
 // handler (the sharded serve step's).
 SampleCall BindSampleCall(const Table& table, size_t seed_words, xla::ffi::RemainingRets& rets,
-                          size_t first, const SampleAttrs& attrs, bool host_results);
+                          size_t first, const SampleAttrs& attrs, SampleResults results);
 
 // The state types, one per platform and kind of site: each platform's XLA
 // (jaxlib's for the CPU, the CUDA plugin's own copy) assigns the type id of

@@ -345,24 +345,34 @@ auto BindInt64FromWords(Binding binding) {
       .template Ret<xla::ffi::Buffer<xla::ffi::S64>>();
 }
 
+// Where a sample handler's results live, and whether mask and timestep are
+// among them.
+enum class SampleResults {
+  kDevice,         // GPU memory; XLA derives mask and timestep (the CUDA handlers)
+  kHost,           // host memory; the caller derives them (the sharded serve step)
+  kHostWithSteps,  // host memory, mask and timestep after valid (the CPU sample)
+};
+
 // Checks every result's size against the table and returns where to write.
 // `first` is the index of the keys result (1 after an order result, else 0). Host
 // results get huge pages advised (fresh XLA buffers otherwise fault every 4
 // KiB on first touch); device results must not be touched here.
 inline SampleOutputs BindSampleOutputs(const Table& table, xla::ffi::RemainingRets& rets,
                                        size_t first, int64_t batch, int64_t width,
-                                       bool host_results) {
+                                       SampleResults results) {
   const int num_columns = table.num_columns();
-  if (rets.size() != first + static_cast<size_t>(kNumFixed + num_columns)) {
-    throw InvalidArgument("expected " + std::to_string(first + kNumFixed + num_columns) +
-                          " results, got " + std::to_string(rets.size()));
+  const int steps = results == SampleResults::kHostWithSteps ? 2 : 0;
+  const size_t expected = first + static_cast<size_t>(kNumFixed + steps + num_columns);
+  if (rets.size() != expected) {
+    throw InvalidArgument("expected " + std::to_string(expected) + " results, got " +
+                          std::to_string(rets.size()));
   }
   auto bind = [&](int i, int64_t expected_bytes, const std::string& what) {
     auto result = rets.get<xla::ffi::AnyBuffer>(first + i).value();
     if (static_cast<int64_t>(result->size_bytes()) != expected_bytes) {
       throw InvalidArgument("result '" + what + "' has the wrong size");
     }
-    if (host_results) AdviseHugePages(result->untyped_data(), expected_bytes);
+    if (results != SampleResults::kDevice) AdviseHugePages(result->untyped_data(), expected_bytes);
     return result->untyped_data();
   };
   SampleOutputs out;
@@ -371,9 +381,13 @@ inline SampleOutputs BindSampleOutputs(const Table& table, xla::ffi::RemainingRe
   out.probability = static_cast<float*>(bind(kProbability, batch * 4, "probability"));
   out.table_size = static_cast<int64_t*>(bind(kTableSize, batch * 8, "table_size"));
   out.valid = static_cast<int32_t*>(bind(kValid, batch * 4, "valid"));
+  if (steps != 0) {
+    out.mask = static_cast<bool*>(bind(kNumFixed, batch * width, "mask"));
+    out.timestep = static_cast<int32_t*>(bind(kNumFixed + 1, batch * width * 4, "timestep"));
+  }
   for (int c = 0; c < num_columns; ++c) {
-    out.columns.push_back(static_cast<uint8_t*>(
-        bind(kNumFixed + c, batch * width * table.step_bytes(c), table.spec().columns[c].name)));
+    out.columns.push_back(static_cast<uint8_t*>(bind(
+        kNumFixed + steps + c, batch * width * table.step_bytes(c), table.spec().columns[c].name)));
   }
   return out;
 }

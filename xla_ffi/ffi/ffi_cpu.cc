@@ -97,7 +97,8 @@ ffi::Error Sample(ffi::ThreadPool& pool, const ffi::Buffer<ffi::U32>& seed,
                 "program on the GPU");
   }
   const SampleCall call =
-      BindSampleCall(*table, site, seed.element_count(), rets, first, /*host_results=*/true);
+      BindSampleCall(*table, site, seed.element_count(), rets, first,
+                     SampleResults::kHostWithSteps);
   const SampleRequest& request = call.request;
   const int64_t batch = request.batch, width = call.width;
   const SampleOutputs& out = call.out;
@@ -241,7 +242,7 @@ ffi::Error ShardServeImpl(ffi::ThreadPool pool, Order, ffi::Buffer<ffi::U32> see
       *table, 2, rets, /*first=*/1,
       {table_handle, rows, strategy, alpha, ServeRequestCount(strategy), window, pad_left,
        static_cast<int64_t>(Cut::kStart), /*replace=*/1},
-      /*host_results=*/true);
+      SampleResults::kHost);
   std::vector<Draw> draws(static_cast<size_t>(rows));
   struct EndSamples {
     Table& table;

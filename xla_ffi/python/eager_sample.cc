@@ -26,24 +26,6 @@ void CheckSteps(const Out2D<bool>& mask, const Out2D<int32_t>& timestep, int64_t
   }
 }
 
-// Row b's mask and timesteps: valid[b] real steps from trajectory step
-// start[b] on, at the end of the row when padded on the left, else at its
-// start; padding is masked out with timestep 0. The formula of
-// gearjax/_sample.py window_steps (tests/test_sample_numpy.py compares them).
-void WindowSteps(const SampleOutputs& out, int64_t batch, int64_t width, bool pad_left,
-                 bool* mask, int32_t* timestep) {
-  for (int64_t b = 0; b < batch; ++b) {
-    const int64_t valid = out.valid[b];
-    const int64_t first = WindowOffset(valid, width, pad_left);  // where the real steps begin
-    for (int64_t w = 0; w < width; ++w) {
-      const int64_t offset = w - first;
-      const bool real = offset >= 0 && offset < valid;
-      mask[b * width + w] = real;
-      timestep[b * width + w] = real ? static_cast<int32_t>(out.start[b] + offset) : 0;
-    }
-  }
-}
-
 }  // namespace
 
 void EagerSample(Table& table, SeedArray seed, const EagerSampleArgs& args,
@@ -67,7 +49,8 @@ void EagerSample(Table& table, SeedArray seed, const EagerSampleArgs& args,
     throw InvalidArgument("expected one output array per column");
   }
   SampleOutputs outputs{out.keys.data(), out.start.data(), out.probability.data(),
-                        out.table_size.data(), out.valid.data(), {}};
+                        out.table_size.data(), out.valid.data(), {}, out.mask.data(),
+                        out.timestep.data()};
   for (int c = 0; c < table.num_columns(); ++c) {
     const OutBytes& column = out.columns[c];
     if (static_cast<int64_t>(column.nbytes()) != request.batch * width * table.step_bytes(c)) {
@@ -81,7 +64,6 @@ void EagerSample(Table& table, SeedArray seed, const EagerSampleArgs& args,
   SelectAndGather(table, request, seed.data(), [&](const Draw* draws) {
     GatherRows(table, draws, 0, request.batch, width, pad_left, outputs);
   });
-  WindowSteps(outputs, request.batch, width, pad_left, out.mask.data(), out.timestep.data());
 }
 
 }  // namespace gearjax::python

@@ -26,8 +26,8 @@ using SeedArray =
 
 // What the sample asks (SampleAttrs' fields but the handle) and where its
 // results go: keys, start, probability, table_size and valid are [batch];
-// mask and timestep [batch, width], as gearjax/_sample.py window_steps derives
-// them in XLA for the compiled sample; column c is [batch, width, *step] of
+// mask and timestep [batch, width], written by the gather as the CPU sample
+// handler writes them (core/gather_cpu.h); column c is [batch, width, *step] of
 // the column's dtype (its bytes are checked: batch * width * step_bytes(c)).
 struct EagerSampleArgs {
   int64_t batch, strategy;

@@ -1,0 +1,30 @@
+"""The mask and timesteps of sampled windows, derived in XLA from each row's
+start and count of real steps.
+
+Where a sample's native call writes them itself (the CPU handler, and the
+eager ``numpy=True`` sample: xla_ffi/core/gather_cpu.h), this is the formula
+it follows. XLA derives them on a GPU, where they fuse into whatever reads
+them and vanish when nothing does; on the CPU they cost more than they save:
+XLA:CPU runs a program of more than one kernel through its thread pool, and
+the two small kernels after the table call made a jitted sample of 256
+windows of 20 about 25 us slower on the 2-core VM
+(docs/results/benchmarks.md). Sharded samples, whose programs hold many
+kernels anyway, derive them here on every platform.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+def window_steps(start: jax.Array, valid: jax.Array, width: int,
+                 pad_left: bool) -> tuple[jax.Array, jax.Array]:
+    """(mask, timestep), both [B, W], of windows whose row b holds valid[b]
+    real steps from trajectory step start[b] on, padded on the given side
+    (padding: mask False, timestep 0)."""
+    position = jnp.arange(width, dtype=jnp.int32)[None, :]
+    valid = valid[:, None]
+    offset = position - (width - valid if pad_left else 0)  # index among the real steps
+    mask = (offset >= 0) & (offset < valid)
+    return mask, jnp.where(mask, start[:, None] + offset, 0)

@@ -1,0 +1,93 @@
+"""The windows' mask and timesteps: written by the CPU sample handler, derived
+in XLA (gearjax/_window_steps.py) in GPU programs; both the same, and the CPU
+program holds no kernel after the table call."""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import numpy as np
+import pytest
+from jax.interpreters import mlir
+
+import gearjax as gx
+from gearjax import _cuda, _ffi, _gearjax
+from gearjax._primitives import one_logical_call
+from gearjax._window_steps import window_steps
+
+MAX_LENGTH = 12
+
+
+@pytest.fixture(scope="module")
+def table():
+    table = gx.Table({"x": gx.Column((2,), "float32")}, capacity=16, max_length=MAX_LENGTH)
+    for length in (1, 3, 5, 8, 12, 12, 7, 2):
+        table.insert({"x": np.arange(2 * length, dtype=np.float32).reshape(length, 2)})
+    yield table
+    table.close()
+
+
+CASES = [dict(window=w, pad=p, cut="start") for w in (1, 4, 9) for p in ("left", "right")] + [
+    dict(window=4, pad="left", cut="end"), dict(window=9, pad="left", cut="end"),
+    dict(window=4, pad=None, cut="full"),
+                                       dict(window=None, pad="left", cut="start"),
+                                       dict(window=None, pad="right", cut="start")]
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+@pytest.mark.parametrize("numpy", [False, True], ids=["program", "numpy"])
+def test_the_handler_writes_what_xla_derives(table, case, numpy):
+    # Eagerly, JAX arrays come from the table's compiled program (the CPU
+    # handler); numpy=True from the native eager sample.
+    batch = table.sample(jax.random.key(5), 64, case["window"], pad=case["pad"],
+                         cut=case["cut"], numpy=numpy)
+    width = case["window"] or MAX_LENGTH
+    valid = np.asarray(batch.mask).sum(axis=1).astype(np.int32)
+    assert valid.min() >= 1
+    assert (valid < width).any() == (width > 1 and case["cut"] != "full")  # padded rows
+    mask, timestep = window_steps(jax.numpy.asarray(batch.start), jax.numpy.asarray(valid),
+                                  width, case["pad"] == "left")
+    np.testing.assert_array_equal(np.asarray(batch.mask), np.asarray(mask))
+    np.testing.assert_array_equal(np.asarray(batch.timestep), np.asarray(timestep))
+
+
+def test_a_cpu_program_runs_no_kernel_after_the_table_call(table):
+    # XLA:CPU runs a program of more than one kernel through its thread pool
+    # (gearjax/_window_steps.py): the sample's program is the state's copy
+    # and the table call, nothing else.
+    def sample(state, key):
+        return table.sample(state, key, 8, 4, pad="left")
+
+    text = jax.jit(sample).lower(table.state(), jax.random.key(0)).compile().as_text()
+    entry = text[text.index("ENTRY"):]
+    assert "custom_call_target=\"gearjax_sample\"" in entry
+    assert "fusion" not in entry and "select" not in entry
+
+
+def _custom_call_results(text: str) -> list[str]:
+    line = next(line for line in text.splitlines() if "@gearjax_sample" in line)
+    return re.findall(r"tensor<[^>]*>", line.split("->")[-1])
+
+
+def test_a_gpu_program_derives_them_in_xla(table):
+    # The CUDA lowering rule, lowered here (no GPU needed to lower): its
+    # table call returns no mask or timestep and the program derives them.
+    mlir.register_lowering(_ffi.sample_p, one_logical_call(
+        _ffi.sample_p, _ffi._sample_lowering_steps_in_xla), platform="cuda")
+    try:
+        def sample(state, key):
+            state, batch = table.sample(state, key, 8, 4, pad="left")
+            return state, batch.mask, batch.timestep
+
+        lowered = jax.jit(sample).trace(table.state(), jax.random.key(0)).lower(
+            lowering_platforms=("cuda",))
+        gpu = _custom_call_results(lowered.as_text())
+        cpu = _custom_call_results(jax.jit(sample).lower(table.state(),
+                                                         jax.random.key(0)).as_text())
+    finally:
+        if not _gearjax.cuda_built:
+            _cuda.refuse_gpu_programs()
+    # state, keys, start, probability, table_size, valid, (mask, timestep,) x
+    assert len(cpu) == 9 and cpu[6:8] == ["tensor<8x4xi1>", "tensor<8x4xi32>"]
+    assert gpu == cpu[:6] + cpu[8:]
