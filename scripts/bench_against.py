@@ -1,8 +1,8 @@
 """Benchmark: this checkout's CPU figures against another commit's, on the same
-machine, in alternating rounds: bench_sample, bench_dispatch and bench_dqn run
-once per round for each gearjax, each in its own process, and the headline
-figures are printed side by side with their ratios (issue goals of the form
-"not slower on the CPU than main <commit>").
+machine, in alternating rounds: bench_sample, bench_dispatch, bench_dqn and
+bench_eager run once per round for each gearjax, each in its own process, and
+the headline figures are printed side by side with their ratios (issue goals
+of the form "not slower on the CPU than main <commit>").
 
     python scripts/bench_against.py --baseline DIR [--baseline-name NAME]
         [--current DIR] [--rounds 2] [--benches sample,dispatch,dqn] [--smoke]
@@ -58,6 +58,19 @@ BENCHES = {
     "dqn": (
         "scripts/bench_dqn.py", ["--seeds", "0", "--systems", "gearjax"],
         [("gearjax env steps/s", ("summary", "gearjax", "env_steps_per_second", 0), "rate")]),
+    # Issue 49's eager forms and the jitted call against the in-scan sample
+    # (interleaved, and in runs of 20; "over" figures are quotients within
+    # each run, judged as times: lower is better).
+    "eager": (
+        "scripts/bench_eager.py", [],
+        [(f"{section} {form} (us)", (section, form, "median_us"), "time")
+         for section, forms in (("call", ("jitted", "scan")), ("call_runs", ("jitted", "scan")),
+                                ("sample_runs", ("eager", "eager-numpy", "jitted")),
+                                ("per_runs", ("eager", "eager-numpy", "jitted")))
+         for form in forms]
+        + [(f"{section} jitted over scan", ((section, "jitted", "median_us"),
+                                           (section, "scan", "median_us")), "time")
+           for section in ("call", "call_runs")]),
 }
 
 
@@ -67,11 +80,16 @@ SMOKE_ARGS = {
                "--prioritized-sizes", "1000", "--scale", "0.05"],
     "dispatch": ["--calls", "20", "--steps", "10", "--widths", "48"],
     "dqn": ["--seeds", "0", "--systems", "gearjax", "--steps", "1500"],
+    "eager": ["--calls", "20", "--trajectories", "30"],
 }
 
 
 def dig(data, path) -> float | None:
-    """The figure at `path`, or None where the run did not make it."""
+    """The figure at `path`, or None where the run did not make it; a pair
+    of paths gives the first figure over the second."""
+    if isinstance(path[0], tuple):
+        top, bottom = dig(data, path[0]), dig(data, path[1])
+        return None if top is None or bottom is None else top / bottom
     for part in path:
         try:
             data = data[part]
