@@ -2,7 +2,12 @@
 #include "core/gather_cpu.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "core/prefetch.h"
 #include "core/window.h"
@@ -86,18 +91,49 @@ void PrefetchWindow(const ColumnRun* runs, int num_columns, const Draw& d) {
   }
 }
 
-// Row b's mask and timesteps: the real steps are the row's [offset, offset +
-// valid), step start + (w - offset) of the trajectory; padding is masked out
-// with timestep 0 (gearjax/_window_steps.py derives the same in XLA).
-void WriteWindowSteps(const Draw& d, int64_t b, int64_t width, int64_t offset,
-                      const SampleOutputs& out) {
-  bool* mask = out.mask + b * width;
-  int32_t* timestep = out.timestep + b * width;
-  for (int64_t w = 0; w < width; ++w) {
-    const int64_t step = w - offset;
-    const bool real = step >= 0 && step < d.valid;
-    mask[w] = real;
-    timestep[w] = real ? static_cast<int32_t>(d.start + step) : 0;
+// Rows [row_begin, row_end)'s mask and timesteps: row b's real steps are
+// its [offset, offset + valid), step start + (w - offset) of the trajectory;
+// padding is masked out with timestep 0 (gearjax/_window_steps.py derives the
+// same in XLA). Rows are short (tens of steps), so a compiler-vectorised loop
+// spends most of its time entering and leaving the vector loop: four steps at
+// a time in SSE2 (x86-64's baseline), the rest one by one. w - offset < valid
+// in unsigned arithmetic tests both ends at once.
+void WriteWindowSteps(const Draw* draws, int64_t row_begin, int64_t row_end, int64_t width,
+                      bool pad_left, const SampleOutputs& out) {
+  const uint32_t steps = static_cast<uint32_t>(width);
+  for (int64_t b = row_begin; b < row_end; ++b) {
+    const Draw& d = draws[b];
+    const int64_t offset = WindowOffset(d.valid, width, pad_left);
+    bool* mask = out.mask + b * width;
+    int32_t* timestep = out.timestep + b * width;
+    const uint32_t first = static_cast<uint32_t>(offset);
+    const uint32_t valid = static_cast<uint32_t>(d.valid);
+    const int32_t shift = static_cast<int32_t>(d.start - offset);  // timestep - w of real steps
+    uint32_t w = 0;
+#if defined(__SSE2__)
+    const __m128i lane = _mm_setr_epi32(0, 1, 2, 3);
+    const __m128i sign = _mm_set1_epi32(INT32_MIN);  // unsigned order through signed compares
+    const __m128i first4 = _mm_set1_epi32(static_cast<int32_t>(first));
+    const __m128i valid4 = _mm_set1_epi32(static_cast<int32_t>(valid ^ 0x80000000u));
+    const __m128i shift4 = _mm_set1_epi32(shift);
+    const __m128i one = _mm_set1_epi8(1);
+    for (; w + 4 <= steps; w += 4) {
+      const __m128i step = _mm_add_epi32(_mm_set1_epi32(static_cast<int32_t>(w)), lane);
+      const __m128i real =
+          _mm_cmplt_epi32(_mm_xor_si128(_mm_sub_epi32(step, first4), sign), valid4);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(timestep + w),
+                       _mm_and_si128(real, _mm_add_epi32(step, shift4)));
+      // Lanes of all ones or zeros, narrowed to bytes of 1 or 0.
+      const __m128i bytes = _mm_and_si128(_mm_packs_epi16(_mm_packs_epi32(real, real), real), one);
+      const int32_t four = _mm_cvtsi128_si32(bytes);
+      std::memcpy(mask + w, &four, 4);
+    }
+#endif
+    for (; w < steps; ++w) {
+      const bool real = w - first < valid;
+      mask[w] = real;
+      timestep[w] = real ? static_cast<int32_t>(w) + shift : 0;
+    }
   }
 }
 
@@ -135,7 +171,6 @@ void GatherRows(const Table& table, const Draw* draws, int64_t row_begin, int64_
     out.valid[b] = static_cast<int32_t>(d.valid);
     const int64_t offset = WindowOffset(d.valid, width, pad_left);
     const int64_t pad = width - d.valid;
-    if (out.mask != nullptr) WriteWindowSteps(d, b, width, offset, out);
     for (int c = 0; c < num_columns; ++c) {
       const ColumnRun& run = runs[c];
       const int64_t step_bytes = run.step_bytes;
@@ -149,6 +184,7 @@ void GatherRows(const Table& table, const Draw* draws, int64_t row_begin, int64_
       }
     }
   }
+  if (out.mask != nullptr) WriteWindowSteps(draws, row_begin, row_end, width, pad_left, out);
 }
 
 }  // namespace gearjax
