@@ -20,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 TESTS=(tests/test_jax_fixes.py tests/test_effects.py tests/test_state.py tests/test_contract.py
-       tests/test_insert_batch.py
+       tests/test_insert_batch.py tests/test_window_steps.py
        "tests/test_sample_numpy.py::test_a_key_s_words_read_on_the_host_are_the_public_words")
 JAX_011="0.11.2"
 JAX_010="0.10.0"

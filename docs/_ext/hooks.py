@@ -117,6 +117,13 @@ SOURCES: list[tuple[str, str]] = [
      "\"main 8178ead\" --current BUILD_OF_ed2bfbe --rounds 8` (both CPU-only Release builds, "
      "2-core dev VM)"),
     ("bench_against_cpu.txt", "the printed report of `scripts/bench_against.py` (same run)"),
+    ("bench_against_eager_c612fe0_0ea5dc0_cpu.json",
+     "`python scripts/bench_against.py --benches eager --rounds 6 --baseline BUILD_OF_c612fe0 "
+     "--baseline-name \"main c612fe0\" --current BUILD_OF_0ea5dc0` (both CPU-only Release "
+     "builds, Python 3.12, jax 0.12.0.1, 2-core dev VM): the CPU handler writing mask and "
+     "timestep"),
+    ("bench_against_eager_c612fe0_0ea5dc0_cpu.txt",
+     "the printed report of `scripts/bench_against.py` (same run)"),
     ("count_against_cpu.json",
      "`python scripts/count_against.py --baseline BUILD_OF_8178ead --baseline-name "
      "\"main 8178ead\" --current BUILD_OF_6042d32 --jobs 1` (both CPU-only Release builds, under "
