@@ -29,7 +29,7 @@
 // mapped memory and reports its ticket through the ring; host writers keep
 // out of the priorities until it has (Table::OwnPrioritiesLocked), but for
 // inserts, which publish and leave their tree leaves to the next kernel or
-// the host (Table::deferred_leaves_). Otherwise
+// the host (GpuUpdateLedger's deferred leaves, core/gpu/gpu_updates.h). Otherwise
 // the keys and priorities are copied into pinned host memory and a host
 // function applies them in stream order (core/gpu/staged_update.h). Either way a
 // bad value is raised by the next call on the table.

@@ -6,10 +6,10 @@
 // The kernel does what Table::UpdatePriorities does on the host, with the
 // same result bit for bit (where the device's pow agrees with the host's):
 //  0. Deferred leaves: slots the host published while an earlier update
-//     could run (Table::deferred_leaves_) get their leaf in every Prioritized
-//     tree from their record, as the host's insert would have set it, before
-//     the update's own leaves (so an entry naming one wins), bad priorities
-//     or not.
+//     could run (GpuUpdateLedger's deferred leaves, gpu_updates.h) get their
+//     leaf in every Prioritized tree from their record, as the host's insert
+//     would have set it, before the update's own leaves (so an entry naming
+//     one wins), bad priorities or not.
 //  1. Check: every priority decoded (Float32ToDouble) and checked
 //     (ValidPriority); every key looked up in the slot records (live, same
 //     key: a stale key's slot holds another key or none); live keys entered in

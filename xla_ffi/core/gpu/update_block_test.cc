@@ -112,8 +112,8 @@ TEST(GpuUpdate, EqualsTheHostTreesAndRecordsWithLaterDuplicatesWinning) {
 }
 
 // Slots published while an earlier kernel ran: their records set, their
-// leaves still 0 (Table::deferred_leaves_). The kernel sets them from the
-// records before its own entries (one of which names a deferred slot and
+// leaves still 0 (GpuUpdateLedger's deferred leaves, gpu_updates.h). The
+// kernel sets them from the records before its own entries (one of which names a deferred slot and
 // wins), good update or refused, and sums their parents with its own.
 TEST(GpuUpdate, DeferredLeavesAreSetFromTheRecordsBeforeTheUpdatesOwnEntries) {
   for (const bool refused : {false, true}) {

@@ -54,6 +54,7 @@
 #include "core/gpu/deferred_error.h"
 #include "core/gpu/gpu_completions.h"
 #include "core/gpu/gpu_selection.h"
+#include "core/gpu/gpu_updates.h"
 #include "core/gpu/mapped_array.h"
 #include "core/gpu/mirror_block.h"
 #include "core/gpu/update_block.h"
@@ -482,9 +483,9 @@ class Table {
   bool OwnPrioritiesLocked() GEARJAX_REQUIRES(mu_);
   // Whether no GPU priority update may still run (forgetting the last one
   // if so); if none, sets the Prioritized leaves deferred meanwhile, from
-  // their records, on the host (deferred_leaves_). Never waits.
+  // their records, on the host (the ledger's deferred leaves). Never waits.
   bool SettledPrioritiesLocked() GEARJAX_REQUIRES(mu_);
-  // deferred_leaves_' slots whose record now holds a positive priority:
+  // The deferred leaves' slots whose record now holds a positive priority:
   // counted by PositiveLocked, not yet drawable from the trees.
   int64_t DeferredPositiveLocked() const GEARJAX_REQUIRES(mu_);
   // Why a GPU update must be staged rather than run as a kernel, whatever
@@ -556,7 +557,7 @@ class Table {
   // The GPU calls' staging lists and mirror copies (gpu/gpu_staging.h), made
   // on first use: CPU-only tables never hold one.
   GpuStaging& GpuStagingLocked() GEARJAX_REQUIRES(mu_);
-  // Hands deferred_leaves_ to the update kernel `u` (in a pinned list held
+  // Hands the deferred leaves to the update kernel `u` (in a pinned list held
   // for `ticket`), which sets them before its own entries; where no list can
   // be had they stay deferred (the host sets them once the kernel has run).
   void HandDeferredLeavesLocked(uint64_t ticket, GpuUpdate* u, RetiredStaging* retired)
@@ -623,25 +624,20 @@ class Table {
   std::unique_ptr<GpuCompletions> completions_owner_ GEARJAX_GUARDED_BY(mu_);
   std::atomic<GpuCompletions*> completions_{nullptr};
   std::atomic<int64_t> staged_updates_{0};
-  // GPU priority updates (BeginGpuUpdate): the kernels' report (made under
-  // mu_, read without it once made), the last update's ticket (0: none in
-  // flight as of the last look) and stream, and the callers of
-  // OwnPrioritiesLocked waiting for it.
-  std::unique_ptr<MappedArray<GpuUpdateReport>> gpu_report_owner_ GEARJAX_GUARDED_BY(mu_);
-  std::atomic<GpuUpdateReport*> gpu_report_{nullptr};
-  uint64_t gpu_update_last_ GEARJAX_GUARDED_BY(mu_) = 0;
-  const void* gpu_update_stream_ GEARJAX_GUARDED_BY(mu_) = nullptr;
-  int64_t priority_claims_ GEARJAX_GUARDED_BY(mu_) = 0;
-  // Slots published while a GPU update may run, whose Prioritized leaves
-  // (and their ancestors) are yet to be set from their records: an insert
-  // never waits for the GPU to publish. Their records are live; eviction and
-  // every other writer wait for the update (OwnPrioritiesLocked), which
-  // sets them first. The next update kernel sets them (HandDeferredLeaves-
-  // Locked), or the host once none may run (SettledPrioritiesLocked).
-  std::vector<int64_t> deferred_leaves_ GEARJAX_GUARDED_BY(mu_);
+  // GPU priority updates (BeginGpuUpdate, gpu/gpu_updates.h): the kernels'
+  // report (made under mu_, read without it once made), and the ledger: the
+  // last update's ticket and stream, the callers of OwnPrioritiesLocked
+  // waiting for it, and the deferred leaves, slots published while an update
+  // may run whose Prioritized leaves (and their ancestors) are yet to be set
+  // from their records (an insert never waits for the GPU to publish). Their
+  // records are live; eviction and every other writer wait for the update
+  // (OwnPrioritiesLocked), which sets them first. The next update kernel sets
+  // them (HandDeferredLeavesLocked), or the host once none may run
+  // (SettledPrioritiesLocked).
+  GpuUpdateReportCell gpu_report_;
+  GpuUpdateLedger gpu_updates_ GEARJAX_GUARDED_BY(mu_);
   // Staging lists and the last copy into the mirrors (GpuStagingLocked).
   std::unique_ptr<GpuStaging> gpu_staging_ GEARJAX_GUARDED_BY(mu_);
-  std::atomic<unsigned long long> gpu_failures_raised_{0};
   DeferredError deferred_;  // DeferError's, raised by RaiseDeferredError
   Counters counters_ GEARJAX_GUARDED_BY(mu_);
   ExchangeCounters exchange_counters_;  // its own lock: not under mu_

@@ -16,40 +16,25 @@ namespace gearjax {
 
 bool Table::WaitsForStagedUpdates(const SampleRequest& r) const {
   if (!WeighsByPriority(r)) return false;
-  if (staged_updates_.load(std::memory_order_acquire) == 0 &&
-      gpu_report_.load(std::memory_order_acquire) == nullptr) {
+  if (staged_updates_.load(std::memory_order_acquire) == 0 && gpu_report_.get() == nullptr) {
     return false;  // never updated on the GPU, nothing staged
   }
   MutexLock lock(CheckedMutex());
-  const bool in_flight = staged_updates_.load(std::memory_order_acquire) > 0 ||
-                         (gpu_update_last_ != 0 && tickets_.InFlight(gpu_update_last_));
+  const bool in_flight =
+      staged_updates_.load(std::memory_order_acquire) > 0 || gpu_updates_.InFlight(tickets_);
   // Deferred leaves are not yet in the trees the kernels draw from.
   return in_flight && PositiveLocked() - DeferredPositiveLocked() == 0;
 }
 
 int64_t Table::DeferredPositiveLocked() const {
   int64_t positive = 0;
-  for (const int64_t slot : deferred_leaves_) positive += (*slots_)[slot].priority > 0;
+  for (const int64_t slot : gpu_updates_.deferred()) positive += (*slots_)[slot].priority > 0;
   return positive;
 }
 
-int64_t Table::PositiveLocked() const {
-  const GpuUpdateReport* report = gpu_report_.load(std::memory_order_acquire);
-  if (report == nullptr) return positive_;
-  // Two's complement: the kernels add negative changes as large unsigned ones.
-  return positive_ + static_cast<int64_t>(__atomic_load_n(&report->positive, __ATOMIC_ACQUIRE));
-}
+int64_t Table::PositiveLocked() const { return positive_ + gpu_report_.PositiveChange(); }
 
-GpuUpdateReport Table::GpuUpdateCounts() const {
-  GpuUpdateReport counts{};
-  if (const GpuUpdateReport* report = gpu_report_.load(std::memory_order_acquire)) {
-    counts.updated = __atomic_load_n(&report->updated, __ATOMIC_ACQUIRE);
-    counts.skipped = __atomic_load_n(&report->skipped, __ATOMIC_ACQUIRE);
-    counts.positive = __atomic_load_n(&report->positive, __ATOMIC_ACQUIRE);
-    counts.failed = __atomic_load_n(&report->failed, __ATOMIC_ACQUIRE);
-  }
-  return counts;
-}
+GpuUpdateReport Table::GpuUpdateCounts() const { return gpu_report_.Counts(); }
 
 Table::Clock::time_point Table::GpuWaitDeadline() const {
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(
@@ -64,12 +49,12 @@ void Table::ThrowGpuWaitTimeout(const std::string& what) const {
 }
 
 bool Table::SettledPrioritiesLocked() {
-  if (gpu_update_last_ != 0 && tickets_.InFlight(gpu_update_last_)) return false;
-  gpu_update_last_ = 0;  // and every earlier one: one stream at a time, in order
-  if (deferred_leaves_.empty()) return true;
+  if (gpu_updates_.InFlight(tickets_)) return false;
+  gpu_updates_.Forget();
+  if (gpu_updates_.deferred().empty()) return true;
   update_before_.clear();
   update_after_.clear();
-  for (const int64_t slot : deferred_leaves_) {
+  for (const int64_t slot : gpu_updates_.deferred()) {
     const SlotInfo& info = (*slots_)[slot];
     update_before_.push_back({slot, info.key, info.length, info.priority});
     update_after_.push_back(info.priority);
@@ -80,15 +65,16 @@ bool Table::SettledPrioritiesLocked() {
   for (PrioritizedSelector* selector : selectors_.Of<PrioritizedSelector>(Strategy::kPrioritized)) {
     selector->UpdatePriorities(update_before_.data(), update_after_.data(), n);
   }
-  deferred_leaves_.clear();
+  gpu_updates_.ClearDeferred();
   return true;
 }
 
 void Table::HandDeferredLeavesLocked(uint64_t ticket, GpuUpdate* u, RetiredStaging* retired) {
   u->deferred = nullptr;
   u->deferred_n = 0;
-  if (deferred_leaves_.empty()) return;
-  const auto n = static_cast<int64_t>(deferred_leaves_.size());
+  const std::vector<int64_t>& deferred = gpu_updates_.deferred();
+  if (deferred.empty()) return;
+  const auto n = static_cast<int64_t>(deferred.size());
   MappedArray<int64_t>* list = nullptr;
   try {
     list = GpuStagingLocked().ListFor(n, ticket, tickets_, retired);
@@ -96,15 +82,15 @@ void Table::HandDeferredLeavesLocked(uint64_t ticket, GpuUpdate* u, RetiredStagi
     list = nullptr;
   }
   if (list == nullptr || list->device_data() == nullptr) return;  // the host sets them later
-  std::copy(deferred_leaves_.begin(), deferred_leaves_.end(), list->data());
+  std::copy(deferred.begin(), deferred.end(), list->data());
   u->deferred = list->device_data();
   u->deferred_n = n;
-  deferred_leaves_.clear();
+  gpu_updates_.ClearDeferred();
 }
 
 bool Table::OwnPrioritiesLocked() {
   if (SettledPrioritiesLocked()) return false;
-  const uint64_t awaited = gpu_update_last_;
+  const uint64_t awaited = gpu_updates_.last().ticket;
   bool reported;
   {
     // The caller's lock, borrowed to wait. A claim keeps BeginGpuUpdate
@@ -113,16 +99,18 @@ bool Table::OwnPrioritiesLocked() {
     // locked (the caller's MutexLock unlocks it, once).
     std::unique_lock<std::mutex> lock(mu_.native(), std::adopt_lock);
     struct Claim {
-      int64_t& claims;
+      GpuUpdateLedger& ledger;
       std::unique_lock<std::mutex>& lock;
       ~Claim() {
-        --claims;
+        ledger.EndClaim();
         lock.release();
       }
-    } claim{++priority_claims_, lock};
+    };
+    gpu_updates_.Claim();
+    Claim claim{gpu_updates_, lock};
     reported = WaitForTickets(lock, GpuWaitDeadline(), [&] {
       mu_.AssertHeld();
-      return closed() || !tickets_.InFlight(gpu_update_last_);
+      return closed() || !tickets_.InFlight(gpu_updates_.last().ticket);
     });
   }
   changed_.notify_all();
@@ -151,8 +139,7 @@ bool Table::KernelCannotUpdateLocked() const {
 }
 
 bool Table::OtherStreamUpdateInFlightLocked(const void* stream) const {
-  return gpu_update_last_ != 0 && stream != gpu_update_stream_ &&
-         tickets_.InFlight(gpu_update_last_);
+  return gpu_updates_.OtherStreamInFlight(stream, tickets_);
 }
 
 bool Table::OtherStreamMirrorCopyLocked(const void* stream) const {
@@ -174,12 +161,13 @@ uint64_t Table::BeginGpuUpdate(const void* stream, int64_t n, GpuUpdate* update,
     if (!changed_.wait_until(lock.native(), GpuWaitDeadline(),
                              [&] {
                                mu_.AssertHeld();
-                               return priority_claims_ == 0 || closed();
+                               return !gpu_updates_.claimed() || closed();
                              })) {
       ThrowGpuWaitTimeout("a host call that waits for an earlier GPU priority update");
     }
     CheckOpenLocked();
-    if (gpu_update_last_ == 0 || stream == gpu_update_stream_) break;
+    const GpuUpdateLedger::Last& last = gpu_updates_.last();
+    if (last.ticket == 0 || stream == last.stream) break;
     // Another stream's updates may still be writing: wait for them, then
     // look again (the lock was released).
     if (!OwnPrioritiesLocked()) break;
@@ -187,16 +175,7 @@ uint64_t Table::BeginGpuUpdate(const void* stream, int64_t n, GpuUpdate* update,
   if (n > kMaxGpuUpdateKeys || slots_->device_info() == nullptr || KernelCannotUpdateLocked()) {
     return 0;
   }
-  GpuUpdateReport* report = gpu_report_.load(std::memory_order_relaxed);
-  if (report == nullptr) {
-    gpu_report_owner_ = std::make_unique<MappedArray<GpuUpdateReport>>(1, mapped_by_);
-    if (gpu_report_owner_->device_data() == nullptr) {
-      gpu_report_owner_.reset();
-      return 0;
-    }
-    report = &(*gpu_report_owner_)[0];
-    gpu_report_.store(report, std::memory_order_release);
-  }
+  if (!gpu_report_.Make(mapped_by_)) return 0;  // no device address: staged
   // The ticket first: TakeTicketLocked may release the lock to wait, and a
   // Prioritized tree made meanwhile must be among those the kernel updates.
   const uint64_t ticket = TakeTicketLocked(lock);  // the caller hands it to the device
@@ -204,21 +183,18 @@ uint64_t Table::BeginGpuUpdate(const void* stream, int64_t n, GpuUpdate* update,
   // claiming the priorities, another stream's update, a staged update, a
   // tree the kernel could not reach. Staged after all (always correct: a
   // host function in stream order), or Closed.
-  if (closed() || priority_claims_ > 0 || OtherStreamUpdateInFlightLocked(stream) ||
+  if (closed() || gpu_updates_.claimed() || OtherStreamUpdateInFlightLocked(stream) ||
       KernelCannotUpdateLocked()) {
     tickets_.Return(ticket);
     CheckOpenLocked();
     return 0;
   }
-  const uint64_t earlier_last = gpu_update_last_;
-  const void* const earlier_stream = gpu_update_stream_;
-  gpu_update_last_ = std::max(gpu_update_last_, ticket);
-  gpu_update_stream_ = stream;
+  const GpuUpdateLedger::Last earlier = gpu_updates_.Record(ticket, stream);
   GpuUpdate u{};
   u.info = const_cast<SlotInfo*>(slots_->device_info());  // the kernel writes priorities
   u.capacity = spec_.capacity;
   u.slot_mask = (int64_t{1} << key_layout_.slot_bits()) - 1;
-  u.report = const_cast<GpuUpdateReport*>(gpu_report_owner_->device_data());
+  u.report = gpu_report_.device_data();
   const SumTree* trees[kMaxPriorityTrees];
   for (const PrioritizedSelector* selector :
        selectors_.Of<PrioritizedSelector>(Strategy::kPrioritized)) {
@@ -232,7 +208,7 @@ uint64_t Table::BeginGpuUpdate(const void* stream, int64_t n, GpuUpdate* update,
   if (MirrorsTreesLocked()) {
     // A copy into the mirrors enqueued on another stream may still run: it
     // could write a node this kernel writes after reading the host's. Wait
-    // for it. With gpu_update_last_ set, no new copy of a Prioritized tree
+    // for it. With this update recorded, no new copy of a Prioritized tree
     // starts on another stream (BeginGpuSample) and host writers wait
     // (OwnPrioritiesLocked) meanwhile.
     const bool copied = WaitForTickets(
@@ -243,8 +219,7 @@ uint64_t Table::BeginGpuUpdate(const void* stream, int64_t n, GpuUpdate* update,
     if (closed() || !copied) {
       // Nothing enqueued under this ticket: give it back, and with it the
       // claim on the priorities (earlier updates of this stream stay owed).
-      gpu_update_last_ = earlier_last;
-      gpu_update_stream_ = earlier_stream;
+      gpu_updates_.Restore(earlier);
       tickets_.Return(ticket);
       CheckOpenLocked();  // throws Closed
       ThrowGpuWaitTimeout("a copy into the trees' GPU mirrors on another stream (ticket " +
@@ -270,23 +245,17 @@ void Table::DeferError(const std::string& message) { deferred_.Defer(message); }
 void Table::RaiseDeferredError() {
   // GPU updates refused since the last look: the first one's first bad
   // entry, in the words the host's check uses, and how many more.
-  if (GpuUpdateReport* report = gpu_report_.load(std::memory_order_acquire)) {
-    const unsigned long long failed = __atomic_load_n(&report->failed, __ATOMIC_ACQUIRE);
-    unsigned long long raised = gpu_failures_raised_.load(std::memory_order_relaxed);
-    if (failed != raised && gpu_failures_raised_.compare_exchange_strong(raised, failed)) {
-      std::string message = "a bad priority";  // details lost to a race (see GpuUpdateReport)
-      if (__atomic_load_n(&report->held, __ATOMIC_ACQUIRE) != 0) {
-        const long long entry = report->bad_entry;
-        const double value = report->bad_value;
-        __atomic_store_n(&report->held, 0ull, __ATOMIC_RELEASE);  // the next refusal's place
-        try {
-          CheckPriority(value, "entry " + std::to_string(entry));
-        } catch (const InvalidArgument& e) {
-          message = e.what();
-        }
+  const GpuUpdateReportCell::Failures failures = gpu_report_.TakeFailures();
+  if (failures.count > 0) {
+    std::string message = "a bad priority";  // details lost to a race (see GpuUpdateReport)
+    if (failures.detailed) {
+      try {
+        CheckPriority(failures.value, "entry " + std::to_string(failures.entry));
+      } catch (const InvalidArgument& e) {
+        message = e.what();
       }
-      for (unsigned long long i = raised; i < failed; ++i) DeferError(message);
     }
+    for (unsigned long long i = 0; i < failures.count; ++i) DeferError(message);
   }
   deferred_.Raise("a priority update from an earlier GPU program failed and changed nothing: ");
 }

@@ -65,7 +65,7 @@ void Table::CountDrawLocked(int64_t slot, uint64_t ticket) {
 void Table::PublishLocked(int64_t slot, int64_t key, int64_t length, double priority,
                           const double* steps, int64_t stamp) {
   // While a GPU update may run, the Prioritized trees are its: the leaves
-  // wait in deferred_leaves_ and the insert does not wait for the GPU.
+  // wait among the ledger's deferred leaves and the insert does not wait for the GPU.
   const bool defer = selectors_.Has(Strategy::kPrioritized) && !SettledPrioritiesLocked();
   stamps_[slot] = stamp;
   last_stamp_ = stamp;
@@ -87,7 +87,7 @@ void Table::PublishLocked(int64_t slot, int64_t key, int64_t length, double prio
     if (defer && selectors_.Holds(Strategy::kPrioritized, selector)) continue;
     selector->Insert(item);
   }
-  if (defer) deferred_leaves_.push_back(slot);
+  if (defer) gpu_updates_.Defer(slot);
   ++live_;
   if (priority > 0) ++positive_;
   num_steps_ += length;

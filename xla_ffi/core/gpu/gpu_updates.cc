@@ -1,0 +1,61 @@
+// The GPU priority updates' report and ledger (see gpu_updates.h).
+#include "core/gpu/gpu_updates.h"
+
+#include <algorithm>
+
+namespace gearjax {
+
+bool GpuUpdateReportCell::Make(const MappedAllocator* mapped) {
+  if (get() != nullptr) return true;
+  auto made = std::make_unique<MappedArray<GpuUpdateReport>>(1, mapped);
+  if (made->device_data() == nullptr) return false;  // not GPU-mapped: no kernel can add to it
+  owner_ = std::move(made);
+  report_.store(&(*owner_)[0], std::memory_order_release);
+  return true;
+}
+
+GpuUpdateReport GpuUpdateReportCell::Counts() const {
+  GpuUpdateReport counts{};
+  if (const GpuUpdateReport* report = get()) {
+    counts.updated = __atomic_load_n(&report->updated, __ATOMIC_ACQUIRE);
+    counts.skipped = __atomic_load_n(&report->skipped, __ATOMIC_ACQUIRE);
+    counts.positive = __atomic_load_n(&report->positive, __ATOMIC_ACQUIRE);
+    counts.failed = __atomic_load_n(&report->failed, __ATOMIC_ACQUIRE);
+  }
+  return counts;
+}
+
+int64_t GpuUpdateReportCell::PositiveChange() const {
+  const GpuUpdateReport* report = get();
+  if (report == nullptr) return 0;
+  // Two's complement: the kernels add negative changes as large unsigned ones.
+  return static_cast<int64_t>(__atomic_load_n(&report->positive, __ATOMIC_ACQUIRE));
+}
+
+GpuUpdateReportCell::Failures GpuUpdateReportCell::TakeFailures() {
+  Failures failures;
+  GpuUpdateReport* report = report_.load(std::memory_order_acquire);
+  if (report == nullptr) return failures;
+  const unsigned long long failed = __atomic_load_n(&report->failed, __ATOMIC_ACQUIRE);
+  unsigned long long taken = taken_failures_.load(std::memory_order_relaxed);
+  if (failed == taken || !taken_failures_.compare_exchange_strong(taken, failed)) {
+    return failures;  // none new, or another caller took them
+  }
+  failures.count = failed - taken;
+  if (__atomic_load_n(&report->held, __ATOMIC_ACQUIRE) != 0) {
+    failures.detailed = true;
+    failures.entry = report->bad_entry;
+    failures.value = report->bad_value;
+    __atomic_store_n(&report->held, 0ull, __ATOMIC_RELEASE);  // the next refusal's place
+  }
+  return failures;
+}
+
+GpuUpdateLedger::Last GpuUpdateLedger::Record(uint64_t ticket, const void* stream) {
+  const Last earlier = last_;
+  last_.ticket = std::max(last_.ticket, ticket);
+  last_.stream = stream;
+  return earlier;
+}
+
+}  // namespace gearjax

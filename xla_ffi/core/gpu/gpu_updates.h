@@ -1,0 +1,113 @@
+// What a table keeps of its priority updates on the GPU (Table::BeginGpuUpdate):
+//
+//  * GpuUpdateReportCell: the report the update kernels add their counts to
+//    (update_block.h GpuUpdateReport), in GPU-mapped pinned memory, made on
+//    the first kernel update under the table's mutex and read from any thread;
+//  * GpuUpdateLedger: the last update's ticket and stream (one stream writes
+//    the trees at a time, in its own order), the host callers claiming the
+//    priorities meanwhile, and the slots published while an update may run,
+//    whose Prioritized leaves wait for the next update kernel or the host.
+//
+// The table holds the ledger under its mutex (GEARJAX_GUARDED_BY: the
+// compiler checks every use); the protocol that waits on them stays the
+// table's (table_gpu_updates.cc), since its waits release the table's mutex.
+// CPU-only tables hold an empty ledger and no report.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/gpu/mapped_array.h"
+#include "core/gpu/update_block.h"
+#include "core/memory.h"
+#include "core/table/sample_tickets.h"
+
+namespace gearjax {
+
+class GpuUpdateReportCell {
+ public:
+  // The report, or null before Make. Any thread.
+  const GpuUpdateReport* get() const { return report_.load(std::memory_order_acquire); }
+  // Makes the report in memory `mapped` gives (pinned, GPU-mapped), once:
+  // false, with nothing made, where that memory has no device address. Only
+  // one thread makes it (the table calls this under its mutex); readers on
+  // other threads see it whole once get() returns it.
+  bool Make(const MappedAllocator* mapped);
+  // The report's device address, for the kernels (Make first).
+  GpuUpdateReport* device_data() const {
+    return const_cast<GpuUpdateReport*>(owner_->device_data());  // the kernels add to it
+  }
+  // The counts so far; zeros before Make.
+  GpuUpdateReport Counts() const;
+  // The change the kernels made to the count of positive priorities.
+  int64_t PositiveChange() const;
+
+  // Updates refused since the last look: how many, and the first one's bad
+  // entry and value where the kernel that refused it could leave them.
+  struct Failures {
+    unsigned long long count = 0;
+    bool detailed = false;
+    long long entry = 0;
+    double value = 0;
+  };
+  // Takes the refusals not yet taken: of concurrent callers, one gets each.
+  // Frees the report's place for the next refusal's details.
+  Failures TakeFailures();
+
+  // The memory, moved out: a table that closes while GPU work may still
+  // write the report keeps it for the life of the process.
+  std::shared_ptr<void> Release() { return std::shared_ptr<void>(std::move(owner_)); }
+
+ private:
+  std::unique_ptr<MappedArray<GpuUpdateReport>> owner_;
+  std::atomic<GpuUpdateReport*> report_{nullptr};
+  std::atomic<unsigned long long> taken_failures_{0};
+};
+
+// Not thread-safe: the table keeps it under its mutex.
+class GpuUpdateLedger {
+ public:
+  // The last update begun (0: none in flight as of the last look) and its
+  // stream.
+  struct Last {
+    uint64_t ticket = 0;
+    const void* stream = nullptr;
+  };
+  const Last& last() const { return last_; }
+  // Whether the last update may still run (its ticket has not ended).
+  bool InFlight(SampleTickets& tickets) const {
+    return last_.ticket != 0 && tickets.InFlight(last_.ticket);
+  }
+  // Whether it may, and came from a stream other than `stream`.
+  bool OtherStreamInFlight(const void* stream, SampleTickets& tickets) const {
+    return stream != last_.stream && InFlight(tickets);
+  }
+  // Forgets the last update, and with it every earlier one: updates end in
+  // ticket order (one stream at a time).
+  void Forget() { last_.ticket = 0; }
+  // Records an update begun on `stream` with `ticket`; returns what it
+  // replaced, for Restore when nothing gets enqueued under the ticket.
+  Last Record(uint64_t ticket, const void* stream);
+  void Restore(const Last& earlier) { last_ = earlier; }
+
+  // Host callers waiting to own the priorities: while any is, no update
+  // begins (BeginGpuUpdate waits).
+  void Claim() { ++claims_; }
+  void EndClaim() { --claims_; }
+  bool claimed() const { return claims_ > 0; }
+
+  // Slots published while an update may run, whose Prioritized leaves are
+  // yet to be set from their records.
+  void Defer(int64_t slot) { deferred_.push_back(slot); }
+  const std::vector<int64_t>& deferred() const { return deferred_; }
+  void ClearDeferred() { deferred_.clear(); }
+
+ private:
+  Last last_;
+  int64_t claims_ = 0;
+  std::vector<int64_t> deferred_;
+};
+
+}  // namespace gearjax

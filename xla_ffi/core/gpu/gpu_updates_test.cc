@@ -1,0 +1,136 @@
+// Tests of what a table keeps of its GPU priority updates: the report made
+// once in GPU-mapped memory (or not at all), its counts and refusals each
+// taken once; the ledger's last update, claims and deferred leaves.
+#include "core/gpu/gpu_updates.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+#include <vector>
+
+#include "core/gpu/fake_pinned.h"
+
+namespace gearjax {
+namespace {
+
+TEST(GpuUpdateReportCell, IsMadeOnceAndOnlyInGpuMappedMemory) {
+  GpuUpdateReportCell cell;
+  EXPECT_EQ(cell.get(), nullptr);
+  EXPECT_FALSE(cell.Make(nullptr));  // ordinary memory: no kernel could add to it
+  EXPECT_EQ(cell.get(), nullptr);
+  ASSERT_TRUE(cell.Make(&fake_pinned::kAllocator));
+  const GpuUpdateReport* made = cell.get();
+  ASSERT_NE(made, nullptr);
+  EXPECT_EQ(cell.device_data(), made);  // the fake maps memory at its own address
+  EXPECT_TRUE(cell.Make(&fake_pinned::kAllocator));
+  EXPECT_EQ(cell.get(), made);  // not made again
+}
+
+TEST(GpuUpdateReportCell, CountsAreZeroUntilKernelsAdd) {
+  GpuUpdateReportCell cell;
+  EXPECT_EQ(cell.Counts().updated, 0u);
+  EXPECT_EQ(cell.PositiveChange(), 0);
+  ASSERT_TRUE(cell.Make(&fake_pinned::kAllocator));
+  GpuUpdateReport* report = cell.device_data();
+  report->updated = 5;
+  report->skipped = 2;
+  report->positive = static_cast<unsigned long long>(-3);  // kernels add negatives so
+  const GpuUpdateReport counts = cell.Counts();
+  EXPECT_EQ(counts.updated, 5u);
+  EXPECT_EQ(counts.skipped, 2u);
+  EXPECT_EQ(cell.PositiveChange(), -3);
+}
+
+TEST(GpuUpdateReportCell, EachRefusalIsTakenOnceWithTheFirstOnesDetails) {
+  GpuUpdateReportCell cell;
+  EXPECT_EQ(cell.TakeFailures().count, 0u);  // no report yet
+  ASSERT_TRUE(cell.Make(&fake_pinned::kAllocator));
+  GpuUpdateReport* report = cell.device_data();
+  report->failed = 2;
+  report->held = 1;
+  report->bad_entry = 7;
+  report->bad_value = -1.5;
+  const GpuUpdateReportCell::Failures first = cell.TakeFailures();
+  EXPECT_EQ(first.count, 2u);
+  EXPECT_TRUE(first.detailed);
+  EXPECT_EQ(first.entry, 7);
+  EXPECT_EQ(first.value, -1.5);
+  EXPECT_EQ(report->held, 0u);  // free for the next refusal's details
+  EXPECT_EQ(cell.TakeFailures().count, 0u);
+  report->failed = 3;  // one more, whose details a race lost
+  const GpuUpdateReportCell::Failures next = cell.TakeFailures();
+  EXPECT_EQ(next.count, 1u);
+  EXPECT_FALSE(next.detailed);
+}
+
+TEST(GpuUpdateReportCell, ConcurrentTakersShareTheRefusalsWithoutCountingOneTwice) {
+  GpuUpdateReportCell cell;
+  ASSERT_TRUE(cell.Make(&fake_pinned::kAllocator));
+  GpuUpdateReport* report = cell.device_data();
+  std::vector<unsigned long long> taken(4, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 1000; ++i) taken[t] += cell.TakeFailures().count;
+    });
+  }
+  for (unsigned long long failed = 1; failed <= 500; ++failed) {
+    __atomic_store_n(&report->failed, failed, __ATOMIC_RELEASE);
+  }
+  for (std::thread& thread : threads) thread.join();
+  unsigned long long total = cell.TakeFailures().count;
+  for (unsigned long long n : taken) total += n;
+  EXPECT_EQ(total, 500u);
+}
+
+TEST(GpuUpdateLedger, KnowsTheLastUpdateAndItsStreamUntilItEnds) {
+  SampleTickets tickets;
+  GpuUpdateLedger ledger;
+  const int stream_a = 0, stream_b = 0;
+  EXPECT_FALSE(ledger.InFlight(tickets));
+  const uint64_t first = tickets.Take();
+  const GpuUpdateLedger::Last none = ledger.Record(first, &stream_a);
+  EXPECT_EQ(none.ticket, 0u);
+  EXPECT_TRUE(ledger.InFlight(tickets));
+  EXPECT_FALSE(ledger.OtherStreamInFlight(&stream_a, tickets));
+  EXPECT_TRUE(ledger.OtherStreamInFlight(&stream_b, tickets));
+  tickets.Return(first);
+  EXPECT_FALSE(ledger.InFlight(tickets));
+  EXPECT_FALSE(ledger.OtherStreamInFlight(&stream_b, tickets));
+  ledger.Forget();
+  EXPECT_EQ(ledger.last().ticket, 0u);
+}
+
+TEST(GpuUpdateLedger, RecordsTheLatestTicketAndRestoresWhatItReplaced) {
+  SampleTickets tickets;
+  GpuUpdateLedger ledger;
+  const int stream_a = 0, stream_b = 0;
+  const uint64_t t1 = tickets.Take(), t2 = tickets.Take();
+  ledger.Record(t2, &stream_a);
+  // A smaller ticket never hides a later one still owed.
+  const GpuUpdateLedger::Last earlier = ledger.Record(t1, &stream_b);
+  EXPECT_EQ(ledger.last().ticket, t2);
+  EXPECT_EQ(ledger.last().stream, &stream_b);
+  ledger.Restore(earlier);
+  EXPECT_EQ(ledger.last().ticket, t2);
+  EXPECT_EQ(ledger.last().stream, &stream_a);
+}
+
+TEST(GpuUpdateLedger, CountsClaimsAndKeepsDeferredLeavesInOrder) {
+  GpuUpdateLedger ledger;
+  EXPECT_FALSE(ledger.claimed());
+  ledger.Claim();
+  ledger.Claim();
+  ledger.EndClaim();
+  EXPECT_TRUE(ledger.claimed());
+  ledger.EndClaim();
+  EXPECT_FALSE(ledger.claimed());
+  ledger.Defer(3);
+  ledger.Defer(1);
+  EXPECT_EQ(ledger.deferred(), (std::vector<int64_t>{3, 1}));
+  ledger.ClearDeferred();
+  EXPECT_TRUE(ledger.deferred().empty());
+}
+
+}  // namespace
+}  // namespace gearjax
