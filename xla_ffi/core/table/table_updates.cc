@@ -27,6 +27,9 @@ int64_t Table::UpdatePriorities(const int64_t* keys, const double* priorities, i
   update_before_.clear();
   update_after_.clear();
   constexpr int64_t kAhead = 32;  // records prefetched ahead of the one looked up (see Select)
+  // Asked once: the pushes below call the allocator, after which the
+  // compiler would read the vector again for every key.
+  const bool keeps_steps = !step_priority_.empty();
   for (int64_t i = 0; i < count; ++i) {
     if (i + kAhead < count) {
       if (const SlotInfo* next = slots_->Address(keys[i + kAhead])) PrefetchForRead(next);
@@ -41,7 +44,7 @@ int64_t Table::UpdatePriorities(const int64_t* keys, const double* priorities, i
     update_after_.push_back(priorities[i] + 0.0);  // -0.0 -> 0.0
     positive_ += (update_after_.back() > 0) - (info.priority > 0);
     info.priority = update_after_.back();
-    if (!step_priority_.empty()) {  // every step of it (the step trees read them)
+    if (keeps_steps) {  // every step of it (the step trees read them)
       double* raw = &step_priority_[static_cast<size_t>(slot * spec_.max_length)];
       std::fill(raw, raw + info.length, info.priority);
     }
