@@ -168,6 +168,12 @@ SOURCES: list[tuple[str, str]] = [
      "callgrind, 2-core dev VM)"),
     ("count_against_2a7b2a8_09713c5_cpu.txt",
      "the printed report of `scripts/count_against.py` (same run)"),
+    ("count_against_2a7b2a8_7fea72d_prioritized_functions_cpu.txt",
+     "`python -P scripts/count_against.py --drive prioritized 520` under `valgrind "
+     "--tool=callgrind` for the builds of 2a7b2a8 and 7fea72d (PYTHONPATH=BUILD, "
+     "OPENBLAS_NUM_THREADS=1, PYTHONHASHSEED=0, setarch -R, Python 3.11.7, jax 0.10.2, 2-core "
+     "dev VM), each function's count in the extension from `callgrind_annotate "
+     "--threshold=100`, divided by 520"),
     ("count_against_2a7b2a8_7fea72d_cpu.json",
      "the same command for 7fea72d (Table.insert without np.ndim for a Python number), run "
      "after it"),
