@@ -28,11 +28,12 @@ def table():
     table.close()
 
 
+# Both pads and cuts (cut="end" pads on the left, cut="full" never pads),
+# windows narrower and wider than the SSE2 loop's four steps, whole trajectories.
 CASES = [dict(window=w, pad=p, cut="start") for w in (1, 4, 9) for p in ("left", "right")] + [
     dict(window=4, pad="left", cut="end"), dict(window=9, pad="left", cut="end"),
     dict(window=4, pad=None, cut="full"),
-                                       dict(window=None, pad="left", cut="start"),
-                                       dict(window=None, pad="right", cut="start")]
+    dict(window=None, pad="left", cut="start"), dict(window=None, pad="right", cut="start")]
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)
