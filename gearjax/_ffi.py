@@ -18,7 +18,7 @@ import numpy as np
 from jax.interpreters import mlir
 
 from gearjax import _gearjax
-from gearjax._primitives import one_logical_call, threaded_primitive
+from gearjax._primitives import one_logical_call, threaded_lowering, threaded_primitive
 from gearjax._window_steps import window_steps
 
 SAMPLE_TARGET = "gearjax_sample"
@@ -129,26 +129,34 @@ sample_p = threaded_primitive("gearjax_sample", SAMPLE_TARGET, _sample_avals,
                               ("width", "columns"))
 
 
-def _sample_lowering_steps_in_xla(ctx, state, seed, *, width, columns, **attributes):
+_SAMPLE_CALL = threaded_lowering(SAMPLE_TARGET, ("width", "columns"))
+
+
+def _sample_lowering_steps_in_xla(ctx, state, seed, *, width, **params):
     """sample_p on a GPU: the CUDA handler returns no mask or timestep, XLA
     derives them from start and valid (gearjax/_window_steps.py says why the
     CPU handler writes them instead)."""
-    del columns
     avals = list(ctx.avals_out)  # state, keys, start, probability, table_size, valid,
     #                              mask, timestep, *columns
-    call = jax.ffi.ffi_lowering(SAMPLE_TARGET, has_side_effect=True,
-                                operand_output_aliases={0: 0})
-    results = list(call(ctx.replace(avals_out=avals[:6] + avals[8:]), state, seed, **attributes))
+    results = list(_SAMPLE_CALL(ctx.replace(avals_out=avals[:6] + avals[8:]), state, seed,
+                                width=width, **params))
     steps = mlir.lower_fun(
-        functools.partial(window_steps, width=width, pad_left=bool(attributes["pad_left"])),
+        functools.partial(window_steps, width=width, pad_left=bool(params["pad_left"])),
         multiple_results=True)
     mask, timestep = steps(ctx.replace(avals_in=[avals[2], avals[5]], avals_out=avals[6:8]),
                            results[2], results[5])
     return results[:6] + [mask, timestep] + results[6:]
 
 
-mlir.register_lowering(sample_p, one_logical_call(sample_p, _sample_lowering_steps_in_xla),
-                       platform="cuda")
+def register_sample_lowering_for_cuda() -> None:
+    """Lowers sample_p for CUDA with mask and timestep derived in XLA (done
+    at import; gearjax/_cuda.py replaces it with a refusal in a build
+    without CUDA handlers)."""
+    mlir.register_lowering(sample_p, one_logical_call(sample_p, _sample_lowering_steps_in_xla),
+                           platform="cuda")
+
+
+register_sample_lowering_for_cuda()
 
 
 def sample_call(state: jax.Array, seed: jax.Array, *, handle: int, batch: int, strategy: int,

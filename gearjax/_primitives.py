@@ -143,7 +143,11 @@ STATE_DTYPE = np.dtype(np.uint32)
 STATE_AVAL = jax.core.ShapedArray((), STATE_DTYPE)
 
 
-def _threaded_lowering(target: str, not_attributes: Sequence[str]):
+def threaded_lowering(target: str, not_attributes: Sequence[str]):
+    """The custom call of a table primitive: side-effecting, its state result
+    aliasing its state operand, every parameter but `not_attributes` an
+    attribute."""
+
     def lowering(ctx, state, *operands, **params):
         return jax.ffi.ffi_lowering(target, has_side_effect=True, operand_output_aliases={0: 0})(
             ctx, state, *operands, **_attributes(params, not_attributes))
@@ -214,7 +218,7 @@ def threaded_primitive(name: str, target: str, abstract_eval: AbstractEval,
 
     primitive.def_abstract_eval(abstract)
     mlir.register_lowering(primitive, one_logical_call(
-        primitive, _threaded_lowering(target, not_attributes)))
+        primitive, threaded_lowering(target, not_attributes)))
     pe.dce_rules[primitive] = _keep_when_unused
     pe.partial_eval_jaxpr_custom_rules[primitive] = _run_once_under_remat
     _not_differentiable(primitive)

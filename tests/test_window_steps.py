@@ -9,11 +9,9 @@ import re
 import jax
 import numpy as np
 import pytest
-from jax.interpreters import mlir
 
 import gearjax as gx
 from gearjax import _cuda, _ffi, _gearjax
-from gearjax._primitives import one_logical_call
 from gearjax._window_steps import window_steps
 
 MAX_LENGTH = 12
@@ -74,8 +72,7 @@ def _custom_call_results(text: str) -> list[str]:
 def test_a_gpu_program_derives_them_in_xla(table):
     # The CUDA lowering rule, lowered here (no GPU needed to lower): its
     # table call returns no mask or timestep and the program derives them.
-    mlir.register_lowering(_ffi.sample_p, one_logical_call(
-        _ffi.sample_p, _ffi._sample_lowering_steps_in_xla), platform="cuda")
+    _ffi.register_sample_lowering_for_cuda()
     try:
         def sample(state, key):
             state, batch = table.sample(state, key, 8, 4, pad="left")
