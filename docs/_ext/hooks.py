@@ -124,6 +124,13 @@ SOURCES: list[tuple[str, str]] = [
      "timestep"),
     ("bench_against_eager_c612fe0_0ea5dc0_cpu.txt",
      "the printed report of `scripts/bench_against.py` (same run)"),
+    ("bench_against_chunks_99e497b_cpu.json",
+     "`python scripts/bench_against.py --benches eager,sample --rounds 4 --baseline "
+     "BUILD_OF_99e497b --baseline-name main-99e497b --current BUILD_OF_99e497b_WITH_64KIB_CHUNKS` "
+     "(both CPU-only Release builds, Python 3.12, jax 0.12, 2-core dev VM): the CPU gather "
+     "shared out in 64 KiB chunks instead of 1 MiB"),
+    ("bench_against_chunks_99e497b_cpu.txt",
+     "the printed report of `scripts/bench_against.py` (same run)"),
     ("count_against_cpu.json",
      "`python scripts/count_against.py --baseline BUILD_OF_8178ead --baseline-name "
      "\"main 8178ead\" --current BUILD_OF_6042d32 --jobs 1` (both CPU-only Release builds, under "

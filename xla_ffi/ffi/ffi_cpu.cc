@@ -37,7 +37,14 @@ namespace {
 // took 78 us a step inline and 55 us shared; 128 rows (174 KB) 62 and 56 us;
 // 64 rows (87 KB) 21 us inline and 41 us shared.
 constexpr int64_t kParallelMinBytes = int64_t{128} << 10;
-constexpr int64_t kBytesPerChunk = int64_t{1} << 20;
+// Chunks the rows are shared out in. Small, because the caller waits for
+// every chunk a helper has taken: with 1 MiB chunks a 532 KB batch split into
+// two halves, and the caller, done with its half, waited for a helper that
+// woke late or was preempted. On the 2-core VM, with 64 KiB chunks a jitted
+// sample of 256 windows of 20 took 0.93 of the time interleaved and 0.82 in
+// runs, the same sample in a lax.scan 0.83 and 0.88 (paired medians of 4
+// rounds: benchmarks/results/bench_against_chunks_99e497b_cpu.txt).
+constexpr int64_t kBytesPerChunk = int64_t{64} << 10;
 
 // Rows split into contiguous chunks; the calling thread and pool workers take
 // chunks from a shared counter. The caller always takes part and then waits
