@@ -16,9 +16,11 @@ import os
 import jax
 import numpy as np
 from jax.interpreters import mlir
+from jax.interpreters import partial_eval as pe
 
 from gearjax import _gearjax
-from gearjax._primitives import one_logical_call, threaded_lowering, threaded_primitive
+from gearjax._primitives import (keep_when_unused, one_logical_call, threaded_lowering,
+                                 threaded_primitive)
 from gearjax._window_steps import window_steps
 
 SAMPLE_TARGET = "gearjax_sample"
@@ -120,26 +122,47 @@ def _sample_result_types(batch: int, width: int, columns: Columns,
     ] + [jax.ShapeDtypeStruct((batch, width, *shape), dtype) for shape, dtype in columns]
 
 
-def _sample_avals(seed, *, batch_size, width, columns, **_):
+def _sample_avals(seed, *, batch_size, width, columns, steps=True, **_):
     del seed
-    return _avals(_sample_result_types(int(batch_size), width, columns, steps=True))
+    return _avals(_sample_result_types(int(batch_size), width, columns, steps=steps))
 
 
-sample_p = threaded_primitive("gearjax_sample", SAMPLE_TARGET, _sample_avals,
-                              ("width", "columns"))
+# sample_p's parameters that are not attributes of its custom call.
+_NOT_ATTRIBUTES = ("width", "columns", "steps")
+sample_p = threaded_primitive("gearjax_sample", SAMPLE_TARGET, _sample_avals, _NOT_ATTRIBUTES)
+
+# Where mask and timestep are among sample_p's results (after the state).
+_MASK, _TIMESTEP = 6, 7
 
 
-_SAMPLE_CALL = threaded_lowering(SAMPLE_TARGET, ("width", "columns"))
+def _sample_dce(used_outputs: list[bool], *live_ins_and_eqn):
+    """DCE rule: the call stays, as every table call does; a call none of
+    whose mask and timestep is read loses them (``steps=False``), so the CPU
+    handler does not write them (a lax.scan body that reads only the
+    columns, say)."""
+    used_inputs, eqn = keep_when_unused(used_outputs, *live_ins_and_eqn)
+    if eqn.params.get("steps", True) and not (used_outputs[_MASK] or used_outputs[_TIMESTEP]):
+        outvars = eqn.outvars[:_MASK] + eqn.outvars[_TIMESTEP + 1:]
+        eqn = eqn.replace(outvars=outvars, params={**eqn.params, "steps": False})
+    return used_inputs, eqn
 
 
-def _sample_lowering_steps_in_xla(ctx, state, seed, *, width, **params):
+pe.dce_rules[sample_p] = _sample_dce
+
+
+_SAMPLE_CALL = threaded_lowering(SAMPLE_TARGET, _NOT_ATTRIBUTES)
+
+
+def _sample_lowering_steps_in_xla(ctx, state, seed, *, width, steps=True, **params):
     """sample_p on a GPU: the CUDA handler returns no mask or timestep, XLA
     derives them from start and valid (gearjax/_window_steps.py says why the
-    CPU handler writes them instead)."""
+    CPU handler writes them instead), where the program reads them."""
+    if not steps:
+        return _SAMPLE_CALL(ctx, state, seed, width=width, **params)
     avals = list(ctx.avals_out)  # state, keys, start, probability, table_size, valid,
     #                              mask, timestep, *columns
-    results = list(_SAMPLE_CALL(ctx.replace(avals_out=avals[:6] + avals[8:]), state, seed,
-                                width=width, **params))
+    results = list(_SAMPLE_CALL(ctx.replace(avals_out=avals[:_MASK] + avals[_TIMESTEP + 1:]),
+                                state, seed, width=width, **params))
     steps = mlir.lower_fun(
         functools.partial(window_steps, width=width, pad_left=bool(params["pad_left"])),
         multiple_results=True)

@@ -155,7 +155,7 @@ def threaded_lowering(target: str, not_attributes: Sequence[str]):
     return lowering
 
 
-def _keep_when_unused(used_outputs: list[bool], *live_ins_and_eqn):
+def keep_when_unused(used_outputs: list[bool], *live_ins_and_eqn):
     """DCE rule: the call stays, and so does everything it reads. JAX 0.12
     passes (used_outputs, live_ins, eqn), earlier versions (used_outputs, eqn)."""
     del used_outputs
@@ -219,7 +219,7 @@ def threaded_primitive(name: str, target: str, abstract_eval: AbstractEval,
     primitive.def_abstract_eval(abstract)
     mlir.register_lowering(primitive, one_logical_call(
         primitive, threaded_lowering(target, not_attributes)))
-    pe.dce_rules[primitive] = _keep_when_unused
+    pe.dce_rules[primitive] = keep_when_unused
     pe.partial_eval_jaxpr_custom_rules[primitive] = _run_once_under_remat
     _not_differentiable(primitive)
     _threaded_batching(primitive)

@@ -11,8 +11,10 @@ do: with the handler writing them, a jitted sample of 256 windows of 20 took
 0.88 of the time interleaved and 0.90 in runs (paired medians of 6 rounds on
 the 2-core VM; a sample inside a lax.scan that sums every array of the batch
 took 1.10 and 1.18: docs/results/benchmarks.md, "Mask and timesteps written
-by the CPU handler"). Sharded samples, whose programs hold many kernels
-anyway, derive them here on every platform.
+by the CPU handler"). A program that reads neither (a lax.scan body that
+reads only the columns, say) has the handler write neither: sample_p's DCE
+rule drops them from its call (gearjax/_ffi.py). Sharded samples, whose
+programs hold many kernels anyway, derive them here on every platform.
 """
 
 from __future__ import annotations

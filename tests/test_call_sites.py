@@ -98,6 +98,11 @@ BAD_ATTRIBUTES = {
     "pad_left": (dict(pad_left=3), "pad_left must be 0 or 1"),
     "window": (dict(window=9, width=9), r"window must be in \[1, max_length=8\]"),
     "alpha": (dict(strategy=2, alpha=float("nan")), "Prioritized alpha must be in"),
+    # Results for more or fewer columns than the table has (state, five
+    # per-row results, mask, timestep, a column each).
+    "more columns": (dict(columns=(((2,), np.dtype(np.float32)),) * 2),
+                     "expected 9 results, got 10"),
+    "no columns": (dict(columns=()), "expected 9 results, got 8"),
 }
 
 

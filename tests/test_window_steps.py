@@ -1,6 +1,7 @@
 """The windows' mask and timesteps: written by the CPU sample handler, derived
-in XLA (gearjax/_window_steps.py) in GPU programs; both the same, and the CPU
-program holds no kernel after the table call."""
+in XLA (gearjax/_window_steps.py) in GPU programs; both the same, the CPU
+program holds no kernel after the table call, and a program that reads
+neither gets neither."""
 
 from __future__ import annotations
 
@@ -89,3 +90,61 @@ def test_a_gpu_program_derives_them_in_xla(table):
     # state, keys, start, probability, table_size, valid, (mask, timestep,) x
     assert len(cpu) == 9 and cpu[6:8] == ["tensor<8x4xi1>", "tensor<8x4xi32>"]
     assert gpu == cpu[:6] + cpu[8:]
+
+
+def _columns_only(table):
+    def sample(state, key):
+        state, batch = table.sample(state, key, 8, 4, pad="left")
+        return state, batch["x"], batch.start
+    return sample
+
+
+def test_a_program_reading_neither_gets_neither(table):
+    # sample_p's DCE rule drops both from the call, so the handler writes
+    # neither; the rows drawn and gathered are the same.
+    def whole(state, key):
+        return table.sample(state, key, 8, 4, pad="left")
+
+    def mask_only(state, key):
+        state, batch = table.sample(state, key, 8, 4, pad="left")
+        return state, batch.mask.sum()
+
+    key = jax.random.key(3)
+    results = {f.__name__: _custom_call_results(jax.jit(f).lower(table.state(), key).as_text())
+               for f in (whole, mask_only, _columns_only(table))}
+    assert len(results["whole"]) == 9 and results["mask_only"] == results["whole"]
+    assert results["sample"] == results["whole"][:6] + results["whole"][8:]
+    _, x, start = jax.jit(_columns_only(table))(table.state(), key)
+    _, batch = jax.jit(whole)(table.state(), key)
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(batch["x"]))
+    np.testing.assert_array_equal(np.asarray(start), np.asarray(batch.start))
+
+
+def test_a_scan_body_reading_neither_gets_neither(table):
+    def scanned(read_steps):
+        def run(state, key):
+            def body(state, k):
+                state, batch = table.sample(state, k, 8, 4, pad="left")
+                total = batch["x"].sum()
+                return state, total + batch.timestep.sum() * 0 if read_steps else total
+            return jax.lax.scan(body, state, jax.random.split(key, 3))
+        return jax.jit(run)
+
+    key = jax.random.key(4)
+    lean, full = (_custom_call_results(scanned(r).lower(table.state(), key).as_text())
+                  for r in (False, True))
+    assert len(full) == 9 and lean == full[:6] + full[8:]
+    np.testing.assert_array_equal(np.asarray(scanned(False)(table.state(), key)[1]),
+                                  np.asarray(scanned(True)(table.state(), key)[1]))
+
+
+def test_a_gpu_program_reading_neither_derives_neither(table):
+    _ffi.register_sample_lowering_for_cuda()
+    try:
+        text = jax.jit(_columns_only(table)).trace(table.state(), jax.random.key(0)).lower(
+            lowering_platforms=("cuda",)).as_text()
+    finally:
+        if not _gearjax.cuda_built:
+            _cuda.refuse_gpu_programs()
+    assert len(_custom_call_results(text)) == 7
+    assert "iota" not in text  # window_steps' positions: nothing derived

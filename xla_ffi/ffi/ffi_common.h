@@ -349,7 +349,8 @@ auto BindInt64FromWords(Binding binding) {
 // among them.
 enum class SampleResults {
   kDevice,         // GPU memory; XLA derives mask and timestep (the CUDA handlers)
-  kHost,           // host memory; the caller derives them (the sharded serve step)
+  kHost,           // host memory, no mask or timestep (the sharded serve step derives
+                   // them; a CPU sample whose program reads neither)
   kHostWithSteps,  // host memory, mask and timestep after valid (the CPU sample)
 };
 
