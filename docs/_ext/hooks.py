@@ -181,6 +181,13 @@ SOURCES: list[tuple[str, str]] = [
      "(both CPU-only Release builds, under valgrind's callgrind, 2-core dev VM)"),
     ("count_against_2a7b2a8_b269008_cpu.txt",
      "the printed report of `scripts/count_against.py` (same run), with the command"),
+    ("count_against_2a7b2a8_1676c16_cpu.json",
+     "`python scripts/count_against.py --baseline BUILD_OF_2a7b2a8 --baseline-name 2a7b2a8 "
+     "--current BUILD_OF_1676c16 --jobs 2` with .venv-torchrl's Python 3.11.7 and jax 0.10.2 "
+     "(both CPU-only Release builds, under valgrind's callgrind, 2-core dev VM)"),
+    ("count_against_2a7b2a8_1676c16_cpu.txt",
+     "the printed report of `scripts/count_against.py` (same run), with the command and a "
+     "function-level trace of the sample workload"),
     ("count_against_2a7b2a8_7fea72d_prioritized_functions_cpu.txt",
      "`python -P scripts/count_against.py --drive prioritized 520` under `valgrind "
      "--tool=callgrind` for the builds of 2a7b2a8 and 7fea72d (PYTHONPATH=BUILD, "
