@@ -354,6 +354,13 @@ enum class SampleResults {
   kHostWithSteps,  // host memory, mask and timestep after valid (the CPU sample)
 };
 
+// How many results a sample call of `table` has in the form `results`,
+// `first` of them before the keys.
+inline size_t SampleResultCount(const Table& table, size_t first, SampleResults results) {
+  const int steps = results == SampleResults::kHostWithSteps ? 2 : 0;
+  return first + static_cast<size_t>(kNumFixed + steps + table.num_columns());
+}
+
 // Checks every result's size against the table and returns where to write.
 // `first` is the index of the keys result (1 after an order result, else 0). Host
 // results get huge pages advised (fresh XLA buffers otherwise fault every 4
@@ -363,7 +370,7 @@ inline SampleOutputs BindSampleOutputs(const Table& table, xla::ffi::RemainingRe
                                        SampleResults results) {
   const int num_columns = table.num_columns();
   const int steps = results == SampleResults::kHostWithSteps ? 2 : 0;
-  const size_t expected = first + static_cast<size_t>(kNumFixed + steps + num_columns);
+  const size_t expected = SampleResultCount(table, first, results);
   if (rets.size() != expected) {
     throw InvalidArgument("expected " + std::to_string(expected) + " results, got " +
                           std::to_string(rets.size()));

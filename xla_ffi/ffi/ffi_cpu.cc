@@ -105,11 +105,12 @@ ffi::Error Sample(ffi::ThreadPool& pool, const ffi::Buffer<ffi::U32>& seed,
   }
   // A call whose program reads neither mask nor timestep has neither among
   // its results (gearjax/_ffi.py's DCE rule), and they are not written.
-  const size_t without_steps = first + kNumFixed + static_cast<size_t>(table->num_columns());
+  const SampleResults results =
+      rets.size() == SampleResultCount(*table, first, SampleResults::kHost)
+          ? SampleResults::kHost
+          : SampleResults::kHostWithSteps;
   const SampleCall call =
-      BindSampleCall(*table, site, seed.element_count(), rets, first,
-                     rets.size() == without_steps ? SampleResults::kHost
-                                                  : SampleResults::kHostWithSteps);
+      BindSampleCall(*table, site, seed.element_count(), rets, first, results);
   const SampleRequest& request = call.request;
   const int64_t batch = request.batch, width = call.width;
   const SampleOutputs& out = call.out;
