@@ -163,11 +163,11 @@ def _sample_lowering_steps_in_xla(ctx, state, seed, *, width, steps=True, **para
     #                              mask, timestep, *columns
     results = list(_SAMPLE_CALL(ctx.replace(avals_out=avals[:_MASK] + avals[_TIMESTEP + 1:]),
                                 state, seed, width=width, **params))
-    steps = mlir.lower_fun(
+    derive = mlir.lower_fun(
         functools.partial(window_steps, width=width, pad_left=bool(params["pad_left"])),
         multiple_results=True)
-    mask, timestep = steps(ctx.replace(avals_in=[avals[2], avals[5]], avals_out=avals[6:8]),
-                           results[2], results[5])
+    mask, timestep = derive(ctx.replace(avals_in=[avals[2], avals[5]], avals_out=avals[6:8]),
+                            results[2], results[5])
     return results[:6] + [mask, timestep] + results[6:]
 
 

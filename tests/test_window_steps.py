@@ -70,23 +70,28 @@ def _custom_call_results(text: str) -> list[str]:
     return re.findall(r"tensor<[^>]*>", line.split("->")[-1])
 
 
-def test_a_gpu_program_derives_them_in_xla(table):
-    # The CUDA lowering rule, lowered here (no GPU needed to lower): its
-    # table call returns no mask or timestep and the program derives them.
+def _lowered_for_cuda(table, sample) -> str:
+    """`sample(state, key)` jitted and lowered with the CUDA lowering rule (no
+    GPU needed to lower), as text; a build without CUDA handlers gets its
+    refusal back afterwards."""
     _ffi.register_sample_lowering_for_cuda()
     try:
-        def sample(state, key):
-            state, batch = table.sample(state, key, 8, 4, pad="left")
-            return state, batch.mask, batch.timestep
-
-        lowered = jax.jit(sample).trace(table.state(), jax.random.key(0)).lower(
-            lowering_platforms=("cuda",))
-        gpu = _custom_call_results(lowered.as_text())
-        cpu = _custom_call_results(jax.jit(sample).lower(table.state(),
-                                                         jax.random.key(0)).as_text())
+        return jax.jit(sample).trace(table.state(), jax.random.key(0)).lower(
+            lowering_platforms=("cuda",)).as_text()
     finally:
         if not _gearjax.cuda_built:
             _cuda.refuse_gpu_programs()
+
+
+def test_a_gpu_program_derives_them_in_xla(table):
+    # The CUDA lowering rule: its table call returns no mask or timestep and
+    # the program derives them.
+    def sample(state, key):
+        state, batch = table.sample(state, key, 8, 4, pad="left")
+        return state, batch.mask, batch.timestep
+
+    gpu = _custom_call_results(_lowered_for_cuda(table, sample))
+    cpu = _custom_call_results(jax.jit(sample).lower(table.state(), jax.random.key(0)).as_text())
     # state, keys, start, probability, table_size, valid, (mask, timestep,) x
     assert len(cpu) == 9 and cpu[6:8] == ["tensor<8x4xi1>", "tensor<8x4xi32>"]
     assert gpu == cpu[:6] + cpu[8:]
@@ -141,12 +146,6 @@ def test_a_scan_body_reading_neither_gets_neither(table):
 
 
 def test_a_gpu_program_reading_neither_derives_neither(table):
-    _ffi.register_sample_lowering_for_cuda()
-    try:
-        text = jax.jit(_columns_only(table)).trace(table.state(), jax.random.key(0)).lower(
-            lowering_platforms=("cuda",)).as_text()
-    finally:
-        if not _gearjax.cuda_built:
-            _cuda.refuse_gpu_programs()
+    text = _lowered_for_cuda(table, _columns_only(table))
     assert len(_custom_call_results(text)) == 7
     assert "iota" not in text  # window_steps' positions: nothing derived
