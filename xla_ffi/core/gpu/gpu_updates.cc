@@ -5,7 +5,8 @@
 
 namespace gearjax {
 
-bool GpuUpdateReportCell::Make(const MappedAllocator* mapped) {
+bool GpuUpdateReportCell::Make(const MappedAllocator* mapped,
+                               [[maybe_unused]] const Mutex& owner_mu) {
   if (get() != nullptr) return true;
   auto made = std::make_unique<MappedArray<GpuUpdateReport>>(1, mapped);
   if (made->device_data() == nullptr) return false;  // not GPU-mapped: no kernel can add to it

@@ -8,8 +8,9 @@
 //    priorities meanwhile, and the slots published while an update may run,
 //    whose Prioritized leaves wait for the next update kernel or the host.
 //
-// The table holds the ledger under its mutex (GEARJAX_GUARDED_BY: the
-// compiler checks every use); the protocol that waits on them stays the
+// The table holds the ledger under its mutex (GEARJAX_GUARDED_BY), and the
+// report's making, device address and release name that mutex
+// (GEARJAX_REQUIRES): the compiler checks every use. The protocol that waits on them stays the
 // table's (table_gpu_updates.cc), since its waits release the table's mutex.
 // CPU-only tables hold an empty ledger and no report.
 #pragma once
@@ -23,6 +24,7 @@
 #include "core/gpu/update_block.h"
 #include "core/memory.h"
 #include "core/table/sample_tickets.h"
+#include "core/thread_annotations.h"
 
 namespace gearjax {
 
@@ -32,11 +34,14 @@ class GpuUpdateReportCell {
   const GpuUpdateReport* get() const { return report_.load(std::memory_order_acquire); }
   // Makes the report in memory `mapped` gives (pinned, GPU-mapped), once:
   // false, with nothing made, where that memory has no device address. Only
-  // one thread makes it (the table calls this under its mutex); readers on
-  // other threads see it whole once get() returns it.
-  bool Make(const MappedAllocator* mapped);
+  // the holder of `owner_mu` (the table's mutex, for every call that makes,
+  // hands out or releases the memory: the compiler checks it) makes it;
+  // readers on other threads see it whole once get() returns it.
+  bool Make(const MappedAllocator* mapped, [[maybe_unused]] const Mutex& owner_mu)
+      GEARJAX_REQUIRES(owner_mu);
   // The report's device address, for the kernels (Make first).
-  GpuUpdateReport* device_data() const {
+  GpuUpdateReport* device_data([[maybe_unused]] const Mutex& owner_mu) const
+      GEARJAX_REQUIRES(owner_mu) {
     return const_cast<GpuUpdateReport*>(owner_->device_data());  // the kernels add to it
   }
   // The counts so far; zeros before Make.
@@ -58,7 +63,10 @@ class GpuUpdateReportCell {
 
   // The memory, moved out: a table that closes while GPU work may still
   // write the report keeps it for the life of the process.
-  std::shared_ptr<void> Release() { return std::shared_ptr<void>(std::move(owner_)); }
+  std::shared_ptr<void> Release([[maybe_unused]] const Mutex& owner_mu)
+      GEARJAX_REQUIRES(owner_mu) {
+    return std::shared_ptr<void>(std::move(owner_));
+  }
 
  private:
   std::unique_ptr<MappedArray<GpuUpdateReport>> owner_;

@@ -14,24 +14,28 @@ namespace gearjax {
 namespace {
 
 TEST(GpuUpdateReportCell, IsMadeOnceAndOnlyInGpuMappedMemory) {
+  Mutex mu;  // the owner's mutex, as the table's
+  MutexLock lock(mu);
   GpuUpdateReportCell cell;
   EXPECT_EQ(cell.get(), nullptr);
-  EXPECT_FALSE(cell.Make(nullptr));  // ordinary memory: no kernel could add to it
+  EXPECT_FALSE(cell.Make(nullptr, mu));  // ordinary memory: no kernel could add to it
   EXPECT_EQ(cell.get(), nullptr);
-  ASSERT_TRUE(cell.Make(&fake_pinned::kAllocator));
+  ASSERT_TRUE(cell.Make(&fake_pinned::kAllocator, mu));
   const GpuUpdateReport* made = cell.get();
   ASSERT_NE(made, nullptr);
-  EXPECT_EQ(cell.device_data(), made);  // the fake maps memory at its own address
-  EXPECT_TRUE(cell.Make(&fake_pinned::kAllocator));
+  EXPECT_EQ(cell.device_data(mu), made);  // the fake maps memory at its own address
+  EXPECT_TRUE(cell.Make(&fake_pinned::kAllocator, mu));
   EXPECT_EQ(cell.get(), made);  // not made again
 }
 
 TEST(GpuUpdateReportCell, CountsAreZeroUntilKernelsAdd) {
+  Mutex mu;  // the owner's mutex, as the table's
+  MutexLock lock(mu);
   GpuUpdateReportCell cell;
   EXPECT_EQ(cell.Counts().updated, 0u);
   EXPECT_EQ(cell.PositiveChange(), 0);
-  ASSERT_TRUE(cell.Make(&fake_pinned::kAllocator));
-  GpuUpdateReport* report = cell.device_data();
+  ASSERT_TRUE(cell.Make(&fake_pinned::kAllocator, mu));
+  GpuUpdateReport* report = cell.device_data(mu);
   report->updated = 5;
   report->skipped = 2;
   report->positive = static_cast<unsigned long long>(-3);  // kernels add negatives so
@@ -42,10 +46,12 @@ TEST(GpuUpdateReportCell, CountsAreZeroUntilKernelsAdd) {
 }
 
 TEST(GpuUpdateReportCell, EachRefusalIsTakenOnceWithTheFirstOnesDetails) {
+  Mutex mu;  // the owner's mutex, as the table's
+  MutexLock lock(mu);
   GpuUpdateReportCell cell;
   EXPECT_EQ(cell.TakeFailures().count, 0u);  // no report yet
-  ASSERT_TRUE(cell.Make(&fake_pinned::kAllocator));
-  GpuUpdateReport* report = cell.device_data();
+  ASSERT_TRUE(cell.Make(&fake_pinned::kAllocator, mu));
+  GpuUpdateReport* report = cell.device_data(mu);
   report->failed = 2;
   report->held = 1;
   report->bad_entry = 7;
@@ -64,9 +70,11 @@ TEST(GpuUpdateReportCell, EachRefusalIsTakenOnceWithTheFirstOnesDetails) {
 }
 
 TEST(GpuUpdateReportCell, ConcurrentTakersShareTheRefusalsWithoutCountingOneTwice) {
+  Mutex mu;  // the owner's mutex, as the table's
+  MutexLock lock(mu);
   GpuUpdateReportCell cell;
-  ASSERT_TRUE(cell.Make(&fake_pinned::kAllocator));
-  GpuUpdateReport* report = cell.device_data();
+  ASSERT_TRUE(cell.Make(&fake_pinned::kAllocator, mu));
+  GpuUpdateReport* report = cell.device_data(mu);
   std::vector<unsigned long long> taken(4, 0);
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {

@@ -100,7 +100,7 @@ void Table::WaitForDeviceTickets() {
   std::lock_guard<std::mutex> keep(kept_mu);
   for (std::shared_ptr<void>& block : TakeMemoryLocked()) kept.push_back(std::move(block));
   kept.push_back(std::shared_ptr<GpuCompletions>(std::move(completions_owner_)));
-  kept.push_back(gpu_report_.Release());
+  kept.push_back(gpu_report_.Release(mu_));
 }
 
 void Table::UseGpuCompletions(const DeviceMemory* memory, int device) {

@@ -175,7 +175,7 @@ uint64_t Table::BeginGpuUpdate(const void* stream, int64_t n, GpuUpdate* update,
   if (n > kMaxGpuUpdateKeys || slots_->device_info() == nullptr || KernelCannotUpdateLocked()) {
     return 0;
   }
-  if (!gpu_report_.Make(mapped_by_)) return 0;  // no device address: staged
+  if (!gpu_report_.Make(mapped_by_, mu_)) return 0;  // no device address: staged
   // The ticket first: TakeTicketLocked may release the lock to wait, and a
   // Prioritized tree made meanwhile must be among those the kernel updates.
   const uint64_t ticket = TakeTicketLocked(lock);  // the caller hands it to the device
@@ -194,7 +194,7 @@ uint64_t Table::BeginGpuUpdate(const void* stream, int64_t n, GpuUpdate* update,
   u.info = const_cast<SlotInfo*>(slots_->device_info());  // the kernel writes priorities
   u.capacity = spec_.capacity;
   u.slot_mask = (int64_t{1} << key_layout_.slot_bits()) - 1;
-  u.report = gpu_report_.device_data();
+  u.report = gpu_report_.device_data(mu_);
   const SumTree* trees[kMaxPriorityTrees];
   for (const PrioritizedSelector* selector :
        selectors_.Of<PrioritizedSelector>(Strategy::kPrioritized)) {
