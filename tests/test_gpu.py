@@ -189,7 +189,7 @@ HOST_WORK_PER_CALL = {
     "fused sample": (1, 0, 0, 0, 0),            # one kernel selects and gathers
     "two-kernel sample": (2, 0, 0, 0, 1),       # rows wider than one gather part
     # TopK: the seed down, the draws into the table's pinned staging (read in
-    # place by the gather: Table::StagingFor), the gather.
+    # place by the gather: TableGpu::StagingFor), the gather.
     "host-selected sample": (1, 1, 0, 1, 0),
     "priority update": (1, 0, 0, 0, 0),         # one kernel (core/gpu/update_block.h)
     # No Prioritized tree: staged, so that inserts never wait for the GPU.
@@ -378,7 +378,7 @@ def test_gpu_priority_updates_count_and_defer_a_bad_value(gpu_table):
 @pytest.mark.parametrize("placement", ["host", "device"])
 def test_a_gpu_sample_after_updates_in_the_same_program_sees_them(placement):
     """The sample's handler runs before the stream applies the update: from
-    all-zero priorities it waits for the stream (Table::WaitsForStagedUpdates);
+    all-zero priorities it waits for the stream (TableGpu::WaitsForStagedUpdates);
     to all-zero priorities its kernels return empty rows (docs: Semantics in jit)."""
     table = gx.Table(COLUMNS, capacity=8, max_length=12, placement=placement)
     try:

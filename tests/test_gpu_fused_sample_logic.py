@@ -29,7 +29,7 @@ pytestmark = pytest.mark.usefixtures("cpu_device")
 
 @pytest.fixture
 def table(native_testing):
-    native_testing.emulate_gpu_mapping(True)  # BeginGpuSample needs mapped selection state
+    native_testing.emulate_gpu_mapping(True)  # TableGpu::BeginSample needs mapped selection state
     try:
         rng = np.random.default_rng(0)
         t = gx.Table(COLUMNS, capacity=12, max_length=30, placement="host")

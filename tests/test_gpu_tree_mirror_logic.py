@@ -258,7 +258,7 @@ def test_a_mirror_takes_the_gpu_memory_the_placement_page_states(device_mapping)
 def test_an_update_waits_for_a_copy_in_flight_on_another_stream(device_mapping):
     """A copy into the mirrors enqueued on another stream could write, with
     the host's older value, a node the update kernel writes: the update
-    waits until that copy's sample has ended (Table::BeginGpuUpdate)."""
+    waits until that copy's sample has ended (TableGpu::BeginUpdate)."""
     native = device_mapping
     with make_table(native) as table:
         ticket = native.begin_gpu_sample(table.handle, 4, gx.Prioritized(1.0).code, alpha=1.0,

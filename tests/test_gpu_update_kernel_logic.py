@@ -1,6 +1,6 @@
 """GPU priority updates applied by one kernel (xla_ffi/core/gpu/update_block.h),
 run on the CPU: the test-only ``begin_gpu_update`` begins an update as the
-CUDA handler does (Table::BeginGpuUpdate: ticket, the table's device view)
+CUDA handler does (TableGpu::BeginUpdate: ticket, the table's device view)
 and its ``run(threads)`` runs the kernel's own phases thread by thread, the
 last reporting the ticket through the completion ring. The kernel must leave
 the table exactly as the host's update_priorities does (records, every
@@ -436,7 +436,7 @@ def _update_waiting_for_its_ticket(native, table, keys, priorities):
 
 
 def test_an_update_that_waited_for_its_ticket_is_staged_if_the_table_changed(emulated_mapping):
-    """After waiting (the table's lock released meanwhile), BeginGpuUpdate
+    """After waiting (the table's lock released meanwhile), TableGpu::BeginUpdate
     looks again: here a TopK heap made meanwhile keeps priorities in host
     memory, so the update is staged after all, its ticket given back."""
     with make_table() as table:
@@ -451,7 +451,7 @@ def test_an_update_that_waited_for_its_ticket_is_staged_if_the_table_changed(emu
 
 
 def test_a_tree_made_while_an_update_waits_for_its_ticket_is_updated(emulated_mapping):
-    """Issue 48, item 6: BeginGpuUpdate listed the trees before taking its
+    """Issue 48, item 6: TableGpu::BeginUpdate listed the trees before taking its
     ticket, which may release the lock to wait (an earlier sample holding the
     ticket's place in the completion ring); a Prioritized tree made meanwhile
     kept its old priorities."""

@@ -21,6 +21,7 @@
 #include "core/gpu/fake_pinned.h"
 #include "core/gpu/mapped_array.h"
 #include "core/table/table.h"
+#include "core/table/table_gpu.h"
 
 namespace gearjax {
 namespace {
@@ -136,9 +137,9 @@ TEST(DeviceArena, ATableInGpuMemoryServesOnlyItsGpu) {
   spec.on_device = true;
   Table table(spec);
   current_gpu = 0;
-  table.CheckDevice(1);
+  TableGpu(table).CheckDevice(1);
   try {
-    table.CheckDevice(0);
+    TableGpu(table).CheckDevice(0);
     ADD_FAILURE() << "a program on GPU 0 used GPU 1's table";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("GPU 1"), std::string::npos) << e.what();
@@ -146,8 +147,8 @@ TEST(DeviceArena, ATableInGpuMemoryServesOnlyItsGpu) {
   }
   spec.on_device = false;
   Table host(spec);
-  host.CheckDevice(0);  // host arenas serve every GPU
-  host.CheckDevice(3);
+  TableGpu(host).CheckDevice(0);  // host arenas serve every GPU
+  TableGpu(host).CheckDevice(3);
   SetDeviceMemory(nullptr);
 }
 
@@ -161,10 +162,10 @@ TableSpec SmallSpec(bool on_device) {
   return spec;
 }
 
-void ExpectUnreachable(const Table& table, const MappedAllocator* mapped,
+void ExpectUnreachable(Table& table, const MappedAllocator* mapped,
                        const DeviceMemory* device) {
   try {
-    table.CheckGpuReachable(mapped, device);
+    TableGpu(table).CheckReachable(mapped, device);
     ADD_FAILURE() << "a kernel was allowed to read memory the GPU cannot reach";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("not reachable from the GPU"), std::string::npos)
@@ -181,15 +182,15 @@ TEST(GpuReachable, OnlyMemoryMadeByTheGivenHooks) {
   SetDeviceMemory(&kFakeDevice);
   {
     Table mapped(SmallSpec(false));
-    mapped.CheckGpuReachable(&kFake, &kFakeDevice);
-    mapped.CheckGpuReachable(&kFake, nullptr);  // a host table needs no GPU memory hooks
+    TableGpu(mapped).CheckReachable(&kFake, &kFakeDevice);
+    TableGpu(mapped).CheckReachable(&kFake, nullptr);  // a host table needs no GPU memory hooks
     ExpectUnreachable(mapped, &other, &kFakeDevice);  // mapped, but by other hooks
     ExpectUnreachable(mapped, nullptr, &kFakeDevice);
     Table device(SmallSpec(true));
-    device.CheckGpuReachable(&kFake, &kFakeDevice);
+    TableGpu(device).CheckReachable(&kFake, &kFakeDevice);
     ExpectUnreachable(device, &kFake, nullptr);
     SetMappedAllocator(&other);  // an emulation switched on after these were made
-    mapped.CheckGpuReachable(&kFake, &kFakeDevice);
+    TableGpu(mapped).CheckReachable(&kFake, &kFakeDevice);
   }
   SetMappedAllocator(nullptr);
   {

@@ -7,7 +7,7 @@
 //   synchronisation. One kernel selects and gathers (sample.cu) where every
 //   column's window fits one gather part, else a select kernel (select.cu)
 //   writes the draws to scratch memory for the gather kernel. Slot protocol:
-//   the handler takes a ticket (Table::BeginGpuSample, which also applies the
+//   the handler takes a ticket (TableGpu::BeginSample, which also applies the
 //   rate limiter) before enqueueing the kernels, and the last kernel's last
 //   block writes it into the table's completion ring when every block has
 //   read its rows (core/gpu/gpu_completions.h): nothing but the kernels goes on
@@ -18,11 +18,11 @@
 //   structures): selected on the host. The seed is copied back with a stream
 //   synchronisation, the rows are drawn (Table::Select, which takes a
 //   ticket) into pinned memory the table keeps for that ticket
-//   (Table::StagingFor), the gather reads them there and returns the ticket
+//   (TableGpu::StagingFor), the gather reads them there and returns the ticket
 //   through the ring as above.
 //
 // Priority updates never wait for the stream. Where the table allows
-// (Table::BeginGpuUpdate: a Prioritized tree to update, up to
+// (TableGpu::BeginUpdate: a Prioritized tree to update, up to
 // kMaxGpuUpdateKeys keys, no TopK heap or min-priority remover keeping
 // priorities in host memory), one kernel
 // (update.cu) applies them to the slot records and Prioritized trees in
@@ -66,6 +66,7 @@
 #include "core/gpu/kernel_check.h"
 #include "core/gpu/staged_update.h"
 #include "core/memory.h"
+#include "core/table/table_gpu.h"
 #include "cuda/gather.cuh"
 #include "cuda/host_work.h"
 #include "cuda/memory_hooks.h"
@@ -98,7 +99,7 @@ ffi::Error CopyMirrors(Table& table, const MirrorCopies& copies, cudaStream_t st
   Count(HostWork::kLaunch);
   const cudaError_t error = LaunchMirrorCopies(copies, stream);
   if (error == cudaSuccess) return ffi::Error::Success();
-  table.MirrorCopiesLost();  // the logs were taken: copy everything next time
+  TableGpu(table).MirrorCopiesLost();  // the logs were taken: copy everything next time
   return Fail(CudaError("copying into the sum trees' GPU copies", error));
 }
 
@@ -111,8 +112,8 @@ ffi::Error SampleOnDevice(cudaStream_t stream, ffi::ScratchAllocator& scratch, i
                           const SampleOutputs& out) {
   GpuSelection selection;
   MirrorCopies copies;
-  DeviceTicket ticket(table, table->BeginGpuSample(request, &selection, &copies, stream), device,
-                      stream);
+  DeviceTicket ticket(table, TableGpu(*table).BeginSample(request, &selection, &copies, stream),
+                      device, stream);
   // First: the copies were taken from the trees' logs, and a way out
   // before they are enqueued must say so (CopyMirrors).
   if (const ffi::Error copied = CopyMirrors(*table, copies, stream); copied.failure()) {
@@ -157,7 +158,7 @@ ffi::Error Sample(cudaStream_t stream, ffi::ScratchAllocator& scratch,
 
   // Tickets taken from here on come back through the completion ring.
   const int device = CurrentDevice();
-  table->UseGpuCompletions(&kCudaDeviceMemory, device);
+  TableGpu(*table).UseCompletions(&kCudaDeviceMemory, device);
   if (table->num_columns() > kMaxGpuColumns) {
     return Fail("the GPU gather handles at most " + std::to_string(kMaxGpuColumns) +
                 " columns; this table has " + std::to_string(table->num_columns()));
@@ -165,7 +166,7 @@ ffi::Error Sample(cudaStream_t stream, ffi::ScratchAllocator& scratch,
   if (!table->SelectsOnHost(request)) {
     // Prioritized finds every priority 0: an update still on the stream
     // may change that (staged_update.h), so let the stream apply it first.
-    if (table->WaitsForStagedUpdates(request)) {
+    if (TableGpu(*table).WaitsForStagedUpdates(request)) {
       Count(HostWork::kSync);
       const cudaError_t synced = cudaStreamSynchronize(stream);
       if (synced != cudaSuccess) return Fail(CudaError("waiting for priority updates", synced));
@@ -190,7 +191,8 @@ ffi::Error Sample(cudaStream_t stream, ffi::ScratchAllocator& scratch,
   // The draws go to pinned memory the table keeps for this ticket, which
   // the gather reads in place: no copy from this pageable vector, whose
   // life CUDA would not extend past this call.
-  const auto [staged, staged_device] = table->StagingFor(ticket.id(), batch * sizeof(Draw));
+  const auto [staged, staged_device] =
+      TableGpu(*table).StagingFor(ticket.id(), batch * sizeof(Draw));
   if (staged == nullptr) return Fail("could not allocate pinned host memory for the draws");
   std::memcpy(staged, draws.data(), batch * sizeof(Draw));
   Count(HostWork::kLaunch);
@@ -269,7 +271,7 @@ ffi::Error UpdateOnDevice(cudaStream_t stream, int device, const std::shared_ptr
 }
 
 // Enqueues the update without waiting for the stream: on the GPU
-// (UpdateOnDevice) where the table allows it (Table::BeginGpuUpdate), else
+// (UpdateOnDevice) where the table allows it (TableGpu::BeginUpdate), else
 // staged (see staged_update.h): copies of keys and priorities into pinned
 // host memory, Apply, the count's copy into `updated`, Recycle. Types and
 // sizes fail here, values later.
@@ -290,10 +292,10 @@ ffi::Error UpdatePriorities(cudaStream_t stream, const ffi::AnyBuffer& keys,
   }
   const int64_t n = static_cast<int64_t>(keys.element_count());
   const int device = CurrentDevice();
-  table->UseGpuCompletions(&kCudaDeviceMemory, device);
+  TableGpu(*table).UseCompletions(&kCudaDeviceMemory, device);
   GpuUpdate on_device;
   MirrorCopies copies;
-  if (const uint64_t ticket = table->BeginGpuUpdate(stream, n, &on_device, &copies)) {
+  if (const uint64_t ticket = TableGpu(*table).BeginUpdate(stream, n, &on_device, &copies)) {
     return UpdateOnDevice(stream, device, table, ticket, on_device, copies, keys, key_format,
                           priorities,
                           priority_format, updated->typed_data());
@@ -476,9 +478,9 @@ std::shared_ptr<Table> LookUpTableForThisGpu(int64_t handle) {
 }
 
 std::shared_ptr<Table> ForThisGpu(std::shared_ptr<Table> table) {
-  table->CheckGpuReachable(&kCudaMappedAllocator, &kCudaDeviceMemory);
+  TableGpu(*table).CheckReachable(&kCudaMappedAllocator, &kCudaDeviceMemory);
   const int device = CurrentDevice();
-  table->CheckDevice(device);
+  TableGpu(*table).CheckDevice(device);
   // A kernel without an image for this GPU launches nothing: the handler
   // must fail rather than hand XLA's buffers back unwritten.
   const std::string problem = kernel_check.Check(device, KernelImageProblem);

@@ -13,9 +13,9 @@
 namespace gearjax {
 
 // LookUpTable for a CUDA handler: also refuses a table whose memory the GPU
-// cannot reach (Table::CheckGpuReachable: not made by this build's CUDA
+// cannot reach (TableGpu::CheckReachable: not made by this build's CUDA
 // memory hooks) and one in another GPU's memory than the calling thread's
-// current GPU (the one XLA runs the program on; Table::CheckDevice).
+// current GPU (the one XLA runs the program on; TableGpu::CheckDevice).
 std::shared_ptr<Table> LookUpTableForThisGpu(int64_t handle);
 // The same checks of a table already resolved (a call site's: call_site.h).
 std::shared_ptr<Table> ForThisGpu(std::shared_ptr<Table> table);

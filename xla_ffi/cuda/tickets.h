@@ -1,5 +1,5 @@
 // How the CUDA sample handlers give their tickets (Table::Select,
-// BeginGpuSample, ServeDraws) back once XLA's stream has passed the kernels
+// TableGpu::BeginSample, ServeDraws) back once XLA's stream has passed the kernels
 // that read the drawn slots:
 //  * DeviceTicket (one table's sample): the gather kernel writes the ticket
 //    into the table's completion ring (core/gpu/gpu_completions.h); nothing but
@@ -18,6 +18,7 @@
 #include "core/draw.h"
 #include "core/memory.h"
 #include "core/table/table.h"
+#include "core/table/table_gpu.h"
 
 namespace gearjax {
 
@@ -37,9 +38,9 @@ class DeviceTicket {
   }
 
   uint64_t id() const { return ticket_; }
-  CompletionView completion() const { return table_->CompletionFor(ticket_, device_); }
+  CompletionView completion() const { return TableGpu(*table_).CompletionFor(ticket_, device_); }
   void HandToDevice() {
-    table_->HandToDevice(ticket_);
+    TableGpu(*table_).HandToDevice(ticket_);
     handed_ = true;
   }
 

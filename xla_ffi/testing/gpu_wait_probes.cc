@@ -22,6 +22,7 @@
 #include "core/memory.h"
 #include "core/table/registry.h"
 #include "core/table/table.h"
+#include "core/table/table_gpu.h"
 #include "python/python_gil.h"
 #include "testing/testing_module.h"
 
@@ -105,8 +106,8 @@ void DefineGpuWaitProbes(nb::module_ m) {
         uint64_t ticket;
         {
           python::ReleasedGil released;
-          ticket = table->BeginGpuSample(request, &selection, &copies,
-                                         reinterpret_cast<const void*>(stream));
+          ticket = TableGpu(*table).BeginSample(request, &selection, &copies,
+                                                reinterpret_cast<const void*>(stream));
         }
         // The mapped host tree is at a host address; a mirror in emulated
         // GPU memory is not (testing_module.cc: bit 62).

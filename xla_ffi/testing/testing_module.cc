@@ -42,6 +42,7 @@
 #include "core/memory.h"
 #include "core/table/registry.h"
 #include "core/table/table.h"
+#include "core/table/table_gpu.h"
 #include "core/window.h"
 #include "python/new_array.h"
 #include "python/python_gil.h"
@@ -136,8 +137,8 @@ const void* const kEmulatedStream = reinterpret_cast<const void*>(1);
 
 // The completion ring's view an emulated "kernel" reports through: the
 // emulation's block counts, in host memory.
-CompletionView EmulatedView(const Table& table, uint64_t ticket) {
-  return table.CompletionFor(ticket, GpuCompletions::kEmulated);
+CompletionView EmulatedView(Table& table, uint64_t ticket) {
+  return TableGpu(table).CompletionFor(ticket, GpuCompletions::kEmulated);
 }
 
 SampleRequest Request(int64_t batch, int strategy, double alpha, int64_t count, int64_t window,
@@ -200,7 +201,7 @@ nb::tuple EmulateGpuSample(int64_t handle, std::tuple<uint32_t, uint32_t> seed, 
     // As the CUDA handler: the gather reports the ticket through the ring,
     // handed over before the "kernel" runs.
     params.completion = EmulatedView(*table, ticket);
-    table->HandToDevice(ticket);
+    TableGpu(*table).HandToDevice(ticket);
     EmulateGather(params, threads);
   } else {
     EmulateGather(params, threads);
@@ -210,7 +211,7 @@ nb::tuple EmulateGpuSample(int64_t handle, std::tuple<uint32_t, uint32_t> seed, 
 }
 
 // The fused GPU sample (core/gpu/sample_block.h) run on the CPU as the CUDA
-// handler runs it for Uniform, Timestep and Prioritized: BeginGpuSample, the
+// handler runs it for Uniform, Timestep and Prioritized: TableGpu::BeginSample, the
 // kernel's blocks (each selecting its row once and copying all of it), the
 // ticket back through the completion ring or by hand. Same results as
 // EmulateGpuSample. Refuses a batch whose windows the handler would not fuse.
@@ -230,14 +231,14 @@ nb::tuple EmulateFusedGpuSample(int64_t handle, std::tuple<uint32_t, uint32_t> s
   }
   GpuSelection selection;
   MirrorCopies copies;
-  const uint64_t ticket = table->BeginGpuSample(Request(batch, strategy, alpha, 0, window, cut),
-                                                &selection, &copies, kEmulatedStream);
+  const uint64_t ticket = TableGpu(*table).BeginSample(
+      Request(batch, strategy, alpha, 0, window, cut), &selection, &copies, kEmulatedStream);
   RunMirrorCopies(copies);
   selection.tree.nodes = EmulatedHost(const_cast<double*>(selection.tree.nodes));
   const uint32_t words[2] = {std::get<0>(seed), std::get<1>(seed)};
   if (device_completion) {
     params.completion = EmulatedView(*table, ticket);
-    table->HandToDevice(ticket);
+    TableGpu(*table).HandToDevice(ticket);
     EmulateFusedSample(selection, words, window, params, threads);
   } else {
     EmulateFusedSample(selection, words, window, params, threads);
@@ -261,8 +262,8 @@ nb::tuple EmulateGpuSelect(int64_t handle, std::tuple<uint32_t, uint32_t> seed, 
   GpuSelection selection;
   MirrorCopies copies;
   const uint64_t ticket =
-      table->BeginGpuSample(Request(batch, strategy, alpha, count, window, cut), &selection,
-                            &copies, kEmulatedStream);
+      TableGpu(*table).BeginSample(Request(batch, strategy, alpha, count, window, cut),
+                                   &selection, &copies, kEmulatedStream);
   RunMirrorCopies(copies);
   selection.tree.nodes = EmulatedHost(const_cast<double*>(selection.tree.nodes));
   const uint32_t words[2] = {std::get<0>(seed), std::get<1>(seed)};
@@ -334,7 +335,7 @@ void DefineModule(nb::module_ m) {
   m.def(
       "emulate_gpu_mapping", [](bool on) { ReplaceMapped(on, &kHostAsMapped); }, "on"_a,
       "Tables created while on get host memory that claims to be GPU-mapped (no real GPU "
-      "kernel accepts them: Table::CheckGpuReachable); off restores the previous hooks.");
+      "kernel accepts them: TableGpu::CheckReachable); off restores the previous hooks.");
   m.def(
       "hide_gpu_mapping", [](bool on) { ReplaceMapped(on, nullptr); }, "on"_a,
       "Tables created while on get plain host memory, as without a GPU; off restores the "
@@ -369,10 +370,10 @@ void DefineModule(nb::module_ m) {
         const SampleRequest request = Request(batch, strategy, alpha, count, window, cut, replace);
         GpuSelection selection;
         python::ReleasedGil released;
-        if (stream == 0) return table->BeginGpuSample(request, &selection);
+        if (stream == 0) return TableGpu(*table).BeginSample(request, &selection);
         MirrorCopies copies;
-        const uint64_t ticket = table->BeginGpuSample(request, &selection, &copies,
-                                                      reinterpret_cast<const void*>(stream));
+        const uint64_t ticket = TableGpu(*table).BeginSample(
+            request, &selection, &copies, reinterpret_cast<const void*>(stream));
         RunMirrorCopies(copies);
         return ticket;
       },
@@ -384,7 +385,7 @@ void DefineModule(nb::module_ m) {
       "tree_mirrors",
       [](int64_t handle) {
         nb::list out;
-        for (const Table::MirroredTree& tree : Find(handle)->MirroredTrees()) {
+        for (const TableGpu::MirroredTree& tree : TableGpu(*Find(handle)).MirroredTrees()) {
           NewArray<double> host({tree.host.size()}), mirror({tree.mirror.size()});
           std::copy(tree.host.begin(), tree.host.end(), host.data);
           std::copy(tree.mirror.begin(), tree.mirror.end(), mirror.data);
@@ -403,11 +404,11 @@ void DefineModule(nb::module_ m) {
       "waits_for_staged_updates",
       [](int64_t handle, int strategy, double alpha) {
         const SampleRequest request = Request(1, strategy, alpha, 0, 1, 0, true);
-        return Find(handle)->WaitsForStagedUpdates(request);
+        return TableGpu(*Find(handle)).WaitsForStagedUpdates(request);
       },
       "handle"_a, "strategy"_a, "alpha"_a = 0.0,
       "Whether the CUDA handler would wait for the stream before this GPU sample "
-      "(Table::WaitsForStagedUpdates).");
+      "(TableGpu::WaitsForStagedUpdates).");
   m.def("staged_update", &StagedUpdateLikeTheGpu, "handle"_a, "keys"_a, "priorities"_a,
         "A priority update as the CUDA handler stages and applies it; returns the count.");
   m.def("emulate_gpu_select", &EmulateGpuSelect, "handle"_a, "seed"_a, "batch"_a, "strategy"_a,
@@ -424,15 +425,16 @@ void DefineModule(nb::module_ m) {
   m.def(
       "use_gpu_completions",
       [](int64_t handle) {
-        Find(handle)->UseGpuCompletions(nullptr, GpuCompletions::kEmulated);
+        TableGpu(*Find(handle)).UseCompletions(nullptr, GpuCompletions::kEmulated);
       },
       "handle"_a,
       "Gives the table its GPU completion ring (block counts beside it), as the CUDA "
       "handlers do on their first sample.");
   m.def(
       "hand_to_device",
-      [](int64_t handle, uint64_t ticket) { Find(handle)->HandToDevice(ticket); }, "handle"_a,
-      "ticket"_a, "Hands a ticket to the device: it comes back when complete_blocks reports it.");
+      [](int64_t handle, uint64_t ticket) { TableGpu(*Find(handle)).HandToDevice(ticket); },
+      "handle"_a, "ticket"_a,
+      "Hands a ticket to the device: it comes back when complete_blocks reports it.");
   m.def(
       "kernel_report",
       [](int64_t handle, uint64_t ticket, int64_t of) {
@@ -458,7 +460,7 @@ void DefineModule(nb::module_ m) {
       "handle"_a, "ticket"_a, "(what the ring holds in ticket's place, its block count, size).");
   m.def(
       "tickets_on_device",
-      [](int64_t handle) { return Find(handle)->TicketsOnDevice(); }, "handle"_a,
+      [](int64_t handle) { return TableGpu(*Find(handle)).TicketsOnDevice(); }, "handle"_a,
       "Tickets handed to the device that the ring has not reported yet.");
   DefineUpdateEmulation(m);
   DefineGpuWaitProbes(m);

@@ -16,6 +16,7 @@
 #include "core/gpu/update_block.h"
 #include "core/table/registry.h"
 #include "core/table/table.h"
+#include "core/table/table_gpu.h"
 #include "python/python_gil.h"
 #include "testing/array_formats.h"
 #include "testing/testing_module.h"
@@ -42,8 +43,8 @@ class PendingGpuUpdate {
     update_.keys = keys_.data();
     update_.priorities = priorities_.data();
     update_.updated = &updated_;
-    update_.completion = table_->CompletionFor(ticket_, GpuCompletions::kEmulated);
-    table_->HandToDevice(ticket_);  // as the handler does once the kernel is enqueued
+    update_.completion = TableGpu(*table_).CompletionFor(ticket_, GpuCompletions::kEmulated);
+    TableGpu(*table_).HandToDevice(ticket_);  // as the handler does once the kernel is enqueued
   }
 
   int32_t Run(int64_t threads) {
@@ -76,7 +77,7 @@ std::vector<uint8_t> Bytes(const AnyArray& a) {
 }
 
 // The handler's steps up to the launch: look-up (raising a deferred error),
-// formats and sizes, BeginGpuUpdate. None when the table stages the update.
+// formats and sizes, TableGpu::BeginUpdate. None when the table stages the update.
 std::unique_ptr<PendingGpuUpdate> BeginGpuUpdate(int64_t handle, AnyArray keys,
                                                  AnyArray priorities, int64_t stream) {
   std::shared_ptr<Table> table = LookUpTable(handle);
@@ -90,9 +91,9 @@ std::unique_ptr<PendingGpuUpdate> BeginGpuUpdate(int64_t handle, AnyArray keys,
   uint64_t ticket;
   {
     python::ReleasedGil released;
-    table->UseGpuCompletions(nullptr, GpuCompletions::kEmulated);
-    ticket = table->BeginGpuUpdate(reinterpret_cast<const void*>(stream),
-                                   static_cast<int64_t>(keys.shape(0)), &update, &copies);
+    TableGpu(*table).UseCompletions(nullptr, GpuCompletions::kEmulated);
+    ticket = TableGpu(*table).BeginUpdate(reinterpret_cast<const void*>(stream),
+                                          static_cast<int64_t>(keys.shape(0)), &update, &copies);
   }
   if (ticket == 0) return nullptr;
   update.key_format = key_format;
@@ -114,7 +115,7 @@ void DefineUpdateEmulation(nb::module_ m) {
         "stream"_a = 1,
         "A priority update begun as the CUDA handler begins it on `stream` (any integer, "
         "an identity): a PendingGpuUpdate whose run() is the kernel, or None where the "
-        "table stages the update instead (Table::BeginGpuUpdate). use_gpu_mapping's tables "
+        "table stages the update instead (TableGpu::BeginUpdate). use_gpu_mapping's tables "
         "only.");
 }
 

@@ -1,7 +1,7 @@
 // What a GPU selection kernel reads, at device addresses: the live-slot bitmap
 // and its fallback tree (Uniform) or the strategy's sum tree (Timestep,
 // Prioritized; PrioritizedSteps' step tree, a leaf per step), and the
-// per-slot records (keys, lengths). Table::BeginGpuSample fills it; SelectRow
+// per-slot records (keys, lengths). TableGpu::BeginSample fills it; SelectRow
 // (select_block.h) consumes it.
 #pragma once
 

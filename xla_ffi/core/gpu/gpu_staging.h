@@ -1,7 +1,7 @@
 // What a table's GPU calls stage in pinned, GPU-mapped memory, and the copies
 // into its trees' mirrors in GPU memory (tree_mirror.h): the lists those
 // copies read (the nodes logged since the last copy), the deferred leaves an
-// update kernel sets, and a host-selected sample's draws (Table::StagingFor),
+// update kernel sets, and a host-selected sample's draws (TableGpu::StagingFor),
 // each list held until the ticket of the call that uses it has ended; and the
 // last copy into the mirrors, its ticket and stream, which a sample or an
 // update on another stream must not overtake.

@@ -1,4 +1,4 @@
-// What a table keeps of its priority updates on the GPU (Table::BeginGpuUpdate):
+// What a table keeps of its priority updates on the GPU (TableGpu::BeginUpdate):
 //
 //  * GpuUpdateReportCell: the report the update kernels add their counts to
 //    (update_block.h GpuUpdateReport), in GPU-mapped pinned memory, made on
@@ -101,7 +101,7 @@ class GpuUpdateLedger {
   void Restore(const Last& earlier) { last_ = earlier; }
 
   // Host callers waiting to own the priorities: while any is, no update
-  // begins (BeginGpuUpdate waits).
+  // begins (TableGpu::BeginUpdate waits).
   void Claim() { ++claims_; }
   void EndClaim() { --claims_; }
   bool claimed() const { return claims_ > 0; }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/common.h"
+#include "core/table/table_gpu.h"
 #include "core/thread_annotations.h"
 
 namespace gearjax {
@@ -78,7 +79,7 @@ StagedUpdate* StagedUpdate::Take(std::shared_ptr<Table> table, KeyFormat keys,
     if (memory == nullptr) throw std::bad_alloc();
     update = new StagedUpdate(static_cast<uint8_t*>(memory), capacity, used);
   }
-  table->StagedUpdateEnqueued();
+  TableGpu(*table).StagedUpdateEnqueued();
   update->table_ = std::move(table);
   update->applied_ = false;
   update->key_format_ = keys;
@@ -92,7 +93,7 @@ StagedUpdate* StagedUpdate::Take(std::shared_ptr<Table> table, KeyFormat keys,
 
 void StagedUpdate::Recycle(StagedUpdate* update) {
   if (update == nullptr) return;
-  if (!update->applied_) update->table_->StagedUpdateApplied();  // never enqueued
+  if (!update->applied_) TableGpu(*update->table_).StagedUpdateApplied();  // never enqueued
   update->table_.reset();  // may be the last reference: its releases defer in callbacks
   {
     Pool& pool = GetPool();
@@ -140,7 +141,7 @@ void StagedUpdate::Apply() {
   }
   *count() = updated;
   applied_ = true;
-  table_->StagedUpdateApplied();
+  TableGpu(*table_).StagedUpdateApplied();
 }
 
 }  // namespace gearjax

@@ -24,7 +24,7 @@
 // enqueued before it; its kernels see them. Take and Apply count the updates
 // in flight on the table, so the sample handler can wait for the stream where
 // a check made when the sample begins depends on them
-// (Table::WaitsForStagedUpdates).
+// (TableGpu::WaitsForStagedUpdates).
 //
 // Buffers come from a process-wide pool and go back to it; nothing here calls
 // CUDA directly (the pinned memory comes from the MappedAllocator hook,
@@ -84,7 +84,7 @@ class StagedUpdate {
   KeyFormat key_format_ = KeyFormat::kInt64;
   PriorityFormat priority_format_ = PriorityFormat::kFloat64;
   int64_t n_ = 0;
-  bool applied_ = false;  // Table::StagedUpdateApplied was called
+  bool applied_ = false;  // TableGpu::StagedUpdateApplied was called
   size_t priorities_offset_ = 0, count_offset_ = 0;
 };
 

@@ -19,6 +19,7 @@
 
 #include "core/gpu/fake_pinned.h"
 #include "core/table/registry.h"
+#include "core/table/table_gpu.h"
 
 namespace gearjax {
 namespace {
@@ -153,20 +154,20 @@ TEST_F(StagedUpdateTest, UpdatesInFlightMakeAnAllZeroPrioritizedSampleWait) {
   const int32_t a = static_cast<int32_t>(Put(*table, 0));
   const SampleRequest prioritized{Strategy::kPrioritized, 1.0, 0, 2, 0};
   const SampleRequest uniform{Strategy::kUniform, 0, 0, 2, 0};
-  EXPECT_FALSE(table->WaitsForStagedUpdates(prioritized));  // nothing in flight
+  EXPECT_FALSE(TableGpu(*table).WaitsForStagedUpdates(prioritized));  // nothing in flight
   StagedUpdate* update = StagedUpdate::Take(table, KeyFormat::kInt32, PriorityFormat::kFloat32, 1);
   std::memcpy(update->keys(), &a, sizeof(a));
   const float one = 1.0f;
   std::memcpy(update->priorities(), &one, sizeof(one));
-  EXPECT_TRUE(table->WaitsForStagedUpdates(prioritized));  // every priority 0 now
-  EXPECT_FALSE(table->WaitsForStagedUpdates(uniform));     // priorities do not matter
+  EXPECT_TRUE(TableGpu(*table).WaitsForStagedUpdates(prioritized));  // every priority 0 now
+  EXPECT_FALSE(TableGpu(*table).WaitsForStagedUpdates(uniform));     // priorities do not matter
   {
     StreamCallbackScope callback;
     update->Apply();
   }
-  EXPECT_FALSE(table->WaitsForStagedUpdates(prioritized));  // applied
+  EXPECT_FALSE(TableGpu(*table).WaitsForStagedUpdates(prioritized));  // applied
   StagedUpdate::Recycle(update);
-  EXPECT_FALSE(table->WaitsForStagedUpdates(prioritized));
+  EXPECT_FALSE(TableGpu(*table).WaitsForStagedUpdates(prioritized));
   // One taken and recycled without being applied (an enqueue failed) is no
   // longer in flight either.
   StagedUpdate* never = StagedUpdate::Take(table, KeyFormat::kInt32, PriorityFormat::kFloat32, 1);
@@ -174,7 +175,7 @@ TEST_F(StagedUpdateTest, UpdatesInFlightMakeAnAllZeroPrioritizedSampleWait) {
   const float zero = 0.0f;
   std::memcpy(never->priorities(), &zero, sizeof(zero));
   StagedUpdate::Recycle(never);
-  EXPECT_FALSE(table->WaitsForStagedUpdates(prioritized));
+  EXPECT_FALSE(TableGpu(*table).WaitsForStagedUpdates(prioritized));
 }
 
 TEST_F(StagedUpdateTest, RefusesBadSizes) {

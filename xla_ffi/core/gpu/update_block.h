@@ -81,7 +81,7 @@ GEARJAX_HD void GpuUpdateWrite(const GpuUpdateTree& t, int64_t i, double value) 
 }
 
 // What the kernel updates: the table's state at device addresses (filled by
-// Table::BeginGpuUpdate) and the call's operands.
+// TableGpu::BeginUpdate) and the call's operands.
 struct GpuUpdate {
   SlotInfo* info;       // per-slot records
   int64_t capacity;
@@ -174,7 +174,7 @@ GEARJAX_HD void Add(unsigned long long* p, unsigned long long v) {
 #endif
 }
 // Into the report, which the host reads meanwhile (and other GPUs' kernels
-// never write: one GPU updates a table at a time, Table::BeginGpuUpdate).
+// never write: one GPU updates a table at a time, TableGpu::BeginUpdate).
 GEARJAX_HD void AddToReport(unsigned long long* p, unsigned long long v) {
 #ifdef __CUDA_ARCH__
   atomicAdd_system(p, v);

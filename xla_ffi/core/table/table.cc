@@ -1,7 +1,8 @@
 // The trajectory table (see table.h for the invariants): construction,
 // closing, and the selectors it keeps. The rest of Table's methods live beside
 // it by seam: table_insert.cc, table_sample.cc, table_shard.cc,
-// table_updates.cc, table_gpu_updates.cc, table_mirrors.cc, table_items.cc.
+// table_updates.cc, table_gpu_updates.cc, table_items.cc; the GPU side's,
+// TableGpu's (table_gpu.h), in table_gpu_sample.cc and table_gpu_updates.cc.
 #include "core/table/table.h"
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <cstring>
 #include <utility>
 
+#include "core/gpu/gpu_completions.h"
 #include "core/gpu/gpu_staging.h"
 #include "core/limits.h"
 #include "core/prefetch.h"
@@ -83,7 +85,7 @@ Table::Table(TableSpec spec)
 Table::~Table() { WaitForDeviceTickets(); }
 
 void Table::WaitForDeviceTickets() {
-  // Kernels handed tickets (HandToDevice) may still read the arena and the
+  // Kernels handed tickets (TableGpu::HandToDevice) may still read the arena and the
   // selection state: they were enqueued by handlers that no longer hold the
   // table. Wait for the GPU to say they are done; if it never does (a hung
   // or failed stream), keep the memory rather than free it under a kernel.
@@ -103,22 +105,6 @@ void Table::WaitForDeviceTickets() {
   kept.push_back(gpu_report_.Release(mu_));
 }
 
-void Table::UseGpuCompletions(const DeviceMemory* memory, int device) {
-  const GpuCompletions* made = completions_.load(std::memory_order_acquire);
-  if (made != nullptr && made->HasDevice(device)) return;
-  MutexLock lock(CheckedMutex());
-  CheckOpenLocked();
-  if (completions_owner_ == nullptr) {
-    auto completions = std::make_unique<GpuCompletions>(mapped_by_);
-    completions->AddDevice(device, memory);
-    completions_owner_ = std::move(completions);
-    tickets_.SetCompletions(completions_owner_.get());
-    completions_.store(completions_owner_.get(), std::memory_order_release);
-  } else {
-    completions_owner_->AddDevice(device, memory);
-  }
-}
-
 uint64_t Table::TakeTicketLocked(MutexLock& lock) {
   const uint64_t ticket = tickets_.Take();
   if (completions_.load(std::memory_order_relaxed) == nullptr) return ticket;
@@ -134,28 +120,6 @@ uint64_t Table::TakeTicketLocked(MutexLock& lock) {
                   "progress?)");
   }
   return ticket;
-}
-
-void Table::CheckDevice(int device) const {
-  const int home = device_ordinal_;
-  if (device_memory_ == nullptr || device == home) return;
-  throw InvalidArgument("this table lives in the memory of GPU " + std::to_string(home) +
-                        " (placement 'device'), and this program runs on GPU " +
-                        std::to_string(device) + "; give each GPU its own table, or use "
-                        "placement 'host', which every GPU reads");
-}
-
-void Table::CheckGpuReachable(const MappedAllocator* mapped, const DeviceMemory* device) const {
-  const bool arena = device_memory_ != nullptr ? device_memory_ == device
-                                               : mapped != nullptr && mapped_by_ == mapped;
-  const bool state = mapped != nullptr && mapped_by_ == mapped;
-  if (arena && state) return;
-  throw InvalidArgument(
-      "this table's memory is not reachable from the GPU: it was made without a GPU mapping "
-      "(no GPU was visible when the table was made, pinning its memory failed, or a test "
-      "emulated the mapping), so no GPU kernel may read it; sample it from a CPU program "
-      "(jax.default_device(jax.devices('cpu')[0])), or make the table on a process that sees "
-      "the GPU");
 }
 
 std::string Table::Describe(int64_t handle) const {
@@ -255,7 +219,7 @@ SamplingSelector& Table::SamplingSelectorLocked(Strategy strategy, double alpha)
     // One that keeps priorities is filled from the records': first no GPU
     // update may be writing them (the lock may be released meanwhile: look
     // again). Select, Totals, Remote and Tops own the priorities before
-    // they get here; BeginGpuSample does not, and a Prioritized tree it
+    // they get here; TableGpu::BeginSample does not, and a Prioritized tree it
     // makes waits here.
   } while (made->UsesPriority() && OwnPrioritiesLocked());
   FillLocked(*made);

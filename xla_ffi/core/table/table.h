@@ -7,7 +7,7 @@
 // Invariants (all guarded by the mutex):
 //  * A slot is selectable iff it is live. Only live slots are in the selectors.
 //  * Every sample takes a ticket (increasing) when it draws (Select, or
-//    BeginGpuSample for GPU samples that draw on the device) and returns it
+//    TableGpu::BeginSample for GPU samples that draw on the device) and returns it
 //    when it has copied its windows (EndSample; for the GPU, once the stream
 //    has passed its kernels). A writer takes its slot out of every selector
 //    first, so no later sample can draw it, then waits until every sample
@@ -52,12 +52,7 @@
 #include "core/draw.h"
 #include "core/forks.h"
 #include "core/gpu/deferred_error.h"
-#include "core/gpu/gpu_completions.h"
-#include "core/gpu/gpu_selection.h"
 #include "core/gpu/gpu_updates.h"
-#include "core/gpu/mapped_array.h"
-#include "core/gpu/mirror_block.h"
-#include "core/gpu/update_block.h"
 #include "core/limits.h"
 #include "core/random.h"
 #include "core/sample_request.h"
@@ -79,8 +74,9 @@
 
 namespace gearjax {
 
-class GpuStaging;   // gpu/gpu_staging.h
-class LengthIndex;  // selectors/length_index.h
+class GpuCompletions;  // gpu/gpu_completions.h
+class GpuStaging;      // gpu/gpu_staging.h
+class LengthIndex;     // selectors/length_index.h
 
 class Table {
  public:
@@ -104,17 +100,6 @@ class Table {
   // The arena in host memory; nullptr when it lives on the GPU.
   uint8_t* arena_data() const { return arena_->host_data(); }
   bool on_device() const { return arena_->on_device(); }
-  // A program on GPU `device` may use this table: host arenas (mapped and
-  // portable) serve every GPU; a device arena only the GPU it was allocated
-  // on. Throws InvalidArgument naming both otherwise.
-  void CheckDevice(int device) const;
-  // GPU kernels may read this table: its arena and selection state were made
-  // by `mapped` (GPU-mapped host memory) or its arena by `device` (GPU
-  // memory), the hooks a CUDA build registers. Throws InvalidArgument
-  // otherwise: memory made without a GPU mapping (no GPU when the table was
-  // made, pinning failed, or a test's emulated mapping) is never handed to a
-  // kernel, which would fault on it.
-  void CheckGpuReachable(const MappedAllocator* mapped, const DeviceMemory* device) const;
   // Where GPU kernels see the arena; nullptr when it is neither GPU-mapped
   // nor on the GPU.
   const uint8_t* device_arena() const { return arena_->device_data(); }
@@ -198,66 +183,11 @@ class Table {
   bool SelectsOnHost(const SampleRequest& request) const {
     return Ranks(request.strategy) || Constrained(request);
   }
-
-  // GPU sampling for Uniform, Timestep, Prioritized and PrioritizedSteps
-  // (cut "start" or "end", with replacement): waits on the rate
-  // limiter like Select, counts the samples, and returns the device view of
-  // the strategy's selector and a ticket to hand back with EndSample once the
-  // stream has passed the kernels. Throws if the table is not GPU-mapped or
-  // the request is selected on the host (SelectsOnHost).
-  //
-  // With `copies` (the CUDA handler's, enqueuing on `stream`), a device
-  // table's Timestep and Prioritized draws read the tree's copy in GPU
-  // memory (tree_mirror.h), and *copies says what the caller must copy into
-  // it, on that stream, before the kernel that draws (mirror_block.h;
-  // copies->n == 0: nothing), as part of the same ticket. Without `copies`,
-  // and where the mirror cannot serve (no GPU memory for it; a Prioritized
-  // draw while a staged update, or a GPU update on another stream, may
-  // still write the host tree, or while another stream's copy into the
-  // mirror may still run), the kernel reads the GPU-mapped host tree.
-  uint64_t BeginGpuSample(const SampleRequest& request, GpuSelection* selection,
-                          MirrorCopies* copies = nullptr, const void* stream = nullptr);
-  // The caller could not enqueue the copies a Begin gave it: every mirror
-  // is copied whole next time.
-  void MirrorCopiesLost();
-  // Pinned memory, GPU-mapped by the table's allocator, of at least `bytes`
-  // that nothing else uses until `ticket` has ended: a host-selected GPU
-  // sample's draws, which its gather kernel reads in place (a copy from
-  // pageable memory could outlive the vector it came from: CUDA does not
-  // promise such a copy is staged when cudaMemcpyAsync returns). {host,
-  // device} addresses, or {nullptr, nullptr} where none can be had. Throws
-  // Closed.
-  std::pair<void*, const void*> StagingFor(uint64_t ticket, size_t bytes);
-  // The trees that have a mirror, host copy and mirror side by side (for
-  // tests and diagnostics: mirror bytes copied out through the hooks).
-  struct MirroredTree {
-    std::vector<double> host, mirror;
-  };
-  std::vector<MirroredTree> MirroredTrees() const;
+  // Hands back a sample's ticket (Select's, or TableGpu::BeginSample's once
+  // the stream has passed its kernels). From any thread.
   void EndSample(uint64_t ticket);
-  // Instead of EndSample: the ticket comes back when the GPU writes it into
-  // the completion ring (gpu_completions.h), after the kernels enqueued for
-  // the sample, which were given CompletionFor(ticket). From any thread.
-  void HandToDevice(uint64_t ticket) { tickets_.HandToDevice(ticket); }
-  // The completion ring of this table's GPU samples, made on first use, and
-  // GPU `device`'s block counts in `memory` (the CUDA handlers' GPU memory,
-  // `device` current on this thread; GpuCompletions::kEmulated with nullptr
-  // for emulations on the CPU). One atomic load once both exist. Throws
-  // Closed after Close. Tickets taken after this call can be handed to the
-  // device.
-  void UseGpuCompletions(const DeviceMemory* memory, int device);
-  // Tickets handed to the device that its kernels have not reported yet.
-  int64_t TicketsOnDevice() const {
-    MutexLock lock(CheckedMutex());
-    return tickets_.on_device();
-  }
-  // What the last kernel of the sample with `ticket`, on GPU `device`,
-  // reports through (UseGpuCompletions first).
-  CompletionView CompletionFor(uint64_t ticket, int device) const {
-    const GpuCompletions* completions = completions_.load(std::memory_order_acquire);
-    if (completions == nullptr) throw InvalidArgument("this table has no GPU completion ring");
-    return completions->View(ticket, device);
-  }
+  // The GPU side's calls (GPU samples and priority updates, the completion
+  // ring, the device checks) are TableGpu's (table_gpu.h).
 
   // The totals of a Uniform, Timestep or Prioritized request, in one
   // consistent snapshot. Creates the Prioritized alpha's sum tree if the table
@@ -307,38 +237,8 @@ class Table {
   void DeferError(const std::string& message);
   void RaiseDeferredError();
 
-  // Staged GPU priority updates enqueued on a stream and not yet applied
-  // (StagedUpdate counts them). A GPU sample begins on the host before the
-  // stream has applied the updates enqueued before it; its kernels see them,
-  // but BeginGpuSample's own checks do not. The one that depends on
-  // priorities is Prioritized's "every priority is 0": where it would fail
-  // now and updates are in flight, the handler waits for the stream first
-  // (WaitsForStagedUpdates).
-  void StagedUpdateEnqueued() { staged_updates_.fetch_add(1, std::memory_order_relaxed); }
-  // Updates staged and not yet applied.
-  int64_t StagedUpdatesInFlight() const { return staged_updates_.load(std::memory_order_acquire); }
-  void StagedUpdateApplied() { staged_updates_.fetch_sub(1, std::memory_order_release); }
-  bool WaitsForStagedUpdates(const SampleRequest& request) const;
-
-  // A priority update applied on the GPU by one kernel (update_block.h), for
-  // the CUDA handler: takes a ticket for the kernel enqueued on `stream` (an
-  // identity only), which reports it through the completion ring
-  // (UseGpuCompletions first; the caller hands it to the device), and fills `update`'s table part (device
-  // addresses; the report made on first use). Returns 0 instead, taking
-  // nothing, where the update must be staged (staged_update.h): more than
-  // kMaxGpuUpdateKeys keys, selection state not GPU-mapped, a TopK heap
-  // (host memory) keeping priorities, a table with step priorities (its
-  // per-step copies are host memory), or a staged update in flight (its host
-  // function may wait for the priorities, so no kernel may queue behind it).
-  // Waits first while the host claims the priorities (OwnPrioritiesLocked),
-  // and for GPU updates and mirror copies in flight on another stream: one
-  // stream writes the trees at a time, in its own order. On a device table
-  // the kernel reads and writes the trees' copies in GPU memory and writes
-  // the host trees too; *copies says what the caller must copy into those
-  // mirrors first, on `stream` (see BeginGpuSample). Throws Closed.
-  uint64_t BeginGpuUpdate(const void* stream, int64_t n, GpuUpdate* update,
-                          MirrorCopies* copies);
-  // The report's counts so far (zeros before the first GPU update).
+  // What GPU priority updates (TableGpu::BeginUpdate) reported so far
+  // (zeros before the first), which Stats and checkpoints add to the host's.
   GpuUpdateReport GpuUpdateCounts() const;
 
   // Pins live slots and lists them in key order (for checkpoints and reads);
@@ -384,6 +284,8 @@ class Table {
   ExchangeCounters& exchange_counters() { return exchange_counters_; }
 
  private:
+  // The GPU side works on the state below, under mu_ (table_gpu.h).
+  friend class TableGpu;
   using Clock = std::chrono::steady_clock;
 
   // The mutex, to hold (MutexLock lock(CheckedMutex())); throws Closed
@@ -477,7 +379,7 @@ class Table {
   // while the caller keeps mu_, none starts. Then sets the deferred leaves
   // (SettledPrioritiesLocked). Returns whether it waited. Nothing to do for
   // tables never updated on the GPU (and tables without a Prioritized tree
-  // never are: BeginGpuUpdate stages theirs). Throws Closed if the table
+  // never are: TableGpu::BeginUpdate stages theirs). Throws Closed if the table
   // closed meanwhile, Timeout if the update has not reported within
   // slot_wait_seconds (the priorities then untouched).
   bool OwnPrioritiesLocked() GEARJAX_REQUIRES(mu_);
@@ -488,14 +390,6 @@ class Table {
   // The deferred leaves' slots whose record now holds a positive priority:
   // counted by PositiveLocked, not yet drawable from the trees.
   int64_t DeferredPositiveLocked() const GEARJAX_REQUIRES(mu_);
-  // Why a GPU update must be staged rather than run as a kernel, whatever
-  // its size: see BeginGpuUpdate.
-  bool KernelCannotUpdateLocked() const GEARJAX_REQUIRES(mu_);
-  // Whether the last GPU update, or the last copy into the trees' mirrors
-  // (from two streams ever: any), came from a stream other than `stream`
-  // and may still run.
-  bool OtherStreamUpdateInFlightLocked(const void* stream) const GEARJAX_REQUIRES(mu_);
-  bool OtherStreamMirrorCopyLocked(const void* stream) const GEARJAX_REQUIRES(mu_);
   // When a wait for GPU work begun now gives up (TableSpec::slot_wait_seconds
   // from now), and the Timeout it then throws, naming `what` it waited for.
   Clock::time_point GpuWaitDeadline() const;
@@ -549,19 +443,9 @@ class Table {
                      const double* steps, int64_t stamp) GEARJAX_REQUIRES(mu_);
   // The trees GPU kernels may draw from: Timestep's, then each Prioritized.
   std::vector<const SumTree*> DrawTreesLocked() const GEARJAX_REQUIRES(mu_);
-  // Whether this table's trees get copies in GPU memory (a device table).
-  bool MirrorsTreesLocked() const GEARJAX_REQUIRES(mu_);
   // Staging lists replaced by larger ones (GpuStaging::Retired): the caller
   // frees them only after releasing mu_ (declare the list before the lock).
   using RetiredStaging = std::vector<std::shared_ptr<void>>;
-  // The GPU calls' staging lists and mirror copies (gpu/gpu_staging.h), made
-  // on first use: CPU-only tables never hold one.
-  GpuStaging& GpuStagingLocked() GEARJAX_REQUIRES(mu_);
-  // Hands the deferred leaves to the update kernel `u` (in a pinned list held
-  // for `ticket`), which sets them before its own entries; where no list can
-  // be had they stay deferred (the host sets them once the kernel has run).
-  void HandDeferredLeavesLocked(uint64_t ticket, GpuUpdate* u, RetiredStaging* retired)
-      GEARJAX_REQUIRES(mu_);
   // Moves the table's memory (arena, slots, selectors) out, for Close to free
   // once it has released the mutex; the arena left behind is empty.
   std::vector<std::shared_ptr<void>> TakeMemoryLocked() GEARJAX_REQUIRES(mu_);
@@ -581,7 +465,7 @@ class Table {
   bool released_ GEARJAX_GUARDED_BY(mu_) = false;
   int64_t waiting_ GEARJAX_GUARDED_BY(mu_) = 0;  // see waiting()
 
-  // Which hooks made the memory (CheckGpuReachable, CheckDevice): fixed at
+  // Which hooks made the memory (TableGpu::CheckReachable, CheckDevice): fixed at
   // construction, so the checks need no lock while Close swaps the arena.
   const MappedAllocator* mapped_by_ = nullptr;  // arena (host) and selection state
   const DeviceMemory* device_memory_ = nullptr;  // a device arena
@@ -620,11 +504,11 @@ class Table {
   // Samples in flight: taken under mu_, returned by EndSample without it (it
   // runs in GPU stream callbacks, which must not wait behind the table's).
   mutable SampleTickets tickets_;
-  // Made by UseGpuCompletions (under mu_; read without it once made).
+  // Made by TableGpu::UseCompletions (under mu_; read without it once made).
   std::unique_ptr<GpuCompletions> completions_owner_ GEARJAX_GUARDED_BY(mu_);
   std::atomic<GpuCompletions*> completions_{nullptr};
   std::atomic<int64_t> staged_updates_{0};
-  // GPU priority updates (BeginGpuUpdate, gpu/gpu_updates.h): the kernels'
+  // GPU priority updates (TableGpu::BeginUpdate, gpu/gpu_updates.h): the kernels'
   // report (made under mu_, read without it once made), and the ledger: the
   // last update's ticket and stream, the callers of OwnPrioritiesLocked
   // waiting for it, and the deferred leaves, slots published while an update
@@ -632,11 +516,11 @@ class Table {
   // from their records (an insert never waits for the GPU to publish). Their
   // records are live; eviction and every other writer wait for the update
   // (OwnPrioritiesLocked), which sets them first. The next update kernel sets
-  // them (HandDeferredLeavesLocked), or the host once none may run
+  // them (TableGpu::HandDeferredLeavesLocked), or the host once none may run
   // (SettledPrioritiesLocked).
   GpuUpdateReportCell gpu_report_;
   GpuUpdateLedger gpu_updates_ GEARJAX_GUARDED_BY(mu_);
-  // Staging lists and the last copy into the mirrors (GpuStagingLocked).
+  // Staging lists and the last copy into the mirrors (TableGpu::StagingLocked).
   std::unique_ptr<GpuStaging> gpu_staging_ GEARJAX_GUARDED_BY(mu_);
   DeferredError deferred_;  // DeferError's, raised by RaiseDeferredError
   Counters counters_ GEARJAX_GUARDED_BY(mu_);

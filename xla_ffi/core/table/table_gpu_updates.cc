@@ -1,7 +1,8 @@
-// Table's GPU priority updates (see table.h): staged from a stream, or applied
-// by a kernel (BeginGpuUpdate), and the protocol that keeps the host out of
-// the priorities while one may run (OwnPrioritiesLocked, the deferred leaves
-// of inserts meanwhile); and the errors deferred from compiled calls.
+// GPU priority updates: staged from a stream, or applied by a kernel
+// (TableGpu::BeginUpdate, table_gpu.h), and the table's side of the protocol
+// that keeps the host out of the priorities while one may run
+// (Table::OwnPrioritiesLocked, the deferred leaves of inserts meanwhile); and
+// the errors deferred from compiled calls.
 #include <algorithm>
 #include <new>
 #include <string>
@@ -10,20 +11,22 @@
 #include "core/limits.h"
 #include "core/selectors/prioritized.h"
 #include "core/table/table.h"
+#include "core/table/table_gpu.h"
 #include "core/table/table_internal.h"
 
 namespace gearjax {
 
-bool Table::WaitsForStagedUpdates(const SampleRequest& r) const {
+bool TableGpu::WaitsForStagedUpdates(const SampleRequest& r) const {
   if (!WeighsByPriority(r)) return false;
-  if (staged_updates_.load(std::memory_order_acquire) == 0 && gpu_report_.get() == nullptr) {
+  if (table_.staged_updates_.load(std::memory_order_acquire) == 0 &&
+      table_.gpu_report_.get() == nullptr) {
     return false;  // never updated on the GPU, nothing staged
   }
-  MutexLock lock(CheckedMutex());
-  const bool in_flight =
-      staged_updates_.load(std::memory_order_acquire) > 0 || gpu_updates_.InFlight(tickets_);
+  MutexLock lock(table_.CheckedMutex());
+  const bool in_flight = table_.staged_updates_.load(std::memory_order_acquire) > 0 ||
+                         table_.gpu_updates_.InFlight(table_.tickets_);
   // Deferred leaves are not yet in the trees the kernels draw from.
-  return in_flight && PositiveLocked() - DeferredPositiveLocked() == 0;
+  return in_flight && table_.PositiveLocked() - table_.DeferredPositiveLocked() == 0;
 }
 
 int64_t Table::DeferredPositiveLocked() const {
@@ -69,31 +72,12 @@ bool Table::SettledPrioritiesLocked() {
   return true;
 }
 
-void Table::HandDeferredLeavesLocked(uint64_t ticket, GpuUpdate* u, RetiredStaging* retired) {
-  u->deferred = nullptr;
-  u->deferred_n = 0;
-  const std::vector<int64_t>& deferred = gpu_updates_.deferred();
-  if (deferred.empty()) return;
-  const auto n = static_cast<int64_t>(deferred.size());
-  MappedArray<int64_t>* list = nullptr;
-  try {
-    list = GpuStagingLocked().ListFor(n, ticket, tickets_, retired);
-  } catch (const std::bad_alloc&) {
-    list = nullptr;
-  }
-  if (list == nullptr || list->device_data() == nullptr) return;  // the host sets them later
-  std::copy(deferred.begin(), deferred.end(), list->data());
-  u->deferred = list->device_data();
-  u->deferred_n = n;
-  gpu_updates_.ClearDeferred();
-}
-
 bool Table::OwnPrioritiesLocked() {
   if (SettledPrioritiesLocked()) return false;
   const uint64_t awaited = gpu_updates_.last().ticket;
   bool reported;
   {
-    // The caller's lock, borrowed to wait. A claim keeps BeginGpuUpdate
+    // The caller's lock, borrowed to wait. A claim keeps TableGpu::BeginUpdate
     // waiting meanwhile (no new ticket to wait for); leaving this scope, a
     // throwing wait's too, ends the claim and hands the lock back still
     // locked (the caller's MutexLock unlocks it, once).
@@ -123,118 +107,156 @@ bool Table::OwnPrioritiesLocked() {
   return true;
 }
 
-bool Table::KernelCannotUpdateLocked() const {
+bool TableGpu::KernelCannotUpdateLocked() const {
   // A TopK heap or min-priority remover keeps priorities in host memory, and
   // so does a table with step priorities (an update sets every step of each
   // trajectory, step_priority_, which the kernel does not write); a staged
   // update's host function may still wait for the priorities (no kernel may
   // queue behind it); a tree the GPU cannot reach.
   const SelectorsOf<PrioritizedSelector> prioritized =
-      selectors_.Of<PrioritizedSelector>(Strategy::kPrioritized);
-  return selectors_.using_priority().size() != prioritized.size() || !step_priority_.empty() ||
-         staged_updates_.load(std::memory_order_acquire) > 0 ||
+      table_.selectors_.Of<PrioritizedSelector>(Strategy::kPrioritized);
+  return table_.selectors_.using_priority().size() != prioritized.size() ||
+         !table_.step_priority_.empty() ||
+         table_.staged_updates_.load(std::memory_order_acquire) > 0 ||
          std::any_of(prioritized.begin(), prioritized.end(), [](const PrioritizedSelector* p) {
            return p->tree().device_view().nodes == nullptr;
          });
 }
 
-bool Table::OtherStreamUpdateInFlightLocked(const void* stream) const {
-  return gpu_updates_.OtherStreamInFlight(stream, tickets_);
+bool TableGpu::OtherStreamUpdateInFlightLocked(const void* stream) const {
+  return table_.gpu_updates_.OtherStreamInFlight(stream, table_.tickets_);
 }
 
-bool Table::OtherStreamMirrorCopyLocked(const void* stream) const {
-  return gpu_staging_ != nullptr && gpu_staging_->OtherStreamCopyInFlight(stream, tickets_);
+bool TableGpu::OtherStreamMirrorCopyLocked(const void* stream) const {
+  return table_.gpu_staging_ != nullptr &&
+         table_.gpu_staging_->OtherStreamCopyInFlight(stream, table_.tickets_);
 }
 
-uint64_t Table::BeginGpuUpdate(const void* stream, int64_t n, GpuUpdate* update,
-                               MirrorCopies* copies) {
-  copies->n = 0;
-  RetiredStaging retired;  // freed after the lock is released (declared first)
-  MutexLock lock(CheckedMutex());
-  CheckOpenLocked();
-  // Without a Prioritized tree the kernel would only rewrite records, yet
-  // every host insert would wait for it (an evicted or published record may
-  // be one it writes): staged, the update is applied by a host function in
-  // stream order under the lock, and inserts never wait for the GPU.
-  if (!selectors_.Has(Strategy::kPrioritized)) return 0;
+void TableGpu::HandDeferredLeavesLocked(uint64_t ticket, GpuUpdate* u, RetiredStaging* retired) {
+  u->deferred = nullptr;
+  u->deferred_n = 0;
+  const std::vector<int64_t>& deferred = table_.gpu_updates_.deferred();
+  if (deferred.empty()) return;
+  const auto n = static_cast<int64_t>(deferred.size());
+  MappedArray<int64_t>* list = nullptr;
+  try {
+    list = StagingLocked().ListFor(n, ticket, table_.tickets_, retired);
+  } catch (const std::bad_alloc&) {
+    list = nullptr;
+  }
+  if (list == nullptr || list->device_data() == nullptr) return;  // the host sets them later
+  std::copy(deferred.begin(), deferred.end(), list->data());
+  u->deferred = list->device_data();
+  u->deferred_n = n;
+  table_.gpu_updates_.ClearDeferred();
+}
+
+void TableGpu::WaitForOtherUpdatesLocked(MutexLock& lock, const void* stream) {
   for (;;) {
-    if (!changed_.wait_until(lock.native(), GpuWaitDeadline(),
-                             [&] {
-                               mu_.AssertHeld();
-                               return !gpu_updates_.claimed() || closed();
-                             })) {
-      ThrowGpuWaitTimeout("a host call that waits for an earlier GPU priority update");
+    if (!table_.changed_.wait_until(lock.native(), table_.GpuWaitDeadline(), [&] {
+          table_.mu_.AssertHeld();
+          return !table_.gpu_updates_.claimed() || table_.closed();
+        })) {
+      table_.ThrowGpuWaitTimeout("a host call that waits for an earlier GPU priority update");
     }
-    CheckOpenLocked();
-    const GpuUpdateLedger::Last& last = gpu_updates_.last();
-    if (last.ticket == 0 || stream == last.stream) break;
+    table_.CheckOpenLocked();
+    const GpuUpdateLedger::Last& last = table_.gpu_updates_.last();
+    if (last.ticket == 0 || stream == last.stream) return;
     // Another stream's updates may still be writing: wait for them, then
     // look again (the lock was released).
-    if (!OwnPrioritiesLocked()) break;
+    if (!table_.OwnPrioritiesLocked()) return;
   }
-  if (n > kMaxGpuUpdateKeys || slots_->device_info() == nullptr || KernelCannotUpdateLocked()) {
-    return 0;
-  }
-  if (!gpu_report_.Make(mapped_by_, mu_)) return 0;  // no device address: staged
-  // The ticket first: TakeTicketLocked may release the lock to wait, and a
-  // Prioritized tree made meanwhile must be among those the kernel updates.
-  const uint64_t ticket = TakeTicketLocked(lock);  // the caller hands it to the device
-  // If it waited, what the checks above saw may have changed: a host writer
-  // claiming the priorities, another stream's update, a staged update, a
-  // tree the kernel could not reach. Staged after all (always correct: a
-  // host function in stream order), or Closed.
-  if (closed() || gpu_updates_.claimed() || OtherStreamUpdateInFlightLocked(stream) ||
-      KernelCannotUpdateLocked()) {
-    tickets_.Return(ticket);
-    CheckOpenLocked();
-    return 0;
-  }
-  const GpuUpdateLedger::Last earlier = gpu_updates_.Record(ticket, stream);
+}
+
+GpuUpdate TableGpu::KernelViewLocked(const SumTree* trees[]) {
   GpuUpdate u{};
-  u.info = const_cast<SlotInfo*>(slots_->device_info());  // the kernel writes priorities
-  u.capacity = spec_.capacity;
-  u.slot_mask = (int64_t{1} << key_layout_.slot_bits()) - 1;
-  u.report = gpu_report_.device_data(mu_);
-  const SumTree* trees[kMaxPriorityTrees];
+  // The kernel writes priorities.
+  u.info = const_cast<SlotInfo*>(table_.slots_->device_info());
+  u.capacity = table_.spec_.capacity;
+  u.slot_mask = (int64_t{1} << table_.key_layout_.slot_bits()) - 1;
+  u.report = table_.gpu_report_.device_data(table_.mu_);
   for (const PrioritizedSelector* selector :
-       selectors_.Of<PrioritizedSelector>(Strategy::kPrioritized)) {
+       table_.selectors_.Of<PrioritizedSelector>(Strategy::kPrioritized)) {
     const SumTreeView view = selector->tree().device_view();
     u.levels = view.levels;
     std::copy(view.offsets, view.offsets + kSumTreeMaxLevels, u.offsets);
     trees[u.trees] = &selector->tree();
     u.tree[u.trees++] = {const_cast<double*>(view.nodes), nullptr, selector->alpha()};
   }
+  return u;
+}
+
+void TableGpu::UseMirrorsLocked(MutexLock& lock, uint64_t ticket, const void* stream,
+                                const GpuUpdateLedger::Last& earlier,
+                                const SumTree* const trees[], GpuUpdate* u,
+                                MirrorCopies* copies, RetiredStaging* retired) {
+  // A copy into the mirrors enqueued on another stream may still run: it
+  // could write a node this kernel writes after reading the host's. Wait
+  // for it. With this update recorded, no new copy of a Prioritized tree
+  // starts on another stream (BeginSample) and host writers wait
+  // (OwnPrioritiesLocked) meanwhile.
+  const bool copied = table_.WaitForTickets(lock.native(), table_.GpuWaitDeadline(), [&] {
+    table_.mu_.AssertHeld();
+    return table_.closed() || !OtherStreamMirrorCopyLocked(stream);
+  });
+  if (table_.closed() || !copied) {
+    // Nothing enqueued under this ticket: give it back, and with it the
+    // claim on the priorities (earlier updates of this stream stay owed).
+    table_.gpu_updates_.Restore(earlier);
+    table_.tickets_.Return(ticket);
+    table_.CheckOpenLocked();  // throws Closed
+    table_.ThrowGpuWaitTimeout("a copy into the trees' GPU mirrors on another stream (ticket " +
+                               std::to_string(table_.gpu_staging_->last_copy()) + ")");
+  }
+  // The kernel reads and writes the mirrors, brought up to date first,
+  // and writes the host trees too.
+  double* mirrors[kMaxPriorityTrees];
+  StagingLocked().CopyMirrors(trees, u->trees, ticket, stream, table_.tickets_, copies, mirrors,
+                              retired);
+  for (int32_t k = 0; k < u->trees; ++k) {
+    if (mirrors[k] == nullptr) continue;
+    u->tree[k].host_nodes = u->tree[k].nodes;
+    u->tree[k].nodes = mirrors[k];
+  }
+}
+
+uint64_t TableGpu::BeginUpdate(const void* stream, int64_t n, GpuUpdate* update,
+                               MirrorCopies* copies) {
+  copies->n = 0;
+  RetiredStaging retired;  // freed after the lock is released (declared first)
+  MutexLock lock(table_.CheckedMutex());
+  table_.CheckOpenLocked();
+  // Without a Prioritized tree the kernel would only rewrite records, yet
+  // every host insert would wait for it (an evicted or published record may
+  // be one it writes): staged, the update is applied by a host function in
+  // stream order under the lock, and inserts never wait for the GPU.
+  if (!table_.selectors_.Has(Strategy::kPrioritized)) return 0;
+  WaitForOtherUpdatesLocked(lock, stream);
+  if (n > kMaxGpuUpdateKeys || table_.slots_->device_info() == nullptr ||
+      KernelCannotUpdateLocked()) {
+    return 0;
+  }
+  // No device address for the report: staged.
+  if (!table_.gpu_report_.Make(table_.mapped_by_, table_.mu_)) return 0;
+  // The ticket first: TakeTicketLocked may release the lock to wait, and a
+  // Prioritized tree made meanwhile must be among those the kernel updates.
+  const uint64_t ticket = table_.TakeTicketLocked(lock);  // the caller hands it to the device
+  // If it waited, what the checks above saw may have changed: a host writer
+  // claiming the priorities, another stream's update, a staged update, a
+  // tree the kernel could not reach. Staged after all (always correct: a
+  // host function in stream order), or Closed.
+  if (table_.closed() || table_.gpu_updates_.claimed() ||
+      OtherStreamUpdateInFlightLocked(stream) || KernelCannotUpdateLocked()) {
+    table_.tickets_.Return(ticket);
+    table_.CheckOpenLocked();
+    return 0;
+  }
+  const GpuUpdateLedger::Last earlier = table_.gpu_updates_.Record(ticket, stream);
+  const SumTree* trees[kMaxPriorityTrees];
+  GpuUpdate u = KernelViewLocked(trees);
   HandDeferredLeavesLocked(ticket, &u, &retired);
   if (MirrorsTreesLocked()) {
-    // A copy into the mirrors enqueued on another stream may still run: it
-    // could write a node this kernel writes after reading the host's. Wait
-    // for it. With this update recorded, no new copy of a Prioritized tree
-    // starts on another stream (BeginGpuSample) and host writers wait
-    // (OwnPrioritiesLocked) meanwhile.
-    const bool copied = WaitForTickets(
-        lock.native(), GpuWaitDeadline(), [&] {
-          mu_.AssertHeld();
-          return closed() || !OtherStreamMirrorCopyLocked(stream);
-        });
-    if (closed() || !copied) {
-      // Nothing enqueued under this ticket: give it back, and with it the
-      // claim on the priorities (earlier updates of this stream stay owed).
-      gpu_updates_.Restore(earlier);
-      tickets_.Return(ticket);
-      CheckOpenLocked();  // throws Closed
-      ThrowGpuWaitTimeout("a copy into the trees' GPU mirrors on another stream (ticket " +
-                          std::to_string(gpu_staging_->last_copy()) + ")");
-    }
-    // The kernel reads and writes the mirrors, brought up to date first,
-    // and writes the host trees too.
-    double* mirrors[kMaxPriorityTrees];
-    GpuStagingLocked().CopyMirrors(trees, u.trees, ticket, stream, tickets_, copies, mirrors,
-                                   &retired);
-    for (int32_t k = 0; k < u.trees; ++k) {
-      if (mirrors[k] == nullptr) continue;
-      u.tree[k].host_nodes = u.tree[k].nodes;
-      u.tree[k].nodes = mirrors[k];
-    }
+    UseMirrorsLocked(lock, ticket, stream, earlier, trees, &u, copies, &retired);
   }
   *update = u;
   return ticket;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/table/table.h"
+#include "core/table/table_gpu.h"
 #include "core/window.h"
 
 namespace gearjax {
@@ -226,8 +227,9 @@ TEST(TableModes, GpuSamplesRefuseWhatTheHostMustSelect) {
   EXPECT_TRUE(plain.SelectsOnHost(Request(Strategy::kUniform, 1, 2, Cut::kFull)));
   EXPECT_TRUE(plain.SelectsOnHost(Request(Strategy::kTimestep, 1, 2, Cut::kStart, false)));
   GpuSelection selection;
-  EXPECT_THROW(plain.BeginGpuSample(Request(Strategy::kUniform, 1, 2, Cut::kFull), &selection),
-               InvalidArgument);
+  EXPECT_THROW(
+      TableGpu(plain).BeginSample(Request(Strategy::kUniform, 1, 2, Cut::kFull), &selection),
+      InvalidArgument);
 }
 
 TEST(TableModes, RejectsBadCutsAndLimits) {

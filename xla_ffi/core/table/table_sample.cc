@@ -1,12 +1,11 @@
 // Table's samples (see table.h): request checks, waits on the rate limiter,
-// selection and sample tickets, the GPU sample lifecycle.
+// selection and sample tickets (a GPU sample's begin: table_gpu_sample.cc).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
 #include <utility>
 
-#include "core/gpu/gpu_staging.h"
 #include "core/interrupts.h"
 #include "core/limits.h"
 #include "core/prefetch.h"
@@ -300,57 +299,6 @@ std::string Table::ShortfallLocked(const SampleRequest& r, int64_t servable) con
   return what + ": the table holds " + std::to_string(live_) + " trajectories, and the " + why +
          " among them can serve only " + std::to_string(servable) + " draws" +
          (limits.empty() ? "" : " (" + limits + ")");
-}
-
-uint64_t Table::BeginGpuSample(const SampleRequest& r, GpuSelection* selection,
-                               MirrorCopies* copies, const void* stream) {
-  if (copies != nullptr) copies->n = 0;
-  CheckRequest(r);
-  if (SelectsOnHost(r)) {
-    throw InvalidArgument("TopK, Recent and constrained samples are not selected on the GPU");
-  }
-  RetiredStaging retired;  // freed after the lock is released (declared first)
-  MutexLock lock(CheckedMutex());
-  CheckOpenLocked();
-  if (slots_->device_info() == nullptr) {
-    throw InvalidArgument("this table's selection state is not GPU-mapped");
-  }
-  WaitToSampleLocked(lock, r);
-  // Leaves deferred while an update ran go in now if none may run any more
-  // (so this sample, and the mirror copy below, see them).
-  if (selectors_.Has(Strategy::kPrioritized)) SettledPrioritiesLocked();
-  GpuSelection s{};
-  s.info = slots_->device_info();
-  s.capacity = spec_.capacity;
-  s.table_size = live_;
-  s.cut = r.cut;
-  const SamplingSelector& selector = SamplingSelectorLocked(r);
-  if (!selector.DescribeForGpu(&s)) {
-    throw InvalidArgument("this strategy is not selected on the GPU");
-  }
-  counters_.samples += static_cast<double>(r.batch);
-  changed_.notify_all();  // inserters may be waiting on the limiter
-  const uint64_t ticket = TakeTicketLocked(lock);
-  // The tree's mirror serves unless the host tree may still be written in
-  // stream order (a staged update's host function) or by another stream's
-  // GPU update, which the mirror would miss; or unless another stream's copy
-  // into the mirrors may still run (this sample's kernel, on its own stream,
-  // is not ordered after it: on first use it would read a mirror not yet
-  // written). The mapped host tree serves those samples.
-  const bool priorities_settled =
-      !selector.UsesPriority() || (staged_updates_.load(std::memory_order_acquire) == 0 &&
-                                   !OtherStreamUpdateInFlightLocked(stream));
-  // A step tree (capacity x max_length leaves) is read where it is, in mapped
-  // host memory: a mirror would copy all of it into GPU memory.
-  if (copies != nullptr && !s.uniform && s.leaves_per_slot == 1 && priorities_settled &&
-      !OtherStreamMirrorCopyLocked(stream) && MirrorsTreesLocked()) {
-    const SumTree* tree = selector.DrawTree();
-    double* mirror = nullptr;
-    GpuStagingLocked().CopyMirrors(&tree, 1, ticket, stream, tickets_, copies, &mirror, &retired);
-    if (mirror != nullptr) s.tree.nodes = mirror;
-  }
-  *selection = s;
-  return ticket;
 }
 
 void Table::EndSample(uint64_t ticket) {

@@ -2,6 +2,7 @@
 // strategy, priority updates by key, the numeric contract, lazily created
 // selectors, and closing (memory released once nothing is inside).
 #include "core/table/table.h"
+#include "core/table/table_gpu.h"
 
 #include <gtest/gtest.h>
 
@@ -439,11 +440,11 @@ TEST(Table, TicketsReturnedFromManyThreadsReleaseEveryWaitingWriter) {
 TEST(Table, ATableDroppedWithASampleOnTheDeviceWaitsForItsReport) {
   auto table = std::make_unique<Table>(Spec(4));
   Put(*table, 3, 1.0, 7);
-  table->UseGpuCompletions(nullptr, GpuCompletions::kEmulated);
+  TableGpu(*table).UseCompletions(nullptr, GpuCompletions::kEmulated);
   const uint64_t ticket = HoldSample(*table, 2);
-  const CompletionView kernel = table->CompletionFor(ticket, GpuCompletions::kEmulated);
-  table->HandToDevice(ticket);
-  EXPECT_EQ(table->TicketsOnDevice(), 1);
+  const CompletionView kernel = TableGpu(*table).CompletionFor(ticket, GpuCompletions::kEmulated);
+  TableGpu(*table).HandToDevice(ticket);
+  EXPECT_EQ(TableGpu(*table).TicketsOnDevice(), 1);
   std::atomic<bool> freed{false};
   std::thread dropper([&] {
     table.reset();
@@ -462,10 +463,10 @@ TEST(Table, ATableDroppedWithASampleOnTheDeviceWaitsForItsReport) {
 TEST(Table, ATableDroppedInAStreamCallbackKeepsItsMemoryForTheKernel) {
   auto table = std::make_unique<Table>(Spec(4));
   Put(*table, 3, 1.0, 7);
-  table->UseGpuCompletions(nullptr, GpuCompletions::kEmulated);
+  TableGpu(*table).UseCompletions(nullptr, GpuCompletions::kEmulated);
   const uint64_t ticket = HoldSample(*table, 2);
-  const CompletionView kernel = table->CompletionFor(ticket, GpuCompletions::kEmulated);
-  table->HandToDevice(ticket);
+  const CompletionView kernel = TableGpu(*table).CompletionFor(ticket, GpuCompletions::kEmulated);
+  TableGpu(*table).HandToDevice(ticket);
   const auto started = std::chrono::steady_clock::now();
   {
     StreamCallbackScope callback;
@@ -482,10 +483,10 @@ TEST(Table, AWriterGoesOnSoonAfterTheRingReportsTheSample) {
   Table table(Spec(2));
   Put(table, 2, 1.0, 1);
   Put(table, 2, 1.0, 2);  // full: the next insert evicts
-  table.UseGpuCompletions(nullptr, GpuCompletions::kEmulated);
+  TableGpu(table).UseCompletions(nullptr, GpuCompletions::kEmulated);
   const uint64_t ticket = HoldSample(table, 2);
-  const CompletionView kernel = table.CompletionFor(ticket, GpuCompletions::kEmulated);
-  table.HandToDevice(ticket);
+  const CompletionView kernel = TableGpu(table).CompletionFor(ticket, GpuCompletions::kEmulated);
+  TableGpu(table).HandToDevice(ticket);
   std::atomic<bool> inserted{false};
   std::thread writer([&] {
     Put(table, 2, 1.0, 3);
@@ -498,7 +499,7 @@ TEST(Table, AWriterGoesOnSoonAfterTheRingReportsTheSample) {
   writer.join();
   // Polled every 50 us: far sooner than the 1 ms slices of returned tickets.
   EXPECT_LT(std::chrono::steady_clock::now() - reported, 500ms);
-  EXPECT_EQ(table.TicketsOnDevice(), 0);
+  EXPECT_EQ(TableGpu(table).TicketsOnDevice(), 0);
 }
 
 }  // namespace
