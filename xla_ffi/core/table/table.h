@@ -407,6 +407,14 @@ class Table {
   // the samples and readers still reading it. The slot is then kWriting and
   // counted in writers_; AbandonLocked or PublishReservedLocked ends that.
   int64_t ReserveLocked(MutexLock& lock, int64_t restore_slot) GEARJAX_REQUIRES(mu_);
+  // ReserveLocked's steps: refuses an insert that no key or insertion stamp
+  // is left for; waits until the limiter admits an insert (Timeout, Closed);
+  // waits until the samples and readers that may still read `slot` are done
+  // (Timeout, Closed: the slot then abandoned).
+  void CheckKeysLeftLocked() const GEARJAX_REQUIRES(mu_);
+  void WaitToInsertLocked(MutexLock& lock) GEARJAX_REQUIRES(mu_);
+  void WaitForSlotReadersLocked(MutexLock& lock, int64_t slot, bool evicted, bool restoring)
+      GEARJAX_REQUIRES(mu_);
   void AbandonLocked(int64_t slot, bool restoring) GEARJAX_REQUIRES(mu_);
   // `steps`: the slot's step priorities (a table that keeps them), or null:
   // every step `priority`.

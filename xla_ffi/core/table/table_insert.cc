@@ -224,48 +224,39 @@ int64_t Table::InsertManyWith(int64_t n, const int64_t* lengths, const double* p
   return *inserted;
 }
 
-int64_t Table::ReserveLocked(MutexLock& lock, int64_t restore_slot) {
-  const bool restoring = restore_slot >= 0;
-  if (!restoring && counters_.next_sequence + writers_ > key_layout_.max_sequence()) {
+void Table::CheckKeysLeftLocked() const {
+  if (counters_.next_sequence + writers_ > key_layout_.max_sequence()) {
     throw InvalidArgument("this table has issued every key it can (" +
                           std::to_string(key_layout_.max_sequence()) + " + 1 inserts)");
   }
-  if (!restoring && last_stamp_ >= kMaxStamp - 1) {
+  if (last_stamp_ >= kMaxStamp - 1) {
     throw InvalidArgument("this table has issued every insertion stamp it can (a restored "
                           "stamp reached 2^62 - 1)");
   }
-  // Checkpoint restores bypass the limiter: they recreate state, not traffic.
-  if (!restoring && !limiter_.CanInsert(LimiterStateLocked())) {
-    const double timeout = spec_.limiter.timeout_seconds;
-    const uint64_t seen = interrupts::Baseline();  // before the wait can be seen
-    const CountedWait counted(waiting_);
-    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout);
-    if (!interrupts::WaitInterruptibly(
-            changed_, lock.native(), deadline,
-            [&] {
-              mu_.AssertHeld();
-              return closed_ || limiter_.CanInsert(LimiterStateLocked());
-            },
-            "an insert held back by the rate limiter", seen)) {
-      throw Timeout("insert timed out after " + Number(timeout) +
-                    " s: the rate limiter holds inserts back until more is sampled (" +
-                    limiter_.Describe(LimiterStateLocked()) + ")");
-    }
-    CheckOpenLocked();
+}
+
+void Table::WaitToInsertLocked(MutexLock& lock) {
+  if (limiter_.CanInsert(LimiterStateLocked())) return;
+  const double timeout = spec_.limiter.timeout_seconds;
+  const uint64_t seen = interrupts::Baseline();  // before the wait can be seen
+  const CountedWait counted(waiting_);
+  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout);
+  if (!interrupts::WaitInterruptibly(
+          changed_, lock.native(), deadline,
+          [&] {
+            mu_.AssertHeld();
+            return closed_ || limiter_.CanInsert(LimiterStateLocked());
+          },
+          "an insert held back by the rate limiter", seen)) {
+    throw Timeout("insert timed out after " + Number(timeout) +
+                  " s: the rate limiter holds inserts back until more is sampled (" +
+                  limiter_.Describe(LimiterStateLocked()) + ")");
   }
-  ++writers_;
-  int64_t slot = restore_slot;
-  bool evicted = false;
-  if (!restoring) {
-    try {
-      slot = AcquireSlotLocked(lock, &evicted);
-    } catch (...) {
-      --writers_;
-      changed_.notify_all();
-      throw;
-    }
-  }
-  (*slots_)[slot].state = SlotState::kWriting;
+  CheckOpenLocked();
+}
+
+void Table::WaitForSlotReadersLocked(MutexLock& lock, int64_t slot, bool evicted,
+                                     bool restoring) {
   // Samples that drew this slot before it was evicted may still read it: they
   // hold tickets up to now; readers hold pins. A slot freed by
   // max_times_sampled waits for the sample that freed it and those before
@@ -294,6 +285,29 @@ int64_t Table::ReserveLocked(MutexLock& lock, int64_t restore_slot) {
                   (pinned ? "pinned by a reader" : "read by a sample that has not ended") +
                   " (a GPU stream that does not progress?)");
   }
+}
+
+int64_t Table::ReserveLocked(MutexLock& lock, int64_t restore_slot) {
+  const bool restoring = restore_slot >= 0;
+  // Checkpoint restores bypass the limiter: they recreate state, not traffic.
+  if (!restoring) {
+    CheckKeysLeftLocked();
+    WaitToInsertLocked(lock);
+  }
+  ++writers_;
+  int64_t slot = restore_slot;
+  bool evicted = false;
+  if (!restoring) {
+    try {
+      slot = AcquireSlotLocked(lock, &evicted);
+    } catch (...) {
+      --writers_;
+      changed_.notify_all();
+      throw;
+    }
+  }
+  (*slots_)[slot].state = SlotState::kWriting;
+  WaitForSlotReadersLocked(lock, slot, evicted, restoring);
   return slot;
 }
 
