@@ -577,29 +577,31 @@ nb::dict Enums() {
   return d;
 }
 
-}  // namespace
-}  // namespace gearjax
+// The module's parts, in the order NB_MODULE defines them.
 
-NB_MODULE(_gearjax, m) {
-  using gearjax::NativeTable;
-  // The core's failures, as subclasses of the built-in classes the docs name
-  // (TimeoutError, RuntimeError, ValueError), so gearjax.table_error tells
-  // them from other errors of those classes by type, never by message.
-  nb::exception<gearjax::Timeout> timeout_error(m, "TableTimeoutError", PyExc_TimeoutError);
+// The core's failures, as subclasses of the built-in classes the docs name
+// (TimeoutError, RuntimeError, ValueError), so gearjax.table_error tells
+// them from other errors of those classes by type, never by message.
+void DefineErrors(nb::module_& m) {
+  nb::exception<Timeout> timeout_error(m, "TableTimeoutError", PyExc_TimeoutError);
   // Registered after its base: nanobind tries the newest translator first.
-  nb::exception<gearjax::Shortfall>(m, "TableShortfallError", timeout_error.ptr());
-  nb::exception<gearjax::Closed>(m, "TableClosedError", PyExc_RuntimeError);
-  nb::exception<gearjax::FailedEarlier>(m, "TableFailedEarlierError", PyExc_ValueError);
+  nb::exception<Shortfall>(m, "TableShortfallError", timeout_error.ptr());
+  nb::exception<Closed>(m, "TableClosedError", PyExc_RuntimeError);
+  nb::exception<FailedEarlier>(m, "TableFailedEarlierError", PyExc_ValueError);
   // A wait that gave way to a signal raises what the signal's Python handler
   // raised (python_gil.h: RunSignalHandlers left it set); KeyboardInterrupt
   // where no handler ran here.
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
       std::rethrow_exception(p);
-    } catch (const gearjax::Interrupted& e) {
+    } catch (const Interrupted& e) {
       if (!PyErr_Occurred()) PyErr_SetString(PyExc_KeyboardInterrupt, e.what());
     }
   });
+}
+
+// Signals, interpreter exit, leak warnings, the bookkeeping's footprint.
+void DefineProcessHooks(nb::module_& m) {
   m.def(
       "check_signals",
       [] {
@@ -611,8 +613,8 @@ NB_MODULE(_gearjax, m) {
   m.def(
       "worst_bookkeeping_bytes",
       [](int64_t capacity, int64_t max_length, int remover, bool step_priorities) {
-        return gearjax::WorstBookkeepingBytes(capacity, max_length,
-                                              gearjax::CheckRemover(remover), step_priorities);
+        return WorstBookkeepingBytes(capacity, max_length,
+                                              CheckRemover(remover), step_priorities);
       },
       "capacity"_a, "max_length"_a, "remover"_a, "step_priorities"_a = false,
       "Host bytes a table's bookkeeping (all but its arena) may take at its worst "
@@ -621,10 +623,12 @@ NB_MODULE(_gearjax, m) {
         "Whether nanobind reports objects still alive when the module unloads "
         "(gearjax._exit turns it off where daemon threads, parked at exit, still "
         "hold tables).");
-  m.def("close_exit_gate", &gearjax::python::CloseExitGate, "wait_seconds"_a,
+  m.def("close_exit_gate", &python::CloseExitGate, "wait_seconds"_a,
         "Interpreter exit begins: other threads that would take the GIL park "
         "(python_gil.h). Called by gearjax's atexit handler.");
+}
 
+void DefineNativeTable(nb::module_& m) {
   nb::class_<NativeTable>(m, "NativeTable")
       .def(nb::init<const std::string&,
                     const std::vector<std::tuple<std::string, int64_t, nb::bytes>>&, int64_t,
@@ -678,15 +682,16 @@ NB_MODULE(_gearjax, m) {
       .def("stats", &NativeTable::Stats)
       .def("alphas", &NativeTable::Alphas)
       .def("exchange_stats", &NativeTable::ExchangeStats);
+}
 
-  gearjax::DefineNixlAgent(m);
-  gearjax::DefineOneSided(m);
-
-  m.def("limits", &gearjax::Limits, "The numeric contract every argument is checked against.");
-  m.def("window_width", &gearjax::WindowWidth, "window"_a, "max_length"_a,
+// The numeric contract, the enums' codes, the window width, Philox, free GPU
+// memory: what Python asks the core instead of repeating it.
+void DefineContract(nb::module_& m) {
+  m.def("limits", &Limits, "The numeric contract every argument is checked against.");
+  m.def("window_width", &WindowWidth, "window"_a, "max_length"_a,
         "The steps a row of a sample holds: the window, or max_length for whole trajectories "
         "(window 0). The core's one derivation, which Python asks for the batch's shapes.");
-  m.def("enums", &gearjax::Enums,
+  m.def("enums", &Enums,
         "The codes of the core's strategies, cuts and removers, by name.");
 
   m.def(
@@ -694,41 +699,40 @@ NB_MODULE(_gearjax, m) {
       [](std::tuple<uint32_t, uint32_t, uint32_t, uint32_t> counter,
          std::tuple<uint32_t, uint32_t> key) {
         auto [c0, c1, c2, c3] = counter;
-        const gearjax::Words4 out =
-            gearjax::Philox4x32x10({{c0, c1, c2, c3}}, std::get<0>(key), std::get<1>(key));
+        const Words4 out =
+            Philox4x32x10({{c0, c1, c2, c3}}, std::get<0>(key), std::get<1>(key));
         return std::make_tuple(out.w[0], out.w[1], out.w[2], out.w[3]);
       },
       "counter"_a, "key"_a, "The core's Philox4x32-10 block function (for known-answer tests).");
 
   m.def("gpu_free_bytes", []() -> nb::object {
-    const gearjax::DeviceMemory* memory = gearjax::GetDeviceMemory();
+    const DeviceMemory* memory = GetDeviceMemory();
     if (memory == nullptr) return nb::none();
     return nb::int_(memory->free_bytes());
   }, "Free GPU memory in bytes, or None where gearjax has no GPU memory.");
+}
 
-  gearjax::DefineFfiTargets(m);
-
+// Built with CUDA handlers? They are registered whether or not a GPU is here
+// (harmless without one); table arenas are GPU-mapped only if one is.
+void DefineCuda(nb::module_& m) {
 #if defined(GEARJAX_WITH_CUDA)
-  // Built with CUDA handlers. They are registered whether or not a GPU is
-  // here (harmless without one); table arenas are GPU-mapped only if one is.
   m.attr("cuda_built") = true;
-  m.attr("cuda_memory") = gearjax::InitCudaMemory();
-  m.attr("cuda_architectures") = nb::str(gearjax::kCudaArchitecturesBuilt);
+  m.attr("cuda_memory") = InitCudaMemory();
+  m.attr("cuda_architectures") = nb::str(kCudaArchitecturesBuilt);
   m.def(
       "cuda_kernel_problem",
-      [](int device) { return gearjax::KernelImageProblemOn(device); },
+      [](int device) { return KernelImageProblemOn(device); },
       "device"_a = 0,
       "Empty when gearjax's CUDA kernels run on GPU `device`; else why not.");
   m.def(
       "cuda_host_work",
       []() {
-        using gearjax::HostWork;
         nb::dict counts;
-        counts["launches"] = gearjax::HostWorkCount(HostWork::kLaunch);
-        counts["copies"] = gearjax::HostWorkCount(HostWork::kCopy);
-        counts["host_functions"] = gearjax::HostWorkCount(HostWork::kHostFunction);
-        counts["syncs"] = gearjax::HostWorkCount(HostWork::kSync);
-        counts["scratch_allocations"] = gearjax::HostWorkCount(HostWork::kScratch);
+        counts["launches"] = HostWorkCount(HostWork::kLaunch);
+        counts["copies"] = HostWorkCount(HostWork::kCopy);
+        counts["host_functions"] = HostWorkCount(HostWork::kHostFunction);
+        counts["syncs"] = HostWorkCount(HostWork::kSync);
+        counts["scratch_allocations"] = HostWorkCount(HostWork::kScratch);
         return counts;
       },
       "What the CUDA sample and update handlers have asked of the host since import "
@@ -739,7 +743,20 @@ NB_MODULE(_gearjax, m) {
   m.attr("cuda_memory") = false;
   m.attr("cuda_architectures") = nb::str("");
 #endif
+}
 
+}  // namespace
+}  // namespace gearjax
+
+NB_MODULE(_gearjax, m) {
+  gearjax::DefineErrors(m);
+  gearjax::DefineProcessHooks(m);
+  gearjax::DefineNativeTable(m);
+  gearjax::DefineNixlAgent(m);
+  gearjax::DefineOneSided(m);
+  gearjax::DefineContract(m);
+  gearjax::DefineFfiTargets(m);
+  gearjax::DefineCuda(m);
 #if defined(GEARJAX_TESTING)
   gearjax::testing::DefineModule(m.def_submodule(
       "testing", "Test-only hooks: GPU memory emulated on the CPU, GPU selection and gather "
