@@ -590,6 +590,32 @@ def test_prefetched_batches_are_at_most_one_step_old():
     table.close()  # waits for the read in flight
 
 
+@needs_nixl
+@pytest.mark.parametrize("pad", ["left", "right"])
+def test_one_sided_forms_give_the_same_batch_for_a_key(pad):
+    """A key draws the same batch eagerly, in a jit through the native
+    sampler's FFI call and in a jit through the io_callback (prefetch): the
+    rows, and the mask and timestep each form derives for them."""
+    table = gx.ShardedTable({"x": gx.Column((2,), "int32")}, capacity=8, max_length=6,
+                            exchange="nixl")
+    for i in range(4):  # lengths 1..4: windows of 3 are padded in some rows
+        table.insert({"x": np.arange(2 * (i + 1), dtype=np.int32).reshape(-1, 2) + 100 * i},
+                     priority=1.0 + i)
+    key = jax.random.key(5)
+    eager = table.sample(key, 32, 3, gx.Prioritized(1.0), pad)
+    native = jax.jit(lambda s, k: table.sample(s, k, 32, 3, gx.Prioritized(1.0), pad)[1])(
+        table.state(), key)
+    called_back = jax.jit(lambda s, k: table.sample(s, k, 32, 3, gx.Prioritized(1.0), pad,
+                                                    prefetch=True)[1])(table.state(), key)
+    assert not np.asarray(eager.mask).all()  # padding is part of the check
+    for batch in (native, called_back):
+        for name in ("keys", "start", "mask", "timestep"):
+            np.testing.assert_array_equal(np.asarray(getattr(batch, name)),
+                                          np.asarray(getattr(eager, name)), err_msg=name)
+        np.testing.assert_array_equal(np.asarray(batch["x"]), np.asarray(eager["x"]))
+    table.close()
+
+
 def test_a_backend_without_shard_handlers_is_refused_clearly(monkeypatch):
     table = one_shard()
     monkeypatch.setattr(jax, "default_backend", lambda: "tpu")

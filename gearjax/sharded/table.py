@@ -660,18 +660,30 @@ class ShardedTable:
         takes and returns. Returns the state's successor and the batch."""
         if axis_name is not None:  # mode 2: this process reads its block itself
             exchange.check_axis(axis_name, self._spec)
-        batch_size, width, pad_left = args.batch_size, args.width, args.pad_left
-        columns = list(self._local.columns.values())
-        shapes = {"keys": ((batch_size, 2), np.uint32), "start": ((batch_size,), np.int32),
-                  "probability": ((batch_size,), np.float32),
-                  "table_size": ((batch_size, 2), np.uint32),
-                  "valid": ((batch_size,), np.int32), "shard": ((batch_size,), np.int32),
-                  **{f"column-{c}": ((batch_size, width) + column.shape, column.dtype)
-                     for c, column in enumerate(columns)}}
+        words = seed_words(rng_key)
+        read = self._one_sided_reader(args, prefetch)
+        if isinstance(rng_key, jax.core.Tracer) or isinstance(state, jax.core.Tracer):
+            if (self._transport.compiles() and not prefetch and
+                    jax.default_backend() == "cpu"):
+                return self._one_sided_native_call(state, words, args)
+            return self._one_sided_callback(state, words, args, read)
+        rows = read(np.asarray(words))
+        self._publish()
+        # The small fields in one dispatch; the columns aliased where JAX can.
+        small = {k: rows[k] for k in ("start", "valid", "keys", "probability", "table_size",
+                                      "shard")}
+        batch = ShardedBatch(columns={n: _to_jax(rows[f"column-{c}"])
+                                      for c, n in enumerate(self._local.columns)},
+                             **_eager_fields(small, args.width, args.pad_left))
+        return state, batch
+
+    def _one_sided_reader(self, args: _sample_args.SampleArgs, prefetch):
+        """The host side of a one-sided sample: seed words in, the rows read
+        by the transport out (64-bit fields as word pairs, columns by index),
+        drawn as a compiled sample draws them, so a key gives the same rows in
+        and out of jit; through the prefetcher where asked."""
 
         def draw(words: np.ndarray) -> dict[str, Any]:
-            # What a compiled sample draws from (below), so a key gives the
-            # same rows in and out of jit.
             seed = (int(words[0]), int(words[1]) ^ int(_seed_mix(self._shard)))
             return self._transport.sample(seed, args)
 
@@ -685,42 +697,42 @@ class ShardedTable:
             out.update({f"column-{c}": a for c, a in enumerate(rows["columns"])})
             return out
 
-        words = seed_words(rng_key)
-        names = list(self._local.columns)
-        if isinstance(rng_key, jax.core.Tracer) or isinstance(state, jax.core.Tracer):
-            if (self._transport.compiles() and not prefetch and
-                    jax.default_backend() == "cpu"):
-                plan = self._transport.plan(args)
-                # Processes given the same key draw different rows.
-                seed = words ^ jax.numpy.array([0, _seed_mix(self._shard)], np.uint32)
-                state, (keys, start, probability, table_size, valid, shard, *columns) = \
-                    _ffi.one_sided_sample_call(
-                        state, seed, plan=plan, batch=batch_size, width=width,
-                        columns=tuple((c.shape, c.dtype) for c in self._local.columns.values()))
-                mask, timestep = window_steps(start, valid, width, pad_left)
-                batch = ShardedBatch(columns=dict(zip(names, columns)), mask=mask,
-                                     timestep=timestep, keys=keys, start=start,
-                                     probability=probability, table_size=table_size,
-                                     shard=shard)
-                return state, batch
-            # The callback takes the state and returns it: ordered by data, as
-            # the FFI call is, and kept (io_callback has a side effect).
-            state, rows = io_callback(
-                lambda st, w: (st, read(w)),
-                (jax.ShapeDtypeStruct((), np.uint32),
-                 {k: jax.ShapeDtypeStruct(shape, dtype) for k, (shape, dtype) in
-                  shapes.items()}), state, words)
-            batch = ShardedBatch(columns={n: rows[f"column-{c}"] for c, n in enumerate(names)},
-                                 **_fields(rows, width, pad_left))
-            return state, batch
-        rows = read(np.asarray(words))
-        self._publish()
-        # The small fields in one dispatch; the columns aliased where JAX can.
-        small = {k: rows[k] for k in ("start", "valid", "keys", "probability", "table_size",
-                                      "shard")}
-        batch = ShardedBatch(columns={n: _to_jax(rows[f"column-{c}"])
-                                      for c, n in enumerate(names)},
-                             **_eager_fields(small, width, pad_left))
+        return read
+
+    def _one_sided_native_call(self, state, words, args: _sample_args.SampleArgs):
+        """The compiled sample as one FFI call of the native sampler."""
+        plan = self._transport.plan(args)
+        # Processes given the same key draw different rows.
+        seed = words ^ jax.numpy.array([0, _seed_mix(self._shard)], np.uint32)
+        state, (keys, start, probability, table_size, valid, shard, *columns) = \
+            _ffi.one_sided_sample_call(
+                state, seed, plan=plan, batch=args.batch_size, width=args.width,
+                columns=tuple((c.shape, c.dtype) for c in self._local.columns.values()))
+        mask, timestep = window_steps(start, valid, args.width, args.pad_left)
+        batch = ShardedBatch(columns=dict(zip(self._local.columns, columns)), mask=mask,
+                             timestep=timestep, keys=keys, start=start,
+                             probability=probability, table_size=table_size, shard=shard)
+        return state, batch
+
+    def _one_sided_callback(self, state, words, args: _sample_args.SampleArgs, read):
+        """The compiled sample as an io_callback around `read`: it takes the
+        state and returns it, so it is ordered by data, as the FFI call is,
+        and kept (io_callback has a side effect)."""
+        batch_size, width = args.batch_size, args.width
+        shapes = {"keys": ((batch_size, 2), np.uint32), "start": ((batch_size,), np.int32),
+                  "probability": ((batch_size,), np.float32),
+                  "table_size": ((batch_size, 2), np.uint32),
+                  "valid": ((batch_size,), np.int32), "shard": ((batch_size,), np.int32),
+                  **{f"column-{c}": ((batch_size, width) + column.shape, column.dtype)
+                     for c, column in enumerate(self._local.columns.values())}}
+        state, rows = io_callback(
+            lambda st, w: (st, read(w)),
+            (jax.ShapeDtypeStruct((), np.uint32),
+             {k: jax.ShapeDtypeStruct(shape, dtype) for k, (shape, dtype) in shapes.items()}),
+            state, words)
+        batch = ShardedBatch(columns={n: rows[f"column-{c}"]
+                                      for c, n in enumerate(self._local.columns)},
+                             **_fields(rows, width, args.pad_left))
         return state, batch
 
     # ------------------------------------------------------------ priorities
