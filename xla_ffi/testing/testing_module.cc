@@ -331,7 +331,11 @@ void RunMirrorCopies(MirrorCopies copies) {
   EmulateMirrorCopies(copies);
 }
 
-void DefineModule(nb::module_ m) {
+namespace {
+
+// GPU memory emulated on the CPU: mapped host memory, device memory, the log
+// of what was allocated and copied where.
+void DefineEmulatedMemory(nb::module_& m) {
   m.def(
       "emulate_gpu_mapping", [](bool on) { ReplaceMapped(on, &kHostAsMapped); }, "on"_a,
       "Tables created while on get host memory that claims to be GPU-mapped (no real GPU "
@@ -362,6 +366,11 @@ void DefineModule(nb::module_ m) {
       },
       "(what, GPU current then) of each allocation and copy of emulated GPU memory since "
       "the last call (of four emulated GPUs), then ('current', this thread's GPU now).");
+}
+
+// A GPU sample's steps as the CUDA handlers take them (TableGpu), and the
+// kernels' emulations.
+void DefineGpuSamples(nb::module_& m) {
   m.def(
       "begin_gpu_sample",
       [](int64_t handle, int64_t batch, int strategy, double alpha, int64_t count, int64_t window,
@@ -422,6 +431,11 @@ void DefineModule(nb::module_ m) {
   m.def("emulate_fused_gpu_sample", &EmulateFusedGpuSample, "handle"_a, "seed"_a, "batch"_a,
         "strategy"_a, "alpha"_a, "window"_a, "pad_left"_a, "threads"_a, "cut"_a = 0,
         "device_completion"_a = false);
+}
+
+// The completion ring: tickets handed to the device and reported by the
+// emulated kernels' last blocks.
+void DefineCompletionRing(nb::module_& m) {
   m.def(
       "use_gpu_completions",
       [](int64_t handle) {
@@ -462,6 +476,14 @@ void DefineModule(nb::module_ m) {
       "tickets_on_device",
       [](int64_t handle) { return TableGpu(*Find(handle)).TicketsOnDevice(); }, "handle"_a,
       "Tickets handed to the device that the ring has not reported yet.");
+}
+
+}  // namespace
+
+void DefineModule(nb::module_ m) {
+  DefineEmulatedMemory(m);
+  DefineGpuSamples(m);
+  DefineCompletionRing(m);
   DefineUpdateEmulation(m);
   DefineGpuWaitProbes(m);
 }
