@@ -424,7 +424,8 @@ class _Help(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """gearjax-train's options, their defaults RunConfig's."""
     defaults = RunConfig()
     parser = argparse.ArgumentParser(
         prog="gearjax-train", description=__doc__.split("\n\n")[0],
@@ -476,13 +477,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--resume", action="store_true",
                         help="continue from the latest checkpoint in the output directory")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    args = vars(parser.parse_args(argv))
-    quiet = args.pop("quiet")
-    try:
-        config = RunConfig(**args)
-    except ValueError as error:
-        parser.error(str(error))
-    results = run(config, progress=not quiet)
+    return parser
+
+
+def _report(results: dict, config: RunConfig) -> None:
+    """What a finished run prints: the returns per target, and where its
+    results, plot and model are."""
     out = config.out_dir
     print(f"\n{results['dataset']['env_id']}, {config.policy.upper()} ({config.size}), "
           f"{config.steps} steps in {results['wall_seconds']:.0f} s")
@@ -500,6 +500,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"results: {out / 'results.json'}")
     print(f"plot:    {out / 'learning_curve.png'}")
     print(f"model:   {out / 'checkpoints'}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = vars(parser.parse_args(argv))
+    quiet = args.pop("quiet")
+    try:
+        config = RunConfig(**args)
+    except ValueError as error:
+        parser.error(str(error))
+    results = run(config, progress=not quiet)
+    _report(results, config)
     return 0
 
 
