@@ -85,9 +85,12 @@ void PrefetchWindow(const ColumnRun* runs, int num_columns, const Draw& d) {
     const uint8_t* src = run.slot0 + static_cast<size_t>(d.slot) * run.slot_bytes +
                          static_cast<size_t>(d.start * run.step_bytes);
     const int64_t bytes = std::min(d.valid * run.step_bytes, kPrefetchBytes);
-    for (int64_t offset = 0; offset < bytes; offset += kCacheLine) {
-      PrefetchForRead(src + offset);
-    }
+    // A pointer stepped by itself: with `src + offset` GCC 12 may compute the
+    // address in an extra instruction of this loop, which runs once a cache
+    // line of every row (count_against: 5,400 instructions of a 256-row
+    // sample).
+    const uint8_t* const end = src + bytes;
+    for (const uint8_t* line = src; line < end; line += kCacheLine) PrefetchForRead(line);
   }
 }
 
