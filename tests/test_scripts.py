@@ -676,6 +676,44 @@ def test_count_against_splits_instructions_by_where_they_ran(tmp_path):
                                              "runtime": 3}
 
 
+def test_callgrind_instructions_reads_self_costs_instruction_by_instruction(tmp_path):
+    """Callgrind's compressed names (first given in a cfn= line), positions
+    "instr line" relative to the line before, and a call's inclusive cost
+    (the line after calls=, not the caller's own)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import callgrind_instructions as ci
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    profile = tmp_path / "callgrind.out"
+    profile.write_text("\n".join([
+        "version: 1", "positions: instr line", "events: Ir", "",
+        "fn=(1) main", "0x1000 3 7", "cfn=(2) gearjax::GatherRows(x)", "calls=1 0x5000 9",
+        "+4 * 500",  # main's call: GatherRows' inclusive cost, not main's
+        "fn=(2)", "0x5000 10 2", "+3 * 40", "+2 +1 40", "-5 * 1", "* * 2",
+        "fn=(3) other", "0x9000 1 99", ""]))
+    assert ci.self_costs(str(profile), "GatherRows") == {0x5000: 5, 0x5003: 40, 0x5005: 40}
+    assert ci.self_costs(str(profile), "main") == {0x1000: 7}
+    # End to end against a real library: run-time addresses are the library's
+    # shifted by where it was loaded, tied by the function's entry.
+    if shutil.which("objdump") is None:
+        pytest.skip("objdump (binutils) is not installed")
+    from gearjax import _gearjax
+    entry, instructions = ci.disassembly(_gearjax.__file__, "gearjax::GatherRows")
+    following = sorted(a for a in instructions if a > entry)[:2]
+    loaded = 0x4000000
+    profile.write_text("\n".join([
+        "version: 1", "positions: instr line", "events: Ir", "",
+        "fn=(1) gearjax::GatherRows(x)", f"{hex(loaded + entry)} 0 6",
+        f"{hex(loaded + following[0])} 0 6", f"{hex(loaded + following[1])} 0 30", ""]))
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "callgrind_instructions.py"),
+                          str(profile), _gearjax.__file__, "GatherRows"],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.startswith("GatherRows: entered 6 times, 42 instructions")
+    assert f"  {entry:x}           6 {instructions[entry]}" in out
+    assert "          6:    2 instructions, 12" in out
+
+
 def test_bench_insert_step_times_every_case(tmp_path):
     out = tmp_path / "insert.json"
     subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_insert_step.py"), "--calls",

@@ -188,6 +188,24 @@ SOURCES: list[tuple[str, str]] = [
     ("count_against_2a7b2a8_1676c16_cpu.txt",
      "the printed report of `scripts/count_against.py` (same run), with the command and a "
      "function-level trace of the sample workload"),
+    ("count_against_2a7b2a8_0a88ac0_cpu.json",
+     "`python scripts/count_against.py --baseline BUILD_OF_2a7b2a8 --baseline-name 2a7b2a8 "
+     "--current BUILD_OF_0a88ac0 --jobs 2` with Python 3.12.1 and jax 0.11.2 (both CPU-only "
+     "Release builds, under valgrind's callgrind, 2-core dev VM): before 8e6c2e3"),
+    ("count_against_2a7b2a8_0a88ac0_cpu.txt",
+     "the printed report of `scripts/count_against.py` (same run), with the command"),
+    ("gather_rows_instructions_cpu.txt",
+     "`python scripts/callgrind_instructions.py` on the sample workload's driver (220 calls) "
+     "under callgrind for 2a7b2a8, 0a88ac0 and 8e6c2e3: GatherRows instruction by "
+     "instruction (2-core dev VM)"),
+    ("count_against_2a7b2a8_8e6c2e3_cpu.json",
+     "`python scripts/count_against.py --baseline BUILD_OF_2a7b2a8 --baseline-name 2a7b2a8 "
+     "--current BUILD_OF_8e6c2e3 --jobs 2` with Python 3.12.1 and jax 0.11.2 (both CPU-only "
+     "Release builds, under valgrind's callgrind, 2-core dev VM)"),
+    ("count_against_2a7b2a8_8e6c2e3_cpu.txt",
+     "the printed report of `scripts/count_against.py` (same run), with the command and the "
+     "instruction-level trace of `GatherRows` that found the prefetch loop's extra "
+     "instruction"),
     ("count_against_2a7b2a8_7fea72d_prioritized_functions_cpu.txt",
      "`python -P scripts/count_against.py --drive prioritized 520` under `valgrind "
      "--tool=callgrind` for the builds of 2a7b2a8 and 7fea72d (PYTHONPATH=BUILD, "
