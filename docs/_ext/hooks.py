@@ -131,6 +131,18 @@ SOURCES: list[tuple[str, str]] = [
      "shared out in 64 KiB chunks instead of 1 MiB"),
     ("bench_against_chunks_99e497b_cpu.txt",
      "the printed report of `scripts/bench_against.py` (same run)"),
+    ("bench_against_prefetch_0a88ac0_8e6c2e3_r4_cpu.json",
+     "`python scripts/bench_against.py --benches sample --rounds 4 --baseline BUILD_OF_0a88ac0 "
+     "--baseline-name 0a88ac0 --current BUILD_OF_8e6c2e3` (both CPU-only Release builds, "
+     "Python 3.12, jax 0.12, 2-core dev VM): the gather's prefetch loop of 8e6c2e3 in time"),
+    ("bench_against_prefetch_0a88ac0_8e6c2e3_r4_cpu.txt",
+     "the printed report of `scripts/bench_against.py` (same run)"),
+    ("bench_against_prefetch_0a88ac0_8e6c2e3_r6_cpu.json",
+     "`python scripts/bench_against.py --benches sample --rounds 6 --baseline BUILD_OF_0a88ac0 "
+     "--baseline-name 0a88ac0 --current BUILD_OF_8e6c2e3` (both CPU-only Release builds, "
+     "Python 3.12, jax 0.12, 2-core dev VM): the gather's prefetch loop of 8e6c2e3 in time"),
+    ("bench_against_prefetch_0a88ac0_8e6c2e3_r6_cpu.txt",
+     "the printed report of `scripts/bench_against.py` (same run)"),
     ("count_against_cpu.json",
      "`python scripts/count_against.py --baseline BUILD_OF_8178ead --baseline-name "
      "\"main 8178ead\" --current BUILD_OF_6042d32 --jobs 1` (both CPU-only Release builds, under "
