@@ -12,6 +12,7 @@
 
 #include "core/gpu/gpu_completions.h"
 #include "core/gpu/gpu_staging.h"
+#include "core/interrupts.h"
 #include "core/limits.h"
 #include "core/prefetch.h"
 #include "core/random.h"
@@ -103,6 +104,23 @@ void Table::WaitForDeviceTickets() {
   for (std::shared_ptr<void>& block : TakeMemoryLocked()) kept.push_back(std::move(block));
   kept.push_back(std::shared_ptr<GpuCompletions>(std::move(completions_owner_)));
   kept.push_back(gpu_report_.Release(mu_));
+}
+
+bool Table::WaitWithinLimiterTimeoutLocked(MutexLock& lock, const std::function<bool()>& ready,
+                                           const std::string& what) {
+  const uint64_t seen = interrupts::Baseline();  // before the wait can be seen
+  const table_internal::CountedWait counted(waiting_);
+  const auto deadline =
+      Clock::now() + std::chrono::duration<double>(spec_.limiter.timeout_seconds);
+  const bool done = interrupts::WaitInterruptibly(
+      changed_, lock.native(), deadline,
+      [&] {
+        mu_.AssertHeld();
+        return closed_ || ready();
+      },
+      what, seen);
+  CheckOpenLocked();
+  return done;
 }
 
 uint64_t Table::TakeTicketLocked(MutexLock& lock) {

@@ -300,6 +300,13 @@ class Table {
   LimiterState LimiterStateLocked() const GEARJAX_REQUIRES(mu_);
   // Waits until the limiter admits the request (or throws Timeout/Closed).
   void WaitToSampleLocked(MutexLock& lock, const SampleRequest& request) GEARJAX_REQUIRES(mu_);
+  // The limiter's wait, for samples and inserts: until `ready()` (called
+  // with mu_ held) or the table closes, mu_ released meanwhile, within the
+  // limiter's timeout, giving way to signals (interrupts.h; `what` names the
+  // call held back) and counted in waiting(). Returns false on the timeout;
+  // throws Closed if the table closed meanwhile.
+  bool WaitWithinLimiterTimeoutLocked(MutexLock& lock, const std::function<bool()>& ready,
+                                      const std::string& what) GEARJAX_REQUIRES(mu_);
   // The selector a sample's strategy (and alpha) draws from, made by the
   // strategy registry's factory and filled on first use (selector_set.h).
   SamplingSelector& SamplingSelectorLocked(const SampleRequest& request) GEARJAX_REQUIRES(mu_) {

@@ -8,7 +8,6 @@
 #include <string>
 #include <utility>
 
-#include "core/interrupts.h"
 #include "core/limits.h"
 #include "core/prefetch.h"
 #include "core/random.h"
@@ -17,7 +16,6 @@
 
 namespace gearjax {
 
-using table_internal::CountedWait;
 using table_internal::Number;
 
 int64_t Table::AcquireSlotLocked(MutexLock& lock, bool* evicted) {
@@ -237,22 +235,15 @@ void Table::CheckKeysLeftLocked() const {
 
 void Table::WaitToInsertLocked(MutexLock& lock) {
   if (limiter_.CanInsert(LimiterStateLocked())) return;
-  const double timeout = spec_.limiter.timeout_seconds;
-  const uint64_t seen = interrupts::Baseline();  // before the wait can be seen
-  const CountedWait counted(waiting_);
-  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout);
-  if (!interrupts::WaitInterruptibly(
-          changed_, lock.native(), deadline,
-          [&] {
-            mu_.AssertHeld();
-            return closed_ || limiter_.CanInsert(LimiterStateLocked());
-          },
-          "an insert held back by the rate limiter", seen)) {
-    throw Timeout("insert timed out after " + Number(timeout) +
+  const auto admitted = [&] {
+    mu_.AssertHeld();
+    return limiter_.CanInsert(LimiterStateLocked());
+  };
+  if (!WaitWithinLimiterTimeoutLocked(lock, admitted, "an insert held back by the rate limiter")) {
+    throw Timeout("insert timed out after " + Number(spec_.limiter.timeout_seconds) +
                   " s: the rate limiter holds inserts back until more is sampled (" +
                   limiter_.Describe(LimiterStateLocked()) + ")");
   }
-  CheckOpenLocked();
 }
 
 void Table::WaitForSlotReadersLocked(MutexLock& lock, int64_t slot, bool evicted,

@@ -6,7 +6,6 @@
 #include <string>
 #include <utility>
 
-#include "core/interrupts.h"
 #include "core/limits.h"
 #include "core/prefetch.h"
 #include "core/random.h"
@@ -20,7 +19,6 @@
 
 namespace gearjax {
 
-using table_internal::CountedWait;
 using table_internal::Number;
 
 void Table::CheckRequest(const SampleRequest& r) const {
@@ -50,17 +48,13 @@ void Table::WaitToSampleLocked(MutexLock& lock, const SampleRequest& r) {
   CheckOpenLocked();
   if (!limiter_.CanSample(LimiterStateLocked(), r.batch)) {
     const double timeout = spec_.limiter.timeout_seconds;
-    const uint64_t seen = interrupts::Baseline();  // before the wait can be seen
-    const CountedWait counted(waiting_);
-    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout);
-    if (!interrupts::WaitInterruptibly(
-            changed_, lock.native(), deadline,
-            [&] {
-              mu_.AssertHeld();
-              return closed_ || limiter_.CanSample(LimiterStateLocked(), r.batch);
-            },
-            "a sample of " + std::to_string(r.batch) + " rows held back by the rate limiter",
-            seen)) {
+    const auto admitted = [&] {
+      mu_.AssertHeld();
+      return limiter_.CanSample(LimiterStateLocked(), r.batch);
+    };
+    if (!WaitWithinLimiterTimeoutLocked(
+            lock, admitted,
+            "a sample of " + std::to_string(r.batch) + " rows held back by the rate limiter")) {
       if (live_ == 0 && timeout == 0) {
         // Both a table without a rate limiter and one whose limiter has
         // timeout 0 land here: the message fits both.
@@ -73,7 +67,6 @@ void Table::WaitToSampleLocked(MutexLock& lock, const SampleRequest& r) {
                     "sampling back for " + Number(timeout) + " s (" +
                     limiter_.Describe(LimiterStateLocked()) + ")");
     }
-    CheckOpenLocked();
   }
   // Checked before SamplingSelectorLocked may make a tree, so a refused sample
   // takes no alpha's place.
@@ -150,25 +143,19 @@ void Table::SelectConstrainedLocked(MutexLock& lock, const SampleRequest& r, con
       throw Shortfall(ShortfallLocked(r, servable) + " (sampling does not wait here: the table "
                       "has no rate limiter, or its timeout is 0)");
     }
-    const uint64_t seen = interrupts::Baseline();  // before the wait can be seen
-    const CountedWait counted(waiting_);
-    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout);
     const auto servable_now = [&] {
       mu_.AssertHeld();
-      if (closed_) return true;
       if (!limiter_.CanSample(LimiterStateLocked(), n)) return false;
       servable = CandidatesLocked(r);
       return servable >= n;
     };
-    if (!interrupts::WaitInterruptibly(changed_, lock.native(), deadline, servable_now,
-                                       "a sample of " + std::to_string(n) +
-                                           " rows waiting for items it may draw",
-                                       seen)) {
+    if (!WaitWithinLimiterTimeoutLocked(
+            lock, servable_now,
+            "a sample of " + std::to_string(n) + " rows waiting for items it may draw")) {
       char waited[32];
       std::snprintf(waited, sizeof(waited), "%g", timeout);
       throw Timeout(ShortfallLocked(r, servable) + " (waited " + waited + " s)");
     }
-    CheckOpenLocked();
   }
   constrained_.Draw(candidates_, u, n, out);
   // A selector that draws steps chooses each row's within its item, from
