@@ -661,13 +661,13 @@ class ShardedTable:
         if axis_name is not None:  # mode 2: this process reads its block itself
             exchange.check_axis(axis_name, self._spec)
         words = seed_words(rng_key)
-        read = self._one_sided_reader(args, prefetch)
         if isinstance(rng_key, jax.core.Tracer) or isinstance(state, jax.core.Tracer):
             if (self._transport.compiles() and not prefetch and
                     jax.default_backend() == "cpu"):
                 return self._one_sided_native_call(state, words, args)
-            return self._one_sided_callback(state, words, args, read)
-        rows = read(np.asarray(words))
+            return self._one_sided_callback(state, words, args,
+                                            self._one_sided_reader(args, prefetch))
+        rows = self._one_sided_reader(args, prefetch)(np.asarray(words))
         self._publish()
         # The small fields in one dispatch; the columns aliased where JAX can.
         small = {k: rows[k] for k in ("start", "valid", "keys", "probability", "table_size",

@@ -10,8 +10,9 @@
 //
 // The table holds the ledger under its mutex (GEARJAX_GUARDED_BY), and the
 // report's making, device address and release name that mutex
-// (GEARJAX_REQUIRES): the compiler checks every use. The protocol that waits on them stays the
-// table's (table_gpu_updates.cc), since its waits release the table's mutex.
+// (GEARJAX_REQUIRES): the compiler checks every use. The protocol that waits
+// on them (table_gpu_updates.cc: TableGpu::BeginUpdate, and the table's own
+// writers in Table::OwnPrioritiesLocked) waits releasing the table's mutex.
 // CPU-only tables hold an empty ledger and no report.
 #pragma once
 
