@@ -106,8 +106,8 @@ def _avals(types: list[jax.ShapeDtypeStruct]) -> list[jax.core.ShapedArray]:
 Columns = tuple[tuple[tuple[int, ...], np.dtype], ...]
 
 
-def _sample_result_types(batch: int, width: int, columns: Columns,
-                         steps: bool = False) -> list[jax.ShapeDtypeStruct]:
+def sample_result_types(batch: int, width: int, columns: Columns,
+                        steps: bool = False) -> list[jax.ShapeDtypeStruct]:
     """keys, start, probability, table_size, valid, (mask and timestep, with
     ``steps``), then the columns."""
     window = [jax.ShapeDtypeStruct((batch, width), np.bool_),
@@ -124,7 +124,7 @@ def _sample_result_types(batch: int, width: int, columns: Columns,
 
 def _sample_avals(seed, *, batch_size, width, columns, steps=True, **_):
     del seed
-    return _avals(_sample_result_types(int(batch_size), width, columns, steps=steps))
+    return _avals(sample_result_types(int(batch_size), width, columns, steps=steps))
 
 
 # sample_p's parameters that are not attributes of its custom call.
@@ -205,10 +205,10 @@ def sample_call(state: jax.Array, seed: jax.Array, *, handle: int, batch: int, s
 # ------------------------------------------------ one-sided sharded sample
 def _one_sided_avals(seed, *, batch, width, columns, **_):
     del seed
-    return _avals(_sample_result_types(int(batch), width, columns)[:4] + [
+    return _avals(sample_result_types(int(batch), width, columns)[:4] + [
         jax.ShapeDtypeStruct((int(batch),), np.int32),
         jax.ShapeDtypeStruct((int(batch),), np.int32),
-    ] + _sample_result_types(int(batch), width, columns)[5:])
+    ] + sample_result_types(int(batch), width, columns)[5:])
 
 
 one_sided_sample_p = threaded_primitive("gearjax_one_sided_sample", ONE_SIDED_SAMPLE_TARGET,
@@ -368,7 +368,7 @@ def shard_plan_call(seeds: jax.Array, summaries: jax.Array, *, batch: int,
 
 def _shard_serve_avals(seeds, counts, summaries, *, block, width, columns, **_):
     del seeds, summaries
-    return _avals(_sample_result_types(counts.shape[0] * int(block), width, columns))
+    return _avals(sample_result_types(counts.shape[0] * int(block), width, columns))
 
 
 shard_serve_p = threaded_primitive("gearjax_shard_serve", SHARD_SERVE_TARGET,

@@ -140,8 +140,12 @@ def main(shards: int, calls: int, batch_size: int, window: int) -> dict:
             "rows_sent": [a["rows_sent"] - b["rows_sent"] for a, b in zip(after, before)]})
     out["rounds"] = {"cap": ROUND_CAP, "calls": rounds, "keys": drawn,
                      "probability": {str(k): p for k, p in probabilities.items()}}
+    # A round's fields travel packed (gearjax/sharded/row_words.py): one
+    # all-to-all for each block size of round 0 and one for later rounds.
+    blocked = local.sample_program(tables, batch_size, window, gx.Uniform())
+    out["blocked_lowering"] = blocked.lower(next_seeds()).as_text().count("all_to_all")
     # The ragged path (GPU and TPU; XLA:CPU has no ragged all-to-all) lowers
-    # to one ragged all-to-all per result and no all-to-all of blocks.
+    # to one ragged all-to-all a round and no all-to-all of blocks.
     ragged = local.sample_program(tables, batch_size, window, gx.Uniform(), ragged=True)
     text = ragged.lower(next_seeds()).as_text()
     out["ragged_lowering"] = {"ragged": text.count("ragged_all_to_all"),

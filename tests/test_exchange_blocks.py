@@ -3,7 +3,8 @@ host devices in one process (gearjax.sharded.local), that a sample through
 any block keeps the global distribution and every window exact, that the
 block that runs is the smallest that holds the plan, and that the owners
 count what they sent; plans above the block cap move in rounds, blocked and
-ragged (the ragged one by an emulation of its documented semantics)."""
+ragged (the ragged one by an emulation of its documented semantics), each
+round in one all-to-all."""
 
 from __future__ import annotations
 
@@ -179,13 +180,22 @@ def test_plans_above_the_cap_move_in_rounds_with_the_same_distribution(eight_dev
     assert_global_distribution(r, "prioritized", rounds)
 
 
+def test_a_round_moves_all_of_its_fields_in_one_all_to_all(eight_devices):
+    # keys, start, probability, table_size, valid and one column, packed into
+    # uint32 words (gearjax/sharded/row_words.py): one all-to-all in each
+    # branch of round 0 (a block size each) and one in the loop of later
+    # rounds, where they were six each.
+    sizes = exchange.block_sizes(eight_devices["batch"], eight_devices["shards"])
+    assert eight_devices["blocked_lowering"] == len(sizes) + 1
+
+
 def test_the_ragged_path_lowers_to_ragged_all_to_alls_and_is_not_the_cpu_default(eight_devices):
-    # keys, start, probability, table_size, valid and one column: six results,
-    # in round 0 and in the loop of later rounds.
-    assert eight_devices["ragged_lowering"] == {"ragged": 12, "blocked": 0}
-    # Each moves a result into a buffer of its own dtype (int64 keys included).
-    assert eight_devices["ragged_dtypes"] == sorted(
-        {"int64->int64", "int32->int32", "float32->float32"})
+    # The packed fields: one ragged all-to-all in round 0, one in the loop of
+    # later rounds.
+    assert eight_devices["ragged_lowering"] == {"ragged": 2, "blocked": 0}
+    # Words into a buffer of words (once, int64 keys into an int32 buffer
+    # gave garbage keys on a GPU).
+    assert eight_devices["ragged_dtypes"] == ["uint32->uint32"]
     assert not exchange.ragged_default()  # this is a CPU backend
 
 

@@ -14,7 +14,9 @@ arithmetic):
    (``shard_plan``), so it knows what every process asks of its shard;
 3. each owner draws the rows every process asked of it into one block per
    process (``shard_serve``), the blocks go to their processes in one
-   all-to-all, and each process puts its rows back in order.
+   all-to-all (every field of a row packed into one array of words:
+   gearjax/sharded/row_words.py), and each process puts its rows back in
+   order.
 
 XLA's shapes are static, so the all-to-all moves blocks of one size from
 every owner to every requester: the owner writes the rows asked of it at the
@@ -74,6 +76,7 @@ from gearjax import _ffi
 from gearjax import state as state_module
 from gearjax.batch import Batch
 from gearjax.sharded import keys as keys_of
+from gearjax.sharded import row_words
 from gearjax._sample import seed_words
 from gearjax._window_steps import window_steps
 from gearjax._sample_args import SampleArgs
@@ -257,7 +260,10 @@ def sample(state: jax.Array, rng_key: jax.Array, *, spec: ShardSpec | tuple[Shar
     # This device's shard: a number known at trace time, or its axis index.
     me = specs[0].shard if len(specs) == 1 else jax.lax.axis_index(axis_name)
     state, plan = _plan(state, rng_key, specs, args, axis_name, me)
-    rounds = _Rounds(specs, args, axis_name, me, cap, plan)
+    # The fields of a served row, packed to travel in one collective.
+    layout = row_words.Layout.of(_ffi.sample_result_types(
+        1, args.width, tuple((shape, dtype) for _, shape, dtype in specs[0].columns)))
+    rounds = _Rounds(specs, args, axis_name, me, cap, plan, layout)
     # Every process holds the same counts, so every process takes the same
     # branch and the same number of rounds.
     if ragged_default() if ragged is None else ragged:
@@ -267,7 +273,7 @@ def sample(state: jax.Array, rng_key: jax.Array, *, spec: ShardSpec | tuple[Shar
         state, received = rounds.first_blocked(state, min_block)
         later_round = functools.partial(rounds.blocked, cap)
     state, received = rounds.later(state, received, later_round)
-    keys, start, probability, table_size, valid, *columns = received
+    keys, start, probability, table_size, valid, *columns = layout.unpack(received)
     mask, timestep = window_steps(start, valid, args.width, args.pad_left)
     return state, ShardedBatch(columns={n: c for (n, _, _), c in zip(specs[0].columns, columns)},
                                mask=mask, timestep=timestep, keys=keys, start=start,
@@ -353,6 +359,7 @@ class _Rounds:
     me: object  # this device's shard: an int, or its traced axis index
     cap: int
     plan: _Plan
+    layout: row_words.Layout
 
     def seeds(self, r: jax.Array) -> jax.Array:
         """Each requester's seed in round r >= 1 (round 0 takes serve_seeds)."""
@@ -378,9 +385,9 @@ class _Rounds:
         return _own(self.specs, self.me, call, state)
 
     def blocked(self, block: int, offset: jax.Array, seeds: jax.Array, state: jax.Array):
-        """(the state's successor, rows taken, the rows) of the round
-        carrying ranks offset ... offset + block - 1 in blocks of ``block``
-        rows."""
+        """(the state's successor, rows taken, the rows' packed parts) of
+        the round carrying ranks offset ... offset + block - 1 in blocks of
+        ``block`` rows."""
         plan, shards = self.plan, self.specs[0].shards
         state, served = self.serve(state, block, False, round_counts(plan.asked, offset, block),
                                    seeds)
@@ -391,7 +398,7 @@ class _Rounds:
             received = jax.lax.all_to_all(blocks, self.axis_name, 0, 0, tiled=False)
             return received.reshape(shards * block, *x.shape[1:])[index]
 
-        return state, taken, tuple(receive(x) for x in served)
+        return state, taken, tuple(receive(x) for x in self.layout.pack(served))
 
     def ragged(self, offset: jax.Array, seeds: jax.Array, state: jax.Array):
         """The same by a ragged all-to-all: exactly the round's rows move."""
@@ -408,7 +415,7 @@ class _Rounds:
                                              axis_name=self.axis_name)[index]
 
         state, served = self.serve(state, self.cap, True, served_now, seeds)
-        return state, taken, tuple(receive_ragged(x) for x in served)
+        return state, taken, tuple(receive_ragged(x) for x in self.layout.pack(served))
 
     def first_blocked(self, state: jax.Array, min_block):
         """Round 0 in blocks: the smallest block that holds the largest count
