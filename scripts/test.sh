@@ -8,7 +8,8 @@
 # minors (scripts/test_jax_minors.sh: 0.11 on this Python, 0.10 on Python 3.11).
 # Extra arguments go to pytest (and then only the suite runs, with them). The
 # C++ tests and the Python 3.11 build happen in the background while _env.sh
-# installs the package (they overlap: most of an install is not compiling).
+# installs the package (they overlap: most of an install is not compiling),
+# and the JAX minors' tests beside the suite.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -113,11 +114,24 @@ export GEARJAX_REQUIRE_TESTING_MODULE=1
 if [ $# -gt 0 ]; then
   exec pytest "$@"
 fi
-# The slowest tests, named at the end: what to look at when CI nears its time.
-pytest --durations=25
-# The whole suite ran on this environment's JAX (the newest); the tests of the
-# JAX internals gearjax patches run on the other supported minors.
+# The whole suite runs on this environment's JAX (the newest); the tests of
+# the JAX internals gearjax patches run on the other supported minors beside
+# it (pytest runs a test at a time and keeps about one core busy), in their
+# own temporary folder, their output printed after the suite's.
 wait "$minors" || { cat build/jax-minors.log; echo "scripts/test.sh: could not prepare the" \
                     "Python 3.11 environment of the JAX 0.10 tests" >&2; exit 1; }
+minors_log=build/jax-minors-run.log
+bash scripts/test_jax_minors.sh run --basetemp="$PWD/build/jax-minors-tmp" >"$minors_log" 2>&1 &
+minors=$!
+# The slowest tests, named at the end: what to look at when CI nears its time.
+suite=0
+pytest --durations=25 || suite=$?
+minors_status=0
+wait "$minors" || minors_status=$?
 trap - EXIT
-bash scripts/test_jax_minors.sh run
+cat "$minors_log"
+if [ "$minors_status" -ne 0 ]; then
+  echo "scripts/test.sh: the tests on the other JAX minors failed (above)" >&2
+fi
+if [ "$suite" -ne 0 ]; then exit "$suite"; fi
+exit "$minors_status"

@@ -152,3 +152,35 @@ def test_an_environment_of_another_python_is_made_anew_only_if_this_script_made_
     said = env_sh(venv, "test", PYTHON=other)
     assert f"has Python {this}; making it anew with {other}" in said
     assert "creating the virtual environment" in said
+
+
+@pytest.mark.parametrize("suite, minors, status", [(0, 0, 0), (1, 0, 1), (0, 3, 3), (2, 3, 2)])
+def test_the_minors_run_beside_the_suite_and_either_failure_fails_the_command(
+        tmp_path, suite, minors, status):
+    """scripts/test.sh's end, with a stub pytest and a stub
+    scripts/test_jax_minors.sh: the two run at once (each stub waits to see
+    the other started), the minors' output comes after the suite's, and a
+    failure of either fails the command (the suite's status first)."""
+    text = (ROOT / "scripts" / "test.sh").read_text()
+    tail = text[text.index('wait "$minors" ||'):]
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "build").mkdir()
+    # Each stub says whether it saw the other one running.
+    wait_for = ('for _ in $(seq 100); do [ -e build/{0} ] && break; sleep 0.1; done\n'
+                '[ -e build/{0} ] && echo "{1}"\n')
+    (tmp_path / "scripts" / "test_jax_minors.sh").write_text(
+        'touch build/minors-started\n' + wait_for.format("suite-started", "minors saw the suite")
+        + 'echo "minors ran with: $*"\nexit "$MINORS_STATUS"\n')
+    stub_suite = ('pytest() {\ntouch build/suite-started\n'
+                  + wait_for.format("minors-started", "suite: the minors had started")
+                  + 'return "$SUITE_STATUS"\n}\n')
+    script = ('set -euo pipefail\ncore_build=""; locks=""\ntrue & minors=$!\n'
+              + stub_suite + tail)
+    done = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "SUITE_STATUS": str(suite),
+                                           "MINORS_STATUS": str(minors)})
+    assert done.returncode == status, done.stderr
+    assert done.stdout.index("suite: the minors had started") < done.stdout.index("minors ran")
+    assert "minors saw the suite" in done.stdout
+    assert f"--basetemp={tmp_path}/build/jax-minors-tmp" in done.stdout
+    assert ("the tests on the other JAX minors failed" in done.stderr) == (minors != 0)
