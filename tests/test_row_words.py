@@ -46,7 +46,8 @@ def assert_same_bits(got, want):
 # The sample's own fields (gearjax._ffi.sample_result_types), then columns.
 SERVED = [(np.int64, ()), (np.int32, ()), (np.float32, ()), (np.int64, ()), (np.int32, ())]
 CASES = {
-    "float32 window": [(np.float32, (4, 17))],
+    "a small float32 window": [(np.float32, (4, 3))],
+    "a large window moves alone": [(np.float32, (4, 17)), (np.int32, (4,))],
     "odd uint8 bytes: byte words": [(np.uint8, (3, 5))],
     "int16 pairs: 16-bit words": [(np.int16, (3,))],
     "bool and bfloat16": [(np.bool_, (4, 3)), (ml_dtypes.bfloat16, (4, 2))],
@@ -65,9 +66,9 @@ def test_fields_come_back_bit_for_bit_after_moving_rows(case):
     layout, moved = moved_by_layout(inputs, lambda x: x[order])
     for got, want in zip(moved, fields):
         assert_same_bits(got, want[np.asarray(order)])
-    # Every packable field travels in the words; the rest alone.
-    alone = [i for i, f in enumerate(fields)
-             if not row_words.packable(f.dtype) or f[0].nbytes == 0]
+    # Every small packable field travels in the words; the rest alone.
+    alone = [i for i, f in enumerate(fields) if not row_words.packable(f.dtype)
+             or not 0 < f[0].nbytes <= row_words.PACK_ROW_BYTES]
     assert sorted(set(range(len(fields))) - set(layout.together)) == alone
     assert len(layout.pack(inputs)) == 1 + len(alone)
 
@@ -76,7 +77,7 @@ def test_the_word_is_the_widest_that_divides_every_packed_field():
     def word(*fields):
         return row_words.Layout.of([jax.ShapeDtypeStruct((ROWS, *s), d) for d, s in fields]).word
 
-    assert word((np.int64, ()), (np.float32, (4, 17))) == np.uint32
+    assert word((np.int64, ()), (np.float32, (4, 3))) == np.uint32
     assert word((np.int32, ()), (np.int16, (3,))) == np.uint16
     assert word((np.int32, ()), (np.uint8, (3, 5))) == np.uint8
     assert word((np.int32, ()), (np.uint8, (4,))) == np.uint32
@@ -89,6 +90,15 @@ def test_without_x64_64_bit_fields_but_int64_move_alone():
                (np.float32, (3,))]]
     layout = row_words.Layout.of(fields)
     assert layout.together == (0, 4) and layout.word == np.uint32
+
+
+def test_a_field_of_more_than_pack_row_bytes_a_row_moves_alone():
+    # Packing copies every packed byte in and out: a large window costs
+    # more to copy than its own collective (row_words' docstring).
+    limit = row_words.PACK_ROW_BYTES
+    fields = [jax.ShapeDtypeStruct((ROWS, *s), np.uint8) for s in
+              [(limit,), (limit + 1,), (2, limit), (1,)]]
+    assert row_words.Layout.of(fields).together == (0, 3)
 
 
 def test_a_single_packable_field_is_not_packed():

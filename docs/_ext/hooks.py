@@ -64,6 +64,19 @@ SOURCES: list[tuple[str, str]] = [
     ("bench_exchange_cpu_run*.txt",
      "the printed report of `scripts/bench_exchange.py`, the same run as the JSON file "
      "of the same name"),
+    ("bench_exchange_pack_none_r*_cpu.json",
+     "`python scripts/bench_exchange.py --processes 2` (2-core AMD EPYC dev VM, jax 0.12) with "
+     "the `xla` exchange as it was before 33c5a7e, each field of a row in its own all-to-all "
+     "(runs 1-2 took turns with the pack_all runs, 3-5 with the pack_small runs)"),
+    ("bench_exchange_pack_all_r*_cpu.json",
+     "`python scripts/bench_exchange.py --processes 2` (same VM) at 33c5a7e: every field of a "
+     "row packed into one all-to-all, the window too"),
+    ("bench_exchange_pack_small_r*_cpu.json",
+     "`python scripts/bench_exchange.py --processes 2` (same VM): fields of at most "
+     "`row_words.PACK_ROW_BYTES` a row packed into one all-to-all, larger windows alone"),
+    ("bench_exchange_pack_*_cpu.txt",
+     "the printed report of `scripts/bench_exchange.py`, the same run as the JSON file "
+     "of the same name"),
     ("bench_exchange_model_cpu.txt",
      "`python scripts/bench_exchange.py --model-from benchmarks/results/bench_exchange_cpu_runN.json` "
      "for N = 1, 2, 3: the cluster model of each committed run, arithmetic, not measurements"),

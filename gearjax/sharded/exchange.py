@@ -14,9 +14,9 @@ arithmetic):
    (``shard_plan``), so it knows what every process asks of its shard;
 3. each owner draws the rows every process asked of it into one block per
    process (``shard_serve``), the blocks go to their processes in one
-   all-to-all (every field of a row packed into one array of words:
-   gearjax/sharded/row_words.py), and each process puts its rows back in
-   order.
+   all-to-all (a row's small fields packed into one array of words, each
+   large window on its own: gearjax/sharded/row_words.py), and each process
+   puts its rows back in order.
 
 XLA's shapes are static, so the all-to-all moves blocks of one size from
 every owner to every requester: the owner writes the rows asked of it at the

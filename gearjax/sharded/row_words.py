@@ -1,7 +1,7 @@
-"""One collective for all of a row's fields: the fields an owner serves for
+"""One collective for a row's small fields: of the fields an owner serves for
 each row (key, start, probability, table size, valid count and each column's
-window) packed side by side into one array of unsigned words, moved once,
-and unpacked bit for bit.
+window), the small ones packed side by side into one array of unsigned
+words, moved once, and unpacked bit for bit.
 
 Why: the xla exchange moves each round's rows by an all-to-all (CPU: gloo,
 GPU: NCCL) and puts them in order by a gather. Done field by field, that is
@@ -9,15 +9,22 @@ one collective and one gather per field in every branch of the compiled
 exchange (a branch per block size): at P = 3, B = 512 and one column, 84
 all-to-alls in one program, each a round trip of its own when it runs and
 more code for XLA to compile. Packed, a round is one all-to-all and one
-gather whatever the number of columns, and the fields are unpacked once,
-after the last round (:class:`Layout`).
+gather for the small fields together, and one for each large window; the
+fields are unpacked once, after the last round (:class:`Layout`).
 
-A field is packed when its bits can come back by ``lax.bitcast_convert_type``
-(bool through uint8, int64 without x64 through the ``int64_from_words``
-custom call); the rest (complex fields, and other 64-bit ones where JAX has
-x64 off) each move alone, as before. The word is the widest of uint32,
-uint16 and uint8 whose size divides every packed field's bytes per row, so
-no field is padded.
+Only small fields are packed: at most :data:`PACK_ROW_BYTES` a row (the
+five fields every sample has, 28 bytes, and columns such as a reward or a
+done flag over a short window). Packing copies each packed byte twice, in
+and out, and for a large window that costs more than the collective it
+saves: packed, 64 windows of 20 steps of 64x64x3 uint8 moved between two
+processes at a quarter of the rate they move alone
+(benchmarks/results/bench_exchange_pack_all_r*_cpu.txt, against
+bench_exchange_pack_none_r1 and r2). A field is packed when
+its bits can come back by ``lax.bitcast_convert_type`` (bool through uint8,
+int64 without x64 through the ``int64_from_words`` custom call); the rest
+(large fields, complex ones, and other 64-bit ones where JAX has x64 off)
+each move alone. The word is the widest of uint32, uint16 and uint8 whose
+size divides every packed field's bytes per row, so no field is padded.
 """
 
 from __future__ import annotations
@@ -34,6 +41,9 @@ from jax import lax
 from gearjax import _ffi
 
 _WORDS = (np.dtype(np.uint32), np.dtype(np.uint16), np.dtype(np.uint8))
+
+# The most bytes a row of a packed field holds (see the module docstring).
+PACK_ROW_BYTES = 128
 
 
 def _x64() -> bool:
@@ -100,7 +110,7 @@ class Layout:
     @classmethod
     def of(cls, fields: Sequence[jax.ShapeDtypeStruct | jax.Array]) -> Layout:
         together = tuple(i for i, x in enumerate(fields)
-                         if packable(x.dtype) and _row_bytes(x) > 0)
+                         if packable(x.dtype) and 0 < _row_bytes(x) <= PACK_ROW_BYTES)
         if len(together) < 2:  # nothing to gain
             together = ()
         word = word_for([fields[i] for i in together])
