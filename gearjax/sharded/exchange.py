@@ -260,7 +260,7 @@ def sample(state: jax.Array, rng_key: jax.Array, *, spec: ShardSpec | tuple[Shar
     # This device's shard: a number known at trace time, or its axis index.
     me = specs[0].shard if len(specs) == 1 else jax.lax.axis_index(axis_name)
     state, plan = _plan(state, rng_key, specs, args, axis_name, me)
-    # The fields of a served row, packed to travel in one collective.
+    # How a served row travels: its small fields packed into one collective.
     layout = row_words.Layout.of(_ffi.sample_result_types(
         1, args.width, tuple((shape, dtype) for _, shape, dtype in specs[0].columns)))
     rounds = _Rounds(specs, args, axis_name, me, cap, plan, layout)
