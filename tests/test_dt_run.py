@@ -36,14 +36,23 @@ def test_run_writes_results_plot_and_checkpoints(tmp_path):
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["10", "20"]
 
 
-def test_resume_continues_the_curve_and_a_fresh_run_replaces_it(tmp_path):
-    R.run(R.RunConfig(out=str(tmp_path), **QUICK), progress=False)
+def test_resume_continues_the_curve_and_a_fresh_run_replaces_it_saying_so(tmp_path, capsys):
+    """One run directory, three runs (each run compiles its own training step,
+    most of a run's time here): the first with progress, a resumed one, a
+    fresh one that replaces the first's checkpoints and says so."""
+    R.run(R.RunConfig(out=str(tmp_path), **QUICK), progress=True)
+    err = capsys.readouterr().err
+    assert "generating the dataset" in err and "evaluating the trained model" in err
+    assert "replacing" not in err  # nothing to replace yet
     first = json.loads((tmp_path / "results.json").read_text())["curve"]
     resumed = R.run(R.RunConfig(out=str(tmp_path), resume=True, **{**QUICK, "steps": 30}),
                     progress=False)
+    assert "replacing" not in capsys.readouterr().err  # resuming replaces nothing
     assert resumed["curve"][:3] == first
     assert [p["step"] for p in resumed["curve"]] == [0, 10, 20, 30]
-    fresh = R.run(R.RunConfig(out=str(tmp_path), **QUICK), progress=False)
+    fresh = R.run(R.RunConfig(out=str(tmp_path), **QUICK), progress=False)  # --quiet says it too
+    err = capsys.readouterr().err
+    assert "replacing the previous run's checkpoints" in err and "--resume" in err
     assert [p["step"] for p in fresh["curve"]] == [0, 10, 20]
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["10", "20"]
 
@@ -165,17 +174,6 @@ def test_every_option_of_the_commands_says_what_it_does(module, capsys):
         assert "(default: 1500)" in text and "(default: tiny)" in text
     else:
         assert "(default: 2000)" in text
-
-
-def test_a_rerun_says_it_replaces_the_previous_checkpoints(tmp_path, capsys):
-    R.run(R.RunConfig(out=str(tmp_path), **QUICK), progress=False)
-    assert "replacing" not in capsys.readouterr().err  # nothing to replace yet
-    R.run(R.RunConfig(out=str(tmp_path), **QUICK), progress=False)  # --quiet says it too
-    err = capsys.readouterr().err
-    assert "replacing the previous run's checkpoints" in err and "--resume" in err
-    R.run(R.RunConfig(out=str(tmp_path), **QUICK), progress=True)
-    err = capsys.readouterr().err
-    assert "generating the dataset" in err and "evaluating the trained model" in err
 
 
 def test_the_summary_says_what_its_lines_mean(tmp_path, capsys):
