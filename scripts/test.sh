@@ -13,6 +13,17 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+# The pytest-xdist workers that run the suite (below): GEARJAX_TEST_WORKERS,
+# by default the cores, at most 4; 0 runs it in one process. Checked before
+# anything is done.
+cores=$(nproc)
+workers="${GEARJAX_TEST_WORKERS:-$(( cores < 4 ? cores : 4 ))}"
+if [[ ! "$workers" =~ ^[0-9]{1,3}$ ]]; then
+  echo "scripts/test.sh: GEARJAX_TEST_WORKERS must be a number of pytest-xdist workers from 0" \
+       "(the suite in one process) to 999, got '$workers'" >&2
+  exit 2
+fi
+
 # GoogleTest (for the C++ tests) and clang++ (for the check of the core's lock
 # requirements) come from the system's packages (Debian/Ubuntu: libgtest-dev,
 # clang-14). Where one is missing and we may install packages, install it;
@@ -114,18 +125,20 @@ export GEARJAX_REQUIRE_TESTING_MODULE=1
 if [ $# -gt 0 ]; then
   exec pytest "$@"
 fi
-# The whole suite runs on this environment's JAX (the newest); the tests of
-# the JAX internals gearjax patches run on the other supported minors beside
-# it (pytest runs a test at a time and keeps about one core busy), in their
-# own temporary folder, their output printed after the suite's.
+# The whole suite runs on this environment's JAX (the newest), in pytest-xdist
+# workers (one pytest process keeps about one of two cores busy). The tests of the JAX internals gearjax patches run on the other
+# supported minors beside it, in their own temporary folder, their output
+# printed after the suite's.
 wait "$minors" || { cat build/jax-minors.log; echo "scripts/test.sh: could not prepare the" \
                     "Python 3.11 environment of the JAX 0.10 tests" >&2; exit 1; }
 minors_log=build/jax-minors-run.log
 bash scripts/test_jax_minors.sh run --basetemp="$PWD/build/jax-minors-tmp" >"$minors_log" 2>&1 &
 minors=$!
-# The slowest tests, named at the end: what to look at when CI nears its time.
+# worksteal: a worker done with its share takes tests from the other's, so a
+# few slow tests do not leave one worker running alone at the end. The
+# slowest tests, named at the end: what to look at when CI nears its time.
 suite=0
-pytest --durations=25 || suite=$?
+pytest -n "$workers" --dist worksteal --durations=25 || suite=$?
 minors_status=0
 wait "$minors" || minors_status=$?
 trap - EXIT

@@ -154,15 +154,37 @@ def test_an_environment_of_another_python_is_made_anew_only_if_this_script_made_
     assert "creating the virtual environment" in said
 
 
-@pytest.mark.parametrize("suite, minors, status", [(0, 0, 0), (1, 0, 1), (0, 3, 3), (2, 3, 2)])
+def script_part(first: str, last: str) -> str:
+    """scripts/test.sh from the line starting with `first` to the end of the
+    line starting with `last` (or to the script's end if `last` is empty)."""
+    text = (ROOT / "scripts" / "test.sh").read_text()
+    start = text.index("\n" + first) + 1
+    if not last:
+        return text[start:]
+    end = text.index("\n" + last, start) + 1
+    return text[start:text.index("\n", end) + 1]
+
+
+def workers_part() -> str:
+    """The lines of scripts/test.sh that choose the pytest-xdist workers."""
+    return script_part("cores=$(nproc)", "fi")
+
+
+def cores() -> int:
+    return int(subprocess.run(["nproc"], capture_output=True, text=True, check=True).stdout)
+
+
+@pytest.mark.parametrize("suite, minors, status, workers", [
+    (0, 0, 0, None), (1, 0, 1, "3"), (0, 3, 3, "0"), (2, 3, 2, None)])
 def test_the_minors_run_beside_the_suite_and_either_failure_fails_the_command(
-        tmp_path, suite, minors, status):
+        tmp_path, suite, minors, status, workers):
     """scripts/test.sh's end, with a stub pytest and a stub
     scripts/test_jax_minors.sh: the two run at once (each stub waits to see
     the other started), the minors' output comes after the suite's, and a
-    failure of either fails the command (the suite's status first)."""
-    text = (ROOT / "scripts" / "test.sh").read_text()
-    tail = text[text.index('wait "$minors" ||'):]
+    failure of either fails the command (the suite's status first). The
+    suite runs in GEARJAX_TEST_WORKERS pytest-xdist workers, by default the
+    cores, at most 4."""
+    tail = script_part('wait "$minors" ||', "")
     (tmp_path / "scripts").mkdir()
     (tmp_path / "build").mkdir()
     # Each stub says whether it saw the other one running.
@@ -171,16 +193,37 @@ def test_the_minors_run_beside_the_suite_and_either_failure_fails_the_command(
     (tmp_path / "scripts" / "test_jax_minors.sh").write_text(
         'touch build/minors-started\n' + wait_for.format("suite-started", "minors saw the suite")
         + 'echo "minors ran with: $*"\nexit "$MINORS_STATUS"\n')
-    stub_suite = ('pytest() {\ntouch build/suite-started\n'
+    stub_suite = ('pytest() {\ntouch build/suite-started\necho "suite ran with: $*"\n'
                   + wait_for.format("minors-started", "suite: the minors had started")
                   + 'return "$SUITE_STATUS"\n}\n')
-    script = ('set -euo pipefail\ncore_build=""; locks=""\ntrue & minors=$!\n'
-              + stub_suite + tail)
+    script = ('set -euo pipefail\n' + workers_part()
+              + 'core_build=""; locks=""\ntrue & minors=$!\n' + stub_suite + tail)
+    env = {k: v for k, v in os.environ.items() if k != "GEARJAX_TEST_WORKERS"}
+    if workers is not None:
+        env["GEARJAX_TEST_WORKERS"] = workers
     done = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=60, env={**os.environ, "SUITE_STATUS": str(suite),
+                          timeout=60, env={**env, "SUITE_STATUS": str(suite),
                                            "MINORS_STATUS": str(minors)})
     assert done.returncode == status, done.stderr
     assert done.stdout.index("suite: the minors had started") < done.stdout.index("minors ran")
     assert "minors saw the suite" in done.stdout
     assert f"--basetemp={tmp_path}/build/jax-minors-tmp" in done.stdout
     assert ("the tests on the other JAX minors failed" in done.stderr) == (minors != 0)
+    expected = workers if workers is not None else str(min(cores(), 4))
+    assert f"suite ran with: -n {expected} --dist worksteal --durations=25\n" in done.stdout
+
+
+@pytest.mark.parametrize("workers", ["two", "-1", "2.5", " 2", "1e3", "1000",
+                                     "99999999999999999999999"])
+def test_a_bad_number_of_workers_is_refused_before_anything_is_done(tmp_path, workers):
+    """scripts/test.sh refuses a GEARJAX_TEST_WORKERS that is not a number of
+    workers, saying what it takes, before it installs or builds anything."""
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "test.sh").write_text((ROOT / "scripts" / "test.sh").read_text())
+    done = subprocess.run(["bash", "scripts/test.sh"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60,
+                          env={**os.environ, "GEARJAX_TEST_WORKERS": workers})
+    assert done.returncode == 2
+    assert (f"GEARJAX_TEST_WORKERS must be a number of pytest-xdist workers from 0 (the suite "
+            f"in one process) to 999, got '{workers}'") in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["scripts"]
