@@ -27,6 +27,11 @@ ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 COLUMNS = {"observation": gx.Column((4,), "float32"), "action": gx.Column((), "float32"),
            "reward": gx.Column((), "float32")}
 make_env = functools.partial(gym.make, "CartPole-v1")
+# How long a test waits for a feeder to stop by itself (it returns as soon as
+# it does). Generous: on a loaded machine each Ray actor start (a new worker
+# importing JAX) takes seconds; a feeder whose actor dies four times took 28 s
+# in CI's two pytest-xdist workers and over 120 s in four on two cores.
+STOP_WAIT_S = 300
 
 
 def constant(state, obs, rng):
@@ -74,7 +79,7 @@ def until(condition, seconds=60.0) -> None:
 def test_actors_insert_whole_episodes():
     t = table()
     feeder = actors.RayFeeder(t, make_env, alternating, actors=2, max_episodes=12)
-    assert feeder.wait(120)
+    assert feeder.wait(STOP_WAIT_S)
     stats = feeder.stats()
     feeder.close()
     assert len(t) == 12 and stats["episodes"] == 12
@@ -134,7 +139,7 @@ def test_a_killed_actor_is_replaced():
         victim = feeder.actor_pids()[0]
         until(lambda: len(t) >= 2)
         os.kill(victim, signal.SIGKILL)
-        assert feeder.wait(120)
+        assert feeder.wait(STOP_WAIT_S)
         stats = feeder.stats()
     assert stats["actor_restarts"] >= 1
     assert len(t) == 40  # the lost episode was stepped again by the new actor
@@ -144,7 +149,7 @@ def test_an_error_in_the_actors_stops_the_feeder_and_reaches_the_caller():
     t = table()
     feeder = actors.RayFeeder(t, make_env, broken, actors=1)
     with pytest.raises(ValueError, match="the policy broke"):
-        feeder.wait(120)
+        feeder.wait(STOP_WAIT_S)
     assert not feeder.stats()["running"] and len(t) == 0
     with pytest.raises(ValueError, match="the policy broke"):
         feeder.close()
@@ -166,7 +171,7 @@ def test_an_actor_that_cannot_start_stops_the_feeder_instead_of_restarting_for_e
     t = table()
     feeder = actors.RayFeeder(t, unbuildable, alternating, actors=1)
     with pytest.raises(RuntimeError, match="died 4 times in a row"):
-        feeder.wait(120)
+        feeder.wait(STOP_WAIT_S)
     assert feeder.stats()["actor_restarts"] == actors.MAX_RESTARTS_IN_A_ROW
     with pytest.raises(RuntimeError):
         feeder.close()
@@ -176,13 +181,13 @@ def test_a_raising_make_env_or_to_trajectory_stops_the_feeder_with_its_error():
     t = table()
     feeder = actors.RayFeeder(t, missing_environment, alternating, actors=2)
     with pytest.raises(RuntimeError, match="(?s)could not start.*ValueError: no such environment"):
-        feeder.wait(120)
+        feeder.wait(STOP_WAIT_S)
     assert feeder.stats()["actor_restarts"] == 0  # not retried: it would raise again
     with pytest.raises(RuntimeError):
         feeder.close()
     feeder = actors.RayFeeder(t, make_env, alternating, actors=1, to_trajectory=bad_columns)
     with pytest.raises(KeyError, match="no column 'obs'"):
-        feeder.wait(120)
+        feeder.wait(STOP_WAIT_S)
     with pytest.raises(KeyError):
         feeder.close()
     assert len(t) == 0
@@ -191,14 +196,14 @@ def test_a_raising_make_env_or_to_trajectory_stops_the_feeder_with_its_error():
 def test_max_episodes_below_the_actor_count_inserts_exactly_that_many():
     t = table()
     with actors.RayFeeder(t, make_env, alternating, actors=4, max_episodes=2) as feeder:
-        assert feeder.wait(120)
+        assert feeder.wait(STOP_WAIT_S)
     assert len(t) == 2 and feeder.stats()["episodes"] == 2
 
 
 def test_a_sharded_table_is_fed_into_this_process_shard():
     t = gx.ShardedTable(COLUMNS, capacity=16, max_length=500)
     with actors.RayFeeder(t, make_env, alternating, actors=2, max_episodes=5) as feeder:
-        assert feeder.wait(120)
+        assert feeder.wait(STOP_WAIT_S)
     assert len(t.local) == 5 and len(t) == 5
     keys = t.local.contents()["key"]
     assert all(t.shard_of(int(k)) == 0 for k in keys)
