@@ -126,15 +126,15 @@ if [ $# -gt 0 ]; then
   exec pytest "$@"
 fi
 # The whole suite runs on this environment's JAX (the newest), in pytest-xdist
-# workers (one pytest process keeps about one of two cores busy). The tests of the JAX internals gearjax patches run on the other
-# supported minors beside it, in their own temporary folder, their output
-# printed after the suite's.
+# workers (one pytest process keeps about one of two cores busy). The tests of
+# the JAX internals gearjax patches run on the other supported minors beside
+# it, in their own temporary folder, their output printed after the suite's.
 wait "$minors" || { cat build/jax-minors.log; echo "scripts/test.sh: could not prepare the" \
                     "Python 3.11 environment of the JAX 0.10 tests" >&2; exit 1; }
 minors_log=build/jax-minors-run.log
 bash scripts/test_jax_minors.sh run --basetemp="$PWD/build/jax-minors-tmp" >"$minors_log" 2>&1 &
 minors=$!
-# worksteal: a worker done with its share takes tests from the other's, so a
+# worksteal: a worker done with its share takes tests from another's, so a
 # few slow tests do not leave one worker running alone at the end. The
 # slowest tests, named at the end: what to look at when CI nears its time.
 suite=0
