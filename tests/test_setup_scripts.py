@@ -227,3 +227,42 @@ def test_a_bad_number_of_workers_is_refused_before_anything_is_done(tmp_path, wo
     assert (f"GEARJAX_TEST_WORKERS must be a number of pytest-xdist workers from 0 (the suite "
             f"in one process) to 999, got '{workers}'") in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["scripts"]
+
+
+def extra_requirements(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "extra_requirements.py"), *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_the_dependencies_installed_while_the_wheel_builds_are_the_extra_s_own():
+    """_env.sh installs scripts/extra_requirements.py's list while the wheel
+    builds: gearjax's dependencies and the extra's, the extras it names
+    followed, each once; an extra gearjax lacks is refused, naming those it has."""
+    import tomllib
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+
+    def own(extra):
+        return [r for r in extras[extra] if not r.startswith("gearjax[")]
+
+    listed = extra_requirements("test").stdout.splitlines()
+    assert len(listed) == len(set(listed))
+    expected = project["dependencies"] + [r for e in ("test", "rl", "actors", "tune", "docs")
+                                          for r in own(e)]
+    assert sorted(listed) == sorted(expected)
+    assert extra_requirements("rl").stdout.splitlines() == project["dependencies"] + own("rl")
+    refused = extra_requirements("tests")
+    assert refused.returncode == 2 and "gearjax has no extra 'tests'; it has [" in refused.stderr
+
+
+def test_extras_that_name_each_other_are_each_followed_once():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from extra_requirements import requirements
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    project = {"dependencies": ["numpy"], "optional-dependencies": {
+        "a": ["gearjax[b, c]", "x"], "b": ["gearjax[a]", "y", "numpy"], "c": ["gearjax[a,b]", "z"]}}
+    assert requirements(project, "a") == ["numpy", "x", "y", "z"]
+    with pytest.raises(KeyError, match="no extra 'd'"):
+        requirements({"optional-dependencies": {"a": ["gearjax[d]"]}}, "a")
