@@ -75,19 +75,7 @@ if ! compgen -G "$wheel_dir/gearjax-*.whl" >/dev/null; then
   if [ -z "$dry_run" ]; then
     if [ -n "$fresh" ]; then python -m pip install --quiet --upgrade pip; fi
     rm -rf "$venv/gearjax-wheel"
-    # The extra's dependencies (from pyproject.toml) install while the wheel
-    # builds: the install is mostly unpacking, the build compiling. The
-    # wheel's own install below settles anything left.
-    python -P scripts/extra_requirements.py "$GEARJAX_EXTRA" >"$venv/gearjax-requirements.txt"
-    deps_log="$venv/gearjax-dependencies.log"
-    say "installing the dependencies of gearjax[$GEARJAX_EXTRA] meanwhile (log: $deps_log)"
-    python -m pip install --quiet -r "$venv/gearjax-requirements.txt" >"$deps_log" 2>&1 &
-    deps=$!
-    python -m pip wheel --quiet --no-deps --wheel-dir "$wheel_dir" . ||
-      { kill "$deps" 2>/dev/null; wait "$deps" 2>/dev/null || true; exit 1; }
-    wait "$deps" ||
-      { cat "$deps_log" >&2; say "could not install the dependencies of gearjax[$GEARJAX_EXTRA]"
-        exit 1; }
+    python -m pip wheel --quiet --no-deps --wheel-dir "$wheel_dir" .
   fi
 fi
 stamp="$wheel_dir/installed-$GEARJAX_EXTRA"
