@@ -21,12 +21,14 @@ carries a CRC-32 that reading verifies) holding:
   whose meta says so): every trajectory's step priorities, concatenated in key
   order; each trajectory's priority is the largest of its steps'.
 
-``save`` captures one moment of the table: its items, counters and free slots
-are read in one hold of the table's lock (inserts still in flight are not in
-the checkpoint; their slots are saved as free), and the items stay pinned
+``save`` captures one moment of the table: its items, counters, free slots and
+step priorities are read in one hold of the table's lock (inserts still in
+flight are not in the checkpoint; their slots are saved as free; priority
+updates land before or after it whole), and the items stay pinned
 while their steps are copied out, so inserts and samples from other threads
 may go on during a save. It writes to a temporary file beside the target
-(named after the target and the writing process), fsyncs it, checks it as
+(named after the target, shortened with a digest where the name is long, and
+the writing process), fsyncs it, checks it as
 loading would (metadata, item arrays and column sizes; ``CheckpointError`` if
 that fails, and nothing is replaced) and renames it over the target, so a
 crash mid-save leaves the previous checkpoint intact. The target is the path given
@@ -43,7 +45,8 @@ regular file; the metadata is at most 16 MiB and nests at most 32 levels
 (checked before decoding); every member is stored uncompressed and lies inside the file;
 every array's declared shape and dtype match its member's size before a byte
 of it is allocated; counters are finite non-negative integers; keys, slots,
-lengths and priorities are consistent. Whatever a file holds, loading it
+lengths and priorities are consistent; a bool column holds only the bytes 0
+and 1 (checked as its steps are restored). Whatever a file holds, loading it
 either succeeds or raises ``CheckpointError`` (or ``FileNotFoundError``).
 
 Version 1 checkpoints (gearjax 0.1, whose keys were plain sequence numbers)
@@ -62,6 +65,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import hashlib
 import json
 import math
 import os
@@ -70,6 +74,7 @@ import secrets
 import stat
 import threading
 import time
+import tokenize
 import zipfile
 from typing import Any, Callable
 
@@ -110,8 +115,27 @@ _writing: set[str] = set()
 _writing_lock = threading.Lock()
 
 
+# The longest file name most file systems take, in bytes (NAME_MAX).
+NAME_MAX = 255
+# What a temporary's name adds to its prefix: the pid, 12 hex digits, ".tmp".
+_TEMPORARY_SUFFIX_BYTES = 1 + 20 + 1 + 12 + 4
+
+
 def _temporary_prefix(path: str) -> str:
-    return f".{os.path.basename(path)}."
+    """How the temporaries of `path` begin: ".name.", or, where that would
+    make a temporary's name longer than NAME_MAX bytes, the name's start and
+    a digest of all of it (".start~digest."), so that any name a file can
+    have can be saved to."""
+    name = os.path.basename(path)
+    prefix = f".{name}."
+    if len(os.fsencode(prefix)) + _TEMPORARY_SUFFIX_BYTES <= NAME_MAX:
+        return prefix
+    digest = hashlib.sha256(os.fsencode(name)).hexdigest()[:24]
+    room = NAME_MAX - _TEMPORARY_SUFFIX_BYTES - len(digest) - 3
+    start = name
+    while len(os.fsencode(start)) > room:
+        start = start[:-1]
+    return f".{start}~{digest}."
 
 
 def _remove_orphans(path: str) -> None:
@@ -191,15 +215,23 @@ def _save_target(path: str) -> str:
 
 def _create_temporary(path: str) -> tuple[int, str]:
     """Creates this process's temporary for `path`, beside it, with the
-    permissions the umask gives a new file (mkstemp's are always 0600)."""
+    permissions the umask gives a new file (mkstemp's are always 0600), and
+    adds it to `_writing` first: created before, another thread's
+    _remove_orphans could take it for a dead writer's and remove it. The
+    caller discards it from `_writing` once it is renamed or removed."""
     directory = os.path.dirname(path)
     for _ in range(100):
         tmp = os.path.join(directory, f"{_temporary_prefix(path)}{os.getpid()}."
                                       f"{secrets.token_hex(6)}.tmp")
+        with _writing_lock:
+            _writing.add(tmp)
         try:
             return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666), tmp
-        except FileExistsError:
-            continue
+        except BaseException as e:
+            with _writing_lock:
+                _writing.discard(tmp)
+            if not isinstance(e, FileExistsError):
+                raise
     raise FileExistsError(errno.EEXIST, "no free temporary name beside the checkpoint", path)
 
 
@@ -215,11 +247,11 @@ def _atomic_replace(path: str, verify: Callable[[str], None] | None = None):
     path = _save_target(path)
     directory = os.path.dirname(path)
     _remove_orphans(path)
-    tmp = None
     try:
         fd, tmp = _create_temporary(path)
-        with _writing_lock:
-            _writing.add(tmp)
+    except OSError as e:
+        raise type(e)(e.errno, f"cannot save to {asked}: {e.strerror}", asked) from None
+    try:
         with os.fdopen(fd, "wb") as raw:
             yield raw
             raw.flush()
@@ -229,9 +261,9 @@ def _atomic_replace(path: str, verify: Callable[[str], None] | None = None):
         _save_target(asked)  # still not a device, FIFO or directory (it may have changed)
         os.replace(tmp, path)
     except BaseException as e:
-        if tmp is not None and os.path.lexists(tmp):
+        if os.path.lexists(tmp):
             os.unlink(tmp)
-        if isinstance(e, OSError) and tmp is not None and tmp in (e.filename, e.filename2):
+        if isinstance(e, OSError) and tmp in (e.filename, e.filename2):
             raise type(e)(e.errno, f"cannot save to {asked}: {e.strerror}", asked) from None
         raise
     finally:
@@ -246,10 +278,11 @@ def save(native: NativeTable, header: dict[str, Any], path: str | os.PathLike) -
     "dtype", "pad"}), capacity, max_length, placement, remover, rate_limiter,
     max_times_sampled, step_priorities."""
     path = checkpoint_path(path)
-    # One moment: the items (pinned), the counters and the free slots from
-    # one hold of the table's lock. Read apart, inserts in between made files
-    # whose parts disagreed, and which did not load.
-    items, counters, free_slots = native.pin_snapshot()
+    # One moment: the items (pinned), the counters, the free slots and the
+    # step priorities from one hold of the table's lock. Read apart, inserts
+    # in between made files whose parts disagreed, and which did not load;
+    # so did priority updates between the items and their steps.
+    items, counters, free_slots, step_priorities = native.pin_snapshot()
     keys, slots, lengths, priorities, stamps, times_sampled = items
     try:
         meta = {"format": FORMAT, "version": VERSION, **header,
@@ -265,9 +298,7 @@ def save(native: NativeTable, header: dict[str, Any], path: str | os.PathLike) -
                         np.save(f, array)
                 if header.get("step_priorities"):
                     with zf.open("step_priorities.npy", "w", force_zip64=True) as f:
-                        np.save(f, np.concatenate(
-                            [native.read_step_priorities(int(slot), int(length))
-                             for slot, length in zip(slots, lengths)] or [np.zeros(0)]))
+                        np.save(f, step_priorities)
                 for c in range(len(header["columns"])):
                     with zf.open(f"columns/{c}.bin", "w", force_zip64=True) as f:
                         for slot, length in zip(slots, lengths):
@@ -372,6 +403,7 @@ class Checkpoint:
                 steps = int(self.lengths[items].sum())
                 arrays = [np.frombuffer(_read_exactly(s, steps * c.step_bytes), np.uint8)
                           for s, c in zip(streams, self.columns.values())]
+                _check_bools(arrays, self.columns)
                 step_priorities = None if self.step_priorities is None else \
                     np.ascontiguousarray(self.step_priorities[
                         first_step[items.start]:first_step[items.stop]])
@@ -392,6 +424,15 @@ class Checkpoint:
         native.restore_state(int(c["next_sequence"]), int(c["inserts"]), float(c["samples"]),
                              int(c["evictions"]), int(c["priority_updates"]),
                              [int(s) for s in self.free_slots])
+
+
+def _check_bools(arrays: list[np.ndarray], columns: dict[str, Column]) -> None:
+    """Refuses a bool column's byte other than 0 or 1: no insert stores one,
+    and NumPy and XLA read it as a bool that is neither True nor False."""
+    for data, (name, column) in zip(arrays, columns.items()):
+        if column.dtype == np.bool_ and data.size and data.max() > 1:
+            raise CheckpointError(f"column {name!r} (bool) holds a byte that is neither 0 "
+                                  f"nor 1")
 
 
 # Items restored by one native call: their steps are read into memory
@@ -422,7 +463,7 @@ def _read_exactly(stream, n: int) -> bytes:
 def open_checkpoint(path: str | os.PathLike) -> Checkpoint:
     """Opens and checks a checkpoint (see the module docstring)."""
     path = checkpoint_path(path)
-    _remove_orphans(path)
+    _remove_orphans(os.path.realpath(path))  # a save through a link writes beside its target
     try:
         info = os.stat(path)
     except FileNotFoundError:
@@ -496,6 +537,14 @@ def _check_members(zf: zipfile.ZipFile, file_size: int) -> None:
                                   f"than the file holds")
 
 
+# What NumPy's parse of a damaged .npy header can raise: its header is a
+# Python literal, parsed by ast.literal_eval, whose tokenizer raises
+# TokenError (not a ValueError) for an unclosed bracket, and which recurses
+# per nested bracket.
+_NPY_HEADER_ERRORS = (ValueError, SyntaxError, TypeError, EOFError, tokenize.TokenError,
+                      RecursionError, MemoryError)
+
+
 def _load_npy(zf: zipfile.ZipFile, name: str, dtype: np.dtype, length: int) -> np.ndarray:
     """A 1-d array of `length` entries of `dtype`, checked against the header
     and the member's size before anything is allocated."""
@@ -506,8 +555,9 @@ def _load_npy(zf: zipfile.ZipFile, name: str, dtype: np.dtype, length: int) -> n
             read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
                            else np.lib.format.read_array_header_2_0)
             shape, _, stored = read_header(f)
-        except (ValueError, SyntaxError, TypeError, EOFError) as e:
-            raise CheckpointError(f"{member} is not a NumPy array file: {e}") from None
+        except _NPY_HEADER_ERRORS as e:
+            raise CheckpointError(f"{member} is not a NumPy array file: {type(e).__name__}: "
+                                  f"{e}") from None
         if stored != dtype or shape != (length,):
             raise CheckpointError(f"{member} holds {stored}{list(shape)}, expected "
                                   f"{dtype}[{length}]")

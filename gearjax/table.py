@@ -341,16 +341,16 @@ class Table:
             fail its own program; the next call on the table raises it).
         """
         self._check_open()
-        keys, slots, lengths, priorities, _, times_sampled = self._native.pin_items()
+        # The step priorities are read with the items, at one moment: read
+        # after them, an update in between could leave a trajectory's
+        # priority other than the largest of its steps'.
+        keys, slots, lengths, priorities, _, times_sampled, *steps = self._native.pin_items(
+            steps=self._step_priorities)
+        self._native.unpin_slots(slots)  # nothing more is read from the slots
         found = {"key": keys, "length": lengths, "priority": priorities,
                  "times_sampled": times_sampled}
-        try:
-            if self._step_priorities:
-                found["step_priorities"] = np.concatenate(
-                    [self._native.read_step_priorities(int(s), int(n))
-                     for s, n in zip(slots, lengths)] or [np.zeros(0)])
-        finally:
-            self._native.unpin_slots(slots)
+        if self._step_priorities:
+            found["step_priorities"] = steps[0]
         return found
 
     def get(self, key: int) -> dict[str, np.ndarray]:

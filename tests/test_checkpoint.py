@@ -552,6 +552,16 @@ def _huge_npy_header(dtype: str, count: int) -> bytes:
     return out.getvalue()
 
 
+def _npy_header_changed(data: bytes, change) -> bytes:
+    """A version 1.0 .npy file whose header (its Python literal) `change`
+    rewrote, kept as long, and whose data follows unchanged."""
+    assert data[6:8] == b"\x01\x00"
+    length = int.from_bytes(data[8:10], "little")
+    header = change(data[10:10 + length])
+    assert len(header) == length
+    return data[:10] + header + data[10 + length:]
+
+
 HOSTILE = {
     # Declared sizes far beyond the file, with valid checksums: refused before
     # anything of that size is allocated.
@@ -589,6 +599,13 @@ HOSTILE = {
     "key-naming-another-slot": lambda items: items.update(
         {"keys.npy": _npy(np.load(io.BytesIO(items["keys.npy"])) ^ 1)}),
     "name-not-a-string": _meta(lambda m: m.update(name=["x"])),
+    # .npy headers NumPy's parser refuses with TokenError (not a ValueError:
+    # it escaped once) and with its nesting bound.
+    "keys-header-unclosed": lambda items: items.update(
+        {"keys.npy": _npy_header_changed(items["keys.npy"], lambda h: h.replace(b"}", b" "))}),
+    "keys-header-nested": lambda items: items.update(
+        {"keys.npy": _npy_header_changed(items["keys.npy"],
+                                         lambda h: (b"(" * (len(h) - 1)).ljust(len(h)))}),
 }
 
 
@@ -762,3 +779,20 @@ def test_temporaries_of_a_live_writer_are_left_alone(tmp_path):
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_a_bool_column_byte_other_than_0_or_1_is_refused(tmp_path):
+    """No insert stores one; loaded, NumPy and XLA read it as a bool that is
+    neither True nor False (`x == True` and `x & True` are False)."""
+    columns = {"done": gx.Column((), "bool"), "x": gx.Column((2,), "float32")}
+    table, _ = build(capacity=4, inserts=3, columns=columns, remover="fifo")
+    path = tmp_path / "good.gx"
+    table.save(path)
+    items = members(path)
+    assert gx.Table.load(path).stats()["size"] == 3  # the control: it loads
+
+    data = bytearray(items["columns/0.bin"])
+    data[-1] = 2
+    _rezip(tmp_path / "bad.gx", {**items, "columns/0.bin": bytes(data)})
+    with pytest.raises(gx.CheckpointError, match="'done' .bool. holds a byte that is neither"):
+        gx.Table.load(tmp_path / "bad.gx")

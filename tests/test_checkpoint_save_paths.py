@@ -1,6 +1,8 @@
 """What `Table.save` may replace: a regular file or a new path, through symbolic links;
 never a device node, a FIFO, a socket or a directory. Checkpoints get the umask's
-permissions; path types and write errors are reported clearly."""
+permissions; path types and write errors are reported clearly; any legal file name
+can be saved to; saves and loads of one path in several threads leave each other's
+temporaries alone, and a dead writer's are removed through a link too."""
 
 from __future__ import annotations
 
@@ -8,11 +10,13 @@ import errno
 import os
 import socket
 import stat
+import threading
 
 import numpy as np
 import pytest
 
 import gearjax as gx
+from gearjax import checkpoint
 
 
 def small_table() -> gx.Table:
@@ -161,3 +165,88 @@ def test_a_full_disk_names_the_path_and_leaves_no_temporary(tmp_path, monkeypatc
     assert info.value.errno == errno.ENOSPC and info.value.filename == str(path)
     monkeypatch.undo()
     assert path.read_bytes() == before and temporaries(tmp_path) == []
+
+
+@pytest.mark.parametrize("name", ["c" * 240 + ".gx", "c" * 255, "é" * 127])
+def test_any_legal_file_name_can_be_saved_to(tmp_path, name):
+    """Fails when a temporary is the name with about 27 characters added: a
+    name of 240 (legal: at most 255 bytes) made a temporary's too long, and the
+    save raised ENAMETOOLONG naming the temporary."""
+    path = tmp_path / name
+    small_table().save(path)
+    small_table().save(path)  # replaced
+    assert round_trips(path) and temporaries(tmp_path) == []
+
+
+def test_a_too_long_name_names_the_path_asked_for(tmp_path):
+    path = tmp_path / ("c" * 256)
+    with pytest.raises(OSError) as info:
+        small_table().save(path)
+    assert info.value.errno == errno.ENAMETOOLONG and info.value.filename == str(path)
+    assert temporaries(tmp_path) == []
+
+
+def test_a_dead_writers_temporary_of_a_long_name_is_removed(tmp_path):
+    path = tmp_path / ("c" * 240)
+    orphan = tmp_path / f"{checkpoint._temporary_prefix(str(path))}999999999.abcdef.tmp"
+    assert len(orphan.name.encode()) <= 255
+    orphan.write_bytes(b"partial")  # no process 999999999: its writer died
+    small_table().save(path)
+    assert temporaries(tmp_path) == []
+
+
+def test_a_load_through_a_link_removes_a_dead_writers_temporary(tmp_path):
+    """Fails when a load looks for temporaries beside the link: a save through
+    a link writes them beside its target."""
+    target, link = tmp_path / "data" / "real.gx", tmp_path / "link.gx"
+    target.parent.mkdir()
+    link.symlink_to(target)
+    small_table().save(link)
+    orphan = target.parent / ".real.gx.999999999.abcdef.tmp"
+    orphan.write_bytes(b"partial")
+    assert round_trips(link)
+    assert temporaries(target.parent) == []
+
+
+def test_a_temporary_is_never_taken_for_an_orphan_while_it_is_made(tmp_path, monkeypatch):
+    """Another thread's save or load of the path looks for orphans at the
+    worst moment: just after this save's temporary was created. Fails when
+    the temporary is marked as this process's own only after its creation
+    (that thread removed it as a dead writer's, and this save failed with
+    FileNotFoundError)."""
+    path = tmp_path / "ck.gx"
+    real_open = os.open
+
+    def open_then_look(name, *args, **kwargs):
+        fd = real_open(name, *args, **kwargs)
+        if str(name).endswith(".tmp"):
+            checkpoint._remove_orphans(str(path))  # another thread, just then
+        return fd
+
+    monkeypatch.setattr(os, "open", open_then_look)
+    small_table().save(path)
+    monkeypatch.undo()
+    assert round_trips(path) and temporaries(tmp_path) == []
+
+
+def test_threads_saving_and_loading_one_path_all_succeed(tmp_path):
+    path = tmp_path / "ck.gx"
+    small_table().save(path)
+    errors = []
+
+    def run(work):
+        try:
+            for _ in range(25):
+                work()
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    table = small_table()
+    threads = [threading.Thread(target=run, args=(lambda: table.save(path),)) for _ in range(3)]
+    threads.append(threading.Thread(target=run, args=(lambda: round_trips(path),)))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    assert round_trips(path) and temporaries(tmp_path) == []

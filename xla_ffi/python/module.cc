@@ -73,6 +73,18 @@ nb::tuple ItemArrays(const std::vector<ItemInfo>& items) {
                         times.array);
 }
 
+// `values` as a NumPy array that owns them, without a copy.
+nb::ndarray<nb::numpy, double> AdoptedArray(std::vector<double>&& values) {
+  if (values.empty()) return NewArray<double>({0}).array;
+  auto owned = std::make_unique<std::vector<double>>(std::move(values));
+  const size_t shape[1] = {owned->size()};
+  double* data = owned->data();
+  nb::capsule owner(owned.get(),
+                    [](void* p) noexcept { delete static_cast<std::vector<double>*>(p); });
+  owned.release();  // the capsule owns it now
+  return nb::ndarray<nb::numpy, double>(data, 1, shape, owner);
+}
+
 // A registered table as Python holds it: the table and its handle. The
 // Python layer checked every argument against the contract already; the core
 // checks again where values enter it.
@@ -377,42 +389,40 @@ class NativeTable {
                                         static_cast<int64_t>(rows), width);
   }
 
-  // The first `steps` step priorities of a pinned slot (PinItems).
-  nb::ndarray<nb::numpy, double> ReadStepPriorities(int64_t slot, int64_t steps) {
-    if (!table_->keeps_step_priorities()) throw InvalidArgument("no step priorities");
-    if (slot < 0 || slot >= table_->spec().capacity || steps < 0 ||
-        steps > table_->spec().max_length) {
-      throw InvalidArgument("bad slot or step count");
-    }
-    NewArray<double> out({static_cast<size_t>(steps)});
-    python::ReleasedGil released;
-    table_->ReadStepPriorities(slot, steps, out.data);
-    return out.array;
-  }
-
   // Raises (ValueError) the error a GPU priority update could not raise in
   // its own program (Table::RaiseDeferredError), once.
   void RaiseDeferredError() { table_->RaiseDeferredError(); }
 
   // Pins items (all live ones, or those of `keys`) and returns their
   // (keys, slots, lengths, priorities, insertion stamps, times sampled) as
-  // NumPy arrays.
-  nb::tuple PinItems(nb::object keys) {
+  // NumPy arrays; with `steps` (a table that keeps step priorities), a
+  // seventh: their step priorities back to back, read at the same moment.
+  nb::tuple PinItems(nb::object keys, bool steps) {
+    if (steps && !table_->keeps_step_priorities()) {
+      throw InvalidArgument("the table keeps no step priorities");
+    }
     std::vector<ItemInfo> items;
+    std::vector<double> step_priorities;
+    std::vector<double>* wanted_steps = steps ? &step_priorities : nullptr;
     // Without the GIL: it may wait for a GPU priority update in flight.
     if (keys.is_none()) {
       python::ReleasedGil released;
-      items = table_->PinItems();
+      items = table_->PinItems(nullptr, 0, wanted_steps);
     } else {
       auto wanted = nb::cast<Int64Array>(keys);
       python::ReleasedGil released;
-      items = table_->PinItems(wanted.data(), static_cast<int64_t>(wanted.shape(0)));
+      items = table_->PinItems(wanted.data(), static_cast<int64_t>(wanted.shape(0)),
+                               wanted_steps);
     }
-    return ItemArrays(items);
+    nb::tuple arrays = ItemArrays(items);
+    if (!steps) return arrays;
+    return nb::make_tuple(arrays[0], arrays[1], arrays[2], arrays[3], arrays[4], arrays[5],
+                          AdoptedArray(std::move(step_priorities)));
   }
 
   // A checkpoint's moment (Table::PinSnapshot): the pinned items as
-  // PinItems returns them, the counters (a dict) and the free slots.
+  // PinItems returns them, the counters (a dict), the free slots and the
+  // items' step priorities back to back (empty in a table without them).
   nb::tuple PinSnapshot() {
     gearjax::Snapshot snapshot;
     {
@@ -428,7 +438,8 @@ class NativeTable {
     counters["priority_updates"] = c.priority_updates;
     NewArray<int64_t> free({snapshot.free_slots.size()});
     std::copy(snapshot.free_slots.begin(), snapshot.free_slots.end(), free.data);
-    return nb::make_tuple(ItemArrays(snapshot.items), counters, free.array);
+    return nb::make_tuple(ItemArrays(snapshot.items), counters, free.array,
+                          AdoptedArray(std::move(snapshot.step_priorities)));
   }
 
   void UnpinSlots(Int64Array slots) {
@@ -654,7 +665,6 @@ void DefineNativeTable(nb::module_& m) {
       .def_prop_ro("keeps_step_priorities", &NativeTable::KeepsStepPriorities)
       .def("update_step_priorities", &NativeTable::UpdateStepPriorities, "keys"_a, "steps"_a,
            "priorities"_a, "width"_a)
-      .def("read_step_priorities", &NativeTable::ReadStepPriorities, "slot"_a, "steps"_a)
       .def("set_step_formats", &NativeTable::SetStepFormats, "formats"_a)
       // .none(): None (or any object) reaches the fast path, which declines it,
       // and the general path refuses it saying why, not with the binding's
@@ -669,7 +679,7 @@ void DefineNativeTable(nb::module_& m) {
            "start"_a, "probability"_a, "table_size"_a, "valid"_a, "mask"_a, "timestep"_a,
            "columns"_a)
       .def("raise_deferred_error", &NativeTable::RaiseDeferredError)
-      .def("pin_items", &NativeTable::PinItems, "keys"_a = nb::none())
+      .def("pin_items", &NativeTable::PinItems, "keys"_a = nb::none(), "steps"_a = false)
       .def("unpin_slots", &NativeTable::UnpinSlots, "slots"_a)
       .def("pin_snapshot", &NativeTable::PinSnapshot)
       .def("read_slot", &NativeTable::ReadSlot, "column"_a, "slot"_a, "steps"_a)

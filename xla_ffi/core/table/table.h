@@ -227,8 +227,6 @@ class Table {
                                const double* priorities, int64_t rows, int64_t width);
   // Whether the table keeps a priority per step (TableSpec::step_priorities).
   bool keeps_step_priorities() const { return spec_.step_priorities; }
-  // The first `steps` step priorities of a pinned slot (PinItems).
-  void ReadStepPriorities(int64_t slot, int64_t steps, double* dst) const;
 
   // Errors that could not fail the call that caused them (deferred_error.h):
   // a priority update applied by a GPU stream callback keeps its error here,
@@ -243,13 +241,19 @@ class Table {
 
   // Pins live slots and lists them in key order (for checkpoints and reads);
   // UnpinSlots releases them. With keys == nullptr, every live item;
-  // otherwise those of `keys` still live, in the order given.
-  std::vector<ItemInfo> PinItems(const int64_t* keys = nullptr, int64_t count = 0);
+  // otherwise those of `keys` still live, in the order given. Given
+  // `step_priorities` (a table that keeps them), fills it with the listed
+  // items' step priorities back to back, read in the same hold of the mutex:
+  // read later, a priority update in between could leave an item's priority
+  // other than the largest of its steps'.
+  std::vector<ItemInfo> PinItems(const int64_t* keys = nullptr, int64_t count = 0,
+                                 std::vector<double>* step_priorities = nullptr);
   void UnpinSlots(const std::vector<int64_t>& slots);
   // What a checkpoint saves, all of it at one moment (one hold of the
-  // mutex): every live item pinned (PinItems), the counters and the free
-  // slots (Snapshot). Inserts in flight are not in it: their slots count as
-  // free. Release the pins with UnpinSlots.
+  // mutex): every live item pinned (PinItems), the counters, the free slots
+  // and, in a table that keeps them, the items' step priorities (Snapshot).
+  // Inserts in flight are not in it: their slots count as free. Release the
+  // pins with UnpinSlots.
   Snapshot PinSnapshot();
 
   // Checkpoint restores: sets how often the live item `key` was drawn so
@@ -430,6 +434,9 @@ class Table {
                                 const double* steps = nullptr) GEARJAX_REQUIRES(mu_);
   Item ItemLocked(int64_t slot) const GEARJAX_REQUIRES(mu_);
   std::vector<ItemInfo> PinItemsLocked(const int64_t* keys, int64_t count) GEARJAX_REQUIRES(mu_);
+  // The step priorities of `items` back to back (a table that keeps them).
+  std::vector<double> StepPrioritiesLocked(const std::vector<ItemInfo>& items) const
+      GEARJAX_REQUIRES(mu_);
   // Tells a selector just made every live item, oldest first (before it is
   // kept: a throw leaves the table as it was).
   void FillLocked(Selector& selector) const GEARJAX_REQUIRES(mu_);

@@ -23,9 +23,25 @@ void Table::ReadSteps(int c, int64_t slot, int64_t steps, void* dst) const {
   arena_->Read(dst, StepOffset(c, slot, 0), static_cast<size_t>(steps * step_bytes(c)));
 }
 
-std::vector<ItemInfo> Table::PinItems(const int64_t* keys, int64_t count) {
+std::vector<ItemInfo> Table::PinItems(const int64_t* keys, int64_t count,
+                                      std::vector<double>* step_priorities) {
   MutexLock lock(CheckedMutex());
-  return PinItemsLocked(keys, count);
+  std::vector<ItemInfo> items = PinItemsLocked(keys, count);
+  if (step_priorities != nullptr) *step_priorities = StepPrioritiesLocked(items);
+  return items;
+}
+
+std::vector<double> Table::StepPrioritiesLocked(const std::vector<ItemInfo>& items) const {
+  std::vector<double> steps;
+  if (!spec_.step_priorities) return steps;
+  int64_t total = 0;
+  for (const ItemInfo& item : items) total += item.length;
+  steps.reserve(static_cast<size_t>(total));
+  for (const ItemInfo& item : items) {
+    const auto first = step_priority_.begin() + item.slot * spec_.max_length;
+    steps.insert(steps.end(), first, first + item.length);
+  }
+  return steps;
 }
 
 std::vector<ItemInfo> Table::PinItemsLocked(const int64_t* keys, int64_t count) {
@@ -55,6 +71,7 @@ Snapshot Table::PinSnapshot() {
   MutexLock lock(CheckedMutex());
   Snapshot snapshot;
   snapshot.items = PinItemsLocked(nullptr, 0);
+  snapshot.step_priorities = StepPrioritiesLocked(snapshot.items);
   snapshot.counters = counters_;
   snapshot.counters.priority_updates += static_cast<int64_t>(GpuUpdateCounts().updated);
   snapshot.free_slots = slots_->FreeInOrder();

@@ -73,6 +73,9 @@ struct Snapshot {
   // them: the free list, then the slots writers had reserved and not yet
   // published (their trajectories were not in the table at that moment).
   std::vector<int64_t> free_slots;
+  // In a table that keeps step priorities, every item's, back to back in
+  // the order of `items`; empty otherwise.
+  std::vector<double> step_priorities;
 };
 
 struct Stats {

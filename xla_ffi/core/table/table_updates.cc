@@ -181,10 +181,4 @@ double Table::LargestStepPriorityLocked(int64_t slot) const {
   return std::max(std::max(m[0], m[1]), std::max(m[2], m[3]));
 }
 
-void Table::ReadStepPriorities(int64_t slot, int64_t steps, double* dst) const {
-  MutexLock lock(CheckedMutex());
-  const double* raw = &step_priority_[static_cast<size_t>(slot * spec_.max_length)];
-  std::copy(raw, raw + steps, dst);
-}
-
 }  // namespace gearjax
