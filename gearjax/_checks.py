@@ -105,10 +105,12 @@ def priority(value: Any, name: str = "priority") -> float:
 
 
 def priorities(values: np.ndarray, name: str = "priorities") -> np.ndarray:
-    """Real-valued array -> float64 array of valid priorities (see priority)."""
+    """Real-valued array -> float64 array of valid priorities (see priority).
+    Any integer or floating dtype, bfloat16 and float8 included (ml_dtypes':
+    NumPy's issubdtype does not count them as floating, JAX's does)."""
     values = np.asarray(values)
-    if values.dtype == object or not (np.issubdtype(values.dtype, np.integer)
-                                      or np.issubdtype(values.dtype, np.floating)):
+    if values.dtype == object or not (jnp.issubdtype(values.dtype, np.integer)
+                                      or jnp.issubdtype(values.dtype, np.floating)):
         raise TypeError(f"{name} must be real numbers, got {values.dtype}")
     with np.errstate(over="ignore", invalid="ignore"):
         as_float = values.astype(np.float64)

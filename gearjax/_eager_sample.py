@@ -40,9 +40,12 @@ def sample_numpy(native: Any, rng_key: Any, args: SampleArgs, capacity: int,
     mask, timestep = np.empty((batch, width), bool), np.empty((batch, width), np.int32)
     arrays = [np.empty((batch, width, *shape), dtype) for _, shape, dtype in columns]
     strategy = args.strategy
+    # The columns go as bytes: the native core checks their sizes, and
+    # ml_dtypes' arrays (bfloat16, float8) cannot cross as they are.
     native.sample_into(seed, batch, strategy.code, strategy.alpha, min(strategy.count, capacity),
                        args.window_code, args.pad_left, args.cut_code, args.replace, keys, start,
-                       probability, table_size, valid, mask, timestep, arrays)
+                       probability, table_size, valid, mask, timestep,
+                       [a.view(np.uint8) for a in arrays])
     return Batch(columns={name: a for (name, _, _), a in zip(columns, arrays)}, mask=mask,
                  timestep=timestep, keys=keys, start=start, probability=probability,
                  table_size=table_size)

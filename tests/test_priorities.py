@@ -46,6 +46,24 @@ def test_repeated_key_last_value_wins(table, keys):
     assert table.contents()["priority"][2] == 7.0
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn", "float16"])
+def test_low_precision_priorities_are_taken_eagerly_as_in_jit(table, keys, dtype):
+    """Fails when eager checks ask NumPy whether the dtype is floating: it says
+    no for ml_dtypes' bfloat16 and float8, which jitted calls take (mixed
+    precision TD errors), and every eager form refused them."""
+    low = jnp.asarray([2.0, 3.0], dtype)
+    picked = keys[:2]
+    assert table.update_priorities(picked, low) == 2
+    assert table.update_priorities(picked, np.asarray(low)) == 2  # the NumPy array of it
+    state, count = table.update_priorities(table.state(), picked, low)
+    assert int(count) == 2
+    np.testing.assert_array_equal(table.contents()["priority"][:2], [2.0, 3.0])
+    inserted = table.insert_batch({"x": np.ones((2, 2), np.float32)}, np.array([2, 2]),
+                                  jnp.asarray([4.0, 0.5], dtype))
+    np.testing.assert_array_equal(table.contents()["priority"][-2:], [4.0, 0.5])
+    assert len(inserted) == 2
+
+
 @pytest.mark.parametrize("keys, priorities, error", [
     ([0, 1], [1.0, -1.0], ValueError),
     ([0, 1], [1.0, np.nan], ValueError),

@@ -95,6 +95,25 @@ def test_the_same_key_gives_the_compiled_sample_s_batch(case):
                                   other.contents()["times_sampled"])
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn", "float16", "bool", "int8",
+                                   "uint64", "complex64"])
+def test_every_column_dtype_gives_the_compiled_sample_s_batch(dtype):
+    """Fails when the columns cross to the native core as they are: a
+    bfloat16 or float8 (ml_dtypes) array cannot, and numpy=True raised a
+    TypeError of nanobind's while the compiled sample served the table."""
+    columns = {"x": gx.Column((2,), dtype, pad=1), "y": gx.Column((), dtype)}
+    rng = np.random.default_rng(2)
+    tables = [gx.Table(columns, capacity=8, max_length=6, placement="host") for _ in range(2)]
+    for length in (3, 6, 1, 5):
+        trajectory = {"x": rng.integers(0, 2, (length, 2)), "y": rng.integers(0, 2, length)}
+        if dtype == "bool":  # an integer is never stored in a bool column
+            trajectory = {n: v.astype(bool) for n, v in trajectory.items()}
+        for table in tables:
+            table.insert(trajectory)
+    key = jax.random.key(5)
+    assert_same(tables[0].sample(key, 8, 4), tables[1].sample(key, 8, 4, numpy=True))
+
+
 def test_legacy_keys_and_the_state_form_give_the_same_batch():
     table = filled()
     legacy = jax.random.PRNGKey(3)
