@@ -297,6 +297,22 @@ def _routed_step_updates(table, process, processes, firsts) -> dict:
             mismatches.append(None)
         except ValueError as e:
             mismatches.append(str(e))
+    # One process's own arguments refused (a NaN priority, with steps= and
+    # without): it raises its error, every other process a ValueError naming
+    # it, none waits, and nothing changes anywhere.
+    one_refuses = []
+    before = table.local.contents()
+    bad = np.nan if process == processes - 1 else 1.0
+    for call in (lambda: table.update_priorities(firsts[:1], np.array([[bad]]),
+                                                 steps=np.array([[0]])),
+                 lambda: table.update_priorities(firsts[:1], np.array([bad]))):
+        try:
+            call()
+            one_refuses.append(None)
+        except (TypeError, ValueError) as e:
+            one_refuses.append(str(e))
+    after = table.local.contents()
+    one_refuses.append(all(np.array_equal(before[k], after[k]) for k in before))
     mesh = Mesh(np.array(jax.devices()), ("hosts",))
 
     def step(key):
@@ -327,7 +343,8 @@ def _routed_step_updates(table, process, processes, firsts) -> dict:
     return {"eager_count": eager_count, "drawn_keys": drawn_keys.reshape(-1).tolist(),
             "drawn_steps": drawn_steps.reshape(-1, 3).tolist(),
             "jit_count": int(jit_count.reshape(-1)[0]), "refusals": refusals,
-            "past_length": past_length, "unchanged": unchanged, "mismatches": mismatches}
+            "past_length": past_length, "unchanged": unchanged, "mismatches": mismatches,
+            "one_refuses": one_refuses}
 
 
 def routed_updates(process, processes, directory):

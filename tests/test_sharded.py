@@ -203,6 +203,15 @@ def test_step_priorities_sample_and_update_globally(tmp_path, exchange):
         widths, with_and_without = r["mismatches"]
         assert "one width W" in widths and "W = [2, 3]" in widths
         assert "every process passes steps= or none does" in with_and_without
+    # The last process's NaN priority: it raises why, the others name it; no
+    # process waited (multihost.run's timeout) and nothing changed.
+    for r in results[:-1]:
+        with_steps, without = r["one_refuses"][:2]
+        for message in (with_steps, without):
+            assert f"process(es) [{processes - 1}] refused their own arguments" in message
+    for message in results[-1]["one_refuses"][:2]:
+        assert "nan" in message
+    assert all(r["one_refuses"][2] for r in results)
     sample_refused, update_refused = results[0]["refusals"]
     assert "step_priorities=True" in sample_refused
     assert "step_priorities=True" in update_refused

@@ -531,6 +531,30 @@ def eager_sample(rng_key: jax.Array, *, spec: ShardSpec, args: SampleArgs) -> Sh
     return jax.tree.map(_local_block, program(_global_rows(seed)))
 
 
+def _gather_update_shapes(entries: int, width: int, has_steps: bool,
+                          refused: bool) -> np.ndarray:
+    """The first gather of an eager update: every process's [entries, W,
+    steps given, arguments refused]. Where another process's arguments were
+    refused, raises ValueError before anything is applied (that process
+    raises its own error after this gather)."""
+    from jax.experimental import multihost_utils
+
+    shape = np.asarray(multihost_utils.process_allgather(
+        np.array([entries, width, has_steps, refused], np.int32))).reshape(-1, 4)
+    refusing = np.flatnonzero(shape[:, 3])
+    if refusing.size and not refused:
+        raise ValueError(f"process(es) {refusing.tolist()} refused their own arguments to this "
+                         f"update_priorities call (each raised why); nothing was changed on "
+                         f"any shard")
+    return shape
+
+
+def eager_update_refused() -> None:
+    """Joins an eager update's first gather for a process whose arguments
+    were refused, so that the others raise rather than wait for it."""
+    _gather_update_shapes(0, 0, False, refused=True)
+
+
 def eager_update_priorities(keys: np.ndarray, priorities: np.ndarray, table,
                             steps: np.ndarray | None = None) -> int:
     """Routed priority updates called eagerly: every process runs it at the
@@ -546,8 +570,7 @@ def eager_update_priorities(keys: np.ndarray, priorities: np.ndarray, table,
 
     spec: ShardSpec = table.spec
     width = 1 if steps is None else steps.shape[1]
-    shape = np.asarray(multihost_utils.process_allgather(
-        np.array([keys.shape[0], width, steps is not None], np.int32))).reshape(-1, 3)
+    shape = _gather_update_shapes(keys.shape[0], width, steps is not None, refused=False)
     if (shape[:, 2] != (steps is not None)).any():
         raise ValueError(f"every process passes steps= or none does; processes "
                          f"{np.flatnonzero(shape[:, 2]).tolist()} passed steps")

@@ -15,7 +15,7 @@ import os
 import time
 import types
 from collections.abc import Mapping, Sequence
-from typing import Any, overload
+from typing import Any, Callable, overload
 
 import jax
 import numpy as np
@@ -805,7 +805,9 @@ class ShardedTable:
             (inside a per-process ``jax.jit``); an ``axis_name`` that is not
             an axis of the enclosing ``shard_map`` or not one device per
             process; a JAX backend other than CPU or CUDA (with
-            ``axis_name``).
+            ``axis_name``); with ``xla`` eagerly, another process's own
+            arguments were refused (it raised why; nothing changed on any
+            shard, and no process waits for it).
           RuntimeError: the table is closed.
         """
         state, args = _call_forms.split_update_state(args, kwargs)
@@ -843,22 +845,26 @@ class ShardedTable:
                              "collective program of its own, which cannot run inside a "
                              "per-process jax.jit: call it eagerly, or inside jax.shard_map "
                              "with axis_name")
-        keys, priorities = np.ravel(np.asarray(keys)), np.ravel(np.asarray(priorities))
-        if keys.dtype == object or not np.issubdtype(keys.dtype, np.integer) or \
-                keys.dtype == np.uint64:
-            raise TypeError(f"keys must be integers (int64 global keys), got {keys.dtype}")
-        if keys.shape != priorities.shape:
-            raise ValueError(f"got {priorities.shape[0]} priorities for {keys.shape[0]} keys")
-        if priorities.dtype == object or not (np.issubdtype(priorities.dtype, np.integer) or
-                                              np.issubdtype(priorities.dtype, np.floating)):
-            raise TypeError(f"priorities must be real numbers, got {priorities.dtype}")
-        checked = _checks.priorities(priorities)
+        keys, checked = self._checked_eagerly(_eager_operands, keys, priorities)
         if self._transport is not None:
-            updated = self._update_one_sided(keys.astype(np.int64), checked)
+            updated = self._update_one_sided(keys, checked)
         else:
-            updated = exchange.eager_update_priorities(keys.astype(np.int64), checked, self)
+            updated = exchange.eager_update_priorities(keys, checked, self)
             self._publish()
         return (state, updated) if given else updated
+
+    def _checked_eagerly(self, check: Callable[..., tuple], *args: Any) -> tuple:
+        """``check(*args)``, the checks of an eager update's arguments. With
+        the ``xla`` exchange the update is collective: a process whose
+        arguments are refused still joins its first gather, saying so, before
+        it raises, so that every process raises (ValueError, naming it) and
+        none waits for it (a NaN TD error in one process's priorities, say)."""
+        try:
+            return check(*args)
+        except (TypeError, ValueError):
+            if self._transport is None:
+                exchange.eager_update_refused()
+            raise
 
     def _update_step_priorities(self, state: TableState, keys: Any, priorities: Any,
                                 steps: Any, axis_name: str | None) -> tuple[TableState, Any]:
@@ -889,9 +895,8 @@ class ShardedTable:
                              "collective program of its own, which cannot run inside a "
                              "per-process jax.jit: call it eagerly, or inside jax.shard_map "
                              "with axis_name")
-        keys, priorities, steps = _update_args.operands(np, keys, priorities, steps)
-        values = _update_args.step_values(priorities, steps)
-        keys, steps = keys.astype(np.int64), steps.astype(np.int64)
+        keys, values, steps = self._checked_eagerly(_eager_step_operands, keys, priorities,
+                                                    steps)
         if self._transport is not None:  # nixl, verbs: routed as a trajectory's are
             return state, self._update_one_sided(keys, values, steps)
         updated = exchange.eager_update_priorities(keys, values, self, steps=steps)
@@ -1038,3 +1043,23 @@ def _check_platform() -> None:
                      f"{_gearjax.cuda_built}). Run the sampling program on CPU devices "
                      f"(jax.config.update('jax_platforms', 'cpu'))")
 
+
+def _eager_operands(keys: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray]:
+    """An eager update's keys (int64) and priorities (float64, checked), or
+    TypeError / ValueError saying what is wrong with them."""
+    keys, priorities = np.ravel(np.asarray(keys)), np.ravel(np.asarray(priorities))
+    if keys.dtype == object or not np.issubdtype(keys.dtype, np.integer) or \
+            keys.dtype == np.uint64:
+        raise TypeError(f"keys must be integers (int64 global keys), got {keys.dtype}")
+    if keys.shape != priorities.shape:
+        raise ValueError(f"got {priorities.shape[0]} priorities for {keys.shape[0]} keys")
+    return keys.astype(np.int64), _checks.priorities(priorities)
+
+
+def _eager_step_operands(keys: Any, priorities: Any,
+                         steps: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """An eager step update's keys and steps (int64) and checked priorities
+    (float64, [B, W]), or TypeError / ValueError."""
+    keys, priorities, steps = _update_args.operands(np, keys, priorities, steps)
+    values = _update_args.step_values(priorities, steps)
+    return keys.astype(np.int64), values, steps.astype(np.int64)
