@@ -26,7 +26,8 @@ class Batch:
       table_size: ``[B]`` int64 number of trajectories stored when the row was
         drawn. With ``probability``, what prioritized replay's importance
         weights need: ``w = (table_size * probability) ** -beta``, usually
-        divided by its maximum.
+        divided by its maximum (for ``PrioritizedSteps``, whose probability is
+        a step's, always: the division removes a factor the batch shares).
 
     :meth:`gearjax.Table.sample` makes it, of JAX arrays, or of NumPy arrays
     (the same dtypes and shapes) from an eager ``sample(..., numpy=True)``.

@@ -64,6 +64,29 @@ def expected_start_probabilities(weights: dict[int, np.ndarray], eligible) -> di
             if eligible(k, s) and w[s] > 0}
 
 
+@pytest.mark.parametrize("cut, window", [("start", 3), ("full", 2)])
+def test_normalized_importance_weights_are_those_of_the_drawable_steps(two, cut, window):
+    """strategies.md: table_size counts trajectories while probability is a
+    step's, so (table_size * probability) ** -beta is the weight over the
+    drawable steps times one factor shared by the batch, which dividing by
+    the batch's largest weight removes."""
+    table, a, b = two
+    batch = table.sample(jax.random.key(3), 64, window, gx.PrioritizedSteps(0.7), cut=cut)
+    size, probability = np.asarray(batch.table_size), np.asarray(batch.probability, np.float64)
+    assert (size == 2).all()  # the trajectories stored, in every row
+    lengths = {a: 6, b: 4}
+    weights = {a: np.array([1.0, 2.0, 0.0, 0.0, 4.0, 1.0]) ** 0.7, b: np.full(4, 0.5 ** 0.7)}
+    weights[a][2:4] = 0.0
+    drawable = (lambda k, s: True) if cut == "start" else (lambda k, s: s + window <= lengths[k])
+    steps = sum(drawable(k, s) for k in lengths for s in range(lengths[k]))
+    expected = expected_start_probabilities(weights, drawable)
+    reference = np.array([steps * expected[d] for d in zip(np.asarray(batch.keys).tolist(),
+                                                            np.asarray(batch.start).tolist())])
+    beta = 0.4
+    w, w_reference = (size * probability) ** -beta, reference ** -beta
+    np.testing.assert_allclose(w / w.max(), w_reference / w_reference.max(), rtol=1e-5)
+
+
 @pytest.mark.parametrize("alpha", [1.0, 0.5])
 def test_steps_are_drawn_in_proportion_to_their_weight_and_start_the_window(two, alpha):
     table, a, b = two
