@@ -291,6 +291,38 @@ def test_checkpoints_keep_step_priorities_and_batches(two, tmp_path):
                 np.testing.assert_array_equal(got, want)
 
 
+def _full_draws(table, window, seed=7):
+    batch = table.sample(jax.random.key(seed), 64, window, gx.PrioritizedSteps(1.0), cut="full")
+    return np.asarray(batch.keys).tolist(), np.asarray(batch.start).tolist()
+
+
+def test_full_windows_do_not_depend_on_the_widths_sampled_before(tmp_path):
+    """strategies.md: the same key and contents give the same batch. Fails
+    when a width beyond the selector's kept full-window trees (2) is drawn by
+    listing the trajectories instead: the same key drew other starts than
+    from a tree, so a table that had sampled two other widths first, and the
+    checkpoint of it, drew another batch than a fresh table."""
+    def filled():
+        table = step_table(capacity=6, max_length=8)
+        rng = np.random.default_rng(4)
+        for length in (8, 6, 7, 5, 8, 4):
+            insert(table, length, rng.choice([0.5, 1.0, 2.0, 3.0], length))
+        return table
+
+    fresh, used = filled(), filled()
+    for window in (2, 3):  # the two widths whose trees the selector keeps
+        _full_draws(used, window)
+    path = tmp_path / "used.gx"
+    used.save(path)
+    loaded = gx.Table.load(path, placement="host")
+    want = _full_draws(fresh, 4)
+    assert _full_draws(used, 4) == want  # a third width: the oldest tree rebuilt for it
+    assert _full_draws(loaded, 4) == want
+    for window in (2, 3, 4, 2):  # widths in turn, each rebuilt when it comes back
+        assert _full_draws(used, window, seed=window) == _full_draws(filled(), window,
+                                                                     seed=window)
+
+
 def test_a_checkpoint_whose_priorities_disagree_with_their_steps_is_refused(two, tmp_path):
     import zipfile
 

@@ -1,6 +1,8 @@
 // Drawing steps by their priorities (see step_prioritized.h).
 #include "core/selectors/step_prioritized.h"
 
+#include <algorithm>
+
 #include "core/common.h"
 #include "core/gpu/gpu_selection.h"
 #include "core/selectors/candidate_scan.h"
@@ -37,27 +39,42 @@ void StepPrioritizedSelector::SetFullLeaves(const int64_t* leaves, int64_t n, in
   }
 }
 
+StepPrioritizedSelector::FullWindows& StepPrioritizedSelector::FullTreeFor(int64_t window) {
+  ++full_draws_;
+  for (FullWindows& f : full_) {
+    if (f.window != window) continue;
+    f.used = full_draws_;
+    return f;
+  }
+  FullWindows* full;
+  if (full_.size() < static_cast<size_t>(kMaxFullWindowTrees)) {
+    full = &full_.emplace_back();
+  } else {
+    full = &*std::min_element(full_.begin(), full_.end(),
+                              [](const FullWindows& a, const FullWindows& b) {
+                                return a.used < b.used;
+                              });
+    full->tree.reset();  // freed before its successor is made: one tree's memory at a time
+  }
+  full->window = window;
+  full->used = full_draws_;
+  full->tree = std::make_unique<SumTree>(tree_.leaves(), false);
+  std::vector<int64_t> leaves;
+  std::vector<double> weights;
+  for (int64_t slot = 0; slot * max_length_ < tree_.leaves(); ++slot) {
+    if (slots_[slot].state != SlotState::kLive) continue;
+    for (int64_t t = 0; t <= slots_[slot].length - window; ++t) {
+      leaves.push_back(slot * max_length_ + t);
+      weights.push_back(tree_.Get(leaves.back()));
+    }
+  }
+  full->tree->SetMany(leaves.data(), weights.data(), static_cast<int64_t>(leaves.size()));
+  return *full;
+}
+
 bool StepPrioritizedSelector::SelectFull(const SelectionBatch& batch, int64_t window,
                                          Selection* out) {
-  FullWindows* full = nullptr;
-  for (FullWindows& f : full_) {
-    if (f.window == window) full = &f;
-  }
-  if (full == nullptr) {
-    if (full_.size() >= static_cast<size_t>(kMaxFullWindowTrees)) return false;
-    full_.push_back({window, std::make_unique<SumTree>(tree_.leaves(), false)});
-    full = &full_.back();
-    std::vector<int64_t> leaves;
-    std::vector<double> weights;
-    for (int64_t slot = 0; slot * max_length_ < tree_.leaves(); ++slot) {
-      if (slots_[slot].state != SlotState::kLive) continue;
-      for (int64_t t = 0; t <= slots_[slot].length - window; ++t) {
-        leaves.push_back(slot * max_length_ + t);
-        weights.push_back(tree_.Get(leaves.back()));
-      }
-    }
-    full->tree->SetMany(leaves.data(), weights.data(), static_cast<int64_t>(leaves.size()));
-  }
+  FullWindows* full = &FullTreeFor(window);
   const double total = full->tree->Total();
   if (!(total > 0)) return false;
   drawn_.resize(static_cast<size_t>(batch.n));

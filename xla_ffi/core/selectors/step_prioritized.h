@@ -11,7 +11,12 @@
 // (FullWindows): the same weights on the steps a full window of that width
 // may start at, 0 elsewhere, so such a draw is one descent too, not a
 // listing of every trajectory. Made on first use, filled from the records,
-// kept up to date like the first; at most kMaxFullWindowTrees an alpha.
+// kept up to date like the first; at most kMaxFullWindowTrees an alpha: a
+// further width rebuilds the least recently used one (O(steps)). Rebuilt,
+// never listed instead: a tree's sums are a function of its leaves
+// (sum_tree.h), so a width draws the rows it would have drawn had its tree
+// been kept all along, and a batch does not depend on the widths sampled
+// before it (a listing draws other rows for the same key).
 #pragma once
 
 #include <cstdint>
@@ -65,9 +70,8 @@ class StepPrioritizedSelector final : public SamplingSelector {
                        Selection* rows, int64_t n) const override;
 
   // cut="full" rows with replacement, `window` steps wide, drawn from that
-  // width's tree (made now if there is room: filled from the live records):
-  // false, drawing nothing, where there is no room for another tree or no
-  // step may start a full window (the caller lists instead).
+  // width's tree (FullTreeFor): false, drawing nothing, where no step may
+  // start a full window (the caller lists instead, and finds none).
   bool SelectFull(const SelectionBatch& batch, int64_t window, Selection* out);
 
   double alpha() const { return alpha_; }
@@ -77,7 +81,11 @@ class StepPrioritizedSelector final : public SamplingSelector {
   struct FullWindows {
     int64_t window;
     std::unique_ptr<SumTree> tree;
+    uint64_t used;  // the SelectFull call that last drew from it
   };
+  // The tree of `window`: kept, new, or the least recently used one rebuilt
+  // for it once kMaxFullWindowTrees are made; filled from the live records.
+  FullWindows& FullTreeFor(int64_t window);
   // The leaves a window may be placed at: [first, first + count).
   int64_t Places(const SlotInfo& info, int64_t full_window) const;
   // Sets `leaves` in every full-window tree from the step priorities (0 past
@@ -91,6 +99,7 @@ class StepPrioritizedSelector final : public SamplingSelector {
   const SlotInfo* slots_;
   SumTree tree_;
   std::vector<FullWindows> full_;
+  uint64_t full_draws_ = 0;  // SelectFull calls so far (FullWindows::used)
   std::vector<double> full_weights_;  // scratch
   std::vector<int64_t> leaves_;  // scratch (callers hold the table's lock)
   std::vector<double> weights_;
