@@ -836,7 +836,12 @@ class Table:
             batch's arrays are NumPy arrays, selected and gathered by the
             native core straight into them, with no XLA program (the
             fastest eager sample; ``torch.from_numpy`` shares them). The same
-            key gives the same batch, in the same dtypes, as without it.
+            key and table contents give the same batch, in the same dtypes,
+            as without it. It runs when called, like ``insert_many``: a
+            program still running may not have made its table calls yet
+            (without ``numpy=True`` an eager sample runs after the programs
+            dispatched before it); pass the state that program returned,
+            and it waits for them first.
 
         Returns:
           The batch, a :class:`gearjax.Batch`; in the taught form

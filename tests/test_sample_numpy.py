@@ -114,6 +114,36 @@ def test_every_column_dtype_gives_the_compiled_sample_s_batch(dtype):
     assert_same(tables[0].sample(key, 8, 4), tables[1].sample(key, 8, 4, numpy=True))
 
 
+def test_the_state_form_samples_after_the_program_that_returned_the_state():
+    """The README: pass the state a program returned, and numpy=True samples
+    after that program's table calls. Fails when the state is not waited
+    for: the program below, still computing when the sample is called, has
+    not inserted its 32 trajectories yet."""
+    table = gx.Table(COLUMNS, capacity=128, max_length=4, placement="host")
+    table.insert({"obs": np.zeros((4, 3), np.float32), "step": np.zeros(4, np.int32)})
+
+    @jax.jit
+    def produce(state, m):
+        for _ in range(12):
+            m = jax.numpy.tanh(m @ m)  # about a second of work on 2 cores
+        obs = jax.numpy.ones((32, 4, 3)) + 0 * m[0, 0]
+        state, _ = table.insert_batch(state, {"obs": obs, "step": jax.numpy.zeros((32, 4),
+                                                                                 np.int32)},
+                                      jax.numpy.full(32, 4))
+        return state
+
+    m = jax.numpy.full((1200, 1200), 1e-3)
+    jax.block_until_ready(produce(table.state(), m))  # compiled, and its rows inserted
+    assert len(table) == 33
+    # Made first: a key made after the dispatch is computed after the program
+    # (a device runs its programs in order), and reading it would wait.
+    key = jax.block_until_ready(jax.random.key(1))
+    state = produce(table.state(), m)
+    _, batch = table.sample(state, key, 8, 1, numpy=True)
+    assert (batch.table_size == 65).all()  # 1 + 32 + 32: after the second program too
+    table.close()
+
+
 def test_legacy_keys_and_the_state_form_give_the_same_batch():
     table = filled()
     legacy = jax.random.PRNGKey(3)
