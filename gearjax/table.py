@@ -893,12 +893,8 @@ class Table:
             _call_forms.warn_ordered(ordered)
         if numpy is not False:
             numpy = self._numpy_sample_allowed(numpy)
-        if isinstance(args.strategy, Prioritized):
-            alphas = self._native.alphas()
-            if args.strategy.alpha not in alphas and len(alphas) >= _checks.MAX_PRIORITY_TREES:
-                raise ValueError(f"this table keeps sum trees for at most "
-                                 f"{_checks.MAX_PRIORITY_TREES} Prioritized alphas ({alphas}); "
-                                 f"Prioritized({args.strategy.alpha}) would be one more")
+        if isinstance(args.strategy, (Prioritized, PrioritizedSteps)):
+            self._check_alpha_room(args.strategy)
         if numpy:
             if state is not None:
                 jax.block_until_ready(state)  # after the state's program, as its calls are
@@ -910,6 +906,16 @@ class Table:
             return self._eager(batch if state is None else (order, batch))
         except ValueError as e:
             errors.reraise(e)
+
+    def _check_alpha_room(self, strategy: Prioritized | PrioritizedSteps) -> None:
+        """Refuses (ValueError, at the call, eager or traced) an alpha of
+        ``strategy`` beyond the sum trees the table keeps for it."""
+        alphas = self._native.alphas(strategy.code)
+        if strategy.alpha not in alphas and len(alphas) >= _checks.MAX_PRIORITY_TREES:
+            name = type(strategy).__name__
+            raise ValueError(f"this table keeps sum trees for at most "
+                             f"{_checks.MAX_PRIORITY_TREES} {name} alphas ({alphas}); "
+                             f"{name}({strategy.alpha}) would be one more")
 
     def _numpy_sample_allowed(self, numpy: Any) -> bool:
         """``sample(numpy=...)`` checked: a bool, and ``True`` only for an

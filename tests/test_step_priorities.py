@@ -137,6 +137,34 @@ def test_without_replacement_rows_are_distinct_trajectories(two):
         draw(table, 3, 2, replace=False)
 
 
+def test_refusals_name_steps_and_the_strategy():
+    """Messages written for Prioritized said "every stored trajectory has
+    priority 0" and "trajectories with priority > 0" of a PrioritizedSteps
+    sample, and a ninth PrioritizedSteps alpha failed in the native call
+    (JaxRuntimeError, even eagerly) where a ninth Prioritized alpha raises
+    ValueError at the call."""
+    table = step_table()
+    key = insert(table, 6, np.array([0.0, 0.0, 0.0, 0.0, 1.0, 2.0]))
+    with pytest.raises(JaxRuntimeError, match="steps? of priority > 0 where a full window "
+                                              "starts among them can serve only 0"):
+        draw(table, 2, 3, cut="full", replace=False)  # steps 0-3 may start it: priority 0
+    table.update_priorities(np.array([key]), np.zeros((1, 6)), steps=np.arange(6)[None])
+    with pytest.raises(JaxRuntimeError, match="PrioritizedSteps: every stored step has "
+                                              "priority 0"):
+        draw(table, 2, 1)
+    table.update_priorities(np.array([key]), np.ones(1))
+    for alpha in range(8):
+        draw(table, 1, 1, alpha=float(alpha))
+    with pytest.raises(ValueError, match=r"at most 8 PrioritizedSteps alphas .*"
+                                         r"PrioritizedSteps\(7.5\) would be one more"):
+        draw(table, 1, 1, alpha=7.5)
+    with pytest.raises(ValueError, match="at most 8 PrioritizedSteps"):
+        jax.jit(lambda s: table.sample(s, jax.random.key(0), 1, 1,
+                                       gx.PrioritizedSteps(7.5)))(table.state())
+    draw(table, 1, 1, alpha=7.0)  # a kept alpha still samples
+    table.sample(jax.random.key(0), 1, 1, gx.Prioritized(0.5))  # Prioritized's own places
+
+
 def test_alpha_zero_draws_every_stored_step_alike(two):
     table, a, b = two
     keys, start, probability, _, _ = draw(table, 5000, 1, alpha=0.0)

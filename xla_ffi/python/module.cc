@@ -505,8 +505,11 @@ class NativeTable {
     table_->RestoreTimesSampled(key, times_sampled);
   }
 
-  // The Prioritized alphas with a sum tree, without building the whole stats.
-  std::vector<double> Alphas() const { return table_->Alphas(); }
+  // The alphas with a sum tree of a strategy (Prioritized, PrioritizedSteps:
+  // its code), without building the whole stats.
+  std::vector<double> Alphas(int strategy) const {
+    return table_->Alphas(static_cast<Strategy>(strategy));
+  }
 
   nb::dict Stats() const {
     const gearjax::Stats s = table_->GetStats();
@@ -690,7 +693,8 @@ void DefineNativeTable(nb::module_& m) {
       .def("restore_times_sampled", &NativeTable::RestoreTimesSampled, "key"_a,
            "times_sampled"_a)
       .def("stats", &NativeTable::Stats)
-      .def("alphas", &NativeTable::Alphas)
+      .def("alphas", &NativeTable::Alphas,
+           "strategy"_a = static_cast<int>(Strategy::kPrioritized))
       .def("exchange_stats", &NativeTable::ExchangeStats);
 }
 

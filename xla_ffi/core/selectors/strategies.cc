@@ -107,7 +107,10 @@ void CheckParameters(const SampleRequest& r) {
 std::string EligibleWords(const SampleRequest& r) {
   const StrategyEntry& entry = StrategyOf(r.strategy);
   if (entry.ranks) return std::string(" among the ") + entry.name + " " + std::to_string(r.count);
-  return WeighsByPriority(r) ? " with priority > 0" : "";
+  if (!WeighsByPriority(r)) return "";
+  if (!entry.draws_steps) return " with priority > 0";
+  return r.cut == Cut::kFull ? " with a step of priority > 0 where a full window starts"
+                             : " with a step of priority > 0";
 }
 
 }  // namespace gearjax

@@ -103,6 +103,10 @@ TEST(Strategies, EligibilityWordsNameWhatAnItemNeeds) {
   EXPECT_EQ(EligibleWords(Request(Strategy::kPrioritized, 0.5)),
             " with priority > 0");
   EXPECT_EQ(EligibleWords(Request(Strategy::kPrioritized, 0.0)), "");
+  SampleRequest steps = Request(Strategy::kPrioritizedSteps, 0.5);
+  EXPECT_EQ(EligibleWords(steps), " with a step of priority > 0");
+  steps.cut = Cut::kFull;
+  EXPECT_EQ(EligibleWords(steps), " with a step of priority > 0 where a full window starts");
   EXPECT_EQ(EligibleWords(Request(Strategy::kTopK, 0, 7)),
             " among the TopK 7");
   EXPECT_EQ(EligibleWords(Request(Strategy::kRecent, 0, 3)),

@@ -267,8 +267,9 @@ class Table {
   // list exactly the slots not in use.
   void RestoreState(const Counters& counters, const std::vector<int64_t>& free_slots);
   Stats GetStats() const;
-  // The Prioritized alphas that have a sum tree (at most kMaxPriorityTrees).
-  std::vector<double> Alphas() const;
+  // The alphas of `strategy` (Prioritized or PrioritizedSteps) that have a
+  // sum tree (at most kMaxPriorityTrees each).
+  std::vector<double> Alphas(Strategy strategy = Strategy::kPrioritized) const;
 
   // Closes the table: every waiter wakes and fails, every later call fails
   // with Closed. Waits up to `wait_seconds` for the samples, readers and

@@ -10,6 +10,7 @@
 #include "core/prefetch.h"
 #include "core/random.h"
 #include "core/selectors/prioritized.h"
+#include "core/selectors/step_prioritized.h"
 #include "core/table/table.h"
 #include "core/table/table_internal.h"
 
@@ -142,9 +143,17 @@ void Table::RestoreState(const Counters& counters, const std::vector<int64_t>& f
   changed_.notify_all();
 }
 
-std::vector<double> Table::Alphas() const {
+std::vector<double> Table::Alphas(Strategy strategy) const {
   MutexLock lock(CheckedMutex());
   std::vector<double> alphas;
+  if (strategy == Strategy::kPrioritizedSteps) {
+    for (const StepPrioritizedSelector* selector :
+         selectors_.Of<StepPrioritizedSelector>(Strategy::kPrioritizedSteps)) {
+      alphas.push_back(selector->alpha());
+    }
+    return alphas;
+  }
+  if (strategy != Strategy::kPrioritized) throw InvalidArgument("no alphas for that strategy");
   for (const PrioritizedSelector* selector :
        selectors_.Of<PrioritizedSelector>(Strategy::kPrioritized)) {
     alphas.push_back(selector->alpha());

@@ -71,7 +71,11 @@ void Table::WaitToSampleLocked(MutexLock& lock, const SampleRequest& r) {
   // Checked before SamplingSelectorLocked may make a tree, so a refused sample
   // takes no alpha's place.
   if (WeighsByPriority(r) && PositiveLocked() == 0) {
-    throw InvalidArgument("cannot sample with Prioritized: every stored trajectory has priority 0");
+    // A trajectory's priority is the largest of its steps': none positive,
+    // no step is either.
+    throw InvalidArgument(std::string("cannot sample with ") + StrategyOf(r.strategy).name +
+                          ": every stored " + (DrawsSteps(r.strategy) ? "step" : "trajectory") +
+                          " has priority 0");
   }
 }
 
