@@ -128,14 +128,15 @@ uint64_t Table::TakeTicketLocked(MutexLock& lock) {
   if (completions_.load(std::memory_order_relaxed) == nullptr) return ticket;
   // Almost never waits: only when GpuCompletions::kSize later tickets were
   // taken while an earlier one in the same place is still in flight.
-  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  const auto deadline = Clock::now() + std::chrono::duration<double>(spec_.slot_wait_seconds);
   if (!WaitForTickets(lock.native(), deadline, [&] {
         return tickets_.SharesPlaceWith(ticket, GpuCompletions::kSize) == 0;
       })) {
     tickets_.Return(ticket);
     throw Timeout("a GPU sample " + std::to_string(GpuCompletions::kSize) +
-                  " samples earlier has not finished in 60 s (a GPU stream that does not "
-                  "progress?)");
+                  " samples earlier has not finished in " +
+                  table_internal::Number(spec_.slot_wait_seconds) +
+                  " s (a GPU stream that does not progress?)");
   }
   return ticket;
 }

@@ -29,8 +29,9 @@ struct TableSpec {
   // How long a call waits for GPU work before it fails with Timeout: an
   // insert for the samples and readers still reading the slot it took, a
   // reader or writer of the priorities for a GPU priority update, an update
-  // for another stream's (they finish in microseconds to milliseconds
-  // unless a GPU stream stalls or failed).
+  // for another stream's, a GPU sample for the one GpuCompletions::kSize
+  // samples before it (they finish in microseconds to milliseconds unless a
+  // GPU stream stalls or failed).
   double slot_wait_seconds = 60.0;
   // Keep a priority per step as well (PrioritizedSteps draws by them; a
   // trajectory's own priority is then the largest of its steps'):
