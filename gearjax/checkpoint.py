@@ -36,7 +36,7 @@ or, for a symbolic link, the file the link leads to (links are followed, as
 ``open`` follows them, and remain links); a target that exists and is not a
 regular file (a directory, a device, a FIFO, a socket) is refused with
 ``FileExistsError`` and left as it was. A new checkpoint gets the permissions
-the umask gives a new file. Paths may be str, bytes or os.PathLike. Temporaries left by a process
+the umask gives a new file; one that replaces a file keeps that file's. Paths may be str, bytes or os.PathLike. Temporaries left by a process
 that died mid-save are removed by the next save or load of the same path.
 While saving, the stored slots are pinned: inserts that would evict them wait.
 
@@ -235,6 +235,17 @@ def _create_temporary(path: str) -> tuple[int, str]:
     raise FileExistsError(errno.EEXIST, "no free temporary name beside the checkpoint", path)
 
 
+def _keep_permissions(path: str, fd: int) -> None:
+    """Gives the new file (`fd`) the permission bits of the file it will
+    replace, as writing over that file would keep them: a checkpoint made
+    private (0600) stays private. A new path keeps the umask's."""
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return
+    os.fchmod(fd, mode)
+
+
 @contextlib.contextmanager
 def _atomic_replace(path: str, verify: Callable[[str], None] | None = None):
     """Yields a new binary file beside `path` (see _save_target for what
@@ -252,6 +263,7 @@ def _atomic_replace(path: str, verify: Callable[[str], None] | None = None):
     except OSError as e:
         raise type(e)(e.errno, f"cannot save to {asked}: {e.strerror}", asked) from None
     try:
+        _keep_permissions(path, fd)
         with os.fdopen(fd, "wb") as raw:
             yield raw
             raw.flush()

@@ -119,10 +119,25 @@ def test_a_checkpoint_gets_the_permissions_the_umask_gives(tmp_path, umask):
         path = tmp_path / "ck.gx"
         small_table().save(path)
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o666 & ~umask
-        small_table().save(path)  # replacing a checkpoint too
+        small_table().save(path)  # replacing a checkpoint: its own permissions, the same
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o666 & ~umask
     finally:
         os.umask(old)
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o640, 0o444])
+def test_a_replaced_checkpoint_keeps_its_permissions(tmp_path, mode):
+    """Fails when the new file takes the umask's permissions: a checkpoint
+    made private (0600) became world-readable (0644) at the next save."""
+    path = tmp_path / "ck.gx"
+    small_table().save(path)
+    os.chmod(path, mode)
+    small_table().save(path)
+    assert stat.S_IMODE(os.stat(path).st_mode) == mode
+    link = tmp_path / "link.gx"
+    link.symlink_to(path)
+    small_table().save(link)  # through a link: the target's
+    assert stat.S_IMODE(os.stat(path).st_mode) == mode and round_trips(path)
 
 
 @pytest.mark.parametrize("kind", ["str", "bytes", "pathlib"])

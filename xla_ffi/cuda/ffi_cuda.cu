@@ -23,7 +23,8 @@
 //
 // Priority updates never wait for the stream. Where the table allows
 // (TableGpu::BeginUpdate: a Prioritized tree to update, up to
-// kMaxGpuUpdateKeys keys, no TopK heap or min-priority remover keeping
+// kMaxGpuUpdateKeys keys and no more shared memory than the GPU gives a
+// block, no TopK heap or min-priority remover keeping
 // priorities in host memory), one kernel
 // (update.cu) applies them to the slot records and Prioritized trees in
 // mapped memory and reports its ticket through the ring; host writers keep
@@ -252,7 +253,9 @@ ffi::Error UpdateOnDevice(cudaStream_t stream, int device, const std::shared_ptr
                           const ffi::AnyBuffer& keys,
                           KeyFormat key_format, const ffi::AnyBuffer& priorities,
                           PriorityFormat priority_format, int32_t* updated) {
-  DeviceTicket held(table, ticket, device, stream);
+  // Every return before the launch succeeds gives back the deferred leaves
+  // handed to the kernel (UpdateTicket).
+  UpdateTicket held(table, ticket, device, stream);
   if (const ffi::Error copied = CopyMirrors(*table, copies, stream); copied.failure()) {
     return copied;  // (first, as in SampleOnDevice)
   }
@@ -295,7 +298,9 @@ ffi::Error UpdatePriorities(cudaStream_t stream, const ffi::AnyBuffer& keys,
   TableGpu(*table).UseCompletions(&kCudaDeviceMemory, device);
   GpuUpdate on_device;
   MirrorCopies copies;
-  if (const uint64_t ticket = TableGpu(*table).BeginUpdate(stream, n, &on_device, &copies)) {
+  // An update needing more shared memory than this GPU allows is staged.
+  if (const uint64_t ticket = TableGpu(*table).BeginUpdate(stream, n, &on_device, &copies,
+                                                           PriorityUpdateSharedLimit())) {
     return UpdateOnDevice(stream, device, table, ticket, on_device, copies, keys, key_format,
                           priorities,
                           priority_format, updated->typed_data());

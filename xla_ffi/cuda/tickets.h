@@ -3,7 +3,8 @@
 // that read the drawn slots:
 //  * DeviceTicket (one table's sample): the gather kernel writes the ticket
 //    into the table's completion ring (core/gpu/gpu_completions.h); nothing but
-//    the kernels goes on the stream.
+//    the kernels goes on the stream. UpdateTicket: a priority update
+//    kernel's, which does the same.
 //  * StreamTickets (a shard serving several requesters, several tickets and
 //    gathers): a host function after the last gather returns them.
 #pragma once
@@ -38,6 +39,7 @@ class DeviceTicket {
   }
 
   uint64_t id() const { return ticket_; }
+  bool handed() const { return handed_; }
   CompletionView completion() const { return TableGpu(*table_).CompletionFor(ticket_, device_); }
   void HandToDevice() {
     TableGpu(*table_).HandToDevice(ticket_);
@@ -50,6 +52,35 @@ class DeviceTicket {
   int device_;
   cudaStream_t stream_;
   bool handed_ = false;
+};
+
+// A GPU priority update's ticket (TableGpu::BeginUpdate) until its kernel is
+// enqueued: as a DeviceTicket, and any way out before then first gives the
+// table back the deferred leaves the kernel was to set
+// (TableGpu::UpdateNotEnqueued), before the ticket ends and the host may
+// settle the priorities: else their items would never be drawn.
+class UpdateTicket {
+ public:
+  UpdateTicket(const std::shared_ptr<Table>& table, uint64_t ticket, int device,
+               cudaStream_t stream)
+      : table_(table), ticket_(table, ticket, device, stream) {}
+  UpdateTicket(const UpdateTicket&) = delete;
+  UpdateTicket& operator=(const UpdateTicket&) = delete;
+  ~UpdateTicket() {
+    if (ticket_.handed()) return;
+    try {
+      TableGpu(*table_).UpdateNotEnqueued(ticket_.id());
+    } catch (...) {
+      // A forked copy (the only throw): its GPU work is not this process's.
+    }
+  }  // then ticket_ waits for what was enqueued and ends the ticket
+
+  CompletionView completion() const { return ticket_.completion(); }
+  void HandToDevice() { ticket_.HandToDevice(); }
+
+ private:
+  std::shared_ptr<Table> table_;
+  DeviceTicket ticket_;  // destroyed after the body above
 };
 
 // What the stream's host function releases: the table's tickets, and the host

@@ -3,7 +3,9 @@
 // Table::UpdatePriorities, with a block barrier between phases.
 #include "cuda/update.cuh"
 
+#include <algorithm>
 #include <atomic>
+#include <cstddef>
 
 namespace gearjax {
 namespace {
@@ -29,25 +31,66 @@ __global__ void PriorityUpdateKernel(const GpuUpdate u) {
   if (t == 0) GpuUpdateFinish(u, s);
 }
 
-// Per GPU: whether the kernel may use the shared memory of the largest update
-// (over the 48 KiB a kernel gets unasked).
-std::atomic<bool> shared_memory_raised[64];
+// Per GPU: PriorityUpdateSharedLimit's answer (0: not asked yet).
+constexpr int kCachedDevices = 64;
+std::atomic<size_t> shared_limit[kCachedDevices];
+
+// What a launch may use without asking: 48 KiB a block (the kernel has no
+// static shared memory; AskSharedLimit subtracts any it gains).
+constexpr size_t kUnaskedSharedBytes = 48 * 1024;
+
+// Asks the current GPU (`device`) for PriorityUpdateSharedLimit's answer and
+// grants it to the kernel; 0 where a CUDA call fails (not remembered: asked
+// again next time).
+size_t AskSharedLimit(int device) {
+  cudaFuncAttributes attributes;
+  int optin = 0;
+  if (cudaFuncGetAttributes(&attributes, PriorityUpdateKernel) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+          cudaSuccess ||
+      static_cast<size_t>(optin) <= attributes.sharedSizeBytes) {
+    return 0;
+  }
+  // Only what the largest update needs: asking for more than the device
+  // allows fails (cudaErrorInvalidValue), as 81,984 B did on Turing.
+  const size_t limit = std::min(static_cast<size_t>(optin) - attributes.sharedSizeBytes,
+                                GpuUpdateSharedBytes(kMaxGpuUpdateKeys));
+  if (limit > kUnaskedSharedBytes &&
+      cudaFuncSetAttribute(PriorityUpdateKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(limit)) != cudaSuccess) {
+    return 0;
+  }
+  return limit;
+}
 
 }  // namespace
 
-cudaError_t LaunchPriorityUpdate(const GpuUpdate& update, cudaStream_t stream) {
-  if (update.n < 0 || update.n > kMaxGpuUpdateKeys) return cudaErrorInvalidConfiguration;
-  cudaGetLastError();  // not this launch's (see LaunchGather)
-  const size_t bytes = GpuUpdateSharedBytes(update.n);
+size_t PriorityUpdateSharedLimit() {
   int device = 0;
-  if (bytes > 48 * 1024 && cudaGetDevice(&device) == cudaSuccess && device >= 0 && device < 64 &&
-      !shared_memory_raised[device].load(std::memory_order_acquire)) {
-    const cudaError_t error =
-        cudaFuncSetAttribute(PriorityUpdateKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(GpuUpdateSharedBytes(kMaxGpuUpdateKeys)));
-    if (error != cudaSuccess) return error;
-    shared_memory_raised[device].store(true, std::memory_order_release);
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0) {
+    cudaGetLastError();
+    return kUnaskedSharedBytes;
   }
+  const bool cached = device < kCachedDevices;
+  if (cached) {
+    if (const size_t known = shared_limit[device].load(std::memory_order_acquire)) return known;
+  }
+  const size_t limit = AskSharedLimit(device);
+  if (limit == 0) {
+    cudaGetLastError();  // not sticky: not the next launch's error
+    return kUnaskedSharedBytes;
+  }
+  // After the grant: a caller that sees the limit may launch with it.
+  if (cached) shared_limit[device].store(limit, std::memory_order_release);
+  return limit;
+}
+
+cudaError_t LaunchPriorityUpdate(const GpuUpdate& update, cudaStream_t stream) {
+  // BeginUpdate staged any update that does not fit (and the limit, once
+  // known, was granted to the kernel).
+  if (!GpuUpdateFits(update.n, PriorityUpdateSharedLimit())) return cudaErrorInvalidConfiguration;
+  const size_t bytes = GpuUpdateSharedBytes(update.n);
+  cudaGetLastError();  // not this launch's (see LaunchGather)
   PriorityUpdateKernel<<<1, kThreadsPerBlock, bytes, stream>>>(update);
   return cudaGetLastError();
 }

@@ -59,4 +59,26 @@ GpuUpdateLedger::Last GpuUpdateLedger::Record(uint64_t ticket, const void* strea
   return earlier;
 }
 
+void GpuUpdateLedger::HandDeferred(uint64_t ticket, SampleTickets& tickets) {
+  std::erase_if(handed_, [&](const Handed& h) { return !tickets.InFlight(h.ticket); });
+  if (deferred_.empty()) return;
+  handed_.push_back({ticket, {}});
+  handed_.back().slots.swap(deferred_);  // deferred_ left empty
+}
+
+void GpuUpdateLedger::TakeBack(uint64_t ticket) {
+  const auto it = std::find_if(handed_.begin(), handed_.end(),
+                               [&](const Handed& h) { return h.ticket == ticket; });
+  if (it == handed_.end()) return;
+  // Before the leaves deferred since: the order the host would set them in.
+  deferred_.insert(deferred_.begin(), it->slots.begin(), it->slots.end());
+  handed_.erase(it);
+}
+
+int64_t GpuUpdateLedger::handed() const {
+  int64_t n = 0;
+  for (const Handed& h : handed_) n += static_cast<int64_t>(h.slots.size());
+  return n;
+}
+
 }  // namespace gearjax

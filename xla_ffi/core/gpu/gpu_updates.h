@@ -6,7 +6,8 @@
 //  * GpuUpdateLedger: the last update's ticket and stream (one stream writes
 //    the trees at a time, in its own order), the host callers claiming the
 //    priorities meanwhile, and the slots published while an update may run,
-//    whose Prioritized leaves wait for the next update kernel or the host.
+//    whose Prioritized leaves wait for the next update kernel or the host
+//    (and, once handed to a kernel, are kept until it is known enqueued).
 //
 // The table holds the ledger under its mutex (GEARJAX_GUARDED_BY), and the
 // report's making, device address and release name that mutex
@@ -112,11 +113,29 @@ class GpuUpdateLedger {
   void Defer(int64_t slot) { deferred_.push_back(slot); }
   const std::vector<int64_t>& deferred() const { return deferred_; }
   void ClearDeferred() { deferred_.clear(); }
+  // The deferred leaves go to the update kernel begun with `ticket`, which
+  // sets them: they leave deferred(), kept aside until `ticket` ends, so
+  // that TakeBack can defer them again if the kernel is never enqueued
+  // (else no one would set them: their items would never be drawn). Forgets
+  // the leaves of earlier hand-overs whose ticket has ended (their kernels
+  // ran: a ticket not enqueued is taken back before it ends).
+  void HandDeferred(uint64_t ticket, SampleTickets& tickets);
+  // The update begun with `ticket` was not enqueued: the leaves handed to it
+  // are deferred again (none: nothing changes). Before `ticket` ends.
+  void TakeBack(uint64_t ticket);
+  // The leaves handed to updates whose ticket may not have ended, all told.
+  int64_t handed() const;
 
  private:
+  struct Handed {
+    uint64_t ticket;
+    std::vector<int64_t> slots;
+  };
+
   Last last_;
   int64_t claims_ = 0;
   std::vector<int64_t> deferred_;
+  std::vector<Handed> handed_;  // one per update in flight that took leaves
 };
 
 }  // namespace gearjax

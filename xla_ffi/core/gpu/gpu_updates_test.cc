@@ -1,6 +1,8 @@
 // Tests of what a table keeps of its GPU priority updates: the report made
 // once in GPU-mapped memory (or not at all), its counts and refusals each
-// taken once; the ledger's last update, claims and deferred leaves.
+// taken once; the ledger's last update, claims and deferred leaves, and the
+// leaves handed to a kernel: kept until its ticket ends, deferred again if
+// it was never enqueued.
 #include "core/gpu/gpu_updates.h"
 
 #include <gtest/gtest.h>
@@ -137,6 +139,53 @@ TEST(GpuUpdateLedger, CountsClaimsAndKeepsDeferredLeavesInOrder) {
   ledger.Defer(1);
   EXPECT_EQ(ledger.deferred(), (std::vector<int64_t>{3, 1}));
   ledger.ClearDeferred();
+  EXPECT_TRUE(ledger.deferred().empty());
+}
+
+TEST(GpuUpdateLedger, LeavesHandedToAnUpdateNeverEnqueuedAreDeferredAgain) {
+  SampleTickets tickets;
+  GpuUpdateLedger ledger;
+  const uint64_t t1 = tickets.Take();
+  ledger.Defer(3);
+  ledger.Defer(1);
+  ledger.HandDeferred(t1, tickets);
+  EXPECT_TRUE(ledger.deferred().empty());  // the kernel's now
+  EXPECT_EQ(ledger.handed(), 2);
+  ledger.Defer(5);  // published while the update may run
+  ledger.TakeBack(t1);  // its kernel was never enqueued
+  EXPECT_EQ(ledger.deferred(), (std::vector<int64_t>{3, 1, 5}));
+  EXPECT_EQ(ledger.handed(), 0);
+  ledger.TakeBack(t1);  // once only
+  EXPECT_EQ(ledger.deferred(), (std::vector<int64_t>{3, 1, 5}));
+}
+
+TEST(GpuUpdateLedger, TakesBackOnlyTheLeavesOfTheUpdateNotEnqueued) {
+  SampleTickets tickets;
+  GpuUpdateLedger ledger;
+  const uint64_t t1 = tickets.Take(), t2 = tickets.Take(), t3 = tickets.Take();
+  ledger.HandDeferred(t1, tickets);  // nothing deferred: nothing kept
+  EXPECT_EQ(ledger.handed(), 0);
+  ledger.Defer(4);
+  ledger.HandDeferred(t2, tickets);
+  ledger.Defer(6);
+  ledger.HandDeferred(t3, tickets);
+  ledger.TakeBack(t3);
+  EXPECT_EQ(ledger.deferred(), (std::vector<int64_t>{6}));  // t2's kernel sets slot 4
+  EXPECT_EQ(ledger.handed(), 1);
+}
+
+TEST(GpuUpdateLedger, ForgetsHandedLeavesOnceTheirTicketHasEnded) {
+  SampleTickets tickets;
+  GpuUpdateLedger ledger;
+  const uint64_t t1 = tickets.Take();
+  ledger.Defer(2);
+  ledger.HandDeferred(t1, tickets);
+  tickets.Return(t1);  // its kernel ran and reported
+  const uint64_t t2 = tickets.Take();
+  ledger.Defer(7);
+  ledger.HandDeferred(t2, tickets);
+  EXPECT_EQ(ledger.handed(), 1);  // t1's forgotten, t2's kept
+  ledger.TakeBack(t1);            // too late to matter: nothing comes back
   EXPECT_TRUE(ledger.deferred().empty());
 }
 

@@ -33,6 +33,7 @@
 // (GpuUpdateLiveKey), so a stale key never matches the slot's new item.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "core/common.h"
@@ -46,7 +47,8 @@
 namespace gearjax {
 
 // At most this many keys a GPU update (its shared memory: 20 bytes a key at
-// most); larger updates are staged on the host (staged_update.h).
+// most, within what the GPU allows: GpuUpdateFits); larger updates are
+// staged on the host (staged_update.h).
 inline constexpr int64_t kMaxGpuUpdateKeys = 4096;
 
 // What kernels add up for the host, in GPU-mapped pinned memory; the host
@@ -123,6 +125,19 @@ GEARJAX_HD int64_t GpuUpdateHashSize(int64_t n) {
 
 GEARJAX_HD size_t GpuUpdateSharedBytes(int64_t n) {
   return 64 + static_cast<size_t>(n) * 4 + static_cast<size_t>(GpuUpdateHashSize(n)) * 8;
+}
+
+// No bound on a block's shared memory but the kernel's own (kMaxGpuUpdateKeys):
+// the CPU emulator's.
+inline constexpr size_t kAnyGpuSharedMemory = ~size_t{0};
+
+// Whether an update of `n` keys runs as one kernel on a GPU that lets a block
+// use `shared_limit` bytes of shared memory (the CUDA layer's
+// PriorityUpdateSharedLimit: the device's opt-in maximum, which Turing puts
+// at 64 KiB, short of the 73,796-81,984 B of 2,049-4,096 keys). Updates that
+// do not are staged on the host (TableGpu::BeginUpdate).
+inline bool GpuUpdateFits(int64_t n, size_t shared_limit) {
+  return n >= 0 && n <= kMaxGpuUpdateKeys && GpuUpdateSharedBytes(n) <= shared_limit;
 }
 
 // Carves `memory` (GpuUpdateSharedBytes(n), 8-byte aligned).

@@ -224,5 +224,24 @@ TEST(GpuUpdate, Float32PrioritiesAndInt32KeysDecodeAsTheHostDoes) {
   EXPECT_EQ(f.info[1].priority, std::ldexp(1.0, -149));
 }
 
+// Turing (sm_75) lets a block opt in to 64 KiB of shared memory: updates of
+// 2,049-4,096 keys need more and must be staged, not launched (the launch
+// failed with cudaErrorInvalidValue); Hopper's 227 KiB take them all.
+TEST(GpuUpdateFits, WithinTheGpusSharedMemoryAndTheKernelsKeys) {
+  constexpr size_t kTuring = 64 * 1024, kHopper = 227 * 1024;
+  EXPECT_EQ(GpuUpdateSharedBytes(2048), 41024u);
+  EXPECT_EQ(GpuUpdateSharedBytes(2049), 73796u);
+  EXPECT_EQ(GpuUpdateSharedBytes(kMaxGpuUpdateKeys), 81984u);
+  EXPECT_TRUE(GpuUpdateFits(0, kTuring));
+  EXPECT_TRUE(GpuUpdateFits(2048, kTuring));
+  EXPECT_FALSE(GpuUpdateFits(2049, kTuring));
+  EXPECT_FALSE(GpuUpdateFits(kMaxGpuUpdateKeys, kTuring));
+  EXPECT_TRUE(GpuUpdateFits(kMaxGpuUpdateKeys, kHopper));
+  EXPECT_TRUE(GpuUpdateFits(kMaxGpuUpdateKeys, GpuUpdateSharedBytes(kMaxGpuUpdateKeys)));
+  EXPECT_FALSE(GpuUpdateFits(kMaxGpuUpdateKeys, GpuUpdateSharedBytes(kMaxGpuUpdateKeys) - 1));
+  EXPECT_FALSE(GpuUpdateFits(kMaxGpuUpdateKeys + 1, kAnyGpuSharedMemory));
+  EXPECT_FALSE(GpuUpdateFits(-1, kAnyGpuSharedMemory));
+}
+
 }  // namespace
 }  // namespace gearjax

@@ -12,6 +12,7 @@
 // for the GPU samples that drew it (sample tickets). Invariants: table.h.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -118,8 +119,10 @@ class TableGpu {
   // (UseCompletions first; the caller hands it to the device), and fills
   // `update`'s table part (device addresses; the report made on first use).
   // Returns 0 instead, taking nothing, where the update must be staged
-  // (staged_update.h): more than kMaxGpuUpdateKeys keys, selection state not
-  // GPU-mapped, a TopK heap (host memory) keeping priorities, a table with
+  // (staged_update.h): more than kMaxGpuUpdateKeys keys or more shared
+  // memory than the GPU lets a block use (`shared_limit`: GpuUpdateFits;
+  // the CUDA handler's PriorityUpdateSharedLimit, the emulator's none),
+  // selection state not GPU-mapped, a TopK heap (host memory) keeping priorities, a table with
   // step priorities (its per-step copies are host memory), or a staged
   // update in flight (its host function may wait for the priorities, so no
   // kernel may queue behind it). Waits first while the host claims the
@@ -128,8 +131,16 @@ class TableGpu {
   // time, in its own order. On a device table the kernel reads and writes
   // the trees' copies in GPU memory and writes the host trees too; *copies
   // says what the caller must copy into those mirrors first, on `stream`
-  // (see BeginSample). Throws Closed.
-  uint64_t BeginUpdate(const void* stream, int64_t n, GpuUpdate* update, MirrorCopies* copies);
+  // (see BeginSample). The deferred leaves go to the kernel (update->deferred)
+  // last, once nothing here can fail. Throws Closed.
+  uint64_t BeginUpdate(const void* stream, int64_t n, GpuUpdate* update, MirrorCopies* copies,
+                       size_t shared_limit = kAnyGpuSharedMemory);
+  // The caller could not enqueue the kernel of the update begun with
+  // `ticket` (its copies or its launch failed): the deferred leaves handed
+  // to it are deferred again, for the host or the next kernel to set, where
+  // they would otherwise stay unset (their items never drawn). Call before
+  // the ticket ends. Throws Closed only in a forked copy (forks.h).
+  void UpdateNotEnqueued(uint64_t ticket);
 
  private:
   // Staging lists replaced by larger ones (GpuStaging::Retired): the caller
@@ -153,6 +164,7 @@ class TableGpu {
   // Hands the deferred leaves to the update kernel `u` (in a pinned list held
   // for `ticket`), which sets them before its own entries; where no list can
   // be had they stay deferred (the host sets them once the kernel has run).
+  // The ledger keeps them aside until the ticket ends (UpdateNotEnqueued).
   void HandDeferredLeavesLocked(uint64_t ticket, GpuUpdate* u, RetiredStaging* retired)
       GEARJAX_REQUIRES(table_.mu_);
   // BeginUpdate's steps under the lock. Waits until no host writer claims

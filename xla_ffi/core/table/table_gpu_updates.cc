@@ -146,9 +146,20 @@ void TableGpu::HandDeferredLeavesLocked(uint64_t ticket, GpuUpdate* u, RetiredSt
   }
   if (list == nullptr || list->device_data() == nullptr) return;  // the host sets them later
   std::copy(deferred.begin(), deferred.end(), list->data());
+  try {
+    // Kept aside, not dropped: a caller that cannot enqueue the kernel
+    // gives them back (UpdateNotEnqueued).
+    table_.gpu_updates_.HandDeferred(ticket, table_.tickets_);
+  } catch (const std::bad_alloc&) {
+    return;  // still deferred: the host sets them later
+  }
   u->deferred = list->device_data();
   u->deferred_n = n;
-  table_.gpu_updates_.ClearDeferred();
+}
+
+void TableGpu::UpdateNotEnqueued(uint64_t ticket) {
+  MutexLock lock(table_.CheckedMutex());
+  table_.gpu_updates_.TakeBack(ticket);
 }
 
 void TableGpu::WaitForOtherUpdatesLocked(MutexLock& lock, const void* stream) {
@@ -221,7 +232,7 @@ void TableGpu::UseMirrorsLocked(MutexLock& lock, uint64_t ticket, const void* st
 }
 
 uint64_t TableGpu::BeginUpdate(const void* stream, int64_t n, GpuUpdate* update,
-                               MirrorCopies* copies) {
+                               MirrorCopies* copies, size_t shared_limit) {
   copies->n = 0;
   RetiredStaging retired;  // freed after the lock is released (declared first)
   MutexLock lock(table_.CheckedMutex());
@@ -232,7 +243,7 @@ uint64_t TableGpu::BeginUpdate(const void* stream, int64_t n, GpuUpdate* update,
   // stream order under the lock, and inserts never wait for the GPU.
   if (!table_.selectors_.Has(Strategy::kPrioritized)) return 0;
   WaitForOtherUpdatesLocked(lock, stream);
-  if (n > kMaxGpuUpdateKeys || table_.slots_->device_info() == nullptr ||
+  if (!GpuUpdateFits(n, shared_limit) || table_.slots_->device_info() == nullptr ||
       KernelCannotUpdateLocked()) {
     return 0;
   }
@@ -254,10 +265,12 @@ uint64_t TableGpu::BeginUpdate(const void* stream, int64_t n, GpuUpdate* update,
   const GpuUpdateLedger::Last earlier = table_.gpu_updates_.Record(ticket, stream);
   const SumTree* trees[kMaxPriorityTrees];
   GpuUpdate u = KernelViewLocked(trees);
-  HandDeferredLeavesLocked(ticket, &u, &retired);
   if (MirrorsTreesLocked()) {
     UseMirrorsLocked(lock, ticket, stream, earlier, trees, &u, copies, &retired);
   }
+  // Last: UseMirrorsLocked may wait and fail, and leaves handed before
+  // would be set by no one (and those deferred during its wait go too).
+  HandDeferredLeavesLocked(ticket, &u, &retired);
   *update = u;
   return ticket;
 }
