@@ -340,7 +340,18 @@ def test_processes_that_disagree_on_a_sample_raise_instead_of_aborting(tmp_path)
     doesn't match expected size', SIGABRT). One job tries each difference in turn."""
     expected = {"batch": "batch_size=5", "window": "window=3", "strategy": "Prioritized",
                 "pad": "pad='right'"}
-    for result in multihost.run("mismatched_sample", 2, tmp_path, timeout=180):
+    results = multihost.run("mismatched_sample", 2, tmp_path, timeout=180)
+    for process, result in enumerate(results):
+        refused = result.pop("refused")
+        assert refused["rows"] == 4
+        if process == len(results) - 1:  # its own batch_size=0: its own error
+            assert "batch_size" in refused["message"], refused
+            assert "disagree" not in refused["message"], refused
+        else:
+            message = refused["message"]
+            assert "process 1 passed" in message and "refused='ValueError: " in message and \
+                "batch_size" in message.split("refused=")[1], refused
+    for result in results:
         assert set(result) == set(expected)
         for differ, text in expected.items():
             message = result[differ]["message"]

@@ -609,23 +609,14 @@ class ShardedTable:
         state = table_state.consume(state, self) if given else _call_forms.eager_state(
             "ShardedTable.sample(rng_key, ...)",
             "state, batch = table.sample(state, rng_key, ...)")
-        if not isinstance(prefetch, bool):
-            raise TypeError(f"prefetch must be True or False, got {prefetch!r}")
-        if prefetch and self._transport is None:
-            raise ValueError("prefetch=True needs a one-sided exchange ('nixl' or 'verbs'): "
-                             "with 'xla' every process takes part in every sample")
-        args = _sample_args.check(rng_key, batch_size, window, strategy, pad, cut, replace,
-                                  max_length=self._local.max_length, rows=self._processes)
-        if args.cut != "start" or not args.replace:
-            raise ValueError(f"a ShardedTable samples with cut='start' and replacement only "
-                             f"(got cut={args.cut!r}, replace={args.replace}): sample one "
-                             f"process's table (table.local) for the other modes")
-        if args.strategy.draws_steps:
-            if not self._local.step_priorities:
-                raise ValueError(f"{args.strategy!r} draws steps by their own priorities: make "
-                                 f"the sharded table with step_priorities=True")
-        _sample_args.check_room("a sharded sample", args, self._local.columns,
-                                self._local.rate_limiter, rows=self._processes)
+        try:
+            args = self._checked_sample_args(rng_key, batch_size, window, strategy, pad, cut,
+                                             replace, prefetch)
+        except (TypeError, ValueError) as e:
+            if self._transport is None and axis_name is None and \
+                    not isinstance(rng_key, jax.core.Tracer):
+                self._refuse_eager_call("sample", e)
+            raise
         if self._transport is not None:
             state, batch = self._sample_one_sided(state, rng_key, args, axis_name, prefetch)
             return (state, batch) if given else batch
@@ -649,6 +640,46 @@ class ShardedTable:
         batch = exchange.eager_sample(rng_key, spec=self._spec, args=args)
         self._publish()
         return (state, batch) if given else batch
+
+    def _checked_sample_args(self, rng_key, batch_size, window, strategy, pad, cut, replace,
+                             prefetch) -> _sample_args.SampleArgs:
+        """A sharded sample's arguments, checked here (TypeError, ValueError)."""
+        if not isinstance(prefetch, bool):
+            raise TypeError(f"prefetch must be True or False, got {prefetch!r}")
+        if prefetch and self._transport is None:
+            raise ValueError("prefetch=True needs a one-sided exchange ('nixl' or 'verbs'): "
+                             "with 'xla' every process takes part in every sample")
+        args = _sample_args.check(rng_key, batch_size, window, strategy, pad, cut, replace,
+                                  max_length=self._local.max_length, rows=self._processes)
+        if args.cut != "start" or not args.replace:
+            raise ValueError(f"a ShardedTable samples with cut='start' and replacement only "
+                             f"(got cut={args.cut!r}, replace={args.replace}): sample one "
+                             f"process's table (table.local) for the other modes")
+        if args.strategy.draws_steps:
+            if not self._local.step_priorities:
+                raise ValueError(f"{args.strategy!r} draws steps by their own priorities: make "
+                                 f"the sharded table with step_priorities=True")
+        _sample_args.check_room("a sharded sample", args, self._local.columns,
+                                self._local.rate_limiter, rows=self._processes)
+        return args
+
+    def _refuse_eager_call(self, call: str, error: Exception) -> None:
+        """An eager ``xla`` call whose arguments this process refused still
+        takes its place in the check that every process makes the same call
+        (coordination.check_same_call), saying so: the others raise
+        ValueError naming the refusal rather than wait for this process in
+        the collective (where every process refused alike, none waits).
+        The caller then raises ``error``."""
+        if self._processes == 1:
+            return
+        self._eager_calls += 1
+        try:
+            coordination.check_same_call(
+                self._path, self._eager_calls,
+                {"call": call, "refused": f"{type(error).__name__}: {error}"}, self._shard,
+                self._processes, exchange.gather_words)
+        except ValueError:
+            pass  # this process raises its own error
 
     def _sample_one_sided(self, state, rng_key, args: _sample_args.SampleArgs, axis_name,
                           prefetch) -> Any:
