@@ -36,8 +36,9 @@ or, for a symbolic link, the file the link leads to (links are followed, as
 ``open`` follows them, and remain links); a target that exists and is not a
 regular file (a directory, a device, a FIFO, a socket) is refused with
 ``FileExistsError`` and left as it was. A new checkpoint gets the permissions
-the umask gives a new file; one that replaces a file keeps that file's. Paths may be str, bytes or os.PathLike. Temporaries left by a process
-that died mid-save are removed by the next save or load of the same path.
+the umask gives a new file; one that replaces a file keeps that file's. Paths
+may be str, bytes or os.PathLike. Temporaries left by a process that died
+mid-save are removed by the next save or load of the same path.
 While saving, the stored slots are pinned: inserts that would evict them wait.
 
 ``open_checkpoint`` checks everything before anything is built: the path is a
@@ -240,7 +241,7 @@ def _keep_permissions(path: str, fd: int) -> None:
     replace, as writing over that file would keep them: a checkpoint made
     private (0600) stays private. A new path keeps the umask's."""
     try:
-        mode = stat.S_IMODE(os.stat(path).st_mode)
+        mode = stat.S_IMODE(os.stat(path).st_mode) & 0o777  # not set-id or sticky bits
     except FileNotFoundError:
         return
     os.fchmod(fd, mode)
