@@ -32,3 +32,32 @@ def test_quick_start_runs_and_prints_what_the_docs_say(page, capsys):
     assert table.stats()["bytes_reserved"] >= 960_000_000
     assert "960 MB reserved now" in (ROOT / page).read_text()
     table.close()
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/getting-started.md"])
+def test_the_shapes_the_quick_start_comments_give(page):
+    """The comments say batch["obs"] is [64, 20, 17] and the mask [64, 20]."""
+    import jax
+
+    namespace: dict = {}
+    code = quick_start(ROOT / page).split("def loss_fn")[0]  # the table, filled; no training
+    exec(compile(code, f"{page}#quick-start", "exec"), namespace)  # noqa: S102 - our own docs
+    table, gx = namespace["table"], namespace["gx"]
+    batch = table.sample(jax.random.key(0), batch_size=64, window=20,
+                         strategy=gx.Prioritized(0.6), pad="left")
+    assert batch["obs"].shape == (64, 20, 17) and batch.mask.shape == (64, 20)
+    text = quick_start(ROOT / page)
+    assert 'batch["obs"]: [64, 20, 17]; batch.mask: [64, 20]' in text
+    table.close()
+
+
+def test_every_relative_link_of_the_readme_exists():
+    """Links and backticked paths a newcomer follows from the README."""
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    relative = [t for t in targets if not re.match(r"[a-z]+://", t)]
+    assert len(relative) > 20  # the README links its docs and results
+    missing = [t for t in relative if not (ROOT / t).exists()]
+    assert missing == [], missing
