@@ -61,3 +61,32 @@ def test_every_relative_link_of_the_readme_exists():
     assert len(relative) > 20  # the README links its docs and results
     missing = [t for t in relative if not (ROOT / t).exists()]
     assert missing == [], missing
+
+
+def test_stats_does_not_wait_for_a_program_in_flight():
+    """The Quick start's last comment: stats() itself does not wait (the
+    float(loss) before it does)."""
+    import jax
+    import numpy as np
+
+    import gearjax as gx
+
+    table = gx.Table({"x": gx.Column((), "float32")}, capacity=64, max_length=4)
+    table.insert({"x": np.zeros(4, np.float32)})
+
+    @jax.jit
+    def slow_insert(state, m):
+        for _ in range(12):
+            m = jax.numpy.tanh(m @ m)  # about a second of work on 2 cores
+        state, _ = table.insert_batch(state, {"x": jax.numpy.zeros((8, 4)) + 0 * m[0, 0]},
+                                      jax.numpy.full(8, 4))
+        return state
+
+    m = jax.numpy.full((1200, 1200), 1e-3)
+    jax.block_until_ready(slow_insert(table.state(), m))  # compiled
+    state = slow_insert(table.state(), m)
+    assert table.stats()["size"] == 9  # the program in flight has not inserted yet
+    assert not state.is_ready()  # and stats() returned before it ended
+    jax.block_until_ready(state)
+    assert table.stats()["size"] == 17
+    table.close()
