@@ -1,5 +1,7 @@
 """Ctrl-C during a blocked table call: a call held back by a rate limiter (an
-insert, an eager sample, with numpy=True too, a sample in a jitted function or in lax.scan) gives way
+insert, insert_step, a writer's insert, insert_batch, an eager sample, with
+numpy=True too, a sample in a jitted function or in lax.scan, a sample held
+back by SampleToInsertRatio or waiting for items it may draw) gives way
 to SIGINT within a moment, raising KeyboardInterrupt (it once waited out the
 limiter's whole timeout: 19 s of 20), and the table works afterwards. A SIGINT
 handler that does not raise lets an eager call wait on; a compiled call then
@@ -30,10 +32,18 @@ TIMEOUT = float(sys.argv[2])
 mode, sender = sys.argv[1].split(":")
 columns = {"x": gx.Column((), "float32")}
 one = {"x": np.ones(1, np.float32)}
-if mode == "insert":  # two inserts, then the ratio wants samples first
+INSERTS = ("insert", "insert_step", "writer", "insert_batch")
+if mode in INSERTS:  # two inserts, then the ratio wants samples first
     table = gx.Table(columns, 8, 2,
                      rate_limiter=gx.SampleToInsertRatio(1.0, 1, 1.0, timeout=TIMEOUT))
     table.insert(one)
+    table.insert(one)
+elif mode == "ratio":  # one trajectory; 4 rows exceed what the ratio allows for it
+    table = gx.Table(columns, 8, 2,
+                     rate_limiter=gx.SampleToInsertRatio(1.0, 1, 3.0, timeout=TIMEOUT))
+    table.insert(one)
+elif mode == "items":  # sampling allowed, but 4 distinct rows need 4 trajectories
+    table = gx.Table(columns, 8, 2, rate_limiter=gx.MinSize(1, timeout=TIMEOUT))
     table.insert(one)
 else:  # one trajectory; sampling needs two
     table = gx.Table(columns, 8, 2, rate_limiter=gx.MinSize(2, timeout=TIMEOUT))
@@ -49,6 +59,18 @@ def scanned(state, keys):
 def blocked_call():
     if mode == "insert":
         table.insert(one)
+    elif mode == "insert_step":
+        table.insert_step({"x": np.float32(1)})
+    elif mode == "writer":
+        with table.writer() as w:
+            w.append({"x": np.float32(1)})
+            w.end_episode()
+    elif mode == "insert_batch":  # its first row already waits: nothing goes in
+        table.insert_batch({"x": np.ones((2, 1), np.float32)}, np.array([1, 1]))
+    elif mode == "ratio":
+        table.sample(key, 4, numpy=True)
+    elif mode == "items":
+        table.sample(key, 4, replace=False)
     elif mode == "eager":
         table.sample(key, 4)
     elif mode == "numpy":  # no XLA program: the native call waits itself
@@ -87,12 +109,16 @@ result["seconds"] = time.monotonic() - result["sent"]
 result["handler_ran"] = bool(hits)
 # The table is as it was: the call that gave way changed nothing, and works now.
 stats = table.stats()
-result["consistent"] = (stats["size"] == (2 if mode == "insert" else 1)
+result["consistent"] = (stats["size"] == (2 if mode in INSERTS else 1)
                         and stats["writers_in_flight"] == 0 and stats["samples"] == 0
                         and table._native.waiting == 0)
-if mode == "insert":
+if mode in INSERTS:
     table.sample(key, 1)  # lets one more insert in
     table.insert(one)
+elif mode in ("ratio", "items"):
+    for _ in range(3):
+        table.insert(one)
+    blocked_call()
 else:
     table.insert(one)
     blocked_call()
@@ -112,7 +138,9 @@ def _run(tmp_path, mode: str, sender: str, timeout: float = TIMEOUT) -> dict:
 
 @pytest.mark.parametrize("mode, sender", [("insert", "kill"), ("eager", "raise_signal"),
                                           ("numpy", "kill"), ("jit", "kill"),
-                                          ("scan", "raise_signal")])
+                                          ("scan", "raise_signal"), ("insert_step", "kill"),
+                                          ("writer", "raise_signal"), ("insert_batch", "kill"),
+                                          ("ratio", "kill"), ("items", "raise_signal")])
 def test_ctrl_c_ends_a_blocked_call_within_a_second(tmp_path, mode, sender):
     result = _run(tmp_path, mode, sender)
     assert result["outcome"] == "KeyboardInterrupt", result
