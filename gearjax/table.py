@@ -408,16 +408,19 @@ class Table:
         properties still answer); compiled programs that touch the table fail with an
         error naming it. Samples, reads and inserts already inside the table
         finish first: close waits for them (up to ``CLOSE_WAIT_SECONDS``, then
-        it warns and leaves the memory to the last of them). Idempotent. A
-        table is also a context manager: ``with table:`` closes it on exit.
+        it warns and keeps the memory: a later ``close()`` frees it once they
+        have left, and so does dropping the table). Idempotent. A table is
+        also a context manager: ``with table:`` closes it on exit.
 
         Warns:
           RuntimeWarning: samples or inserts were still inside the table after
-            ``CLOSE_WAIT_SECONDS``; the memory is freed when they finish.
+            ``CLOSE_WAIT_SECONDS``; the memory stays until a later ``close()``
+            once they have left, or until the table is dropped.
         """
         if not self._native.close(CLOSE_WAIT_SECONDS):
             warnings.warn(f"{self!r}: samples or inserts still inside the table after "
-                          f"{CLOSE_WAIT_SECONDS} s; its memory is freed when they finish",
+                          f"{CLOSE_WAIT_SECONDS} s; its memory stays until close() is called "
+                          f"again once they have left, or the table is dropped",
                           RuntimeWarning, stacklevel=2)
         self._spec.release()  # its eager calls' programs go now (gearjax/_sample.py)
 

@@ -141,6 +141,26 @@ def test_insert_many_of_nothing_inserts_nothing():
     assert table.stats()["inserts"] == 0 and table.stats()["next_sequence"] == 0
 
 
+def test_close_warns_when_a_reader_stays_inside_and_the_memory_waits_for_it(monkeypatch):
+    """tables.md: close waits up to CLOSE_WAIT_SECONDS for the readers inside,
+    then warns and keeps the memory; a later close() frees it once they have
+    left (or dropping the table does). What answers after."""
+    import gearjax.table as table_module
+
+    table = gx.Table(INT_COLUMNS, capacity=3, max_length=MAX_LENGTH)
+    table.insert(trajectory(2))
+    _, slots, *_ = table._native.pin_items()  # a reader inside (as a save is)
+    monkeypatch.setattr(table_module, "CLOSE_WAIT_SECONDS", 0.1)
+    with pytest.warns(RuntimeWarning, match="still inside the table after 0.1 s"):
+        table.close()
+    assert table.closed and table.stats()["closed"] and table.stats()["bytes_reserved"] > 0
+    with pytest.raises(RuntimeError, match="closed"):
+        table.contents()
+    table._native.unpin_slots(slots)  # the last reader leaves
+    table.close()  # nothing inside any more: no warning, and the memory goes
+    assert table.stats()["bytes_reserved"] == 0 and len(table) == 0
+
+
 def test_inserting_into_a_closed_table_raises():
     table = gx.Table(INT_COLUMNS, capacity=3, max_length=MAX_LENGTH)
     table.close()

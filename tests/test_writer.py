@@ -96,6 +96,32 @@ def test_a_full_piece_whose_insert_timed_out_goes_in_at_flush_and_nothing_is_los
     assert [t.get(k)["step"].tolist() for k in w.episode_keys] == [[0, 1], [2, 3], [4, 5], [6]]
 
 
+@pytest.mark.parametrize("retry", ["append", "end_episode"])
+def test_a_full_piece_whose_insert_timed_out_goes_in_at_the_next_append_or_end(retry):
+    """writer.md: the held-back piece goes in at the next append, flush() or
+    end_episode (the flush route is the test above)."""
+    limiter = gx.SampleToInsertRatio(samples_per_insert=1.0, min_size_to_sample=1,
+                                     error_buffer=1.0, timeout=0.1)
+    t = table(max_length=2, rate_limiter=limiter)
+    w = t.writer(max_length_overflow="split")
+    for i in range(5):
+        w.append(step(i))
+    with pytest.raises(TimeoutError):
+        w.append(step(5))  # [4, 5] is full, but the limiter holds it back
+    t.sample(jax.random.key(0), 1)
+    if retry == "append":
+        w.append(step(6))  # [4, 5] goes in first, then 6 starts the next piece
+        assert len(t) == 3 and w.steps == 1
+        t.sample(jax.random.key(1), 1)
+        w.end_episode()
+        expected = [[0, 1], [2, 3], [4, 5], [6]]
+    else:
+        w.end_episode()
+        expected = [[0, 1], [2, 3], [4, 5]]
+    assert [t.get(k)["step"].tolist() for k in w.episode_keys] == expected
+    assert w.steps == 0
+
+
 def test_an_episode_ending_on_a_full_piece_adds_no_empty_one():
     t = table(max_length=3)
     w = t.writer(max_length_overflow="split", overlap=1)
