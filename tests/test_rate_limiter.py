@@ -44,6 +44,37 @@ def test_min_size_waits_for_inserts_from_another_thread():
         assert len(table) == 3 and batch.keys.shape == (2,)
 
 
+def test_a_sample_inside_lax_scan_waits_for_inserts_from_another_thread():
+    """rate-limiters.md: a sample inside lax.scan that waits holds up that
+    dispatch until the inserts it needs arrive from other threads."""
+    with gx.Table(COLUMNS, 8, 4, rate_limiter=gx.MinSize(3, timeout=20.0)) as table:
+        table.insert(one())
+
+        def body(state, key):
+            state, batch = table.sample(state, key, 2, 1)
+            return state, batch.keys
+
+        scanned = jax.jit(lambda state, keys: jax.lax.scan(body, state, keys))
+        keys = jax.random.split(jax.random.key(0), 4)
+        inserted_third = []
+
+        def inserter():
+            time.sleep(0.3)
+            table.insert(one())
+            time.sleep(0.3)
+            inserted_third.append(time.monotonic())
+            table.insert(one())
+
+        thread = threading.Thread(target=inserter)
+        thread.start()
+        _, drawn = jax.block_until_ready(scanned(table.state(), keys))
+        done = time.monotonic()
+        thread.join()
+        assert done >= inserted_third[0]
+        assert drawn.shape == (4, 2) and (np.asarray(drawn) >= 0).all()
+        assert table.stats()["samples"] == 8
+
+
 def test_min_size_times_out_with_a_clear_error():
     with gx.Table(COLUMNS, 8, 4, rate_limiter=gx.MinSize(5, timeout=0.2)) as table:
         table.insert(one())
