@@ -26,3 +26,33 @@ def test_the_slot_record_layout_comes_from_the_core():
     assert _RECORD.itemsize == _SLOT_BYTES == layout["slot_bytes"]
     assert [_RECORD.fields[name][1] for name in ("key", "length", "priority", "pins", "state")] \
         == [layout[f"{name}_offset"] for name in ("key", "length", "priority", "pins", "state")]
+
+
+def test_a_bad_message_drops_only_itself_not_the_rest_of_its_batch():
+    """NIXL hands the progress thread a batch of notifications once. Fails
+    when one try wraps the batch: the bad message dropped the others after
+    it (another peer's priority updates), and counted one refusal for all."""
+    import threading
+
+    from gearjax.sharded.nixl import Transport
+
+    served = []
+
+    class Agent:
+        batches = [[("a", b"first"), ("b", b"bad"), ("c", b"third")], []]
+
+        def notifications(self):
+            if len(self.batches) == 1:
+                transport._stop.set()
+            return self.batches.pop(0)
+
+    def serve(message):
+        if message == b"bad":
+            raise ValueError("a tree request for a ninth alpha")
+        served.append(message)
+
+    transport = Transport.__new__(Transport)  # only what _progress uses
+    transport._stop, transport._agent = threading.Event(), Agent()
+    transport._serve, transport.refused_updates = serve, 0
+    transport._progress()
+    assert served == [b"first", b"third"] and transport.refused_updates == 1

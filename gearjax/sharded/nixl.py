@@ -165,10 +165,17 @@ class Transport(OneSidedReader):
         serves notifications: priority updates and tree requests."""
         while not self._stop.is_set():
             try:
-                for _, message in self._agent.notifications():  # no GIL while NIXL progresses
+                messages = self._agent.notifications()  # no GIL while NIXL progresses
+            except Exception:  # noqa: BLE001 - progress goes on
+                messages = []
+            # Each on its own: NIXL hands a batch over once, and a bad message
+            # (a ninth alpha's tree request, say) dropped the rest of its batch,
+            # other peers' priority updates with it.
+            for _, message in messages:
+                try:
                     self._serve(message)
-            except Exception:  # noqa: BLE001 - a bad message must not stop progress
-                self.refused_updates += 1
+                except Exception:  # noqa: BLE001 - a bad message must not stop progress
+                    self.refused_updates += 1
             time.sleep(PROGRESS_SECONDS)
 
     def close(self) -> None:
