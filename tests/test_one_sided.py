@@ -396,3 +396,65 @@ def test_a_compiled_topk_sample_draws_the_rows_the_eager_one_does_from_its_seed(
         out = transport.sample((11, 12), args(64, 4, gx.Recent(30)))
         assert out["keys"].tolist() == keys.tolist()
         assert out["columns"][0].tolist() == x.tolist()
+
+
+class _Store:
+    """The coordination service's key-value store, in a dict."""
+
+    def __init__(self):
+        self.values: dict[str, str] = {}
+
+    def key_value_set(self, key, value, allow_overwrite=False):
+        self.values[key] = value
+
+    def key_value_try_get(self, key):
+        return self.values[key]
+
+    def blocking_key_value_get(self, key, timeout_ms):
+        if key not in self.values:
+            raise TimeoutError(f"{key} not set within {timeout_ms} ms")
+        return self.values[key]
+
+
+class _Owner(LocalReader):
+    """Shard 1's owner: serves tree requests by publishing its layouts."""
+
+    def _layout(self, code: int, alpha: float) -> dict:
+        layout = self._local._native.remote_layout(code, alpha)
+        layout["max_length"] = self._local.max_length
+        one_sided.coordination.client().key_value_set(
+            f"{self._path}/{self.NAME}/{self._shard}/layout/{one_sided.strategy_key(code, alpha)}",
+            __import__("json").dumps(layout))
+        return layout
+
+
+def test_a_tree_request_the_owner_refuses_raises_at_once_not_a_dead_shard(monkeypatch):
+    """Fails when the owner ignores a tree request it cannot serve (a ninth
+    alpha): the reader waited out its timeout and raised ShardUnavailable,
+    and with on_dead_shard="skip" excluded a live shard for good."""
+    store = _Store()
+    monkeypatch.setattr(one_sided.coordination, "client", lambda: store)
+    tables, _ = shards((20, 20))
+    owner = _Owner([tables[1], tables[1]])
+    owner._shard, owner.refused_updates = 1, 0
+    for alpha in range(8):  # the owner's table keeps 8 Prioritized alphas
+        tables[1].sample(np.zeros(2, np.uint32), 1, 1, gx.Prioritized(float(alpha)), numpy=True)
+    reader = LocalReader(tables)
+    reader._shard = 0
+
+    def ask(shard, message):  # the owner's progress thread: its errors stay there
+        try:
+            owner._serve(message)
+        except Exception:  # noqa: BLE001
+            owner.refused_updates += 1
+
+    reader._ask = ask
+    # The protocol's own (LocalReader's reads the tables): from the store,
+    # asking the owner.
+    reader._peer_layout = one_sided.OneSidedReader._peer_layout.__get__(reader)
+    reader._loaded_layout = lambda shard, layout: None
+    with pytest.raises(ValueError, match="shard 1 cannot serve .*at most 8"):
+        reader._peer_layout(1, gx.Prioritized.code, 7.5)
+    with pytest.raises(ValueError, match="shard 1 cannot serve"):  # asked again: the same
+        reader._peer_layout(1, gx.Prioritized.code, 7.5)
+    assert reader._peer_layout(1, gx.Prioritized.code, 3.0)["max_length"] == 12  # kept alphas

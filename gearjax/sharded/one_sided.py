@@ -136,6 +136,10 @@ class OneSidedReader(NativeSampling):
                 except Exception as e:  # noqa: BLE001
                     raise ShardUnavailable(shard, f"no answer to a tree request ({e})") from None
             layout = json.loads(value.decode() if isinstance(value, bytes) else value)
+            if isinstance(layout, dict) and "refused" in layout:
+                # Alive, and unable to serve it (_serve): not a dead shard.
+                raise ValueError(f"shard {shard} cannot serve this sample's strategy: "
+                                 f"{layout['refused']}")
             _check_layout(layout, shard, self._local.capacity, self._local.max_length)
             self._loaded_layout(shard, layout)
         self._peer_layouts[(shard, key)] = layout
@@ -155,8 +159,9 @@ class OneSidedReader(NativeSampling):
         notification, a verbs SEND), checked before anything is applied: the
         job token, then a tree request (Timestep, Prioritized, or
         PrioritizedSteps on a table that keeps step priorities, with alpha in
-        [0, 8]) or an update message (apply_updates). Refusals are counted in
-        ``refused_updates``."""
+        [0, 8]: one the table refuses, a ninth alpha say, is answered by
+        _publish_refusal) or an update message (apply_updates). Refused
+        updates are counted in ``refused_updates``."""
         token = self._token.encode()
         if len(message) < 4 + len(token) or message[4:4 + len(token)] != token:
             self.refused_updates += 1
@@ -166,11 +171,27 @@ class OneSidedReader(NativeSampling):
             request = json.loads(body)
             code, alpha = int(request["code"]), float(request["alpha"])
             steps = code == PrioritizedSteps.code and self._local.step_priorities
-            if (code in (Timestep.code, Prioritized.code) or steps) and 0.0 <= alpha <= 8.0:
+            try:
+                if not ((code in (Timestep.code, Prioritized.code) or steps) and
+                        0.0 <= alpha <= 8.0):
+                    raise ValueError(f"no tree for strategy code {code} with alpha {alpha!r} "
+                                     f"here")
                 self._layout(code, alpha)
+            except ValueError as e:  # a refusal, for good: the asker raises it at once
+                self._publish_refusal(code, alpha, str(e))
             return
         self.refused_updates += apply_updates(self._local, self._shard, self._shard_shift,
                                               kind, body)
+
+    def _publish_refusal(self, code: int, alpha: float, why: str) -> None:
+        """Publishes, where the layout of a strategy this shard cannot serve
+        would be, why: a reader waiting for it raises ValueError at once,
+        rather than wait out its timeout and take a live shard for a dead one
+        (a ninth alpha, say, or a table in GPU memory)."""
+        store = coordination.client()
+        store.key_value_set(f"{self._path}/{self.NAME}/{self._shard}/layout/"
+                            f"{strategy_key(code, alpha)}", json.dumps({"refused": why}),
+                            allow_overwrite=True)
 
     def _outputs(self, batch: int, width: int) -> tuple[list[np.ndarray], list[bool]]:
         """Registered [batch, width, ...] arrays, one per column, that a sample
