@@ -41,11 +41,16 @@ from typing import Any
 
 import numpy as np
 
+from gearjax import _checks
 from gearjax.errors import table_error
 
 # An actor that dies this many times in a row without finishing an episode
 # stops the feeder instead of being replaced again.
 MAX_RESTARTS_IN_A_ROW = 3
+
+# How long the feeding thread pauses after an insert the rate limiter timed
+# out, before it tries again.
+RETRY_PAUSE_SECONDS = 0.01
 
 # A behaviour policy: observation and random generator to action.
 Policy = Callable[[np.ndarray, np.random.Generator], np.ndarray]
@@ -108,11 +113,18 @@ class RayFeeder:
         ``terminal``) to the table's columns; default: the episode's arrays
         under the column names ``observation``, ``action``, ``reward``.
       policy_state: the first ``state`` (default None).
-      priority: of every inserted trajectory.
+      priority: of every inserted trajectory, a number as
+        :meth:`gearjax.Table.insert` takes it (checked here: ``TypeError``
+        for a non-number or a bool, ``ValueError`` for NaN, a negative or
+        one past the priority bounds).
       max_episodes: stop after inserting this many (default: until closed).
       seed: actor i's generator and reset seeds derive from (seed, i).
       actor_cpus: the CPUs Ray reserves for each actor (default 0: actors
         share the machine, so any number of them can run).
+
+    A table closed under the feeder stops it quietly (``check()`` and
+    ``close()`` raise nothing for it): closing the table and then the
+    feeder is an ordinary shutdown.
     """
 
     def __init__(self, table, make_env: Callable[[], Any],
@@ -130,7 +142,9 @@ class RayFeeder:
             raise TypeError("make_env and policy must be callable")
         if not (isinstance(actor_cpus, (int, float)) and 0 <= actor_cpus <= 1024):
             raise ValueError(f"actor_cpus must be a number in [0, 1024], got {actor_cpus!r}")
-        float(priority)  # a bad priority fails here, not in the feeding thread
+        # A bad priority fails here, not in the feeding thread at its first
+        # insert (NaN, -1 and True passed float() and stopped the feeder).
+        priority = _checks.priority(priority)
         ray = _ray()
         if not ray.is_initialized():
             ray.init(include_dashboard=False, configure_logging=False, log_to_driver=False)
@@ -212,7 +226,10 @@ class RayFeeder:
                     if not done and not self._stop.is_set():
                         pending[self._submit(index)] = index
         except BaseException as e:  # noqa: BLE001 - handed to the caller by check()/close()
-            if not (self._stop.is_set() and _is_closed(e)):
+            # A closed table stops the feeder quietly: closing the table and
+            # then the feeder is an ordinary shutdown (the learner's own next
+            # call on the table says it is closed).
+            if not _is_closed(e):
                 self._error = e
         finally:
             # Episodes still in flight are dropped: close() ends their actors.
@@ -228,7 +245,10 @@ class RayFeeder:
                 self._table.insert(trajectory, priority=self._priority)
                 return True
             except TimeoutError:
-                continue
+                # A pause before trying again: a limiter whose timeout is 0 (or
+                # tiny) gives up at once, and this loop spun a core and held
+                # the GIL from the learner it waits for.
+                self._stop.wait(RETRY_PAUSE_SECONDS)
         return False
 
     # ------------------------------------------------------------ the caller

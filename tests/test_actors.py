@@ -210,12 +210,61 @@ def test_a_sharded_table_is_fed_into_this_process_shard():
     t.close()
 
 
+def test_closing_the_table_then_the_feeder_is_a_quiet_shutdown():
+    """Fails when a table closed under the feeder is its error: close() and
+    check() raised TableClosedError for this ordinary shutdown order."""
+    t = table()
+    feeder = actors.RayFeeder(t, make_env, alternating, actors=1)
+    until(lambda: len(t) >= 1)
+    t.close()
+    assert feeder.wait(STOP_WAIT_S)  # the closed table stopped it
+    feeder.check()
+    feeder.close()
+
+
+def test_an_insert_the_limiter_refuses_at_once_is_retried_after_a_pause():
+    """Fails without the pause: with a limiter whose timeout is 0 the feeding
+    thread retried about 20,000 times a second, a core and the GIL taken from
+    the learner (no Ray needed: the feeder's insert loop alone)."""
+    import threading
+
+    limiter = gx.SampleToInsertRatio(samples_per_insert=1.0, min_size_to_sample=1,
+                                     error_buffer=1.0, timeout=0.0)
+    t = table(rate_limiter=limiter)
+    episode = {"observation": np.zeros((3, 4), np.float32), "action": np.zeros(3, np.float32),
+               "reward": np.ones(3, np.float32)}
+    t.insert(episode)
+    t.insert(episode)  # the next insert waits for samples: refused at once (timeout 0)
+    attempts = []
+
+    class Counting:
+        def insert(self, trajectory, priority):
+            attempts.append(time.monotonic())
+            return t.insert(trajectory, priority=priority)
+
+    feeder = actors.RayFeeder.__new__(actors.RayFeeder)
+    feeder._stop, feeder._table, feeder._priority = threading.Event(), Counting(), 1.0
+    thread = threading.Thread(target=feeder._insert, args=(episode,))
+    began = time.process_time()
+    thread.start()
+    time.sleep(0.5)
+    feeder._stop.set()
+    thread.join(10)
+    assert len(attempts) <= 0.5 / actors.RETRY_PAUSE_SECONDS + 5, len(attempts)
+    assert time.process_time() - began < 0.25  # the thread slept between tries
+    assert len(t) == 2
+
+
 def test_bad_arguments_are_refused_before_any_actor_starts():
     t = table()
     for kwargs, error in (({"actors": 0}, ValueError), ({"actors": True}, ValueError),
                           ({"actors": 1, "max_episodes": 0}, ValueError),
                           ({"actors": 1, "actor_cpus": -1}, ValueError),
-                          ({"actors": 1, "priority": "high"}, ValueError)):
+                          ({"actors": 1, "priority": "high"}, TypeError),
+                          # Passed float() once, and stopped the feeder at its first insert.
+                          ({"actors": 1, "priority": float("nan")}, ValueError),
+                          ({"actors": 1, "priority": -1.0}, ValueError),
+                          ({"actors": 1, "priority": True}, TypeError)):
         with pytest.raises(error):
             actors.RayFeeder(t, make_env, alternating, **kwargs)
     with pytest.raises(TypeError):
