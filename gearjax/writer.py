@@ -10,7 +10,8 @@ nothing of an episode is visible to samplers before it is inserted: at
 ``end_episode``, or, with "split", when a piece is full. The insert is the
 table's ``insert`` (the copy into the table releases the GIL; it may evict by
 the remover and wait on the rate limiter). A writer closed, or dropped, with a
-partial episode inserts nothing of it.
+partial episode inserts nothing more of it: with "split", the pieces that
+filled before stay in the table (``inserted_keys`` names them).
 
 Each step is checked as ``Table.insert`` checks a trajectory (the table's
 columns, no others; each column's shape and a safe conversion to its dtype)
@@ -94,6 +95,15 @@ class Writer:
         return self._episode_keys
 
     @property
+    def inserted_keys(self) -> tuple[int, ...]:
+        """The keys of the current episode's pieces inserted so far (with
+        ``max_length_overflow="split"``, those that filled), in order; empty
+        once the episode ends (they are then :attr:`episode_keys`). After
+        :meth:`close`, those of the episode it dropped: they stay in the table,
+        for ``update_priorities`` (say to 0) or to be told apart."""
+        return tuple(self._keys)
+
+    @property
     def steps(self) -> int:
         """Steps appended to the current episode and not yet inserted."""
         return self._fresh
@@ -171,8 +181,10 @@ class Writer:
         a new episode.
 
         Args:
-          priority: the priority of the episode's last trajectory (or piece),
-            as :meth:`gearjax.Table.insert` takes it.
+          priority: the priority of the episode's last trajectory (or piece):
+            one number (also on a table that keeps a priority per step,
+            whose steps all take it; set them after with
+            ``update_priorities(..., steps=...)``).
 
         Returns:
           The key of the episode's last trajectory (or piece), an ``int``.
@@ -216,7 +228,9 @@ class Writer:
             self._insert_piece(PIECE_PRIORITY)
 
     def close(self) -> None:
-        """Drops a partial episode (nothing of it is inserted) and the buffers.
+        """Drops a partial episode (nothing more of it is inserted: with
+        "split", the pieces that filled before stay, :attr:`inserted_keys`)
+        and the buffers.
 
         Idempotent; later ``append``, ``end_episode`` and ``flush`` calls raise
         ``RuntimeError``. A writer is also a context manager: ``with
@@ -224,7 +238,7 @@ class Writer:
         """
         self._closed = True
         self._buffers = self._addresses = None
-        self._keys, self._steps, self._fresh = [], 0, 0
+        self._steps, self._fresh = 0, 0  # _keys stay: inserted_keys
 
     def __enter__(self) -> "Writer":
         return self

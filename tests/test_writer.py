@@ -216,6 +216,40 @@ def test_closed_or_dropped_writers_insert_nothing():
         w.end_episode()
 
 
+def test_a_split_episode_stopped_part_way_names_the_pieces_it_left():
+    """writer.md: a writer closed mid-episode inserts nothing more of it; with
+    "split" the pieces that filled stay, and inserted_keys names them (they
+    were lost: episode_keys still named the episode before)."""
+    t = table(max_length=4)
+    with pytest.raises(KeyError):
+        with t.writer(max_length_overflow="split") as w:
+            for i in range(3):
+                w.append(step(i))
+            w.end_episode()
+            assert w.inserted_keys == ()
+            for i in range(9):  # pieces [0-3] and [4-7] go in as they fill
+                w.append(step(i, episode=1))
+                assert len(w.inserted_keys) == (i + 1) // 4
+            raise KeyError("the actor's environment failed")
+    assert len(w.inserted_keys) == 2 and len(t) == 3  # the 9th step went nowhere
+    assert [t.get(k)["step"].tolist() for k in w.inserted_keys] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert len(w.episode_keys) == 1 and w.episode_keys[0] not in w.inserted_keys
+    t.update_priorities(list(w.inserted_keys), [0.0, 0.0])  # e.g. never drawn by priority
+
+
+def test_end_episode_takes_one_priority_on_a_step_priority_table_too():
+    t = gx.Table(COLUMNS, capacity=4, max_length=5, placement="host", step_priorities=True)
+    w = t.writer()
+    for i in range(3):
+        w.append(step(i))
+    with pytest.raises(TypeError, match="priority must be a real number"):
+        w.end_episode(priority=np.array([1.0, 2.0, 3.0]))
+    assert w.steps == 3  # kept
+    key = w.end_episode(priority=2.0)
+    np.testing.assert_array_equal(t.contents()["step_priorities"], [2.0, 2.0, 2.0])
+    assert t.contents()["key"].tolist() == [key]
+
+
 @pytest.mark.parametrize("value", ["fast", "general"])
 def test_a_writer_of_a_closed_table_refuses_appends(value):
     """append used to go on accepting steps (only end_episode raised)."""
