@@ -4,6 +4,7 @@
 #include "core/one_sided/one_sided.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "core/common.h"
@@ -147,7 +148,12 @@ class Sampler {
       }
       spans.push_back(std::move(sp));
     }
+    // The windows read after the records read before them, and the records
+    // read again after the windows (loads may pass loads on AArch64; a
+    // remote read completes in order anyway).
+    std::atomic_thread_fence(std::memory_order_acquire);
     reads_.Read(spans);
+    std::atomic_thread_fence(std::memory_order_acquire);
     // The records again: a slot rewritten meanwhile shows another key or state.
     const std::vector<std::vector<SlotInfo>> after = reads_.Records(planned_slots);
     for (size_t k = 0; k < S; ++k) {

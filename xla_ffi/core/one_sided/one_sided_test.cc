@@ -5,6 +5,7 @@
 // (TopK, Recent) over every shard, rows drawn again when their slot is
 // rewritten during the sample, and refusals.
 #include "core/one_sided/one_sided.h"
+#include "core/one_sided/one_sided_draw.h"
 #include "core/one_sided/one_sided_plan.h"
 
 #include <gtest/gtest.h>
@@ -342,6 +343,36 @@ TEST(OneSided, BadRequestsAndLayoutsAreRefused) {
   Shards empty = Make({0, 0}, 4);
   shards = Layouts(empty, Strategy::kUniform, 0);
   EXPECT_THROW(Sample(reader, shards, MakeRequest(8, 4, false, 1), b.out), InvalidArgument);
+}
+
+TEST(OneSided, ALayoutWhoseLevelsDoNotNestReadsNothingPastALevel) {
+  // A peer's layout whose leaf level is one line while the level above has
+  // more: a descent from the level above would read past the leaves (in the
+  // snapshot's staging buffer, where it holds them; AddressSanitizer sees
+  // it). Such rows are dead and drawn again, or the sample fails; every row
+  // returned is a stored trajectory.
+  Shards s = Make({100});
+  std::vector<ShardLayout> shards = Layouts(s, Strategy::kUniform, 0);
+  ASSERT_GE(shards[0].tree_offsets.size(), 3u);
+  ASSERT_GT(LevelNodes(shards[0], 0), 8);
+  shards[0].tree_offsets[1] = shards[0].tree_offsets[0] + 8;
+  // Held: every level fits the snapshot, the records do not, so the leaf
+  // level ends the staging buffer (but for the 8 bytes of the uniform root).
+  const int64_t held = 8 * shards[0].tree_nodes;
+  ASSERT_LT(held, 100 * static_cast<int64_t>(sizeof(SlotInfo)));
+  CopyReader reader;
+  for (int64_t whole_read_bytes : {int64_t{0}, held}) {  // lines read, or held
+    Batch b(64, 4);
+    Request r = MakeRequest(64, 4, false, 3);
+    r.numbers = {0};
+    r.whole_read_bytes = whole_read_bytes;
+    try {
+      Sample(reader, shards, r, b.out);
+    } catch (const std::exception&) {
+      continue;  // refused: fine, as long as nothing was read past a level
+    }
+    for (int64_t key : b.keys) EXPECT_TRUE(s.items.count(key)) << key;
+  }
 }
 
 TEST(OneSided, AReaderThatFailsNamesItsShard) {

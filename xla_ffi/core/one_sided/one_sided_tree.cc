@@ -103,6 +103,16 @@ void Descend(Reads& reads, const std::vector<Snapshot>& snapshots,
     for (size_t k = 0; k < S; ++k) {
       const int level = static_cast<int>(shards[k].tree_offsets.size()) - 2 - depth;
       if (level < 0 || d.rows[k].empty()) continue;
+      // A line past its level (a layout whose levels do not nest, from a
+      // buggy or hostile peer; the layout check sees only whole lines in
+      // order): the row is dead, and line 0 is read in its place.
+      const int64_t lines = LevelNodes(shards[k], static_cast<size_t>(level)) / kSumTreeFanout;
+      for (size_t i = 0; i < node[k].size(); ++i) {
+        if (node[k][i] >= lines) {
+          dead[k][i] = 1;
+          node[k][i] = 0;
+        }
+      }
       auto found = snapshots[k].levels.find(level);
       if (found != snapshots[k].levels.end()) {
         held[k] = found->second;

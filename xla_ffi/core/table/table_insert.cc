@@ -1,6 +1,7 @@
 // Table's inserts (see table.h): slots reserved, filled and published,
 // evictions, restores of saved slots.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -298,6 +299,11 @@ int64_t Table::ReserveLocked(MutexLock& lock, int64_t restore_slot) {
     }
   }
   (*slots_)[slot].state = SlotState::kWriting;
+  // Seen before any step the writer copies in after the lock is released:
+  // one-sided readers of other processes (and of this one) take no lock,
+  // and check the state after reading a window. The unlock alone would not
+  // order later stores after it (AArch64 may show them first; x86 does not).
+  std::atomic_thread_fence(std::memory_order_release);
   WaitForSlotReadersLocked(lock, slot, evicted, restoring);
   return slot;
 }
