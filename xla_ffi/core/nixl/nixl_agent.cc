@@ -21,7 +21,10 @@ void Check(int status, const char* what) {
 
 }  // namespace
 
-Agent::Agent(const std::string& library, const std::string& name) : api_(LoadApi(library)) {
+Agent::Agent(const std::string& library, const std::string& name)
+    : Agent(LoadApi(library), name) {}
+
+Agent::Agent(const Api& api, const std::string& name) : api_(api) {
   if (name.empty()) throw std::invalid_argument("a NIXL agent needs a name");
   AgentConfig config{};
   config.enable_prog_thread = false;
@@ -223,6 +226,7 @@ ReadResult Agent::Read(const std::vector<ReadRequest>& requests, double timeout_
     PostLocked(requests, pending, result);
   }
   Poll(pending, timeout_seconds, result);
+  if (result.request >= 0) Drain(pending, timeout_seconds);
   MutexLock lock(mu_);
   if (agent_ == nullptr) return result;  // closed meanwhile: the agent took its transfers
   SettleLocked(requests, pending);
@@ -276,7 +280,8 @@ void Agent::PostLocked(const std::vector<ReadRequest>& requests, std::vector<Pen
       kept->last_used = read;
     }
     const int status = api_.post_xfer_req(agent_, handle, nullptr);
-    pending.push_back({static_cast<int>(r), handle, status == kSuccess, kept != nullptr});
+    pending.push_back({static_cast<int>(r), handle, status == kSuccess, kept != nullptr,
+                       status != kSuccess && status != kInProgress});
     if (status != kSuccess && status != kInProgress) {
       FirstFailure(result, static_cast<int>(r), Failed("posting the transfer", status));
     }
@@ -292,13 +297,14 @@ void Agent::Poll(std::vector<Pending>& pending, double timeout_seconds, ReadResu
       MutexLock lock(mu_);
       CheckOpen();
       for (Pending& p : pending) {
-        if (p.done) continue;
+        if (p.done || p.failed) continue;
         const int status = api_.get_xfer_status(agent_, p.handle);
         if (status == kSuccess) {
           p.done = true;
         } else if (status == kInProgress) {
           all_done = false;
         } else {
+          p.failed = true;
           FirstFailure(result, p.request, Failed("the transfer", status));
           break;
         }
@@ -317,6 +323,35 @@ void Agent::Poll(std::vector<Pending>& pending, double timeout_seconds, ReadResu
     }
     // Spin briefly (a loopback read takes microseconds), then back off so a
     // frozen peer does not cost a core until the deadline.
+    if (polls < 64) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+}
+
+void Agent::Drain(std::vector<Pending>& pending, double timeout_seconds) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration<double>(timeout_seconds);
+  for (int polls = 0;; ++polls) {
+    bool in_flight = false;
+    {
+      MutexLock lock(mu_);
+      if (agent_ == nullptr) return;  // closed: the agent took its transfers
+      for (Pending& p : pending) {
+        if (p.done || p.failed) continue;
+        const int status = api_.get_xfer_status(agent_, p.handle);
+        if (status == kSuccess) {
+          p.done = true;
+        } else if (status == kInProgress) {
+          in_flight = true;
+        } else {
+          p.failed = true;
+        }
+      }
+    }
+    if (!in_flight || std::chrono::steady_clock::now() > deadline) return;
     if (polls < 64) {
       std::this_thread::yield();
     } else {

@@ -61,6 +61,8 @@ class Agent {
   // Loads the C API from `library` and creates agent `name` with the UCX
   // backend. Throws std::runtime_error if NIXL refuses.
   Agent(const std::string& library, const std::string& name);
+  // The same through `api` (which must outlive the agent): a test's own.
+  Agent(const Api& api, const std::string& name);
   ~Agent();
   Agent(const Agent&) = delete;
   Agent& operator=(const Agent&) = delete;
@@ -116,6 +118,7 @@ class Agent {
     Handle handle;
     bool done;
     bool kept;  // an entry of kept_ holds the handle
+    bool failed = false;  // NIXL reported it failed (or its post did): not in flight
   };
   // Posts each request's transfer (a kept one with the same spans, or a new
   // one), into `pending`; the first failure goes into `result`. mu_ held.
@@ -127,6 +130,12 @@ class Agent {
   // Polls the posted transfers until all are done, one fails, or the
   // deadline passes (each poll takes mu_).
   void Poll(std::vector<Pending>& pending, double timeout_seconds, ReadResult& result);
+  // After a failed Read: polls its other transfers until none is in flight
+  // or `timeout_seconds` more pass. Released while in flight, a transfer
+  // may still land later (NIXL's release cancels; a network card's read
+  // may go on) in buffers the caller's retry reuses: rows it has checked,
+  // or arrays it has handed out.
+  void Drain(std::vector<Pending>& pending, double timeout_seconds);
   // Releases the transfers, keeping those kept_ holds that completed. mu_
   // held.
   void SettleLocked(const std::vector<ReadRequest>& requests,

@@ -205,3 +205,85 @@ TEST(NixlAgentTest, CloseWaitsForASampleUsingTheStagingBuffers) {
 
 }  // namespace
 }  // namespace gearjax::nixl
+
+namespace gearjax::nixl {
+namespace {
+
+// A NIXL C API of the test's own, for what a loopback cannot show: a
+// transfer still in flight when its Read fails. A transfer to peer "slow"
+// is in progress for its first three status polls, then done; to "fails"
+// it fails at its first poll; to "refused" it cannot be made. Releases are
+// recorded with whether the transfer was done by then.
+namespace fake {
+int slow_polls = 0;
+bool slow_done = false;
+int released_in_flight = 0, released = 0;
+std::vector<std::string> peers;  // handle (1-based index) -> peer
+
+int MakeHandle(Handle* h) {
+  static uintptr_t next = 1000;
+  *h = reinterpret_cast<Handle>(++next);
+  return kSuccess;
+}
+std::string PeerOf(Handle h) { return peers[reinterpret_cast<uintptr_t>(h) - 1]; }
+
+Api MakeApi() {
+  Api api{};
+  api.create_configured_agent = [](const char*, const AgentConfig*, Handle* h) {
+    return MakeHandle(h);
+  };
+  api.destroy_agent = [](Handle) { return kSuccess; };
+  api.create_params = [](Handle* h) { return MakeHandle(h); };
+  api.destroy_params = [](Handle) { return kSuccess; };
+  api.create_backend = [](Handle, const char*, Handle, Handle* h) { return MakeHandle(h); };
+  api.destroy_backend = [](Handle) { return kSuccess; };
+  api.create_notif_map = [](Handle* h) { return MakeHandle(h); };
+  api.destroy_notif_map = [](Handle) { return kSuccess; };
+  api.create_xfer_dlist = [](int, Handle* h) { return MakeHandle(h); };
+  api.xfer_dlist_add_desc = [](Handle, uintptr_t, size_t, uint64_t) { return kSuccess; };
+  api.destroy_xfer_dlist = [](Handle) { return kSuccess; };
+  api.create_xfer_req = [](Handle, int, Handle, Handle, const char* peer, Handle* req, Handle) {
+    if (std::string(peer) == "refused") return -1;
+    peers.push_back(peer);
+    *req = reinterpret_cast<Handle>(peers.size());
+    return kSuccess;
+  };
+  api.post_xfer_req = [](Handle, Handle, Handle) { return kInProgress; };
+  api.get_xfer_status = [](Handle, Handle req) {
+    if (PeerOf(req) == "fails") return -2;
+    if (++slow_polls <= 3) return kInProgress;
+    slow_done = true;
+    return kSuccess;
+  };
+  api.release_xfer_req = [](Handle, Handle req) {
+    ++released;
+    if (PeerOf(req) == "slow" && !slow_done) ++released_in_flight;
+    return kSuccess;
+  };
+  api.destroy_xfer_req = [](Handle) { return kSuccess; };
+  return api;
+}
+}  // namespace fake
+
+TEST(NixlAgentFakeTest, AFailedReadReleasesItsOtherTransfersOnlyOnceTheyHaveLanded) {
+  // Released in flight, a transfer may still land later (NIXL's release
+  // cancels; a network card's read may go on) in buffers a retry reuses.
+  static const Api api = fake::MakeApi();
+  for (const char* failing : {"refused", "fails"}) {  // at creation, or at a poll
+    fake::slow_polls = 0;
+    fake::slow_done = false;
+    fake::released = fake::released_in_flight = 0;
+    Agent agent(api, "fake-reader");
+    std::vector<uint64_t> remote = {4096}, local = {8192}, sizes = {64};
+    const ReadResult result = agent.Read({{"slow", remote.data(), local.data(), sizes.data(), 1},
+                                          {failing, remote.data(), local.data(), sizes.data(), 1}},
+                                         5.0);
+    EXPECT_EQ(result.request, 1) << failing << ": " << result.why;
+    EXPECT_TRUE(fake::slow_done) << failing;
+    EXPECT_EQ(fake::released_in_flight, 0) << failing << ": released while it could still land";
+    EXPECT_GE(fake::released, 1) << failing;
+  }
+}
+
+}  // namespace
+}  // namespace gearjax::nixl
