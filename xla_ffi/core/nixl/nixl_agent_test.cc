@@ -1,7 +1,8 @@
-// Tests of nixl_capi.h and nixl_agent.h. Loading failures run everywhere;
-// the loopback cases need NIXL's C API, named by GEARJAX_NIXL_CAPI (the
-// Python suite, tests/test_nixl_native.py, sets it from the installed wheel
-// and runs the same paths where NIXL is installed).
+// Tests of nixl_capi.h and nixl_agent.h. Loading failures, and the cases
+// run through a C API of the test's own (a transfer in flight when its Read
+// fails), run everywhere; the loopback cases need NIXL's C API, named by
+// GEARJAX_NIXL_CAPI (the Python suite, tests/test_nixl_native.py, sets it
+// from the installed wheel and runs the same paths where NIXL is installed).
 #include "core/nixl/nixl_agent.h"
 
 #include <gtest/gtest.h>
