@@ -225,8 +225,11 @@ ReadResult Agent::Read(const std::vector<ReadRequest>& requests, double timeout_
     CheckOpen();
     PostLocked(requests, pending, result);
   }
-  Poll(pending, timeout_seconds, result);
-  if (result.request >= 0) Drain(pending, timeout_seconds);
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(timeout_seconds));
+  Poll(pending, deadline, timeout_seconds, result);
+  if (result.request >= 0) Drain(pending, deadline);
   MutexLock lock(mu_);
   if (agent_ == nullptr) return result;  // closed meanwhile: the agent took its transfers
   SettleLocked(requests, pending);
@@ -288,29 +291,51 @@ void Agent::PostLocked(const std::vector<ReadRequest>& requests, std::vector<Pen
   }
 }
 
-void Agent::Poll(std::vector<Pending>& pending, double timeout_seconds, ReadResult& result) {
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration<double>(timeout_seconds);
+namespace {
+
+// Between two polls: spin briefly (a loopback read takes microseconds), then
+// back off so a frozen peer does not cost a core until the deadline.
+void PauseBeforePoll(int polls) {
+  if (polls < 64) {
+    std::this_thread::yield();
+  } else {
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+}  // namespace
+
+const Agent::Pending* Agent::PollOnceLocked(std::vector<Pending>& pending, bool* in_flight) {
+  const Pending* failed = nullptr;
+  *in_flight = false;
+  for (Pending& p : pending) {
+    if (p.done || p.failed) continue;
+    const int status = api_.get_xfer_status(agent_, p.handle);
+    if (status == kSuccess) {
+      p.done = true;
+    } else if (status == kInProgress) {
+      *in_flight = true;
+    } else {
+      p.failed = true;
+      p.status = status;
+      if (failed == nullptr) failed = &p;
+    }
+  }
+  return failed;
+}
+
+void Agent::Poll(std::vector<Pending>& pending, std::chrono::steady_clock::time_point deadline,
+                 double timeout_seconds, ReadResult& result) {
   for (int polls = 0; result.request < 0; ++polls) {
-    bool all_done = true;
+    bool in_flight = false;
     {
       MutexLock lock(mu_);
       CheckOpen();
-      for (Pending& p : pending) {
-        if (p.done || p.failed) continue;
-        const int status = api_.get_xfer_status(agent_, p.handle);
-        if (status == kSuccess) {
-          p.done = true;
-        } else if (status == kInProgress) {
-          all_done = false;
-        } else {
-          p.failed = true;
-          FirstFailure(result, p.request, Failed("the transfer", status));
-          break;
-        }
+      if (const Pending* failed = PollOnceLocked(pending, &in_flight)) {
+        FirstFailure(result, failed->request, Failed("the transfer", failed->status));
       }
     }
-    if (all_done || result.request >= 0) return;
+    if (!in_flight || result.request >= 0) return;
     if (std::chrono::steady_clock::now() > deadline) {
       for (const Pending& p : pending) {
         if (!p.done) {
@@ -321,42 +346,20 @@ void Agent::Poll(std::vector<Pending>& pending, double timeout_seconds, ReadResu
       }
       return;
     }
-    // Spin briefly (a loopback read takes microseconds), then back off so a
-    // frozen peer does not cost a core until the deadline.
-    if (polls < 64) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-    }
+    PauseBeforePoll(polls);
   }
 }
 
-void Agent::Drain(std::vector<Pending>& pending, double timeout_seconds) {
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration<double>(timeout_seconds);
+void Agent::Drain(std::vector<Pending>& pending, std::chrono::steady_clock::time_point deadline) {
   for (int polls = 0;; ++polls) {
     bool in_flight = false;
     {
       MutexLock lock(mu_);
       if (agent_ == nullptr) return;  // closed: the agent took its transfers
-      for (Pending& p : pending) {
-        if (p.done || p.failed) continue;
-        const int status = api_.get_xfer_status(agent_, p.handle);
-        if (status == kSuccess) {
-          p.done = true;
-        } else if (status == kInProgress) {
-          in_flight = true;
-        } else {
-          p.failed = true;
-        }
-      }
+      PollOnceLocked(pending, &in_flight);
     }
     if (!in_flight || std::chrono::steady_clock::now() > deadline) return;
-    if (polls < 64) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-    }
+    PauseBeforePoll(polls);
   }
 }
 

@@ -11,6 +11,7 @@
 // between polls, so an owner's progress loop interleaves with a read.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -119,6 +120,7 @@ class Agent {
     bool done;
     bool kept;  // an entry of kept_ holds the handle
     bool failed = false;  // NIXL reported it failed (or its post did): not in flight
+    int status = 0;  // NIXL's status when it failed
   };
   // Posts each request's transfer (a kept one with the same spans, or a new
   // one), into `pending`; the first failure goes into `result`. mu_ held.
@@ -127,15 +129,22 @@ class Agent {
   // The peer's kept transfer for q's spans that no Read has posted, or null.
   // mu_ held.
   Kept* FindKeptLocked(const ReadRequest& q) GEARJAX_REQUIRES(mu_);
+  // One status poll of each transfer neither done nor failed, marking it;
+  // returns the first that failed in this poll (null if none) and, in
+  // `in_flight`, whether any is still in progress. mu_ held.
+  const Pending* PollOnceLocked(std::vector<Pending>& pending, bool* in_flight)
+      GEARJAX_REQUIRES(mu_);
   // Polls the posted transfers until all are done, one fails, or the
-  // deadline passes (each poll takes mu_).
-  void Poll(std::vector<Pending>& pending, double timeout_seconds, ReadResult& result);
+  // Read's deadline passes (each poll takes mu_); `timeout_seconds` names
+  // it in the failure.
+  void Poll(std::vector<Pending>& pending, std::chrono::steady_clock::time_point deadline,
+            double timeout_seconds, ReadResult& result);
   // After a failed Read: polls its other transfers until none is in flight
-  // or `timeout_seconds` more pass. Released while in flight, a transfer
-  // may still land later (NIXL's release cancels; a network card's read
-  // may go on) in buffers the caller's retry reuses: rows it has checked,
-  // or arrays it has handed out.
-  void Drain(std::vector<Pending>& pending, double timeout_seconds);
+  // or the same deadline passes (a frozen peer never holds a Read past it).
+  // Released while in flight, a transfer may still land later (NIXL's
+  // release cancels; a network card's read may go on) in buffers the
+  // caller's retry reuses: rows it has checked, or arrays it has handed out.
+  void Drain(std::vector<Pending>& pending, std::chrono::steady_clock::time_point deadline);
   // Releases the transfers, keeping those kept_ holds that completed. mu_
   // held.
   void SettleLocked(const std::vector<ReadRequest>& requests,
