@@ -10,6 +10,8 @@ tests/test_sharded.py (nixl, verbs), tests/test_nixl_native.py."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -423,8 +425,8 @@ class _Owner(LocalReader):
         layout = self._local._native.remote_layout(code, alpha)
         layout["max_length"] = self._local.max_length
         one_sided.coordination.client().key_value_set(
-            f"{self._path}/{self.NAME}/{self._shard}/layout/{one_sided.strategy_key(code, alpha)}",
-            __import__("json").dumps(layout))
+            self._layout_path(self._shard, one_sided.strategy_key(code, alpha)),
+            json.dumps(layout))
         return layout
 
 

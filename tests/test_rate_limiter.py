@@ -23,20 +23,27 @@ def sample_now(table, batch_size=2):
     return jax.block_until_ready(table.sample(jax.random.key(0), batch_size, 1))
 
 
+def two_late_inserts(table) -> tuple[threading.Thread, list[float]]:
+    """A started thread that inserts twice, 0.3 s apart after 0.3 s, and the
+    list that gets the time just before its second insert."""
+    inserted_third: list[float] = []
+
+    def inserter():
+        time.sleep(0.3)
+        table.insert(one())
+        time.sleep(0.3)
+        inserted_third.append(time.monotonic())
+        table.insert(one())
+
+    thread = threading.Thread(target=inserter)
+    thread.start()
+    return thread, inserted_third
+
+
 def test_min_size_waits_for_inserts_from_another_thread():
     with gx.Table(COLUMNS, 8, 4, rate_limiter=gx.MinSize(3, timeout=20.0)) as table:
         table.insert(one())
-        inserted_third = []
-
-        def inserter():
-            time.sleep(0.3)
-            table.insert(one())
-            time.sleep(0.3)
-            inserted_third.append(time.monotonic())
-            table.insert(one())
-
-        thread = threading.Thread(target=inserter)
-        thread.start()
+        thread, inserted_third = two_late_inserts(table)
         batch = sample_now(table)
         done = time.monotonic()
         thread.join()
@@ -56,17 +63,7 @@ def test_a_sample_inside_lax_scan_waits_for_inserts_from_another_thread():
 
         scanned = jax.jit(lambda state, keys: jax.lax.scan(body, state, keys))
         keys = jax.random.split(jax.random.key(0), 4)
-        inserted_third = []
-
-        def inserter():
-            time.sleep(0.3)
-            table.insert(one())
-            time.sleep(0.3)
-            inserted_third.append(time.monotonic())
-            table.insert(one())
-
-        thread = threading.Thread(target=inserter)
-        thread.start()
+        thread, inserted_third = two_late_inserts(table)
         _, drawn = jax.block_until_ready(scanned(table.state(), keys))
         done = time.monotonic()
         thread.join()

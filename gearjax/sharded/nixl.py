@@ -156,8 +156,8 @@ class Transport(OneSidedReader):
                 "token": self._token, "name": self._name, "version": self._version,
                 "metadata": base64.b64encode(self._agent.metadata()).decode()}),
                 allow_overwrite=True)
-            store.key_value_set(f"{self._path}/{self.NAME}/{self._shard}/layout/{key}",
-                                json.dumps(layout), allow_overwrite=True)
+            store.key_value_set(self._layout_path(self._shard, key), json.dumps(layout),
+                                allow_overwrite=True)
         return layout
 
     def _progress(self) -> None:

@@ -125,7 +125,7 @@ class OneSidedReader(NativeSampling):
             layout = self._layout(code, alpha)
         else:
             store = coordination.client()
-            path = f"{self._path}/{self.NAME}/{shard}/layout/{key}"
+            path = self._layout_path(shard, key)
             try:
                 value = store.key_value_try_get(path)
             except Exception:  # noqa: BLE001 - not published yet: ask the owner for it
@@ -144,6 +144,11 @@ class OneSidedReader(NativeSampling):
             self._loaded_layout(shard, layout)
         self._peer_layouts[(shard, key)] = layout
         return layout
+
+    def _layout_path(self, shard: int, key: str) -> str:
+        """Where shard `shard`'s owner publishes its layout for a strategy
+        (`key`: strategy_key), or why it cannot serve it."""
+        return f"{self._path}/{self.NAME}/{shard}/layout/{key}"
 
     def _check_open(self) -> None:
         """Raises if the transport is closed."""
@@ -188,10 +193,9 @@ class OneSidedReader(NativeSampling):
         would be, why: a reader waiting for it raises ValueError at once,
         rather than wait out its timeout and take a live shard for a dead one
         (a ninth alpha, say, or a table in GPU memory)."""
-        store = coordination.client()
-        store.key_value_set(f"{self._path}/{self.NAME}/{self._shard}/layout/"
-                            f"{strategy_key(code, alpha)}", json.dumps({"refused": why}),
-                            allow_overwrite=True)
+        coordination.client().key_value_set(
+            self._layout_path(self._shard, strategy_key(code, alpha)),
+            json.dumps({"refused": why}), allow_overwrite=True)
 
     def _outputs(self, batch: int, width: int) -> tuple[list[np.ndarray], list[bool]]:
         """Registered [batch, width, ...] arrays, one per column, that a sample

@@ -249,7 +249,7 @@ class Transport(OneSidedReader):
             layout["token"] = self._token
             self._layouts[key] = layout
             coordination.client().key_value_set(
-                f"{self._path}/{self.NAME}/{self._shard}/layout/{key}", json.dumps(layout),
+                self._layout_path(self._shard, key), json.dumps(layout),
                 allow_overwrite=True)
         return layout
 
