@@ -9,11 +9,13 @@ call, so a noisy machine slows them alike):
   start            ``cut="start"`` with replacement: the default, drawn from
                    the table's incremental selectors (O(log size) per row);
   end              ``cut="end"``: the same selectors, another window rule;
-  full             ``cut="full"``: Uniform and Timestep draw from their
-                   selectors and keep the rows whose window fits (normalised
-                   by a per-length index); Prioritized lists the eligible
-                   trajectories (length >= window) at each sample (O(size));
-  no-replace       ``replace=False``: the same listing, rows drawn one after
+  full             ``cut="full"``: each strategy draws from its selector and
+                   keeps the rows whose window fits (normalised by a
+                   per-length index; Prioritized by its tree's total less
+                   the weight of the trajectories too short, visited at
+                   each sample);
+  no-replace       ``replace=False``: the eligible trajectories (length >=
+                   window) listed at each sample (O(size)), rows drawn one after
                    another without replacement;
   max-times        a table with ``max_times_sampled`` (set so high nothing is
                    removed): every sample lists and counts;

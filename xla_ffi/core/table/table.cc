@@ -16,6 +16,7 @@
 #include "core/limits.h"
 #include "core/prefetch.h"
 #include "core/random.h"
+#include "core/selectors/length_buckets.h"
 #include "core/selectors/length_index.h"
 #include "core/table/table_internal.h"
 
@@ -200,6 +201,7 @@ std::vector<std::shared_ptr<void>> Table::TakeMemoryLocked() {
   order_ = nullptr;
   min_heap_ = nullptr;
   lengths_ = nullptr;
+  length_buckets_ = nullptr;
   take(gpu_staging_);
   take(slots_);
   take(arena_);
@@ -252,6 +254,15 @@ LengthIndex& Table::LengthIndexLocked() {
     lengths_ = &selectors_.Keep(std::move(index));
   }
   return *lengths_;
+}
+
+LengthBuckets& Table::LengthBucketsLocked() {
+  if (length_buckets_ == nullptr) {
+    auto buckets = std::make_unique<LengthBuckets>(spec_.capacity);
+    FillLocked(*buckets);
+    length_buckets_ = &selectors_.Keep(std::move(buckets));
+  }
+  return *length_buckets_;
 }
 
 }  // namespace gearjax

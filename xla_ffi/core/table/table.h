@@ -76,6 +76,7 @@ namespace gearjax {
 
 class GpuCompletions;  // gpu/gpu_completions.h
 class GpuStaging;      // gpu/gpu_staging.h
+class LengthBuckets;   // selectors/length_buckets.h
 class LengthIndex;     // selectors/length_index.h
 
 class Table {
@@ -151,8 +152,9 @@ class Table {
   // back with EndSample once the windows are copied.
   //
   // Constrained requests (Constrained below) draw exactly among the eligible
-  // items: cut kFull with replacement by Uniform or Timestep by rejection from
-  // the strategy's selector (SelectFullLocked), the others by listing them
+  // items: cut kFull with replacement by Uniform, Timestep or Prioritized by
+  // rejection from the strategy's selector (SelectFullLocked), PrioritizedSteps
+  // from its full-window tree, the others by listing them
   // (selectors/constrained.h). An item is eligible when it has at least
   // `window` steps under Cut::kFull and has draws left under
   // max_times_sampled. Uniform gives every eligible item weight 1, Timestep
@@ -327,16 +329,26 @@ class Table {
   }
   // The length index cut="full" samples normalise by, made on first use.
   LengthIndex& LengthIndexLocked() GEARJAX_REQUIRES(mu_);
+  // The items listed by length (what a cut="full" Prioritized sample visits
+  // the short items by), made on first use.
+  LengthBuckets& LengthBucketsLocked() GEARJAX_REQUIRES(mu_);
   // What the registry's factories make selectors from.
   SelectorContext SelectorContextLocked() const GEARJAX_REQUIRES(mu_);
-  // cut="full" with replacement by Uniform or Timestep, without listing the
-  // table: rows drawn from the strategy's selector and kept when their window
-  // fits (Timestep: with probability (L - w + 1) / L), normalised by the
-  // LengthIndex. Returns false, having drawn nothing that counts, where that
-  // is not worth it or not possible (no eligible item, few eligible, or a row
-  // that keeps missing); the listing path then serves the sample.
+  // cut="full" with replacement by Uniform, Timestep or Prioritized, without
+  // listing the table (table_full_draws.cc): rows drawn from the strategy's
+  // selector and kept when their window fits (Timestep: with probability
+  // (L - w + 1) / L), normalised by the LengthIndex (Prioritized: by its
+  // tree's total less the weight of the items too short, visited through
+  // the LengthBuckets; where no item is too short, the plain draw). Returns
+  // false, having drawn nothing that counts, where that is not worth it or
+  // not possible (no eligible item, few eligible or little of the weight
+  // eligible, or a row that keeps missing); the listing path then serves the
+  // sample.
   bool SelectFullLocked(const SampleRequest& request, const uint32_t seed[2], const double* u,
                         Selection* out) GEARJAX_REQUIRES(mu_);
+  bool SelectFullPrioritizedLocked(const SampleRequest& request, const uint32_t seed[2],
+                                   const double* u, int64_t eligible, Selection* out)
+      GEARJAX_REQUIRES(mu_);
   void AttachLocked(Selector* selector) GEARJAX_REQUIRES(mu_);
   void SelectLocked(const SampleRequest& request, const uint32_t seed[2], const double* u,
                     Selection* out) GEARJAX_REQUIRES(mu_);
@@ -515,6 +527,7 @@ class Table {
   InsertionOrder* order_ GEARJAX_GUARDED_BY(mu_) = nullptr;
   MinPriorityHeap* min_heap_ GEARJAX_GUARDED_BY(mu_) = nullptr;
   LengthIndex* lengths_ GEARJAX_GUARDED_BY(mu_) = nullptr;
+  LengthBuckets* length_buckets_ GEARJAX_GUARDED_BY(mu_) = nullptr;
   // Step priorities (TableSpec::step_priorities; else empty): max_length a
   // slot, those past a trajectory's length unused.
   std::vector<double> step_priority_ GEARJAX_GUARDED_BY(mu_);

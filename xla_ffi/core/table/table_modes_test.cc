@@ -259,6 +259,55 @@ TEST(TableModes, FullWindowsByRejectionAndByListingAgree) {
   }
 }
 
+// Prioritized, window 5, alpha 1: a (5 steps, priority 1) and b (10 steps,
+// priority 3) may be drawn, 1/4 and 3/4 of the time; two items too short
+// hold the rest of the weight.
+void ExpectPrioritizedFullDraws(Table& table, int64_t a, int64_t b, const char* what) {
+  const std::vector<Draw> draws =
+      Sample(table, Request(Strategy::kPrioritized, 4000, 5, Cut::kFull, true, 0, 1.0), 13);
+  int64_t from_b = 0;
+  for (const Draw& d : draws) {
+    ASSERT_TRUE(d.key == a || d.key == b) << what;
+    EXPECT_FLOAT_EQ(d.probability, d.key == a ? 0.25f : 0.75f) << what;
+    EXPECT_EQ(d.valid, 5) << what;
+    from_b += d.key == b;
+  }
+  EXPECT_NEAR(static_cast<double>(from_b) / 4000.0, 0.75, 0.035) << what;  // 5 sigma: 0.034
+}
+
+TEST(TableModes, PrioritizedFullWindowsWeighOnlyTheEligible) {
+  for (double short_priority : {1.0, 40.0}) {
+    // Short items holding a third of the weight: rows drawn by rejection,
+    // normalised by the weight of the items long enough. Holding 80 of 84:
+    // fewer than 1 draw in 16 would be kept, and the table is listed.
+    Table table(Spec(16));
+    const int64_t shorts[2] = {Put(table, 2, short_priority), Put(table, 3, short_priority)};
+    const int64_t a = Put(table, 5, 1.0), b = Put(table, 10, 3.0);
+    ExpectPrioritizedFullDraws(table, a, b, short_priority == 1.0 ? "rejection" : "listing");
+    // New priorities of the short items change the weight the draw leaves out.
+    const double lower[2] = {0.5, 0.25};
+    ASSERT_EQ(table.UpdatePriorities(shorts, lower, 2), 2);
+    ExpectPrioritizedFullDraws(table, a, b, "after an update of the short items");
+  }
+}
+
+TEST(TableModes, PrioritizedFullWindowsOfOnlyLongItemsAreThePlainDraws) {
+  // Once the short items are evicted every item fits a window: the rows are
+  // those cut="start" draws with the same seed, at the same probabilities.
+  Table table(Spec(2));
+  Put(table, 2, 9.0);
+  Put(table, 3, 9.0);
+  const int64_t a = Put(table, 5, 1.0), b = Put(table, 10, 3.0);
+  ExpectPrioritizedFullDraws(table, a, b, "long items only");
+  const auto full = Sample(table, Request(Strategy::kPrioritized, 500, 5, Cut::kFull, true, 0, 1.0));
+  const auto start =
+      Sample(table, Request(Strategy::kPrioritized, 500, 5, Cut::kStart, true, 0, 1.0));
+  for (size_t i = 0; i < full.size(); ++i) {
+    ASSERT_EQ(full[i].key, start[i].key) << i;
+    EXPECT_EQ(full[i].probability, start[i].probability) << i;
+  }
+}
+
 TEST(TableModes, FullWindowsByRejectionFollowTheFullWindowCounts) {
   Table table(Spec(8));
   const int64_t a = Put(table, 4), b = Put(table, 7);  // window 4: 1 and 4 full windows

@@ -10,10 +10,6 @@
 #include "core/prefetch.h"
 #include "core/random.h"
 #include "core/row_words_cpu.h"
-#include "core/selectors/length_index.h"
-#include "core/selectors/step_prioritized.h"
-#include "core/selectors/timestep.h"
-#include "core/selectors/uniform.h"
 #include "core/table/table.h"
 #include "core/table/table_internal.h"
 
@@ -123,19 +119,6 @@ uint64_t Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* dra
   return TakeTicketLocked(lock);
 }
 
-bool Table::SelectFastFullLocked(const SampleRequest& r, const uint32_t seed[2], const double* u,
-                                 Selection* out) {
-  if (!(r.cut == Cut::kFull && r.window > 0 && r.replace && spec_.max_times_sampled == 0)) {
-    return false;
-  }
-  if (r.strategy == Strategy::kUniform || r.strategy == Strategy::kTimestep) {
-    return SelectFullLocked(r, seed, u, out);
-  }
-  return DrawsSteps(r.strategy) &&
-         SamplingSelectorLocked<StepPrioritizedSelector>(r.strategy, r.alpha)
-             .SelectFull({seed, u, r.batch, r.count, {}}, r.window, out);
-}
-
 void Table::SelectConstrainedLocked(MutexLock& lock, const SampleRequest& r, const Words4* words,
                                     double* u, Selection* out) {
   const int64_t n = r.batch;
@@ -200,57 +183,6 @@ void Table::FillDrawsLocked(const SampleRequest& r, const Words4* words,
     d.table_size = live_;
     d.probability = static_cast<float>(selections[b].probability);
   }
-}
-
-bool Table::SelectFullLocked(const SampleRequest& r, const uint32_t seed[2], const double* u,
-                             Selection* out) {
-  // Rejection pays while at least 1 draw in 16 fits; below, listing is cheaper.
-  constexpr double kMinAcceptance = 1.0 / 16;
-  // Tries per row before giving the sample to the listing path: at the
-  // lowest acceptance a row misses them all with probability (15/16)^256,
-  // below 1e-7.
-  constexpr uint32_t kTries = 256;
-  // A try's Timestep acceptance word: an attempt counter no other draw of
-  // the row uses (random.h); later tries take RedrawRow's words.
-  constexpr uint32_t kAcceptAttempt = kUniformAttempts + 1;
-  const int64_t w = r.window, n = r.batch;
-  const bool timestep = r.strategy == Strategy::kTimestep;
-  LengthIndex& index = LengthIndexLocked();
-  const int64_t eligible = index.CountAtLeast(w);
-  if (eligible == 0) return false;
-  const double total = static_cast<double>(timestep ? index.FullWindows(w) : eligible);
-  const double acceptance = total / static_cast<double>(timestep ? num_steps_ : live_);
-  if (acceptance < kMinAcceptance) return false;
-  const UniformView view = SamplingSelectorLocked<UniformSelector>(Strategy::kUniform).view();
-  const SumTree* tree =
-      timestep ? &SamplingSelectorLocked<TimestepSelector>(Strategy::kTimestep).tree() : nullptr;
-  for (int64_t b = 0; b < n; ++b) {
-    bool found = false;
-    for (uint32_t t = 0; t < kTries && !found; ++t) {
-      const int64_t row = RedrawRow(b, t);
-      double draw_u = u[b];
-      if (t > 0) {
-        const Words4 words = RowWords(seed, row);
-        draw_u = UniformFromBits(words.w[0], words.w[1]);
-      }
-      const int64_t slot = timestep ? tree->Draw(draw_u) : UniformDraw(view, seed, row, draw_u);
-      if (slot < 0) return false;  // an empty selector: cannot happen with eligible items
-      const int64_t length = (*slots_)[slot].length;
-      if (length < w) continue;
-      if (timestep) {
-        // Drawn in proportion to L; kept with probability (L - w + 1) / L.
-        const Words4 accept = AttemptWords(seed, row, kAcceptAttempt);
-        if (UniformFromBits(accept.w[0], accept.w[1]) * static_cast<double>(length) >=
-            static_cast<double>(length - w + 1)) {
-          continue;
-        }
-      }
-      out[b] = {slot, (timestep ? static_cast<double>(length - w + 1) : 1.0) / total};
-      found = true;
-    }
-    if (!found) return false;
-  }
-  return true;
 }
 
 int64_t Table::CandidatesLocked(const SampleRequest& r) {
