@@ -56,3 +56,54 @@ def test_a_bad_message_drops_only_itself_not_the_rest_of_its_batch():
     transport._serve, transport.refused_updates = serve, 0
     transport._progress()
     assert served == [b"first", b"third"] and transport.refused_updates == 1
+
+
+def test_a_peers_newer_metadata_is_loaded_over_the_old_never_after_forgetting_it(monkeypatch):
+    """Transport._peer, as a peer's layouts need newer metadata: it loads the
+    newest published metadata over what it loaded (forgetting the peer first
+    failed the reads other threads and compiled plans posted meanwhile:
+    tests/test_nixl_native.py), once however many threads ask at once, and
+    never goes back to an older version."""
+    import base64
+    import json
+    import threading
+    import time
+
+    from gearjax.sharded import nixl
+
+    published = {"version": 1}
+    calls = []
+
+    class Store:
+        def blocking_key_value_get(self, key, timeout_ms):
+            assert key == "t/nixl/1/agent"
+            return json.dumps({"token": "tok", "name": "owner", "version": published["version"],
+                               "metadata": base64.b64encode(b"md%d" % published["version"])
+                               .decode()})
+
+    class Agent:
+        def load_peer(self, metadata):
+            calls.append(("load", metadata))
+            time.sleep(0.01)  # other threads ask meanwhile
+            return "owner"
+
+        def forget_peer(self, name):
+            calls.append(("forget", name))
+
+    monkeypatch.setattr(nixl.coordination, "client", lambda: Store())
+    transport = nixl.Transport.__new__(nixl.Transport)  # only what _peer uses
+    transport._agent, transport._path, transport._token, transport._timeout = \
+        Agent(), "t", "tok", 5.0
+    transport._peers, transport._peer_versions = {}, {}
+    transport._peer_lock = threading.Lock()
+
+    assert transport._peer(1) == "owner"
+    published["version"] = 3  # the owner registered two regions since
+    threads = [threading.Thread(target=transport._peer, args=(1, 3)) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert calls == [("load", b"md1"), ("load", b"md3")]
+    assert transport._peer(1, 2) == "owner" and len(calls) == 2  # 3 loaded: nothing to do
+    assert transport._peer_versions[1] == 3

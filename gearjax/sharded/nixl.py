@@ -115,6 +115,7 @@ class Transport(OneSidedReader):
         self._layouts: dict[str, dict] = {}   # this shard's, by strategy
         self._peers: dict[int, str] = {}      # shard -> agent name
         self._peer_versions: dict[int, int] = {}  # shard -> metadata version loaded
+        self._peer_lock = threading.Lock()  # one metadata load at a time
         self._version = 0  # of this agent's metadata: one more per registration
         self._dead: set[int] = set()
         self._buffers: dict[str, np.ndarray] = {}  # registered read buffers by use
@@ -202,9 +203,21 @@ class Transport(OneSidedReader):
 
     def _peer(self, shard: int, version: int = 1) -> str:
         """The agent name of a shard's owner, with its metadata of at least
-        `version` loaded (checked against the job token first)."""
+        `version` loaded (checked against the job token first).
+
+        A newer version is loaded over the one loaded, never after forgetting
+        it: NIXL adds the regions a known agent's newer metadata lists
+        (tests/test_nixl_native.py checks it), while forgetting would fail
+        the reads other threads and compiled plans post to that peer meanwhile
+        (and free what their transfers in flight use)."""
         if self._peer_versions.get(shard, 0) >= version:
             return self._peers[shard]
+        with self._peer_lock:
+            if self._peer_versions.get(shard, 0) >= version:  # another thread loaded it
+                return self._peers[shard]
+            return self._load_peer(shard, version)
+
+    def _load_peer(self, shard: int, version: int) -> str:
         store = coordination.client()
         deadline = time.monotonic() + self._timeout
         while True:
@@ -221,14 +234,12 @@ class Transport(OneSidedReader):
             raise ValueError(f"shard {shard} published transport metadata under another job "
                              f"token: refused")
         try:
-            if shard in self._peers:
-                self._agent.forget_peer(self._peers[shard])
             name = self._agent.load_peer(base64.b64decode(info["metadata"]))
         except (RuntimeError, ValueError) as e:
             raise ShardUnavailable(shard, f"its NIXL metadata could not be loaded ({e})") from None
         self._peers[shard] = name
-        self._peer_versions[shard] = info.get("version", 0)
-        return self._peers[shard]
+        self._peer_versions[shard] = max(info.get("version", 0), self._peer_versions.get(shard, 0))
+        return name
 
     _compiles = True  # its reads need no Python
 
