@@ -184,4 +184,4 @@ def widest_float() -> np.dtype:
 
 def is_real(dtype: Any) -> bool:
     """Integer or floating (bfloat16 included); not bool, not complex."""
-    return jnp.issubdtype(dtype, np.integer) or jnp.issubdtype(dtype, np.floating)
+    return _checks.is_real_dtype(dtype)

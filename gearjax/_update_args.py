@@ -22,10 +22,9 @@ def operands(xp: Any, keys: Any, priorities: Any, steps: Any = None) -> tuple[An
     keys, priorities = xp.asarray(keys), xp.asarray(priorities)
     if steps is None:
         keys, priorities = xp.ravel(keys), xp.ravel(priorities)
-    if keys.dtype == object or not jnp.issubdtype(keys.dtype, np.integer) or \
-            keys.dtype == np.uint64:
+    if not _checks.is_integer_dtype(keys.dtype) or keys.dtype == np.uint64:
         raise TypeError(f"keys must be int32, uint32 or int64 (or narrower), got {keys.dtype}")
-    if priorities.dtype == object or not _inserts.is_real(priorities.dtype):
+    if not _checks.is_real_dtype(priorities.dtype):
         raise TypeError(f"priorities must be real numbers, got {priorities.dtype}")
     if steps is None:
         if keys.shape != priorities.shape:
@@ -36,7 +35,7 @@ def operands(xp: Any, keys: Any, priorities: Any, steps: Any = None) -> tuple[An
                          f"got keys {keys.shape}, priorities {priorities.shape}, steps "
                          f"{np.shape(steps)}")
     steps = xp.asarray(steps)
-    if steps.dtype == object or not jnp.issubdtype(steps.dtype, np.signedinteger):
+    if not _checks.is_integer_dtype(steps.dtype, signed=True):
         raise TypeError(f"steps must be signed integers (int32 or int64, or narrower), "
                         f"got {steps.dtype}")
     if steps.shape != priorities.shape:

@@ -69,6 +69,9 @@ WORKLOADS = {
     "prioritized": (("a jitted threaded Prioritized(0.6) sample of 256 and update_priorities "
                      "of the rows drawn, at 1000 trajectories (bench_sample's prioritized "
                      "row, one step per call)"), 20, 500),
+    "eager_update": (("an eager table.update_priorities(keys, priorities) of 256 NumPy int64 "
+                      "keys and float32 priorities, at 1000 trajectories (the update of "
+                      "bench_eager's eager prioritized workload)"), 1100, 2000),
 }
 # Functions of threads that wait for work: spinning, stealing, sleeping.
 IDLE = ("blas_thread_server", "Eigen::ThreadPoolTempl", "Eigen::RunQueue", "EventCount",
@@ -96,6 +99,13 @@ def drive(workload: str, calls: int) -> None:
         for i in range(calls):
             table.insert_step({"obs": obs[i], "action": np.int64(i % 2), "reward": 1.0,
                                "next_obs": obs[i + 1], "done": False})
+    elif workload == "eager_update":
+        table = gx.Table({"obs": gx.Column((17,), "float32")}, capacity=1000, max_length=200)
+        table.insert_many([{"obs": np.zeros((20, 17), np.float32)} for _ in range(1000)])
+        keys = rng.permutation(table.contents()["key"])[:256]
+        priorities = rng.uniform(0.1, 2.0, 256).astype(np.float32)
+        for _ in range(calls):
+            table.update_priorities(keys, priorities)
     elif workload == "insert":
         table = gx.Table({"obs": gx.Column((17,), "float32")}, capacity=1000, max_length=200)
         trajectory = {"obs": rng.standard_normal((200, 17)).astype(np.float32)}

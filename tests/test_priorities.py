@@ -79,6 +79,47 @@ def test_bad_updates_raise_and_change_nothing(table, keys, priorities, error):
     np.testing.assert_array_equal(table.contents()["priority"], before)
 
 
+@pytest.mark.parametrize("values", [
+    np.arange(1.0, 9.0)[::2],                  # strided
+    np.array([1.5, 2.5], ">f8"),                # big-endian
+    np.array([[3, 4], [5, 6]], np.int8),        # integers, 2-D
+    np.array([1e30, 2.2250738585072014e-308]),  # the bounds themselves
+    jnp.asarray([2.0, 0.5], jnp.bfloat16),
+], ids=["strided", "big-endian", "int8", "bounds", "bfloat16"])
+def test_checked_priorities_are_contiguous_native_float64_of_the_same_values(values):
+    """The eager update's check (gearjax._checks.priorities) hands the native
+    core its values as they are when all are in range (no copy then): they
+    must still arrive as contiguous float64 in this machine's byte order."""
+    out = gx._checks.priorities(values)
+    assert out.dtype == np.float64 and out.dtype.isnative and out.flags.c_contiguous
+    np.testing.assert_array_equal(out, np.asarray(values, np.float64))
+
+
+def test_checked_zero_priorities_come_back_positive():
+    out = gx._checks.priorities(np.array([-0.0, 0.0, 1.0]))
+    np.testing.assert_array_equal(out, [0.0, 0.0, 1.0])
+    assert not np.signbit(out).any()
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, -1.0, 5e-324, 1e-310, 1.1e30])
+def test_a_bad_priority_is_refused_naming_its_entry(bad):
+    with pytest.raises(ValueError, match="entry 2 is"):
+        gx._checks.priorities(np.array([1.0, 0.0, bad, 2.0]))
+
+
+@pytest.mark.parametrize("dtype", [bool, np.complex64, object, "U3", "datetime64[s]"])
+def test_priorities_and_keys_of_other_kinds_are_refused(table, dtype):
+    values = np.zeros(2, dtype)
+    with pytest.raises(TypeError, match="real numbers"):
+        table.update_priorities(np.array([0, 1]), values)
+    with pytest.raises(TypeError, match="keys must be"):
+        table.update_priorities(values, np.ones(2))
+    with pytest.raises(TypeError, match="keys must be"):
+        table.update_priorities(np.array([0, 1], np.uint64), np.ones(2))
+    with pytest.raises(TypeError):
+        table.update_priorities(jax.random.split(jax.random.key(0)), np.ones(2))
+
+
 def test_traced_update_returns_count_and_applies(table, keys):
     update = jax.jit(lambda s, k, p: table.update_priorities(s, k, p))
     state, count = update(table.state(), jnp.array([keys[0], keys[5], 42]),
