@@ -68,9 +68,14 @@ RECVS_PER_PEER = 16       # receive buffers an owner keeps posted for each peer
 MESSAGE_BYTES = 1 << 16   # the largest update or tree-request message
 # RC transport settings (the values of ibv_rc_pingpong): a dead peer fails a
 # read after retry_cnt retries of ~4.096 us * 2**timeout each.
-# A SEND to an owner with no receive posted is retried _RNR_RETRY times (7
-# would mean for ever), then fails.
-_TIMEOUT, _RETRY_CNT, _RNR_RETRY, _MIN_RNR_TIMER = 14, 7, 6, 12
+# A SEND to an owner with no receive posted is retried every 0.64 ms
+# (_MIN_RNR_TIMER) with no end (_RNR_RETRY 7): an update of more than
+# RECVS_PER_PEER messages, or an owner whose progress thread waits a few
+# milliseconds for the GIL, must wait for receives posted again, not break
+# the pair (6 retries gave up after 3.8 ms, for good). The sender's own
+# deadline (the exchange's timeout, _send) bounds the wait; a dead owner
+# fails on the transport retries above.
+_TIMEOUT, _RETRY_CNT, _RNR_RETRY, _MIN_RNR_TIMER = 14, 7, 7, 12
 
 
 def verbs_api() -> types.SimpleNamespace:
