@@ -1,6 +1,6 @@
 """The memory check counts what a table holds at its worst: a table sampled by
 every strategy (eight Prioritized alphas), updated at every key, sampled without
-replacement (listing every item) and saved holds no more host memory than the
+replacement (listing every item) and with cut="full" among short items, and saved holds no more host memory than the
 estimate the construction check uses (xla_ffi/core/table/footprint.h), and not far
 less; a machine with less memory than that refuses the table when it is made.
 (The check once counted 64 bytes a slot; such a table held about 660.)"""
@@ -40,6 +40,8 @@ def exercise(table, n):
     for strategy in [gx.Uniform(), gx.Timestep(), gx.TopK(n), gx.Recent(n)] + alphas:
         table.sample(key, 8, strategy=strategy)
     table.sample(key, 8, replace=False)  # a constrained sample lists every item
+    # Full windows of 2 among items of 1 and 2 steps: the length buckets.
+    table.sample(key, 8, 2, gx.Prioritized(0.1), cut="full")
     keys = table.contents()["key"]
     table.update_priorities(keys, np.full(keys.size, 2.0))  # every key at once
     table.save(path)
@@ -47,18 +49,19 @@ def exercise(table, n):
 columns = {"x": gx.Column((), "uint8")}
 # The same calls on a small table first: JAX's compiled programs and
 # caches are not the table's.
-small = gx.Table(columns, 64, 1, remover=remover)
-for _ in range(64):
-    small.insert({"x": np.zeros(1, np.uint8)})
+small = gx.Table(columns, 64, 2, remover=remover)
+for i in range(64):
+    small.insert({"x": np.zeros(1 + (i % 4 > 0), np.uint8)})
 exercise(small, 64)
 before = rss()
-table = gx.Table(columns, capacity, 1, remover=remover)
+table = gx.Table(columns, capacity, 2, remover=remover)
 rows = 1 << 16
+lengths = jnp.where(jnp.arange(rows) % 4 == 0, 1, 2).astype(jnp.int32)  # a quarter short
 for _ in range(capacity // rows):
-    table.insert_batch({"x": jnp.zeros((rows, 1), jnp.uint8)}, jnp.ones(rows, jnp.int32))
+    table.insert_batch({"x": jnp.zeros((rows, 2), jnp.uint8)}, lengths)
 exercise(table, capacity)
-held = rss() - before - capacity  # the arena: one byte a slot
-estimate = _gearjax.worst_bookkeeping_bytes(capacity, 1, _checks.REMOVER_CODES[remover])
+held = rss() - before - 2 * capacity  # the arena: two bytes a slot
+estimate = _gearjax.worst_bookkeeping_bytes(capacity, 2, _checks.REMOVER_CODES[remover])
 print(json.dumps({"held": held, "estimate": estimate}))
 """
 
@@ -80,9 +83,9 @@ def test_the_estimate_covers_what_a_table_holds_at_its_worst(tmp_path, monkeypat
     assert held <= estimate <= 1.5 * held, measured  # counts it all, and not far more
     # A machine with memory for the steps and what the table was seen to hold
     # refuses the table: its estimate is more.
-    monkeypatch.setattr(_checks, "physical_memory", lambda: CAPACITY + held)
+    monkeypatch.setattr(_checks, "physical_memory", lambda: 2 * CAPACITY + held)
     with pytest.raises(ValueError, match="bookkeeping at its worst"):
-        gx.Table({"x": gx.Column((), "uint8")}, CAPACITY, 1, remover=remover)
+        gx.Table({"x": gx.Column((), "uint8")}, CAPACITY, 2, remover=remover)
 
 
 def test_the_estimate_grows_with_the_slots_and_the_remover():

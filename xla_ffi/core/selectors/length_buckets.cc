@@ -5,12 +5,13 @@
 
 namespace gearjax {
 
-LengthBuckets::LengthBuckets(int64_t capacity)
-    : next_(static_cast<size_t>(capacity), kNone), prev_(static_cast<size_t>(capacity), kNone) {}
+LengthBuckets::LengthBuckets(int64_t capacity, int64_t max_length)
+    : heads_(static_cast<size_t>(max_length + 1), kNone),
+      next_(static_cast<size_t>(capacity), kNone),
+      prev_(static_cast<size_t>(capacity), kNone) {}
 
 void LengthBuckets::Insert(const Item& item) {
   const size_t length = static_cast<size_t>(item.length);
-  if (length >= heads_.size()) heads_.resize(length + 1, kNone);
   const int32_t slot = static_cast<int32_t>(item.slot);
   const int32_t head = heads_[length];
   next_[static_cast<size_t>(slot)] = head;

@@ -5,7 +5,8 @@
 // tree's total less the weight of the shorter ones (Table::SelectFullLocked).
 // Made on the first such sample, so tables that never take one pay nothing.
 // One intrusive doubly linked list per length: 8 bytes a slot (slots fit
-// int32: kMaxCapacity), 4 bytes a length up to the longest item inserted.
+// int32: kMaxCapacity) and 4 bytes a length, all made at once (an insert
+// allocates nothing: it must not fail half-way through the selectors).
 #pragma once
 
 #include <cstdint>
@@ -17,7 +18,7 @@ namespace gearjax {
 
 class LengthBuckets final : public Selector {
  public:
-  explicit LengthBuckets(int64_t capacity);
+  LengthBuckets(int64_t capacity, int64_t max_length);
   void Insert(const Item& item) override;
   void Delete(const Item& item) override;
 
@@ -38,7 +39,7 @@ class LengthBuckets final : public Selector {
 
  private:
   static constexpr int32_t kNone = -1;
-  std::vector<int32_t> heads_;        // per length: its first item's slot, or kNone
+  std::vector<int32_t> heads_;        // per length 0..max_length: its first item's slot, or kNone
   std::vector<int32_t> next_, prev_;  // per slot: its neighbours in its length's list
 };
 

@@ -13,7 +13,7 @@ namespace {
 
 TEST(LengthBuckets, VisitsExactlyTheItemsShorterThanW) {
   const int64_t capacity = 64, max_length = 40;
-  LengthBuckets buckets(capacity);
+  LengthBuckets buckets(capacity, max_length);
   std::mt19937_64 rng(5);
   std::vector<Item> live;
   std::vector<int64_t> free_slots;
@@ -53,7 +53,7 @@ TEST(LengthBuckets, VisitsExactlyTheItemsShorterThanW) {
 }
 
 TEST(LengthBuckets, AnEmptyTableAndAWindowPastEveryLengthVisitNothingTwice) {
-  LengthBuckets buckets(4);
+  LengthBuckets buckets(4, 5);
   int visits = 0;
   buckets.ForEachShorter(1000, [&](int64_t) { ++visits; });
   EXPECT_EQ(visits, 0);

@@ -4,7 +4,7 @@
 // and are found again by (strategy, alpha); so a new strategy adds an entry
 // to the registry, never a member to the table. The selectors no strategy
 // draws from (the insertion order, the min-priority remover's heap, the
-// length index) are kept here too, so that the table tells every selector
+// length index and the length buckets) are kept here too, so that the table tells every selector
 // each change through one list (all()).
 //
 // Not thread-safe: the table holds its mutex around every call.

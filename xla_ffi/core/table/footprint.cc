@@ -59,6 +59,7 @@ int64_t WorstBookkeepingBytes(int64_t capacity, int64_t max_length, Remover remo
   bytes += c * (RankNode<std::pair<double, int64_t>>() + RankNode<int64_t>());  // TopK, Recent
   if (remover == Remover::kMinPriority) bytes += c * (24 + 8);  // heap entries, positions
   bytes += 2 * 8 * (max_length + 1);                            // the length index
+  bytes += c * 2 * 4 + 4 * (max_length + 1);  // the length buckets (Prioritized cut="full")
   // A constrained sample: its candidates, their budgets, and the tree it
   // draws from with that tree's leaves and weights.
   bytes += c * static_cast<int64_t>(sizeof(Candidate) + 8) + TreeBytes(c, true) + c * 2 * 8;

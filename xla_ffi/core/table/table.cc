@@ -258,7 +258,7 @@ LengthIndex& Table::LengthIndexLocked() {
 
 LengthBuckets& Table::LengthBucketsLocked() {
   if (length_buckets_ == nullptr) {
-    auto buckets = std::make_unique<LengthBuckets>(spec_.capacity);
+    auto buckets = std::make_unique<LengthBuckets>(spec_.capacity, spec_.max_length);
     FillLocked(*buckets);
     length_buckets_ = &selectors_.Keep(std::move(buckets));
   }
