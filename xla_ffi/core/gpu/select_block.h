@@ -3,7 +3,7 @@
 // device-resident seed with Philox, draws a slot (uniform.h's rejection draw
 // for Uniform, a sum-tree descent otherwise: to a step of a slot for
 // PrioritizedSteps, where its window is placed), validates it, and reads the
-// slot's key and length. It computes
+// slot's key and length (state first: ReadLiveRecord). It computes
 // exactly what Table::Select computes on the host for the same seed and the
 // same table state, so the CPU emulator (xla_ffi/testing) checks it against
 // the CPU handler bit for bit.
@@ -24,16 +24,48 @@ namespace gearjax {
 // come from RedrawRow (random.h).
 inline constexpr uint32_t kGpuRedraws = 8;
 
+// A live slot's key and length as the kernel uses them.
+struct LiveRecord {
+  int64_t key;
+  int64_t length;
+};
+
+// Reads a slot's record if its state says live (else false), as the host
+// publishes one (Table::PublishLocked: key and length, then the state with
+// release): the state first, with acquire, so a live state is never paired
+// with the key or length of the item the slot held before. The key and
+// length of a record live when read are not rewritten until the sample ends
+// (an eviction meanwhile changes the state only; the slot is written again
+// after the sample's ticket is back, Table::EndSample).
+GEARJAX_HD bool ReadLiveRecord(const SlotInfo& info, LiveRecord* out) {
+#ifdef __CUDA_ARCH__
+  const SlotState state = *reinterpret_cast<const volatile SlotState*>(&info.state);
+  __threadfence_system();  // the state's load before the key's and the length's
+  if (state != SlotState::kLive) return false;
+  out->key = *reinterpret_cast<const volatile int64_t*>(&info.key);
+  out->length = *reinterpret_cast<const volatile int64_t*>(&info.length);
+#else
+  const auto* state = reinterpret_cast<const uint8_t*>(&info.state);
+  if (__atomic_load_n(state, __ATOMIC_ACQUIRE) != static_cast<uint8_t>(SlotState::kLive)) {
+    return false;
+  }
+  out->key = __atomic_load_n(&info.key, __ATOMIC_RELAXED);
+  out->length = __atomic_load_n(&info.length, __ATOMIC_RELAXED);
+#endif
+  return true;
+}
+
 // Whether a drawn leaf (a slot; for PrioritizedSteps a step of a slot) may be
-// returned: a live slot (its record says so), a step it holds, and, for the
-// tree strategies, a positive weight in the tree as the kernel reads it now.
-GEARJAX_HD bool DrawIsValid(const GpuSelection& s, int64_t leaf) {
+// returned, with its slot's record: a live slot (its record says so), a step
+// it holds, and, for the tree strategies, a positive weight in the tree as
+// the kernel reads it now.
+GEARJAX_HD bool DrawIsValid(const GpuSelection& s, int64_t leaf, LiveRecord* record) {
   // A tree's padding leaves lie past the slots: a descent through nodes not
   // yet written (a torn read) can end there.
   if (leaf < 0 || leaf >= s.capacity * s.leaves_per_slot) return false;
   const int64_t slot = leaf / s.leaves_per_slot;
-  if (s.info[slot].state != SlotState::kLive) return false;
-  if (leaf % s.leaves_per_slot >= s.info[slot].length) return false;
+  if (!ReadLiveRecord(s.info[slot], record)) return false;
+  if (leaf % s.leaves_per_slot >= record->length) return false;
   return s.uniform || SumTreeWeight(s.tree, leaf) > 0.0;
 }
 
@@ -54,12 +86,13 @@ GEARJAX_HD Draw SelectRow(const GpuSelection& s, const uint32_t seed[2], int64_t
   d.table_size = s.table_size;
   d.slot = -1;
   int64_t step = -1;  // PrioritizedSteps: the drawn step, where the window goes
+  LiveRecord record{-1, 0};
   for (uint32_t redraw = 0; redraw <= kGpuRedraws; ++redraw) {
     const int64_t row = RedrawRow(b, redraw);
     const Words4 w = redraw == 0 ? words : RowWords(seed, row);
     const double u = UniformFromBits(w.w[0], w.w[1]);
     const int64_t leaf = s.uniform ? UniformDraw(s.live, seed, row, u) : SumTreeDraw(s.tree, u);
-    if (!DrawIsValid(s, leaf)) continue;
+    if (!DrawIsValid(s, leaf, &record)) continue;
     d.slot = leaf / s.leaves_per_slot;
     if (s.leaves_per_slot > 1) step = leaf % s.leaves_per_slot;
     d.probability = s.uniform ? static_cast<float>(1.0 / static_cast<double>(s.table_size))
@@ -78,9 +111,8 @@ GEARJAX_HD Draw SelectRow(const GpuSelection& s, const uint32_t seed[2], int64_t
                                      : 1.0f;
     return d;
   }
-  const SlotInfo& info = s.info[d.slot];
-  d.key = info.key;
-  d.length = info.length;
+  d.key = record.key;
+  d.length = record.length;
   const WindowCut cut = step >= 0 ? WindowAtStep(s.cut, d.length, window, step)
                                   : CutWindow(s.cut, d.length, window, words.w[2], words.w[3]);
   d.start = cut.start;
