@@ -125,21 +125,39 @@ bool Table::WaitWithinLimiterTimeoutLocked(MutexLock& lock, const std::function<
 }
 
 uint64_t Table::TakeTicketLocked(MutexLock& lock) {
-  const uint64_t ticket = tickets_.Take();
-  if (completions_.load(std::memory_order_relaxed) == nullptr) return ticket;
+  uint64_t ticket = 0;
+  TakeTicketForDrawLocked(lock, TicketPlaceDeadline(), &ticket);
+  return ticket;
+}
+
+bool Table::TakeTicketForDrawLocked(MutexLock& lock, Clock::time_point deadline,
+                                    uint64_t* ticket) {
+  const uint64_t taken = tickets_.Take();
   // Almost never waits: only when GpuCompletions::kSize later tickets were
   // taken while an earlier one in the same place is still in flight.
-  const auto deadline = Clock::now() + std::chrono::duration<double>(spec_.slot_wait_seconds);
-  if (!WaitForTickets(lock.native(), deadline, [&] {
-        return tickets_.SharesPlaceWith(ticket, GpuCompletions::kSize) == 0;
-      })) {
-    tickets_.Return(ticket);
+  const auto place_free = [&] {
+    mu_.AssertHeld();
+    return completions_.load(std::memory_order_relaxed) == nullptr ||
+           tickets_.SharesPlaceWith(taken, GpuCompletions::kSize) == 0;
+  };
+  if (place_free()) {
+    *ticket = taken;
+    return true;
+  }
+  if (!WaitForTickets(lock.native(), deadline, place_free)) {
+    tickets_.Return(taken);
     throw Timeout("a GPU sample " + std::to_string(GpuCompletions::kSize) +
                   " samples earlier has not finished in " +
                   table_internal::Number(spec_.slot_wait_seconds) +
                   " s (a GPU stream that does not progress?)");
   }
-  return ticket;
+  *ticket = taken;
+  return false;
+}
+
+Table::Clock::time_point Table::TicketPlaceDeadline() const {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                            std::chrono::duration<double>(spec_.slot_wait_seconds));
 }
 
 std::string Table::Describe(int64_t handle) const {

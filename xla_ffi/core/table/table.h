@@ -420,9 +420,19 @@ class Table {
   [[noreturn]] void ThrowGpuWaitTimeout(const std::string& what) const;
   // Live items with priority > 0: the host's count and the GPU updates'.
   int64_t PositiveLocked() const GEARJAX_REQUIRES(mu_);
-  // Takes the next sample ticket; with a completion ring, first waits until
-  // no earlier ticket in flight shares its place (gpu_completions.h).
+  // Takes the next sample ticket; with a completion ring, then waits until
+  // no earlier ticket in flight shares its place (gpu_completions.h). Throws
+  // Timeout at slot_wait_seconds, the ticket given back.
   uint64_t TakeTicketLocked(MutexLock& lock) GEARJAX_REQUIRES(mu_);
+  // TakeTicketLocked for a sample whose rows were drawn in this hold of the
+  // lock: returns true where the ticket was taken without waiting (the rows
+  // stand), false where it waited for the ticket's place, letting go of the
+  // lock (the rows must be drawn again; *ticket is held meanwhile, so other
+  // samples take later tickets and go on). Throws Timeout at `deadline`.
+  bool TakeTicketForDrawLocked(MutexLock& lock, Clock::time_point deadline, uint64_t* ticket)
+      GEARJAX_REQUIRES(mu_);
+  // The deadline a wait for a ticket's place keeps to (slot_wait_seconds).
+  Clock::time_point TicketPlaceDeadline() const;
   // ~Table: waits for the GPU samples still reading the table's memory.
   void WaitForDeviceTickets();
   int64_t AcquireSlotLocked(MutexLock& lock, bool* evicted) GEARJAX_REQUIRES(mu_);

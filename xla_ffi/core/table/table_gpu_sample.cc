@@ -80,22 +80,34 @@ uint64_t TableGpu::BeginSample(const SampleRequest& r, GpuSelection* selection,
   if (table_.slots_->device_info() == nullptr) {
     throw InvalidArgument("this table's selection state is not GPU-mapped");
   }
-  table_.WaitToSampleLocked(lock, r);
-  // Leaves deferred while an update ran go in now if none may run any more
-  // (so this sample, and the mirror copy below, see them).
-  if (table_.selectors_.Has(Strategy::kPrioritized)) table_.SettledPrioritiesLocked();
+  const auto place_deadline = table_.TicketPlaceDeadline();
+  HeldTicket held(table_.tickets_);  // given back if the sample fails
+  const SamplingSelector* chosen = nullptr;
+  for (;;) {
+    table_.WaitToSampleLocked(lock, r);
+    // Leaves deferred while an update ran go in now if none may run any more
+    // (so this sample, and the mirror copy below, see them).
+    if (table_.selectors_.Has(Strategy::kPrioritized)) table_.SettledPrioritiesLocked();
+    chosen = &table_.SamplingSelectorLocked(r);  // may wait for a GPU update to make it
+    // The ticket in this hold of the lock, as Table::Select takes it: where it
+    // waited for its place (letting go of the lock), begin again with it held.
+    if (held.get() != 0 || table_.TakeTicketForDrawLocked(lock, place_deadline, held.slot())) {
+      break;
+    }
+  }
+  const SamplingSelector& selector = *chosen;
   GpuSelection s{};
   s.info = table_.slots_->device_info();
   s.capacity = table_.spec_.capacity;
   s.table_size = table_.live_;
   s.cut = r.cut;
-  const SamplingSelector& selector = table_.SamplingSelectorLocked(r);
   if (!selector.DescribeForGpu(&s)) {
     throw InvalidArgument("this strategy is not selected on the GPU");
   }
   table_.counters_.samples += static_cast<double>(r.batch);
   table_.changed_.notify_all();  // inserters may be waiting on the limiter
-  const uint64_t ticket = table_.TakeTicketLocked(lock);
+  // The caller's from here, as the mirror copies below are tied to it.
+  const uint64_t ticket = held.Release();
   // The tree's mirror serves unless the host tree may still be written in
   // stream order (a staged update's host function) or by another stream's
   // GPU update, which the mirror would miss; or unless another stream's copy

@@ -94,29 +94,38 @@ uint64_t Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* dra
   u.resize(static_cast<size_t>(n));
   selections.resize(static_cast<size_t>(n));
   RowWordsMany(seed, n, words.data());
-  for (int64_t b = 0; b < n; ++b) u[b] = UniformFromBits(words[b].w[0], words[b].w[1]);
   MutexLock lock(CheckedMutex());
-  WaitToSampleLocked(lock, r);
-  // Draws read (and max_times_sampled removals write) the priority trees.
-  OwnPrioritiesLocked();
+  const Clock::time_point place_deadline = TicketPlaceDeadline();
   const bool constrained = Constrained(r);
-  const bool fast_full = SelectFastFullLocked(r, seed, u.data(), selections.data());
-  if (constrained && !fast_full) {
-    SelectConstrainedLocked(lock, r, words.data(), u.data(), selections.data());
-  } else if (!fast_full) {
-    SelectLocked(r, seed, u.data(), selections.data());
+  HeldTicket ticket(tickets_);  // given back if the sample fails
+  for (;;) {
+    WaitToSampleLocked(lock, r);
+    // Draws read (and max_times_sampled removals write) the priority trees.
+    OwnPrioritiesLocked();
+    for (int64_t b = 0; b < n; ++b) u[b] = UniformFromBits(words[b].w[0], words[b].w[1]);
+    const bool fast_full = SelectFastFullLocked(r, seed, u.data(), selections.data());
+    if (constrained && !fast_full) {
+      SelectConstrainedLocked(lock, r, words.data(), u.data(), selections.data());
+    } else if (!fast_full) {
+      SelectLocked(r, seed, u.data(), selections.data());
+    }
+    // The ticket is taken in the hold of the lock the rows were drawn in, so
+    // nothing they name changes before it covers them, and nothing is counted
+    // or removed for a sample that then fails. Where its place is still held
+    // (a GPU stream far behind) it waits, letting go of the lock, and the
+    // rows are drawn again with the ticket held.
+    if (ticket.get() != 0 || TakeTicketForDrawLocked(lock, place_deadline, ticket.slot())) break;
   }
-  const uint64_t ticket = tickets_.next();  // the one Take gives below
   FillDrawsLocked(r, words.data(), selections.data(), draws);
   // After every row has its table size: the draws that use up an item's
   // max_times_sampled remove it now (its data stays readable until the
   // sample ends: see freed_at_).
   if (constrained) {
-    for (int64_t b = 0; b < n; ++b) CountDrawLocked(selections[b].slot, ticket);
+    for (int64_t b = 0; b < n; ++b) CountDrawLocked(selections[b].slot, ticket.get());
   }
   counters_.samples += static_cast<double>(n);
   changed_.notify_all();  // inserters and other samplers may be waiting
-  return TakeTicketLocked(lock);
+  return ticket.Release();
 }
 
 void Table::SelectConstrainedLocked(MutexLock& lock, const SampleRequest& r, const Words4* words,

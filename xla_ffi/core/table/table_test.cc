@@ -502,5 +502,31 @@ TEST(Table, AWriterGoesOnSoonAfterTheRingReportsTheSample) {
   EXPECT_EQ(TableGpu(table).TicketsOnDevice(), 0);
 }
 
+// A sample whose ticket's place in the completion ring is still held (by a
+// sample on the device GpuCompletions::kSize tickets earlier: a stream far
+// behind) waits for it, then fails with Timeout at slot_wait_seconds having
+// changed nothing: nothing counted, no ticket kept. Once the place is free
+// it draws.
+TEST(Table, ASampleWaitingForItsTicketsPlaceFailsHavingChangedNothing) {
+  TableSpec spec = Spec(4);
+  spec.slot_wait_seconds = 0.05;
+  Table table(spec);
+  for (int32_t i = 0; i < 4; ++i) Put(table, 3, 1.0, i);
+  TableGpu(table).UseCompletions(nullptr, GpuCompletions::kEmulated);
+  const uint64_t held = HoldSample(table, 1);
+  const CompletionView kernel = TableGpu(table).CompletionFor(held, GpuCompletions::kEmulated);
+  TableGpu(table).HandToDevice(held);
+  for (uint64_t i = 1; i < GpuCompletions::kSize; ++i) table.EndSample(HoldSample(table, 1));
+  const Stats before = table.GetStats();
+  EXPECT_THROW(HoldSample(table, 4), Timeout);
+  const Stats after = table.GetStats();
+  EXPECT_EQ(after.counters.samples, before.counters.samples);
+  EXPECT_EQ(after.samples_in_flight, before.samples_in_flight);
+  CompleteBlock(kernel, 1);
+  table.EndSample(HoldSample(table, 4));
+  EXPECT_EQ(table.GetStats().counters.samples, before.counters.samples + 4);
+  EXPECT_EQ(table.GetStats().samples_in_flight, 0);
+}
+
 }  // namespace
 }  // namespace gearjax
