@@ -107,3 +107,49 @@ def test_a_peers_newer_metadata_is_loaded_over_the_old_never_after_forgetting_it
     assert calls == [("load", b"md1"), ("load", b"md3")]
     assert transport._peer(1, 2) == "owner" and len(calls) == 2  # 3 loaded: nothing to do
     assert transport._peer_versions[1] == 3
+
+
+def closing_transport(module, timeout: float = 0.05):
+    """A one-sided transport of `module` (nixl or verbs) with only what
+    close() uses, its resource a fake that records being closed, and a
+    staging buffer and a retired one. Returns (transport, closed list)."""
+    import threading
+
+    transport = module.Transport.__new__(module.Transport)
+    transport._stop, transport._thread = threading.Event(), threading.Thread(target=lambda: None)
+    transport._thread.start()
+    transport._thread.join()
+    transport._plans, transport._dead = {}, set()
+    transport._reading, transport._lock, transport._timeout = \
+        threading.Lock(), threading.Lock(), timeout
+    closed = []
+
+    class Resource:
+        def close(self):
+            closed.append(True)
+
+    transport._agent = transport._ctx = Resource()
+    transport._buffers, transport._retired = {"rows": np.zeros(16)}, [np.zeros(4)]
+    return transport, closed
+
+
+def test_a_close_while_a_sample_still_reads_keeps_its_staging_buffers():
+    """A close waits for a sample in progress for the exchange's timeout, then
+    closes anyway: the staging buffers that sample's native sampler still
+    copies out of must not be freed then (they were: use after free), only
+    with the transport, which the sample holds. Without a sample in
+    progress, close frees them. Both one-sided exchanges (nixl; verbs, whose
+    close is the same, in tests/test_sharded_verbs.py)."""
+    from gearjax.sharded import nixl
+
+    transport, closed = closing_transport(nixl)
+    rows = transport._buffers["rows"]
+    transport._reading.acquire()  # a sample reading past the timeout
+    transport.close()
+    assert closed == [True] and transport._agent is None
+    assert transport._buffers["rows"] is rows and len(transport._retired) == 1
+    transport._reading.release()
+
+    transport, closed = closing_transport(nixl)
+    transport.close()
+    assert closed == [True] and transport._buffers == {} and transport._retired == []

@@ -188,12 +188,13 @@ class Transport(OneSidedReader):
             self._thread.join(timeout=10)
         _open.discard(self)
         self.close_plans()  # compiled samples stop before the agent goes
-        with self._no_reads(), self._lock:
+        with self._no_reads() as quiet, self._lock:
             if self._agent is None:
                 return
             self._agent.close()  # deregisters everything
-            self._buffers.clear()
-            self._retired.clear()
+            if quiet:  # else a sample still copies out of them: freed with this transport
+                self._buffers.clear()
+                self._retired.clear()
             self._agent = None
 
     # ------------------------------------------------------------ the reader

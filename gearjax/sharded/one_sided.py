@@ -95,10 +95,13 @@ class OneSidedReader(NativeSampling):
     @contextlib.contextmanager
     def _no_reads(self):
         """Holds off reads for a close: waits for one in progress (at most the
-        exchange's timeout; then it closes anyway)."""
+        exchange's timeout; then it closes anyway). Yields whether no read is
+        in progress: where one still is, its staging buffers must outlive the
+        close (the sample still holds this transport, so they live until it
+        ends)."""
         acquired = self._reading.acquire(timeout=self._timeout)
         try:
-            yield
+            yield acquired
         finally:
             if acquired:
                 self._reading.release()

@@ -351,13 +351,14 @@ class Transport(OneSidedReader):
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=10)
-        with self._no_reads(), self._lock:
+        with self._no_reads() as quiet, self._lock:
             if self._ctx is None or self._thread.is_alive():
                 return
             self._ctx.close()  # closes the queue pairs, regions, queues and domain with it
             self._ctx = None
-            self._buffers.clear()
-            self._retired.clear()
+            if quiet:  # else a sample still copies out of them: freed with this transport
+                self._buffers.clear()
+                self._retired.clear()
 
     # ------------------------------------------------------------ the reader
     def _check_open(self) -> None:
