@@ -206,6 +206,13 @@ SOURCES: list[tuple[str, str]] = [
      "(both CPU-only Release builds, under valgrind's callgrind, 2-core dev VM)"),
     ("count_against_2a7b2a8_b269008_cpu.txt",
      "the printed report of `scripts/count_against.py` (same run), with the command"),
+    ("count_against_d24085f_eager_checks_cpu.json",
+     "`python scripts/count_against.py --baseline CHECKOUT_OF_d24085f --baseline-name before "
+     "--current THE_SAME_WITH_76fcf81s_PYTHON_CHECKS --workloads eager_update --jobs 2` "
+     "(one extension for both: the change is Python only; Python 3.12.1, jax 0.12.0.1, under "
+     "valgrind's callgrind, 2-core AMD EPYC VM)"),
+    ("count_against_d24085f_eager_checks_cpu.txt",
+     "the printed report of `scripts/count_against.py` (same run)"),
     ("count_against_2a7b2a8_1676c16_cpu.json",
      "`python scripts/count_against.py --baseline BUILD_OF_2a7b2a8 --baseline-name 2a7b2a8 "
      "--current BUILD_OF_1676c16 --jobs 2` with .venv-torchrl's Python 3.11.7 and jax 0.10.2 "
