@@ -61,29 +61,4 @@ class SampleTickets {
   std::atomic<bool> has_returned_{false};
 };
 
-// A sample's ticket while the sample may still fail: given back (Return)
-// when the holder goes, unless released to the caller (who hands it back
-// with EndSample or to the device).
-class HeldTicket {
- public:
-  explicit HeldTicket(SampleTickets& tickets) : tickets_(tickets) {}
-  ~HeldTicket() {
-    if (ticket_ != 0) tickets_.Return(ticket_);
-  }
-  HeldTicket(const HeldTicket&) = delete;
-  HeldTicket& operator=(const HeldTicket&) = delete;
-
-  uint64_t* slot() { return &ticket_; }  // where a ticket taken goes
-  uint64_t get() const { return ticket_; }  // 0: none held
-  uint64_t Release() {
-    const uint64_t ticket = ticket_;
-    ticket_ = 0;
-    return ticket;
-  }
-
- private:
-  SampleTickets& tickets_;
-  uint64_t ticket_ = 0;
-};
-
 }  // namespace gearjax

@@ -124,35 +124,43 @@ bool Table::WaitWithinLimiterTimeoutLocked(MutexLock& lock, const std::function<
   return done;
 }
 
+namespace {
+
+Timeout TicketPlaceTimeout(double seconds) {
+  return Timeout("a GPU sample " + std::to_string(GpuCompletions::kSize) +
+                 " samples earlier has not finished in " + table_internal::Number(seconds) +
+                 " s (a GPU stream that does not progress?)");
+}
+
+}  // namespace
+
 uint64_t Table::TakeTicketLocked(MutexLock& lock) {
-  uint64_t ticket = 0;
-  TakeTicketForDrawLocked(lock, TicketPlaceDeadline(), &ticket);
+  const uint64_t ticket = tickets_.Take();
+  if (completions_.load(std::memory_order_relaxed) == nullptr) return ticket;
+  // Almost never waits: only when GpuCompletions::kSize later tickets were
+  // taken while an earlier one in the same place is still in flight.
+  if (!WaitForTickets(lock.native(), TicketPlaceDeadline(), [&] {
+        mu_.AssertHeld();
+        return closed_ || tickets_.SharesPlaceWith(ticket, GpuCompletions::kSize) == 0;
+      })) {
+    tickets_.Return(ticket);
+    throw TicketPlaceTimeout(spec_.slot_wait_seconds);
+  }
   return ticket;
 }
 
-bool Table::TakeTicketForDrawLocked(MutexLock& lock, Clock::time_point deadline,
-                                    uint64_t* ticket) {
-  const uint64_t taken = tickets_.Take();
-  // Almost never waits: only when GpuCompletions::kSize later tickets were
-  // taken while an earlier one in the same place is still in flight.
-  const auto place_free = [&] {
-    mu_.AssertHeld();
-    return completions_.load(std::memory_order_relaxed) == nullptr ||
-           tickets_.SharesPlaceWith(taken, GpuCompletions::kSize) == 0;
-  };
-  if (place_free()) {
-    *ticket = taken;
-    return true;
+bool Table::TicketPlaceFreeLocked() {
+  return completions_.load(std::memory_order_relaxed) == nullptr ||
+         tickets_.SharesPlaceWith(tickets_.next(), GpuCompletions::kSize) == 0;
+}
+
+void Table::WaitForTicketPlaceLocked(MutexLock& lock, Clock::time_point deadline) {
+  if (!WaitForTickets(lock.native(), deadline, [&] {
+        mu_.AssertHeld();
+        return closed_ || TicketPlaceFreeLocked();
+      })) {
+    throw TicketPlaceTimeout(spec_.slot_wait_seconds);
   }
-  if (!WaitForTickets(lock.native(), deadline, place_free)) {
-    tickets_.Return(taken);
-    throw Timeout("a GPU sample " + std::to_string(GpuCompletions::kSize) +
-                  " samples earlier has not finished in " +
-                  table_internal::Number(spec_.slot_wait_seconds) +
-                  " s (a GPU stream that does not progress?)");
-  }
-  *ticket = taken;
-  return false;
 }
 
 Table::Clock::time_point Table::TicketPlaceDeadline() const {

@@ -422,14 +422,20 @@ class Table {
   int64_t PositiveLocked() const GEARJAX_REQUIRES(mu_);
   // Takes the next sample ticket; with a completion ring, then waits until
   // no earlier ticket in flight shares its place (gpu_completions.h). Throws
-  // Timeout at slot_wait_seconds, the ticket given back.
+  // Timeout at slot_wait_seconds, the ticket given back. For GPU updates,
+  // which look at the table again after a wait.
   uint64_t TakeTicketLocked(MutexLock& lock) GEARJAX_REQUIRES(mu_);
-  // TakeTicketLocked for a sample whose rows were drawn in this hold of the
-  // lock: returns true where the ticket was taken without waiting (the rows
-  // stand), false where it waited for the ticket's place, letting go of the
-  // lock (the rows must be drawn again; *ticket is held meanwhile, so other
-  // samples take later tickets and go on). Throws Timeout at `deadline`.
-  bool TakeTicketForDrawLocked(MutexLock& lock, Clock::time_point deadline, uint64_t* ticket)
+  // Whether the next ticket may be taken without waiting: no completion
+  // ring, or no earlier ticket in flight in its place.
+  bool TicketPlaceFreeLocked() GEARJAX_REQUIRES(mu_);
+  // Waits, holding no ticket and letting go of the lock, until
+  // TicketPlaceFreeLocked or the table is closed; throws Timeout at
+  // `deadline` (a GPU stream that does not progress), having changed nothing.
+  // A sample waits here before it draws again: it takes its ticket in the
+  // hold of the lock it drew in, never across a wait (a ticket held while
+  // waiting for the rate limiter or for inserts would hold back the inserts
+  // that reuse slots).
+  void WaitForTicketPlaceLocked(MutexLock& lock, Clock::time_point deadline)
       GEARJAX_REQUIRES(mu_);
   // The deadline a wait for a ticket's place keeps to (slot_wait_seconds).
   Clock::time_point TicketPlaceDeadline() const;

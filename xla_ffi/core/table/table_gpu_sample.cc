@@ -81,7 +81,6 @@ uint64_t TableGpu::BeginSample(const SampleRequest& r, GpuSelection* selection,
     throw InvalidArgument("this table's selection state is not GPU-mapped");
   }
   const auto place_deadline = table_.TicketPlaceDeadline();
-  HeldTicket held(table_.tickets_);  // given back if the sample fails
   const SamplingSelector* chosen = nullptr;
   for (;;) {
     table_.WaitToSampleLocked(lock, r);
@@ -89,11 +88,10 @@ uint64_t TableGpu::BeginSample(const SampleRequest& r, GpuSelection* selection,
     // (so this sample, and the mirror copy below, see them).
     if (table_.selectors_.Has(Strategy::kPrioritized)) table_.SettledPrioritiesLocked();
     chosen = &table_.SamplingSelectorLocked(r);  // may wait for a GPU update to make it
-    // The ticket in this hold of the lock, as Table::Select takes it: where it
-    // waited for its place (letting go of the lock), begin again with it held.
-    if (held.get() != 0 || table_.TakeTicketForDrawLocked(lock, place_deadline, held.slot())) {
-      break;
-    }
+    // The ticket in this hold of the lock, as Table::Select takes it: where
+    // its place is still held, wait with no ticket held and begin again.
+    if (table_.TicketPlaceFreeLocked()) break;
+    table_.WaitForTicketPlaceLocked(lock, place_deadline);
   }
   const SamplingSelector& selector = *chosen;
   GpuSelection s{};
@@ -106,8 +104,7 @@ uint64_t TableGpu::BeginSample(const SampleRequest& r, GpuSelection* selection,
   }
   table_.counters_.samples += static_cast<double>(r.batch);
   table_.changed_.notify_all();  // inserters may be waiting on the limiter
-  // The caller's from here, as the mirror copies below are tied to it.
-  const uint64_t ticket = held.Release();
+  const uint64_t ticket = table_.tickets_.Take();
   // The tree's mirror serves unless the host tree may still be written in
   // stream order (a staged update's host function) or by another stream's
   // GPU update, which the mirror would miss; or unless another stream's copy

@@ -97,7 +97,6 @@ uint64_t Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* dra
   MutexLock lock(CheckedMutex());
   const Clock::time_point place_deadline = TicketPlaceDeadline();
   const bool constrained = Constrained(r);
-  HeldTicket ticket(tickets_);  // given back if the sample fails
   for (;;) {
     WaitToSampleLocked(lock, r);
     // Draws read (and max_times_sampled removals write) the priority trees.
@@ -111,21 +110,24 @@ uint64_t Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* dra
     }
     // The ticket is taken in the hold of the lock the rows were drawn in, so
     // nothing they name changes before it covers them, and nothing is counted
-    // or removed for a sample that then fails. Where its place is still held
-    // (a GPU stream far behind) it waits, letting go of the lock, and the
-    // rows are drawn again with the ticket held.
-    if (ticket.get() != 0 || TakeTicketForDrawLocked(lock, place_deadline, ticket.slot())) break;
+    // or removed for a sample that fails. Where its place is still held (a
+    // GPU stream far behind), wait with no ticket held, then draw again.
+    if (TicketPlaceFreeLocked()) break;
+    WaitForTicketPlaceLocked(lock, place_deadline);
   }
+  // The one Take gives below: the newest, so writers reusing a slot this
+  // sample removes wait for every sample that may still read it.
+  const uint64_t ticket = tickets_.next();
   FillDrawsLocked(r, words.data(), selections.data(), draws);
   // After every row has its table size: the draws that use up an item's
   // max_times_sampled remove it now (its data stays readable until the
   // sample ends: see freed_at_).
   if (constrained) {
-    for (int64_t b = 0; b < n; ++b) CountDrawLocked(selections[b].slot, ticket.get());
+    for (int64_t b = 0; b < n; ++b) CountDrawLocked(selections[b].slot, ticket);
   }
   counters_.samples += static_cast<double>(n);
   changed_.notify_all();  // inserters and other samplers may be waiting
-  return ticket.Release();
+  return tickets_.Take();
 }
 
 void Table::SelectConstrainedLocked(MutexLock& lock, const SampleRequest& r, const Words4* words,
