@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import jax.numpy as jnp
 import numpy as np
 
-from gearjax import _checks, _inserts
+from gearjax import _checks
 
 
 def operands(xp: Any, keys: Any, priorities: Any, steps: Any = None) -> tuple[Any, Any, Any]:

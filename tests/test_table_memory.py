@@ -1,8 +1,9 @@
 """The memory check counts what a table holds at its worst: a table sampled by
 every strategy (eight Prioritized alphas), updated at every key, sampled without
-replacement (listing every item) and with cut="full" among short items, and saved holds no more host memory than the
-estimate the construction check uses (xla_ffi/core/table/footprint.h), and not far
-less; a machine with less memory than that refuses the table when it is made.
+replacement (listing every item) and with cut="full" among short items, and
+saved holds no more host memory than the estimate the construction check uses
+(xla_ffi/core/table/footprint.h), and not far less; a machine with less memory
+than that refuses the table when it is made.
 (The check once counted 64 bytes a slot; such a table held about 660.)"""
 
 from __future__ import annotations

@@ -97,8 +97,7 @@ class OneSidedReader(NativeSampling):
         """Holds off reads for a close: waits for one in progress (at most the
         exchange's timeout; then it closes anyway). Yields whether no read is
         in progress: where one still is, its staging buffers must outlive the
-        close (the sample still holds this transport, so they live until it
-        ends)."""
+        close (they go with this transport, which the sample holds)."""
         acquired = self._reading.acquire(timeout=self._timeout)
         try:
             yield acquired

@@ -357,11 +357,11 @@ class ShardedTable:
         """Closes this process's shard and withdraws what it published.
 
         See :meth:`gearjax.Table.close`. Other processes' samples that reach
-        it afterwards fail naming it. A one-sided exchange (``nixl``,
-        ``verbs``) first waits for this process's sample in progress, at most
-        the exchange's timeout; one still running then fails at its next read,
-        and the buffers it copies from stay until it ends. Idempotent; ``with
-        table:`` closes it on exit.
+        it afterwards fail naming it. A one-sided exchange first waits for
+        this process's sample in progress: ``nixl`` until it ends, ``verbs``
+        at most the exchange's timeout (a sample still running then fails at
+        its next read of another shard; the buffers it copies into stay with
+        the transport). Idempotent; ``with table:`` closes it on exit.
         """
         if not self.closed:
             if self._transport is not None:

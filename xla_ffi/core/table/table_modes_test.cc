@@ -299,7 +299,8 @@ TEST(TableModes, PrioritizedFullWindowsOfOnlyLongItemsAreThePlainDraws) {
   Put(table, 3, 9.0);
   const int64_t a = Put(table, 5, 1.0), b = Put(table, 10, 3.0);
   ExpectPrioritizedFullDraws(table, a, b, "long items only");
-  const auto full = Sample(table, Request(Strategy::kPrioritized, 500, 5, Cut::kFull, true, 0, 1.0));
+  const auto full =
+      Sample(table, Request(Strategy::kPrioritized, 500, 5, Cut::kFull, true, 0, 1.0));
   const auto start =
       Sample(table, Request(Strategy::kPrioritized, 500, 5, Cut::kStart, true, 0, 1.0));
   for (size_t i = 0; i < full.size(); ++i) {
