@@ -161,7 +161,7 @@ def batch_priorities(priorities: Any, rows: int, host: bool = False) -> Any:
             raise ValueError(f"priority {checked[i]!r} (entry {i}) would become 0 in "
                              f"float32; turn on jax_enable_x64 to pass it as float64")
         return jnp.asarray(narrowed)
-    if priorities.shape != (rows,) or not is_real(priorities.dtype):
+    if priorities.shape != (rows,) or not _checks.is_real_dtype(priorities.dtype):
         raise ValueError(f"priorities must be real numbers of shape ({rows},), got "
                          f"{priorities.dtype}{list(priorities.shape)}")
     if priorities.dtype not in (jnp.float32, jnp.float64):
@@ -180,8 +180,3 @@ def fast_kind(dtype: np.dtype) -> str:
 def widest_float() -> np.dtype:
     """float64 where JAX has it (jax_enable_x64), else float32."""
     return np.dtype(np.float64) if jax.config.jax_enable_x64 else np.dtype(np.float32)
-
-
-def is_real(dtype: Any) -> bool:
-    """Integer or floating (bfloat16 included); not bool, not complex."""
-    return _checks.is_real_dtype(dtype)

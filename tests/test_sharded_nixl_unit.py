@@ -1,5 +1,6 @@
-"""Pieces of the one-sided exchange that need no second process: the slot
-record's layout (from the core) and int64 keys handed to JAX without x64.
+"""Pieces of the one-sided exchanges that need no second process: the slot
+record's layout (from the core), int64 keys handed to JAX without x64, and
+the transports' progress, peer loads and close through fakes.
 The sampler's tree descent is the owner's own SumTreeChild
 (xla_ffi/core/selectors/sum_tree_test.cc, one_sided_test.cc)."""
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import jax
 import numpy as np
+import pytest
 
 from gearjax import _ffi
 
@@ -133,23 +135,25 @@ def closing_transport(module, timeout: float = 0.05):
     return transport, closed
 
 
-def test_a_close_while_a_sample_still_reads_keeps_its_staging_buffers():
+@pytest.mark.parametrize("exchange, resource", [("nixl", "_agent"), ("verbs", "_ctx")])
+def test_a_close_while_a_sample_still_reads_keeps_its_staging_buffers(exchange, resource):
     """A close waits for a sample in progress for the exchange's timeout, then
     closes anyway: the staging buffers that sample's native sampler still
     copies out of must not be freed then (they were: use after free), only
     with the transport, which the sample holds. Without a sample in
-    progress, close frees them. Both one-sided exchanges (nixl; verbs, whose
-    close is the same, in tests/test_sharded_verbs.py)."""
-    from gearjax.sharded import nixl
+    progress, close frees them. Both one-sided exchanges (verbs needs no
+    RDMA device for this: its resources are fakes)."""
+    import importlib
 
-    transport, closed = closing_transport(nixl)
+    module = importlib.import_module(f"gearjax.sharded.{exchange}")
+    transport, closed = closing_transport(module)
     rows = transport._buffers["rows"]
     transport._reading.acquire()  # a sample reading past the timeout
     transport.close()
-    assert closed == [True] and transport._agent is None
+    assert closed == [True] and getattr(transport, resource) is None
     assert transport._buffers["rows"] is rows and len(transport._retired) == 1
     transport._reading.release()
 
-    transport, closed = closing_transport(nixl)
+    transport, closed = closing_transport(module)
     transport.close()
     assert closed == [True] and transport._buffers == {} and transport._retired == []

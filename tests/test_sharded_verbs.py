@@ -173,21 +173,3 @@ def test_step_update_messages_fit_a_receive_buffer_and_the_owner_applies_its_row
     many = list(verbs.message_chunks("tok", np.zeros(3000, np.int64), np.ones((3000, 4)),
                                      np.zeros((3000, 4), np.int64)))
     assert len(many) > 1 and all(len(m) <= verbs.MESSAGE_BYTES for m in many)
-
-
-def test_a_close_while_a_sample_still_reads_keeps_its_staging_buffers():
-    # As nixl's (tests/test_sharded_nixl_unit.py): the staging buffers a
-    # sample still copies out of outlive a close that gave up waiting for it.
-    from test_sharded_nixl_unit import closing_transport
-
-    transport, closed = closing_transport(verbs)
-    rows = transport._buffers["rows"]
-    transport._reading.acquire()
-    transport.close()
-    assert closed == [True] and transport._ctx is None
-    assert transport._buffers["rows"] is rows and len(transport._retired) == 1
-    transport._reading.release()
-
-    transport, closed = closing_transport(verbs)
-    transport.close()
-    assert closed == [True] and transport._buffers == {} and transport._retired == []

@@ -14,6 +14,7 @@
 #include "core/common.h"
 #include "core/draw.h"
 #include "core/gpu/gpu_selection.h"
+#include "core/gpu/live_record.h"
 #include "core/random.h"
 #include "core/selectors/sum_tree.h"
 #include "core/window.h"
@@ -30,28 +31,15 @@ struct LiveRecord {
   int64_t length;
 };
 
-// Reads a slot's record if its state says live (else false), as the host
-// publishes one (Table::PublishLocked: key and length, then the state with
-// release): the state first, with acquire, so a live state is never paired
-// with the key or length of the item the slot held before. The key and
-// length of a record live when read are not rewritten until the sample ends
-// (an eviction meanwhile changes the state only; the slot is written again
-// after the sample's ticket is back, Table::EndSample).
+// Reads a slot's record if its state says live (else false), state first
+// (live_record.h). The key and length of a record live when read are not
+// rewritten until the sample ends (an eviction meanwhile changes the state
+// only; the slot is written again after the sample's ticket is back,
+// Table::EndSample).
 GEARJAX_HD bool ReadLiveRecord(const SlotInfo& info, LiveRecord* out) {
-#ifdef __CUDA_ARCH__
-  const SlotState state = *reinterpret_cast<const volatile SlotState*>(&info.state);
-  __threadfence_system();  // the state's load before the key's and the length's
-  if (state != SlotState::kLive) return false;
-  out->key = *reinterpret_cast<const volatile int64_t*>(&info.key);
-  out->length = *reinterpret_cast<const volatile int64_t*>(&info.length);
-#else
-  const auto* state = reinterpret_cast<const uint8_t*>(&info.state);
-  if (__atomic_load_n(state, __ATOMIC_ACQUIRE) != static_cast<uint8_t>(SlotState::kLive)) {
-    return false;
-  }
-  out->key = __atomic_load_n(&info.key, __ATOMIC_RELAXED);
-  out->length = __atomic_load_n(&info.length, __ATOMIC_RELAXED);
-#endif
+  if (!LoadLiveState(info)) return false;
+  out->key = LoadRecordField(info.key);
+  out->length = LoadRecordField(info.length);
   return true;
 }
 

@@ -39,6 +39,7 @@
 #include "core/common.h"
 #include "core/decode.h"
 #include "core/gpu/completion_block.h"
+#include "core/gpu/live_record.h"
 #include "core/limits.h"
 #include "core/selectors/priority_weight.h"
 #include "core/selectors/sum_tree.h"
@@ -224,23 +225,11 @@ GEARJAX_HD double GpuUpdatePriority(const GpuUpdate& u, int64_t i) {
   return Float32ToDouble(static_cast<const uint32_t*>(u.priorities)[i]);
 }
 
-// A record's key if its state says live, else -1; read as the host writes
-// them (Table::PublishLocked: the key, then the state with release): the
-// state first, with acquire, so a live state is never paired with the key
-// of the item evicted before. The host writes records while the kernel runs.
+// A record's key if its state says live, else -1, state first
+// (live_record.h): never the key of the item evicted before. The host writes
+// records while the kernel runs.
 GEARJAX_HD int64_t GpuUpdateLiveKey(const SlotInfo& info) {
-#ifdef __CUDA_ARCH__
-  const SlotState state = *reinterpret_cast<const volatile SlotState*>(&info.state);
-  __threadfence_system();  // the state's load before the key's
-  if (state != SlotState::kLive) return -1;
-  return *reinterpret_cast<const volatile int64_t*>(&info.key);
-#else
-  const auto* state = reinterpret_cast<const uint8_t*>(&info.state);
-  if (__atomic_load_n(state, __ATOMIC_ACQUIRE) != static_cast<uint8_t>(SlotState::kLive)) {
-    return -1;
-  }
-  return __atomic_load_n(&info.key, __ATOMIC_RELAXED);
-#endif
+  return LoadLiveState(info) ? LoadRecordField(info.key) : -1;
 }
 
 // Slots::Find at device addresses.
