@@ -3,7 +3,7 @@ the same data (issue 49, item 4).
 
     bash scripts/bench_torchrl_setup.sh      # .venv-torchrl: torch 2.13 (CPU), TorchRL, gearjax
     .venv-torchrl/bin/python scripts/bench_torchrl.py [--quick] [--sizes 1e6,1e7]
-        [--calls 500] [--budget 60] [--scan-steps 100]
+        [--calls 500] [--budget 60] [--scan-steps 100] [--run 20]
         [--out benchmarks/results/bench_torchrl_cpu.json]
 
 Episodes of 1,000 steps (obs float32[17], action float32[6], reward float32,
@@ -49,7 +49,12 @@ stateless call, ``table.sample(key, ...)``), ``eager-numpy`` (the same with
 taking and returning the table state) and ``scan`` (a jitted ``lax.scan`` of
 ``--scan-steps`` samples, its time divided by that number). Forms take turns
 call by call in a shuffled order (scripts/_turns.py), so a noisy machine's slow
-phases hit them alike. Ratios are TorchRL's median over gearjax's.
+phases hit them alike. Each row is timed twice: interleaved, every call right
+after another form's (a 100-sample scan, or TorchRL's call), and then in runs
+of ``--run`` calls of one form whose first is not timed (``in_runs`` in the
+JSON), which is what a loop calling one form pays. On a 2-core VM the two
+differ most for short calls: a call after 10 ms of other work finds the
+caches and XLA's threads cold. Ratios are TorchRL's median over gearjax's.
 
 Every window is checked, on both sides: before timing, a few samples of every
 form (each window's 20 steps of one episode, consecutive, their obs those of
@@ -372,33 +377,45 @@ def summarise(times: list[float], divide: int = 1) -> dict:
             "p90_ms": float(np.quantile(t, 0.9) * 1e3), "calls": len(t)}
 
 
+def summarised(torchrl: dict, gearjax: dict | str, times: dict, scan_steps: int) -> dict:
+    """Medians of one timing of a row: TorchRL's configurations, its faster
+    one, and gearjax's forms with TorchRL's time over theirs."""
+    out = {"torchrl": {n: summarise(times[f"torchrl {n}"]) for n in torchrl}}
+    best = min(out["torchrl"], key=lambda n: out["torchrl"][n]["median_ms"])
+    out["torchrl_best"] = best
+    reference = np.asarray(times[f"torchrl {best}"])
+    if isinstance(gearjax, str):
+        out["gearjax"] = {"status": "skipped", "reason": gearjax}
+        return out
+    out["gearjax"] = {}
+    for n in gearjax:
+        divide = scan_steps if n == "scan" else 1
+        s = summarise(times[f"gearjax {n}"], divide)
+        s["torchrl_over_gearjax"] = out["torchrl"][best]["median_ms"] / s["median_ms"]
+        s["torchrl_over_gearjax_paired"] = float(np.median(
+            reference[:len(times[f"gearjax {n}"])] / (np.asarray(times[f"gearjax {n}"]) / divide)))
+        out["gearjax"][n] = s
+    return out
+
+
 def timed_row(torchrl: dict, gearjax: dict | str, args, scan_steps: int) -> dict:
     """Times every form of a row (TorchRL configurations and gearjax forms)
-    taking turns; picks TorchRL's faster configuration; ratios per form."""
+    taking turns, twice: interleaved, call by call (the row's top-level
+    figures), then in runs of RUN calls of one form (``in_runs``). Picks
+    TorchRL's faster configuration in each; ratios per form."""
     forms = {f"torchrl {n}": f for n, f in torchrl.items()}
     if isinstance(gearjax, dict):
         forms |= {f"gearjax {n}": f for n, f in gearjax.items()}
     rounds = rounds_for(forms, args.calls, args.budget, args.min_calls)
     load_start, busy = os.getloadavg(), Busy()
     times = take_turns(forms, rounds, warmup=min(20, max(3, rounds // 10)))
-    row = {"rounds": rounds, "load_average": [load_start, os.getloadavg()],
-           "others_cpu": busy.others(),
-           "torchrl": {n: summarise(times[f"torchrl {n}"]) for n in torchrl}}
-    best = min(row["torchrl"], key=lambda n: row["torchrl"][n]["median_ms"])
-    row["torchrl_best"] = best
-    reference = np.asarray(times[f"torchrl {best}"])
-    if isinstance(gearjax, str):
-        row["gearjax"] = {"status": "skipped", "reason": gearjax}
-        return row
-    row["gearjax"] = {}
-    for n in gearjax:
-        divide = scan_steps if n == "scan" else 1
-        s = summarise(times[f"gearjax {n}"], divide)
-        s["torchrl_over_gearjax"] = row["torchrl"][best]["median_ms"] / s["median_ms"]
-        s["torchrl_over_gearjax_paired"] = float(np.median(
-            reference / (np.asarray(times[f"gearjax {n}"]) / divide)))
-        row["gearjax"][n] = s
-    if "scan" in gearjax:
+    row = {"rounds": rounds, **summarised(torchrl, gearjax, times, scan_steps)}
+    if args.run > 1:
+        in_runs = take_turns(forms, rounds, warmup=1, run=args.run)
+        row["in_runs"] = {"run": args.run, **summarised(torchrl, gearjax, in_runs, scan_steps)}
+    row["load_average"] = [load_start, os.getloadavg()]
+    row["others_cpu"] = busy.others()
+    if isinstance(gearjax, dict) and "scan" in gearjax:
         bad = int(sum(int(b) for b in getattr(gearjax["scan"], "bad_counts", [])))
         row["scan_windows_checked"] = len(gearjax["scan"].bad_counts) * scan_steps * BATCH
         row["scan_bad_windows"] = bad
@@ -710,6 +727,47 @@ def fmt_cell(s: dict | None) -> str:
     return f"{s['median_ms']:.3f} (x{s['torchrl_over_gearjax']:.1f})"
 
 
+TITLES = {"uniform": "256 windows of 20 (SliceSampler / Uniform, cut='full')",
+          "prioritized": "prioritized windows + update (PrioritizedSliceSampler / "
+                         "Prioritized + update_priorities, one priority per trajectory)",
+          "per_step": "per-step prioritized windows + update (PrioritizedSliceSampler / "
+                      "per-step priorities)",
+          "transitions": "prioritized transitions + update, batch 256 (PrioritizedSampler / "
+                         "transitions recipe)"}
+
+
+def sample_table(result: dict, timing: str | None) -> list[str]:
+    """The report's table of the sample rows: the interleaved figures (timing
+    None) or each row's ``timing`` ("in_runs"), where the run has it."""
+    lines = ["| workload | N | TorchRL | gearjax eager | gearjax eager, numpy=True | "
+             "gearjax jitted call | gearjax in lax.scan (per sample) |",
+             "|---|---|---|---|---|---|---|"]
+    rows = [(key, size, section, section.get(key)) for key in ("uniform", "prioritized", "per_step")
+            for size, section in result["windows"].items()]
+    rows += [("transitions", size, section, section.get("prioritized"))
+             for size, section in result["transitions"].items()]
+    for key, size, section, row in rows:
+        title = TITLES[key]
+        if "skipped" in section:
+            lines.append(f"| {title} | {size} | skipped: {section['skipped']} | | | | |")
+            continue
+        if key == "per_step" and "rounds" not in row:
+            t = section["prioritized"] if timing is None else section["prioritized"].get(timing)
+            if t is not None:
+                lines.append(f"| {title} | {size} | "
+                             f"{t['torchrl'][t['torchrl_best']]['median_ms']:.3f}"
+                             f" | {row['gearjax']['reason']} | | | |")
+            continue
+        timed = row if timing is None else row.get(timing)
+        if timed is None:
+            continue
+        t = timed["torchrl"][timed["torchrl_best"]]["median_ms"]
+        best = "" if key == "transitions" else f" ({timed['torchrl_best']})"
+        lines.append(f"| {title} | {size} | {t:.3f}{best} | "
+                     + " | ".join(fmt_cell(timed["gearjax"].get(f)) for f in GJ_FORMS) + " |")
+    return lines
+
+
 def report(result: dict) -> str:
     m, c = result["machine"], result["config"]
     lines = [f"bench_torchrl: {m['cpu_model']}, {m['cores']} cores, "
@@ -722,38 +780,8 @@ def report(result: dict) -> str:
              f"TorchRL: the faster of its shipped configuration and cache_values=True (*); "
              f"scan: per sample, {c['scan_steps']} samples a dispatch"
              + (" [--quick: a smoke test, not a measurement]" if c["quick"] else ""),
-             "",
-             "| workload | N | TorchRL | gearjax eager | gearjax eager, numpy=True | "
-             "gearjax jitted call | gearjax in lax.scan (per sample) |",
-             "|---|---|---|---|---|---|---|"]
-    titles = {"uniform": "256 windows of 20 (SliceSampler / Uniform, cut='full')",
-              "prioritized": "prioritized windows + update (PrioritizedSliceSampler / "
-                             "Prioritized + update_priorities, one priority per trajectory)",
-              "per_step": "per-step prioritized windows + update (PrioritizedSliceSampler / "
-                          "per-step priorities)"}
-    for key, title in titles.items():
-        for size, section in result["windows"].items():
-            if "skipped" in section:
-                lines.append(f"| {title} | {size} | skipped: {section['skipped']} | | | | |")
-                continue
-            row = section[key]
-            if key == "per_step" and "rounds" not in row:
-                t = section["prioritized"]
-                lines.append(f"| {title} | {size} | {t['torchrl'][t['torchrl_best']]['median_ms']:.3f}"
-                             f" | {row['gearjax']['reason']} | | | |")
-                continue
-            t = row["torchrl"][row["torchrl_best"]]["median_ms"]
-            g = row["gearjax"]
-            lines.append(f"| {title} | {size} | {t:.3f} ({row['torchrl_best']}) | "
-                         + " | ".join(fmt_cell(g.get(f)) for f in GJ_FORMS) + " |")
-    for size, section in result["transitions"].items():
-        title = "prioritized transitions + update, batch 256 (PrioritizedSampler / transitions recipe)"
-        if "skipped" in section:
-            lines.append(f"| {title} | {size} | skipped: {section['skipped']} | | | | |")
-            continue
-        row = section["prioritized"]
-        lines.append(f"| {title} | {size} | {row['torchrl']['default']['median_ms']:.3f} | "
-                     + " | ".join(fmt_cell(row["gearjax"].get(f)) for f in GJ_FORMS) + " |")
+             ""]
+    lines += sample_table(result, None)
     for size, section in result["windows"].items():
         if "skipped" in section:
             continue
@@ -761,6 +789,10 @@ def report(result: dict) -> str:
         lines.append(f"| insert, per 1,000-step episode (extend / table.insert, the fill to N) | "
                      f"{size} | {row['torchrl']['extend']['median_ms']:.3f} | "
                      f"{fmt_cell(row['gearjax']['insert'])} | | | |")
+    if c.get("run", 1) > 1:
+        lines += ["", f"In runs of {c['run']} calls of one form, the first not timed (what a loop "
+                      f"calling one form pays; above, every call follows another form's):", ""]
+        lines += sample_table(result, "in_runs")
     lines.append("")
     lines.append("TorchRL configurations (median ms): " + "; ".join(
         f"{key} {size}: " + ", ".join(f"{n} {s['median_ms']:.3f}"
@@ -829,6 +861,10 @@ def main(argv: list[str] | None = None) -> dict:
                         help="seconds of timed rounds a row aims at (default 60; --quick: 2)")
     parser.add_argument("--scan-steps", type=int, default=None,
                         help="samples per scan dispatch (default 100; --quick: 5)")
+    parser.add_argument("--run", type=int, default=None,
+                        help="calls in a row of one form in the second timing of each row, "
+                             "the first not timed (default 20; --quick: 3; 1: only the "
+                             "interleaved timing)")
     parser.add_argument("--checks", type=int, default=3,
                         help="checked samples per form before timing")
     parser.add_argument("--gpu-transitions", type=lambda t: int(float(t)), default=None,
@@ -845,6 +881,9 @@ def main(argv: list[str] | None = None) -> dict:
     args.min_calls = args.min_calls or (5 if quick else 30)
     args.budget = args.budget if args.budget is not None else (2.0 if quick else 60.0)
     args.scan_steps = args.scan_steps or (5 if quick else 100)
+    args.run = args.run if args.run is not None else (3 if quick else 20)
+    if args.run < 1:
+        parser.error(f"--run: {args.run} is not a positive number of calls")
     args.gpu_transitions = args.gpu_transitions or (10**5 if quick else 10**7)
     for n in sizes:
         if n % LENGTH or n < 2 * LENGTH:
@@ -858,6 +897,7 @@ def main(argv: list[str] | None = None) -> dict:
     result = {"config": {"sizes": sizes, "transition_sizes": transition_sizes,
                          "calls": args.calls, "min_calls": args.min_calls, "budget_s": args.budget,
                          "scan_steps": args.scan_steps, "checks": args.checks, "quick": quick,
+                         "run": args.run,
                          "length": LENGTH, "obs": OBS, "action": ACT, "batch": BATCH,
                          "window": WINDOW, "alpha": ALPHA, "beta": BETA, "seed": args.seed,
                          "torch_threads": torch.get_num_threads()},

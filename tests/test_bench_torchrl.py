@@ -62,25 +62,29 @@ def test_bench_torchrl_quick_checks_windows_and_times_every_form(tmp_path):
 
     windows = result["windows"]["10^5"]
     assert windows["checks"] and all(v == "ok" for v in windows["checks"].values())
-    for row in ("uniform", "prioritized"):
+    for row in ("uniform", "prioritized", "per_step"):
         timed = windows[row]
         assert set(timed["torchrl"]) == {"default", "cache_values"}
-        assert timed["torchrl_best"] in timed["torchrl"]
-        assert set(timed["gearjax"]) == {"eager", "eager-numpy", "jitted", "scan"}
-        for form in timed["gearjax"].values():
-            assert form["median_ms"] > 0 and form["torchrl_over_gearjax"] > 0
+        # Timed twice: interleaved (the row's own figures) and in runs.
+        assert timed["in_runs"]["run"] == result["config"]["run"] > 1
+        for timing in (timed, timed["in_runs"]):
+            assert timing["torchrl_best"] in timing["torchrl"]
+            assert set(timing["gearjax"]) == {"eager", "eager-numpy", "jitted", "scan"}
+            for form in timing["gearjax"].values():
+                assert form["median_ms"] > 0 and form["torchrl_over_gearjax"] > 0
+                assert form["calls"] == timed["rounds"]
         assert timed["scan_windows_checked"] > 0 and timed["scan_bad_windows"] == 0
-    assert windows["per_step"]["gearjax"]["status"] == "skipped"
-    assert "per-step priorities" in windows["per_step"]["gearjax"]["reason"]
     insert = windows["insert"]
     assert insert["torchrl"]["extend"]["median_ms"] > 0
     assert insert["gearjax"]["insert"]["median_ms"] > 0
 
     transitions = result["transitions"]["10^5"]
     assert all(v == "ok" for v in transitions["checks"].values())
-    assert set(transitions["prioritized"]["gearjax"]) == {"eager", "eager-numpy", "jitted", "scan"}
+    for timing in (transitions["prioritized"], transitions["prioritized"]["in_runs"]):
+        assert set(timing["gearjax"]) == {"eager", "eager-numpy", "jitted", "scan"}
 
     assert result["gpu"]["status"] == "skipped" and result["gpu"]["reason"]
     text = out.with_suffix(".txt").read_text()
     assert text.startswith("bench_torchrl:") and "--quick" in text
     assert "per-step prioritized windows" in text and "GPU section:" in text
+    assert f"In runs of {result['config']['run']} calls of one form" in text
