@@ -157,3 +157,53 @@ def test_a_close_while_a_sample_still_reads_keeps_its_staging_buffers(exchange, 
     transport, closed = closing_transport(module)
     transport.close()
     assert closed == [True] and transport._buffers == {} and transport._retired == []
+
+
+def test_a_sample_holds_its_own_shard_so_closing_it_keeps_the_memory_it_copies(monkeypatch):
+    """A one-sided sample copies this process's shard by address, and
+    ShardedTable.close closes that shard right after the transport, whose
+    close gives up on a sample after the exchange's timeout (verbs). The
+    sample holds the shard meanwhile, so its close waits, then warns and
+    keeps the memory; it goes with a close once the sample has left. A sample
+    after the close fails, saying the shard is closed, and holds nothing.
+    Fails with the sample not holding the shard: the memory went at once."""
+    import threading
+
+    import gearjax as gx
+    import gearjax.table as table_module
+    from gearjax.errors import ClosedError
+    from gearjax.sharded.one_sided import OneSidedReader
+
+    started, finish = threading.Event(), threading.Event()
+    reserved_during = []
+
+    class Reader(OneSidedReader):
+        def _check_open(self):
+            pass
+
+        def _sample_native(self, seed, args, shards):
+            started.set()
+            finish.wait(10)  # copying the shard's spans meanwhile
+            reserved_during.append(self._local.stats()["bytes_reserved"])
+            return {"rows": len(shards)}
+
+    local = gx.Table({"x": gx.Column((), "int32")}, capacity=2, max_length=4)
+    local.insert({"x": np.arange(3, dtype=np.int32)})
+    reader = Reader()
+    reader._local, reader._shard, reader._shards, reader._dead = local, 0, 1, set()
+    result = []
+    sampling = threading.Thread(target=lambda: result.append(reader.sample((1, 2), None)))
+    sampling.start()
+    assert started.wait(10)
+    monkeypatch.setattr(table_module, "CLOSE_WAIT_SECONDS", 0.1)
+    with pytest.warns(RuntimeWarning, match="still inside the table"):
+        local.close()
+    assert local.closed and local.stats()["bytes_reserved"] > 0
+    finish.set()
+    sampling.join(10)
+    assert result == [{"rows": 1}] and reserved_during[0] > 0
+    local.close()  # the sample has left: no warning, and the memory goes
+    assert local.stats()["bytes_reserved"] == 0
+    with pytest.raises(ClosedError, match="closed"):
+        reader.sample((1, 2), None)
+    assert not reader._reading.locked()

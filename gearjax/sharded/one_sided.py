@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from gearjax._sample_args import SampleArgs
+from gearjax.errors import ClosedError
 from gearjax.sharded import coordination
 from gearjax.sharded.one_sided_native import NativeSampling
 from gearjax.sharded.one_sided_protocol import (  # noqa: F401 (re-exported)
@@ -104,6 +105,20 @@ class OneSidedReader(NativeSampling):
         finally:
             if acquired:
                 self._reading.release()
+
+    @contextlib.contextmanager
+    def _local_held(self):
+        """This process's shard held while a sample copies from its memory by
+        address (Table::Hold): closing it waits for the sample, and where the
+        sample outlives that wait (a transport close that gave up on it) the
+        shard's memory stays until the sample has left (see Table.close)."""
+        native = self._local._native
+        if not native.hold():
+            raise ClosedError(f"{self._local!r} is closed")
+        try:
+            yield
+        finally:
+            native.release()
 
     def _ask(self, shard: int, message: bytes) -> None:
         """Sends a message (a tree request) to the shard's owner."""
@@ -297,7 +312,7 @@ class OneSidedReader(NativeSampling):
         over the shards not lost yet, drawn from `seed` (two uint32 words), as
         a compiled sample with the same seed is. With on_dead_shard="skip" a
         shard that fails is left out of this and later samples."""
-        with self._reading:
+        with self._reading, self._local_held():
             self._check_open()
             shards = [k for k in range(self._shards) if k not in self._dead]
             while True:

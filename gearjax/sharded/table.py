@@ -361,7 +361,10 @@ class ShardedTable:
         this process's sample in progress: ``nixl`` until it ends, ``verbs``
         at most the exchange's timeout (a sample still running then fails at
         its next read of another shard; the buffers it copies into stay with
-        the transport). Idempotent; ``with table:`` closes it on exit.
+        the transport). A one-sided sample holds this process's shard, which
+        it copies from, so closing the shard waits for it as
+        :meth:`gearjax.Table.close` waits for a sample inside.
+        Idempotent; ``with table:`` closes it on exit.
         """
         if not self.closed:
             if self._transport is not None:

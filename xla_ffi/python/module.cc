@@ -146,6 +146,17 @@ class NativeTable {
   int64_t waiting() const { return table_->forked_copy() ? 0 : table_->waiting(); }
   bool forked_copy() const { return table_->forked_copy(); }
 
+  // A one-sided sample copying this shard's memory by address holds the
+  // table meanwhile (Table::Hold): false once it is closed.
+  bool Hold() {
+    python::ReleasedGil released;
+    return table_->Hold();
+  }
+  void Release() {
+    python::ReleasedGil released;
+    table_->Release();
+  }
+
   // Forgets the handle (compiled programs then fail naming the table), closes
   // the table and waits up to `wait_seconds` for what is inside it; returns
   // whether its memory was released.
@@ -661,6 +672,8 @@ void DefineNativeTable(nb::module_& m) {
       .def_prop_ro("forked_copy", &NativeTable::forked_copy)
       .def_prop_ro("waiting", &NativeTable::waiting)
       .def("close", &NativeTable::Close, "wait_seconds"_a)
+      .def("hold", &NativeTable::Hold)
+      .def("release", &NativeTable::Release)
       .def("insert", &NativeTable::Insert, "sources"_a, "length"_a, "priority"_a,
            "steps"_a = nb::none())
       .def("restore_items", &NativeTable::RestoreItems, "sources"_a, "lengths"_a,

@@ -186,7 +186,21 @@ void Table::CheckOpenLocked() const {
 bool Table::closed() const { return closed_.load(std::memory_order_acquire); }
 
 bool Table::InsideLocked() const {
-  return slots_->pinned() > 0 || writers_ > 0 || tickets_.in_flight() > 0;
+  return slots_->pinned() > 0 || writers_ > 0 || holders_ > 0 || tickets_.in_flight() > 0;
+}
+
+bool Table::Hold() {
+  MutexLock lock(CheckedMutex());
+  if (closed_.load(std::memory_order_acquire)) return false;
+  ++holders_;
+  return true;
+}
+
+void Table::Release() {
+  MutexLock lock(CheckedMutex());
+  if (holders_ == 0) throw std::logic_error("Table::Release without a Hold");
+  --holders_;
+  changed_.notify_all();  // a Close may be waiting for the last one out
 }
 
 int64_t Table::waiting() const {

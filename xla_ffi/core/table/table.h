@@ -280,6 +280,14 @@ class Table {
   // with the last reference to the table).
   bool Close(double wait_seconds);
   bool closed() const;
+  // A reader of the table's memory by address outside the table's calls (a
+  // one-sided sample copying this process's shard: gearjax/sharded/
+  // one_sided.py) holds the table while it reads, so that Close waits for it
+  // as for a sample inside and keeps the memory if it does not leave in
+  // time. Hold returns false, holding nothing, once the table is closed;
+  // each true Hold is ended by one Release.
+  bool Hold();
+  void Release();
   // Whether this process is a fork of the one that made the table (forks.h):
   // then every call but this one and closed() throws Closed.
   bool forked_copy() const { return fork_generation_ != forks::Generation(); }
@@ -550,6 +558,7 @@ class Table {
 
   int64_t live_ GEARJAX_GUARDED_BY(mu_) = 0;
   int64_t writers_ GEARJAX_GUARDED_BY(mu_) = 0;
+  int64_t holders_ GEARJAX_GUARDED_BY(mu_) = 0;  // Hold without Release
   int64_t num_steps_ GEARJAX_GUARDED_BY(mu_) = 0;
   // live items with priority > 0, as the host changed them
   int64_t positive_ GEARJAX_GUARDED_BY(mu_) = 0;

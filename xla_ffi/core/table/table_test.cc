@@ -245,6 +245,27 @@ TEST(Table, CloseWaitsForSamplesInsideThenReleasesTheMemory) {
   EXPECT_TRUE(table.Close(0));  // idempotent
 }
 
+TEST(Table, CloseWaitsForAHolderAndHoldFailsOnceClosed) {
+  Table table(Spec(4));
+  Put(table, 2, 1, 0);
+  ASSERT_TRUE(table.Hold());
+  ASSERT_TRUE(table.Hold());
+  EXPECT_FALSE(table.Close(0.05));  // holders read its memory: nothing released yet
+  EXPECT_GT(table.GetStats().bytes_reserved, 0);
+  EXPECT_FALSE(table.Hold());  // closed: a new reader holds nothing
+  table.Release();
+  std::thread finisher([&] {
+    std::this_thread::sleep_for(50ms);
+    table.Release();  // the last one out: the waiting Close goes on
+  });
+  const auto begin = std::chrono::steady_clock::now();
+  EXPECT_TRUE(table.Close(10.0));
+  EXPECT_LT(std::chrono::steady_clock::now() - begin, 5s);
+  finisher.join();
+  EXPECT_EQ(table.GetStats().bytes_reserved, 0);
+  EXPECT_THROW(table.Release(), std::logic_error);  // no Hold left to end
+}
+
 TEST(Table, CloseWakesBlockedSamplersAndWriters) {
   TableSpec spec = Spec(2);
   spec.limiter = {2, 0, -INFINITY, INFINITY, 30};  // MinSize(2), 30 s timeout
