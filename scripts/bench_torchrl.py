@@ -4,7 +4,7 @@ the same data (issue 49, item 4).
     bash scripts/bench_torchrl_setup.sh      # .venv-torchrl: torch 2.13 (CPU), TorchRL, gearjax
     .venv-torchrl/bin/python scripts/bench_torchrl.py [--quick] [--sizes 1e6,1e7]
         [--calls 500] [--budget 60] [--scan-steps 100] [--run 20]
-        [--out benchmarks/results/bench_torchrl_cpu.json]
+        [--out benchmarks/results/bench_torchrl_cpu.json] [--gpu-only]
 
 Episodes of 1,000 steps (obs float32[17], action float32[6], reward float32,
 and two int32 columns that say where each step came from: ``episode`` and
@@ -66,6 +66,9 @@ A GPU section (TorchRL's ``PrioritizedSampler`` with its trees on the GPU,
 ``sampler_device="cuda"``, against a gearjax host table sampled by a jitted
 program on the GPU) runs only where torch and JAX both see a CUDA GPU and
 TorchRL's extension has its CUDA trees; elsewhere it is skipped, saying why.
+``--gpu-only`` runs that section alone: on a lent GPU, ``bash
+scripts/gpu_check.sh --stage torchrl`` rebuilds TorchRL's extension with its
+CUDA trees against the machine's torch and runs it.
 """
 
 from __future__ import annotations
@@ -73,13 +76,16 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from _machine import machine_info, write_results
-from _turns import take_turns
+# Its helpers beside it, also under python -P (scripts/gpu_check.sh runs it so).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _machine import machine_info, write_results  # noqa: E402
+from _turns import take_turns  # noqa: E402
 
 LENGTH, OBS, ACT = 1000, 17, 6
 BATCH, WINDOW = 256, 20
@@ -645,7 +651,8 @@ def gpu_section(args, keys) -> dict:
         import torchrl._torchrl as ext
         if not hasattr(ext, "CudaSumSegmentTreeFp32"):
             reasons.append("TorchRL's extension has no CUDA segment trees (built without CUDA; "
-                           "scripts/bench_torchrl_setup.sh builds the CPU trees only)")
+                           "scripts/bench_torchrl_setup.sh builds the CPU trees only, "
+                           "scripts/gpu_check.sh --stage torchrl the CUDA ones)")
     except ImportError as e:
         reasons.append(f"TorchRL's extension does not load: {e}")
     if reasons:
@@ -779,9 +786,29 @@ def report(result: dict) -> str:
              f"alpha {ALPHA}, beta {BETA}; median ms per call, TorchRL/gearjax in brackets; "
              f"TorchRL: the faster of its shipped configuration and cache_values=True (*); "
              f"scan: per sample, {c['scan_steps']} samples a dispatch"
-             + (" [--quick: a smoke test, not a measurement]" if c["quick"] else ""),
-             ""]
-    lines += sample_table(result, None)
+             + (" [--quick: a smoke test, not a measurement]" if c["quick"] else "")]
+    if result["windows"] or result["transitions"]:  # not --gpu-only
+        lines += [""] + cpu_report(result)
+    lines.append("load average (1, 5, 15 min) at start and end: "
+                 f"{result['load_average_start']} -> {result['load_average_end']}")
+    gpu = result["gpu"]
+    if gpu["status"] == "skipped":
+        lines.append(f"GPU section: {gpu['reason']}")
+    else:
+        lines.append(f"GPU section ({', '.join(gpu['devices'])}; torch: {gpu['torch_device']}; "
+                     f"{gpu['transitions']:,} transitions):")
+        lines.append(report_row("prioritized transitions + update, interleaved",
+                                gpu["prioritized"]))
+        if "in_runs" in gpu["prioritized"]:
+            lines.append(report_row(f"the same in runs of {c['run']}",
+                                    gpu["prioritized"]["in_runs"]))
+    return "\n".join(lines)
+
+
+def cpu_report(result: dict) -> list[str]:
+    """The CPU sections' tables and what was checked and how busy the machine was."""
+    m, c = result["machine"], result["config"]
+    lines = sample_table(result, None)
     for size, section in result["windows"].items():
         if "skipped" in section:
             continue
@@ -811,19 +838,13 @@ def report(result: dict) -> str:
              for size, section in result["transitions"].items() if "skipped" not in section]
     lines.append("cores other processes kept busy, on average over each row (of "
                  f"{m['cores']}; 0 is a quiet machine): " + ", ".join(busy))
-    lines.append("load average (1, 5, 15 min) at start and end: "
-                 f"{result['load_average_start']} -> {result['load_average_end']}")
-    gpu = result["gpu"]
-    lines.append("GPU section: " + (gpu["reason"] if gpu["status"] == "skipped" else
-                                    "ran (see the JSON)"))
-    return "\n".join(lines)
+    return lines
 
 
 def provenance() -> dict:
     """The repository's commit, and which sources the gearjax measured was built
     from (scripts/bench_torchrl_setup.sh writes that beside its environment)."""
     import subprocess
-    import sys
     out = {}
     try:
         out["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], text=True,
@@ -870,6 +891,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--gpu-transitions", type=lambda t: int(float(t)), default=None,
                         help="transitions in the GPU section (default 1e7; --quick: 1e5)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--gpu-only", action="store_true",
+                        help="only the GPU section (scripts/gpu_check.sh --stage torchrl)")
     parser.add_argument("--quick", action="store_true",
                         help="small tables and few calls: a smoke test, not a measurement")
     parser.add_argument("--out", default="benchmarks/results/bench_torchrl_cpu.json")
@@ -877,6 +900,8 @@ def main(argv: list[str] | None = None) -> dict:
     quick = args.quick
     sizes = parse_sizes(args.sizes or ("1e5" if quick else "1e6,1e7"))
     transition_sizes = parse_sizes(args.transition_sizes or ("1e5" if quick else "1e6,1e7"))
+    if args.gpu_only:
+        sizes, transition_sizes = [], []
     args.calls = args.calls or (10 if quick else 500)
     args.min_calls = args.min_calls or (5 if quick else 30)
     args.budget = args.budget if args.budget is not None else (2.0 if quick else 60.0)
@@ -897,7 +922,7 @@ def main(argv: list[str] | None = None) -> dict:
     result = {"config": {"sizes": sizes, "transition_sizes": transition_sizes,
                          "calls": args.calls, "min_calls": args.min_calls, "budget_s": args.budget,
                          "scan_steps": args.scan_steps, "checks": args.checks, "quick": quick,
-                         "run": args.run,
+                         "run": args.run, "gpu_only": args.gpu_only,
                          "length": LENGTH, "obs": OBS, "action": ACT, "batch": BATCH,
                          "window": WINDOW, "alpha": ALPHA, "beta": BETA, "seed": args.seed,
                          "torch_threads": torch.get_num_threads()},

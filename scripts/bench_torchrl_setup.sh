@@ -66,32 +66,7 @@ fi
 
 # Rebuilds one package's C++ extension from the sources its wheel carries,
 # against the installed torch: rebuild PACKAGE MODULE SOURCES_GLOB...
-rebuild_extension() {
-  local package="$1" module="$2"
-  shift 2
-  "$py" - "$package" "$module" "$@" <<'EOF'
-import glob, os, shutil, sys, sysconfig, tempfile
-import importlib.util
-package, module, *globs = sys.argv[1:]
-root = os.path.dirname(importlib.util.find_spec(package).origin)
-sources = sorted({s for g in globs for s in glob.glob(os.path.join(root, g), recursive=True)})
-if not sources:
-    sys.exit(f"bench_torchrl_setup: {package}'s wheel carries no C++ sources ({globs}): "
-             f"its extension cannot be rebuilt against this torch")
-from torch.utils.cpp_extension import load
-build = tempfile.mkdtemp(prefix=f"{package}-ext-")
-name = module.rsplit(".", 1)[-1]
-lib = load(name=name, sources=sources, build_directory=build, verbose=False,
-           extra_cflags=["-O3", "-std=c++17"],
-           extra_include_paths=[os.path.dirname(sources[0])])
-built = lib.__file__
-target = os.path.join(root, name + sysconfig.get_config_var("EXT_SUFFIX"))
-shutil.copyfile(built, target + ".new")
-os.replace(target + ".new", target)
-print(f"bench_torchrl_setup: rebuilt {module} from {len(sources)} sources -> {target}",
-      file=sys.stderr)
-EOF
-}
+rebuild_extension() { "$py" scripts/torch_extension.py "$@"; }
 
 # loads MODULE: it imports beside the installed torch (else its error is kept in $load_error)
 loads() {

@@ -3,10 +3,11 @@ registry lacks, for ``bash scripts/gpu_check.sh --wheels DIR``.
 
 The GPU machines this project checks on reach no registry. Their image (Python
 3.12, CUDA jax, flax, cupy, ...) lacks flashbax (scripts/bench_gpu.py's
-baseline), gymnasium with MuJoCo (the locomotion tests), and nbclient,
-nbformat and ipykernel (the notebook tests). This resolves those with their
+baseline), gymnasium with MuJoCo (the locomotion tests), nbclient,
+nbformat and ipykernel (the notebook tests), and TorchRL with tensordict
+(scripts/bench_torchrl.py's GPU section). This resolves those with their
 dependencies for CPython 3.12 on manylinux x86-64 (``pip download
---only-binary=:all:``), then keeps only the wheels of projects the image does
+--only-binary=:all:``; TorchRL's listed instead, WANTED_NO_DEPS), then keeps only the wheels of projects the image does
 not have (DEVICE_PACKAGES, the image's package list as read on 2026-11-17),
 one version of each: a second copy of a package the image has would shadow
 it. It refuses more than 64 MiB in all, as much as the working tree may carry
@@ -26,6 +27,11 @@ import tempfile
 from pathlib import Path
 
 WANTED = ["flashbax", "gymnasium[mujoco]", "nbclient", "nbformat", "ipykernel"]
+# TorchRL for gpu_check.sh --stage torchrl, fetched without resolving: its
+# requirements name torch, which pip would download (a CUDA build of several
+# GB) before the image's copy is dropped. Its other requirements are listed.
+WANTED_NO_DEPS = ["torchrl==0.14.1", "tensordict==0.14.3", "pyvers", "hoptorch", "orjson",
+                  "importlib-metadata", "lazy-importer"]
 PLATFORMS = ["manylinux_2_39_x86_64", "manylinux_2_35_x86_64", "manylinux_2_34_x86_64",
              "manylinux_2_31_x86_64", "manylinux_2_28_x86_64", "manylinux_2_27_x86_64",
              "manylinux_2_24_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
@@ -96,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         for platform in PLATFORMS:
             command += ["--platform", platform]
         subprocess.run(command + WANTED, check=True)
+        subprocess.run(command + ["--no-deps"] + WANTED_NO_DEPS, check=True)
         kept = select([p.name for p in Path(tmp).glob("*.whl")])
         total = sum((Path(tmp) / w).stat().st_size for w in kept)
         if total > LIMIT_BYTES:

@@ -45,8 +45,15 @@
 #                   which keep the rest (bench_dt_step runs in the default plan)
 #   summary     10
 #   total      590  of 600
+# --stage build --stage torchrl, for a third command (in no plan: both are full):
+#   torchrl    300  TorchRL's extension rebuilt from the sources its wheel carries
+#                   with its CUDA segment trees, against this machine's torch
+#                   (scripts/torch_extension.py; torchrl and tensordict come in
+#                   --wheels), then scripts/bench_torchrl.py --gpu-only: TorchRL's
+#                   PrioritizedSampler with its trees on the GPU against a gearjax
+#                   host table sampled by a jitted program on the GPU
 # --stage NAME (repeatable) runs stages alone: build, gpu_tests, sanitize,
-# goal_bench, dt_step, suite, full_bench, summary; quick (the default plan),
+# goal_bench, dt_step, suite, full_bench, torchrl, summary; quick (the default plan),
 # full. A stage after build runs on the gearjax an earlier build installed on
 # this machine. Nothing runs after a failed build (recorded as skipped).
 # GPU_CHECK_BUDGET_<STAGE>=SECONDS changes a stage's budget (e.g.
@@ -85,9 +92,10 @@ QUICK_LIMIT=420    # the default plan, whole: a second try fits a 15-minute loan
 COMMAND_LIMIT=600  # one command on a lent machine
 QUICK_PLAN=(build gpu_tests sanitize goal_bench dt_step summary)
 FULL_PLAN=(build suite full_bench summary)
-STAGES_KNOWN=(build gpu_tests sanitize goal_bench dt_step suite full_bench summary)
+STAGES_KNOWN=(build gpu_tests sanitize goal_bench dt_step suite full_bench torchrl summary)
 declare -A DEFAULT_BUDGET=([build]=60 [gpu_tests]=115 [sanitize]=90 [goal_bench]=85
-                           [dt_step]=50 [summary]=10 [suite]=295 [full_bench]=225)
+                           [dt_step]=50 [summary]=10 [suite]=295 [full_bench]=225
+                           [torchrl]=300)
 declare -A ABOUT=(
   [build]="facts, --wheels, gearjax for this card's architecture only (or --plugin's), a GPU sample"
   [gpu_tests]="the 2 tests that crashed the first GPU run, the error paths; then test_gpu.py"
@@ -96,7 +104,8 @@ declare -A ABOUT=(
   [dt_step]="bench_dt_step.py at the reference size"
   [summary]="gpu_summary.py: one screen (also after a failure, a timeout or an interrupt)"
   [suite]="the whole suite on the GPU jax (xdist), then gpu_diagnose.py"
-  [full_bench]="bench_gpu.py at full size: every section, 10^7 selection, the big table")
+  [full_bench]="bench_gpu.py at full size: every section, 10^7 selection, the big table"
+  [torchrl]="TorchRL's extension with its CUDA trees, then bench_torchrl.py's GPU section")
 
 # gpu_tests runs these first, each file in a worker of its own: the two tests
 # whose rate-limiter timeout crashed the first GPU run with SIGSEGV
@@ -425,6 +434,15 @@ stage_suite() {
 # budget cuts are missing, the others kept.
 stage_full_bench() {
   cmd "$PYTHON" -P scripts/bench_gpu.py --with-1e7 --out "$RESULTS/bench_gpu_$GPU_NAME.json"
+}
+
+# TorchRL's wheels carry their CUDA trees' sources but not the trees; the
+# rebuilt extension replaces the wheel's in the private folder.
+stage_torchrl() {
+  cmd "$PYTHON" -P scripts/torch_extension.py torchrl torchrl._torchrl csrc/pybind.cpp \
+      csrc/utils.cpp csrc/cuda_segment_tree.cu --cuda --check CudaSumSegmentTreeFp32 &&
+    cmd "$PYTHON" -P scripts/bench_torchrl.py --gpu-only --budget 30 \
+      --out "$RESULTS/bench_torchrl_gpu_$GPU_NAME.json"
 }
 
 stage_summary() {

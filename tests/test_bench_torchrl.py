@@ -88,3 +88,43 @@ def test_bench_torchrl_quick_checks_windows_and_times_every_form(tmp_path):
     assert text.startswith("bench_torchrl:") and "--quick" in text
     assert "per-step prioritized windows" in text and "GPU section:" in text
     assert f"In runs of {result['config']['run']} calls of one form" in text
+
+
+def test_bench_torchrl_gpu_only_runs_the_gpu_section_alone(tmp_path):
+    """--gpu-only (scripts/gpu_check.sh --stage torchrl): no CPU section; the
+    GPU section runs, or says why not (here: no GPU)."""
+    python, env = _bench_python(tmp_path)
+    out = tmp_path / "gpu.json"
+    run = subprocess.run([python, "-P", str(SCRIPT), "--gpu-only", "--quick", "--out", str(out)],
+                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["config"]["gpu_only"] and result["windows"] == {} == result["transitions"]
+    gpu = result["gpu"]
+    assert gpu["status"] == "ok" or "GPU" in gpu["reason"] or "CUDA" in gpu["reason"]
+    assert "GPU section" in out.with_suffix(".txt").read_text()
+
+
+def test_the_report_of_a_gpu_section_that_ran_shows_both_timings():
+    """The report's GPU part, from a made-up result (no GPU runs it here)."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import bench_torchrl
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    timed = {"median_ms": 0.5, "torchrl_over_gearjax": 2.0}
+    timing = {"torchrl": {"cuda trees": {"median_ms": 1.0}}, "torchrl_best": "cuda trees",
+              "gearjax": {f: timed for f in bench_torchrl.GJ_FORMS}}
+    result = {"machine": {"cpu_model": "cpu", "cores": 16, "total_memory_bytes": 2**37,
+                          "python": "3.12", "versions": {"torchrl": "0.14.1"}},
+              "config": {"scan_steps": 100, "quick": False, "run": 20},
+              "windows": {}, "transitions": {}, "load_average_start": (0, 0, 0),
+              "load_average_end": (0, 0, 0),
+              "gpu": {"status": "ok", "devices": ["cuda:0"], "torch_device": "H200",
+                      "transitions": 10**7,
+                      "prioritized": {**timing, "in_runs": {"run": 20, **timing}}}}
+    text = bench_torchrl.report(result)
+    assert "GPU section (cuda:0; torch: H200; 10,000,000 transitions):" in text
+    assert "prioritized transitions + update, interleaved: TorchRL cuda trees 1.000*" in text
+    assert "the same in runs of 20: TorchRL cuda trees 1.000*" in text
+    assert text.count("jitted 0.500 ms (x2.0)") == 2 and "| workload |" not in text

@@ -125,6 +125,17 @@ def test_gpu_check_dry_run_prints_the_plan_its_commands_and_budgets(tmp_path):
     longer = gpu_check("--stage", "full_bench", "--dry-run", GPU_CHECK_BUDGET_FULL_BENCH="540")
     assert planned(longer.stdout) == [("full_bench", 540), ("summary", 10)]
 
+    # TorchRL's GPU comparison: in no plan, a command of its own after a build.
+    torchrl = gpu_check("--stage", "build", "--stage", "torchrl", "--dry-run")
+    plan = planned(torchrl.stdout)
+    assert [stage for stage, _ in plan] == ["build", "torchrl", "summary"]
+    assert sum(budget for _, budget in plan) <= 600
+    assert "torchrl" not in [stage for stage, _ in planned(full.stdout)]
+    assert "torch_extension.py torchrl torchrl._torchrl" in torchrl.stdout
+    assert "cuda_segment_tree.cu --cuda --check CudaSumSegmentTreeFp32" in torchrl.stdout
+    assert "bench_torchrl.py --gpu-only" in torchrl.stdout
+    assert re.search(r"^  torchrl +300  ", usage, re.M)
+
 
 def test_gpu_check_names_tests_that_exist(tmp_path):
     """The tests the plan names (the first ones by id, the sanitizer's subsets
