@@ -7,11 +7,12 @@ baseline), gymnasium with MuJoCo (the locomotion tests), nbclient,
 nbformat and ipykernel (the notebook tests), and TorchRL with tensordict
 (scripts/bench_torchrl.py's GPU section). This resolves those with their
 dependencies for CPython 3.12 on manylinux x86-64 (``pip download
---only-binary=:all:``; TorchRL's listed instead, WANTED_NO_DEPS), then keeps only the wheels of projects the image does
-not have (DEVICE_PACKAGES, the image's package list as read on 2026-11-17),
-one version of each: a second copy of a package the image has would shadow
-it. It refuses more than 64 MiB in all, as much as the working tree may carry
-to such a machine.
+--only-binary=:all:``; TorchRL's are listed instead: WANTED_NO_DEPS), then
+keeps only the wheels of projects the image does not have (DEVICE_PACKAGES,
+the image's package list as read on 2026-11-17), one version of each: a
+second copy of a package the image has would shadow it. It refuses more than
+64 MiB in all, as much as the working tree may carry to such a machine (43
+MiB on 2026-11-30).
 
     python scripts/fetch_gpu_wheels.py [DIR]     # default .whl (git-ignored)
 """
