@@ -166,13 +166,16 @@ def test_a_sample_holds_its_own_shard_so_closing_it_keeps_the_memory_it_copies(m
     sample holds the shard meanwhile, so its close waits, then warns and
     keeps the memory; it goes with a close once the sample has left. A sample
     after the close fails, saying the shard is closed, and holds nothing.
-    Fails with the sample not holding the shard: the memory went at once."""
+    Fails with the sample not holding the shard: the memory went at once; and
+    with a second ShardedTable.close doing nothing: the memory stayed."""
     import threading
+    import warnings
 
     import gearjax as gx
     import gearjax.table as table_module
     from gearjax.errors import ClosedError
     from gearjax.sharded.one_sided import OneSidedReader
+    from gearjax.sharded.table import ShardedTable
 
     started, finish = threading.Event(), threading.Event()
     reserved_during = []
@@ -202,8 +205,22 @@ def test_a_sample_holds_its_own_shard_so_closing_it_keeps_the_memory_it_copies(m
     finish.set()
     sampling.join(10)
     assert result == [{"rows": 1}] and reserved_during[0] > 0
-    local.close()  # the sample has left: no warning, and the memory goes
+    # The sharded table reads as closed now; closing it again frees the memory
+    # once the sample has left (as Table.close does), without a warning.
+    sharded = ShardedTable.__new__(ShardedTable)
+    sharded._local, sharded._transport = local, None
+    assert sharded.closed
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sharded.close()
     assert local.stats()["bytes_reserved"] == 0
     with pytest.raises(ClosedError, match="closed"):
         reader.sample((1, 2), None)
     assert not reader._reading.locked()
+    # A read of this process's shard by address holds it too: refused once closed.
+    source, target = np.arange(4, dtype=np.uint8), np.zeros(4, np.uint8)
+    span = (np.array([source.ctypes.data], np.uint64), np.array([4], np.int64),
+            np.array([target.ctypes.data], np.uint64))
+    with pytest.raises(ClosedError, match="closed"):
+        reader.read_into({0: span})
+    assert not target.any()

@@ -79,7 +79,8 @@ class OneSidedReader(NativeSampling):
             if len(spans[1]) == 0:
                 continue
             if shard == self._shard:
-                copy_local(*spans)
+                with self._local_held():
+                    copy_local(*spans)
             else:
                 remote[shard] = spans
         if remote:
@@ -108,10 +109,10 @@ class OneSidedReader(NativeSampling):
 
     @contextlib.contextmanager
     def _local_held(self):
-        """This process's shard held while a sample copies from its memory by
-        address (Table::Hold): closing it waits for the sample, and where the
-        sample outlives that wait (a transport close that gave up on it) the
-        shard's memory stays until the sample has left (see Table.close)."""
+        """This process's shard held while a sample or a read copies from its
+        memory by address (Table::Hold): closing it waits for them, and where
+        one outlives that wait (a transport close that gave up on a sample)
+        the shard's memory stays until it has left (see Table.close)."""
         native = self._local._native
         if not native.hold():
             raise ClosedError(f"{self._local!r} is closed")

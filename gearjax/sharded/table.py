@@ -363,15 +363,19 @@ class ShardedTable:
         its next read of another shard; the buffers it copies into stay with
         the transport). A one-sided sample holds this process's shard, which
         it copies from, so closing the shard waits for it as
-        :meth:`gearjax.Table.close` waits for a sample inside.
-        Idempotent; ``with table:`` closes it on exit.
+        :meth:`gearjax.Table.close` waits for a sample inside (and, as there,
+        where the sample outlives the wait, a later ``close()`` frees the
+        shard's memory once it has left). Idempotent; ``with table:`` closes
+        it on exit.
         """
-        if not self.closed:
-            if self._transport is not None:
-                self._prefetcher.close()  # a read in flight ends first
-                self._transport.close()  # peers' reads stop before the memory goes
-            self._local.close()
-            coordination.forget(self._path, self._shard)
+        if self.closed:
+            self._local.close()  # frees what a sample inside kept past the first close
+            return
+        if self._transport is not None:
+            self._prefetcher.close()  # a read in flight ends first
+            self._transport.close()  # peers' reads stop before the memory goes
+        self._local.close()
+        coordination.forget(self._path, self._shard)
 
     def __enter__(self) -> "ShardedTable":
         return self
