@@ -833,7 +833,8 @@ def cpu_report(result: dict) -> list[str]:
         for size, s in result["windows"].items() if "skipped" not in s))
     busy = [f"{key} {size} {section[key]['others_cpu']['cores_busy']:.2f}"
             for size, section in result["windows"].items() if "skipped" not in section
-            for key in ("insert", "uniform", "prioritized")]
+            for key in ("insert", "uniform", "prioritized", "per_step")
+            if "others_cpu" in section[key]]
     busy += [f"transitions {size} {section['prioritized']['others_cpu']['cores_busy']:.2f}"
              for size, section in result["transitions"].items() if "skipped" not in section]
     lines.append("cores other processes kept busy, on average over each row (of "
@@ -879,7 +880,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--min-calls", type=int, default=None,
                         help="fewest timed rounds per row (default 30; --quick: 5)")
     parser.add_argument("--budget", type=float, default=None,
-                        help="seconds of timed rounds a row aims at (default 60; --quick: 2)")
+                        help="seconds of timed rounds a row aims at, per timing (each row is "
+                             "timed interleaved and in runs: twice that; default 60; "
+                             "--quick: 2)")
     parser.add_argument("--scan-steps", type=int, default=None,
                         help="samples per scan dispatch (default 100; --quick: 5)")
     parser.add_argument("--run", type=int, default=None,
@@ -892,7 +895,8 @@ def main(argv: list[str] | None = None) -> dict:
                         help="transitions in the GPU section (default 1e7; --quick: 1e5)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--gpu-only", action="store_true",
-                        help="only the GPU section (scripts/gpu_check.sh --stage torchrl)")
+                        help="only the GPU section (scripts/gpu_check.sh --stage torchrl); "
+                             "exits 1 where it cannot run, its results saying why")
     parser.add_argument("--quick", action="store_true",
                         help="small tables and few calls: a smoke test, not a measurement")
     parser.add_argument("--out", default="benchmarks/results/bench_torchrl_cpu.json")
@@ -958,6 +962,9 @@ def main(argv: list[str] | None = None) -> dict:
     text = report(result)
     print(text)
     write_results(args.out, result, text)
+    if args.gpu_only and result["gpu"]["status"] != "ok":
+        sys.exit(f"bench_torchrl: --gpu-only, and the GPU section did not run: "
+                 f"{result['gpu']['reason']}")
     return result
 
 

@@ -30,9 +30,10 @@ from pathlib import Path
 WANTED = ["flashbax", "gymnasium[mujoco]", "nbclient", "nbformat", "ipykernel"]
 # TorchRL for gpu_check.sh --stage torchrl, fetched without resolving: its
 # requirements name torch, which pip would download (a CUDA build of several
-# GB) before the image's copy is dropped. Its other requirements are listed.
-WANTED_NO_DEPS = ["torchrl==0.14.1", "tensordict==0.14.3", "pyvers", "hoptorch", "orjson",
-                  "importlib-metadata", "lazy-importer"]
+# GB) before the image's copy is dropped. Its other requirements are listed,
+# pinned to versions that meet theirs (tensordict 0.14.3: pyvers < 0.3).
+WANTED_NO_DEPS = ["torchrl==0.14.1", "tensordict==0.14.3", "pyvers==0.2.3", "hoptorch==0.1.4",
+                  "orjson==3.13.0", "importlib-metadata==10.2.0", "lazy-importer==0.1.0"]
 PLATFORMS = ["manylinux_2_39_x86_64", "manylinux_2_35_x86_64", "manylinux_2_34_x86_64",
              "manylinux_2_31_x86_64", "manylinux_2_28_x86_64", "manylinux_2_27_x86_64",
              "manylinux_2_24_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",

@@ -81,8 +81,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"assert hasattr(m, {args.check!r}), 'no {args.check} in ' + m.__file__")
         import subprocess
         if subprocess.run([sys.executable, "-c", code]).returncode != 0:
-            print(f"torch_extension: the rebuilt {args.module} has no {args.check}",
-                  file=sys.stderr)
+            print(f"torch_extension: the rebuilt {args.module} fails its check: it does not "
+                  f"import, or has no {args.check} (the error above)", file=sys.stderr)
             return 1
     return 0
 
