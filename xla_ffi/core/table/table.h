@@ -447,6 +447,22 @@ class Table {
       GEARJAX_REQUIRES(mu_);
   // The deadline a wait for a ticket's place keeps to (slot_wait_seconds).
   Clock::time_point TicketPlaceDeadline() const;
+  // A sample's draw: waits for the rate limiter (WaitToSampleLocked), then
+  // draws (draw(), under mu_), until the next ticket's place is free; between
+  // tries it waits for that place (WaitForTicketPlaceLocked). Returns with
+  // the lock held, so the caller takes its ticket in the hold of the lock its
+  // rows were drawn in (Select, TableGpu::BeginSample).
+  template <typename DrawRows>
+  void DrawForTicketLocked(MutexLock& lock, const SampleRequest& r, DrawRows draw)
+      GEARJAX_REQUIRES(mu_) {
+    const Clock::time_point deadline = TicketPlaceDeadline();
+    for (;;) {
+      WaitToSampleLocked(lock, r);
+      draw();
+      if (TicketPlaceFreeLocked()) return;
+      WaitForTicketPlaceLocked(lock, deadline);
+    }
+  }
   // ~Table: waits for the GPU samples still reading the table's memory.
   void WaitForDeviceTickets();
   int64_t AcquireSlotLocked(MutexLock& lock, bool* evicted) GEARJAX_REQUIRES(mu_);

@@ -80,19 +80,16 @@ uint64_t TableGpu::BeginSample(const SampleRequest& r, GpuSelection* selection,
   if (table_.slots_->device_info() == nullptr) {
     throw InvalidArgument("this table's selection state is not GPU-mapped");
   }
-  const auto place_deadline = table_.TicketPlaceDeadline();
   const SamplingSelector* chosen = nullptr;
-  for (;;) {
-    table_.WaitToSampleLocked(lock, r);
+  // The ticket is taken in the hold of the lock the selector was chosen in,
+  // as Table::Select takes it.
+  table_.DrawForTicketLocked(lock, r, [&] {
+    table_.mu_.AssertHeld();
     // Leaves deferred while an update ran go in now if none may run any more
     // (so this sample, and the mirror copy below, see them).
     if (table_.selectors_.Has(Strategy::kPrioritized)) table_.SettledPrioritiesLocked();
     chosen = &table_.SamplingSelectorLocked(r);  // may wait for a GPU update to make it
-    // The ticket in this hold of the lock, as Table::Select takes it: where
-    // its place is still held, wait with no ticket held and begin again.
-    if (table_.TicketPlaceFreeLocked()) break;
-    table_.WaitForTicketPlaceLocked(lock, place_deadline);
-  }
+  });
   const SamplingSelector& selector = *chosen;
   GpuSelection s{};
   s.info = table_.slots_->device_info();

@@ -95,10 +95,13 @@ uint64_t Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* dra
   selections.resize(static_cast<size_t>(n));
   RowWordsMany(seed, n, words.data());
   MutexLock lock(CheckedMutex());
-  const Clock::time_point place_deadline = TicketPlaceDeadline();
   const bool constrained = Constrained(r);
-  for (;;) {
-    WaitToSampleLocked(lock, r);
+  // The ticket is taken in the hold of the lock the rows were drawn in, so
+  // nothing they name changes before it covers them, and nothing is counted
+  // or removed for a sample that fails. Where its place is still held (a GPU
+  // stream far behind), the rows are drawn again after the wait.
+  DrawForTicketLocked(lock, r, [&] {
+    mu_.AssertHeld();
     // Draws read (and max_times_sampled removals write) the priority trees.
     OwnPrioritiesLocked();
     for (int64_t b = 0; b < n; ++b) u[b] = UniformFromBits(words[b].w[0], words[b].w[1]);
@@ -108,13 +111,7 @@ uint64_t Table::Select(const SampleRequest& r, const uint32_t seed[2], Draw* dra
     } else if (!fast_full) {
       SelectLocked(r, seed, u.data(), selections.data());
     }
-    // The ticket is taken in the hold of the lock the rows were drawn in, so
-    // nothing they name changes before it covers them, and nothing is counted
-    // or removed for a sample that fails. Where its place is still held (a
-    // GPU stream far behind), wait with no ticket held, then draw again.
-    if (TicketPlaceFreeLocked()) break;
-    WaitForTicketPlaceLocked(lock, place_deadline);
-  }
+  });
   // The one Take gives below: the newest, so writers reusing a slot this
   // sample removes wait for every sample that may still read it.
   const uint64_t ticket = tickets_.next();
