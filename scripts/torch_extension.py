@@ -19,6 +19,7 @@ import importlib
 import importlib.util
 import os
 import shutil
+import subprocess
 import sys
 import sysconfig
 import tempfile
@@ -79,7 +80,6 @@ def main(argv: list[str] | None = None) -> int:
         # A fresh interpreter: this one may hold the old module already.
         code = (f"import torch, importlib; m = importlib.import_module({args.module!r}); "
                 f"assert hasattr(m, {args.check!r}), 'no {args.check} in ' + m.__file__")
-        import subprocess
         if subprocess.run([sys.executable, "-c", code]).returncode != 0:
             print(f"torch_extension: the rebuilt {args.module} fails its check: it does not "
                   f"import, or has no {args.check} (the error above)", file=sys.stderr)
