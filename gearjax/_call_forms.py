@@ -18,6 +18,7 @@ import jax.numpy as jnp
 
 from gearjax import _checks
 from gearjax import state as table_state
+from gearjax._keys import is_key_dtype
 from gearjax._primitives import STATE_DTYPE
 from gearjax.state import TableState, is_state
 
@@ -57,8 +58,14 @@ def tracing() -> bool:
 def eager_state(call: str, stateful: str) -> jax.Array:
     """The state an eager stateless call runs with (one zero state per default
     device, made once);
-    while tracing, refuses the call (StatelessCallInJitError) with the
-    one-line change: ``call`` is the call as written (``"table.sample(key,
+    while tracing, refuses the call (refuse_traced)."""
+    refuse_traced(call, stateful)
+    return _eager_state_array()
+
+
+def refuse_traced(call: str, stateful: str) -> None:
+    """While tracing, refuses a stateless call (StatelessCallInJitError) with
+    the one-line change: ``call`` is the call as written (``"table.sample(key,
     ...)"``), ``stateful`` its state form (``"state, batch =
     table.sample(state, key, ...)"``)."""
     if tracing():
@@ -69,7 +76,6 @@ def eager_state(call: str, stateful: str) -> jax.Array:
             f"path. Write\n    state = table.state()\n    {stateful}\nand pass `state` to the "
             f"next table call (docs: Semantics in jit). The stateless form is for eager calls "
             f"only (gearjax 0.x no longer compiles it; see CHANGELOG.md)")
-    return _eager_state_array()
 
 
 def warn_ordered(ordered: Any) -> None:
@@ -124,4 +130,4 @@ def split_update_state(args: tuple, kwargs: Mapping[str, Any]
 def is_key(value: Any) -> bool:
     """A typed JAX PRNG key (what follows a state in a sample)."""
     dtype = getattr(value, "dtype", None)
-    return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+    return is_key_dtype(dtype)

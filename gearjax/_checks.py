@@ -125,14 +125,24 @@ def is_integer_dtype(dtype: Any, signed: bool = False) -> bool:
     return bool(jnp.issubdtype(dtype, np.signedinteger if signed else np.integer))
 
 
+# Dtypes that become float64 without overflow or an invalid value (each value
+# exactly, for all but the 64-bit integers, which round).
+_EXACT_IN_FLOAT64 = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64, np.int8,
+                                                    np.int16, np.int32, np.int64, np.uint8,
+                                                    np.uint16, np.uint32, np.uint64, np.bool_))
+
+
 def priorities(values: np.ndarray, name: str = "priorities") -> np.ndarray:
     """Real-valued array -> float64 array of valid priorities (see priority).
     Any integer or floating dtype, bfloat16 and float8 included."""
     values = np.asarray(values)
     if not is_real_dtype(values.dtype):
         raise TypeError(f"{name} must be real numbers, got {values.dtype}")
-    with np.errstate(over="ignore", invalid="ignore"):
+    if values.dtype in _EXACT_IN_FLOAT64:
         as_float = values.astype(np.float64, copy=False)
+    else:  # float128 may overflow; errstate itself costs more than a small update's check
+        with np.errstate(over="ignore", invalid="ignore"):
+            as_float = values.astype(np.float64, copy=False)
     # All in the normal range (a NaN fails both): nothing to report, no 0 to
     # make positive. Two reductions instead of four temporaries.
     if as_float.size and MIN_PRIORITY <= as_float.min() and as_float.max() <= MAX_PRIORITY:

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import jax
 import numpy as np
 
+from gearjax._keys import is_key_dtype
 from gearjax._sample import ColumnLayout, seed_words
 from gearjax._sample_args import SampleArgs
 from gearjax.batch import Batch
@@ -62,7 +62,7 @@ def host_seed_words(rng_key: Any) -> np.ndarray:
     path is taken. tests/test_sample_numpy.py checks, on every JAX minor CI
     runs (scripts/test_jax_minors.sh), that both give the same words and
     that a threefry key takes the fast path."""
-    if jax.dtypes.issubdtype(rng_key.dtype, jax.dtypes.prng_key):
+    if is_key_dtype(rng_key.dtype):
         base = getattr(rng_key, "_base_array", None)
         words = None if base is None else np.asarray(base)
     else:

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gearjax import _ffi
+from gearjax._keys import is_key_dtype
 from gearjax._sample_args import SampleArgs
 from gearjax.batch import Batch
 
@@ -152,8 +153,7 @@ def _draw(rng_key: jax.Array, state: jax.Array, handle: int, capacity: int,
 def seed_words(key: jax.Array) -> jax.Array:
     """uint32[2] from a PRNG key: its data when it is two words (threefry keys,
     typed or legacy), else two words drawn from it."""
-    data = jax.random.key_data(key) if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) \
-        else key
+    data = jax.random.key_data(key) if is_key_dtype(key.dtype) else key
     if data.shape == (2,) and data.dtype == jnp.uint32:
         return data
     return jax.random.bits(key, (2,), jnp.uint32)

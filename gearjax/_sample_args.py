@@ -11,10 +11,10 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-import jax
 import numpy as np
 
 from gearjax import _checks, _gearjax
+from gearjax._keys import is_key_dtype
 from gearjax.columns import Column
 from gearjax.strategies import Strategy
 
@@ -123,7 +123,7 @@ def check_rng_key(key: Any) -> None:
     shape = getattr(key, "shape", None)
     typed = False
     try:
-        typed = dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+        typed = is_key_dtype(dtype)
     except TypeError:
         pass
     if typed and shape == ():

@@ -33,6 +33,7 @@ import jax.extend
 import jax.numpy as jnp
 import numpy as np
 
+from gearjax._keys import is_key_dtype
 from gearjax._primitives import STATE_DTYPE
 
 TableState = jax.Array
@@ -87,7 +88,7 @@ def is_state(value: Any) -> bool:
         return False
     if isinstance(dtype, np.dtype):  # an array's (never a PRNG key's): asked first, it is cheap
         return dtype == STATE_DTYPE
-    if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+    if is_key_dtype(dtype):
         return False
     return np.dtype(dtype) == STATE_DTYPE
 

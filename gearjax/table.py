@@ -443,17 +443,23 @@ class Table:
         # next call on the table, once (docs: Semantics in jit).
         self._native.raise_deferred_error()
 
-    def _eager(self, result: Any) -> Any:
+    def _eager(self, result: Any, ready: jax.Array) -> Any:
         """An eager call (its results are arrays, not tracers) waits for its
         own results before it returns, so its errors are raised at the call on
         every platform: a GPU reports a custom call's error only when its
         results are read, and a GPU priority update's bad value only once the
         stream has applied it (kept for the next call: raised here instead).
-        Traced calls return at once."""
-        leaves = jax.tree_util.tree_leaves(result)
-        if leaves and not any(isinstance(x, jax.core.Tracer) for x in leaves):
+        Traced calls return at once.
+
+        ``ready`` is one array of ``result``, the table state the call's
+        program returned: every result of one program becomes ready (or fails)
+        at once, so waiting for that one waits for all, and costs one wait
+        rather than flattening and waiting for a batch's dozen arrays (a
+        quarter of what an eager sample added to its program:
+        scripts/bench_eager.py)."""
+        if not isinstance(ready, jax.core.Tracer):
             try:
-                jax.block_until_ready(leaves)
+                ready.block_until_ready()
             except jax.errors.JaxRuntimeError as e:
                 errors.raise_if_interrupted(e)
                 raise
@@ -775,7 +781,7 @@ class Table:
         try:
             order, keys = self._spec.insert_batch_program()(order, arrays, lengths,
                                                             priorities)
-            return self._eager(keys if state is None else (order, keys))
+            return self._eager(keys if state is None else (order, keys), order)
         except ValueError as e:
             errors.reraise(e)
 
@@ -906,7 +912,7 @@ class Table:
             return batch if state is None else (state, batch)
         try:
             order, batch = _sample.sample(rng_key, order, spec=self._spec, args=args)
-            return self._eager(batch if state is None else (order, batch))
+            return self._eager(batch if state is None else (order, batch), order)
         except ValueError as e:
             errors.reraise(e)
 
@@ -1054,10 +1060,11 @@ class Table:
         if steps is not None and not self._step_priorities:
             raise ValueError("this table keeps one priority per trajectory: steps= needs a "
                              "table made with step_priorities=True")
-        form = "keys, priorities" if steps is None else "keys, priorities, steps=..."
         if state is None:
-            _call_forms.eager_state(f"table.update_priorities({form})",
-                                    f"state, count = table.update_priorities(state, {form})")
+            if _call_forms.tracing():
+                form = "keys, priorities" if steps is None else "keys, priorities, steps=..."
+                _call_forms.refuse_traced(f"table.update_priorities({form})",
+                                          f"state, count = table.update_priorities(state, {form})")
             order = None
         else:
             order = table_state.consume(state, self, self._native.handle)
@@ -1084,7 +1091,7 @@ class Table:
                 operands = (keys, steps, priorities)
             try:
                 order, count = program(order, *operands)
-                return self._eager((order, count))
+                return self._eager((order, count), order)
             except ValueError as e:
                 errors.reraise(e)
         keys = np.ascontiguousarray(keys, np.int64)

@@ -72,6 +72,9 @@ WORKLOADS = {
     "eager_update": (("an eager table.update_priorities(keys, priorities) of 256 NumPy int64 "
                       "keys and float32 priorities, at 1000 trajectories (the update of "
                       "bench_eager's eager prioritized workload)"), 1100, 2000),
+    "eager_sample": (("an eager table.sample(key, 256, 20, Prioritized(0.6), cut='full') at "
+                      "1000 trajectories of 200 steps, the whole batch waited for (the sample "
+                      "of bench_eager's eager prioritized workload)"), 20, 500),
 }
 # Functions of threads that wait for work: spinning, stealing, sleeping.
 IDLE = ("blas_thread_server", "Eigen::ThreadPoolTempl", "Eigen::RunQueue", "EventCount",
@@ -106,6 +109,15 @@ def drive(workload: str, calls: int) -> None:
         priorities = rng.uniform(0.1, 2.0, 256).astype(np.float32)
         for _ in range(calls):
             table.update_priorities(keys, priorities)
+    elif workload == "eager_sample":
+        table = gx.Table({"obs": gx.Column((17,), "float32")}, capacity=1000, max_length=200)
+        table.insert_many([{"obs": rng.standard_normal((200, 17)).astype(np.float32)}
+                           for _ in range(1000)], priorities=rng.uniform(0.1, 2.0, 1000))
+        # 64 keys made first, whatever `calls`: their cost cancels.
+        keys = list(jax.random.split(jax.random.key(1), 64))
+        for i in range(calls):
+            jax.block_until_ready(table.sample(keys[i % 64], 256, 20, gx.Prioritized(0.6),
+                                               cut="full"))
     elif workload == "insert":
         table = gx.Table({"obs": gx.Column((17,), "float32")}, capacity=1000, max_length=200)
         trajectory = {"obs": rng.standard_normal((200, 17)).astype(np.float32)}
