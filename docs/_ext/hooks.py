@@ -110,6 +110,18 @@ SOURCES: list[tuple[str, str]] = [
     ("bench_dispatch_cpu.txt", "the printed report of `scripts/bench_dispatch.py` (same run)"),
     ("bench_eager_cpu.json", "`python scripts/bench_eager.py` (2-core dev VM, CPU only)"),
     ("bench_eager_cpu.txt", "the printed report of `scripts/bench_eager.py` (same run)"),
+    ("bench_eager_70410d1_cpu.json",
+     "`PYTHONPATH=CHECKOUT_OF_70410d1_WITH_2dee8e9s_EXTENSION python scripts/bench_eager.py` "
+     "right after bench_eager_cpu.json's run (the same 2-core AMD EPYC VM, Python 3.12.1, "
+     "jax 0.12.0.1): 70410d1's Python layer, before 2dee8e9's eager-call changes"),
+    ("bench_eager_70410d1_cpu.txt", "the printed report of `scripts/bench_eager.py` (same run)"),
+    ("count_against_70410d1_eager_calls_cpu.json",
+     "`python scripts/count_against.py --baseline CHECKOUT_OF_70410d1 --baseline-name "
+     "HEAD-70410d1 --current THE_SAME_WITH_2dee8e9s_PYTHON_LAYER --workloads "
+     "eager_update,eager_sample --jobs 2` (one extension for both: the change is Python only; "
+     "Python 3.12.1, jax 0.12.0.1, under valgrind's callgrind, 2-core AMD EPYC VM)"),
+    ("count_against_70410d1_eager_calls_cpu.txt",
+     "the printed report of `scripts/count_against.py` (same run)"),
     ("bench_torchrl_cpu.json",
      "`.venv-torchrl/bin/python scripts/bench_torchrl.py` in the environment "
      "`bash scripts/bench_torchrl_setup.sh` makes (2-core dev VM, CPU only; TorchRL 0.14.1 "
