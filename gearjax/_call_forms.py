@@ -78,6 +78,18 @@ def refuse_traced(call: str, stateful: str) -> None:
             f"only (gearjax 0.x no longer compiles it; see CHANGELOG.md)")
 
 
+def wait_for(state: TableState) -> None:
+    """Waits for the program that returned ``state``: an eager call given a
+    state runs after that program's table calls. A JAX array waits by its own
+    method, without ``jax.block_until_ready``'s pytree walk (a few
+    microseconds: what made the eager state form of insert_batch slower than
+    its stateless form, scripts/bench_eager.py)."""
+    wait = getattr(state, "block_until_ready", None)
+    if wait is None:  # a NumPy uint32 scalar array, say: nothing runs
+        return
+    wait()
+
+
 def warn_ordered(ordered: Any) -> None:
     """``sample(ordered=...)``: checked (a bool), then deprecated, doing
     nothing. It chose between the compiled stateless forms gearjax no longer

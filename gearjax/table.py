@@ -181,6 +181,8 @@ class Table:
         # Sample arguments already checked against this table, by what was
         # passed (see _checked_sample_args).
         self._checked_samples: dict[tuple, SampleArgs] = {}
+        # (strategy code, alpha) of the sum trees the table is known to keep.
+        self._priority_trees: set[tuple[int, float]] = set()
 
     # ------------------------------------------------------------------ info
     @property
@@ -772,7 +774,7 @@ class Table:
         arrays = _inserts.convert_batch_columns(self._columns, arrays, host)
         if host:
             if state is not None:
-                jax.block_until_ready(state)  # after the state's program, as its calls are
+                _call_forms.wait_for(state)  # after the state's program, as its calls are
             # NumPy keys, as insert_many returns them: a JAX int64 array would
             # cost a dispatch (without jax_enable_x64, a custom call: jnp.asarray
             # narrows to int32), two thirds of the call.
@@ -906,7 +908,7 @@ class Table:
             self._check_alpha_room(args.strategy)
         if numpy:
             if state is not None:
-                jax.block_until_ready(state)  # after the state's program, as its calls are
+                _call_forms.wait_for(state)  # after the state's program, as its calls are
             batch = _eager_sample.sample_numpy(self._native, rng_key, args, self._capacity,
                                                self._spec.columns)
             return batch if state is None else (state, batch)
@@ -919,8 +921,14 @@ class Table:
     def _check_alpha_room(self, strategy: Prioritized | PrioritizedSteps) -> None:
         """Refuses (ValueError, at the call, eager or traced) an alpha of
         ``strategy`` beyond the sum trees the table keeps for it."""
+        tree = (strategy.code, strategy.alpha)
+        if tree in self._priority_trees:
+            return
         alphas = self._native.alphas(strategy.code)
-        if strategy.alpha not in alphas and len(alphas) >= _checks.MAX_PRIORITY_TREES:
+        if strategy.alpha in alphas:
+            # An open table keeps its trees: asked once, not on every call.
+            self._priority_trees.add(tree)
+        elif len(alphas) >= _checks.MAX_PRIORITY_TREES:
             name = type(strategy).__name__
             raise ValueError(f"this table keeps sum trees for at most "
                              f"{_checks.MAX_PRIORITY_TREES} {name} alphas ({alphas}); "
@@ -1073,7 +1081,7 @@ class Table:
         # program of its own to dispatch and wait for.
         traced = any(isinstance(x, jax.core.Tracer) for x in (state, keys, priorities, steps))
         if state is not None and not traced:
-            jax.block_until_ready(state)
+            _call_forms.wait_for(state)
             return state, np.int32(self._update_priorities(None, keys, priorities, steps=steps))
         keys, priorities, steps = _update_args.operands(jnp if traced else np, keys, priorities,
                                                         steps)

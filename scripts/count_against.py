@@ -75,6 +75,10 @@ WORKLOADS = {
     "eager_sample": (("an eager table.sample(key, 256, 20, Prioritized(0.6), cut='full') at "
                       "1000 trajectories of 200 steps, the whole batch waited for (the sample "
                       "of bench_eager's eager prioritized workload)"), 20, 500),
+    "step_update": (("an eager table.update_priorities(keys, priorities, steps=...) of 256 "
+                     "windows of 20 steps drawn by PrioritizedSteps(0.6), cut='full', at 1000 "
+                     "trajectories of 1000 steps (bench_torchrl's per-step row at 10^6)"),
+                    110, 1000),
 }
 # Functions of threads that wait for work: spinning, stealing, sleeping.
 IDLE = ("blas_thread_server", "Eigen::ThreadPoolTempl", "Eigen::RunQueue", "EventCount",
@@ -118,6 +122,17 @@ def drive(workload: str, calls: int) -> None:
         for i in range(calls):
             jax.block_until_ready(table.sample(keys[i % 64], 256, 20, gx.Prioritized(0.6),
                                                cut="full"))
+    elif workload == "step_update":
+        table = gx.Table({"obs": gx.Column((17,), "float32")}, capacity=1000, max_length=1000,
+                         step_priorities=True)
+        table.insert_many([{"obs": np.zeros((1000, 17), np.float32)} for _ in range(1000)],
+                          priorities=rng.uniform(0.1, 2.0, 1000))
+        batch = table.sample(jax.random.key(1), 256, 20, gx.PrioritizedSteps(0.6), cut="full",
+                             numpy=True)  # and so the full-window tree the update keeps too
+        keys, steps = batch.keys, np.where(batch.mask, batch.timestep, -1)
+        priorities = rng.uniform(0.1, 2.0, (256, 20)).astype(np.float32)
+        for _ in range(calls):
+            table.update_priorities(keys, priorities, steps=steps)
     elif workload == "insert":
         table = gx.Table({"obs": gx.Column((17,), "float32")}, capacity=1000, max_length=200)
         trajectory = {"obs": rng.standard_normal((200, 17)).astype(np.float32)}

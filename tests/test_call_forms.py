@@ -4,6 +4,7 @@ from one written without by the same rules, and refuse what would be misread."""
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -83,3 +84,33 @@ def test_checked_sample_argument_sets_are_bounded():
     for batch in range(1, 100):  # the checks alone: a sample would compile each
         table._checked_sample_args(batch, 2, gx.Uniform(), None, "start", True)
     assert 0 < len(table._checked_samples) <= 64
+
+
+def test_waiting_for_a_state_waits_for_its_program_and_raises_its_failure():
+    """wait_for, what an eager call given a state does first: a JAX state is
+    waited for by its own method (once), a NumPy one has nothing to wait
+    for, and a state whose program failed raises that failure there."""
+    waited = []
+
+    class Pending:
+        def block_until_ready(self):
+            waited.append(self)
+            return self
+
+    pending = Pending()
+    _call_forms.wait_for(pending)
+    assert waited == [pending]
+    _call_forms.wait_for(np.zeros((), np.uint32))  # nothing runs, nothing raised
+
+    with gx.Table({"x": gx.Column((), "float32")}, capacity=4, max_length=2) as table:
+
+        @jax.jit
+        def heavy(state, key):  # XLA:CPU runs it on its threads: a failure shows when read
+            state, batch = table.sample(state, key, 2)
+            m = jnp.full((16, 16), batch["x"].sum(), jnp.float32)
+            return state, (m @ m).sum()
+
+        failed, _ = heavy(table.state(), jax.random.key(0))  # the table is empty
+        with pytest.raises(jax.errors.JaxRuntimeError) as raised:
+            _call_forms.wait_for(failed)
+        assert gx.table_error(raised.value) == "shortfall"

@@ -176,6 +176,30 @@ def test_at_most_eight_alphas_per_table(table):
         table.sample(jax.random.key(0), 1, 1, gx.Prioritized(7.5))
 
 
+def test_a_kept_alpha_is_looked_up_once_and_a_ninth_still_refused(table):
+    """The table remembers the (strategy, alpha) trees it keeps: the native
+    core is asked about an alpha until it keeps a tree for it, then not
+    again (its trees stay while it is open), and the ninth alpha is still
+    refused after eight remembered ones."""
+    native, asked = table._native, []
+
+    class Counting:  # the native table, counting what the room check asks
+        def __getattr__(self, name):
+            if name == "alphas":
+                asked.append(name)
+            return getattr(native, name)
+
+    table._native = Counting()
+    for _ in range(3):
+        table.sample(jax.random.key(0), 1, 1, gx.Prioritized(0.5))
+    assert len(asked) == 2  # before the tree was made, and once it was
+    for alpha in range(7):
+        table.sample(jax.random.key(0), 1, 1, gx.Prioritized(float(alpha)))
+    with pytest.raises(ValueError, match="at most 8"):
+        table.sample(jax.random.key(0), 1, 1, gx.Prioritized(7.5))
+    table.sample(jax.random.key(0), 1, 1, gx.Prioritized(0.5))  # a kept one still passes
+
+
 def test_extreme_priorities_and_alphas_keep_every_weight_finite_and_drawable(table, keys):
     table.update_priorities(keys, [1e30, 1e30, 1e30, 1e30, 2.3e-308, 1e-30, 0.0, 1.0])
     for alpha in (0.5, 1.0, 8.0):

@@ -642,12 +642,14 @@ def test_count_against_drives_its_workloads_and_reports_per_build(tmp_path):
     here = Path(gearjax.__file__).resolve().parent.parent  # the gearjax this test imports
     out = tmp_path / "count.json"
     subprocess.run([sys.executable, str(ROOT / "scripts" / "count_against.py"), "--smoke",
-                    "--workloads", "insert_step,prioritized,eager_sample", "--current", str(here),
-                    "--baseline", str(here), "--baseline-name", "same", "--out", str(out)],
+                    "--workloads", "insert_step,prioritized,eager_sample,step_update",
+                    "--current", str(here), "--baseline", str(here), "--baseline-name", "same",
+                    "--out", str(out)],
                    check=True, capture_output=True, timeout=600, cwd=ROOT)
     result = json.loads(out.read_text())
     assert result["smoke"] is True
-    assert set(result["workloads"]) == {"insert_step", "prioritized", "eager_sample"}
+    assert set(result["workloads"]) == {"insert_step", "prioritized", "eager_sample",
+                                        "step_update"}
     for workload in result["workloads"].values():
         assert "same" in workload["per_call"] and len(workload["per_call"]) == 2
     assert (tmp_path / "count.txt").read_text().startswith("count_against:")
