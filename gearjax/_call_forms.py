@@ -81,9 +81,9 @@ def refuse_traced(call: str, stateful: str) -> None:
 def wait_for(state: TableState) -> None:
     """Waits for the program that returned ``state``: an eager call given a
     state runs after that program's table calls. A JAX array waits by its own
-    method, without ``jax.block_until_ready``'s pytree walk (a few
-    microseconds: what made the eager state form of insert_batch slower than
-    its stateless form, scripts/bench_eager.py)."""
+    method, without ``jax.block_until_ready``'s pytree walk: part of what the
+    eager state form of insert_batch cost over its stateless form
+    (scripts/bench_eager.py)."""
     wait = getattr(state, "block_until_ready", None)
     if wait is None:  # a NumPy uint32 scalar array, say: nothing runs
         return

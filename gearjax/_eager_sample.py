@@ -7,7 +7,7 @@ xla_ffi/core/gather_cpu.h).
 
 Why NumPy and not JAX arrays: JAX makes each array from host memory outside
 a program with a dispatch of its own (``jax.device_put``, zero-copy or not),
-and a batch has nine; scripts/bench_eager.py measured that at 3.9-4.1 times
+and a batch has nine; scripts/bench_eager.py measured that at 3.6-4.1 times
 the jitted call, whose program hands back all nine for less. So an eager sample
 that returns JAX arrays runs that program, and one that may return NumPy
 does not run XLA at all."""

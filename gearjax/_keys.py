@@ -3,12 +3,13 @@ the first argument a state or a key? is ``rng_key`` one key?), so asked
 cheaply.
 
 ``jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)`` is the public answer,
-but it costs about 2 us, and an eager sample asked it four times (8 us of an
-eager call whose whole Python layer should cost less than that:
-scripts/bench_eager.py). The answer depends only on the dtype's class for
-the classes this module remembers: NumPy's dtypes are never keys, and a key
-dtype's class (JAX's ``KeyTy``) says ``type = jax.dtypes.prng_key`` for every
-instance. Anything else takes the public path every time."""
+but it walks JAX's dtype machinery (microseconds), and an eager sample asked
+it two or three times (is the first argument a state, is the key one key,
+and with ``numpy=True`` how to read its words). The answer depends only on
+the dtype's class for the classes this module remembers: NumPy's dtypes are
+never keys, and a key dtype's class (JAX's ``KeyTy``) says ``type =
+jax.dtypes.prng_key`` for every instance. Anything else takes the public
+path every time."""
 
 from __future__ import annotations
 

@@ -453,12 +453,10 @@ class Table:
         stream has applied it (kept for the next call: raised here instead).
         Traced calls return at once.
 
-        ``ready`` is one array of ``result``, the table state the call's
-        program returned: every result of one program becomes ready (or fails)
-        at once, so waiting for that one waits for all, and costs one wait
-        rather than flattening and waiting for a batch's dozen arrays (a
-        quarter of what an eager sample added to its program:
-        scripts/bench_eager.py)."""
+        ``ready`` is the table state the call's program returned (part of
+        ``result`` in the state form only): every result of one program
+        becomes ready (or fails) at once, so waiting for that one waits for
+        all: one wait, not a walk over the batch's arrays and a wait for each."""
         if not isinstance(ready, jax.core.Tracer):
             try:
                 ready.block_until_ready()

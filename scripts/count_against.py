@@ -73,8 +73,9 @@ WORKLOADS = {
                       "keys and float32 priorities, at 1000 trajectories (the update of "
                       "bench_eager's eager prioritized workload)"), 1100, 2000),
     "eager_sample": (("an eager table.sample(key, 256, 20, Prioritized(0.6), cut='full') at "
-                      "1000 trajectories of 200 steps, the whole batch waited for (the sample "
-                      "of bench_eager's eager prioritized workload)"), 20, 500),
+                      "1000 trajectories of 200 steps of one float32[17] column, the whole "
+                      "batch waited for (an eager prioritized sample like bench_eager's)"),
+                     20, 500),
     "step_update": (("an eager table.update_priorities(keys, priorities, steps=...) of 256 "
                      "windows of 20 steps drawn by PrioritizedSteps(0.6), cut='full', at 1000 "
                      "trajectories of 1000 steps (bench_torchrl's per-step row at 10^6)"),

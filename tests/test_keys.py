@@ -37,7 +37,7 @@ def test_no_dtype_is_not_a_key_s():
 
 
 def test_a_key_dtype_seen_once_is_known_without_asking_jax(monkeypatch):
-    """The point of the module: JAX's issubdtype (2 us) is asked once per key
+    """The point of the module: JAX's issubdtype is asked once per key
     dtype class, then never for another instance of it."""
     assert _keys.is_key_dtype(jax.random.key(0).dtype)
 
