@@ -86,6 +86,16 @@ IDLE = ("blas_thread_server", "Eigen::ThreadPoolTempl", "Eigen::RunQueue", "Even
         "sched_yield", "futex", "pthread_cond", "__lll_lock_wait", "syscall")
 
 
+def _sampled_table(gx, rng):
+    """bench_sample's case A table for the sampling workloads: 1000
+    trajectories of 200 steps of float32[17], random priorities."""
+    import numpy as np
+    table = gx.Table({"obs": gx.Column((17,), "float32")}, capacity=1000, max_length=200)
+    table.insert_many([{"obs": rng.standard_normal((200, 17)).astype(np.float32)}
+                       for _ in range(1000)], priorities=rng.uniform(0.1, 2.0, 1000))
+    return table
+
+
 def drive(workload: str, calls: int) -> None:
     """Runs `workload` for `calls` calls in this process (under callgrind)."""
     import jax
@@ -115,9 +125,7 @@ def drive(workload: str, calls: int) -> None:
         for _ in range(calls):
             table.update_priorities(keys, priorities)
     elif workload == "eager_sample":
-        table = gx.Table({"obs": gx.Column((17,), "float32")}, capacity=1000, max_length=200)
-        table.insert_many([{"obs": rng.standard_normal((200, 17)).astype(np.float32)}
-                           for _ in range(1000)], priorities=rng.uniform(0.1, 2.0, 1000))
+        table = _sampled_table(gx, rng)
         # 64 keys made first, whatever `calls`: their cost cancels.
         keys = list(jax.random.split(jax.random.key(1), 64))
         for i in range(calls):
@@ -141,9 +149,7 @@ def drive(workload: str, calls: int) -> None:
             table.insert(trajectory)
     else:
         prioritized = workload == "prioritized"
-        table = gx.Table({"obs": gx.Column((17,), "float32")}, capacity=1000, max_length=200)
-        table.insert_many([{"obs": rng.standard_normal((200, 17)).astype(np.float32)}
-                           for _ in range(1000)], priorities=rng.uniform(0.1, 2.0, 1000))
+        table = _sampled_table(gx, rng)
         if prioritized:
             def draw(state, k):
                 state, batch = table.sample(state, k, 256, 1, gx.Prioritized(0.6))

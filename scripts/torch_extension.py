@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import importlib
 import importlib.util
 import os
 import shutil
