@@ -46,7 +46,10 @@ and ``cache_values=True`` (both are timed). gearjax's forms: ``eager`` (the
 stateless call, ``table.sample(key, ...)``), ``eager-numpy`` (the same with
 ``numpy=True``: NumPy arrays gathered by the native core, no XLA program),
 ``jitted`` (one ``jax.jit`` call
-taking and returning the table state) and ``scan`` (a jitted ``lax.scan`` of
+taking and returning the table state), ``jitted-no-table`` (a jitted call
+returning arrays of the jitted call's shapes made in XLA from the key, with no
+table call: what any jitted call returning these outputs pays on this
+machine, the floor under the jitted form) and ``scan`` (a jitted ``lax.scan`` of
 ``--scan-steps`` samples, its time divided by that number). Forms take turns
 call by call in a shuffled order (scripts/_turns.py), so a noisy machine's slow
 phases hit them alike. Each row is timed twice: interleaved, every call right
@@ -93,7 +96,7 @@ ALPHA, BETA = 0.6, 0.4
 STEP_BYTES = (OBS + ACT + 1) * 4 + 2 * 4          # obs, action, reward, episode, step
 TRANSITION_BYTES = (2 * OBS + ACT + 1) * 4 + 1 + 4  # obs, next_obs, action, reward, done, t
 PACKAGES = ("torch", "torchrl", "tensordict")
-GJ_FORMS = ("eager", "eager-numpy", "jitted", "scan")
+GJ_FORMS = ("eager", "eager-numpy", "jitted", "jitted-no-table", "scan")
 
 
 # ---------------------------------------------------------------------------
@@ -211,7 +214,7 @@ def check_transitions(t: np.ndarray, obs: np.ndarray, data) -> list[str]:
 
 
 def gearjax_forms(table, keys, step, steps: int, bad_rows) -> dict:
-    """eager / eager-numpy / jitted / scan forms of one workload.
+    """eager / eager-numpy / jitted / jitted-no-table / scan forms of one workload.
     step(state_or_None, key, numpy=False) -> (state, out) does the work once:
     with a state, the state form (for jit and scan); with None, the stateless
     eager calls (numpy: the sample with numpy=True); out holds the "batch"
@@ -249,9 +252,28 @@ def gearjax_forms(table, keys, step, steps: int, bad_rows) -> dict:
         return total, bad
 
     call_scan.bad_counts = bad_counts
+    _, shapes = jax.eval_shape(step, table.state(), keys[0])
+    no_table = jax.jit(lambda state, key: (state, outputs_like(shapes, key)))
+    no_table_state = [table.state()]
+
+    def call_no_table(i):
+        no_table_state[0], out = no_table(no_table_state[0], keys[i % len(keys)])
+        return out
+
     return {"eager": lambda i: step(None, keys[i % len(keys)])[1],
             "eager-numpy": lambda i: step(None, keys[i % len(keys)], numpy=True)[1],
-            "jitted": call_jitted, "scan": call_scan}
+            "jitted": call_jitted, "jitted-no-table": call_no_table, "scan": call_scan}
+
+
+def outputs_like(shapes, key):
+    """Arrays of `shapes`' shapes and dtypes filled in XLA with a word of
+    `key` (so the program has an input), no table call. 64-bit dtypes become
+    their 32-bit kin where JAX runs without x64, as JAX itself makes none."""
+    import jax
+    import jax.numpy as jnp
+    word = jax.random.key_data(key).ravel()[-1]
+    return jax.tree.map(
+        lambda s: jnp.full(s.shape, word, jax.dtypes.canonicalize_dtype(s.dtype)), shapes)
 
 
 def bad_transitions_jax(batch):
@@ -439,12 +461,13 @@ def verify(name: str, errors: list[str], checks: dict) -> None:
 
 def verify_gearjax_forms(label: str, forms: dict, check, args, checks: dict) -> None:
     """Runs each of gearjax's forms but the scan (which checks every window it
-    samples itself) args.checks times and verifies its batch by check(batch);
-    then forgets what the scan counted meanwhile (before timing)."""
+    samples itself) args.checks times and verifies its batch by check(batch)
+    (the no-table form's arrays are no sample: run, not checked); then forgets
+    what the scan counted meanwhile (before timing)."""
     for name, form in forms.items():
         for i in range(args.checks):
             out = form(i)
-            if name != "scan":
+            if name not in ("scan", "jitted-no-table"):
                 batch = out["batch"] if isinstance(out, dict) else out
                 verify(f"{label} gearjax {name}", check(batch), checks)
     forms["scan"].bad_counts.clear()
@@ -747,8 +770,9 @@ def sample_table(result: dict, timing: str | None) -> list[str]:
     """The report's table of the sample rows: the interleaved figures (timing
     None) or each row's ``timing`` ("in_runs"), where the run has it."""
     lines = ["| workload | N | TorchRL | gearjax eager | gearjax eager, numpy=True | "
-             "gearjax jitted call | gearjax in lax.scan (per sample) |",
-             "|---|---|---|---|---|---|---|"]
+             "gearjax jitted call | jitted, no table (the floor) | "
+             "gearjax in lax.scan (per sample) |",
+             "|---|---|---|---|---|---|---|---|"]
     rows = [(key, size, section, section.get(key)) for key in ("uniform", "prioritized", "per_step")
             for size, section in result["windows"].items()]
     rows += [("transitions", size, section, section.get("prioritized"))
@@ -756,14 +780,14 @@ def sample_table(result: dict, timing: str | None) -> list[str]:
     for key, size, section, row in rows:
         title = TITLES[key]
         if "skipped" in section:
-            lines.append(f"| {title} | {size} | skipped: {section['skipped']} | | | | |")
+            lines.append(f"| {title} | {size} | skipped: {section['skipped']} | | | | | |")
             continue
         if key == "per_step" and "rounds" not in row:
             t = section["prioritized"] if timing is None else section["prioritized"].get(timing)
             if t is not None:
                 lines.append(f"| {title} | {size} | "
                              f"{t['torchrl'][t['torchrl_best']]['median_ms']:.3f}"
-                             f" | {row['gearjax']['reason']} | | | |")
+                             f" | {row['gearjax']['reason']} | | | | |")
             continue
         timed = row if timing is None else row.get(timing)
         if timed is None:
@@ -815,7 +839,7 @@ def cpu_report(result: dict) -> list[str]:
         row = section["insert"]
         lines.append(f"| insert, per 1,000-step episode (extend / table.insert, the fill to N) | "
                      f"{size} | {row['torchrl']['extend']['median_ms']:.3f} | "
-                     f"{fmt_cell(row['gearjax']['insert'])} | | | |")
+                     f"{fmt_cell(row['gearjax']['insert'])} | | | | |")
     if c.get("run", 1) > 1:
         lines += ["", f"In runs of {c['run']} calls of one form, the first not timed (what a loop "
                       f"calling one form pays; above, every call follows another form's):", ""]

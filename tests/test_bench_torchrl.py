@@ -69,7 +69,8 @@ def test_bench_torchrl_quick_checks_windows_and_times_every_form(tmp_path):
         assert timed["in_runs"]["run"] == result["config"]["run"] > 1
         for timing in (timed, timed["in_runs"]):
             assert timing["torchrl_best"] in timing["torchrl"]
-            assert set(timing["gearjax"]) == {"eager", "eager-numpy", "jitted", "scan"}
+            assert set(timing["gearjax"]) == {"eager", "eager-numpy", "jitted",
+                                              "jitted-no-table", "scan"}
             for form in timing["gearjax"].values():
                 assert form["median_ms"] > 0 and form["torchrl_over_gearjax"] > 0
                 assert form["calls"] == timed["rounds"]
@@ -81,12 +82,14 @@ def test_bench_torchrl_quick_checks_windows_and_times_every_form(tmp_path):
     transitions = result["transitions"]["10^5"]
     assert all(v == "ok" for v in transitions["checks"].values())
     for timing in (transitions["prioritized"], transitions["prioritized"]["in_runs"]):
-        assert set(timing["gearjax"]) == {"eager", "eager-numpy", "jitted", "scan"}
+        assert set(timing["gearjax"]) == {"eager", "eager-numpy", "jitted",
+                                          "jitted-no-table", "scan"}
 
     assert result["gpu"]["status"] == "skipped" and result["gpu"]["reason"]
     text = out.with_suffix(".txt").read_text()
     assert text.startswith("bench_torchrl:") and "--quick" in text
     assert "per-step prioritized windows" in text and "GPU section:" in text
+    assert "| jitted, no table (the floor) |" in text
     assert f"In runs of {result['config']['run']} calls of one form" in text
 
 
@@ -133,3 +136,35 @@ def test_the_report_of_a_gpu_section_that_ran_shows_both_timings():
     assert "prioritized transitions + update, interleaved: TorchRL cuda trees 1.000*" in text
     assert "the same in runs of 20: TorchRL cuda trees 1.000*" in text
     assert text.count("jitted 0.500 ms (x2.0)") == 2 and "| workload |" not in text
+
+
+def test_the_no_table_form_returns_what_the_jitted_form_returns():
+    """The floor form (outputs_like) makes arrays of the jitted step's shapes,
+    in its tree, with dtypes JAX can make, and no table call."""
+    import jax
+    import numpy as np
+
+    import gearjax as gx
+    path = list(sys.path)
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import bench_torchrl
+    finally:
+        sys.path[:] = path
+    table = gx.Table({"obs": gx.Column((3,), "float32")}, capacity=4, max_length=8,
+                     placement="host")
+    try:
+        table.insert({"obs": np.ones((8, 3), np.float32)}, priority=1.0)
+        step = bench_torchrl.prioritized_step(table, np.ones(bench_torchrl.BATCH, np.float32), 2)
+        key = jax.random.key(3)
+        _, shapes = jax.eval_shape(step, table.state(), key)
+        out = jax.jit(lambda k: bench_torchrl.outputs_like(shapes, k))(key)
+        assert jax.tree.structure(out) == jax.tree.structure(shapes)
+        for got, want in zip(jax.tree.leaves(out), jax.tree.leaves(shapes)):
+            assert got.shape == want.shape
+            assert got.dtype == jax.dtypes.canonicalize_dtype(want.dtype)
+        word = int(jax.random.key_data(key).ravel()[-1])
+        assert word == 3  # the seed: a word that tells the fill from zeros
+        assert int(np.asarray(out["batch"].start).ravel()[0]) == word
+    finally:
+        table.close()
