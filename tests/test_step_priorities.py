@@ -421,6 +421,45 @@ def test_full_window_draws_stay_exact_through_every_kind_of_write():
                 insert_random()
 
 
+def test_a_trajectory_s_priority_follows_its_largest_step_through_random_updates():
+    """Windows that hold a trajectory's largest step, raised or lowered, with
+    another named step rising past it or not, and windows that do not hold
+    it: after every update each trajectory's priority is the largest of its
+    steps, and Prioritized draws trajectories by it."""
+    rng = np.random.default_rng(7)
+    table = step_table(capacity=6, max_length=12)
+    try:
+        keys = [insert(table, int(n), rng.uniform(0.1, 3.0, int(n)).round(2))
+                for n in rng.integers(4, 13, 6)]
+        for round_ in range(60):
+            c = table.contents()
+            per = dict(zip(c["key"].tolist(),
+                           np.split(c["step_priorities"], np.cumsum(c["length"])[:-1])))
+            rows = rng.choice(keys, 3)
+            width = 3
+            steps = np.full((3, width), -1)
+            for r, key in enumerate(rows):
+                n = len(per[int(key)])
+                if round_ % 2 == 0:  # a window around the largest step
+                    first = min(max(int(np.argmax(per[int(key)])) - 1, 0), n - width)
+                else:
+                    first = int(rng.integers(0, n - width + 1))
+                steps[r] = np.arange(first, first + width)
+            priorities = rng.uniform(0.0, 4.0, (3, width)).round(2)
+            table.update_priorities(rows, priorities, steps=steps)
+            c = table.contents()
+            per = np.split(c["step_priorities"], np.cumsum(c["length"])[:-1])
+            np.testing.assert_array_equal(c["priority"], [p.max() for p in per])
+        c = table.contents()
+        keys_drawn = np.asarray(table.sample(jax.random.key(1), 4000, 1, gx.Prioritized(1.0)).keys)
+        share = {k: (keys_drawn == k).mean() for k in c["key"].tolist()}
+        expected = dict(zip(c["key"].tolist(), c["priority"] / c["priority"].sum()))
+        for k in share:
+            assert abs(share[k] - expected[k]) < 0.04, (k, share[k], expected[k])
+    finally:
+        table.close()
+
+
 def test_a_step_named_twice_ends_with_its_last_value_and_the_largest_follows(two):
     """Row 1 raises the step that held a's largest (4.0, step 4) to 10, row 2
     lowers it to 1: the step ends at 1, and a's priority is the largest of

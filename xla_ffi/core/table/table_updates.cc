@@ -125,9 +125,11 @@ std::vector<Table::StepRow> Table::NamedStepRowsLocked(const int64_t* keys, cons
 void Table::SettleLargestStepsLocked(std::vector<StepRow>& named,
                                      const std::vector<int64_t>& leaves) {
   // Each row's largest value as its steps end (a later entry for a step
-  // wins), then each trajectory's own priority: read again only where a
-  // named step held it (a window rarely does); otherwise it stays, or a
-  // new value beats it.
+  // wins), then each trajectory's own priority. Every step not named is at
+  // most the old one, so a written value at least as large is the new one;
+  // the steps are read again only where a named step held the old largest
+  // and every written value fell below it (a prioritized sample draws
+  // windows where the largest steps are, so they often hold it).
   std::vector<std::pair<int64_t, double>> largest_written;  // slot, value
   int64_t first = 0;
   for (StepRow& row : named) {
@@ -153,8 +155,9 @@ void Table::SettleLargestStepsLocked(std::vector<StepRow>& named,
       written = std::max(written, largest_written[order[k]].second);
     }
     SlotInfo& info = (*slots_)[slot];
-    const double largest =
-        held_largest ? LargestStepPriorityLocked(slot) : std::max(info.priority, written);
+    const double largest = held_largest && written < info.priority
+                               ? LargestStepPriorityLocked(slot)
+                               : std::max(info.priority, written);
     if (largest == info.priority) continue;
     update_before_.push_back({slot, info.key, info.length, info.priority});
     update_after_.push_back(largest);
