@@ -445,17 +445,21 @@ def test_a_trajectory_s_priority_follows_its_largest_step_through_random_updates
                 else:
                     first = int(rng.integers(0, n - width + 1))
                 steps[r] = np.arange(first, first + width)
+            if round_ % 4 == 1:
+                steps[0, -1] = -1  # padding: skipped
             priorities = rng.uniform(0.0, 4.0, (3, width)).round(2)
+            priorities[rng.random((3, width)) < 0.15] = 0.0
             table.update_priorities(rows, priorities, steps=steps)
             c = table.contents()
             per = np.split(c["step_priorities"], np.cumsum(c["length"])[:-1])
             np.testing.assert_array_equal(c["priority"], [p.max() for p in per])
         c = table.contents()
         keys_drawn = np.asarray(table.sample(jax.random.key(1), 4000, 1, gx.Prioritized(1.0)).keys)
-        share = {k: (keys_drawn == k).mean() for k in c["key"].tolist()}
-        expected = dict(zip(c["key"].tolist(), c["priority"] / c["priority"].sum()))
-        for k in share:
-            assert abs(share[k] - expected[k]) < 0.04, (k, share[k], expected[k])
+        assert set(keys_drawn.tolist()) <= set(c["key"][c["priority"] > 0].tolist())
+        positive = c["priority"] > 0
+        observed = [(keys_drawn == k).sum() for k in c["key"][positive]]
+        expected = 4000 * c["priority"][positive] / c["priority"].sum()
+        assert stats.chisquare(observed, expected).pvalue > 1e-3
     finally:
         table.close()
 
