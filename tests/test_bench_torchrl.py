@@ -49,6 +49,18 @@ def _bench_python(tmp_path: Path) -> tuple[str, dict[str, str]]:
     return python, env
 
 
+def _bench_module():
+    """scripts/bench_torchrl.py imported here (its helpers need no torchrl),
+    sys.path left as it was (the module puts its folder there too)."""
+    path = list(sys.path)
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import bench_torchrl
+    finally:
+        sys.path[:] = path
+    return bench_torchrl
+
+
 def test_bench_torchrl_quick_checks_windows_and_times_every_form(tmp_path):
     python, env = _bench_python(tmp_path)
     out = tmp_path / "torchrl.json"
@@ -114,12 +126,7 @@ def test_bench_torchrl_gpu_only_runs_the_gpu_section_alone(tmp_path):
 
 def test_the_report_of_a_gpu_section_that_ran_shows_both_timings():
     """The report's GPU part, from a made-up result (no GPU runs it here)."""
-    path = list(sys.path)
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        import bench_torchrl
-    finally:
-        sys.path[:] = path  # the module puts its folder there too
+    bench_torchrl = _bench_module()
     timed = {"median_ms": 0.5, "torchrl_over_gearjax": 2.0}
     timing = {"torchrl": {"cuda trees": {"median_ms": 1.0}}, "torchrl_best": "cuda trees",
               "gearjax": {f: timed for f in bench_torchrl.GJ_FORMS}}
@@ -145,12 +152,7 @@ def test_the_no_table_form_returns_what_the_jitted_form_returns():
     import numpy as np
 
     import gearjax as gx
-    path = list(sys.path)
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        import bench_torchrl
-    finally:
-        sys.path[:] = path
+    bench_torchrl = _bench_module()
     table = gx.Table({"obs": gx.Column((3,), "float32")}, capacity=4, max_length=8,
                      placement="host")
     try:
@@ -158,7 +160,10 @@ def test_the_no_table_form_returns_what_the_jitted_form_returns():
         step = bench_torchrl.prioritized_step(table, np.ones(bench_torchrl.BATCH, np.float32), 2)
         key = jax.random.key(3)
         _, shapes = jax.eval_shape(step, table.state(), key)
-        out = jax.jit(lambda k: bench_torchrl.outputs_like(shapes, k))(key)
+        def no_table(k):
+            return bench_torchrl.outputs_like(shapes, k)
+
+        out = jax.jit(no_table)(key)
         assert jax.tree.structure(out) == jax.tree.structure(shapes)
         for got, want in zip(jax.tree.leaves(out), jax.tree.leaves(shapes)):
             assert got.shape == want.shape
@@ -168,7 +173,6 @@ def test_the_no_table_form_returns_what_the_jitted_form_returns():
         assert np.asarray(out["batch"].start).ravel()[0] == word.astype(np.int32)
         # No table call in its program: only the sample has gearjax's custom call.
         assert "gearjax" in str(jax.make_jaxpr(step)(table.state(), key))
-        assert "gearjax" not in str(
-            jax.make_jaxpr(lambda k: bench_torchrl.outputs_like(shapes, k))(key))
+        assert "gearjax" not in str(jax.make_jaxpr(no_table)(key))
     finally:
         table.close()

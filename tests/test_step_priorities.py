@@ -427,6 +427,7 @@ def test_a_trajectory_s_priority_follows_its_largest_step_through_random_updates
     it: after every update each trajectory's priority is the largest of its
     steps, and Prioritized draws trajectories by it."""
     rng = np.random.default_rng(7)
+    rows, width = 3, 3
     table = step_table(capacity=6, max_length=12)
     try:
         keys = [insert(table, int(n), rng.uniform(0.1, 3.0, int(n)).round(2))
@@ -435,10 +436,9 @@ def test_a_trajectory_s_priority_follows_its_largest_step_through_random_updates
             c = table.contents()
             per = dict(zip(c["key"].tolist(),
                            np.split(c["step_priorities"], np.cumsum(c["length"])[:-1])))
-            rows = rng.choice(keys, 3)
-            width = 3
-            steps = np.full((3, width), -1)
-            for r, key in enumerate(rows):
+            named = rng.choice(keys, rows)
+            steps = np.full((rows, width), -1)
+            for r, key in enumerate(named):
                 n = len(per[int(key)])
                 if round_ % 2 == 0:  # a window around the largest step
                     first = min(max(int(np.argmax(per[int(key)])) - 1, 0), n - width)
@@ -447,17 +447,17 @@ def test_a_trajectory_s_priority_follows_its_largest_step_through_random_updates
                 steps[r] = np.arange(first, first + width)
             if round_ % 4 == 1:
                 steps[0, -1] = -1  # padding: skipped
-            priorities = rng.uniform(0.0, 4.0, (3, width)).round(2)
-            priorities[rng.random((3, width)) < 0.15] = 0.0
-            table.update_priorities(rows, priorities, steps=steps)
+            priorities = rng.uniform(0.0, 4.0, (rows, width)).round(2)
+            priorities[rng.random((rows, width)) < 0.15] = 0.0
+            table.update_priorities(named, priorities, steps=steps)
             c = table.contents()
             per = np.split(c["step_priorities"], np.cumsum(c["length"])[:-1])
             np.testing.assert_array_equal(c["priority"], [p.max() for p in per])
         c = table.contents()
-        keys_drawn = np.asarray(table.sample(jax.random.key(1), 4000, 1, gx.Prioritized(1.0)).keys)
-        assert set(keys_drawn.tolist()) <= set(c["key"][c["priority"] > 0].tolist())
+        drawn = np.asarray(table.sample(jax.random.key(1), 4000, 1, gx.Prioritized(1.0)).keys)
         positive = c["priority"] > 0
-        observed = [(keys_drawn == k).sum() for k in c["key"][positive]]
+        assert set(drawn.tolist()) <= set(c["key"][positive].tolist())
+        observed = [(drawn == k).sum() for k in c["key"][positive]]
         expected = 4000 * c["priority"][positive] / c["priority"].sum()
         assert stats.chisquare(observed, expected).pvalue > 1e-3
     finally:
