@@ -7,6 +7,7 @@
 
 #include "core/common.h"
 #include "core/limits.h"
+#include "core/selectors/priority_weight_cpu.h"
 
 namespace gearjax {
 
@@ -14,12 +15,18 @@ namespace gearjax {
 // included), 0 for priority 0, otherwise priority ** alpha raised to at least
 // kMinWeight, so a positive priority never becomes undrawable (see limits.h,
 // which also bounds priority and alpha so the weight stays finite).
-// GPU priority updates (update_block.h) compute it on the device, where
-// pow may differ from the host's in the last bit.
+// On the host, the power is PriorityPowCpu's (priority_weight_cpu.h), whose
+// batched kernels (PriorityWeightsCpu) give the same bits; GPU priority
+// updates (update_block.h) compute it on the device with CUDA's pow, which
+// may differ from the host's in the last bits.
 GEARJAX_HD double PriorityWeight(double priority, double alpha) {
   if (alpha == 0.0) return 1.0;
   if (priority == 0.0) return 0.0;
+#if defined(__CUDA_ARCH__)
   const double weight = alpha == 1.0 ? priority : pow(priority, alpha);
+#else
+  const double weight = alpha == 1.0 ? priority : PriorityPowCpu(priority, alpha);
+#endif
   return weight > kMinWeight ? weight : kMinWeight;
 }
 

@@ -7,6 +7,7 @@
 #include "core/gpu/gpu_selection.h"
 #include "core/selectors/candidate_scan.h"
 #include "core/selectors/priority_weight.h"
+#include "core/selectors/priority_weight_cpu.h"
 #include "core/selectors/sum_tree_range.h"
 #include "core/table/slots.h"
 
@@ -91,10 +92,9 @@ void StepPrioritizedSelector::Insert(const Item& item) {
   leaves_.clear();
   weights_.clear();
   const int64_t first = item.slot * max_length_;
-  for (int64_t t = 0; t < item.length; ++t) {
-    leaves_.push_back(first + t);
-    weights_.push_back(PriorityWeight(steps_[first + t], alpha_));
-  }
+  for (int64_t t = 0; t < item.length; ++t) leaves_.push_back(first + t);
+  weights_.resize(leaves_.size());
+  PriorityWeightsCpu(steps_ + first, alpha_, weights_.data(), item.length);
   tree_.SetMany(leaves_.data(), weights_.data(), static_cast<int64_t>(leaves_.size()));
   SetFullLeaves(leaves_.data(), static_cast<int64_t>(leaves_.size()), item.length);
 }
@@ -119,16 +119,17 @@ void StepPrioritizedSelector::UpdatePriorities(const Item* before, const double*
     for (int64_t t = 0; t < before[i].length; ++t) leaves_.push_back(first + t);
   }
   weights_.resize(leaves_.size());
-  for (size_t i = 0; i < leaves_.size(); ++i) {
-    weights_[i] = PriorityWeight(steps_[leaves_[i]], alpha_);
-  }
+  for (size_t i = 0; i < leaves_.size(); ++i) weights_[i] = steps_[leaves_[i]];
+  PriorityWeightsCpu(weights_.data(), alpha_, weights_.data(),
+                     static_cast<int64_t>(weights_.size()));
   tree_.SetMany(leaves_.data(), weights_.data(), static_cast<int64_t>(leaves_.size()));
   SetFullLeaves(leaves_.data(), static_cast<int64_t>(leaves_.size()), -1);
 }
 
 void StepPrioritizedSelector::SetSteps(const int64_t* leaves, int64_t n) {
   weights_.resize(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) weights_[i] = PriorityWeight(steps_[leaves[i]], alpha_);
+  for (int64_t i = 0; i < n; ++i) weights_[i] = steps_[leaves[i]];
+  PriorityWeightsCpu(weights_.data(), alpha_, weights_.data(), n);
   tree_.SetMany(leaves, weights_.data(), n);
   SetFullLeaves(leaves, n, -1);
 }

@@ -89,7 +89,10 @@ void SumTree::Set(int64_t leaf, double weight) {
 void SumTree::SetMany(const int64_t* leaves, const double* weights, int64_t n) {
   if (n <= 0) return;
   if (n == 1) return Set(leaves[0], weights[0]);
-  constexpr int64_t kLeavesAhead = 16;  // leaves prefetched ahead of the one written
+  // Leaves prefetched ahead of the one written: several windows' worth, as
+  // a caller's leaves often run in windows of consecutive steps, whose
+  // leaves share a few lines (a store that misses holds the store buffer).
+  constexpr int64_t kLeavesAhead = 64;
   for (int64_t i = 0; i < std::min(n, kLeavesAhead); ++i) PrefetchForRead(&nodes_[leaves[i]]);
   for (int64_t i = 0; i < n; ++i) {
     if (i + kLeavesAhead < n) PrefetchForRead(&nodes_[leaves[i + kLeavesAhead]]);
@@ -112,11 +115,19 @@ void SumTree::SetMany(const int64_t* leaves, const double* weights, int64_t n) {
   for (int level = 1; level < levels_; ++level) {
     const int64_t bit_base = offsets_[level] - offsets_[1];
     int64_t parents = 0;
-    // Branch-free: whether a parent was seen already is a coin toss on the
-    // middle levels, so a branch would mispredict there. Writes
+    // Whether a parent was seen already is a coin toss on the middle
+    // levels, so it is counted without a branch (a branch would mispredict
+    // there); only a repeat of the node before's parent is skipped. Writes
     // dirty_[parents <= i] after reading changed[i].
+    int64_t previous = -1;
     for (int64_t i = 0; i < count; ++i) {
       const int64_t parent = changed[i] / kFanout;
+      // The parent of the node before, taken just now: callers' leaves run
+      // in order (a window's steps), so most share their neighbour's line,
+      // and this skips the bit's read-modify-write, which would wait on the
+      // store before it to the same word.
+      if (parent == previous) continue;
+      previous = parent;
       const int64_t bit = bit_base + parent;
       uint64_t& word = seen_[static_cast<size_t>(bit / 64)];
       const uint64_t mask = uint64_t{1} << (bit % 64);
@@ -131,12 +142,17 @@ void SumTree::SetMany(const int64_t* leaves, const double* weights, int64_t n) {
       PrefetchForRead(below + dirty_[i] * kFanout);
     }
     for (int64_t i = 0; i < parents; ++i) {
-      if (i + kAhead < parents) PrefetchForRead(below + dirty_[i + kAhead] * kFanout);
+      if (i + kAhead < parents) {
+        PrefetchForRead(below + dirty_[i + kAhead] * kFanout);
+        PrefetchForRead(here + dirty_[i + kAhead]);  // the parent written
+      }
       const int64_t node = dirty_[i];
       here[node] = SumTreeLineSum(below + node * kFanout);
       if (mirror_ != nullptr) mirror_->Wrote(offsets_[level] + node);
-      const int64_t bit = bit_base + node;
-      seen_[static_cast<size_t>(bit / 64)] &= ~(uint64_t{1} << (bit % 64));
+      // Every bit set in the word is a parent of this level in dirty_ (the
+      // level below's were cleared, the level above's are not set yet), so
+      // zeroing the word clears this one's and waits on nothing.
+      seen_[static_cast<size_t>((bit_base + node) / 64)] = 0;
     }
     changed = dirty_.data();
     count = parents;

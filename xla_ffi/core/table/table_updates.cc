@@ -102,7 +102,29 @@ int64_t Table::UpdateStepPriorities(const int64_t* keys, const int64_t* steps,
 std::vector<Table::StepRow> Table::NamedStepRowsLocked(const int64_t* keys, const int64_t* steps,
                                                        int64_t rows, int64_t width) const {
   std::vector<StepRow> named;
+  named.reserve(static_cast<size_t>(rows));
+  // The step priorities a row names lie in another trajectory's run of the
+  // array than the row before's (a cache miss or three): prefetched kAhead
+  // rows ahead, so the misses of several rows overlap instead of following
+  // each other. A row's steps are usually consecutive, so its steps a line
+  // apart and its last cover its lines.
+  constexpr int64_t kAhead = 8;
+  constexpr int64_t kStepsALine = 64 / sizeof(double);
+  const auto prefetch_row = [&](int64_t b) {
+    if (keys[b] < 0 || width <= 0) return;
+    const int64_t slot = slots_->layout().Slot(keys[b]);
+    if (slot >= slots_->capacity()) return;
+    const double* raw = &step_priority_[static_cast<size_t>(slot * spec_.max_length)];
+    for (int64_t j = 0; j < width; j += kStepsALine) {
+      const int64_t step = steps[b * width + j];
+      if (step >= 0 && step < spec_.max_length) PrefetchForRead(raw + step);
+    }
+    const int64_t last = steps[b * width + width - 1];
+    if (last >= 0 && last < spec_.max_length) PrefetchForRead(raw + last);
+  };
+  for (int64_t b = 0; b < std::min(rows, kAhead); ++b) prefetch_row(b);
   for (int64_t b = 0; b < rows; ++b) {
+    if (b + kAhead < rows) prefetch_row(b + kAhead);
     const int64_t slot = slots_->Find(keys[b]);
     if (slot < 0) continue;
     const SlotInfo& info = (*slots_)[slot];
