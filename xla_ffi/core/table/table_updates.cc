@@ -81,6 +81,7 @@ int64_t Table::UpdateStepPriorities(const int64_t* keys, const int64_t* steps,
   skipped_updates_ += std::count_if(keys, keys + rows, [](int64_t k) { return k >= 0; }) -
                       static_cast<int64_t>(named.size());
   std::vector<int64_t> leaves;
+  leaves.reserve(named.size() * static_cast<size_t>(width));
   for (StepRow& row : named) {
     const int64_t b = row.row;
     for (int64_t j = 0; j < width; ++j) {
