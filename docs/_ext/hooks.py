@@ -133,6 +133,13 @@ SOURCES: list[tuple[str, str]] = [
      "2-core AMD EPYC VM)"),
     ("count_against_c620676_step_update_cpu.txt",
      "the printed report of `scripts/count_against.py` (same run)"),
+    ("count_against_fff1a09_step_update_cpu.json",
+     "`python scripts/count_against.py --baseline BUILD_OF_e1e7518 --baseline-name e1e7518 "
+     "--current BUILD_OF_fff1a09 --workloads step_update --jobs 2` (both extensions CPU-only "
+     "Release builds made alike; Python 3.12.1, jax 0.12.0.1, under valgrind's callgrind, "
+     "2-core AMD EPYC VM)"),
+    ("count_against_fff1a09_step_update_cpu.txt",
+     "the printed report of `scripts/count_against.py` (same run)"),
     ("bench_torchrl_cpu.json",
      "`.venv-torchrl/bin/python scripts/bench_torchrl.py` in the environment "
      "`bash scripts/bench_torchrl_setup.sh` makes (2-core dev VM, CPU only; TorchRL 0.14.1 "
