@@ -22,7 +22,6 @@ constexpr double kLn2Hi = 0x1.62e42fee00000p-1;   // ln 2's leading bits: k * kL
 constexpr double kLn2Lo = 0x1.a39ef35793c76p-33;  // ln 2 - kLn2Hi
 constexpr double kInvLn2 = 0x1.71547652b82fep0;
 constexpr double kRound = 0x1.8p52;  // x + kRound - kRound: x rounded to an integer
-constexpr double kTwo52 = 0x1p52;
 constexpr uint64_t kMantissa = 0x000fffffffffffffull;
 constexpr uint64_t kSqrt2Mantissa = 0x0006a09e667f3bcdull;  // sqrt(2)'s mantissa bits
 constexpr uint64_t kOne = 0x3ff0000000000000ull;            // 1.0's bits
@@ -103,6 +102,8 @@ void WeightsBaseline(const double* priorities, double alpha, double* weights, in
 }
 
 #if defined(GEARJAX_HAVE_AVX2_KERNELS)
+constexpr double kTwo52 = 0x1p52;  // e + 2^52 has e in its low bits
+
 // LogPoly, ExpPoly and PowScalar's arithmetic, four lanes at a time.
 #define GEARJAX_AVX2_INLINE GEARJAX_AVX2 __attribute__((always_inline)) inline
 GEARJAX_AVX2_INLINE __m256d Add(__m256d a, __m256d b) { return _mm256_add_pd(a, b); }

@@ -18,8 +18,9 @@
 //
 // Accuracy (priority_weight_cpu_test.cc checks it against long double pow):
 // within 3e-15 of the exact value, relative, where |alpha * ln p| < 10, and
-// within 1e-13 over the whole range limits.h admits (the error of
-// alpha * ln p grows with its size). Sampling weights need far less; the GPU's
+// within 2e-13 over the whole range limits.h admits: the roundings of ln p
+// and of alpha * ln p cost up to |alpha * ln p| * 2^-53 each, and
+// |alpha * ln p| stays below 709 wherever the weight is not clamped. Sampling weights need far less; the GPU's
 // pow (update_block.h) may differ from it in the last bits, as it did from
 // libm's.
 #pragma once

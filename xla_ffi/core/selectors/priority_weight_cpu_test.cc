@@ -1,16 +1,22 @@
 // Tests of priority ** alpha on the CPU: its accuracy against long double
 // pow over the whole admitted range, the contract's special cases, the same
 // bits from the scalar and the AVX2 kernel (and from PriorityWeight, one at a
-// time), whatever a batch's length and alignment.
+// time), whatever a batch's length and alignment, and with subnormal numbers
+// flushed to zero.
 #include "core/selectors/priority_weight_cpu.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
+
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
 
 #include "core/cpu_simd.h"
 #include "core/limits.h"
@@ -21,15 +27,32 @@ namespace {
 
 const double kAlphas[] = {0.6, 0.5, 0.7, 1.0 / 3, 0.9, 0.01, 1e-9, 2.0, 3.7, kMaxAlpha};
 
-// Priorities spread log-uniformly over [kMinPriority, kMaxPriority], then
-// the typical range [0.1, 2], then hard cases: powers of two, both sides of
-// sqrt(2) (where the reduction switches), 1, and the bounds.
+uint64_t Bits(double v) {
+  uint64_t b;
+  std::memcpy(&b, &v, sizeof(b));
+  return b;
+}
+
+double FromBits(uint64_t b) {
+  double v;
+  std::memcpy(&v, &b, sizeof(v));
+  return v;
+}
+
+// Priorities spread log-uniformly over [kMinPriority, kMaxPriority], their
+// low mantissa bits random (exp of a double leaves ln p within an ulp of a
+// double, which would hide the rounding of ln p), then the typical range
+// [0.1, 2], then hard cases: powers of two, both sides of sqrt(2) (where the
+// reduction switches), 1, and the bounds.
 std::vector<double> Priorities(int n) {
   std::mt19937_64 rng(7);
   std::uniform_real_distribution<double> log_p(std::log(kMinPriority), std::log(kMaxPriority));
   std::uniform_real_distribution<double> typical(0.1, 2.0);
   std::vector<double> p;
-  for (int i = 0; i < n; ++i) p.push_back(std::exp(log_p(rng)));
+  for (int i = 0; i < n; ++i) {
+    const double v = FromBits(Bits(std::exp(log_p(rng))) ^ (rng() & 0xfffff));
+    p.push_back(std::min(std::max(v, kMinPriority), kMaxPriority));
+  }
   for (int i = 0; i < n; ++i) p.push_back(typical(rng));
   for (int e = -1022; e <= 99; e += 7) p.push_back(std::ldexp(1.0, e));
   const double root2 = std::sqrt(2.0);
@@ -41,27 +64,28 @@ std::vector<double> Priorities(int n) {
   return p;
 }
 
-uint64_t Bits(double v) {
-  uint64_t b;
-  std::memcpy(&b, &v, sizeof(b));
-  return b;
-}
-
 double Exact(double priority, double alpha) {
   const long double w =
       std::pow(static_cast<long double>(priority), static_cast<long double>(alpha));
   return w > kMinWeight ? static_cast<double>(w) : kMinWeight;
 }
 
+void ExpectWithinBound(double p, double alpha) {
+  const double exact = Exact(p, alpha);
+  const double relative = std::fabs(PriorityPowCpu(p, alpha) - exact) / exact;
+  const double bound = std::fabs(alpha * std::log(p)) < 10 ? 3e-15 : 2e-13;
+  ASSERT_LE(relative, bound) << "priority " << p << " alpha " << alpha;
+}
+
 TEST(PriorityPowCpu, IsWithinItsStatedErrorOfTheExactPower) {
   for (double alpha : kAlphas) {
-    for (double p : Priorities(20000)) {
-      const double exact = Exact(p, alpha);
-      const double relative = std::fabs(PriorityPowCpu(p, alpha) - exact) / exact;
-      const double bound = std::fabs(alpha * std::log(p)) < 10 ? 3e-15 : 1e-13;
-      ASSERT_LE(relative, bound) << "priority " << p << " alpha " << alpha;
-    }
+    for (double p : Priorities(20000)) ExpectWithinBound(p, alpha);
   }
+  // Found by a review: |alpha * ln p| in the hundreds, with ln p's rounding
+  // at its largest (each above 1e-13).
+  ExpectWithinBound(0x1.48757a55120d1p-772, 1.2343214532999796);
+  ExpectWithinBound(0x1.6e0c88530ee59p-243, 3.7);
+  ExpectWithinBound(2.6009239917763013e+28, 7.911928484718118);
 }
 
 TEST(PriorityPowCpu, KeepsExactCases) {
@@ -102,6 +126,30 @@ TEST(PriorityWeightsCpu, GivesPriorityWeightsBitsAtEveryLevelAndLength) {
     }
   }
 }
+
+#if defined(__x86_64__)
+TEST(PriorityWeightsCpu, GivesTheSameBitsWhereSubnormalNumbersAreFlushed) {
+  // XLA's threads run with FTZ and DAZ set (flush subnormal results and
+  // inputs to zero); a weight computed there must equal one computed on a
+  // Python thread, at the clamp to kMinWeight too.
+  const std::vector<double> p = Priorities(2000);
+  for (double alpha : {0.6, 0.01, 3.7, kMaxAlpha}) {
+    for (SimdLevel level : {SimdLevel::kBaseline, SimdLevel::kAvx2}) {
+      ScopedSimdLevel pin(level);
+      std::vector<double> plain(p.size()), flushed(p.size());
+      PriorityWeightsCpu(p.data(), alpha, plain.data(), static_cast<int64_t>(p.size()));
+      const unsigned csr = _mm_getcsr();
+      _mm_setcsr(csr | 0x8040);  // FTZ | DAZ
+      PriorityWeightsCpu(p.data(), alpha, flushed.data(), static_cast<int64_t>(p.size()));
+      _mm_setcsr(csr);
+      for (size_t i = 0; i < p.size(); ++i) {
+        ASSERT_EQ(Bits(flushed[i]), Bits(plain[i]))
+            << "priority " << p[i] << " alpha " << alpha << " level " << static_cast<int>(level);
+      }
+    }
+  }
+}
+#endif
 
 TEST(PriorityWeightsCpu, FollowsTheContract) {
   const double p[] = {0.0, 7.0, kMinPriority, 1e-300};

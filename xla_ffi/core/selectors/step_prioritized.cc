@@ -6,7 +6,6 @@
 #include "core/common.h"
 #include "core/gpu/gpu_selection.h"
 #include "core/selectors/candidate_scan.h"
-#include "core/selectors/priority_weight.h"
 #include "core/selectors/priority_weight_cpu.h"
 #include "core/selectors/sum_tree_range.h"
 #include "core/table/slots.h"
