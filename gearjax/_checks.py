@@ -73,6 +73,17 @@ def _as_float(name: str, value: Any) -> float:
         return math.inf if value > 0 else -math.inf
 
 
+def alpha(name: str, value: Any) -> float:
+    """A strategy's alpha: a real number in [0, MAX_ALPHA], not subnormal (a
+    subnormal alpha reads as 0 on threads that treat subnormal inputs as
+    zero, XLA's, where priority 0 would weigh 1, and as itself elsewhere)."""
+    number = real(name, value, 0.0, MAX_ALPHA)
+    if 0.0 < number < MIN_PRIORITY:
+        raise ValueError(f"{name} must be 0 or at least {MIN_PRIORITY!r} (not subnormal), "
+                         f"got {number!r}")
+    return number
+
+
 def real(name: str, value: Any, lo: float, hi: float) -> float:
     """A Python or NumPy real number (not a bool) in [lo, hi]; NaN never is."""
     number = _as_float(name, value)

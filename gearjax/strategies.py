@@ -89,7 +89,8 @@ class Prioritized(Strategy):
 
     Raises:
       TypeError: ``alpha`` is not a real number (bools are refused).
-      ValueError: ``alpha`` is outside [0, 8] (or NaN).
+      ValueError: ``alpha`` is outside [0, 8] (or NaN), or subnormal (in
+        (0, 2.2250738585072014e-308): it would read as 0 on XLA's threads).
 
     Examples:
       >>> state, batch = table.sample(state, key, 32, window=8,
@@ -101,8 +102,7 @@ class Prioritized(Strategy):
     code = _checks.STRATEGY_CODES["prioritized"]
 
     def __post_init__(self):
-        object.__setattr__(self, "alpha",
-                           _checks.real("Prioritized alpha", self.alpha, 0.0, _checks.MAX_ALPHA))
+        object.__setattr__(self, "alpha", _checks.alpha("Prioritized alpha", self.alpha))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,7 +126,8 @@ class PrioritizedSteps(Strategy):
 
     Raises:
       TypeError: ``alpha`` is not a real number (bools are refused).
-      ValueError: ``alpha`` is outside [0, 8] (or NaN).
+      ValueError: ``alpha`` is outside [0, 8] (or NaN), or subnormal (in
+        (0, 2.2250738585072014e-308): it would read as 0 on XLA's threads).
 
     Examples:
       >>> steps = gx.Table(columns, capacity=16, max_length=50, step_priorities=True)
@@ -148,8 +149,7 @@ class PrioritizedSteps(Strategy):
     draws_steps = True
 
     def __post_init__(self):
-        object.__setattr__(self, "alpha", _checks.real("PrioritizedSteps alpha", self.alpha, 0.0,
-                                                       _checks.MAX_ALPHA))
+        object.__setattr__(self, "alpha", _checks.alpha("PrioritizedSteps alpha", self.alpha))
 
 
 def _check_count(name: str, value: object) -> int:

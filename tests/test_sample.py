@@ -160,6 +160,17 @@ def test_bad_strategy_parameters_are_refused(make):
         make()
 
 
+@pytest.mark.parametrize("strategy", [gx.Prioritized, gx.PrioritizedSteps])
+def test_a_subnormal_alpha_is_refused_and_the_smallest_normal_one_taken(strategy):
+    # A subnormal alpha reads as 0 on XLA's threads (which treat subnormal
+    # inputs as zero), where priority 0 would weigh 1, and as itself elsewhere.
+    for alpha in (5e-324, 1e-310, np.float64(2.2250738585072014e-308) / 2):
+        with pytest.raises(ValueError, match="not subnormal"):
+            strategy(alpha)
+    assert strategy(2.2250738585072014e-308).alpha == 2.2250738585072014e-308
+    assert strategy(0).alpha == 0.0
+
+
 def test_sampling_a_closed_table_raises_not_crashes(filled):
     table, _ = filled
     sample = jax.jit(lambda s, k: table.sample(s, k, 4, 3))

@@ -102,6 +102,14 @@ void CheckParameters(const SampleRequest& r) {
     throw InvalidArgument(std::string(entry.name) + " alpha must be in [0, 8], got " +
                           table_internal::Number(r.alpha));
   }
+  // A subnormal alpha reads as 0 on threads that treat subnormal inputs as
+  // zero (XLA's), where priority 0 would weigh 1, and as itself elsewhere,
+  // where it weighs 0: refused, as priorities are.
+  if (entry.weighs_by_priority && IsSubnormal(r.alpha)) {
+    throw InvalidArgument(std::string(entry.name) + " alpha must be 0 or at least " +
+                          table_internal::Number(kMinPriority) + " (not subnormal), got " +
+                          table_internal::Number(r.alpha));
+  }
 }
 
 std::string EligibleWords(const SampleRequest& r) {

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/common.h"
+#include "core/limits.h"
 
 namespace gearjax {
 namespace {
@@ -79,13 +80,17 @@ TEST(Strategies, OnlyTopKAndRecentRankAndOnlyPrioritizedWeighsByPriority) {
 
 TEST(Strategies, EachChecksItsOwnParameters) {
   const double nan = std::nan("");
-  for (double alpha : {-0.1, 8.01, nan, std::numeric_limits<double>::infinity()}) {
+  for (double alpha : {-0.1, 8.01, nan, std::numeric_limits<double>::infinity(),
+                       std::numeric_limits<double>::denorm_min(), kMinPriority / 2}) {
     EXPECT_THROW(CheckParameters(Request(Strategy::kPrioritized, alpha)),
                  InvalidArgument)
         << alpha;
   }
   EXPECT_NO_THROW(CheckParameters(Request(Strategy::kPrioritized, 0.0)));
   EXPECT_NO_THROW(CheckParameters(Request(Strategy::kPrioritized, 8.0)));
+  EXPECT_NO_THROW(CheckParameters(Request(Strategy::kPrioritizedSteps, kMinPriority)));
+  EXPECT_THROW(CheckParameters(Request(Strategy::kPrioritizedSteps, kMinPriority / 4)),
+               InvalidArgument);
   for (Strategy s : {Strategy::kTopK, Strategy::kRecent}) {
     EXPECT_THROW(CheckParameters(Request(s, 0.0, 0)), InvalidArgument);
     EXPECT_THROW(CheckParameters(Request(s, 0.0, -5)), InvalidArgument);
