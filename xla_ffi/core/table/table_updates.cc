@@ -111,11 +111,14 @@ std::vector<Table::StepRow> Table::NamedStepRowsLocked(const int64_t* keys, cons
   // apart and its last cover its lines.
   constexpr int64_t kAhead = 8;
   constexpr int64_t kStepsALine = 64 / sizeof(double);
+  // Read here, under mu_: the lambda is a function of its own to the lock check.
+  const Slots& slots = *slots_;
+  const double* all_steps = step_priority_.data();
   const auto prefetch_row = [&](int64_t b) {
     if (keys[b] < 0 || width <= 0) return;
-    const int64_t slot = slots_->layout().Slot(keys[b]);
-    if (slot >= slots_->capacity()) return;
-    const double* raw = &step_priority_[static_cast<size_t>(slot * spec_.max_length)];
+    const int64_t slot = slots.layout().Slot(keys[b]);
+    if (slot >= slots.capacity()) return;
+    const double* raw = all_steps + slot * spec_.max_length;
     for (int64_t j = 0; j < width; j += kStepsALine) {
       const int64_t step = steps[b * width + j];
       if (step >= 0 && step < spec_.max_length) PrefetchForRead(raw + step);
