@@ -85,7 +85,8 @@ class Prioritized(Strategy):
     importance weights (see :class:`gearjax.Batch`).
 
     Args:
-      alpha: the exponent of priorities, a real number in [0, 8].
+      alpha: the exponent of priorities, a real number in [0, 8], not
+        subnormal.
 
     Raises:
       TypeError: ``alpha`` is not a real number (bools are refused).
@@ -122,7 +123,8 @@ class PrioritizedSteps(Strategy):
     alpha, at most 8; a window is required.
 
     Args:
-      alpha: the exponent of step priorities, a real number in [0, 8].
+      alpha: the exponent of step priorities, a real number in [0, 8], not
+        subnormal.
 
     Raises:
       TypeError: ``alpha`` is not a real number (bools are refused).

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from gearjax import _checks
 from gearjax._sample_args import SampleArgs
 from gearjax.errors import ClosedError
 from gearjax.sharded import coordination
@@ -182,7 +183,7 @@ class OneSidedReader(NativeSampling):
         notification, a verbs SEND), checked before anything is applied: the
         job token, then a tree request (Timestep, Prioritized, or
         PrioritizedSteps on a table that keeps step priorities, with alpha in
-        [0, 8]: one the table refuses, a ninth alpha say, is answered by
+        [0, 8], not subnormal: one the table refuses, a ninth alpha say, is answered by
         _publish_refusal) or an update message (apply_updates). Refused
         updates are counted in ``refused_updates``."""
         token = self._token.encode()
@@ -196,7 +197,7 @@ class OneSidedReader(NativeSampling):
             steps = code == PrioritizedSteps.code and self._local.step_priorities
             try:
                 if not ((code in (Timestep.code, Prioritized.code) or steps) and
-                        0.0 <= alpha <= 8.0):
+                        0.0 <= alpha <= 8.0 and not 0.0 < alpha < _checks.MIN_PRIORITY):
                     raise ValueError(f"no tree for strategy code {code} with alpha {alpha!r} "
                                      f"here")
                 self._layout(code, alpha)

@@ -28,7 +28,8 @@ inline constexpr int64_t kMaxBatch = (int64_t{1} << 31) - 1;
 inline constexpr int64_t kMaxResultBytes = int64_t{1} << 47;
 
 // Priorities are 0 or normal float64 values in [kMinPriority, kMaxPriority];
-// Prioritized(alpha) takes alpha in [0, kMaxAlpha]. With these bounds a
+// Prioritized(alpha) takes alpha in [0, kMaxAlpha], not subnormal (XLA's
+// threads would read a subnormal alpha as 0). With these bounds a
 // weight priority ** alpha is at most 1e240, so the sum over 2^31 slots stays
 // far below the float64 limit: totals never overflow and probabilities stay
 // finite. Weights below kMinWeight (the smallest normal float64) count as

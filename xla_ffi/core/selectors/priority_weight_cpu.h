@@ -20,17 +20,17 @@
 // within 3e-15 of the exact value, relative, where |alpha * ln p| < 10, and
 // within 2e-13 over the whole range limits.h admits: the roundings of ln p
 // and of alpha * ln p cost up to |alpha * ln p| * 2^-53 each, and
-// |alpha * ln p| stays below 709 wherever the weight is not clamped. Sampling weights need far less; the GPU's
-// pow (update_block.h) may differ from it in the last bits, as it did from
-// libm's.
+// |alpha * ln p| stays below 709 wherever the weight is not clamped.
+// Sampling weights need far less; the GPU's pow (update_block.h) may differ
+// from it in the last bits, as it did from libm's.
 #pragma once
 
 #include <cstdint>
 
 namespace gearjax {
 
-// priority ** alpha for a positive normal priority and alpha in (0, 8]
-// (limits.h), raised to at least kMinWeight. PriorityWeight's host half.
+// priority ** alpha for a positive normal priority and a normal alpha in
+// (0, 8] (limits.h), raised to at least kMinWeight. PriorityWeight's host half.
 double PriorityPowCpu(double priority, double alpha);
 
 // weights[i] = PriorityWeight(priorities[i], alpha) for n priorities (0 or

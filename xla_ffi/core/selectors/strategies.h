@@ -86,7 +86,7 @@ const StrategyEntry& StrategyOf(Strategy strategy);
 
 // Throws InvalidArgument for an unknown strategy or parameters it refuses
 // (a ranking one's count < 1, a priority-weighing one's alpha outside
-// [0, kMaxAlpha]).
+// [0, kMaxAlpha] or subnormal).
 void CheckParameters(const SampleRequest& request);
 
 // What an item needs besides the request's cut to be drawn, as words a
