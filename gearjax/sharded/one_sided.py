@@ -196,10 +196,10 @@ class OneSidedReader(NativeSampling):
             code, alpha = int(request["code"]), float(request["alpha"])
             steps = code == PrioritizedSteps.code and self._local.step_priorities
             try:
-                if not ((code in (Timestep.code, Prioritized.code) or steps) and
-                        0.0 <= alpha <= 8.0 and not 0.0 < alpha < _checks.MIN_PRIORITY):
+                if not (code in (Timestep.code, Prioritized.code) or steps):
                     raise ValueError(f"no tree for strategy code {code} with alpha {alpha!r} "
                                      f"here")
+                _checks.alpha("a tree request's alpha", alpha)  # as the strategies check it
                 self._layout(code, alpha)
             except ValueError as e:  # a refusal, for good: the asker raises it at once
                 self._publish_refusal(code, alpha, str(e))

@@ -5,6 +5,15 @@
 // only. Tests pin a level with ScopedSimdLevel to run each kernel in turn.
 #pragma once
 
+// The kernels' AVX2 halves: built where the compiler can target AVX2 (x86-64
+// with GCC or clang), each function marked GEARJAX_AVX2, and run only where
+// DetectedSimdLevel found AVX2 and POPCNT (the ISA the mark lets them use).
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define GEARJAX_HAVE_AVX2_KERNELS 1
+#define GEARJAX_AVX2 __attribute__((target("avx2,popcnt")))
+#endif
+
 namespace gearjax {
 
 enum class SimdLevel { kBaseline = 0, kAvx2 = 1 };

@@ -5,12 +5,6 @@
 
 #include "core/cpu_simd.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#define GEARJAX_HAVE_AVX2_KERNELS 1
-#define GEARJAX_AVX2 __attribute__((target("avx2")))
-#endif
-
 namespace gearjax {
 namespace {
 

@@ -4,16 +4,10 @@
 // that no multiply-add is fused in one of them and not the other.
 #include "core/selectors/priority_weight_cpu.h"
 
-#include <cstring>
+#include <bit>
 
 #include "core/cpu_simd.h"
 #include "core/limits.h"
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#define GEARJAX_HAVE_AVX2_KERNELS 1
-#define GEARJAX_AVX2 __attribute__((target("avx2")))
-#endif
 
 namespace gearjax {
 namespace {
@@ -57,25 +51,13 @@ double ExpPoly(double r) {
   return c0 + r8 * c1;
 }
 
-uint64_t Bits(double v) {
-  uint64_t b;
-  std::memcpy(&b, &v, sizeof(b));
-  return b;
-}
-
-double FromBits(uint64_t b) {
-  double v;
-  std::memcpy(&v, &b, sizeof(v));
-  return v;
-}
-
 double PowScalar(double x, double alpha) {
-  const uint64_t bits = Bits(x);
+  const uint64_t bits = std::bit_cast<uint64_t>(x);
   // m in [sqrt(2), 2) becomes m / 2 and e + 1: m then lies in [sqrt(1/2), sqrt(2)).
   const uint64_t high = (bits & kMantissa) > kSqrt2Mantissa ? 1 : 0;
   const uint64_t biased = (bits >> 52) + high;  // e + 1023 (priorities are positive)
   const double e = static_cast<double>(biased) - 1023.0;  // exact, as the vector's
-  const double m = FromBits((bits & kMantissa) | (kOne - (high << 52)));
+  const double m = std::bit_cast<double>((bits & kMantissa) | (kOne - (high << 52)));
   const double f = m - 1.0;  // exact: m lies within [1/2, 2]
   const double s = f / (2.0 + f);
   const double ln_m = (s + s) * LogPoly(s * s);
@@ -85,7 +67,8 @@ double PowScalar(double x, double alpha) {
   const double kd = rounded - kRound;
   const double r = (y - kd * kLn2Hi) - kd * kLn2Lo;
   const double p = ExpPoly(r);
-  const double scale = FromBits((Bits(rounded) + 1023) << 52);  // 2^k (from k's low bits)
+  // 2^k, from k's low bits.
+  const double scale = std::bit_cast<double>((std::bit_cast<uint64_t>(rounded) + 1023) << 52);
   const double w = kd < kLowestScale ? kMinWeight : p * scale;
   return w > kMinWeight ? w : kMinWeight;
 }

@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
-#include <cstring>
+#include <bit>
 #include <random>
 #include <vector>
 
@@ -27,17 +27,7 @@ namespace {
 
 const double kAlphas[] = {0.6, 0.5, 0.7, 1.0 / 3, 0.9, 0.01, 1e-9, 2.0, 3.7, kMaxAlpha};
 
-uint64_t Bits(double v) {
-  uint64_t b;
-  std::memcpy(&b, &v, sizeof(b));
-  return b;
-}
-
-double FromBits(uint64_t b) {
-  double v;
-  std::memcpy(&v, &b, sizeof(v));
-  return v;
-}
+uint64_t Bits(double v) { return std::bit_cast<uint64_t>(v); }
 
 // Priorities spread log-uniformly over [kMinPriority, kMaxPriority], their
 // low mantissa bits random (exp of a double leaves ln p within an ulp of a
@@ -50,7 +40,7 @@ std::vector<double> Priorities(int n) {
   std::uniform_real_distribution<double> typical(0.1, 2.0);
   std::vector<double> p;
   for (int i = 0; i < n; ++i) {
-    const double v = FromBits(Bits(std::exp(log_p(rng))) ^ (rng() & 0xfffff));
+    const double v = std::bit_cast<double>(Bits(std::exp(log_p(rng))) ^ (rng() & 0xfffff));
     p.push_back(std::min(std::max(v, kMinPriority), kMaxPriority));
   }
   for (int i = 0; i < n; ++i) p.push_back(typical(rng));

@@ -15,11 +15,6 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#define GEARJAX_HAVE_AVX2_KERNELS 1
-#define GEARJAX_AVX2 __attribute__((target("avx2,popcnt")))
-#endif
 
 namespace gearjax {
 namespace {

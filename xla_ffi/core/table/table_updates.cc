@@ -119,12 +119,11 @@ std::vector<Table::StepRow> Table::NamedStepRowsLocked(const int64_t* keys, cons
     const int64_t slot = slots.layout().Slot(keys[b]);
     if (slot >= slots.capacity()) return;
     const double* raw = all_steps + slot * spec_.max_length;
+    // Steps past max_length were refused before the lock; below 0, padding.
     for (int64_t j = 0; j < width; j += kStepsALine) {
-      const int64_t step = steps[b * width + j];
-      if (step >= 0 && step < spec_.max_length) PrefetchForRead(raw + step);
+      if (steps[b * width + j] >= 0) PrefetchForRead(raw + steps[b * width + j]);
     }
-    const int64_t last = steps[b * width + width - 1];
-    if (last >= 0 && last < spec_.max_length) PrefetchForRead(raw + last);
+    if (steps[b * width + width - 1] >= 0) PrefetchForRead(raw + steps[b * width + width - 1]);
   };
   for (int64_t b = 0; b < std::min(rows, kAhead); ++b) prefetch_row(b);
   for (int64_t b = 0; b < rows; ++b) {
