@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import warnings
+import weakref
 
 import jax
 import jax.extend
@@ -81,13 +82,36 @@ def refuse_traced(call: str, stateful: str) -> None:
 def wait_for(state: TableState) -> None:
     """Waits for the program that returned ``state``: an eager call given a
     state runs after that program's table calls. A JAX array waits by its own
-    method, without ``jax.block_until_ready``'s pytree walk: part of what the
-    eager state form of insert_batch cost over its stateless form
+    method, without ``jax.block_until_ready``'s pytree walk, and not at all
+    when it is the state last found ready (mark_ready): both were part of
+    what the eager state form of insert_batch cost over its stateless form
     (scripts/bench_eager.py)."""
+    ready = _last_ready
+    if ready is not None and ready() is state:
+        return
     wait = getattr(state, "block_until_ready", None)
     if wait is None:  # a NumPy uint32 scalar array, say: nothing runs
         return
     wait()
+    mark_ready(state)
+
+
+# The state an eager call last found ready, weakly: a loop that passes the
+# state from eager call to eager call gives the next call the state the last
+# one waited for or returned, and a ready array stays ready (a failed one
+# raised instead, and was not marked), so that call need not ask again.
+_last_ready: Any = None
+
+
+def mark_ready(state: Any) -> None:
+    """Remembers ``state`` (a JAX array whose program has run) as ready, for
+    wait_for. One at a time; anything that cannot be referenced weakly is not
+    remembered."""
+    global _last_ready
+    try:
+        _last_ready = weakref.ref(state)
+    except TypeError:
+        pass
 
 
 def warn_ordered(ordered: Any) -> None:

@@ -464,6 +464,10 @@ class Table:
                 errors.raise_if_interrupted(e)
                 raise
             self._native.raise_deferred_error()
+            if isinstance(result, tuple) and result[0] is ready:
+                # The state form: the caller passes this state to its next
+                # call, which need not wait for it again.
+                _call_forms.mark_ready(ready)
         return result
 
     # ---------------------------------------------------------------- insert
@@ -1067,39 +1071,50 @@ class Table:
             raise ValueError("this table keeps one priority per trajectory: steps= needs a "
                              "table made with step_priorities=True")
         if state is None:
-            if _call_forms.tracing():
-                form = "keys, priorities" if steps is None else "keys, priorities, steps=..."
-                _call_forms.refuse_traced(f"table.update_priorities({form})",
-                                          f"state, count = table.update_priorities(state, {form})")
+            self._refuse_traced_update(steps)
             order = None
         else:
             order = table_state.consume(state, self, self._native.handle)
-        # Called eagerly, the state form does what the stateless form does,
-        # once the calls before it (the state's program) have run: no
-        # program of its own to dispatch and wait for.
         traced = any(isinstance(x, jax.core.Tracer) for x in (state, keys, priorities, steps))
-        if state is not None and not traced:
+        if not traced:
+            if state is None:
+                return self._update_host_priorities(keys, priorities, steps)
+            # Called eagerly, the state form does what the stateless form
+            # does, once the calls before it (the state's program) have run:
+            # no program of its own to dispatch and wait for.
+            self._refuse_traced_update(steps)
             _call_forms.wait_for(state)
-            return state, np.int32(self._update_priorities(None, keys, priorities, steps=steps))
-        keys, priorities, steps = _update_args.operands(jnp if traced else np, keys, priorities,
-                                                        steps)
-        if traced:
-            if keys.dtype not in (jnp.int32, jnp.uint32, jnp.int64):
-                keys = keys.astype(jnp.int32)  # int8/int16/uint8/uint16 widen exactly
-            if priorities.dtype not in (jnp.float32, jnp.float64):
-                priorities = priorities.astype(_inserts.widest_float())
-            if steps is None:
-                program, operands = self._spec.update_priorities_program(), (keys, priorities)
-            else:
-                if steps.dtype not in (jnp.int32, jnp.int64):
-                    steps = steps.astype(jnp.int32)
-                program = self._spec.update_step_priorities_program()
-                operands = (keys, steps, priorities)
-            try:
-                order, count = program(order, *operands)
-                return self._eager((order, count), order)
-            except ValueError as e:
-                errors.reraise(e)
+            return state, np.int32(self._update_host_priorities(keys, priorities, steps))
+        keys, priorities, steps = _update_args.operands(jnp, keys, priorities, steps)
+        if keys.dtype not in (jnp.int32, jnp.uint32, jnp.int64):
+            keys = keys.astype(jnp.int32)  # int8/int16/uint8/uint16 widen exactly
+        if priorities.dtype not in (jnp.float32, jnp.float64):
+            priorities = priorities.astype(_inserts.widest_float())
+        if steps is None:
+            program, operands = self._spec.update_priorities_program(), (keys, priorities)
+        else:
+            if steps.dtype not in (jnp.int32, jnp.int64):
+                steps = steps.astype(jnp.int32)
+            program = self._spec.update_step_priorities_program()
+            operands = (keys, steps, priorities)
+        try:
+            order, count = program(order, *operands)
+            return self._eager((order, count), order)
+        except ValueError as e:
+            errors.reraise(e)
+
+    def _refuse_traced_update(self, steps: Any) -> None:
+        """While tracing, refuses an update that would run now, at trace time
+        (its arrays are concrete), naming the state form."""
+        if _call_forms.tracing():
+            form = "keys, priorities" if steps is None else "keys, priorities, steps=..."
+            _call_forms.refuse_traced(f"table.update_priorities({form})",
+                                      f"state, count = table.update_priorities(state, {form})")
+
+    def _update_host_priorities(self, keys: Any, priorities: Any, steps: Any) -> int:
+        """An eager update of concrete arrays, checked and applied by the
+        native core at once; the number of entries whose key was stored."""
+        keys, priorities, steps = _update_args.operands(np, keys, priorities, steps)
         keys = np.ascontiguousarray(keys, np.int64)
         if steps is None:
             return self._native.update_priorities(keys, _checks.priorities(priorities))

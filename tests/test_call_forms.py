@@ -114,3 +114,47 @@ def test_waiting_for_a_state_waits_for_its_program_and_raises_its_failure():
         with pytest.raises(jax.errors.JaxRuntimeError) as raised:
             _call_forms.wait_for(failed)
         assert gx.table_error(raised.value) == "shortfall"
+        with pytest.raises(jax.errors.JaxRuntimeError):  # not remembered as ready
+            _call_forms.wait_for(failed)
+
+
+def test_a_state_found_ready_is_not_waited_for_again_by_the_next_eager_call():
+    """wait_for remembers (weakly) the state it last found ready, and an eager
+    call given it again, as a loop passing the state on does, skips the
+    wait; another state is waited for, and a state freed is forgotten."""
+    waited = []
+
+    class Pending:
+        def block_until_ready(self):
+            waited.append(self)
+            return self
+
+    first, second = Pending(), Pending()
+    _call_forms.wait_for(first)
+    _call_forms.wait_for(first)
+    assert waited == [first]
+    _call_forms.wait_for(second)
+    _call_forms.wait_for(first)  # one state at a time: the last found ready
+    assert waited == [first, second, first]
+    _call_forms.mark_ready(3)  # not weakly referable: not remembered, no error
+    _call_forms.wait_for(first)
+    assert waited == [first, second, first]
+    del first, second
+    waited.clear()
+    third = Pending()  # may take a freed state's id: still waited for
+    _call_forms.wait_for(third)
+    assert waited == [third]
+
+
+def test_the_eager_state_forms_pass_on_a_state_that_is_ready():
+    """An eager call in the state form returns a state that is ready, which
+    the next eager state-form call does not wait for again."""
+    table = gx.Table({"x": gx.Column((), "float32")}, 4, 2)
+    state = table.state()
+    state, keys = table.insert_batch(state, {"x": np.ones((2, 2), np.float32)}, [2, 1])
+    assert keys.shape == (2,)
+    assert _call_forms._last_ready() is state
+    state, batch = table.sample(state, jax.random.key(0), 4)
+    assert _call_forms._last_ready() is state
+    state, count = table.update_priorities(state, batch.keys, np.ones(4))
+    assert count == 4 and _call_forms._last_ready() is state
