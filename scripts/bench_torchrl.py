@@ -42,7 +42,13 @@ The rows, median ms per call:
    steps (the fill cost per episode).
 
 TorchRL's number for rows 1 and 2 is the faster of its shipped configuration
-and ``cache_values=True`` (both are timed). gearjax's forms: ``eager`` (the
+and ``cache_values=True`` (both are timed). torch runs one intra-op thread
+(``--torch-threads``, ``torch.set_num_threads``): on the 2-core VM, with
+torch's default of two, TorchRL was slower on every sampled row and as fast
+on the uniform one, and its OpenMP worker, which spins after each parallel
+region, took the second core from whatever ran next, gearjax's forms
+included (benchmarks/results/bench_torchrl_threads_{1,2}_cpu.txt, two short
+runs at 10^6 made to decide this). gearjax's forms: ``eager`` (the
 stateless call, ``table.sample(key, ...)``), ``eager-numpy`` (the same with
 ``numpy=True``: NumPy arrays gathered by the native core, no XLA program),
 ``jitted`` (one ``jax.jit`` call
@@ -726,9 +732,15 @@ def quiet(call):
 
 
 def blockable(forms: dict) -> dict:
-    """gearjax forms for take_turns: the eager and jitted forms return the
-    batch and count to block on; the scan form (with its bad_counts) as is."""
-    return {n: f if n == "scan" else (lambda i, f=f: list(f(i).values()))
+    """gearjax forms for take_turns: the eager and jitted forms return one
+    array of their batch (its keys) to block on, the scan form (with its
+    bad_counts) its two results. Every result of one XLA program becomes
+    ready at once, and an eager call returns once its results are ready
+    (the update's count included), so blocking on one waits for the whole
+    call; handing jax.block_until_ready the whole batch walked its pytree
+    (12-29 us a call on the 2-core VM), which TorchRL's forms, whose
+    results are not blocked on, did not pay."""
+    return {n: f if n == "scan" else (lambda i, f=f: f(i)["batch"].keys)
             for n, f in forms.items()}
 
 
@@ -808,7 +820,8 @@ def report(result: dict) -> str:
              f"episodes of {LENGTH} steps (obs float32[{OBS}], action float32[{ACT}], reward, "
              f"episode and step int32); {BATCH} windows of {WINDOW} (cut='full' / strict_length), "
              f"alpha {ALPHA}, beta {BETA}; median ms per call, TorchRL/gearjax in brackets; "
-             f"TorchRL: the faster of its shipped configuration and cache_values=True (*); "
+             f"TorchRL: the faster of its shipped configuration and cache_values=True (*), "
+             f"{c.get('torch_threads', '?')} torch thread(s); "
              f"scan: per sample, {c['scan_steps']} samples a dispatch"
              + (" [--quick: a smoke test, not a measurement]" if c["quick"] else "")]
     if result["windows"] or result["transitions"]:  # not --gpu-only
@@ -917,6 +930,9 @@ def main(argv: list[str] | None = None) -> dict:
                         help="checked samples per form before timing")
     parser.add_argument("--gpu-transitions", type=lambda t: int(float(t)), default=None,
                         help="transitions in the GPU section (default 1e7; --quick: 1e5)")
+    parser.add_argument("--torch-threads", type=int, default=1,
+                        help="torch's intra-op threads (torch.set_num_threads; default 1: "
+                             "see the module's docstring)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--gpu-only", action="store_true",
                         help="only the GPU section (scripts/gpu_check.sh --stage torchrl); "
@@ -937,6 +953,8 @@ def main(argv: list[str] | None = None) -> dict:
     args.run = args.run if args.run is not None else (3 if quick else 20)
     if args.run < 1:
         parser.error(f"--run: {args.run} is not a positive number of calls")
+    if args.torch_threads < 1:
+        parser.error(f"--torch-threads: {args.torch_threads} is not a positive number of threads")
     args.gpu_transitions = args.gpu_transitions or (10**5 if quick else 10**7)
     for n in sizes:
         if n % LENGTH or n < 2 * LENGTH:
@@ -945,6 +963,7 @@ def main(argv: list[str] | None = None) -> dict:
     import jax
     import torch
     torch.manual_seed(args.seed)
+    torch.set_num_threads(args.torch_threads)
     keys = [jax.random.key(k) for k in range(64)]
     began = time.perf_counter()
     result = {"config": {"sizes": sizes, "transition_sizes": transition_sizes,
