@@ -41,14 +41,15 @@ The rows, median ms per call:
    ``table.insert``, over the whole fill of row 1's buffers from empty to N
    steps (the fill cost per episode).
 
-TorchRL's number for rows 1 and 2 is the faster of its shipped configuration
-and ``cache_values=True`` (both are timed). torch runs one intra-op thread
-(``--torch-threads``, ``torch.set_num_threads``): on the 2-core VM, with
-torch's default of two, TorchRL was slower on every sampled row and as fast
-on the uniform one, and its OpenMP worker, which spins after each parallel
-region, took the second core from whatever ran next, gearjax's forms
-included (benchmarks/results/bench_torchrl_threads_{1,2}_cpu.txt, two short
-runs at 10^6 made to decide this). gearjax's forms: ``eager`` (the
+TorchRL's number is the fastest of the configurations timed: for the windows
+rows its shipped configuration, ``cache_values=True``, and ``cache_values=True``
+with one torch intra-op thread; for the transitions row its shipped
+configuration with torch's threads and with one. One thread means
+``torch.set_num_threads(1)`` around the call, the process's setting restored
+after: on the 2-core VM one thread was the faster in some short runs and the
+slower in others, and runs on a VM that drifts cannot be compared, so both
+are timed in the same run. ``--torch-threads`` sets the process's setting
+(default: torch's own, the cores). gearjax's forms: ``eager`` (the
 stateless call, ``table.sample(key, ...)``), ``eager-numpy`` (the same with
 ``numpy=True``: NumPy arrays gathered by the native core, no XLA program),
 ``jitted`` (one ``jax.jit`` call
@@ -546,9 +547,10 @@ def windows_section(steps: int, args, keys) -> dict:
     g_uniform = gearjax_forms(table, keys, uniform_step(table), args.scan_steps, bad_windows_jax)
     verify_gearjax_forms("uniform", g_uniform, lambda b: check_gearjax_windows(b, data), args,
                          checks)
-    result["uniform"] = timed_row(
-        {n: quiet(lambda i, rb=rb: rb.sample()) for n, rb in uniform.items()},
-        blockable(g_uniform), args, args.scan_steps)
+    t_uniform = {n: lambda i, rb=rb: rb.sample() for n, rb in uniform.items()}
+    t_uniform["cache_values (1 thread)"] = one_thread(t_uniform["cache_values"])
+    result["uniform"] = timed_row({n: quiet(c) for n, c in t_uniform.items()},
+                                  blockable(g_uniform), args, args.scan_steps)
     print(report_row("uniform", result["uniform"]), flush=True)
 
     # Row 2: prioritized windows and the update of their priorities.
@@ -568,6 +570,7 @@ def windows_section(steps: int, args, keys) -> dict:
     for name, call in t_per.items():
         for i in range(args.checks):
             verify(f"prioritized torchrl {name}", check_torchrl_windows(call(i), data), checks)
+    t_per["cache_values (1 thread)"] = one_thread(t_per["cache_values"])
     g_per = gearjax_forms(table, keys, prioritized_step(table, gj_priorities, WINDOW),
                           args.scan_steps, bad_windows_jax)
     verify_gearjax_forms("prioritized", g_per, lambda b: check_gearjax_windows(b, data), args,
@@ -657,7 +660,8 @@ def transitions_section(n: int, args, keys) -> dict:
         lambda b: check_transitions(np.asarray(b["t"]), np.asarray(b["obs"]), data), args, checks)
     print("  prioritized transitions + update: timing", flush=True)
     result["prioritized"] = timed_row(
-        {"default": quiet(torchrl_call)}, blockable(g_forms), args, args.scan_steps)
+        {"default": quiet(torchrl_call), "default (1 thread)": quiet(one_thread(torchrl_call))},
+        blockable(g_forms), args, args.scan_steps)
     print(report_row("transitions", result["prioritized"]), flush=True)
     table.close()
     return result
@@ -723,6 +727,22 @@ def gpu_section(args, keys) -> dict:
         {"cuda trees": torchrl_call}, blockable(forms), args, args.scan_steps)
     table.close()
     return result
+
+
+def one_thread(call):
+    """A TorchRL form with one torch intra-op thread: torch.set_num_threads(1)
+    before the call, the process's setting restored after (both timed with
+    it: a few microseconds)."""
+    import torch
+
+    def run(i):
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return call(i)
+        finally:
+            torch.set_num_threads(threads)
+    return run
 
 
 def quiet(call):
@@ -805,7 +825,7 @@ def sample_table(result: dict, timing: str | None) -> list[str]:
         if timed is None:
             continue
         t = timed["torchrl"][timed["torchrl_best"]]["median_ms"]
-        best = "" if key == "transitions" else f" ({timed['torchrl_best']})"
+        best = f" ({timed['torchrl_best']})"
         lines.append(f"| {title} | {size} | {t:.3f}{best} | "
                      + " | ".join(fmt_cell(timed["gearjax"].get(f)) for f in GJ_FORMS) + " |")
     return lines
@@ -820,8 +840,9 @@ def report(result: dict) -> str:
              f"episodes of {LENGTH} steps (obs float32[{OBS}], action float32[{ACT}], reward, "
              f"episode and step int32); {BATCH} windows of {WINDOW} (cut='full' / strict_length), "
              f"alpha {ALPHA}, beta {BETA}; median ms per call, TorchRL/gearjax in brackets; "
-             f"TorchRL: the faster of its shipped configuration and cache_values=True (*), "
-             f"{c.get('torch_threads', '?')} torch thread(s); "
+             f"TorchRL: the fastest configuration timed, named in brackets (its shipped one, "
+             f"'default'; cache_values=True; '(1 thread)': torch.set_num_threads(1) around the "
+             f"call, else {c.get('torch_threads', '?')} threads); "
              f"scan: per sample, {c['scan_steps']} samples a dispatch"
              + (" [--quick: a smoke test, not a measurement]" if c["quick"] else "")]
     if result["windows"] or result["transitions"]:  # not --gpu-only
@@ -862,7 +883,10 @@ def cpu_report(result: dict) -> list[str]:
         f"{key} {size}: " + ", ".join(f"{n} {s['median_ms']:.3f}"
                                       for n, s in section[key]["torchrl"].items())
         for size, section in result["windows"].items() if "skipped" not in section
-        for key in ("uniform", "prioritized")))
+        for key in ("uniform", "prioritized")) + "".join(
+        f"; transitions {size}: " + ", ".join(f"{n} {s['median_ms']:.3f}"
+                                              for n, s in section["prioritized"]["torchrl"].items())
+        for size, section in result["transitions"].items() if "skipped" not in section))
     lines.append("windows checked: " + ", ".join(
         f"{size}: {sum(v == 'ok' for v in s['checks'].values())} sampled forms ok before timing, "
         + ", ".join(f"{k} scan {s[k]['scan_windows_checked']} windows ({s[k]['scan_bad_windows']} bad)"
@@ -930,9 +954,9 @@ def main(argv: list[str] | None = None) -> dict:
                         help="checked samples per form before timing")
     parser.add_argument("--gpu-transitions", type=lambda t: int(float(t)), default=None,
                         help="transitions in the GPU section (default 1e7; --quick: 1e5)")
-    parser.add_argument("--torch-threads", type=int, default=1,
-                        help="torch's intra-op threads (torch.set_num_threads; default 1: "
-                             "see the module's docstring)")
+    parser.add_argument("--torch-threads", type=int, default=None,
+                        help="torch's intra-op threads (torch.set_num_threads; default: "
+                             "torch's own, the cores)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--gpu-only", action="store_true",
                         help="only the GPU section (scripts/gpu_check.sh --stage torchrl); "
@@ -953,7 +977,7 @@ def main(argv: list[str] | None = None) -> dict:
     args.run = args.run if args.run is not None else (3 if quick else 20)
     if args.run < 1:
         parser.error(f"--run: {args.run} is not a positive number of calls")
-    if args.torch_threads < 1:
+    if args.torch_threads is not None and args.torch_threads < 1:
         parser.error(f"--torch-threads: {args.torch_threads} is not a positive number of threads")
     args.gpu_transitions = args.gpu_transitions or (10**5 if quick else 10**7)
     for n in sizes:
@@ -963,7 +987,8 @@ def main(argv: list[str] | None = None) -> dict:
     import jax
     import torch
     torch.manual_seed(args.seed)
-    torch.set_num_threads(args.torch_threads)
+    if args.torch_threads is not None:
+        torch.set_num_threads(args.torch_threads)
     keys = [jax.random.key(k) for k in range(64)]
     began = time.perf_counter()
     result = {"config": {"sizes": sizes, "transition_sizes": transition_sizes,

@@ -76,7 +76,7 @@ def test_bench_torchrl_quick_checks_windows_and_times_every_form(tmp_path):
     assert windows["checks"] and all(v == "ok" for v in windows["checks"].values())
     for row in ("uniform", "prioritized", "per_step"):
         timed = windows[row]
-        assert set(timed["torchrl"]) == {"default", "cache_values"}
+        assert set(timed["torchrl"]) == {"default", "cache_values", "cache_values (1 thread)"}
         # Timed twice: interleaved (the row's own figures) and in runs.
         assert timed["in_runs"]["run"] == result["config"]["run"] > 1
         for timing in (timed, timed["in_runs"]):
@@ -94,6 +94,7 @@ def test_bench_torchrl_quick_checks_windows_and_times_every_form(tmp_path):
     transitions = result["transitions"]["10^5"]
     assert all(v == "ok" for v in transitions["checks"].values())
     for timing in (transitions["prioritized"], transitions["prioritized"]["in_runs"]):
+        assert set(timing["torchrl"]) == {"default", "default (1 thread)"}
         assert set(timing["gearjax"]) == {"eager", "eager-numpy", "jitted",
                                           "jitted-no-table", "scan"}
 
@@ -122,6 +123,29 @@ def test_bench_torchrl_gpu_only_runs_the_gpu_section_alone(tmp_path):
     else:
         assert run.returncode == 1 and "the GPU section did not run" in run.stderr
         assert gpu["reason"] in run.stderr
+
+
+def test_a_one_thread_form_runs_with_one_torch_thread_and_restores_the_setting():
+    """one_thread (TorchRL's one-thread configurations): the call sees one
+    torch thread; the process's setting is back after it, also after a
+    failure."""
+    torch = pytest.importorskip("torch", reason="torch is not installed in this environment "
+                                "(.venv-torchrl has it: BENCH_TORCHRL_PYTHON)")
+    bench_torchrl = _bench_module()
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        seen = []
+        assert bench_torchrl.one_thread(lambda i: seen.append(torch.get_num_threads()) or i)(7) == 7
+        assert seen == [1] and torch.get_num_threads() == 2
+
+        def fails(i):
+            raise KeyError(i)
+        with pytest.raises(KeyError):
+            bench_torchrl.one_thread(fails)(3)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_the_report_of_a_gpu_section_that_ran_shows_both_timings():
