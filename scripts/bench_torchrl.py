@@ -46,10 +46,10 @@ rows its shipped configuration, ``cache_values=True``, and ``cache_values=True``
 with one torch intra-op thread; for the transitions row its shipped
 configuration with torch's threads and with one. One thread means
 ``torch.set_num_threads(1)`` around the call, the process's setting restored
-after: on the 2-core VM one thread was the faster in some short runs and the
-slower in others, and runs on a VM that drifts cannot be compared, so both
-are timed in the same run. ``--torch-threads`` sets the process's setting
-(default: torch's own, the cores). gearjax's forms: ``eager`` (the
+after: on the 2-core VM neither is the faster on every row, and runs on a VM
+that drifts cannot be compared, so both are timed in the same run.
+``--torch-threads`` sets the process's setting (default: torch's own, the
+cores). gearjax's forms: ``eager`` (the
 stateless call, ``table.sample(key, ...)``), ``eager-numpy`` (the same with
 ``numpy=True``: NumPy arrays gathered by the native core, no XLA program),
 ``jitted`` (one ``jax.jit`` call
@@ -758,8 +758,8 @@ def blockable(forms: dict) -> dict:
     ready at once, and an eager call returns once its results are ready
     (the update's count included), so blocking on one waits for the whole
     call; handing jax.block_until_ready the whole batch walked its pytree
-    (12-29 us a call on the 2-core VM), which TorchRL's forms, whose
-    results are not blocked on, did not pay."""
+    every call, which TorchRL's forms, whose results are not blocked on,
+    did not pay."""
     return {n: f if n == "scan" else (lambda i, f=f: f(i)["batch"].keys)
             for n, f in forms.items()}
 
