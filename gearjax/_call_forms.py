@@ -87,13 +87,20 @@ def wait_for(state: TableState) -> None:
     what the eager state form of insert_batch cost over its stateless form
     (scripts/bench_eager.py)."""
     ready = _last_ready
-    if ready is not None and ready() is state:
+    if ready is not None and ready() is state and not _deleted(state):
         return
     wait = getattr(state, "block_until_ready", None)
     if wait is None:  # a NumPy uint32 scalar array, say: nothing runs
         return
     wait()
     mark_ready(state)
+
+
+def _deleted(state: Any) -> bool:
+    """Whether ``state`` is a JAX array deleted since (donated to a program,
+    say): waited for, it raises, as it did before it was found ready."""
+    deleted = getattr(state, "is_deleted", None)
+    return deleted is not None and deleted()
 
 
 # The state an eager call last found ready, weakly: a loop that passes the

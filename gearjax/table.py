@@ -445,6 +445,13 @@ class Table:
         # next call on the table, once (docs: Semantics in jit).
         self._native.raise_deferred_error()
 
+    def _wait_for_state(self, state: TableState) -> None:
+        """An eager call given ``state`` runs after the program that returned
+        it: waits for that program, then raises what a GPU update of it left
+        for the table's next call (which this call is)."""
+        _call_forms.wait_for(state)
+        self._native.raise_deferred_error()
+
     def _eager(self, result: Any, ready: jax.Array) -> Any:
         """An eager call (its results are arrays, not tracers) waits for its
         own results before it returns, so its errors are raised at the call on
@@ -776,7 +783,7 @@ class Table:
         arrays = _inserts.convert_batch_columns(self._columns, arrays, host)
         if host:
             if state is not None:
-                _call_forms.wait_for(state)  # after the state's program, as its calls are
+                self._wait_for_state(state)  # after the state's program, as its calls are
             # NumPy keys, as insert_many returns them: a JAX int64 array would
             # cost a dispatch (without jax_enable_x64, a custom call: jnp.asarray
             # narrows to int32), two thirds of the call.
@@ -910,7 +917,7 @@ class Table:
             self._check_alpha_room(args.strategy)
         if numpy:
             if state is not None:
-                _call_forms.wait_for(state)  # after the state's program, as its calls are
+                self._wait_for_state(state)  # after the state's program, as its calls are
             batch = _eager_sample.sample_numpy(self._native, rng_key, args, self._capacity,
                                                self._spec.columns)
             return batch if state is None else (state, batch)
@@ -1083,7 +1090,7 @@ class Table:
             # does, once the calls before it (the state's program) have run:
             # no program of its own to dispatch and wait for.
             self._refuse_traced_update(steps)
-            _call_forms.wait_for(state)
+            self._wait_for_state(state)
             return state, np.int32(self._update_host_priorities(keys, priorities, steps))
         keys, priorities, steps = _update_args.operands(jnp, keys, priorities, steps)
         if keys.dtype not in (jnp.int32, jnp.uint32, jnp.int64):

@@ -125,27 +125,38 @@ def test_bench_torchrl_gpu_only_runs_the_gpu_section_alone(tmp_path):
         assert gpu["reason"] in run.stderr
 
 
-def test_a_one_thread_form_runs_with_one_torch_thread_and_restores_the_setting():
-    """one_thread (TorchRL's one-thread configurations): the call sees one
-    torch thread; the process's setting is back after it, also after a
-    failure."""
-    torch = pytest.importorskip("torch", reason="torch is not installed in this environment "
-                                "(.venv-torchrl has it: BENCH_TORCHRL_PYTHON)")
-    bench_torchrl = _bench_module()
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        seen = []
-        assert bench_torchrl.one_thread(lambda i: seen.append(torch.get_num_threads()) or i)(7) == 7
-        assert seen == [1] and torch.get_num_threads() == 2
+ONE_THREAD_CHECK = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import torch
+import bench_torchrl
+torch.set_num_threads(2)
+seen = []
+assert bench_torchrl.one_thread(lambda i: seen.append(torch.get_num_threads()) or i)(7) == 7
+assert seen == [1] and torch.get_num_threads() == 2, (seen, torch.get_num_threads())
 
-        def fails(i):
-            raise KeyError(i)
-        with pytest.raises(KeyError):
-            bench_torchrl.one_thread(fails)(3)
-        assert torch.get_num_threads() == 2
-    finally:
-        torch.set_num_threads(before)
+def fails(i):
+    raise KeyError(i)
+try:
+    bench_torchrl.one_thread(fails)(3)
+    raise AssertionError("the failure was not raised")
+except KeyError:
+    pass
+assert torch.get_num_threads() == 2
+print("one_thread ok")
+"""
+
+
+def test_a_one_thread_form_runs_with_one_torch_thread_and_restores_the_setting(tmp_path):
+    """one_thread (TorchRL's one-thread configurations), in the benchmark's
+    Python: the call sees one torch thread; the process's setting is back
+    after it, also after a failure."""
+    python, env = _bench_python(tmp_path)
+    check = tmp_path / "one_thread.py"
+    check.write_text(ONE_THREAD_CHECK)
+    run = subprocess.run([python, "-P", str(check), str(SCRIPT.parent)], capture_output=True,
+                         text=True, env=env, cwd=tmp_path, timeout=300)
+    assert run.returncode == 0 and "one_thread ok" in run.stdout, run.stdout + run.stderr
 
 
 def test_the_report_of_a_gpu_section_that_ran_shows_both_timings():

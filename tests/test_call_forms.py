@@ -146,6 +146,63 @@ def test_a_state_found_ready_is_not_waited_for_again_by_the_next_eager_call():
     assert waited == [third]
 
 
+def test_a_state_found_ready_then_deleted_is_refused_as_before():
+    """A state remembered as ready and then deleted (donated to a program)
+    raises when waited for, as any deleted state does, and an eager call
+    given it changes nothing."""
+    table = gx.Table({"x": gx.Column((), "float32")}, 4, 2)
+    state, keys = table.insert_batch(table.state(), {"x": np.ones((1, 2), np.float32)}, [2])
+    assert _call_forms._last_ready() is state
+    jax.block_until_ready(jax.jit(lambda s: s + 0, donate_argnums=0)(state))
+    assert state.is_deleted()
+    with pytest.raises(jax.errors.JaxRuntimeError, match="deleted or donated"):
+        _call_forms.wait_for(state)
+    with pytest.raises(jax.errors.JaxRuntimeError, match="deleted or donated"):
+        table.update_priorities(state, keys, np.array([5.0]))
+    assert table.contents()["priority"].tolist() == [1.0]
+
+
+class _DeferredAfterWait:
+    """A host table's native object whose deferred error (what a failed GPU
+    priority update leaves for the table's next call) shows up while the
+    given state's program runs: from its second check on, the first being
+    the call's own check before the wait."""
+
+    def __init__(self, native):
+        self.native, self.checks = native, 0
+
+    def raise_deferred_error(self):
+        self.checks += 1
+        if self.checks >= 2:
+            raise ValueError("an earlier GPU priority update failed (simulated)")
+
+    def __getattr__(self, name):
+        return getattr(self.native, name)
+
+
+@pytest.mark.parametrize("call", ["update_priorities", "insert_batch", "sample_numpy"])
+def test_an_eager_state_form_call_raises_an_error_its_state_s_program_left(call):
+    """Waiting for the state's program may leave a GPU update's deferred
+    error for the table's next call, which this call is: it raises it after
+    the wait, before it changes anything."""
+    table = gx.Table({"x": gx.Column((), "float32")}, 4, 2)
+    key = table.insert({"x": np.ones(2, np.float32)}, priority=1.0)
+    state = table.state()
+    _call_forms._last_ready = None  # it is waited for
+    native = table._native
+    table._native = _DeferredAfterWait(native)
+    with pytest.raises(ValueError, match="simulated"):
+        if call == "update_priorities":
+            table.update_priorities(state, np.array([key]), np.array([5.0]))
+        elif call == "insert_batch":
+            table.insert_batch(state, {"x": np.ones((1, 2), np.float32)}, [2])
+        else:
+            table.sample(state, jax.random.key(0), 2, numpy=True)
+    table._native = native
+    contents = table.contents()
+    assert contents["key"].tolist() == [key] and contents["priority"].tolist() == [1.0]
+
+
 def test_the_eager_state_forms_pass_on_a_state_that_is_ready():
     """An eager call in the state form returns a state that is ready, which
     the next eager state-form call does not wait for again."""
