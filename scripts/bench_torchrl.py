@@ -732,7 +732,7 @@ def gpu_section(args, keys) -> dict:
 def one_thread(call):
     """A TorchRL form with one torch intra-op thread: torch.set_num_threads(1)
     before the call, the process's setting restored after (both timed with
-    it: a few microseconds)."""
+    the call)."""
     import torch
 
     def run(i):
