@@ -584,6 +584,47 @@ def mismatched_sample(process, processes, directory):
     return out
 
 
+def failed_state_eager(process, processes, directory):
+    """Eager sharded calls given a state wait for its program: the last
+    process gives a sample and an update a state whose program failed. It
+    raises that failure, the others a ValueError naming its refusal (none
+    waits for it in the collective), nothing changes, and the calls they
+    then agree on work."""
+    import jax
+    import numpy as np
+    import gearjax as gx
+    table = gx.ShardedTable({"x": gx.Column((2,), "int32")}, capacity=8, max_length=4,
+                            exchange="xla")
+    table.insert({"x": np.full((3, 2), process, np.int32)}, priority=1.0)
+    last = process == processes - 1
+    empty = gx.Table({"y": gx.Column((), "float32")}, capacity=4, max_length=2)
+
+    @jax.jit
+    def heavy(state, key):  # fails as it runs: the table is empty
+        state, batch = empty.sample(state, key, 2)
+        m = jax.numpy.full((16, 16), batch["y"].sum(), jax.numpy.float32)
+        return state, (m @ m).sum()
+
+    state = heavy(empty.state(), jax.random.key(0))[0] if last else table.state()
+    keys = np.asarray(table.sample(jax.random.key(1), 4, 1).keys)
+    out = {}
+    for call in ("sample", "update"):
+        try:
+            if call == "sample":
+                table.sample(state, jax.random.key(process), 4, 1)
+            else:
+                table.update_priorities(state, keys, np.full(4, 5.0))
+            out[call] = None
+        except (ValueError, jax.errors.JaxRuntimeError) as e:
+            out[call] = f"{type(e).__name__}: {e}"
+    out["priorities"] = table.local.contents()["priority"].tolist()
+    out["after"] = int(np.asarray(table.sample(jax.random.key(7), 4, 1).keys).shape[0])
+    out["updated"] = int(table.update_priorities(keys, np.full(4, 2.0)))
+    table.close()
+    empty.close()
+    return out
+
+
 def nixl_updates(process, processes, directory):
     """One-sided exchange: process 0 sets priorities of every shard's keys;
     owners apply them from notifications; a notification under another job

@@ -361,6 +361,22 @@ def test_processes_that_disagree_on_a_sample_raise_instead_of_aborting(tmp_path)
             assert result[differ]["rows"] == 4, differ
 
 
+def test_a_process_given_a_failed_state_raises_and_the_others_name_it(tmp_path):
+    """Eager xla calls given a state wait for its program: where one
+    process's failed, it raises that failure and the others a ValueError
+    naming its refusal, instead of waiting for it in the collective."""
+    results = multihost.run("failed_state_eager", 2, tmp_path, timeout=180)
+    for process, result in enumerate(results):
+        assert result["priorities"] == [1.0], result
+        assert result["after"] == 4 and result["updated"] == 8, result
+        last = process == len(results) - 1
+        assert result["sample"].startswith("JaxRuntimeError" if last else "ValueError"), result
+        assert result["update"].startswith("JaxRuntimeError" if last else "ValueError"), result
+        if not last:  # the refusal named, with its error for the sample
+            assert 'refused="JaxRuntimeError: ' in result["sample"], result
+            assert "process(es) [1] refused" in result["update"], result
+
+
 # ------------------------------------------------------- one process, no setup
 def one_shard() -> gx.ShardedTable:
     table = gx.ShardedTable({"x": gx.Column((2,), "int32")}, capacity=8, max_length=4)
@@ -421,6 +437,52 @@ def test_one_process_needs_no_distributed_setup():
     assert table.get(int(keys[0]))["x"].tolist() == [[8, 8], [8, 8]]
     table.close()
     assert table.closed
+
+
+def _failed_state(empty: gx.Table) -> jax.Array:
+    """A table state whose program failed when it ran (a sample of the empty
+    table `empty` in XLA:CPU's threads): what a call given it waits for."""
+
+    @jax.jit
+    def heavy(state, key):
+        state, batch = empty.sample(state, key, 2)
+        m = jax.numpy.full((16, 16), batch["y"].sum(), jax.numpy.float32)
+        return state, (m @ m).sum()
+
+    failed, _ = heavy(empty.state(), jax.random.key(0))
+    return failed
+
+
+@pytest.mark.parametrize("steps", [False, True])
+def test_one_process_eager_state_form_calls_wait_for_their_state_s_program(steps):
+    """Given a state eagerly, a sharded sample or update runs once the
+    program that returned it has run, as a Table's eager calls do: a state
+    whose program failed raises that failure at the call, which changes
+    nothing; the same calls given the state they returned work."""
+    table = gx.ShardedTable({"x": gx.Column((2,), "int32")}, capacity=8, max_length=4,
+                            step_priorities=steps)
+    for i in range(3):
+        table.insert({"x": np.full((i + 2, 2), i, np.int32)}, priority=float(i + 1))
+    before = table.local.contents()
+    keys = np.asarray(table.sample(jax.random.key(1), 8, 1).keys)
+    empty = gx.Table({"y": gx.Column((), "float32")}, capacity=4, max_length=2)
+    failed = _failed_state(empty)
+    with pytest.raises(jax.errors.JaxRuntimeError) as raised:
+        table.sample(failed, jax.random.key(0), 4, 1)
+    assert gx.table_error(raised.value) == "shortfall"
+    update = dict(steps=np.zeros((len(keys), 1), np.int64)) if steps else {}
+    new = np.full((len(keys), 1) if steps else len(keys), 9.0)
+    with pytest.raises(jax.errors.JaxRuntimeError):
+        table.update_priorities(failed, keys, new, **update)
+    after = table.local.contents()
+    assert after["priority"].tolist() == before["priority"].tolist()
+    state = table.state()
+    state, batch = table.sample(state, jax.random.key(0), 4, 1)
+    update = dict(steps=np.zeros((4, 1), np.int64)) if steps else {}
+    state, count = table.update_priorities(state, batch.keys, new[:4], **update)
+    assert gx.state.is_state(state) and count == 4
+    table.close()
+    empty.close()
 
 
 def test_one_process_topk_and_recent_are_those_of_the_table():

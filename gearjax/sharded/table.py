@@ -550,7 +550,9 @@ class ShardedTable:
         Arguments (both forms):
 
         * ``state`` (``TableState``, first form only): the table state, from
-          :meth:`state` or the previous table call.
+          :meth:`state` or the previous table call. Called eagerly, the
+          sample runs once the program that returned it has run (its
+          failure is raised here), as a :class:`gearjax.Table`'s does.
         * ``rng_key``, ``batch_size``, ``window``, ``strategy``, ``pad``: as
           for :meth:`gearjax.Table.sample`; ``batch_size`` is this process's
           rows (``batch_size`` times the number of processes at most
@@ -619,12 +621,14 @@ class ShardedTable:
         state = table_state.consume(state, self) if given else _call_forms.eager_state(
             "ShardedTable.sample(rng_key, ...)",
             "state, batch = table.sample(state, rng_key, ...)")
+        eager = not isinstance(rng_key, jax.core.Tracer) and not isinstance(state, jax.core.Tracer)
         try:
+            if given and eager:
+                self._local._wait_for_state(state)  # as a Table's eager calls do
             args = self._checked_sample_args(rng_key, batch_size, window, strategy, pad, cut,
                                              replace, prefetch)
-        except (TypeError, ValueError) as e:
-            if self._transport is None and axis_name is None and \
-                    not isinstance(rng_key, jax.core.Tracer):
+        except Exception as e:  # refused arguments, or the given state's program failed
+            if self._transport is None and axis_name is None and eager:
                 self._refuse_eager_call("sample", e)
             raise
         if self._transport is not None:
@@ -811,7 +815,9 @@ class ShardedTable:
         Arguments (both forms):
 
         * ``state`` (``TableState``): the table state (inside shard_map;
-          eagerly it may be given too, and is returned as it came).
+          eagerly it may be given too: the update runs once the program that
+          returned it has run, its failure raised here, and the state is
+          returned as it came).
         * ``keys``: int64 global keys, any number (flattened); eagerly, any
           integers but uint64.
         * ``priorities``: real numbers, as many as ``keys``.
@@ -863,7 +869,7 @@ class ShardedTable:
             "state, count = table.update_priorities(state, keys, priorities, axis_name=...)")
         if steps is not None:
             state, count = self._update_step_priorities(state, keys, priorities, steps,
-                                                        axis_name)
+                                                        axis_name, given)
             return (state, count) if given else count
         if axis_name is not None:
             _check_platform()
@@ -886,7 +892,8 @@ class ShardedTable:
                              "collective program of its own, which cannot run inside a "
                              "per-process jax.jit: call it eagerly, or inside jax.shard_map "
                              "with axis_name")
-        keys, checked = self._checked_eagerly(_eager_operands, keys, priorities)
+        keys, checked = self._checked_eagerly(_eager_operands, keys, priorities,
+                                              wait_for=state if given else None)
         if self._transport is not None:
             updated = self._update_one_sided(keys, checked)
         else:
@@ -894,21 +901,28 @@ class ShardedTable:
             self._publish()
         return (state, updated) if given else updated
 
-    def _checked_eagerly(self, check: Callable[..., tuple], *args: Any) -> tuple:
-        """``check(*args)``, the checks of an eager update's arguments. With
-        the ``xla`` exchange the update is collective: a process whose
-        arguments are refused still joins its first gather, saying so, before
-        it raises, so that every process raises (ValueError, naming it) and
-        none waits for it (a NaN TD error in one process's priorities, say)."""
+    def _checked_eagerly(self, check: Callable[..., tuple], *args: Any,
+                         wait_for: TableState | None = None) -> tuple:
+        """``check(*args)``, the checks of an eager update's arguments, once
+        the program that returned ``wait_for`` (a state the call was given)
+        has run, as a :class:`gearjax.Table`'s eager calls wait. With the
+        ``xla`` exchange the update is collective: a process whose arguments
+        are refused, or whose state's program failed, still joins its first
+        gather, saying so, before it raises, so that every process raises
+        (ValueError, naming it) and none waits for it (a NaN TD error in one
+        process's priorities, say)."""
         try:
+            if wait_for is not None:
+                self._local._wait_for_state(wait_for)
             return check(*args)
-        except (TypeError, ValueError):
+        except Exception:
             if self._transport is None:
                 exchange.eager_update_refused()
             raise
 
     def _update_step_priorities(self, state: TableState, keys: Any, priorities: Any,
-                                steps: Any, axis_name: str | None) -> tuple[TableState, Any]:
+                                steps: Any, axis_name: str | None,
+                                given: bool) -> tuple[TableState, Any]:
         """update_priorities(..., steps=...): with xla routed in shard_map
         (axis_name) or eagerly, with a one-sided exchange eagerly as messages;
         (the state's successor, the count)."""
@@ -937,7 +951,7 @@ class ShardedTable:
                              "per-process jax.jit: call it eagerly, or inside jax.shard_map "
                              "with axis_name")
         keys, values, steps = self._checked_eagerly(_eager_step_operands, keys, priorities,
-                                                    steps)
+                                                    steps, wait_for=state if given else None)
         if self._transport is not None:  # nixl, verbs: routed as a trajectory's are
             return state, self._update_one_sided(keys, values, steps)
         updated = exchange.eager_update_priorities(keys, values, self, steps=steps)
