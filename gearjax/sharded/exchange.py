@@ -544,8 +544,8 @@ def _gather_update_shapes(entries: int, width: int, has_steps: bool,
     refusing = np.flatnonzero(shape[:, 3])
     if refusing.size and not refused:
         raise ValueError(f"process(es) {refusing.tolist()} refused their own arguments to this "
-                         f"update_priorities call (each raised why); nothing was changed on "
-                         f"any shard")
+                         f"update_priorities call, or the state they were given (its program "
+                         f"failed; each raised why); nothing was changed on any shard")
     return shape
 
 

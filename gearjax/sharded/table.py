@@ -583,7 +583,9 @@ class ShardedTable:
           RuntimeError: the table is closed;
             :class:`gearjax.sharded.one_sided.ShardUnavailable` (a
             ``RuntimeError``) for a dead or unreachable shard with
-            ``on_dead_shard="raise"``; errors found when the sample runs.
+            ``on_dead_shard="raise"``; errors found when the sample runs,
+            or, called eagerly, in the program that returned ``state``
+            (``jax.errors.JaxRuntimeError``).
 
         Each row's trajectory is drawn with exactly the probability it would
         have in one table holding every shard; ``probability``,
@@ -639,7 +641,7 @@ class ShardedTable:
             exchange.check_axis(axis_name, self._spec)
             return exchange.sample(state, rng_key, spec=self._spec, args=args,
                                    axis_name=axis_name)
-        if isinstance(rng_key, jax.core.Tracer):
+        if not eager:
             raise ValueError("ShardedTable.sample with exchange='xla' and axis_name=None runs a "
                              "collective program of its own, which cannot run inside a "
                              "per-process jax.jit: call it eagerly, or inside jax.shard_map "
@@ -853,9 +855,11 @@ class ShardedTable:
             an axis of the enclosing ``shard_map`` or not one device per
             process; a JAX backend other than CPU or CUDA (with
             ``axis_name``); with ``xla`` eagerly, another process's own
-            arguments were refused (it raised why; nothing changed on any
-            shard, and no process waits for it).
+            arguments, or the state it was given, were refused (it raised
+            why; nothing changed on any shard, and no process waits for it).
           RuntimeError: the table is closed.
+          jax.errors.JaxRuntimeError: called eagerly, the program that
+            returned ``state`` failed (nothing changed).
         """
         state, args = _call_forms.split_update_state(args, kwargs)
         return self._update_priorities(state, *args, axis_name=axis_name, **kwargs)
