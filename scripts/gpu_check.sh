@@ -313,7 +313,7 @@ from gearjax import _ffi
 t = gx.Table({"x": gx.Column((2,), "float32")}, capacity=8, max_length=4)
 t.insert({"x": np.ones((4, 2), np.float32)})
 with jax.default_device(jax.devices("gpu")[0]):
-    x = jax.jit(lambda k: t.sample(k, 4, 2)["x"])(jax.random.key(0))
+    x = jax.jit(lambda s, k: t.sample(s, k, 4, 2)[1]["x"])(t.state(), jax.random.key(0))
 assert float(x.sum()) == 16.0, x
 print("GPU sample ok; staged targets:", _ffi.STAGED)'
 

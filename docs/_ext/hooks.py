@@ -302,6 +302,10 @@ SOURCES: list[tuple[str, str]] = [
      "the project's first GPU run (an H100 80GB, jax 0.11.2, main 8178ead, 2026-11-26), made "
      "for the project by hand with the probes kept beside the logs; `README.txt` in the same "
      "folder says which file shows what"),
+    ("gpu_h200_2026-11-30/*",
+     "the project's second GPU run (an H200, jax 0.11.2, main 3138e6c, 2026-11-30): "
+     "`bash scripts/gpu_check.sh --wheels .whl` and its sanitize stage again, the lent "
+     "machine's paths replaced; `README.txt` in the same folder says which file shows what"),
     # What `bash scripts/gpu_check.sh` (and its `--stage full`) writes.
     ("gpu_check_*", "`bash scripts/gpu_check.sh` (its stage logs, each stage's seconds "
      "against its budget in `gpu_check_stages.jsonl`, JUnit reports, facts and summary)"),
