@@ -448,15 +448,22 @@ def test_gpu_updates_leave_the_table_as_cpu_updates_do(placement, staged, rng):
             assert tables[0].stats()[field] == tables[1].stats()[field]
         np.testing.assert_array_equal(tables[0].contents()["priority"],
                                       tables[1].contents()["priority"])
-        with on("cpu"):
-            for alpha in (1.0, 0.0):
-                a, b = (t.sample(jax.random.key(5), 128, strategy=gx.Prioritized(alpha))
-                        for t in tables)
-                np.testing.assert_array_equal(np.asarray(a.keys), np.asarray(b.keys))
-                np.testing.assert_array_equal(np.asarray(a.probability), np.asarray(b.probability))
+        # Each table sampled where it lives: a table in GPU memory from a
+        # program on the GPU (the 2026-11-30 run: on the CPU it is refused).
+        devices = ["gpu" if placement == "device" else "cpu", "cpu"]
+        for alpha in (1.0, 0.0):
+            a, b = (_sampled_on(d, t, alpha) for d, t in zip(devices, tables))
+            np.testing.assert_array_equal(np.asarray(a.keys), np.asarray(b.keys))
+            np.testing.assert_array_equal(np.asarray(a.probability), np.asarray(b.probability))
     finally:
         for t in tables:
             t.close()
+
+
+def _sampled_on(device: str, table: gx.Table, alpha: float):
+    """128 rows of `table` by Prioritized(alpha), from key 5, on `device`."""
+    with on(device):
+        return table.sample(jax.random.key(5), 128, strategy=gx.Prioritized(alpha))
 
 
 @pytest.mark.parametrize("placement", ["host", "device"])
@@ -502,10 +509,12 @@ def test_gpu_update_kernels_and_inserting_threads_keep_the_trees_exact(placement
         assert not errors
         c = table.contents()
         priority = dict(zip(c["key"].tolist(), c["priority"].tolist()))
-        with on("cpu"):
-            batch = table.sample(jax.random.key(99), 256, strategy=gx.Prioritized(1.0))
-        expected = [priority[int(k)] / sum(priority.values()) for k in np.asarray(batch.keys)]
-        np.testing.assert_allclose(np.asarray(batch.probability), expected, rtol=1e-6)
+        if placement == "host":  # a table in GPU memory is sampled on the GPU only
+            with on("cpu"):
+                batch = table.sample(jax.random.key(99), 256, strategy=gx.Prioritized(1.0))
+            expected = [priority[int(k)] / sum(priority.values())
+                        for k in np.asarray(batch.keys)]
+            np.testing.assert_allclose(np.asarray(batch.probability), expected, rtol=1e-6)
         # The GPU's draws too: on a device table they read the tree's copy in
         # GPU memory (core/gpu/tree_mirror.h), which this call brings up to date.
         with on("gpu"):
@@ -770,7 +779,7 @@ def test_an_insert_does_not_wait_for_a_busy_program_s_priority_update(tree):
         keys = jnp.asarray(table.contents()["key"][:8], jnp.int32)
         run, took = _busy_program(table, keys, seconds=1.0)
         assert took >= 1.0, f"the busy program took only {took:.2f} s"
-        state = run(table.state())  # dispatched: the GPU works for ~took seconds
+        state, _ = run(table.state())  # dispatched: the GPU works for ~took seconds
         started = time.monotonic()
         new = table.insert({"x": np.ones((2, 3), np.float32)}, priority=5.0)
         waited = time.monotonic() - started
