@@ -86,16 +86,23 @@ def test_checked_sample_argument_sets_are_bounded():
     assert 0 < len(table._checked_samples) <= 64
 
 
-def test_waiting_for_a_state_waits_for_its_program_and_raises_its_failure():
-    """wait_for, what an eager call given a state does first: a JAX state is
-    waited for by its own method (once), a NumPy one has nothing to wait
-    for, and a state whose program failed raises that failure there."""
-    waited = []
+def _pending_class(waited: list):
+    """A stand-in for a state's array: its block_until_ready records the wait in `waited`."""
 
     class Pending:
         def block_until_ready(self):
             waited.append(self)
             return self
+
+    return Pending
+
+
+def test_waiting_for_a_state_waits_for_its_program_and_raises_its_failure():
+    """wait_for, what an eager call given a state does first: a JAX state is
+    waited for by its own method (once), a NumPy one has nothing to wait
+    for, and a state whose program failed raises that failure there."""
+    waited = []
+    Pending = _pending_class(waited)
 
     pending = Pending()
     _call_forms.wait_for(pending)
@@ -123,11 +130,7 @@ def test_a_state_found_ready_is_not_waited_for_again_by_the_next_eager_call():
     call given it again, as a loop passing the state on does, skips the
     wait; another state is waited for, and a state freed is forgotten."""
     waited = []
-
-    class Pending:
-        def block_until_ready(self):
-            waited.append(self)
-            return self
+    Pending = _pending_class(waited)
 
     first, second = Pending(), Pending()
     _call_forms.wait_for(first)
