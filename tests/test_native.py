@@ -5,6 +5,10 @@ tests/kat_vectors), table handles, and the CUDA build's kernel architectures."""
 from __future__ import annotations
 
 import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -56,3 +60,35 @@ def test_a_cuda_build_names_its_kernel_architectures_and_checks_them():
         assert {"90", "100"} <= set(built)
     if not _gearjax.cuda_memory:  # no GPU here: nothing to run a kernel on
         assert _gearjax.cuda_kernel_problem(0).startswith("no CUDA device")
+
+
+SYSTEM_SCOPED_ATOMIC = re.compile(r"\b(?:atom|red)(?:\.\w+)*\.sys\b")
+
+
+def test_system_scoped_atomic_pattern_finds_what_nvcc_writes():
+    assert SYSTEM_SCOPED_ATOMIC.search("\tatom.global.sys.add.u64 \t%rd404, [%rd117], %rd403;")
+    assert SYSTEM_SCOPED_ATOMIC.search("\tred.sys.global.add.u32 \t[%rd1], 1;")
+    assert not SYSTEM_SCOPED_ATOMIC.search("\tatom.global.add.u32 \t%r233, [%rd432], 1;")
+    assert not SYSTEM_SCOPED_ATOMIC.search("\tmembar.sys;")
+
+
+def test_no_kernel_uses_a_system_scoped_atomic(tmp_path):
+    """A GPU on PCIe cannot do atomics on pinned host memory, where the
+    kernels report to the host: the update kernel's system-scoped adds to its
+    report were 444 compute-sanitizer errors on an H200 (2026-11-30). Every
+    kernel source compiled to PTX (sm_90, as CI builds) has none."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("needs nvcc to compile the CUDA kernels to PTX (none on PATH)")
+    import jax.ffi
+    root = Path(__file__).resolve().parents[1] / "xla_ffi"
+    sources = [p for p in sorted((root / "cuda").glob("*.cu")) if "__global__" in p.read_text()]
+    assert {p.name for p in sources} >= {"update.cu", "sample.cu", "gather.cu"}
+    subprocess.run([nvcc, "-ptx", "-std=c++17", "-arch=sm_90", f"-I{root}",
+                    f"-I{jax.ffi.include_dir()}", *map(str, sources), "-odir", str(tmp_path)],
+                   check=True, capture_output=True, timeout=300)
+    for source in sources:
+        ptx = (tmp_path / source.with_suffix(".ptx").name).read_text()
+        assert "PriorityUpdateKernel" in ptx or source.name != "update.cu"
+        found = SYSTEM_SCOPED_ATOMIC.findall(ptx)
+        assert not found, (source.name, found)

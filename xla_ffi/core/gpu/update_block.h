@@ -189,26 +189,42 @@ GEARJAX_HD void Add(unsigned long long* p, unsigned long long v) {
   *p += v;
 #endif
 }
-// Into the report, which the host reads meanwhile (and other GPUs' kernels
-// never write: one GPU updates a table at a time, TableGpu::BeginUpdate).
-GEARJAX_HD void AddToReport(unsigned long long* p, unsigned long long v) {
-#ifdef __CUDA_ARCH__
-  atomicAdd_system(p, v);
-#else
-  __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
-#endif
-}
-// Whether this call turned *p from 0 to 1 (the host resets it).
-GEARJAX_HD bool HoldInReport(unsigned long long* p) {
-#ifdef __CUDA_ARCH__
-  return atomicCAS_system(p, 0ull, 1ull) == 0ull;
-#else
-  unsigned long long expected = 0;
-  return __atomic_compare_exchange_n(p, &expected, 1ull, false, __ATOMIC_ACQ_REL,
-                                     __ATOMIC_ACQUIRE);
-#endif
-}
 }  // namespace update_atomic
+
+// The report, in pinned host memory the host reads meanwhile, is written with
+// plain loads and stores, never atomics: a GPU on PCIe cannot do atomics on
+// host memory (compute-sanitizer's "Invalid __global__ system-scoped atomic"
+// on the H200, 2026-11-30), and none are needed, as it has one writer on the
+// GPU at a time: one thread of one kernel (GpuUpdateFinish), and a table's
+// update kernels run one after another (one stream at a time, one GPU at a
+// time: GpuUpdateLedger, TableGpu::BeginUpdate). The host only reads it, but
+// for resetting `held` once it has read the details (TakeFailures).
+namespace update_report {
+GEARJAX_HD unsigned long long Load(const unsigned long long* p) {
+#ifdef __CUDA_ARCH__
+  return *reinterpret_cast<const volatile unsigned long long*>(p);
+#else
+  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+#endif
+}
+GEARJAX_HD void Store(unsigned long long* p, unsigned long long v) {
+#ifdef __CUDA_ARCH__
+  *reinterpret_cast<volatile unsigned long long*>(p) = v;
+#else
+  __atomic_store_n(p, v, __ATOMIC_RELEASE);
+#endif
+}
+// Adds `v` to a count only kernels write.
+GEARJAX_HD void Add(unsigned long long* p, unsigned long long v) { Store(p, Load(p) + v); }
+// Whether this kernel takes the place of the details (`held` 0 -> 1): only
+// where the host has reset it since the last kernel took it. The host writes
+// 0 only after reading 1, so a 0 read here stays 0 until this kernel's 1.
+GEARJAX_HD bool Hold(unsigned long long* held) {
+  if (Load(held) != 0) return false;
+  Store(held, 1);
+  return true;
+}
+}  // namespace update_report
 
 GEARJAX_HD int64_t GpuUpdateKey(const GpuUpdate& u, int64_t i) {
   switch (u.key_format) {
@@ -354,21 +370,21 @@ static_assert(kSumTreeFanout == 8, "GpuUpdateParents shifts by 3 bits a level");
 GEARJAX_HD void GpuUpdateFinish(const GpuUpdate& u, const GpuUpdateShared& s) {
   GpuUpdateReport* r = u.report;
   if (*s.first_bad < u.n) {
-    if (update_atomic::HoldInReport(&r->held)) {  // the first refused since the host looked
-      r->bad_entry = *s.first_bad;
-      r->bad_value = GpuUpdatePriority(u, *s.first_bad);
+    if (update_report::Hold(&r->held)) {  // the first refused since the host looked
+      *reinterpret_cast<volatile long long*>(&r->bad_entry) = *s.first_bad;
+      *reinterpret_cast<volatile double*>(&r->bad_value) = GpuUpdatePriority(u, *s.first_bad);
     }
 #ifdef __CUDA_ARCH__
     __threadfence_system();  // the entry and value before the count that announces them
 #else
     __atomic_thread_fence(__ATOMIC_RELEASE);
 #endif
-    update_atomic::AddToReport(&r->failed, 1);
+    update_report::Add(&r->failed, 1);
     *u.updated = -1;
   } else {
-    update_atomic::AddToReport(&r->updated, *s.live);
-    update_atomic::AddToReport(&r->skipped, *s.skipped);
-    update_atomic::AddToReport(&r->positive, static_cast<unsigned long long>(*s.positive));
+    update_report::Add(&r->updated, *s.live);
+    update_report::Add(&r->skipped, *s.skipped);
+    update_report::Add(&r->positive, static_cast<unsigned long long>(*s.positive));
     *u.updated = static_cast<int32_t>(*s.live);
   }
   CompleteBlock(u.completion, 1);
