@@ -17,10 +17,13 @@
 #                   test-only module, as a wheel installed into a private folder on
 #                   PYTHONPATH (never over the machine's packages; build/ is kept,
 #                   so a second try rebuilds little); then one jitted GPU sample
-#   gpu_tests  115  first, each file in a pytest-xdist worker of its own (a crash
-#                   costs that worker only): the two rate-limiter tests whose timeout
-#                   crashed the first GPU run (SIGSEGV) and tests/test_gpu.py's
-#                   error-path subprocess; then the rest of tests/test_gpu.py
+#   gpu_tests  135  first, scripts/gpu_diagnose.py --only timeouts: where a
+#                   rate-limiter timeout in a CUDA handler crashes (each case in a
+#                   process of its own, a native stack printed on a crash); then,
+#                   each file in a pytest-xdist worker of its own (a crash costs that
+#                   worker only), the two rate-limiter tests whose timeout crashed
+#                   both GPU runs (SIGSEGV) and tests/test_gpu.py's error-path
+#                   subprocess; then the rest of tests/test_gpu.py
 #   sanitize    90  compute-sanitizer memcheck on test_gpu.py's sample-kernel,
 #                   update, insert_batch and shard-handler tests, racecheck on the
 #                   sample and update kernels' device-table tests; zero errors
@@ -30,10 +33,10 @@
 #                   references, in one process (in-scan sample, one call, select
 #                   and update at 10^7, PER against Flashbax, device and host gather
 #                   against the copy ceilings)
-#   dt_step     50  scripts/bench_dt_step.py at the reference size
+#   dt_step     40  scripts/bench_dt_step.py at the reference size
 #   summary     10  scripts/gpu_summary.py: one screen; always runs, also after a
 #                   failure, a timeout or an interrupt
-#   total      410  of 420
+#   total      420  of 420
 # --stage full, for another loan (one command of at most 600 s):
 #   build       60
 #   suite      295  the whole suite on the GPU jax: in parallel (12 workers, each
@@ -93,12 +96,12 @@ COMMAND_LIMIT=600  # one command on a lent machine
 QUICK_PLAN=(build gpu_tests sanitize goal_bench dt_step summary)
 FULL_PLAN=(build suite full_bench summary)
 STAGES_KNOWN=(build gpu_tests sanitize goal_bench dt_step suite full_bench torchrl summary)
-declare -A DEFAULT_BUDGET=([build]=60 [gpu_tests]=115 [sanitize]=90 [goal_bench]=85
-                           [dt_step]=50 [summary]=10 [suite]=295 [full_bench]=225
+declare -A DEFAULT_BUDGET=([build]=60 [gpu_tests]=135 [sanitize]=90 [goal_bench]=85
+                           [dt_step]=40 [summary]=10 [suite]=295 [full_bench]=225
                            [torchrl]=300)
 declare -A ABOUT=(
   [build]="facts, --wheels, gearjax for this card's architecture only (or --plugin's), a GPU sample"
-  [gpu_tests]="the 2 tests that crashed the first GPU run, the error paths; then test_gpu.py"
+  [gpu_tests]="where timeouts crash (gpu_diagnose.py), the 2 tests that crashed, the error paths; then test_gpu.py"
   [sanitize]="compute-sanitizer memcheck and racecheck on a core subset of tests/test_gpu.py"
   [goal_bench]="bench_gpu.py --quick: the goal rows with their pure-JAX and Flashbax references"
   [dt_step]="bench_dt_step.py at the reference size"
@@ -371,6 +374,7 @@ test_env() {
 stage_gpu_tests() {
   local rc=0
   test_env
+  cmd timeout -k 5 25 "${TEST_ENV[@]}" "$PYTHON" -P scripts/gpu_diagnose.py --only timeouts || rc=1
   cmd timeout -k 5 55 "${TEST_ENV[@]}" "$PYTHON" -P -m pytest -p no:cacheprovider -v -rfEs \
       -n 3 --dist loadfile --timeout 45 --junitxml "$RESULTS/gpu_check_gpu_tests_first.xml" \
       "${FIRST_TESTS[@]}" || rc=1

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import cpu_only_env
+from conftest import cpu_only_env, pythonpath
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -135,6 +135,42 @@ def test_gpu_check_dry_run_prints_the_plan_its_commands_and_budgets(tmp_path):
     assert "cuda_segment_tree.cu --cuda --check CudaSumSegmentTreeFp32" in torchrl.stdout
     assert "bench_torchrl.py --gpu-only" in torchrl.stdout
     assert re.search(r"^  torchrl +300  ", usage, re.M)
+
+
+def test_gpu_diagnose_tells_where_rate_limiter_timeouts_crash(tmp_path):
+    """gpu_diagnose.py --only timeouts (gpu_check.sh's first GPU test): each
+    case in a child process; on the CPU every case raises its timeout or is
+    served, as the tests say it must."""
+    run = subprocess.run([sys.executable, "-P", str(ROOT / "scripts" / "gpu_diagnose.py"),
+                          "--only", "timeouts"], capture_output=True, text=True, timeout=120,
+                         env=cpu_only_env())
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = [line for line in run.stdout.splitlines() if "rate-limited sample" in line]
+    assert lines == [
+        "a rate-limited sample on cpu, no wait, timeout: exit 0; raised timeout: ok",
+        "a rate-limited sample on cpu, wait, timeout: exit 0; raised timeout: ok",
+        "a rate-limited sample on cpu, wait, served: exit 0; served: ok"], run.stdout
+    assert "discarded results" not in run.stdout  # --only: that check alone
+
+
+def test_the_crash_report_prints_native_frames_then_python_s(native_testing):
+    """The test-only crash report (xla_ffi/testing/crash_report.cc), which
+    gpu_diagnose.py installs in its children: a SIGSEGV prints the signal and
+    the native frames, then faulthandler's Python frames, and the process
+    still dies of the signal."""
+    crash = ("import faulthandler, ctypes\n"
+             "faulthandler.enable()\n"
+             "from gearjax import _gearjax\n"
+             "assert _gearjax.testing.install_crash_report()\n"
+             "assert not _gearjax.testing.install_crash_report()  # once\n"
+             "ctypes.string_at(0)\n")
+    run = subprocess.run([sys.executable, "-c", crash], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "PYTHONPATH": pythonpath()})
+    assert run.returncode == -11, run.stderr
+    report = run.stderr.index("gearjax crash report: signal 11 at address (nil)")
+    assert "_ctypes" in run.stderr[report:]  # a native frame, by module
+    assert run.stderr.index("Fatal Python error: Segmentation fault") > report
+    assert "in string_at" in run.stderr
 
 
 def test_gpu_check_names_tests_that_exist(tmp_path):

@@ -486,6 +486,7 @@ void DefineModule(nb::module_ m) {
   DefineCompletionRing(m);
   DefineUpdateEmulation(m);
   DefineGpuWaitProbes(m);
+  DefineCrashReport(m);
 }
 
 }  // namespace gearjax::testing

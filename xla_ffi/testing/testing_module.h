@@ -17,6 +17,8 @@ void DefineUpdateEmulation(nanobind::module_ m);
 // Probes of the GPU path's locks and stream order (gpu_wait_probes.cc); the
 // same.
 void DefineGpuWaitProbes(nanobind::module_ m);
+// A native stack written on a crash (crash_report.cc); the same.
+void DefineCrashReport(nanobind::module_ m);
 
 // Host memory that claims to be GPU-mapped at its own address (page
 // aligned, like cudaHostAlloc): the emulated mapping's allocate.
