@@ -361,10 +361,11 @@ smoke() {
   return 1
 }
 
-# The tests' environment: workers share the card; where this build has the
-# test-only module, tests that need it fail rather than skip.
+# The tests' environment: workers share the card; a crash prints its native
+# frames where the build has the test-only module (tests/conftest.py), whose
+# tests then fail rather than skip.
 test_env() {
-  TEST_ENV=(env XLA_PYTHON_CLIENT_PREALLOCATE=false)
+  TEST_ENV=(env XLA_PYTHON_CLIENT_PREALLOCATE=false GEARJAX_CRASH_REPORT=1)
   [ -n "$PLUGIN_DIST" ] || TEST_ENV+=(GEARJAX_REQUIRE_TESTING_MODULE=1)
 }
 

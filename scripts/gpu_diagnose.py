@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 
 import jax
 import numpy as np
@@ -103,58 +103,74 @@ def call_sites() -> bool:
 
 
 TIMEOUT_CASE = """
-import sys, threading, time
+import faulthandler, sys, threading, time
+faulthandler.enable()
 import jax, numpy as np
 import gearjax as gx
 from gearjax import _gearjax
 if hasattr(_gearjax, "testing"):
-    _gearjax.testing.install_crash_report()
-device, case = sys.argv[1], sys.argv[2]
+    _gearjax.testing.install_crash_report()  # the native frames of a crash
+device, placement, case = sys.argv[1:4]
 jax.config.update("jax_default_device", jax.devices(device)[0])
 timeout = {"no wait, timeout": 0.0, "wait, timeout": 0.05, "wait, served": 30.0}[case]
-with gx.Table({"x": gx.Column((), "float32")}, 8, 4,
+with gx.Table({"x": gx.Column((), "float32")}, 8, 4, placement=placement,
               rate_limiter=gx.MinSize(2, timeout=timeout)) as table:
     table.insert({"x": np.zeros(2)})
-    if case == "wait, served":
-        threading.Timer(0.2, lambda: table.insert({"x": np.zeros(2)})).start()
+    key = jax.block_until_ready(jax.random.key(0))
+    if case == "wait, served":  # late enough that the sample waits for it
+        threading.Timer(2.0, lambda: table.insert({"x": np.zeros(2)})).start()
+    start = time.monotonic()
     try:
-        jax.block_until_ready(table.sample(jax.random.key(0), 2, 1))
-        print("served", flush=True)
+        jax.block_until_ready(table.sample(key, 2, 1))
+        print(f"served after {time.monotonic() - start:.1f} s", flush=True)
     except Exception as e:  # noqa: BLE001
         print("raised", gx.table_error(e), flush=True)
 """
+CHILD_SECONDS = 12.0  # each case's limit: they run at once, within gpu_check.sh's 25 s
 
 
-def timeout_case(device: str, case: str) -> tuple[str, int, str]:
-    """One case in a child process: its output and exit status."""
+def timeout_case(device: str, placement: str, case: str,
+                 seconds: float = CHILD_SECONDS) -> tuple[int, str]:
+    """One case in a child process: its exit status and output (what it
+    wrote before it was stopped, if it ran past `seconds`)."""
     try:
-        done = subprocess.run([sys.executable, "-P", "-c", TIMEOUT_CASE, device, case],
-                              capture_output=True, text=True, timeout=18,
+        done = subprocess.run([sys.executable, "-P", "-c", TIMEOUT_CASE, device, placement, case],
+                              capture_output=True, text=True, timeout=seconds,
                               env={**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"})
-    except subprocess.TimeoutExpired:
-        return case, -999, "did not end in 18 s"
-    return case, done.returncode, done.stdout + done.stderr
+    except subprocess.TimeoutExpired as e:
+        partial = "".join(x.decode(errors="replace") if isinstance(x, bytes) else x
+                          for x in (e.stdout, e.stderr) if x)
+        return -999, f"did not end in {seconds:g} s\n{partial}"
+    return done.returncode, done.stdout + done.stderr
 
 
-def timeouts() -> bool:
-    """Each case of TIMEOUT_CASE on the GPU (where there is one) and the CPU."""
-    devices = ["cpu"] + (["gpu"] if jax.default_backend() == "gpu" else [])
+def timeouts(seconds: float = CHILD_SECONDS) -> bool:
+    """Each case of TIMEOUT_CASE on the CPU (a host table) and, where there is
+    one, the GPU (a host table and a table in GPU memory), each reported as it
+    ends."""
+    places = [("cpu", "host")]
+    if jax.default_backend() == "gpu":
+        places += [("gpu", "host"), ("gpu", "device")]
     cases = ["no wait, timeout", "wait, timeout", "wait, served"]
     expected = {"no wait, timeout": "raised timeout", "wait, timeout": "raised timeout",
-                "wait, served": "served"}
-    jobs = [(d, c) for d in devices for c in cases]
-    with ThreadPoolExecutor(len(jobs)) as pool:
-        results = list(pool.map(lambda job: (job[0], *timeout_case(*job)), jobs))
+                "wait, served": "served after"}
     ok = True
-    for device, case, rc, out in results:
-        seen = f"exit {rc}" + (f" (signal {-rc})" if rc < 0 else "")
-        lines = [line for line in out.splitlines() if line.startswith(("raised", "served"))]
-        fine = rc == 0 and expected[case] in lines
-        ok &= report(f"a rate-limited sample on {device}, {case}",
-                     f"{seen}; {'; '.join(lines) or 'no result'}", fine)
-        if not fine:  # the crash report and the end of the output, for the log
-            start = out.find("gearjax crash report")
-            print(out[start:start + 6000] if start >= 0 else out[-3000:], flush=True)
+    with ThreadPoolExecutor(len(places) * len(cases)) as pool:
+        running = {pool.submit(timeout_case, d, p, c, seconds): (d, p, c)
+                   for d, p in places for c in cases}
+        for done in as_completed(running):
+            device, placement, case = running[done]
+            rc, out = done.result()
+            seen = f"exit {rc}" + (f" (signal {-rc})" if -64 < rc < 0 else "")
+            lines = [line for line in out.splitlines() if line.startswith(("raised", "served"))]
+            fine = rc == 0 and any(line.startswith(expected[case]) for line in lines)
+            if case == "wait, served" and fine:
+                fine = float(lines[0].split()[2]) >= 1.5  # it did wait for the insert
+            ok &= report(f"a rate-limited sample on {device}, a {placement} table, {case}",
+                         f"{seen}; {'; '.join(lines) or 'no result'}", fine)
+            if not fine:  # the crash report and the end of the output, for the log
+                at = out.find("gearjax crash report")
+                print(out[at:at + 6000] if at >= 0 else out[-3000:], flush=True)
     return ok
 
 

@@ -61,6 +61,17 @@ def nixl_missing() -> str | None:
     return None
 
 
+def pytest_configure(config):
+    """GEARJAX_CRASH_REPORT=1 (scripts/gpu_check.sh's test stages set it): a
+    crash prints its native frames (the test-only module's
+    install_crash_report), which Python 3.12's faulthandler does not, on
+    machines without gdb; each pytest-xdist worker installs its own."""
+    if os.environ.get("GEARJAX_CRASH_REPORT") == "1":
+        from gearjax import _gearjax
+        if hasattr(_gearjax, "testing"):
+            _gearjax.testing.install_crash_report()
+
+
 def pytest_collection_modifyitems(config, items):
     reason = None
     for item in items:

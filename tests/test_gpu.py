@@ -634,8 +634,12 @@ def test_this_builds_kernels_run_on_this_gpu():
 
 
 ERROR_PATHS = """
+import os
 import jax, jax.numpy as jnp, numpy as np
 import gearjax as gx
+from gearjax import _gearjax
+if os.environ.get("GEARJAX_CRASH_REPORT") == "1" and hasattr(_gearjax, "testing"):
+    _gearjax.testing.install_crash_report()  # a crash's native frames (conftest.py)
 
 def expect(name, call, match, kind):
     try:
@@ -700,7 +704,7 @@ def test_every_cuda_error_path_raises_its_error_and_the_process_lives(tmp_path):
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                           timeout=300, env={**os.environ, "PYTHONPATH": pythonpath(),
                                             "XLA_PYTHON_CLIENT_PREALLOCATE": "false"})
-    out = done.stdout + done.stderr[-3000:]
+    out = done.stdout + done.stderr[-12000:]  # room for a crash report's frames
     assert done.returncode == 0, out
     assert "alive host" in out and "alive device" in out, out
     assert out.count("raised ") == 2 * ERROR_PATHS.count("    expect("), out

@@ -84,9 +84,12 @@ def test_no_kernel_uses_a_system_scoped_atomic(tmp_path):
     root = Path(__file__).resolve().parents[1] / "xla_ffi"
     sources = [p for p in sorted((root / "cuda").glob("*.cu")) if "__global__" in p.read_text()]
     assert {p.name for p in sources} >= {"update.cu", "sample.cu", "gather.cu"}
-    subprocess.run([nvcc, "-ptx", "-std=c++17", "-arch=sm_90", f"-I{root}",
-                    f"-I{jax.ffi.include_dir()}", *map(str, sources), "-odir", str(tmp_path)],
-                   check=True, capture_output=True, timeout=300)
+    built = subprocess.run([nvcc, "-ptx", "-std=c++17", "-arch=sm_90", f"-I{root}",
+                            f"-I{jax.ffi.include_dir()}", *map(str, sources), "-odir",
+                            str(tmp_path)], capture_output=True, text=True, timeout=300)
+    if "Unsupported gpu architecture" in built.stderr:
+        pytest.skip(f"this nvcc cannot compile for sm_90: {built.stderr.strip()[:300]}")
+    assert built.returncode == 0, built.stderr[-3000:]
     for source in sources:
         ptx = (tmp_path / source.with_suffix(".ptx").name).read_text()
         assert "PriorityUpdateKernel" in ptx or source.name != "update.cu"

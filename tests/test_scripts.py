@@ -141,16 +141,29 @@ def test_gpu_diagnose_tells_where_rate_limiter_timeouts_crash(tmp_path):
     """gpu_diagnose.py --only timeouts (gpu_check.sh's first GPU test): each
     case in a child process; on the CPU every case raises its timeout or is
     served, as the tests say it must."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("gpu_diagnose",
+                                                  ROOT / "scripts" / "gpu_diagnose.py")
+    diagnose = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(diagnose)
+    # Each case ends as it should, and the served one waited for its insert.
+    rc, out = diagnose.timeout_case("cpu", "host", "wait, served", seconds=90)
+    assert rc == 0 and re.search(r"^served after [2-9]\.\d s$", out, re.M), out
+    for case in ("no wait, timeout", "wait, timeout"):
+        rc, out = diagnose.timeout_case("cpu", "host", case, seconds=90)
+        assert rc == 0 and "raised timeout" in out.splitlines(), (case, out)
+    # A case that runs past its limit says so, with what it wrote by then.
+    rc, out = diagnose.timeout_case("cpu", "host", "wait, served", seconds=0.5)
+    assert rc == -999 and out.startswith("did not end in 0.5 s"), out
+    # The script, --only timeouts: that check alone, a line per case.
     run = subprocess.run([sys.executable, "-P", str(ROOT / "scripts" / "gpu_diagnose.py"),
                           "--only", "timeouts"], capture_output=True, text=True, timeout=120,
                          env=cpu_only_env())
     assert run.returncode == 0, run.stdout + run.stderr
-    lines = [line for line in run.stdout.splitlines() if "rate-limited sample" in line]
-    assert lines == [
-        "a rate-limited sample on cpu, no wait, timeout: exit 0; raised timeout: ok",
-        "a rate-limited sample on cpu, wait, timeout: exit 0; raised timeout: ok",
-        "a rate-limited sample on cpu, wait, served: exit 0; served: ok"], run.stdout
-    assert "discarded results" not in run.stdout  # --only: that check alone
+    lines = sorted(line for line in run.stdout.splitlines() if "rate-limited sample" in line)
+    assert len(lines) == 3 and all(line.endswith(": ok") for line in lines), run.stdout
+    assert lines[2].startswith("a rate-limited sample on cpu, a host table, wait, timeout")
+    assert "discarded results" not in run.stdout
 
 
 def test_the_crash_report_prints_native_frames_then_python_s(native_testing):
@@ -164,13 +177,35 @@ def test_the_crash_report_prints_native_frames_then_python_s(native_testing):
              "assert _gearjax.testing.install_crash_report()\n"
              "assert not _gearjax.testing.install_crash_report()  # once\n"
              "ctypes.string_at(0)\n")
-    run = subprocess.run([sys.executable, "-c", crash], capture_output=True, text=True,
+    # -P: the source tree (no compiled extension) stays off sys.path.
+    run = subprocess.run([sys.executable, "-P", "-c", crash], capture_output=True, text=True,
                          timeout=120, env={**os.environ, "PYTHONPATH": pythonpath()})
     assert run.returncode == -11, run.stderr
     report = run.stderr.index("gearjax crash report: signal 11 at address (nil)")
-    assert "_ctypes" in run.stderr[report:]  # a native frame, by module
+    frames = re.findall(r"\(.*\+0x[0-9a-f]+\)\[0x[0-9a-f]+\]", run.stderr[report:])
+    assert len(frames) >= 3, run.stderr  # native frames: module(symbol+offset)[address]
     assert run.stderr.index("Fatal Python error: Segmentation fault") > report
     assert "in string_at" in run.stderr
+
+
+def test_gearjax_crash_report_1_installs_it_in_each_pytest_process(native_testing, tmp_path):
+    """GEARJAX_CRASH_REPORT=1, which gpu_check.sh's test stages set: conftest.py
+    installs the crash report in the pytest process (and in each xdist worker)."""
+    (tmp_path / "test_installed.py").write_text(
+        "from gearjax import _gearjax\n\n"
+        "def test_installed():\n"
+        "    assert not _gearjax.testing.install_crash_report()  # conftest did\n")
+    shutil.copy(ROOT / "tests" / "conftest.py", tmp_path)
+    shutil.copy(ROOT / "tests" / "reference.py", tmp_path)
+    env = {**os.environ, "PYTHONPATH": pythonpath(str(tmp_path))}
+    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+            str(tmp_path / "test_installed.py")]
+    on = subprocess.run(args, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                        env={**env, "GEARJAX_CRASH_REPORT": "1"})
+    assert on.returncode == 0, on.stdout + on.stderr
+    off = subprocess.run(args, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                         env={k: v for k, v in env.items() if k != "GEARJAX_CRASH_REPORT"})
+    assert off.returncode == 1 and "assert not True" in off.stdout, off.stdout
 
 
 def test_gpu_check_names_tests_that_exist(tmp_path):

@@ -5,7 +5,8 @@
 // handler in front of the current one (faulthandler's) that writes the
 // signal, the faulting address and the native frames (glibc's backtrace:
 // module+offset, and a symbol where the module exports one) to stderr, then
-// hands the signal on to the handler it replaced.
+// hands the signal on to the handler it replaced, and ends the process with
+// the signal (a test-only tool: no runtime here recovers from SIGSEGV).
 #include <execinfo.h>
 #include <nanobind/nanobind.h>
 #include <signal.h>
@@ -35,6 +36,9 @@ int IndexOf(int sig) {
 // Only async-signal-safe calls, but for backtrace(), whose first call may
 // allocate: Install calls it once beforehand.
 void OnCrash(int sig, siginfo_t* info, void* context) {
+  // backtrace takes the dynamic loader's lock: a crash while another thread
+  // held it would hang here; SIGALRM's default action ends the process.
+  alarm(5);
   char line[160];
   const int n = std::snprintf(line, sizeof(line),
                               "\ngearjax crash report: signal %d at address %p; native frames, "
@@ -46,12 +50,14 @@ void OnCrash(int sig, siginfo_t* info, void* context) {
   // The handler this one replaced (faulthandler's prints the Python frames),
   // then the default action: the process ends with the signal, as before.
   const int i = IndexOf(sig);
-  struct sigaction& before = previous[i];
-  sigaction(sig, &before, nullptr);
-  if ((before.sa_flags & SA_SIGINFO) != 0 && before.sa_sigaction != nullptr) {
-    before.sa_sigaction(sig, info, context);
-  } else if (before.sa_handler != SIG_DFL && before.sa_handler != SIG_IGN) {
-    before.sa_handler(sig);
+  if (i >= 0) {
+    struct sigaction& before = previous[i];
+    sigaction(sig, &before, nullptr);
+    if ((before.sa_flags & SA_SIGINFO) != 0 && before.sa_sigaction != nullptr) {
+      before.sa_sigaction(sig, info, context);
+    } else if (before.sa_handler != SIG_DFL && before.sa_handler != SIG_IGN) {
+      before.sa_handler(sig);
+    }
   }
   signal(sig, SIG_DFL);
   raise(sig);

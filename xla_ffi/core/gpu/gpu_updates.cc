@@ -52,11 +52,30 @@ GpuUpdateReportCell::Failures GpuUpdateReportCell::TakeFailures() {
   return failures;
 }
 
-GpuUpdateLedger::Last GpuUpdateLedger::Record(uint64_t ticket, const void* stream) {
-  const Last earlier = last_;
-  last_.ticket = std::max(last_.ticket, ticket);
-  last_.stream = stream;
+GpuUpdateLedger::Last GpuUpdateLedger::last() const {
+  if (begun_.empty()) return {};
+  return {*std::max_element(begun_.begin(), begun_.end()), stream_};
+}
+
+bool GpuUpdateLedger::InFlight(SampleTickets& tickets) const {
+  return std::any_of(begun_.begin(), begun_.end(),
+                     [&](uint64_t ticket) { return tickets.InFlight(ticket); });
+}
+
+GpuUpdateLedger::Last GpuUpdateLedger::Record(uint64_t ticket, const void* stream,
+                                              SampleTickets& tickets) {
+  const Last earlier = last();
+  // Those that ended are forgotten here: a stream that always has an update
+  // in flight never reaches a Forget, and the list stays as short as that.
+  std::erase_if(begun_, [&](uint64_t t) { return !tickets.InFlight(t); });
+  begun_.push_back(ticket);
+  stream_ = stream;
   return earlier;
+}
+
+void GpuUpdateLedger::Restore(uint64_t ticket, const Last& earlier) {
+  std::erase(begun_, ticket);
+  stream_ = earlier.stream;
 }
 
 void GpuUpdateLedger::HandDeferred(uint64_t ticket, SampleTickets& tickets) {

@@ -3,8 +3,8 @@
 //  * GpuUpdateReportCell: the report the update kernels add their counts to
 //    (update_block.h GpuUpdateReport), in GPU-mapped pinned memory, made on
 //    the first kernel update under the table's mutex and read from any thread;
-//  * GpuUpdateLedger: the last update's ticket and stream (one stream writes
-//    the trees at a time, in its own order), the host callers claiming the
+//  * GpuUpdateLedger: the tickets of the updates that may still run and their
+//    stream (one stream writes the trees at a time), the host callers claiming the
 //    priorities meanwhile, and the slots published while an update may run,
 //    whose Prioritized leaves wait for the next update kernel or the host
 //    (and, once handed to a kernel, are kept until it is known enqueued).
@@ -79,28 +79,32 @@ class GpuUpdateReportCell {
 // Not thread-safe: the table keeps it under its mutex.
 class GpuUpdateLedger {
  public:
-  // The last update begun (0: none in flight as of the last look) and its
-  // stream.
+  // The latest update begun since the last Forget (ticket 0: none) and its
+  // stream: every update recorded since then is on that stream (an update
+  // on another stream begins only once they have all ended:
+  // TableGpu::WaitForOtherUpdatesLocked).
   struct Last {
     uint64_t ticket = 0;
     const void* stream = nullptr;
   };
-  const Last& last() const { return last_; }
-  // Whether the last update may still run (its ticket has not ended).
-  bool InFlight(SampleTickets& tickets) const {
-    return last_.ticket != 0 && tickets.InFlight(last_.ticket);
-  }
-  // Whether it may, and came from a stream other than `stream`.
+  Last last() const;
+  // Whether any update recorded since the last Forget may still run (its
+  // ticket has not ended). Every one is asked, not only the latest: their
+  // kernels are enqueued after the table's lock is let go, so two threads
+  // on one stream may enqueue them out of ticket order, and the latest may
+  // end while an earlier one has yet to run.
+  bool InFlight(SampleTickets& tickets) const;
+  // Whether one may, and they came from a stream other than `stream`.
   bool OtherStreamInFlight(const void* stream, SampleTickets& tickets) const {
-    return stream != last_.stream && InFlight(tickets);
+    return stream != stream_ && InFlight(tickets);
   }
-  // Forgets the last update, and with it every earlier one: updates end in
-  // ticket order (one stream at a time).
-  void Forget() { last_.ticket = 0; }
-  // Records an update begun on `stream` with `ticket`; returns what it
-  // replaced, for Restore when nothing gets enqueued under the ticket.
-  Last Record(uint64_t ticket, const void* stream);
-  void Restore(const Last& earlier) { last_ = earlier; }
+  // Forgets every update recorded: call once none is in flight.
+  void Forget() { begun_.clear(); }
+  // Records an update begun on `stream` with `ticket` (and forgets those
+  // whose ticket has ended); returns what last() was, for Restore when
+  // nothing gets enqueued under the ticket.
+  Last Record(uint64_t ticket, const void* stream, SampleTickets& tickets);
+  void Restore(uint64_t ticket, const Last& earlier);
 
   // Host callers waiting to own the priorities: while any is, no update
   // begins (TableGpu::BeginUpdate waits).
@@ -132,7 +136,8 @@ class GpuUpdateLedger {
     std::vector<int64_t> slots;
   };
 
-  Last last_;
+  std::vector<uint64_t> begun_;  // updates recorded since the last Forget, some ended
+  const void* stream_ = nullptr;
   int64_t claims_ = 0;
   std::vector<int64_t> deferred_;
   std::vector<Handed> handed_;  // one per update in flight that took leaves

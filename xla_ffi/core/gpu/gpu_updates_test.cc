@@ -99,7 +99,7 @@ TEST(GpuUpdateLedger, KnowsTheLastUpdateAndItsStreamUntilItEnds) {
   const int stream_a = 0, stream_b = 0;
   EXPECT_FALSE(ledger.InFlight(tickets));
   const uint64_t first = tickets.Take();
-  const GpuUpdateLedger::Last none = ledger.Record(first, &stream_a);
+  const GpuUpdateLedger::Last none = ledger.Record(first, &stream_a, tickets);
   EXPECT_EQ(none.ticket, 0u);
   EXPECT_TRUE(ledger.InFlight(tickets));
   EXPECT_FALSE(ledger.OtherStreamInFlight(&stream_a, tickets));
@@ -116,14 +116,45 @@ TEST(GpuUpdateLedger, RecordsTheLatestTicketAndRestoresWhatItReplaced) {
   GpuUpdateLedger ledger;
   const int stream_a = 0, stream_b = 0;
   const uint64_t t1 = tickets.Take(), t2 = tickets.Take();
-  ledger.Record(t2, &stream_a);
+  ledger.Record(t2, &stream_a, tickets);
   // A smaller ticket never hides a later one still owed.
-  const GpuUpdateLedger::Last earlier = ledger.Record(t1, &stream_b);
+  const GpuUpdateLedger::Last earlier = ledger.Record(t1, &stream_b, tickets);
   EXPECT_EQ(ledger.last().ticket, t2);
   EXPECT_EQ(ledger.last().stream, &stream_b);
-  ledger.Restore(earlier);
+  ledger.Restore(t1, earlier);
   EXPECT_EQ(ledger.last().ticket, t2);
   EXPECT_EQ(ledger.last().stream, &stream_a);
+  tickets.Return(t1);  // not enqueued: the handler gives it back
+  EXPECT_TRUE(ledger.InFlight(tickets));
+  tickets.Return(t2);
+  EXPECT_FALSE(ledger.InFlight(tickets));
+}
+
+// Two threads on one stream may enqueue their kernels out of ticket order
+// (each launches after letting go of the table's lock): the later ticket can
+// end first while the earlier kernel has yet to run, and the priorities are
+// not settled until both have ended.
+TEST(GpuUpdateLedger, AnEarlierUpdateStillRunningKeepsItInFlightWhenALaterOneEnded) {
+  SampleTickets tickets;
+  GpuUpdateLedger ledger;
+  const int stream = 0, other = 0;
+  const uint64_t t5 = tickets.Take(), t6 = tickets.Take();
+  ledger.Record(t5, &stream, tickets);
+  ledger.Record(t6, &stream, tickets);
+  tickets.Return(t6);  // its kernel ran first
+  EXPECT_TRUE(ledger.InFlight(tickets));
+  EXPECT_TRUE(ledger.OtherStreamInFlight(&other, tickets));
+  EXPECT_EQ(ledger.last().ticket, t6);
+  tickets.Return(t5);
+  EXPECT_FALSE(ledger.InFlight(tickets));
+  // Recording forgets the updates that ended: the list holds what may run.
+  const uint64_t t7 = tickets.Take();
+  ledger.Record(t7, &stream, tickets);
+  EXPECT_EQ(ledger.last().ticket, t7);
+  tickets.Return(t7);
+  EXPECT_FALSE(ledger.InFlight(tickets));
+  ledger.Forget();
+  EXPECT_EQ(ledger.last().ticket, 0u);
 }
 
 TEST(GpuUpdateLedger, CountsClaimsAndKeepsDeferredLeavesInOrder) {

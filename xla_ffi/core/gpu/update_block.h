@@ -216,13 +216,21 @@ GEARJAX_HD void Store(unsigned long long* p, unsigned long long v) {
 }
 // Adds `v` to a count only kernels write.
 GEARJAX_HD void Add(unsigned long long* p, unsigned long long v) { Store(p, Load(p) + v); }
-// Whether this kernel takes the place of the details (`held` 0 -> 1): only
-// where the host has reset it since the last kernel took it. The host writes
-// 0 only after reading 1, so a 0 read here stays 0 until this kernel's 1.
-GEARJAX_HD bool Hold(unsigned long long* held) {
-  if (Load(held) != 0) return false;
-  Store(held, 1);
-  return true;
+// The first refused update's details, where the host has taken the last ones
+// (`held` 0): the entry and value, then `held` 1 that announces them (a host
+// that sees 1 reads them whole). The host writes 0 only after reading 1, so
+// a 0 read here stays 0 until this kernel's 1.
+GEARJAX_HD void HoldDetails(GpuUpdateReport* r, long long entry, double value) {
+  if (Load(&r->held) != 0) return;  // the host has yet to take earlier ones
+#ifdef __CUDA_ARCH__
+  *reinterpret_cast<volatile long long*>(&r->bad_entry) = entry;
+  *reinterpret_cast<volatile double*>(&r->bad_value) = value;
+  __threadfence_system();
+#else
+  r->bad_entry = entry;
+  r->bad_value = value;
+#endif
+  Store(&r->held, 1);  // a release store on the host
 }
 }  // namespace update_report
 
@@ -370,10 +378,7 @@ static_assert(kSumTreeFanout == 8, "GpuUpdateParents shifts by 3 bits a level");
 GEARJAX_HD void GpuUpdateFinish(const GpuUpdate& u, const GpuUpdateShared& s) {
   GpuUpdateReport* r = u.report;
   if (*s.first_bad < u.n) {
-    if (update_report::Hold(&r->held)) {  // the first refused since the host looked
-      *reinterpret_cast<volatile long long*>(&r->bad_entry) = *s.first_bad;
-      *reinterpret_cast<volatile double*>(&r->bad_value) = GpuUpdatePriority(u, *s.first_bad);
-    }
+    update_report::HoldDetails(r, *s.first_bad, GpuUpdatePriority(u, *s.first_bad));
 #ifdef __CUDA_ARCH__
     __threadfence_system();  // the entry and value before the count that announces them
 #else

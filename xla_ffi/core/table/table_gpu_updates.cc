@@ -94,7 +94,7 @@ bool Table::OwnPrioritiesLocked() {
     Claim claim{gpu_updates_, lock};
     reported = WaitForTickets(lock, GpuWaitDeadline(), [&] {
       mu_.AssertHeld();
-      return closed() || !tickets_.InFlight(gpu_updates_.last().ticket);
+      return closed() || !gpu_updates_.InFlight(tickets_);
     });
   }
   changed_.notify_all();
@@ -171,7 +171,7 @@ void TableGpu::WaitForOtherUpdatesLocked(MutexLock& lock, const void* stream) {
       table_.ThrowGpuWaitTimeout("a host call that waits for an earlier GPU priority update");
     }
     table_.CheckOpenLocked();
-    const GpuUpdateLedger::Last& last = table_.gpu_updates_.last();
+    const GpuUpdateLedger::Last last = table_.gpu_updates_.last();
     if (last.ticket == 0 || stream == last.stream) return;
     // Another stream's updates may still be writing: wait for them, then
     // look again (the lock was released).
@@ -213,7 +213,7 @@ void TableGpu::UseMirrorsLocked(MutexLock& lock, uint64_t ticket, const void* st
   if (table_.closed() || !copied) {
     // Nothing enqueued under this ticket: give it back, and with it the
     // claim on the priorities (earlier updates of this stream stay owed).
-    table_.gpu_updates_.Restore(earlier);
+    table_.gpu_updates_.Restore(ticket, earlier);
     table_.tickets_.Return(ticket);
     table_.CheckOpenLocked();  // throws Closed
     table_.ThrowGpuWaitTimeout("a copy into the trees' GPU mirrors on another stream (ticket " +
@@ -262,7 +262,8 @@ uint64_t TableGpu::BeginUpdate(const void* stream, int64_t n, GpuUpdate* update,
     table_.CheckOpenLocked();
     return 0;
   }
-  const GpuUpdateLedger::Last earlier = table_.gpu_updates_.Record(ticket, stream);
+  const GpuUpdateLedger::Last earlier =
+      table_.gpu_updates_.Record(ticket, stream, table_.tickets_);
   const SumTree* trees[kMaxPriorityTrees];
   GpuUpdate u = KernelViewLocked(trees);
   if (MirrorsTreesLocked()) {
