@@ -76,7 +76,16 @@ class UpdateTicket {
   }  // then ticket_ waits for what was enqueued and ends the ticket
 
   CompletionView completion() const { return ticket_.completion(); }
-  void HandToDevice() { ticket_.HandToDevice(); }
+  // After the launch: the ticket to the device, then the table told the
+  // kernel is enqueued (updates begun after it wait for that).
+  void HandToDevice() {
+    ticket_.HandToDevice();
+    try {
+      TableGpu(*table_).UpdateEnqueued(ticket_.id());
+    } catch (...) {
+      // A forked copy (the only throw): its GPU work is not this process's.
+    }
+  }
 
  private:
   std::shared_ptr<Table> table_;

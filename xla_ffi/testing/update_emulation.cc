@@ -44,7 +44,9 @@ class PendingGpuUpdate {
     update_.priorities = priorities_.data();
     update_.updated = &updated_;
     update_.completion = TableGpu(*table_).CompletionFor(ticket_, GpuCompletions::kEmulated);
-    TableGpu(*table_).HandToDevice(ticket_);  // as the handler does once the kernel is enqueued
+    // As the handler does once the kernel is enqueued (UpdateTicket::HandToDevice).
+    TableGpu(*table_).HandToDevice(ticket_);
+    TableGpu(*table_).UpdateEnqueued(ticket_);
   }
 
   int32_t Run(int64_t threads) {

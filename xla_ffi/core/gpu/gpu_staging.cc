@@ -68,12 +68,19 @@ void GpuStaging::CopyMirrors(const SumTree* const* trees, int n, uint64_t ticket
     if (copy_last_ != 0 && stream != copy_stream_) copy_streams_mixed_ = true;
     copy_last_ = std::max(copy_last_, ticket);
     copy_stream_ = stream;
+    // Every copy that may still run, not only the latest: callers enqueue
+    // after letting go of the table's lock, so a later ticket's copy may run
+    // (and end) before an earlier one's.
+    std::erase_if(copies_in_flight_,
+                  [&](const Copy& c) { return !tickets.InFlight(c.ticket); });
+    copies_in_flight_.push_back({ticket, stream});
   }
 }
 
 bool GpuStaging::OtherStreamCopyInFlight(const void* stream, SampleTickets& tickets) const {
-  return copy_last_ != 0 && (stream != copy_stream_ || copy_streams_mixed_) &&
-         tickets.InFlight(copy_last_);
+  return std::any_of(copies_in_flight_.begin(), copies_in_flight_.end(), [&](const Copy& c) {
+    return (c.stream != stream || copy_streams_mixed_) && tickets.InFlight(c.ticket);
+  });
 }
 
 void GpuStaging::TakeLists(std::vector<std::shared_ptr<void>>* memory) {

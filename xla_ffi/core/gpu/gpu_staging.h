@@ -3,8 +3,8 @@
 // copies read (the nodes logged since the last copy), the deferred leaves an
 // update kernel sets, and a host-selected sample's draws (TableGpu::StagingFor),
 // each list held until the ticket of the call that uses it has ended; and the
-// last copy into the mirrors, its ticket and stream, which a sample or an
-// update on another stream must not overtake.
+// copies into the mirrors that may still run, their tickets and streams,
+// which a sample or an update on another stream must not overtake.
 //
 // The table makes it on a GPU call's first use, so CPU-only tables never hold
 // one, and keeps it under its mutex (not thread-safe by itself).
@@ -54,8 +54,8 @@ class GpuStaging {
                    Retired* retired);
 
   // Whether a copy into the mirrors enqueued on a stream other than
-  // `stream` may still run (after copies from two streams, any copy in
-  // flight counts as another's).
+  // `stream` may still run, any of them, not only the latest (after copies
+  // from two streams, any copy in flight counts as another's).
   bool OtherStreamCopyInFlight(const void* stream, SampleTickets& tickets) const;
   // The last copy's ticket (0: none yet).
   uint64_t last_copy() const { return copy_last_; }
@@ -72,6 +72,11 @@ class GpuStaging {
   const MappedAllocator* const mapped_;
   const DeviceMemory* const device_;
   std::vector<std::shared_ptr<List>> lists_;
+  struct Copy {
+    uint64_t ticket;
+    const void* stream;
+  };
+  std::vector<Copy> copies_in_flight_;  // some may have ended (pruned at each copy)
   uint64_t copy_last_ = 0;
   const void* copy_stream_ = nullptr;
   bool copy_streams_mixed_ = false;

@@ -115,6 +115,31 @@ TEST_F(GpuStagingTest, MirrorCopiesListTheLoggedNodesAndOrderStreams) {
   // Copies from two streams: any copy in flight is another's, even to its own.
   EXPECT_TRUE(staging.OtherStreamCopyInFlight(&stream_b, tickets_));
   tickets_.Return(second);
+  EXPECT_FALSE(staging.OtherStreamCopyInFlight(&stream_b, tickets_));
+}
+
+// Two calls on one stream may enqueue their copies out of ticket order: the
+// later one's may end while the earlier one's has yet to run, which another
+// stream must still wait for.
+TEST_F(GpuStagingTest, AnEarlierCopyStillToRunIsInFlightWhenALaterOneEnded) {
+  GpuStaging staging(&fake_pinned::kAllocator, &kFakeGpu);
+  SumTree tree(64, /*gpu_mapped=*/true);
+  for (int64_t leaf = 0; leaf < 64; ++leaf) tree.Set(leaf, 1.0);
+  const SumTree* trees[1] = {&tree};
+  int stream = 0, other = 0;
+  double* mirror = nullptr;
+  const uint64_t first = tickets_.Take(), second = tickets_.Take();
+  MirrorCopies copies, more;
+  staging.CopyMirrors(trees, 1, first, &stream, tickets_, &copies, &mirror, &retired_);
+  tree.Set(5, 2.0);
+  staging.CopyMirrors(trees, 1, second, &stream, tickets_, &more, &mirror, &retired_);
+  ASSERT_EQ(copies.n, 1);
+  ASSERT_EQ(more.n, 1);
+  tickets_.Return(second);  // its copy ran first
+  EXPECT_TRUE(staging.OtherStreamCopyInFlight(&other, tickets_));
+  EXPECT_FALSE(staging.OtherStreamCopyInFlight(&stream, tickets_));
+  tickets_.Return(first);
+  EXPECT_FALSE(staging.OtherStreamCopyInFlight(&other, tickets_));
 }
 
 }  // namespace

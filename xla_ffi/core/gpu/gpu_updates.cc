@@ -43,7 +43,13 @@ GpuUpdateReportCell::Failures GpuUpdateReportCell::TakeFailures() {
     return failures;  // none new, or another caller took them
   }
   failures.count = failed - taken;
-  if (__atomic_load_n(&report->held, __ATOMIC_ACQUIRE) != 0) {
+  // Held details (1) are claimed (2) by one taker, read, then freed (0) for
+  // the next refusal's: two takers never read details a kernel writes
+  // meanwhile, nor free details the other has not read. Kernels write only
+  // where they read 0 (update_block.h update_report::HoldDetails).
+  unsigned long long held = 1;
+  if (__atomic_compare_exchange_n(&report->held, &held, 2ull, false, __ATOMIC_ACQ_REL,
+                                  __ATOMIC_ACQUIRE)) {
     failures.detailed = true;
     failures.entry = report->bad_entry;
     failures.value = report->bad_value;
@@ -53,29 +59,43 @@ GpuUpdateReportCell::Failures GpuUpdateReportCell::TakeFailures() {
 }
 
 GpuUpdateLedger::Last GpuUpdateLedger::last() const {
-  if (begun_.empty()) return {};
-  return {*std::max_element(begun_.begin(), begun_.end()), stream_};
+  const auto latest = std::max_element(
+      begun_.begin(), begun_.end(),
+      [](const Begun& a, const Begun& b) { return a.ticket < b.ticket; });
+  if (latest == begun_.end()) return {};
+  return {latest->ticket, latest->stream};
 }
 
 bool GpuUpdateLedger::InFlight(SampleTickets& tickets) const {
   return std::any_of(begun_.begin(), begun_.end(),
-                     [&](uint64_t ticket) { return tickets.InFlight(ticket); });
+                     [&](const Begun& b) { return tickets.InFlight(b.ticket); });
 }
 
-GpuUpdateLedger::Last GpuUpdateLedger::Record(uint64_t ticket, const void* stream,
-                                              SampleTickets& tickets) {
-  const Last earlier = last();
+bool GpuUpdateLedger::OtherStreamInFlight(const void* stream, SampleTickets& tickets) const {
+  return std::any_of(begun_.begin(), begun_.end(), [&](const Begun& b) {
+    return b.stream != stream && tickets.InFlight(b.ticket);
+  });
+}
+
+bool GpuUpdateLedger::AwaitingEnqueue() const {
+  return std::any_of(begun_.begin(), begun_.end(), [](const Begun& b) { return !b.enqueued; });
+}
+
+void GpuUpdateLedger::Record(uint64_t ticket, const void* stream, SampleTickets& tickets) {
   // Those that ended are forgotten here: a stream that always has an update
   // in flight never reaches a Forget, and the list stays as short as that.
-  std::erase_if(begun_, [&](uint64_t t) { return !tickets.InFlight(t); });
-  begun_.push_back(ticket);
-  stream_ = stream;
-  return earlier;
+  std::erase_if(begun_, [&](const Begun& b) { return !tickets.InFlight(b.ticket); });
+  begun_.push_back({ticket, stream, false});
 }
 
-void GpuUpdateLedger::Restore(uint64_t ticket, const Last& earlier) {
-  std::erase(begun_, ticket);
-  stream_ = earlier.stream;
+void GpuUpdateLedger::Enqueued(uint64_t ticket) {
+  for (Begun& b : begun_) {
+    if (b.ticket == ticket) b.enqueued = true;
+  }
+}
+
+void GpuUpdateLedger::Drop(uint64_t ticket) {
+  std::erase_if(begun_, [&](const Begun& b) { return b.ticket == ticket; });
 }
 
 void GpuUpdateLedger::HandDeferred(uint64_t ticket, SampleTickets& tickets) {

@@ -80,31 +80,35 @@ class GpuUpdateReportCell {
 class GpuUpdateLedger {
  public:
   // The latest update begun since the last Forget (ticket 0: none) and its
-  // stream: every update recorded since then is on that stream (an update
-  // on another stream begins only once they have all ended:
-  // TableGpu::WaitForOtherUpdatesLocked).
+  // stream.
   struct Last {
     uint64_t ticket = 0;
     const void* stream = nullptr;
   };
   Last last() const;
   // Whether any update recorded since the last Forget may still run (its
-  // ticket has not ended). Every one is asked, not only the latest: their
-  // kernels are enqueued after the table's lock is let go, so two threads
-  // on one stream may enqueue them out of ticket order, and the latest may
-  // end while an earlier one has yet to run.
+  // ticket has not ended). Every one is asked, not only the latest: kernels
+  // are enqueued after the table's lock is let go, so two threads on one
+  // stream may enqueue theirs out of ticket order, and the latest may end
+  // while an earlier one has yet to run.
   bool InFlight(SampleTickets& tickets) const;
-  // Whether one may, and they came from a stream other than `stream`.
-  bool OtherStreamInFlight(const void* stream, SampleTickets& tickets) const {
-    return stream != stream_ && InFlight(tickets);
-  }
+  // Whether one that may still run came from a stream other than `stream`.
+  bool OtherStreamInFlight(const void* stream, SampleTickets& tickets) const;
+  // Whether one has yet to be enqueued (Enqueued or Dropped): until it is,
+  // no other update begins (TableGpu::WaitForOtherUpdatesLocked), so that
+  // one stream's updates reach it in the order they read the trees and
+  // took the mirrors' logs, and no staged update's host function gets on the
+  // stream ahead of a kernel it would wait for.
+  bool AwaitingEnqueue() const;
   // Forgets every update recorded: call once none is in flight.
   void Forget() { begun_.clear(); }
-  // Records an update begun on `stream` with `ticket` (and forgets those
-  // whose ticket has ended); returns what last() was, for Restore when
-  // nothing gets enqueued under the ticket.
-  Last Record(uint64_t ticket, const void* stream, SampleTickets& tickets);
-  void Restore(uint64_t ticket, const Last& earlier);
+  // Records an update begun on `stream` with `ticket`, awaiting its enqueue
+  // (and forgets those whose ticket has ended).
+  void Record(uint64_t ticket, const void* stream, SampleTickets& tickets);
+  // The update's kernel is on its stream.
+  void Enqueued(uint64_t ticket);
+  // Nothing was enqueued under `ticket`: forgotten.
+  void Drop(uint64_t ticket);
 
   // Host callers waiting to own the priorities: while any is, no update
   // begins (TableGpu::BeginUpdate waits).
@@ -136,8 +140,12 @@ class GpuUpdateLedger {
     std::vector<int64_t> slots;
   };
 
-  std::vector<uint64_t> begun_;  // updates recorded since the last Forget, some ended
-  const void* stream_ = nullptr;
+  struct Begun {
+    uint64_t ticket;
+    const void* stream;
+    bool enqueued;
+  };
+  std::vector<Begun> begun_;  // updates recorded since the last Forget, some ended
   int64_t claims_ = 0;
   std::vector<int64_t> deferred_;
   std::vector<Handed> handed_;  // one per update in flight that took leaves

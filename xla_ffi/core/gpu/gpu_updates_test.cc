@@ -98,9 +98,11 @@ TEST(GpuUpdateLedger, KnowsTheLastUpdateAndItsStreamUntilItEnds) {
   GpuUpdateLedger ledger;
   const int stream_a = 0, stream_b = 0;
   EXPECT_FALSE(ledger.InFlight(tickets));
+  EXPECT_EQ(ledger.last().ticket, 0u);
   const uint64_t first = tickets.Take();
-  const GpuUpdateLedger::Last none = ledger.Record(first, &stream_a, tickets);
-  EXPECT_EQ(none.ticket, 0u);
+  ledger.Record(first, &stream_a, tickets);
+  EXPECT_EQ(ledger.last().ticket, first);
+  EXPECT_EQ(ledger.last().stream, &stream_a);
   EXPECT_TRUE(ledger.InFlight(tickets));
   EXPECT_FALSE(ledger.OtherStreamInFlight(&stream_a, tickets));
   EXPECT_TRUE(ledger.OtherStreamInFlight(&stream_b, tickets));
@@ -111,22 +113,23 @@ TEST(GpuUpdateLedger, KnowsTheLastUpdateAndItsStreamUntilItEnds) {
   EXPECT_EQ(ledger.last().ticket, 0u);
 }
 
-TEST(GpuUpdateLedger, RecordsTheLatestTicketAndRestoresWhatItReplaced) {
+TEST(GpuUpdateLedger, AwaitsEachUpdatesEnqueueAndDropsOneNeverEnqueued) {
   SampleTickets tickets;
   GpuUpdateLedger ledger;
-  const int stream_a = 0, stream_b = 0;
+  const int stream = 0, other = 0;
   const uint64_t t1 = tickets.Take(), t2 = tickets.Take();
-  ledger.Record(t2, &stream_a, tickets);
-  // A smaller ticket never hides a later one still owed.
-  const GpuUpdateLedger::Last earlier = ledger.Record(t1, &stream_b, tickets);
-  EXPECT_EQ(ledger.last().ticket, t2);
-  EXPECT_EQ(ledger.last().stream, &stream_b);
-  ledger.Restore(t1, earlier);
-  EXPECT_EQ(ledger.last().ticket, t2);
-  EXPECT_EQ(ledger.last().stream, &stream_a);
-  tickets.Return(t1);  // not enqueued: the handler gives it back
-  EXPECT_TRUE(ledger.InFlight(tickets));
+  ledger.Record(t1, &stream, tickets);
+  EXPECT_TRUE(ledger.AwaitingEnqueue());
+  ledger.Enqueued(t1);
+  EXPECT_FALSE(ledger.AwaitingEnqueue());
+  ledger.Record(t2, &stream, tickets);
+  EXPECT_TRUE(ledger.AwaitingEnqueue());
+  ledger.Drop(t2);  // not enqueued: forgotten, whatever other stream asks
+  EXPECT_FALSE(ledger.AwaitingEnqueue());
+  EXPECT_EQ(ledger.last().ticket, t1);
   tickets.Return(t2);
+  EXPECT_TRUE(ledger.OtherStreamInFlight(&other, tickets));
+  tickets.Return(t1);
   EXPECT_FALSE(ledger.InFlight(tickets));
 }
 
@@ -144,13 +147,16 @@ TEST(GpuUpdateLedger, AnEarlierUpdateStillRunningKeepsItInFlightWhenALaterOneEnd
   tickets.Return(t6);  // its kernel ran first
   EXPECT_TRUE(ledger.InFlight(tickets));
   EXPECT_TRUE(ledger.OtherStreamInFlight(&other, tickets));
+  EXPECT_FALSE(ledger.OtherStreamInFlight(&stream, tickets));
   EXPECT_EQ(ledger.last().ticket, t6);
   tickets.Return(t5);
   EXPECT_FALSE(ledger.InFlight(tickets));
   // Recording forgets the updates that ended: the list holds what may run.
   const uint64_t t7 = tickets.Take();
-  ledger.Record(t7, &stream, tickets);
+  ledger.Record(t7, &other, tickets);
   EXPECT_EQ(ledger.last().ticket, t7);
+  EXPECT_EQ(ledger.last().stream, &other);
+  EXPECT_TRUE(ledger.OtherStreamInFlight(&stream, tickets));
   tickets.Return(t7);
   EXPECT_FALSE(ledger.InFlight(tickets));
   ledger.Forget();

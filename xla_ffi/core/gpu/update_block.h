@@ -60,8 +60,9 @@ struct GpuUpdateReport {
   unsigned long long positive;  // change in the count of positive priorities (two's complement)
   unsigned long long failed;    // updates refused for a bad priority
   // The first refused update since the host last looked: its first bad entry
-  // and value, written by the kernel that sets `held` (0 -> 1); the host
-  // resets `held` once it has read them (Table::RaiseDeferredError).
+  // and value, written by the kernel that then sets `held` (0 -> 1); the
+  // host claims them (1 -> 2), reads them and frees the place (0)
+  // (GpuUpdateReportCell::TakeFailures, Table::RaiseDeferredError).
   unsigned long long held;
   long long bad_entry;
   double bad_value;
@@ -198,7 +199,7 @@ GEARJAX_HD void Add(unsigned long long* p, unsigned long long v) {
 // GPU at a time: one thread of one kernel (GpuUpdateFinish), and a table's
 // update kernels run one after another (one stream at a time, one GPU at a
 // time: GpuUpdateLedger, TableGpu::BeginUpdate). The host only reads it, but
-// for resetting `held` once it has read the details (TakeFailures).
+// for claiming and freeing `held` around its read of the details (TakeFailures).
 namespace update_report {
 GEARJAX_HD unsigned long long Load(const unsigned long long* p) {
 #ifdef __CUDA_ARCH__
@@ -218,8 +219,8 @@ GEARJAX_HD void Store(unsigned long long* p, unsigned long long v) {
 GEARJAX_HD void Add(unsigned long long* p, unsigned long long v) { Store(p, Load(p) + v); }
 // The first refused update's details, where the host has taken the last ones
 // (`held` 0): the entry and value, then `held` 1 that announces them (a host
-// that sees 1 reads them whole). The host writes 0 only after reading 1, so
-// a 0 read here stays 0 until this kernel's 1.
+// that sees 1 reads them whole). The host writes 0 only after claiming 1
+// (as 2), so a 0 read here stays 0 until this kernel's 1.
 GEARJAX_HD void HoldDetails(GpuUpdateReport* r, long long entry, double value) {
   if (Load(&r->held) != 0) return;  // the host has yet to take earlier ones
 #ifdef __CUDA_ARCH__

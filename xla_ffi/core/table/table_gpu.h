@@ -128,7 +128,9 @@ class TableGpu {
   // kernel may queue behind it). Waits first while the host claims the
   // priorities (Table::OwnPrioritiesLocked), and for GPU updates and mirror
   // copies in flight on another stream: one stream writes the trees at a
-  // time, in its own order. On a device table the kernel reads and writes
+  // time, in its own order; and, on any stream, for an update begun and not
+  // yet enqueued (the caller calls UpdateEnqueued or UpdateNotEnqueued once
+  // it has launched the kernel or given up). On a device table the kernel reads and writes
   // the trees' copies in GPU memory and writes the host trees too; *copies
   // says what the caller must copy into those mirrors first, on `stream`
   // (see BeginSample). The deferred leaves go to the kernel (update->deferred)
@@ -141,6 +143,9 @@ class TableGpu {
   // they would otherwise stay unset (their items never drawn). Call before
   // the ticket ends. Throws Closed only in a forked copy (forks.h).
   void UpdateNotEnqueued(uint64_t ticket);
+  // The kernel of the update begun with `ticket` is on its stream: updates
+  // waiting to begin may go ahead. Throws Closed only in a forked copy.
+  void UpdateEnqueued(uint64_t ticket);
 
  private:
   // Staging lists replaced by larger ones (GpuStaging::Retired): the caller
@@ -178,10 +183,10 @@ class TableGpu {
   // A device table's: waits for another stream's copy into the mirrors, then
   // points the kernel at the mirrors, brought up to date first (*copies),
   // and at the host trees too. Where the wait fails, gives back `ticket`
-  // and the ledger's record (`earlier`: what it was before) and throws.
+  // and drops the ledger's record of it, and throws.
   void UseMirrorsLocked(MutexLock& lock, uint64_t ticket, const void* stream,
-                        const GpuUpdateLedger::Last& earlier, const SumTree* const trees[],
-                        GpuUpdate* u, MirrorCopies* copies, RetiredStaging* retired)
+                        const SumTree* const trees[], GpuUpdate* u, MirrorCopies* copies,
+                        RetiredStaging* retired)
       GEARJAX_REQUIRES(table_.mu_);
 
   Table& table_;

@@ -157,9 +157,17 @@ void TableGpu::HandDeferredLeavesLocked(uint64_t ticket, GpuUpdate* u, RetiredSt
   u->deferred_n = n;
 }
 
+void TableGpu::UpdateEnqueued(uint64_t ticket) {
+  MutexLock lock(table_.CheckedMutex());
+  table_.gpu_updates_.Enqueued(ticket);
+  table_.changed_.notify_all();  // updates waiting for it to be enqueued
+}
+
 void TableGpu::UpdateNotEnqueued(uint64_t ticket) {
   MutexLock lock(table_.CheckedMutex());
   table_.gpu_updates_.TakeBack(ticket);
+  table_.gpu_updates_.Drop(ticket);
+  table_.changed_.notify_all();
 }
 
 void TableGpu::WaitForOtherUpdatesLocked(MutexLock& lock, const void* stream) {
@@ -171,6 +179,17 @@ void TableGpu::WaitForOtherUpdatesLocked(MutexLock& lock, const void* stream) {
       table_.ThrowGpuWaitTimeout("a host call that waits for an earlier GPU priority update");
     }
     table_.CheckOpenLocked();
+    // An update begun and not yet enqueued (its thread launches it without
+    // the lock): after it, in the order the two read the trees.
+    if (table_.gpu_updates_.AwaitingEnqueue()) {
+      if (!table_.changed_.wait_until(lock.native(), table_.GpuWaitDeadline(), [&] {
+            table_.mu_.AssertHeld();
+            return !table_.gpu_updates_.AwaitingEnqueue() || table_.closed();
+          })) {
+        table_.ThrowGpuWaitTimeout("an earlier GPU priority update to be enqueued");
+      }
+      continue;  // the lock was released: look again
+    }
     const GpuUpdateLedger::Last last = table_.gpu_updates_.last();
     if (last.ticket == 0 || stream == last.stream) return;
     // Another stream's updates may still be writing: wait for them, then
@@ -198,7 +217,6 @@ GpuUpdate TableGpu::KernelViewLocked(const SumTree* trees[]) {
 }
 
 void TableGpu::UseMirrorsLocked(MutexLock& lock, uint64_t ticket, const void* stream,
-                                const GpuUpdateLedger::Last& earlier,
                                 const SumTree* const trees[], GpuUpdate* u,
                                 MirrorCopies* copies, RetiredStaging* retired) {
   // A copy into the mirrors enqueued on another stream may still run: it
@@ -213,7 +231,8 @@ void TableGpu::UseMirrorsLocked(MutexLock& lock, uint64_t ticket, const void* st
   if (table_.closed() || !copied) {
     // Nothing enqueued under this ticket: give it back, and with it the
     // claim on the priorities (earlier updates of this stream stay owed).
-    table_.gpu_updates_.Restore(ticket, earlier);
+    table_.gpu_updates_.Drop(ticket);
+    table_.changed_.notify_all();  // updates waiting for it to be enqueued
     table_.tickets_.Return(ticket);
     table_.CheckOpenLocked();  // throws Closed
     table_.ThrowGpuWaitTimeout("a copy into the trees' GPU mirrors on another stream (ticket " +
@@ -242,33 +261,40 @@ uint64_t TableGpu::BeginUpdate(const void* stream, int64_t n, GpuUpdate* update,
   // be one it writes): staged, the update is applied by a host function in
   // stream order under the lock, and inserts never wait for the GPU.
   if (!table_.selectors_.Has(Strategy::kPrioritized)) return 0;
-  WaitForOtherUpdatesLocked(lock, stream);
-  if (!GpuUpdateFits(n, shared_limit) || table_.slots_->device_info() == nullptr ||
-      KernelCannotUpdateLocked()) {
-    return 0;
+  uint64_t ticket = 0;
+  while (ticket == 0) {
+    WaitForOtherUpdatesLocked(lock, stream);
+    if (!GpuUpdateFits(n, shared_limit) || table_.slots_->device_info() == nullptr ||
+        KernelCannotUpdateLocked()) {
+      return 0;
+    }
+    // No device address for the report: staged.
+    if (!table_.gpu_report_.Make(table_.mapped_by_, table_.mu_)) return 0;
+    // The ticket first: TakeTicketLocked may release the lock to wait, and a
+    // Prioritized tree made meanwhile must be among those the kernel updates.
+    ticket = table_.TakeTicketLocked(lock);  // the caller hands it to the device
+    // If it waited, what the checks above saw may have changed. An update
+    // begun meanwhile and not yet enqueued: wait for it, as above (staged,
+    // this update's host function could get on the stream ahead of that
+    // kernel and wait for it). A host writer claiming the priorities,
+    // another stream's update, a tree the kernel could not reach: staged
+    // after all (always correct: a host function in stream order), or Closed.
+    if (!table_.closed() && table_.gpu_updates_.AwaitingEnqueue()) {
+      table_.tickets_.Return(ticket);
+      ticket = 0;
+      continue;
+    }
+    if (table_.closed() || table_.gpu_updates_.claimed() ||
+        OtherStreamUpdateInFlightLocked(stream) || KernelCannotUpdateLocked()) {
+      table_.tickets_.Return(ticket);
+      table_.CheckOpenLocked();
+      return 0;
+    }
   }
-  // No device address for the report: staged.
-  if (!table_.gpu_report_.Make(table_.mapped_by_, table_.mu_)) return 0;
-  // The ticket first: TakeTicketLocked may release the lock to wait, and a
-  // Prioritized tree made meanwhile must be among those the kernel updates.
-  const uint64_t ticket = table_.TakeTicketLocked(lock);  // the caller hands it to the device
-  // If it waited, what the checks above saw may have changed: a host writer
-  // claiming the priorities, another stream's update, a staged update, a
-  // tree the kernel could not reach. Staged after all (always correct: a
-  // host function in stream order), or Closed.
-  if (table_.closed() || table_.gpu_updates_.claimed() ||
-      OtherStreamUpdateInFlightLocked(stream) || KernelCannotUpdateLocked()) {
-    table_.tickets_.Return(ticket);
-    table_.CheckOpenLocked();
-    return 0;
-  }
-  const GpuUpdateLedger::Last earlier =
-      table_.gpu_updates_.Record(ticket, stream, table_.tickets_);
+  table_.gpu_updates_.Record(ticket, stream, table_.tickets_);
   const SumTree* trees[kMaxPriorityTrees];
   GpuUpdate u = KernelViewLocked(trees);
-  if (MirrorsTreesLocked()) {
-    UseMirrorsLocked(lock, ticket, stream, earlier, trees, &u, copies, &retired);
-  }
+  if (MirrorsTreesLocked()) UseMirrorsLocked(lock, ticket, stream, trees, &u, copies, &retired);
   // Last: UseMirrorsLocked may wait and fail, and leaves handed before
   // would be set by no one (and those deferred during its wait go too).
   HandDeferredLeavesLocked(ticket, &u, &retired);

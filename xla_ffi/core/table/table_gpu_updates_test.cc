@@ -11,8 +11,12 @@
 //    (Turing: 64 KiB) is staged, taking no ticket.
 #include <gtest/gtest.h>
 
+
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "core/gpu/fake_pinned.h"
@@ -35,7 +39,7 @@ const DeviceMemory kFakeGpu{
 
 const int kStreamA = 0, kStreamB = 0;  // two streams' identities (their addresses)
 
-TableSpec Spec(bool on_device) {
+TableSpec Spec(bool on_device, double wait_seconds = 0.05) {
   TableSpec spec;
   spec.name = "gpu updates";
   spec.columns.push_back({"x", 4, std::vector<uint8_t>(4, 0)});
@@ -43,7 +47,7 @@ TableSpec Spec(bool on_device) {
   spec.max_length = 2;
   spec.gpu_mapped = true;
   spec.on_device = on_device;
-  spec.slot_wait_seconds = 0.05;  // a wait that gives up, soon
+  spec.slot_wait_seconds = wait_seconds;  // by default a wait that gives up, soon
   return spec;
 }
 
@@ -79,8 +83,8 @@ class TableGpuUpdatesTest : public ::testing::Test {
 
   // A table of two items (priority 1 each) with a Prioritized(1.0) tree,
   // whose tickets report through the emulated ring.
-  static std::unique_ptr<Table> Make(bool on_device = false) {
-    auto table = std::make_unique<Table>(Spec(on_device));
+  static std::unique_ptr<Table> Make(bool on_device = false, double wait_seconds = 0.05) {
+    auto table = std::make_unique<Table>(Spec(on_device, wait_seconds));
     Put(*table, 1.0);
     Put(*table, 1.0);
     EXPECT_EQ(DrawableWeight(*table), 2.0);  // makes the tree
@@ -89,11 +93,14 @@ class TableGpuUpdatesTest : public ::testing::Test {
   }
 
   // An update of no keys begun on `stream` (the leaves it is handed in
-  // *update); the test fails where the table staged it.
-  static uint64_t Begin(Table& table, const int* stream, GpuUpdate* update) {
+  // *update) and, unless not, enqueued (as the handler tells the table once
+  // it has launched the kernel); the test fails where the table staged it.
+  static uint64_t Begin(Table& table, const int* stream, GpuUpdate* update,
+                        bool enqueued = true) {
     MirrorCopies copies;
     const uint64_t ticket = TableGpu(table).BeginUpdate(stream, 0, update, &copies);
     EXPECT_NE(ticket, 0u) << "staged";
+    if (enqueued && ticket != 0) TableGpu(table).UpdateEnqueued(ticket);
     return ticket;
   }
 };
@@ -103,7 +110,7 @@ TEST_F(TableGpuUpdatesTest, LeavesHandedToAKernelNeverEnqueuedAreSetByTheHost) {
   GpuUpdate first, second;
   const uint64_t t1 = Begin(*table, &kStreamA, &first);
   Put(*table, 5.0);  // while t1 may run: its leaf is deferred
-  const uint64_t t2 = Begin(*table, &kStreamA, &second);
+  const uint64_t t2 = Begin(*table, &kStreamA, &second, /*enqueued=*/false);
   ASSERT_EQ(second.deferred_n, 1);  // handed to t2's kernel
   // The handler's copies or launch failed (UpdateTicket): t2's kernel never
   // runs. Its leaves go back, then its ticket ends, then t1's.
@@ -152,6 +159,38 @@ TEST_F(TableGpuUpdatesTest, AnUpdateThatGivesUpWaitingForAMirrorCopyKeepsTheDefe
   EXPECT_EQ(DrawableWeight(*table), 7.0);
 }
 
+// Kernels are launched after the table's lock is let go: an update begun on
+// another thread waits until the one begun before it is enqueued (or given
+// up), so one stream's updates reach it in the order they read the trees.
+TEST_F(TableGpuUpdatesTest, AnUpdateWaitsUntilTheOneBegunBeforeItIsEnqueued) {
+  for (const bool enqueued : {true, false}) {
+    std::unique_ptr<Table> table = Make(/*on_device=*/false, /*wait_seconds=*/60);
+    GpuUpdate first, second;
+    const uint64_t t1 = Begin(*table, &kStreamA, &first, /*enqueued=*/false);
+    std::atomic<uint64_t> t2{0};
+    std::thread other([&] {
+      try {
+        t2 = Begin(*table, &kStreamA, &second);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << e.what();
+      }
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_EQ(t2.load(), 0u) << "began before the first was enqueued";
+    if (enqueued) {
+      TableGpu(*table).UpdateEnqueued(t1);
+    } else {
+      TableGpu(*table).UpdateNotEnqueued(t1);
+      table->EndSample(t1);
+    }
+    other.join();
+    EXPECT_GT(t2.load(), t1);
+    if (enqueued) table->EndSample(t1);
+    table->EndSample(t2);
+    EXPECT_EQ(DrawableWeight(*table), 2.0);
+  }
+}
+
 TEST_F(TableGpuUpdatesTest, AnUpdateNeedingMoreSharedMemoryThanTheGpuAllowsIsStaged) {
   std::unique_ptr<Table> table = Make();
   constexpr size_t kTuring = 64 * 1024;  // cudaDevAttrMaxSharedMemoryPerBlockOptin on sm_75
@@ -163,6 +202,7 @@ TEST_F(TableGpuUpdatesTest, AnUpdateNeedingMoreSharedMemoryThanTheGpuAllowsIsSta
   }
   const uint64_t fits = gpu.BeginUpdate(&kStreamA, 2048, &update, &copies, kTuring);
   ASSERT_NE(fits, 0u);
+  gpu.UpdateEnqueued(fits);
   table->EndSample(fits);
   // Staged updates took no ticket: the next is the one after `fits`.
   const uint64_t largest = gpu.BeginUpdate(&kStreamA, kMaxGpuUpdateKeys, &update, &copies,
