@@ -130,8 +130,9 @@ class TableGpu {
   // copies in flight on another stream: one stream writes the trees at a
   // time, in its own order; and, on any stream, for an update begun and not
   // yet enqueued (the caller calls UpdateEnqueued or UpdateNotEnqueued once
-  // it has launched the kernel or given up). On a device table the kernel reads and writes
-  // the trees' copies in GPU memory and writes the host trees too; *copies
+  // it has launched the kernel or given up). On a device table the kernel
+  // reads and writes the trees' copies in GPU memory and writes the host
+  // trees too; *copies
   // says what the caller must copy into those mirrors first, on `stream`
   // (see BeginSample). The deferred leaves go to the kernel (update->deferred)
   // last, once nothing here can fail. Throws Closed.

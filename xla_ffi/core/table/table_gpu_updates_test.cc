@@ -11,7 +11,6 @@
 //    (Turing: 64 KiB) is staged, taking no ticket.
 #include <gtest/gtest.h>
 
-
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
