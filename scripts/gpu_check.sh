@@ -17,7 +17,7 @@
 #                   test-only module, as a wheel installed into a private folder on
 #                   PYTHONPATH (never over the machine's packages; build/ is kept,
 #                   so a second try rebuilds little); then one jitted GPU sample
-#   gpu_tests  135  first, scripts/gpu_diagnose.py --only timeouts: where a
+#   gpu_tests  140  first, scripts/gpu_diagnose.py --only timeouts: where a
 #                   rate-limiter timeout in a CUDA handler crashes (each case in a
 #                   process of its own, a native stack printed on a crash); then,
 #                   each file in a pytest-xdist worker of its own (a crash costs that
@@ -33,7 +33,7 @@
 #                   references, in one process (in-scan sample, one call, select
 #                   and update at 10^7, PER against Flashbax, device and host gather
 #                   against the copy ceilings)
-#   dt_step     40  scripts/bench_dt_step.py at the reference size
+#   dt_step     35  scripts/bench_dt_step.py at the reference size
 #   summary     10  scripts/gpu_summary.py: one screen; always runs, also after a
 #                   failure, a timeout or an interrupt
 #   total      420  of 420
@@ -96,8 +96,8 @@ COMMAND_LIMIT=600  # one command on a lent machine
 QUICK_PLAN=(build gpu_tests sanitize goal_bench dt_step summary)
 FULL_PLAN=(build suite full_bench summary)
 STAGES_KNOWN=(build gpu_tests sanitize goal_bench dt_step suite full_bench torchrl summary)
-declare -A DEFAULT_BUDGET=([build]=60 [gpu_tests]=135 [sanitize]=90 [goal_bench]=85
-                           [dt_step]=40 [summary]=10 [suite]=295 [full_bench]=225
+declare -A DEFAULT_BUDGET=([build]=60 [gpu_tests]=140 [sanitize]=90 [goal_bench]=85
+                           [dt_step]=35 [summary]=10 [suite]=295 [full_bench]=225
                            [torchrl]=300)
 declare -A ABOUT=(
   [build]="facts, --wheels, gearjax for this card's architecture only (or --plugin's), a GPU sample"
@@ -375,7 +375,7 @@ test_env() {
 stage_gpu_tests() {
   local rc=0
   test_env
-  cmd timeout -k 5 25 "${TEST_ENV[@]}" "$PYTHON" -P scripts/gpu_diagnose.py --only timeouts || rc=1
+  cmd timeout -k 5 30 "${TEST_ENV[@]}" "$PYTHON" -P scripts/gpu_diagnose.py --only timeouts || rc=1
   cmd timeout -k 5 55 "${TEST_ENV[@]}" "$PYTHON" -P -m pytest -p no:cacheprovider -v -rfEs \
       -n 3 --dist loadfile --timeout 45 --junitxml "$RESULTS/gpu_check_gpu_tests_first.xml" \
       "${FIRST_TESTS[@]}" || rc=1
