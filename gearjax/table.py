@@ -769,7 +769,7 @@ class Table:
         order = _call_forms.eager_state(
             "table.insert_batch(columns, lengths, ...)",
             "state, keys = table.insert_batch(state, columns, lengths, ...)") \
-            if state is None else table_state.consume(state, self, self._native.handle)
+            if state is None else table_state.consume(state, self, self._spec.handle)
         # Called eagerly on a host table, the rows go straight to the native
         # core, as insert_many's do: no program, no JAX arrays made of them.
         given = [state, lengths, priorities, *(columns.values() if isinstance(columns, Mapping)
@@ -906,7 +906,7 @@ class Table:
         self._check_open()
         order = _call_forms.eager_state(
             "table.sample(rng_key, ...)", "state, batch = table.sample(state, rng_key, ...)") \
-            if state is None else table_state.consume(state, self, self._native.handle)
+            if state is None else table_state.consume(state, self, self._spec.handle)
         args = self._checked_sample_args(batch_size, window, strategy, pad, cut, replace)
         _sample_args.check_rng_key(rng_key)
         if ordered is not None:
@@ -1081,7 +1081,7 @@ class Table:
             self._refuse_traced_update(steps)
             order = None
         else:
-            order = table_state.consume(state, self, self._native.handle)
+            order = table_state.consume(state, self, self._spec.handle)
         traced = any(isinstance(x, jax.core.Tracer) for x in (state, keys, priorities, steps))
         if not traced:
             if state is None:

@@ -319,6 +319,8 @@ void Table::RaiseDeferredError() {
     }
     for (unsigned long long i = 0; i < failures.count; ++i) DeferError(message);
   }
+  // Every eager call asks: with nothing kept, no message is made.
+  if (!deferred_.pending()) return;
   deferred_.Raise("a priority update from an earlier GPU program failed and changed nothing: ");
 }
 
