@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstring>
+#include <iterator>
 
 #include "testing/testing_module.h"
 
@@ -24,10 +24,10 @@ namespace {
 
 constexpr int kCrashSignals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
 constexpr int kMaxFrames = 96;
-struct sigaction previous[sizeof(kCrashSignals) / sizeof(int)];
+struct sigaction previous[std::size(kCrashSignals)];
 
 int IndexOf(int sig) {
-  for (size_t i = 0; i < sizeof(kCrashSignals) / sizeof(int); ++i) {
+  for (size_t i = 0; i < std::size(kCrashSignals); ++i) {
     if (kCrashSignals[i] == sig) return static_cast<int>(i);
   }
   return -1;
@@ -69,7 +69,7 @@ bool Install() {
   if (installed) return false;
   void* warm[2];
   backtrace(warm, 2);  // loads libgcc's unwinder now, not inside the handler
-  for (size_t i = 0; i < sizeof(kCrashSignals) / sizeof(int); ++i) {
+  for (size_t i = 0; i < std::size(kCrashSignals); ++i) {
     struct sigaction ours {};
     ours.sa_sigaction = &OnCrash;
     ours.sa_flags = SA_SIGINFO | SA_ONSTACK;
