@@ -474,3 +474,71 @@ def test_a_step_named_twice_ends_with_its_last_value_and_the_largest_follows(two
     np.testing.assert_array_equal(steps_of(table, a), [1, 2, 0, 0, 1, 1])
     c = table.contents()
     assert dict(zip(c["key"].tolist(), c["priority"].tolist()))[a] == 2.0
+
+
+def test_an_insert_uses_the_step_priorities_it_checked_though_the_caller_changes_them():
+    """The native core reads an insert's step priorities once it is admitted,
+    after the GIL is released: what it stores is the values as they were at
+    the call (copied first), not a NaN another thread wrote meanwhile."""
+    import threading
+    import time
+    limiter = gx.SampleToInsertRatio(samples_per_insert=2.0, min_size_to_sample=2,
+                                     error_buffer=4.0, timeout=20.0)
+    with step_table(capacity=16, max_length=10, rate_limiter=limiter) as table:
+        for _ in range(4):
+            insert(table, 10, 1.0)  # the ratio now holds the next insert back
+        priorities = np.linspace(0.5, 5.0, 10)
+        keys = []
+        thread = threading.Thread(target=lambda: keys.append(insert(table, 10, priorities)))
+        thread.start()
+        deadline = time.monotonic() + 10
+        while table._native.waiting == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert table._native.waiting == 1, "the fifth insert did not wait for the limiter"
+        priorities[:] = np.nan  # the caller's array, changed while the insert waits
+        table.sample(jax.random.key(0), 4, 1, numpy=True)  # lets it in
+        thread.join(timeout=20)
+        assert not thread.is_alive() and len(keys) == 1
+        np.testing.assert_array_equal(steps_of(table, keys[0]), np.linspace(0.5, 5.0, 10))
+
+
+def test_step_updates_racing_a_thread_that_rewrites_their_steps_stay_in_bounds():
+    """Another thread rewrites an eager update's steps between a value past
+    every trajectory and a good one: each update applies the steps as they
+    were when it began (copied, then checked) or is refused, and never writes
+    out of bounds (once read past its checks, a crash). In a child process,
+    so a crash fails the test rather than the run."""
+    import subprocess
+    import sys
+    code = """
+import threading, time, numpy as np, gearjax as gx
+t = gx.Table({"x": gx.Column((), "float32")}, capacity=64, max_length=16,
+             step_priorities=True, placement="host")
+keys = np.array([t.insert({"x": np.zeros(16, np.float32)}, priority=1.0) for _ in range(64)])
+rows = 100_000
+k = np.ascontiguousarray(np.resize(keys, rows)).astype(np.int64)
+steps = np.zeros((rows, 1), np.int64)
+p = np.full((rows, 1), 2.0)
+stop = False
+def rewrite():
+    while not stop:
+        steps[rows // 2:, 0] = 1 << 40
+        steps[rows // 2:, 0] = 3
+thread = threading.Thread(target=rewrite); thread.start()
+end = time.monotonic() + 1.5
+applied = refused = 0
+while time.monotonic() < end:
+    try:
+        t.update_priorities(k, p, steps=steps); applied += 1
+    except ValueError:
+        refused += 1
+stop = True; thread.join()
+c = t.contents()
+assert np.isfinite(c["step_priorities"]).all()
+assert set(np.unique(c["step_priorities"])) <= {1.0, 2.0}
+print("ok", applied, refused)
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.startswith("ok")

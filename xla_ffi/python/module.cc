@@ -55,6 +55,17 @@ using HostArray = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
 using Int64Array = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using DoubleArray = nb::ndarray<const double, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
+// The values of a caller's array, copied while the GIL is held. An array
+// handed to the core is read after the GIL is released, and the core reads
+// some inputs more than once (checks them, then uses them under the table's
+// lock); another Python thread writing the caller's array meanwhile would
+// then put values past those checks (a step past its trajectory: a write
+// out of bounds; a NaN priority). A copy is what the core may trust.
+template <typename T>
+std::vector<T> Owned(const nb::ndarray<const T, nb::ndim<1>, nb::c_contig, nb::device::cpu>& a) {
+  return std::vector<T>(a.data(), a.data() + a.shape(0));
+}
+
 // Items as NumPy arrays: (keys, slots, lengths, priorities, insertion
 // stamps, times sampled).
 nb::tuple ItemArrays(const std::vector<ItemInfo>& items) {
@@ -195,9 +206,10 @@ class NativeTable {
       }
       pointers.push_back(sources[c].data());
     }
+    const std::vector<double> step_values = steps ? Owned(*steps) : std::vector<double>();
     python::ReleasedGil released;  // the copy, and any wait on the limiter
     return table_->Insert(pointers, length, priority, -1, -1, -1,
-                          steps ? steps->data() : nullptr);
+                          steps ? step_values.data() : nullptr);
   }
 
   // Restores a checkpoint's items in one call: `sources` hold each column's
@@ -206,12 +218,15 @@ class NativeTable {
   // switch interval for the GIL after each (50 s for 4,096 items).
   // `steps`: the items' step priorities back to back (a table that keeps
   // them), or None.
-  void RestoreItems(const std::vector<HostArray>& sources, Int64Array lengths,
-                    DoubleArray priorities, Int64Array keys, Int64Array slots,
-                    Int64Array stamps, std::optional<DoubleArray> steps) {
-    const size_t n = lengths.shape(0);
-    if (priorities.shape(0) != n || keys.shape(0) != n || slots.shape(0) != n ||
-        stamps.shape(0) != n) {
+  void RestoreItems(const std::vector<HostArray>& sources, Int64Array lengths_array,
+                    DoubleArray priorities_array, Int64Array keys_array, Int64Array slots_array,
+                    Int64Array stamps_array, std::optional<DoubleArray> steps_array) {
+    const std::vector<int64_t> lengths = Owned(lengths_array), keys = Owned(keys_array),
+                               slots = Owned(slots_array), stamps = Owned(stamps_array);
+    const std::vector<double> priorities = Owned(priorities_array);
+    const std::vector<double> steps = steps_array ? Owned(*steps_array) : std::vector<double>();
+    const size_t n = lengths.size();
+    if (priorities.size() != n || keys.size() != n || slots.size() != n || stamps.size() != n) {
       throw InvalidArgument("lengths, priorities, keys, slots and stamps differ in length");
     }
     if (sources.size() != static_cast<size_t>(table_->num_columns())) {
@@ -219,11 +234,11 @@ class NativeTable {
     }
     uint64_t steps_total = 0;
     for (size_t i = 0; i < n; ++i) {
-      if (lengths.data()[i] < 1 || lengths.data()[i] > table_->spec().max_length) {
-        throw InvalidArgument("trajectory length " + std::to_string(lengths.data()[i]) +
+      if (lengths[i] < 1 || lengths[i] > table_->spec().max_length) {
+        throw InvalidArgument("trajectory length " + std::to_string(lengths[i]) +
                               " is out of range");
       }
-      steps_total += static_cast<uint64_t>(lengths.data()[i]);
+      steps_total += static_cast<uint64_t>(lengths[i]);
     }
     std::vector<const uint8_t*> at(sources.size());
     std::vector<uint64_t> step_bytes(sources.size());
@@ -236,21 +251,20 @@ class NativeTable {
       }
       at[c] = static_cast<const uint8_t*>(sources[c].data());
     }
-    if (steps && steps->shape(0) != steps_total) {
+    if (steps_array && steps.size() != steps_total) {
       throw InvalidArgument("expected " + std::to_string(steps_total) +
-                            " step priorities, got " + std::to_string(steps->shape(0)));
+                            " step priorities, got " + std::to_string(steps.size()));
     }
-    const double* step_at = steps ? steps->data() : nullptr;
+    const double* step_at = steps_array ? steps.data() : nullptr;
     python::ReleasedGil released;
     std::vector<const void*> pointers(sources.size());
     for (size_t i = 0; i < n; ++i) {
       for (size_t c = 0; c < sources.size(); ++c) {
         pointers[c] = at[c];
-        at[c] += static_cast<uint64_t>(lengths.data()[i]) * step_bytes[c];
+        at[c] += static_cast<uint64_t>(lengths[i]) * step_bytes[c];
       }
-      table_->Insert(pointers, lengths.data()[i], priorities.data()[i], keys.data()[i],
-                     slots.data()[i], stamps.data()[i], step_at);
-      if (step_at != nullptr) step_at += lengths.data()[i];
+      table_->Insert(pointers, lengths[i], priorities[i], keys[i], slots[i], stamps[i], step_at);
+      if (step_at != nullptr) step_at += lengths[i];
     }
   }
 
@@ -335,9 +349,11 @@ class NativeTable {
     if (keys.shape(0) != priorities.shape(0)) {
       throw InvalidArgument("keys and priorities differ in length");
     }
+    const std::vector<int64_t> key_values = Owned(keys);
+    const std::vector<double> priority_values = Owned(priorities);
     python::ReleasedGil released;
-    return table_->UpdatePriorities(keys.data(), priorities.data(),
-                                    static_cast<int64_t>(keys.shape(0)));
+    return table_->UpdatePriorities(key_values.data(), priority_values.data(),
+                                    static_cast<int64_t>(key_values.size()));
   }
 
   // An eager insert_batch from host arrays (gearjax/table.py): column c is
@@ -395,9 +411,12 @@ class NativeTable {
         priorities.shape(0) != steps.shape(0)) {
       throw InvalidArgument("steps and priorities must hold width entries a key");
     }
+    const std::vector<int64_t> key_values = Owned(keys), step_values = Owned(steps);
+    const std::vector<double> priority_values = Owned(priorities);
     python::ReleasedGil released;
-    return table_->UpdateStepPriorities(keys.data(), steps.data(), priorities.data(),
-                                        static_cast<int64_t>(rows), width);
+    return table_->UpdateStepPriorities(key_values.data(), step_values.data(),
+                                        priority_values.data(), static_cast<int64_t>(rows),
+                                        width);
   }
 
   // Raises (ValueError) the error a GPU priority update could not raise in
