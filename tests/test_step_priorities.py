@@ -542,3 +542,46 @@ print("ok", applied, refused)
                             timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.startswith("ok")
+
+
+def test_a_full_window_tree_that_cannot_be_made_leaves_the_table_whole():
+    """A cut="full" width whose tree cannot be allocated (MemoryError) keeps
+    no entry without a tree: later inserts, updates and samples of that width
+    work (before, the next insert dereferenced a null tree). In a child
+    process under an address-space limit."""
+    import subprocess
+    import sys
+    code = """
+import resource, numpy as np, jax, gearjax as gx
+t = gx.Table({"x": gx.Column((), "float32")}, capacity=1024, max_length=4096,
+             step_priorities=True, placement="host")
+for _ in range(4):
+    t.insert({"x": np.zeros(100, np.float32)}, priority=np.linspace(0.1, 1, 100))
+s = gx.PrioritizedSteps(1.0)
+key = jax.random.key(0)
+t.sample(key, 4, 2, s, cut="full", numpy=True)  # one width's tree kept
+def vm_bytes():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmSize"):
+            return int(line.split()[1]) * 1024
+soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+resource.setrlimit(resource.RLIMIT_AS, (vm_bytes() + (8 << 20), hard))  # < one tree (37 MB)
+try:
+    t.sample(key, 4, 3, s, cut="full", numpy=True)
+    refused = False
+except MemoryError:
+    refused = True
+finally:
+    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+assert refused, "the limit let the tree be made: nothing was tested"
+k = t.insert({"x": np.zeros(10, np.float32)}, priority=1.0)
+t.update_priorities(np.array([k]), np.full((1, 2), 3.0), steps=np.array([[0, 1]]))
+for width in (3, 2, 3):
+    batch = t.sample(key, 64, width, s, cut="full", numpy=True)
+    assert batch.mask.all() and (batch.start >= 0).all()
+print("ok")
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().endswith("ok")

@@ -46,19 +46,17 @@ StepPrioritizedSelector::FullWindows& StepPrioritizedSelector::FullTreeFor(int64
     f.used = full_draws_;
     return f;
   }
-  FullWindows* full;
-  if (full_.size() < static_cast<size_t>(kMaxFullWindowTrees)) {
-    full = &full_.emplace_back();
-  } else {
-    full = &*std::min_element(full_.begin(), full_.end(),
-                              [](const FullWindows& a, const FullWindows& b) {
-                                return a.used < b.used;
-                              });
-    full->tree.reset();  // freed before its successor is made: one tree's memory at a time
+  // A full set gives up its least recently drawn tree, freed before its
+  // successor is made: one tree's memory at a time. The entry goes with it,
+  // so should the new tree not be made (std::bad_alloc), no entry is left
+  // without its tree, or with a tree half filled: the width is rebuilt on its
+  // next draw, as any width not kept is.
+  if (full_.size() >= static_cast<size_t>(kMaxFullWindowTrees)) {
+    full_.erase(std::min_element(full_.begin(), full_.end(),
+                                 [](const FullWindows& a, const FullWindows& b) {
+                                   return a.used < b.used;
+                                 }));
   }
-  full->window = window;
-  full->used = full_draws_;
-  full->tree = std::make_unique<SumTree>(tree_.leaves(), false);
   std::vector<int64_t> leaves;
   std::vector<double> weights;
   for (int64_t slot = 0; slot * max_length_ < tree_.leaves(); ++slot) {
@@ -68,8 +66,11 @@ StepPrioritizedSelector::FullWindows& StepPrioritizedSelector::FullTreeFor(int64
       weights.push_back(tree_.Get(leaves.back()));
     }
   }
-  full->tree->SetMany(leaves.data(), weights.data(), static_cast<int64_t>(leaves.size()));
-  return *full;
+  auto tree = std::make_unique<SumTree>(tree_.leaves(), false);
+  tree->SetMany(leaves.data(), weights.data(), static_cast<int64_t>(leaves.size()));
+  full_.reserve(static_cast<size_t>(kMaxFullWindowTrees));  // the push below cannot throw
+  full_.push_back({window, std::move(tree), full_draws_});
+  return full_.back();
 }
 
 bool StepPrioritizedSelector::SelectFull(const SelectionBatch& batch, int64_t window,
