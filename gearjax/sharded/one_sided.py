@@ -34,7 +34,7 @@ import numpy as np
 from gearjax import _checks
 from gearjax._sample_args import SampleArgs
 from gearjax.errors import ClosedError
-from gearjax.sharded import coordination
+from gearjax.sharded import coordination, one_sided_protocol
 from gearjax.sharded.one_sided_native import NativeSampling
 from gearjax.sharded.one_sided_protocol import (  # noqa: F401 (re-exported)
     _LIVE, _RECORD, _SLOT_BYTES, ALIGNMENT, MAX_UPDATE_ENTRIES, OUTPUT_BUFFERS, TREE_REQUEST,
@@ -51,6 +51,7 @@ class OneSidedReader(NativeSampling):
     shards left out), and implement the three methods below."""
 
     NAME = ""  # the transport's name in published keys
+    UPDATE_MESSAGE_BYTES: int | None = None  # the largest update message, where bounded
 
     def __init__(self):
         # One read at a time (a prefetching thread and the caller share the
@@ -121,6 +122,12 @@ class OneSidedReader(NativeSampling):
             yield
         finally:
             native.release()
+
+    def check_updates(self, width: int | None) -> None:
+        """Raises ValueError where an update of ``width`` steps a row (None:
+        one priority a key) cannot be sent: checked before any shard,
+        this one included, applies a part of it."""
+        one_sided_protocol.rows_per_message(self._token, width, self.UPDATE_MESSAGE_BYTES)
 
     def _ask(self, shard: int, message: bytes) -> None:
         """Sends a message (a tree request) to the shard's owner."""

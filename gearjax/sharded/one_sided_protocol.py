@@ -105,21 +105,33 @@ def update_message(token: str, keys: np.ndarray, priorities: np.ndarray) -> byte
     return _UPDATE + token.encode() + k.tobytes() + p.tobytes()
 
 
+def rows_per_message(token: str, width: int | None, max_bytes: int | None) -> int:
+    """The rows one update message carries: keys and priorities (``width``
+    None), or keys and ``width`` steps and priorities a row; at most
+    MAX_UPDATE_ENTRIES entries and, where given, ``max_bytes`` bytes. Raises
+    ``ValueError`` where one row does not fit: a caller checks this before it
+    applies any part of an update, so a refused update changes no shard."""
+    head = 4 + len(token.encode())
+    steps_a_row = 1 if width is None else width
+    row_bytes, fixed = (16, 0) if width is None else (8 + 16 * steps_a_row, 16)
+    rows = MAX_UPDATE_ENTRIES // max(steps_a_row, 1)  # W = 0: rows that name no step
+    if max_bytes is not None:
+        rows = min(rows, (max_bytes - head - fixed) // row_bytes)
+    if rows < 1:
+        limit = f"{max_bytes} bytes" if max_bytes is not None else \
+            f"{MAX_UPDATE_ENTRIES} entries"
+        raise ValueError(f"a row of {steps_a_row} step priorities does not fit one update "
+                         f"message ({limit}): update fewer steps a row")
+    return rows
+
+
 def update_messages(token: str, keys: np.ndarray, priorities: np.ndarray,
                     steps: np.ndarray | None = None, max_bytes: int | None = None):
     """The messages that carry an update to one owner, in order, as
     ``(message, rows)``: at most MAX_UPDATE_ENTRIES entries (steps, with
     ``steps``) and, where given, ``max_bytes`` bytes each. Raises
     ``ValueError`` where one row of steps does not fit ``max_bytes``."""
-    head = 4 + len(token.encode())
-    width = 1 if steps is None else steps.shape[1]
-    row_bytes, fixed = (16, 0) if steps is None else (8 + 16 * width, 16)
-    rows = MAX_UPDATE_ENTRIES // max(width, 1)  # W = 0: rows that name no step
-    if max_bytes is not None:
-        rows = min(rows, (max_bytes - head - fixed) // row_bytes)
-    if rows < 1:
-        raise ValueError(f"a row of {width} step priorities does not fit one update message "
-                         f"({max_bytes} bytes): update fewer steps a row")
+    rows = rows_per_message(token, None if steps is None else steps.shape[1], max_bytes)
     for start in range(0, len(keys), rows):
         part = slice(start, start + rows)
         if steps is None:

@@ -967,7 +967,9 @@ class ShardedTable:
         """nixl, verbs: entries of this shard applied here (a step past its
         trajectory's length raises ValueError, changing nothing here), the
         others sent to their owners as messages (applied there by their
-        progress threads, which count what they refuse)."""
+        progress threads, which count what they refuse). An update whose rows
+        no message holds is refused before any of it is applied."""
+        self._transport.check_updates(None if steps is None else steps.shape[1])
         owners = keys_of.owners(keys, self._shard_shift)
         mine = owners == self._shard
         local_keys = keys_of.local_keys(keys[mine], self._shard_shift)

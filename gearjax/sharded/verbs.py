@@ -170,6 +170,7 @@ class Transport(OneSidedReader):
     the reader of every shard."""
 
     NAME = "verbs"
+    UPDATE_MESSAGE_BYTES = MESSAGE_BYTES  # what a receive buffer holds
 
     def __init__(self, local, shard: int, shards: int, shard_shift: int, path: str, token: str,
                  timeout: float, on_dead_shard: str):
