@@ -585,3 +585,57 @@ print("ok")
                             timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().endswith("ok")
+
+
+def test_a_step_update_too_large_for_memory_changes_nothing():
+    """An update whose scratch cannot be allocated (MemoryError) raises
+    before it writes a step: every trajectory's priority stays the largest of
+    its steps' (before, the steps were written and the trees and trajectory
+    priorities were not). Under a series of address-space limits in a child
+    process, so the allocation fails at each of its places in turn; each
+    update either applies whole or changes nothing."""
+    import subprocess
+    import sys
+    code = """
+import resource, numpy as np, jax, gearjax as gx
+L = 4096
+t = gx.Table({"x": gx.Column((), "uint8")}, capacity=256, max_length=L,
+             step_priorities=True, placement="host")
+keys = np.array([t.insert({"x": np.zeros(L, np.uint8)}, priority=1.0) for _ in range(256)])
+t.sample(jax.random.key(0), 4, 2, gx.PrioritizedSteps(1.0), cut="start", numpy=True)
+rng = np.random.default_rng(0)
+rows, width = 1 << 18, 4
+k = rng.choice(keys, rows).astype(np.int64)
+steps = rng.integers(0, L, (rows, width)).astype(np.int64)
+def vm_bytes():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmSize"):
+            return int(line.split()[1]) * 1024
+soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+outcomes = []
+for i, margin in enumerate(range(4, 100, 4)):
+    value = 2.0 + i
+    p = np.full((rows, width), value)
+    before = t.contents()["step_priorities"]
+    resource.setrlimit(resource.RLIMIT_AS, (vm_bytes() + (margin << 20), hard))
+    try:
+        t.update_priorities(k, p, steps=steps)
+        outcomes.append("applied")
+    except MemoryError:
+        outcomes.append("refused")
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    c = t.contents()
+    per = c["step_priorities"].reshape(-1, L)
+    assert (per.max(1) == c["priority"]).all(), (margin, outcomes[-1])
+    if outcomes[-1] == "refused":
+        assert np.array_equal(c["step_priorities"], before), margin
+    else:
+        assert (c["step_priorities"] == value).sum() > 0, margin
+assert "refused" in outcomes and "applied" in outcomes, outcomes
+print("ok", outcomes)
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.startswith("ok")

@@ -5,6 +5,12 @@
 
 namespace gearjax {
 
+void PrioritizedSelector::ReserveUpdates(int64_t n) {
+  slots_.reserve(static_cast<size_t>(n));
+  values_.reserve(static_cast<size_t>(n));
+  weights_.Reserve(n);
+}
+
 void PrioritizedSelector::UpdatePriorities(const Item* before, const double* priorities,
                                            int64_t n) {
   slots_.resize(static_cast<size_t>(n));

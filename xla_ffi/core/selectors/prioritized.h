@@ -17,6 +17,7 @@ class PrioritizedSelector final : public WeightTreeSelector {
   bool UsesPriority() const override { return true; }
   // One batched tree update for all n (SumTree::SetMany).
   void UpdatePriorities(const Item* before, const double* priorities, int64_t n) override;
+  void ReserveUpdates(int64_t n) override;
 
   double alpha() const { return alpha_; }
 

@@ -57,6 +57,11 @@ class Selector {
     (void)priorities;
     (void)n;
   }
+  // Makes the scratch an UpdatePriorities of up to n items grows, so that
+  // call allocates none: the table reserves before an update writes anything,
+  // so one too large for memory (std::bad_alloc) changes nothing. Node-based
+  // structures (TopK's ranking) still allocate a node an item.
+  virtual void ReserveUpdates(int64_t n) { (void)n; }
 };
 
 // What a sampling selector draws a batch from: the batch's seed and each

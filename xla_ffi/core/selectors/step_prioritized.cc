@@ -126,6 +126,14 @@ void StepPrioritizedSelector::UpdatePriorities(const Item* before, const double*
   SetFullLeaves(leaves_.data(), static_cast<int64_t>(leaves_.size()), -1);
 }
 
+void StepPrioritizedSelector::ReserveSteps(int64_t n) {
+  weights_.reserve(static_cast<size_t>(n));
+  tree_.Reserve(n);
+  if (full_.empty()) return;
+  full_weights_.reserve(static_cast<size_t>(n));
+  for (FullWindows& full : full_) full.tree->Reserve(n);
+}
+
 void StepPrioritizedSelector::SetSteps(const int64_t* leaves, int64_t n) {
   weights_.resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) weights_[i] = steps_[leaves[i]];

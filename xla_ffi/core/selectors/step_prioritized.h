@@ -49,6 +49,9 @@ class StepPrioritizedSelector final : public SamplingSelector {
   void UpdatePriorities(const Item* before, const double* priorities, int64_t n) override;
   // Step leaves (slot * max_length + step) whose priorities the table set.
   void SetSteps(const int64_t* leaves, int64_t n);
+  // Makes SetSteps' scratch for n leaves, so a SetSteps of at most n
+  // allocates nothing (see Selector::ReserveUpdates).
+  void ReserveSteps(int64_t n);
 
   // Each row's slot, step and probability (the step's weight over the
   // total); prefetches nothing (a leaf is not a slot).

@@ -86,6 +86,13 @@ void SumTree::Set(int64_t leaf, double weight) {
   }
 }
 
+void SumTree::Reserve(int64_t n) {
+  if (levels_ > 1 && seen_.empty()) {
+    seen_.assign(static_cast<size_t>((nodes_.size() - offsets_[1] + 63) / 64), 0);
+  }
+  dirty_.reserve(static_cast<size_t>(std::max<int64_t>(n, 0)));
+}
+
 void SumTree::SetMany(const int64_t* leaves, const double* weights, int64_t n) {
   if (n <= 0) return;
   if (n == 1) return Set(leaves[0], weights[0]);
@@ -105,9 +112,7 @@ void SumTree::SetMany(const int64_t* leaves, const double* weights, int64_t n) {
   // Each level's distinct parents of the nodes changed below, found with one
   // bit per inner node (set while collecting, cleared after): no sort, and
   // each line is summed once however many of its children changed.
-  if (seen_.empty()) {
-    seen_.assign(static_cast<size_t>((nodes_.size() - offsets_[1] + 63) / 64), 0);
-  }
+  Reserve(n);
   dirty_.resize(static_cast<size_t>(n));
   const int64_t* changed = leaves;
   int64_t count = n;

@@ -133,6 +133,10 @@ class SumTree {
   // recomputes every affected ancestor once, level by level, so the cache
   // misses of one level overlap instead of following each other.
   void SetMany(const int64_t* leaves, const double* weights, int64_t n);
+  // Makes SetMany's scratch for n leaves now, so a SetMany of at most n
+  // leaves allocates nothing: a caller that must not fail halfway through an
+  // update (std::bad_alloc) reserves before it writes anything.
+  void Reserve(int64_t n);
 
   // SumTreeDraw for one u, and for n at once: the n descents advance level by
   // level, prefetching each one's next line, so their cache misses overlap.

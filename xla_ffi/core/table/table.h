@@ -505,15 +505,18 @@ class Table {
     int64_t slot;
     bool held_largest;
     int64_t leaves_end;
+    double largest_written = 0.0;  // SettleLargestStepsLocked's
   };
   // Checks every named step of a live key lies within its trajectory
   // (InvalidArgument otherwise, before anything is written).
   std::vector<StepRow> NamedStepRowsLocked(const int64_t* keys, const int64_t* steps,
                                            int64_t rows, int64_t width) const GEARJAX_REQUIRES(mu_);
   // After the writes: each trajectory's own priority, the largest of its
-  // steps', and the other priority selectors told.
-  void SettleLargestStepsLocked(std::vector<StepRow>& named, const std::vector<int64_t>& leaves)
-      GEARJAX_REQUIRES(mu_);
+  // steps', and the other priority selectors told. `order` is scratch of
+  // named.size() entries, made before the writes (so is all else it needs:
+  // UpdateStepPriorities).
+  void SettleLargestStepsLocked(std::vector<StepRow>& named, const std::vector<int64_t>& leaves,
+                                std::vector<size_t>& order) GEARJAX_REQUIRES(mu_);
   void PublishLocked(int64_t slot, int64_t key, int64_t length, double priority,
                      const double* steps, int64_t stamp) GEARJAX_REQUIRES(mu_);
   // The trees GPU kernels may draw from: Timestep's, then each Prioritized.

@@ -26,6 +26,12 @@ int64_t Table::UpdatePriorities(const int64_t* keys, const double* priorities, i
   OwnPrioritiesLocked();
   update_before_.clear();
   update_after_.clear();
+  // What the update allocates, made before it writes anything, so one too
+  // large for memory changes nothing (but on a table of step priorities,
+  // whose step trees' scratch grows with the steps the keys hold).
+  update_before_.reserve(static_cast<size_t>(count));
+  update_after_.reserve(static_cast<size_t>(count));
+  for (Selector* selector : selectors_.using_priority()) selector->ReserveUpdates(count);
   constexpr int64_t kAhead = 32;  // records prefetched ahead of the one looked up (see Select)
   // Asked once: the pushes below call the allocator, after which the
   // compiler would read the vector again for every key.
@@ -80,8 +86,24 @@ int64_t Table::UpdateStepPriorities(const int64_t* keys, const int64_t* steps,
   // counted (as UpdatePriorities counts them).
   skipped_updates_ += std::count_if(keys, keys + rows, [](int64_t k) { return k >= 0; }) -
                       static_cast<int64_t>(named.size());
+  // Everything the update allocates is made before it writes anything: an
+  // update too large for memory (std::bad_alloc) changes nothing.
   std::vector<int64_t> leaves;
   leaves.reserve(named.size() * static_cast<size_t>(width));
+  std::vector<size_t> order(named.size());
+  for (StepPrioritizedSelector* selector :
+       selectors_.Of<StepPrioritizedSelector>(Strategy::kPrioritizedSteps)) {
+    selector->ReserveSteps(static_cast<int64_t>(named.size()) * width);
+  }
+  // SettleLargestStepsLocked tells them of each trajectory once.
+  const size_t trajectories = std::min(named.size(), static_cast<size_t>(spec_.capacity));
+  for (Selector* selector : selectors_.using_priority()) {
+    selector->ReserveUpdates(static_cast<int64_t>(trajectories));
+  }
+  update_before_.clear();
+  update_after_.clear();
+  update_before_.reserve(trajectories);
+  update_after_.reserve(trajectories);
   for (StepRow& row : named) {
     const int64_t b = row.row;
     for (int64_t j = 0; j < width; ++j) {
@@ -95,7 +117,7 @@ int64_t Table::UpdateStepPriorities(const int64_t* keys, const int64_t* steps,
        selectors_.Of<StepPrioritizedSelector>(Strategy::kPrioritizedSteps)) {
     selector->SetSteps(leaves.data(), static_cast<int64_t>(leaves.size()));
   }
-  SettleLargestStepsLocked(named, leaves);
+  SettleLargestStepsLocked(named, leaves, order);
   counters_.priority_updates += static_cast<int64_t>(named.size());
   return static_cast<int64_t>(named.size());
 }
@@ -148,14 +170,14 @@ std::vector<Table::StepRow> Table::NamedStepRowsLocked(const int64_t* keys, cons
 }
 
 void Table::SettleLargestStepsLocked(std::vector<StepRow>& named,
-                                     const std::vector<int64_t>& leaves) {
+                                     const std::vector<int64_t>& leaves,
+                                     std::vector<size_t>& order) {
   // Each row's largest value as its steps end (a later entry for a step
   // wins), then each trajectory's own priority. Every step not named is at
   // most the old one, so a written value at least as large is the new one;
   // the steps are read again only where a named step held the old largest
   // and every written value fell below it (a prioritized sample draws
   // windows where the largest steps are, so they often hold it).
-  std::vector<std::pair<int64_t, double>> largest_written;  // slot, value
   int64_t first = 0;
   for (StepRow& row : named) {
     double largest = 0.0;
@@ -163,9 +185,8 @@ void Table::SettleLargestStepsLocked(std::vector<StepRow>& named,
       largest = std::max(largest, step_priority_[static_cast<size_t>(leaves[i])]);
     }
     first = row.leaves_end;
-    largest_written.push_back({row.slot, largest});
+    row.largest_written = largest;
   }
-  std::vector<size_t> order(named.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(),
             [&](size_t x, size_t y) { return named[x].slot < named[y].slot; });
@@ -177,7 +198,7 @@ void Table::SettleLargestStepsLocked(std::vector<StepRow>& named,
     double written = 0.0;
     for (; k < order.size() && named[order[k]].slot == slot; ++k) {
       held_largest |= named[order[k]].held_largest;
-      written = std::max(written, largest_written[order[k]].second);
+      written = std::max(written, named[order[k]].largest_written);
     }
     SlotInfo& info = (*slots_)[slot];
     const double largest = held_largest && written < info.priority
