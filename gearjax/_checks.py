@@ -108,7 +108,10 @@ def priority(value: Any, name: str = "priority") -> float:
         dtype = np.dtype(value.dtype)
         if not (jnp.issubdtype(dtype, np.integer) or jnp.issubdtype(dtype, np.floating)):
             raise TypeError(f"{name} must be a real number, got {value!r}")
-        value = float(np.asarray(value).astype(np.float64))
+        as_float = float(np.asarray(value).astype(np.float64))
+        if as_float == 0 and np.asarray(value) != 0:  # a long double below float64's range
+            raise ValueError(f"{name} must be {PRIORITY_RANGE}, got {value!r}")
+        value = as_float
     number = _as_float(name, value)
     if not (number == 0 or MIN_PRIORITY <= number <= MAX_PRIORITY):
         raise ValueError(f"{name} must be {PRIORITY_RANGE}, got {value!r}")
@@ -159,6 +162,8 @@ def priorities(values: np.ndarray, name: str = "priorities") -> np.ndarray:
     if as_float.size and MIN_PRIORITY <= as_float.min() and as_float.max() <= MAX_PRIORITY:
         return np.ascontiguousarray(as_float)
     bad = ~((as_float == 0) | ((as_float >= MIN_PRIORITY) & (as_float <= MAX_PRIORITY)))
+    if values.dtype not in _EXACT_IN_FLOAT64:
+        bad |= (as_float == 0) & (values != 0)  # a long double too small for float64: not 0
     if bad.any():
         i = int(np.argmax(bad.ravel()))
         raise ValueError(f"{name} must each be {PRIORITY_RANGE}; entry {i} is "

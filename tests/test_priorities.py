@@ -95,6 +95,20 @@ def test_checked_priorities_are_contiguous_native_float64_of_the_same_values(val
     np.testing.assert_array_equal(out, np.asarray(values, np.float64))
 
 
+def test_a_long_double_too_small_for_float64_is_refused_not_taken_as_zero():
+    """A positive long double below float64's range rounds to 0 there: it is
+    out of range (so never drawn), not priority 0."""
+    tiny = np.longdouble("1e-4000")
+    if tiny == 0:
+        pytest.skip("this platform's long double is float64: no such value")
+    with pytest.raises(ValueError, match="entry 1"):
+        gx._checks.priorities(np.array([1.0, tiny, 0.0], np.longdouble))
+    with pytest.raises(ValueError, match="priority must be"):
+        gx._checks.priority(tiny)
+    np.testing.assert_array_equal(
+        gx._checks.priorities(np.array([1.0, 0.0], np.longdouble)), [1.0, 0.0])
+
+
 def test_checked_zero_priorities_come_back_positive():
     out = gx._checks.priorities(np.array([-0.0, 0.0, 1.0]))
     np.testing.assert_array_equal(out, [0.0, 0.0, 1.0])
