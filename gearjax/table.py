@@ -1083,13 +1083,17 @@ class Table:
         else:
             order = table_state.consume(state, self, self._spec.handle)
         traced = any(isinstance(x, jax.core.Tracer) for x in (state, keys, priorities, steps))
+        # A state given inside a trace is the compiled form, though it and the
+        # arrays be concrete (a state made outside the trace, a constant): the
+        # call goes into the program being traced, as sample's does.
+        if not traced and state is not None:
+            traced = _call_forms.tracing()
         if not traced:
             if state is None:
                 return self._update_host_priorities(keys, priorities, steps)
             # Called eagerly, the state form does what the stateless form
             # does, once the calls before it (the state's program) have run:
             # no program of its own to dispatch and wait for.
-            self._refuse_traced_update(steps)
             self._wait_for_state(state)
             return state, np.int32(self._update_host_priorities(keys, priorities, steps))
         keys, priorities, steps = _update_args.operands(jnp, keys, priorities, steps)

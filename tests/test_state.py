@@ -291,6 +291,21 @@ def test_a_stateless_call_with_only_concrete_operands_is_refused_inside_jit_too(
     assert table.stats()["priority_updates"] == 0
 
 
+def test_a_state_form_call_with_only_concrete_operands_inside_jit_is_compiled(table):
+    """A state made outside the trace and closed over, with NumPy operands:
+    every form goes into the traced program and runs when it runs (the
+    update was refused as a stateless call)."""
+    keys, key = table.contents()["key"][:2], jax.random.key(0)
+    outer = table.state()
+    jax.block_until_ready(jax.jit(lambda: table.sample(outer, key, 2, 1)[1].keys)())
+    count = jax.jit(lambda: table.update_priorities(outer, keys, np.full(2, 3.0))[1])()
+    assert int(count) == 2 and table.stats()["priority_updates"] == 2
+    assert (table.contents()["priority"] == 3.0).sum() == 2
+    inserted = jax.jit(lambda: table.insert_batch(
+        outer, {"x": np.ones((1, 1, 2), np.float32)}, np.array([1]))[1])()
+    assert int(inserted[0]) in table.contents()["key"]
+
+
 def test_eager_stateless_calls_run_at_once_each_from_a_fresh_state(table):
     before = table.stats()
     batch = table.sample(jax.random.key(0), 3, 1)
