@@ -21,7 +21,9 @@ compiled programs that is JAX's choice, not gearjax's:
   ``ValueError`` for a GPU priority update that failed after its program
   returned (raised by the next call). ``sample(..., numpy=True)`` runs no
   program and raises as a host insert does: ``TimeoutError`` for a shortfall
-  or a timeout, ``RuntimeError`` for a table closed meanwhile.
+  or a timeout, ``RuntimeError`` for a table closed meanwhile; and, as the
+  eager call's program would, ``jax.errors.JaxRuntimeError`` for another
+  failure as it ran (every priority 0).
 - A program you compile raises ``jax.errors.JaxRuntimeError`` when JAX runs it
   through its Python dispatch (the first call) or when the failure surfaces as
   its results are read, but ``ValueError`` with the same message when JAX's

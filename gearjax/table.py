@@ -918,8 +918,11 @@ class Table:
         if numpy:
             if state is not None:
                 self._wait_for_state(state)  # after the state's program, as its calls are
-            batch = _eager_sample.sample_numpy(self._native, rng_key, args, self._capacity,
-                                               self._spec.columns)
+            try:
+                batch = _eager_sample.sample_numpy(self._native, rng_key, args, self._capacity,
+                                                   self._spec.columns)
+            except ValueError as e:  # a failure as it ran: raised as the program's would be
+                errors.reraise(e)
             return batch if state is None else (state, batch)
         try:
             order, batch = _sample.sample(rng_key, order, spec=self._spec, args=args)

@@ -225,6 +225,24 @@ def test_failures_raise_the_native_classes_and_change_nothing():
     assert gx.table_error(raised.value) == "closed"
 
 
+@pytest.mark.parametrize("strategy, step_priorities",
+                         [(gx.Prioritized(1.0), False), (gx.PrioritizedSteps(1.0), True)])
+def test_a_failure_as_it_runs_raises_what_the_program_raises(strategy, step_priorities):
+    """Every priority 0 is found as the sample runs, past its argument
+    checks: with numpy=True it raises the eager program's JaxRuntimeError,
+    "failed" to table_error (it was an untagged ValueError, read as a refused
+    argument)."""
+    table = gx.Table(COLUMNS, capacity=4, max_length=4, placement="host",
+                     step_priorities=step_priorities)
+    table.insert({"obs": np.zeros((3, 3), np.float32), "step": np.arange(3, dtype=np.int32)},
+                 priority=0.0)
+    for numpy in (True, False):
+        with pytest.raises(jax.errors.JaxRuntimeError, match="priority 0") as raised:
+            table.sample(jax.random.key(0), 2, 1, strategy, numpy=numpy)
+        assert gx.table_error(raised.value) == "failed"
+    assert table.contents()["times_sampled"].sum() == 0
+
+
 @pytest.mark.parametrize("value", ["yes", 1, None, np.array(True)])
 def test_numpy_must_be_a_bool(value):
     table = filled()

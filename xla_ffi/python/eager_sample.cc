@@ -61,9 +61,16 @@ void EagerSample(Table& table, SeedArray seed, const EagerSampleArgs& args,
   }
   const bool pad_left = args.pad_left != 0;
   ReleasedGil released;
-  SelectAndGather(table, request, seed.data(), [&](const Draw* draws) {
-    GatherRows(table, draws, 0, request.batch, width, pad_left, outputs);
-  });
+  try {
+    SelectAndGather(table, request, seed.data(), [&](const Draw* draws) {
+      GatherRows(table, draws, 0, request.batch, width, pad_left, outputs);
+    });
+  } catch (const InvalidArgument& e) {
+    // A failure as the sample ran (every priority 0), past the argument
+    // checks above: tagged as the compiled call's handler tags it
+    // (ffi_common.h Fail), so gearjax.table_error names it "failed" here too.
+    throw InvalidArgument(std::string("INVALID_ARGUMENT: gearjax: ") + e.what());
+  }
 }
 
 }  // namespace gearjax::python
