@@ -185,7 +185,14 @@ def call_forms(table, keys) -> dict:
     the batch's shapes and dtypes made in XLA (filled with a word of the key,
     so the program has an input) with no table call, what any jitted call
     returning a batch pays; ``scan`` is a jitted lax.scan of SCAN_STEPS
-    samples, each read whole inside it (summed), timed per sample."""
+    samples, each read whole inside it (summed), timed per sample;
+    ``jitted-where`` is ``jitted`` that also returns
+    ``jnp.where(batch.mask, batch.timestep, -1)`` (the ``steps`` a per-step
+    priority update is given): 5,120 selects, which take XLA's CPU client past
+    its bound for running a program on the calling thread (a program of fewer
+    than 1,000 flops by XLA's cost analysis runs there, a larger one on a
+    worker thread of its own: PjRt's cpu_client.cc, ``cheap_computation_``),
+    so the pair measures that hand-over (``program_flops`` in the results)."""
     import jax
     import jax.numpy as jnp
 
@@ -194,6 +201,11 @@ def call_forms(table, keys) -> dict:
 
     jitted = jax.jit(sample)
     _, shapes = jax.eval_shape(sample, table.state(), keys[0])
+
+    @jax.jit
+    def with_where(state, key):
+        state, batch = sample(state, key)
+        return state, (batch, jnp.where(batch.mask, batch.timestep, -1))
 
     @jax.jit
     def no_table(state, key):
@@ -213,17 +225,32 @@ def call_forms(table, keys) -> dict:
                                          jax.random.split(key, SCAN_STEPS))
         return state, total
 
-    states = {name: [table.state()] for name in ("jitted", "no-table", "scan")}
+    states = {name: [table.state()] for name in ("jitted", "where", "no-table", "scan")}
 
     def threaded(name, program):
         def call(i):
             states[name][0], out = program(states[name][0], keys[i % len(keys)])
             return out
+        call.program = program
         return call
 
     return {"jitted": threaded("jitted", jitted),
+            "jitted-where": threaded("where", with_where),
             "jitted-no-table": threaded("no-table", no_table),
             "scan": threaded("scan", scanned)}
+
+
+def program_flops(table, keys) -> dict[str, float]:
+    """The flops XLA's cost analysis gives each jitted program of
+    call_forms (what XLA's CPU client compares with 1,000 to run a program on
+    the calling thread or on a worker)."""
+    flops = {}
+    for name, call in call_forms(table, keys).items():
+        cost = call.program.lower(table.state(), keys[0]).compile().cost_analysis()
+        if isinstance(cost, list):  # older JAX: one dict per device
+            cost = cost[0] if cost else {}
+        flops[name] = float(cost.get("flops", float("nan")))
+    return flops
 
 
 def summary(times: dict[str, list[float]]) -> dict:
@@ -242,6 +269,9 @@ def report(result: dict) -> str:
              f"host table of {c['trajectories']} trajectories of {LENGTH} steps; "
              f"{BATCH} windows of {WINDOW}; median of {c['calls']} calls each (us; time over "
              f"jitted, paired)"]
+    lines.append("flops of each jitted program of the call section (XLA's cost analysis; the "
+                 "CPU client runs one below 1,000 on the calling thread): "
+                 + ", ".join(f"{n} {f:g}" for n, f in result.get("program_flops", {}).items()))
     for section, title in (("sample", "sample (Uniform)"),
                            ("per", "Prioritized(0.6) sample + update_priorities"),
                            ("call", f"the jitted call (scan: per sample, of {SCAN_STEPS})"),
@@ -272,6 +302,7 @@ def main(argv: list[str] | None = None) -> dict:
     sections = {"sample": lambda: sample_forms(table, keys), "per": lambda: per_forms(table, keys),
                 "call": lambda: call_forms(table, keys),
                 "insert": lambda: insert_forms(table)}  # evicts: last
+    result["program_flops"] = program_flops(table, keys)
     for section, forms in sections.items():
         for suffix, run in (("", 1), ("_runs", RUN)):
             times = take_turns(forms(), args.calls, run=run)
