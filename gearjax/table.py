@@ -1027,7 +1027,9 @@ class Table:
           ``priorities`` and ``steps`` are ``[B, W]``: entry ``[b, j]`` sets
           step ``steps[b, j]`` of trajectory ``keys[b]``, and a step below 0
           is skipped (padding). For a sampled batch,
-          ``steps=jnp.where(batch.mask, batch.timestep, -1)``. A named step
+          ``steps=jnp.where(batch.mask, batch.timestep, -1)`` (padding's
+          timestep is 0), or ``steps=batch.timestep`` where no window is
+          padded (``cut="full"``). A named step
           past its trajectory's length is refused (nothing changes); each
           trajectory's own priority becomes the largest of its steps'.
 

@@ -123,6 +123,10 @@ SOURCES: list[tuple[str, str]] = [
      "`python scripts/bench_eager.py` at c1f5d91 (the same 2-core AMD EPYC VM, Python 3.12.1, "
      "jax 0.12.0.1), after eager state-form calls stopped waiting for a state already ready"),
     ("bench_eager_c1f5d91_cpu.txt", "the printed report of `scripts/bench_eager.py` (same run)"),
+    ("bench_eager_9d99e5a_cpu.json",
+     "`python scripts/bench_eager.py` at 9d99e5a (the same 2-core AMD EPYC VM, Python 3.12.1, "
+     "jax 0.12.0.1), the first run with the jitted-where form and the programs' flops"),
+    ("bench_eager_9d99e5a_cpu.txt", "the printed report of `scripts/bench_eager.py` (same run)"),
     ("count_against_70410d1_eager_calls_cpu.json",
      "`python scripts/count_against.py --baseline CHECKOUT_OF_70410d1 --baseline-name "
      "HEAD-70410d1 --current THE_SAME_WITH_2dee8e9s_PYTHON_LAYER --workloads "
