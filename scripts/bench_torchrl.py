@@ -30,8 +30,11 @@ The rows, median ms per call:
    is a table of the same episodes made with ``step_priorities=True`` (each
    step starting at its episode's priority, as in TorchRL),
    ``PrioritizedSteps(alpha)``, ``cut="full"``, then ``update_priorities`` of
-   the 5,120 sampled steps (``steps=`` the windows' timesteps), as TorchRL
-   updates them.
+   the 5,120 sampled steps (``steps=batch.timestep``: a ``cut="full"``
+   window is never padded, so there is no mask to apply; a ``jnp.where`` of
+   mask and timesteps would also take the update-only program past XLA's CPU
+   client's bound for running on the calling thread, scripts/bench_eager.py's
+   ``jitted-where``), as TorchRL updates them.
 4. ``transitions``: prioritized transitions, batch 256, and the update of
    their priorities: TorchRL ``PrioritizedSampler`` on a storage of N
    transitions against gearjax's transitions recipe (docs/concepts/
@@ -319,8 +322,8 @@ def prioritized_step(table, priorities: np.ndarray, window: int):
 
 def per_step_step(table, priorities: np.ndarray):
     """PrioritizedSteps(ALPHA) windows (cut="full") and the update of the
-    sampled steps' priorities to `priorities` [BATCH, WINDOW] (every step of
-    a full window is real)."""
+    sampled steps' priorities to `priorities` [BATCH, WINDOW]: every step of
+    a full window is real, so the windows' timesteps name the steps."""
     import gearjax as gx
     import jax.numpy as jnp
     strategy = gx.PrioritizedSteps(ALPHA)
@@ -329,12 +332,11 @@ def per_step_step(table, priorities: np.ndarray):
     def step(state, key, numpy=False):
         if state is None:
             batch = table.sample(key, BATCH, WINDOW, strategy, cut="full", numpy=numpy)
-            steps = np.where(np.asarray(batch.mask), np.asarray(batch.timestep), -1)
             return None, {"batch": batch, "count": table.update_priorities(
-                batch.keys, priorities, steps=steps)}
+                batch.keys, priorities, steps=batch.timestep)}
         state, batch = table.sample(state, key, BATCH, WINDOW, strategy, cut="full")
         state, count = table.update_priorities(state, batch.keys, device_priorities,
-                                               steps=jnp.where(batch.mask, batch.timestep, -1))
+                                               steps=batch.timestep)
         return state, {"batch": batch, "count": count}
     return step
 
