@@ -153,6 +153,10 @@ SOURCES: list[tuple[str, str]] = [
      "`bash scripts/bench_torchrl_setup.sh` makes (2-core dev VM, CPU only; TorchRL 0.14.1 "
      "on torch 2.13.0, both libraries in one process)"),
     ("bench_torchrl_cpu.txt", "the printed report of `scripts/bench_torchrl.py` (same run)"),
+    ("bench_torchrl_7e099ef_cpu.json",
+     "`.venv-torchrl/bin/python scripts/bench_torchrl.py --out ...` at 7e099ef (the same VM and "
+     "environment; the per-step forms name the sampled steps by batch.timestep)"),
+    ("bench_torchrl_7e099ef_cpu.txt", "the printed report of `scripts/bench_torchrl.py` (same run)"),
     ("bench_call_sites_cpu.json",
      "`python scripts/bench_call_sites.py --baseline BUILD_OF_25be2b8 --baseline-name "
      "\"main 25be2b8\"` (2-core dev VM)"),
