@@ -672,6 +672,9 @@ class Table:
                                 _checks.priority(p)))
             except (TypeError, ValueError) as e:
                 raise type(e)(f"trajectory {i}: {e}") from None
+        # Refused whole where fewer keys are left than trajectories (a
+        # table of few key bits: a ShardedTable's shards), not part-way.
+        self._native.check_keys_left(len(checked))
         keys = []
         try:
             for arrays, length, priority in checked:

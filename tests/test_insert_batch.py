@@ -196,3 +196,28 @@ def test_bad_shapes_and_columns_are_refused_when_traced(table, make, error):
     with pytest.raises(error):
         table.insert_batch(columns, lengths)
     assert len(table) == 0
+
+
+@pytest.mark.parametrize("form", ["eager", "jitted", "insert_many"])
+def test_an_insert_of_more_trajectories_than_keys_left_is_refused_whole(form):
+    """A table of few key bits (a ShardedTable's shard has fewer) with 2 keys
+    left: an insert of 4 is refused before any goes in (2 went in, then it
+    raised), and the 2 left are still there to issue."""
+    table = gx.Table({"x": gx.Column((), "float32")}, capacity=2, max_length=1,
+                     placement="host", _key_bits=4)
+    for _ in range(6):
+        table.insert({"x": np.ones(1, np.float32)})
+    before = table.contents()["key"].tolist()
+    errors = (ValueError, jax.errors.JaxRuntimeError)
+    with pytest.raises(errors, match="2 keys left to issue; an insert of 4"):
+        if form == "eager":
+            table.insert_batch({"x": np.ones((4, 1), np.float32)}, np.ones(4, np.int32))
+        elif form == "jitted":
+            jax.block_until_ready(jax.jit(lambda s: table.insert_batch(
+                s, {"x": jnp.ones((4, 1))}, jnp.ones(4, jnp.int32)))(table.state()))
+        else:
+            table.insert_many([{"x": np.ones(1, np.float32)}] * 4)
+    assert table.contents()["key"].tolist() == before
+    assert len(table.insert_batch({"x": np.ones((2, 1), np.float32)}, np.ones(2, np.int32))) == 2
+    with pytest.raises(ValueError, match="issued every key it can"):
+        table.insert({"x": np.ones(1, np.float32)})

@@ -345,6 +345,12 @@ class NativeTable {
     return true;
   }
 
+  // Refuses (ValueError) n inserts where fewer keys are left (insert_many).
+  void CheckKeysLeft(int64_t n) {
+    python::ReleasedGil released;  // the table's lock
+    table_->CheckKeysLeft(n);
+  }
+
   int64_t UpdatePriorities(Int64Array keys, DoubleArray priorities) {
     if (keys.shape(0) != priorities.shape(0)) {
       throw InvalidArgument("keys and priorities differ in length");
@@ -706,6 +712,7 @@ void DefineNativeTable(nb::module_& m) {
       // signature.
       .def("insert_step", &NativeTable::InsertStep, "step"_a.none(), "priority"_a.none())
       .def("write_step", &NativeTable::WriteStep, "step"_a.none(), "addresses"_a, "row"_a)
+      .def("check_keys_left", &NativeTable::CheckKeysLeft, "n"_a)
       .def("update_priorities", &NativeTable::UpdatePriorities, "keys"_a, "priorities"_a)
       .def("insert_rows", &NativeTable::InsertRows, "columns"_a, "rows"_a, "steps"_a,
            "lengths"_a, "priorities"_a)

@@ -131,6 +131,12 @@ class Table {
                      int64_t restore_key = -1, int64_t restore_slot = -1,
                      int64_t restore_stamp = -1, const double* steps = nullptr);
 
+  // Refuses (InvalidArgument) n inserts where fewer keys or insertion stamps
+  // are left: a caller inserting n trajectories one at a time asks first, so
+  // it is refused whole rather than part-way (threads inserting meanwhile may
+  // still take the last keys first). InsertManyWith asks it itself.
+  void CheckKeysLeft(int64_t n) const;
+
   // InsertWith for n trajectories (lengths and priorities all checked first:
   // bad input inserts nothing) with one fill per chunk of rows: the rows of a
   // chunk (at most half the slots) reserve their slots one after another, as
@@ -475,7 +481,7 @@ class Table {
   // is left for; waits until the limiter admits an insert (Timeout, Closed);
   // waits until the samples and readers that may still read `slot` are done
   // (Timeout, Closed: the slot then abandoned).
-  void CheckKeysLeftLocked() const GEARJAX_REQUIRES(mu_);
+  void CheckKeysLeftLocked(int64_t n = 1) const GEARJAX_REQUIRES(mu_);
   void WaitToInsertLocked(MutexLock& lock) GEARJAX_REQUIRES(mu_);
   void WaitForSlotReadersLocked(MutexLock& lock, int64_t slot, bool evicted, bool restoring)
       GEARJAX_REQUIRES(mu_);

@@ -177,6 +177,7 @@ int64_t Table::InsertManyWith(int64_t n, const int64_t* lengths, const double* p
     }
     CheckPriority(priorities[i], "the priority of trajectory " + std::to_string(i));
   }
+  if (n > 0) CheckKeysLeft(n);  // every row's key, before the first goes in
   // Rows go in chunks of at most half the slots: a chunk reserves its slots
   // before filling any, and must never wait for a slot it holds itself.
   const int64_t chunk = std::max<int64_t>(1, spec_.capacity / 2);
@@ -223,15 +224,29 @@ int64_t Table::InsertManyWith(int64_t n, const int64_t* lengths, const double* p
   return *inserted;
 }
 
-void Table::CheckKeysLeftLocked() const {
-  if (counters_.next_sequence + writers_ > key_layout_.max_sequence()) {
-    throw InvalidArgument("this table has issued every key it can (" +
-                          std::to_string(key_layout_.max_sequence()) + " + 1 inserts)");
+void Table::CheckKeysLeft(int64_t n) const {
+  MutexLock lock(CheckedMutex());
+  CheckOpenLocked();
+  CheckKeysLeftLocked(n);
+}
+
+void Table::CheckKeysLeftLocked(int64_t n) const {
+  // Keys left less one (max_sequence may be INT64_MAX: one more would overflow).
+  const int64_t keys_after_one = key_layout_.max_sequence() - counters_.next_sequence - writers_;
+  const int64_t stamps_left = kMaxStamp - 1 - last_stamp_;
+  if (keys_after_one >= n - 1 && stamps_left >= n) return;
+  const std::string call =
+      n == 1 ? std::string() : "; an insert of " + std::to_string(n) + " trajectories needs as many";
+  if (keys_after_one < n - 1) {
+    const int64_t keys_left = keys_after_one + 1;
+    throw InvalidArgument(keys_left <= 0 ? "this table has issued every key it can (" +
+                                               std::to_string(key_layout_.max_sequence()) +
+                                               " + 1 inserts)" + call
+                                         : "this table has " + std::to_string(keys_left) +
+                                               " keys left to issue" + call);
   }
-  if (last_stamp_ >= kMaxStamp - 1) {
-    throw InvalidArgument("this table has issued every insertion stamp it can (a restored "
-                          "stamp reached 2^62 - 1)");
-  }
+  throw InvalidArgument("this table has issued every insertion stamp it can (a restored stamp "
+                        "reached 2^62 - 1)" + call);
 }
 
 void Table::WaitToInsertLocked(MutexLock& lock) {
