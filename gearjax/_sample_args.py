@@ -8,9 +8,11 @@ again where values enter it (``xla_ffi/core/limits.h``)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from typing import Any
 
+import jax
 import numpy as np
 
 from gearjax import _checks, _gearjax
@@ -133,11 +135,32 @@ def check_rng_key(key: Any) -> None:
                         f"of shape {shape} (one call draws one batch from one key: pass one, "
                         f"e.g. keys[0], or call once per key)")
     try:
-        uint32_pair = dtype is not None and np.dtype(dtype) == np.uint32 and shape == (2,)
+        uint32 = dtype is not None and np.dtype(dtype) == np.uint32
     except TypeError:
-        uint32_pair = False
-    if uint32_pair:
+        uint32 = False
+    legacy = legacy_key_shape()
+    if uint32 and shape in ((2,), legacy):
         return
     raise TypeError(f"rng_key must be one JAX PRNG key (jax.random.key(...), or a legacy "
-                    f"jax.random.PRNGKey), got {type(key).__name__} with dtype {dtype} and "
-                    f"shape {shape}")
+                    f"jax.random.PRNGKey: uint32{list(legacy)} under the default "
+                    f"implementation, {jax.config.jax_default_prng_impl}), got "
+                    f"{type(key).__name__} with dtype {dtype} and shape {shape}")
+
+
+# JAX's implementations' key shapes; another (registered by a user) is asked
+# once (a key made with it), not traced: eval_shape's cache ignores which
+# implementation is the default.
+_LEGACY_KEY_SHAPES = {"threefry2x32": (2,), "rbg": (4,), "unsafe_rbg": (4,)}
+
+
+@functools.lru_cache(maxsize=None)
+def _legacy_key_shape(impl: str) -> tuple[int, ...]:
+    known = _LEGACY_KEY_SHAPES.get(impl)
+    return known if known is not None else tuple(np.shape(jax.random.PRNGKey(0)))
+
+
+def legacy_key_shape() -> tuple[int, ...]:
+    """The shape of a legacy key (jax.random.PRNGKey) of JAX's default PRNG
+    implementation: (2,) for threefry, (4,) for rbg; a raw uint32 array of
+    that shape is such a key to jax.random (and to seed_words)."""
+    return _legacy_key_shape(jax.config.jax_default_prng_impl)

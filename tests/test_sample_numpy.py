@@ -154,6 +154,23 @@ def test_legacy_keys_and_the_state_form_give_the_same_batch():
     assert_same(compiled, batch)
 
 
+def test_a_legacy_key_of_the_default_rbg_implementation_is_taken_by_every_form():
+    """Under jax_default_prng_impl="rbg" jax.random.PRNGKey makes uint32[4]:
+    such a key samples alike eagerly, with numpy=True and in jit (it was
+    refused as not "a legacy jax.random.PRNGKey"); a raw uint32 array of
+    another shape is refused, naming the shape expected."""
+    table = filled()
+    with jax.default_prng_impl("rbg"):
+        legacy = jax.random.PRNGKey(3)
+        assert legacy.shape == (4,)
+        eager = table.sample(legacy, 6, 4)
+        assert_same(eager, table.sample(legacy, 6, 4, numpy=True))
+        _, compiled = jax.jit(lambda s, k: table.sample(s, k, 6, 4))(table.state(), legacy)
+        assert_same(compiled, table.sample(legacy, 6, 4, numpy=True))
+        with pytest.raises(TypeError, match=r"uint32\[4\] under the default implementation, rbg"):
+            table.sample(np.zeros(3, np.uint32), 6, 4)
+
+
 @pytest.mark.parametrize("impl", ["threefry2x32", "rbg", "unsafe_rbg"])
 def test_a_key_s_words_read_on_the_host_are_the_public_words(impl, monkeypatch):
     # The eager sample reads a typed key's words from JAX's internal base
