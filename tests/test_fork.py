@@ -39,6 +39,7 @@ for _ in range(forks):
         result = {}
         for name, call in [("insert", lambda: table.insert({"x": np.ones((2, 4), np.float32)})),
                            ("stats", table.stats), ("contents", table.contents),
+                           ("state", table.state),
                            # No XLA program (a forked child cannot run JAX's), a NumPy key.
                            ("sample", lambda: table.sample(np.zeros(2, np.uint32), 2, 1,
                                                            numpy=True))]:
@@ -85,8 +86,8 @@ def _run(tmp_path, exit_how: str, forks: int = 30) -> list[dict]:
 def test_an_inherited_table_refuses_every_call_at_once(tmp_path):
     for outcome in _run(tmp_path, "_exit"):
         assert outcome["code"] == 0, outcome
-        assert [outcome[c] for c in ("insert", "stats", "contents", "sample")] == \
-            ["refused"] * 4, outcome
+        assert [outcome[c] for c in ("insert", "stats", "contents", "state", "sample")] == \
+            ["refused"] * 5, outcome
         assert outcome["seconds"] < 1.0, outcome
         assert outcome["own_table"] == 1 and outcome["closed"], outcome
 

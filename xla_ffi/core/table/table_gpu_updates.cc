@@ -305,6 +305,10 @@ uint64_t TableGpu::BeginUpdate(const void* stream, int64_t n, GpuUpdate* update,
 void Table::DeferError(const std::string& message) { deferred_.Defer(message); }
 
 void Table::RaiseDeferredError() {
+  // Every Python method asks this first, some (Table.state) nothing else: an
+  // inherited table in a forked child refuses here too, as it does where a
+  // call takes the lock.
+  if (fork_generation_ != forks::Generation()) [[unlikely]] ThrowForkedCopy();
   // GPU updates refused since the last look: the first one's first bad
   // entry, in the words the host's check uses, and how many more.
   const GpuUpdateReportCell::Failures failures = gpu_report_.TakeFailures();
