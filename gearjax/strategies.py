@@ -138,9 +138,8 @@ class PrioritizedSteps(Strategy):
       ...                     priority=np.linspace(0.0, 1.0, 30))
       >>> s, batch = steps.sample(steps.state(), key, 8, window=4, cut="full",
       ...                         strategy=gx.PrioritizedSteps(alpha=0.6))
-      >>> td = jnp.ones((8, 4))
-      >>> s, n = steps.update_priorities(
-      ...     s, batch.keys, td, steps=jnp.where(batch.mask, batch.timestep, -1))
+      >>> td = jnp.ones((8, 4))  # cut="full" windows have no padding to skip:
+      >>> s, n = steps.update_priorities(s, batch.keys, td, steps=batch.timestep)
       >>> int(n)
       8
       >>> steps.close()

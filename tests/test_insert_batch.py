@@ -208,8 +208,8 @@ def test_an_insert_of_more_trajectories_than_keys_left_is_refused_whole(form):
     for _ in range(6):
         table.insert({"x": np.ones(1, np.float32)})
     before = table.contents()["key"].tolist()
-    errors = (ValueError, jax.errors.JaxRuntimeError)
-    with pytest.raises(errors, match="2 keys left to issue; an insert of 4"):
+    error = jax.errors.JaxRuntimeError if form == "jitted" else ValueError
+    with pytest.raises(error, match="2 keys left to issue; an insert of 4"):
         if form == "eager":
             table.insert_batch({"x": np.ones((4, 1), np.float32)}, np.ones(4, np.int32))
         elif form == "jitted":

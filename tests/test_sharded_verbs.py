@@ -177,24 +177,27 @@ def test_step_update_messages_fit_a_receive_buffer_and_the_owner_applies_its_row
 
 def test_a_step_update_no_message_holds_is_refused_before_this_shard_applies_its_part():
     """A ShardedTable update over a one-sided exchange applies this shard's
-    entries itself and sends the rest as messages: a row too wide for any
-    message is refused before either (it was applied here, then raised)."""
+    rows itself and sends the others' as messages: with rows for another
+    shard too wide for any message, it is refused before either (this
+    shard's rows were applied, then sending raised). Rows for this shard
+    alone send nothing, so no width limits them."""
     from gearjax.sharded.table import ShardedTable
     table = gx.Table({"x": gx.Column((), "int32")}, capacity=8, max_length=16_384,
                      step_priorities=True)
     key = table.insert({"x": np.zeros(8_192, np.int32)}, priority=1.0)
-    transport = types.SimpleNamespace(_token="tok", UPDATE_MESSAGE_BYTES=verbs.MESSAGE_BYTES,
+    transport = types.SimpleNamespace(_token="t" * 32, UPDATE_MESSAGE_BYTES=verbs.MESSAGE_BYTES,
                                       send_updates=lambda *a: pytest.fail("sent"))
     transport.check_updates = lambda width: verbs.Transport.check_updates(transport, width)
     shift = 62  # two shards; this table is shard 1
     owner = types.SimpleNamespace(_transport=transport, _shard_shift=shift, _shard=1,
                                   _processes=2, _local=table, _publish=lambda: None)
-    wide = 8_192  # steps a row: 128 KiB of message, twice what a receive buffer holds
-    keys = keys_of.global_keys(1, np.array([key]), shift)
+    wide = 4_093  # steps a row: one more than a verbs message holds with a job token
+    keys = np.concatenate([keys_of.global_keys(1, np.array([key]), shift),
+                           keys_of.global_keys(0, np.array([key]), shift)])
     with pytest.raises(ValueError, match="does not fit one update message"):
-        ShardedTable._update_one_sided(owner, keys, np.full((1, wide), 3.0),
-                                       np.arange(wide)[None])
+        ShardedTable._update_one_sided(owner, keys, np.full((2, wide), 3.0),
+                                       np.tile(np.arange(wide), (2, 1)))
     np.testing.assert_array_equal(table.contents()["step_priorities"], np.ones(8_192))
-    narrow = ShardedTable._update_one_sided(owner, keys, np.full((1, 2), 3.0),
-                                            np.array([[0, 1]]))
-    assert narrow == 1 and table.contents()["priority"][0] == 3.0
+    mine = ShardedTable._update_one_sided(owner, keys[:1], np.full((1, wide), 3.0),
+                                          np.arange(wide)[None])
+    assert mine == 1 and (table.contents()["step_priorities"][:wide] == 3.0).all()

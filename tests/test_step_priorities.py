@@ -546,39 +546,46 @@ print("ok", applied, refused)
 
 def test_a_full_window_tree_that_cannot_be_made_leaves_the_table_whole():
     """A cut="full" width whose tree cannot be allocated (MemoryError) keeps
-    no entry without a tree: later inserts, updates and samples of that width
-    work (before, the next insert dereferenced a null tree). In a child
-    process under an address-space limit."""
+    no entry without a tree, whether it was to join the one tree kept or to
+    replace the least recently drawn of two: later inserts, updates and
+    samples of every width work (before, the next insert dereferenced a null
+    tree). In a child process under address-space limits."""
     import subprocess
     import sys
     code = """
 import resource, numpy as np, jax, gearjax as gx
-t = gx.Table({"x": gx.Column((), "float32")}, capacity=1024, max_length=4096,
-             step_priorities=True, placement="host")
-for _ in range(4):
-    t.insert({"x": np.zeros(100, np.float32)}, priority=np.linspace(0.1, 1, 100))
 s = gx.PrioritizedSteps(1.0)
 key = jax.random.key(0)
-t.sample(key, 4, 2, s, cut="full", numpy=True)  # one width's tree kept
 def vm_bytes():
     for line in open("/proc/self/status"):
         if line.startswith("VmSize"):
             return int(line.split()[1]) * 1024
 soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-resource.setrlimit(resource.RLIMIT_AS, (vm_bytes() + (8 << 20), hard))  # < one tree (37 MB)
-try:
-    t.sample(key, 4, 3, s, cut="full", numpy=True)
-    refused = False
-except MemoryError:
-    refused = True
-finally:
-    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
-assert refused, "the limit let the tree be made: nothing was tested"
-k = t.insert({"x": np.zeros(10, np.float32)}, priority=1.0)
-t.update_priorities(np.array([k]), np.full((1, 2), 3.0), steps=np.array([[0, 1]]))
-for width in (3, 2, 3):
-    batch = t.sample(key, 64, width, s, cut="full", numpy=True)
-    assert batch.mask.all() and (batch.start >= 0).all()
+# (widths sampled first, the limit's offset from the address space in use)
+# A tree is 37 MB: with one kept, 8 MB more than in use refuses a second;
+# with two kept, the third frees one first, so the limit lies 24 MB below.
+for widths, offset in (((2,), 8 << 20), ((2, 4), -(24 << 20))):
+    t = gx.Table({"x": gx.Column((), "float32")}, capacity=1024, max_length=4096,
+                 step_priorities=True, placement="host")
+    for _ in range(4):
+        t.insert({"x": np.zeros(100, np.float32)}, priority=np.linspace(0.1, 1, 100))
+    for width in widths:
+        t.sample(key, 4, width, s, cut="full", numpy=True)
+    resource.setrlimit(resource.RLIMIT_AS, (vm_bytes() + offset, hard))
+    try:
+        t.sample(key, 4, 3, s, cut="full", numpy=True)
+        refused = False
+    except MemoryError:
+        refused = True
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    assert refused, f"the limit let the tree be made after {widths}: nothing was tested"
+    k = t.insert({"x": np.zeros(10, np.float32)}, priority=1.0)
+    t.update_priorities(np.array([k]), np.full((1, 2), 3.0), steps=np.array([[0, 1]]))
+    for width in (3, 2, 4, 3):
+        batch = t.sample(key, 64, width, s, cut="full", numpy=True)
+        assert batch.mask.all() and (batch.start >= 0).all()
+    t.close()
 print("ok")
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -593,7 +600,8 @@ def test_a_step_update_too_large_for_memory_changes_nothing():
     its steps' (before, the steps were written and the trees and trajectory
     priorities were not). Under a series of address-space limits in a child
     process, so the allocation fails at each of its places in turn; each
-    update either applies whole or changes nothing."""
+    update, of steps or of whole trajectories by turns, either applies whole
+    or changes nothing."""
     import subprocess
     import sys
     code = """
@@ -616,10 +624,15 @@ outcomes = []
 for i, margin in enumerate(range(4, 100, 4)):
     value = 2.0 + i
     p = np.full((rows, width), value)
+    trajectories = i % 2 == 1  # every step of every trajectory, by its key
+    whole = (keys, np.full(len(keys), value)) if trajectories else None
     before = t.contents()["step_priorities"]
     resource.setrlimit(resource.RLIMIT_AS, (vm_bytes() + (margin << 20), hard))
     try:
-        t.update_priorities(k, p, steps=steps)
+        if trajectories:
+            t.update_priorities(*whole)
+        else:
+            t.update_priorities(k, p, steps=steps)
         outcomes.append("applied")
     except MemoryError:
         outcomes.append("refused")

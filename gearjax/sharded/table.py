@@ -967,11 +967,13 @@ class ShardedTable:
         """nixl, verbs: entries of this shard applied here (a step past its
         trajectory's length raises ValueError, changing nothing here), the
         others sent to their owners as messages (applied there by their
-        progress threads, which count what they refuse). An update whose rows
-        no message holds is refused before any of it is applied."""
-        self._transport.check_updates(None if steps is None else steps.shape[1])
+        progress threads, which count what they refuse). An update with rows
+        for other shards that no message holds is refused before any of it is
+        applied."""
         owners = keys_of.owners(keys, self._shard_shift)
         mine = owners == self._shard
+        if not mine.all():
+            self._transport.check_updates(None if steps is None else steps.shape[1])
         local_keys = keys_of.local_keys(keys[mine], self._shard_shift)
         if steps is None:
             applied = self._local.update_priorities(local_keys, priorities[mine])

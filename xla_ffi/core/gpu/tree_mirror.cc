@@ -18,6 +18,10 @@ TreeMirror::TreeMirror(size_t nodes, const DeviceMemory* memory)
       limit_(std::min(kMaxLoggedNodes, std::max<size_t>(nodes / 8, 1))),
       logged_((nodes + 63) / 64, 0) {
   if (memory_ == nullptr || nodes == 0) throw std::bad_alloc();
+  // The log's room, now: Wrote runs inside a tree's update, after its first
+  // write, and must not allocate there (an update that could not would be
+  // half done).
+  log_.reserve(limit_ + 1);
   device_ = static_cast<double*>(memory_->allocate(nodes * sizeof(double)));
   if (device_ == nullptr) throw std::bad_alloc();
 }

@@ -127,6 +127,7 @@ void StepPrioritizedSelector::UpdatePriorities(const Item* before, const double*
 }
 
 void StepPrioritizedSelector::ReserveSteps(int64_t n) {
+  leaves_.reserve(static_cast<size_t>(n));  // UpdatePriorities' (SetSteps takes the caller's)
   weights_.reserve(static_cast<size_t>(n));
   tree_.Reserve(n);
   if (full_.empty()) return;

@@ -49,8 +49,9 @@ class StepPrioritizedSelector final : public SamplingSelector {
   void UpdatePriorities(const Item* before, const double* priorities, int64_t n) override;
   // Step leaves (slot * max_length + step) whose priorities the table set.
   void SetSteps(const int64_t* leaves, int64_t n);
-  // Makes SetSteps' scratch for n leaves, so a SetSteps of at most n
-  // allocates nothing (see Selector::ReserveUpdates).
+  // Makes the scratch of n step leaves, so a SetSteps of at most n, or an
+  // UpdatePriorities of items of at most n steps in all, allocates nothing
+  // (see Selector::ReserveUpdates).
   void ReserveSteps(int64_t n);
 
   // Each row's slot, step and probability (the step's weight over the

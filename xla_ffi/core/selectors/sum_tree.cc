@@ -87,7 +87,8 @@ void SumTree::Set(int64_t leaf, double weight) {
 }
 
 void SumTree::Reserve(int64_t n) {
-  if (levels_ > 1 && seen_.empty()) {
+  if (levels_ == 1) return;  // no inner nodes: SetMany needs no scratch
+  if (seen_.empty()) {
     seen_.assign(static_cast<size_t>((nodes_.size() - offsets_[1] + 63) / 64), 0);
   }
   dirty_.reserve(static_cast<size_t>(std::max<int64_t>(n, 0)));

@@ -24,27 +24,38 @@ int64_t Table::UpdatePriorities(const int64_t* keys, const double* priorities, i
   MutexLock lock(CheckedMutex());
   CheckOpenLocked();
   OwnPrioritiesLocked();
-  update_before_.clear();
-  update_after_.clear();
-  // What the update allocates, made before it writes anything, so one too
-  // large for memory changes nothing (but on a table of step priorities,
-  // whose step trees' scratch grows with the steps the keys hold).
-  update_before_.reserve(static_cast<size_t>(count));
-  update_after_.reserve(static_cast<size_t>(count));
-  for (Selector* selector : selectors_.using_priority()) selector->ReserveUpdates(count);
+  // The keys' slots first, then what the writes allocate, then the writes:
+  // an update too large for memory (std::bad_alloc) changes nothing, and the
+  // scratch the table and its selectors keep grows with the live keys only.
   constexpr int64_t kAhead = 32;  // records prefetched ahead of the one looked up (see Select)
-  // Asked once: the pushes below call the allocator, after which the
-  // compiler would read the vector again for every key.
   const bool keeps_steps = !step_priority_.empty();
+  std::vector<std::pair<int64_t, int64_t>> found;  // (entry, slot), in entry order
+  found.reserve(static_cast<size_t>(count));
+  int64_t skipped = 0, steps = 0;
   for (int64_t i = 0; i < count; ++i) {
     if (i + kAhead < count) {
       if (const SlotInfo* next = slots_->Address(keys[i + kAhead])) PrefetchForRead(next);
     }
     const int64_t slot = slots_->Find(keys[i]);
     if (slot < 0) {
-      if (keys[i] >= 0) ++skipped_updates_;
+      skipped += keys[i] >= 0;
       continue;
     }
+    found.push_back({i, slot});
+    if (keeps_steps) steps += (*slots_)[slot].length;
+  }
+  const int64_t n = static_cast<int64_t>(found.size());
+  update_before_.clear();
+  update_after_.clear();
+  update_before_.reserve(found.size());
+  update_after_.reserve(found.size());
+  for (Selector* selector : selectors_.using_priority()) selector->ReserveUpdates(n);
+  for (StepPrioritizedSelector* selector :
+       selectors_.Of<StepPrioritizedSelector>(Strategy::kPrioritizedSteps)) {
+    selector->ReserveSteps(steps);  // it sets every step of each
+  }
+  skipped_updates_ += skipped;
+  for (const auto& [i, slot] : found) {
     SlotInfo& info = (*slots_)[slot];
     update_before_.push_back({slot, info.key, info.length, info.priority});
     update_after_.push_back(priorities[i] + 0.0);  // -0.0 -> 0.0
@@ -82,10 +93,6 @@ int64_t Table::UpdateStepPriorities(const int64_t* keys, const int64_t* steps,
   CheckOpenLocked();
   OwnPrioritiesLocked();
   std::vector<StepRow> named = NamedStepRowsLocked(keys, steps, rows, width);
-  // Rows naming no live key are skipped; those with a negative key are not
-  // counted (as UpdatePriorities counts them).
-  skipped_updates_ += std::count_if(keys, keys + rows, [](int64_t k) { return k >= 0; }) -
-                      static_cast<int64_t>(named.size());
   // Everything the update allocates is made before it writes anything: an
   // update too large for memory (std::bad_alloc) changes nothing.
   std::vector<int64_t> leaves;
@@ -104,6 +111,10 @@ int64_t Table::UpdateStepPriorities(const int64_t* keys, const int64_t* steps,
   update_after_.clear();
   update_before_.reserve(trajectories);
   update_after_.reserve(trajectories);
+  // Rows naming no live key are skipped; those with a negative key are not
+  // counted (as UpdatePriorities counts them).
+  skipped_updates_ += std::count_if(keys, keys + rows, [](int64_t k) { return k >= 0; }) -
+                      static_cast<int64_t>(named.size());
   for (StepRow& row : named) {
     const int64_t b = row.row;
     for (int64_t j = 0; j < width; ++j) {
