@@ -502,7 +502,7 @@ def test_an_insert_uses_the_step_priorities_it_checked_though_the_caller_changes
         np.testing.assert_array_equal(steps_of(table, keys[0]), np.linspace(0.5, 5.0, 10))
 
 
-def test_step_updates_racing_a_thread_that_rewrites_their_steps_stay_in_bounds():
+def test_step_updates_racing_a_thread_that_rewrites_their_steps_stay_in_bounds(tmp_path):
     """Another thread rewrites an eager update's steps between a value past
     every trajectory and a good one: each update applies the steps as they
     were when it began (copied, then checked) or is refused, and never writes
@@ -539,12 +539,13 @@ assert set(np.unique(c["step_priorities"])) <= {1.0, 2.0}
 print("ok", applied, refused)
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            cwd=tmp_path,  # not the repository root: its gearjax/ is unbuilt
                             timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.startswith("ok")
 
 
-def test_a_full_window_tree_that_cannot_be_made_leaves_the_table_whole():
+def test_a_full_window_tree_that_cannot_be_made_leaves_the_table_whole(tmp_path):
     """A cut="full" width whose tree cannot be allocated (MemoryError) keeps
     no entry without a tree, whether it was to join the one tree kept or to
     replace the least recently drawn of two: later inserts, updates and
@@ -589,12 +590,13 @@ for widths, offset in (((2,), 8 << 20), ((2, 4), -(24 << 20))):
 print("ok")
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            cwd=tmp_path,  # not the repository root: its gearjax/ is unbuilt
                             timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().endswith("ok")
 
 
-def test_a_step_update_too_large_for_memory_changes_nothing():
+def test_a_step_update_too_large_for_memory_changes_nothing(tmp_path):
     """An update whose scratch cannot be allocated (MemoryError) raises
     before it writes a step: every trajectory's priority stays the largest of
     its steps' (before, the steps were written and the trees and trajectory
@@ -649,6 +651,7 @@ assert "refused" in outcomes and "applied" in outcomes, outcomes
 print("ok", outcomes)
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            cwd=tmp_path,  # not the repository root: its gearjax/ is unbuilt
                             timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.startswith("ok")
