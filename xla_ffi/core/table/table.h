@@ -517,6 +517,11 @@ class Table {
   // (InvalidArgument otherwise, before anything is written).
   std::vector<StepRow> NamedStepRowsLocked(const int64_t* keys, const int64_t* steps,
                                            int64_t rows, int64_t width) const GEARJAX_REQUIRES(mu_);
+  // An update's scratch, made before it writes anything (so one too large for
+  // memory, std::bad_alloc, changes nothing): update_before_/after_ emptied
+  // with room for `items`, each priority selector's for `items`, and each
+  // step selector's for `steps` step leaves.
+  void ReserveUpdateLocked(int64_t items, int64_t steps) GEARJAX_REQUIRES(mu_);
   // After the writes: each trajectory's own priority, the largest of its
   // steps', and the other priority selectors told. `order` is scratch of
   // named.size() entries, made before the writes (so is all else it needs:

@@ -44,16 +44,7 @@ int64_t Table::UpdatePriorities(const int64_t* keys, const double* priorities, i
     found.push_back({i, slot});
     if (keeps_steps) steps += (*slots_)[slot].length;
   }
-  const int64_t n = static_cast<int64_t>(found.size());
-  update_before_.clear();
-  update_after_.clear();
-  update_before_.reserve(found.size());
-  update_after_.reserve(found.size());
-  for (Selector* selector : selectors_.using_priority()) selector->ReserveUpdates(n);
-  for (StepPrioritizedSelector* selector :
-       selectors_.Of<StepPrioritizedSelector>(Strategy::kPrioritizedSteps)) {
-    selector->ReserveSteps(steps);  // it sets every step of each
-  }
+  ReserveUpdateLocked(static_cast<int64_t>(found.size()), steps);  // each item sets its steps
   skipped_updates_ += skipped;
   for (const auto& [i, slot] : found) {
     SlotInfo& info = (*slots_)[slot];
@@ -98,19 +89,9 @@ int64_t Table::UpdateStepPriorities(const int64_t* keys, const int64_t* steps,
   std::vector<int64_t> leaves;
   leaves.reserve(named.size() * static_cast<size_t>(width));
   std::vector<size_t> order(named.size());
-  for (StepPrioritizedSelector* selector :
-       selectors_.Of<StepPrioritizedSelector>(Strategy::kPrioritizedSteps)) {
-    selector->ReserveSteps(static_cast<int64_t>(named.size()) * width);
-  }
-  // SettleLargestStepsLocked tells them of each trajectory once.
-  const size_t trajectories = std::min(named.size(), static_cast<size_t>(spec_.capacity));
-  for (Selector* selector : selectors_.using_priority()) {
-    selector->ReserveUpdates(static_cast<int64_t>(trajectories));
-  }
-  update_before_.clear();
-  update_after_.clear();
-  update_before_.reserve(trajectories);
-  update_after_.reserve(trajectories);
+  // SettleLargestStepsLocked tells the selectors of each trajectory once.
+  ReserveUpdateLocked(std::min(static_cast<int64_t>(named.size()), spec_.capacity),
+                      static_cast<int64_t>(named.size()) * width);
   // Rows naming no live key are skipped; those with a negative key are not
   // counted (as UpdatePriorities counts them).
   skipped_updates_ += std::count_if(keys, keys + rows, [](int64_t k) { return k >= 0; }) -
@@ -131,6 +112,18 @@ int64_t Table::UpdateStepPriorities(const int64_t* keys, const int64_t* steps,
   SettleLargestStepsLocked(named, leaves, order);
   counters_.priority_updates += static_cast<int64_t>(named.size());
   return static_cast<int64_t>(named.size());
+}
+
+void Table::ReserveUpdateLocked(int64_t items, int64_t steps) {
+  update_before_.clear();
+  update_after_.clear();
+  update_before_.reserve(static_cast<size_t>(items));
+  update_after_.reserve(static_cast<size_t>(items));
+  for (Selector* selector : selectors_.using_priority()) selector->ReserveUpdates(items);
+  for (StepPrioritizedSelector* selector :
+       selectors_.Of<StepPrioritizedSelector>(Strategy::kPrioritizedSteps)) {
+    selector->ReserveSteps(steps);
+  }
 }
 
 std::vector<Table::StepRow> Table::NamedStepRowsLocked(const int64_t* keys, const int64_t* steps,
